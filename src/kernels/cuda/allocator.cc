@@ -1,0 +1,168 @@
+// CudaCachingAllocator (size-class free lists over cudaMalloc) and Workspace (bump allocator).
+#include "kernels/cuda/allocator.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <string>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device.h"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+size_t CudaCachingAllocator::size_class(size_t bytes) {
+    const size_t n = round_up(std::max<size_t>(bytes, 1), kDeviceAlignment);
+    // A quarter of the largest power of two <= n, at least the alignment: four classes per octave.
+    const size_t step = std::max(kDeviceAlignment, std::bit_floor(n) / 4);
+    return round_up(n, step);
+}
+
+CudaCachingAllocator::CudaCachingAllocator(int device) : device_(device) {}
+
+CudaCachingAllocator::~CudaCachingAllocator() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!live_.empty()) {
+        std::fprintf(stderr, "CudaCachingAllocator(device %d): %zu blocks (%zu bytes) still live at destruction\n",
+                     device_, live_.size(), stats_.bytes_in_use);
+    }
+    empty_cache_locked();
+}
+
+void* CudaCachingAllocator::allocate_locked(size_t cls) {
+    if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        stats_.n_allocations++;
+        stats_.n_cache_hits++;
+        live_.emplace(p, cls);
+        stats_.bytes_in_use += cls;
+        stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+        return p;
+    }
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, cls);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        empty_cache_locked();
+        err = cudaMalloc(&p, cls);
+    }
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    PENSTOCK_CUDA_CHECK(err);
+    stats_.n_cuda_malloc++;
+    stats_.n_allocations++;
+    live_.emplace(p, cls);
+    stats_.bytes_in_use += cls;
+    stats_.bytes_reserved += cls;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+    return p;
+}
+
+void* CudaCachingAllocator::allocate(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* p = allocate_locked(size_class(bytes));
+    PENSTOCK_CHECK(p != nullptr) << "CUDA device " << device_ << " out of memory allocating " << bytes
+                                 << " bytes (class " << size_class(bytes) << "); in use " << stats_.bytes_in_use
+                                 << ", reserved " << stats_.bytes_reserved;
+    return p;
+}
+
+Result<void*> CudaCachingAllocator::try_allocate(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* p = allocate_locked(size_class(bytes));
+    if (p == nullptr) {
+        return resource_exhausted("CUDA device " + std::to_string(device_) + " out of memory allocating " +
+                                  std::to_string(bytes) + " bytes; in use " + std::to_string(stats_.bytes_in_use));
+    }
+    return p;
+}
+
+void CudaCachingAllocator::deallocate(void* p, size_t bytes) {
+    if (p == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(p);
+    PENSTOCK_CHECK(it != live_.end()) << "CudaCachingAllocator: freeing " << p
+                                      << ", which is not a live block of device " << device_;
+    PENSTOCK_CHECK_EQ(it->second, size_class(bytes)) << "freeing " << p << " with a different size than allocated";
+    const size_t cls = it->second;
+    live_.erase(it);
+    free_[cls].push_back(p);
+    stats_.bytes_in_use -= cls;
+}
+
+void CudaCachingAllocator::empty_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    empty_cache_locked();
+}
+
+void CudaCachingAllocator::empty_cache_locked() {
+    if (free_.empty()) return;
+    DeviceGuard guard(device_);
+    for (auto& [cls, blocks] : free_) {
+        for (void* p : blocks) {
+            PENSTOCK_CUDA_CHECK(cudaFree(p));
+            stats_.n_cuda_free++;
+            stats_.bytes_reserved -= cls;
+        }
+    }
+    free_.clear();
+}
+
+CudaCachingAllocator::Stats CudaCachingAllocator::stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+}
+
+Workspace::Workspace(Allocator& backing, size_t capacity_bytes)
+    : backing_(backing), capacity_(round_up(capacity_bytes, kDeviceAlignment)) {
+    base_ = static_cast<char*>(backing_.allocate(capacity_));
+    PENSTOCK_CHECK_EQ(reinterpret_cast<uintptr_t>(base_) % kDeviceAlignment, uintptr_t{0})
+        << "Workspace backing buffer is not 256-byte aligned";
+}
+
+Workspace::~Workspace() {
+    if (n_live_ != 0) {
+        std::fprintf(stderr, "Workspace: %lld blocks still live at destruction\n", static_cast<long long>(n_live_));
+    }
+    backing_.deallocate(base_, capacity_);
+}
+
+void* Workspace::allocate(size_t bytes) {
+    const size_t size = round_up(std::max<size_t>(bytes, 1), kDeviceAlignment);
+    PENSTOCK_CHECK_LE(size, capacity_ - offset_) << "Workspace exhausted: " << bytes << " bytes requested with "
+                                                 << offset_ << " of " << capacity_ << " in use";
+    void* p = base_ + offset_;
+    offset_ += size;
+    peak_ = std::max(peak_, offset_);
+    n_live_++;
+    return p;
+}
+
+void Workspace::deallocate(void* p, size_t bytes) {
+    if (p == nullptr) return;
+    PENSTOCK_CHECK(static_cast<char*>(p) >= base_ && static_cast<char*>(p) < base_ + capacity_)
+        << "Workspace: freeing " << p << ", which is not from this workspace";
+    PENSTOCK_CHECK_GT(n_live_, 0) << "Workspace: more frees than allocations";
+    n_live_--;
+}
+
+void Workspace::reset() {
+    PENSTOCK_CHECK_EQ(n_live_, 0) << "Workspace::reset() with blocks still live (a tensor outlived its forward)";
+    offset_ = 0;
+}
+
+}  // namespace penstock::cuda

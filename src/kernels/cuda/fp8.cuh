@@ -1,0 +1,48 @@
+// float -> float8_e4m3fn on the GPU, bit-exact with penstock::float_to_e4m3 (core/dtype.h, PyTorch's
+// Tensor.to(torch.float8_e4m3fn)): round to nearest even on the e4m3 grid; |x| > 464, +-inf and NaN give the signed
+// NaN pattern 0x7f / 0xff. Not the hardware cvt.rn.satfinite.e4m3x2 (which saturates to 448). Integer arithmetic
+// only, so the result does not depend on -ftz / fast-math. Host-callable too (tests check it against core).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define PENSTOCK_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define PENSTOCK_HOST_DEVICE inline
+#endif
+
+namespace penstock::cuda {
+
+// `bits` is the IEEE-754 binary32 pattern of the input.
+PENSTOCK_HOST_DEVICE uint8_t e4m3_from_f32_bits(uint32_t bits) {
+    const uint32_t sign = (bits >> 24) & 0x80u;
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs > 0x43e80000u) return static_cast<uint8_t>(sign | 0x7fu);  // > 464, inf, NaN
+    if (abs >= 0x3c800000u) {
+        // Normal e4m3 (|x| >= 2^-6): keep 3 mantissa bits, round to nearest even on the 20 dropped bits. A carry
+        // out of the mantissa bumps the exponent, which is exactly right; 464 rounds to even, i.e. 448 (0x7e).
+        const uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);
+        const uint32_t exp = (rounded >> 23) - 120u;  // rebias 127 -> 7
+        const uint32_t man = (rounded >> 20) & 0x7u;
+        return static_cast<uint8_t>(sign | (exp << 3) | man);
+    }
+    // Subnormal e4m3: q = round_even(|x| * 2^9) in [0, 8] (8 is the smallest normal, 0x08). |x| = s * 2^(e - 150)
+    // with s the 24-bit significand, so q = s >> (141 - e) rounded; the shift is >= 21 here, and >= 25 gives 0
+    // (|x| * 2^9 < 0.5). f32 subnormals (e == 0) are below 2^-126 and give 0 too.
+    const uint32_t e = abs >> 23;
+    const uint32_t shift = 141u - e;
+    if (e == 0 || shift >= 25u) return static_cast<uint8_t>(sign);
+    const uint32_t s = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t q = s >> shift;
+    const uint32_t rem = s & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    const uint32_t up = (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+    return static_cast<uint8_t>(sign | (q + up));
+}
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ uint8_t float_to_e4m3(float x) { return e4m3_from_f32_bits(__float_as_uint(x)); }
+#endif
+
+}  // namespace penstock::cuda

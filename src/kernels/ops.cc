@@ -1,0 +1,42 @@
+// Backend dispatch: the only place that chooses between the CPU reference and the CUDA kernels.
+#include "kernels/ops.h"
+
+#include "kernels/ref/ref_ops.h"
+
+#if PENSTOCK_ENABLE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace penstock::kernels {
+
+// Each op: CPU -> ref::op(p, pool); CUDA -> cuda::op(p, stream) when that backend was built and implements it.
+#if PENSTOCK_ENABLE_CUDA
+#define PENSTOCK_DISPATCH(op, p, ctx)                                  \
+    switch ((ctx).device) {                                           \
+        case Device::kCPU: ref::op((p), (ctx).pool); return;          \
+        case Device::kCUDA: cuda::op((p), (ctx).stream); return;      \
+    }
+#else
+#define PENSTOCK_DISPATCH(op, p, ctx)                                                              \
+    switch ((ctx).device) {                                                                       \
+        case Device::kCPU: ref::op((p), (ctx).pool); return;                                      \
+        case Device::kCUDA: PENSTOCK_CHECK(false) << #op ": this build has no CUDA backend"; return; \
+    }
+#endif
+
+void embedding(const EmbeddingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(embedding, p, ctx); }
+void rms_norm(const RmsNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rms_norm, p, ctx); }
+void layer_norm(const LayerNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(layer_norm, p, ctx); }
+void rope(const RopeParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rope, p, ctx); }
+void gemm(const GemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(gemm, p, ctx); }
+void silu_mul(const SiluMulParams& p, const Context& ctx) { PENSTOCK_DISPATCH(silu_mul, p, ctx); }
+void add(const AddParams& p, const Context& ctx) { PENSTOCK_DISPATCH(add, p, ctx); }
+void softmax(const SoftmaxParams& p, const Context& ctx) { PENSTOCK_DISPATCH(softmax, p, ctx); }
+void attention(const AttentionParams& p, const Context& ctx) { PENSTOCK_DISPATCH(attention, p, ctx); }
+void merge_attention(const MergeAttentionParams& p, const Context& ctx) { PENSTOCK_DISPATCH(merge_attention, p, ctx); }
+void moe_routing(const MoeRoutingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(moe_routing, p, ctx); }
+void moe_align(const MoeAlignParams& p, const Context& ctx) { PENSTOCK_DISPATCH(moe_align, p, ctx); }
+void moe_permute(const MoePermuteParams& p, const Context& ctx) { PENSTOCK_DISPATCH(moe_permute, p, ctx); }
+void moe_unpermute(const MoeUnpermuteParams& p, const Context& ctx) { PENSTOCK_DISPATCH(moe_unpermute, p, ctx); }
+
+}  // namespace penstock::kernels

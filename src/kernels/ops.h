@@ -1,0 +1,184 @@
+// Penstock's op interface: one Params struct and one entry point per op. The CPU reference (kernels/ref/) is the
+// specification of each op; the CUDA backend (kernels/cuda/) implements the same Params. Backends are chosen here, at
+// dispatch, from Context::device and nowhere else. Kernels see TensorViews and scalars only, never engine types.
+//
+// Conventions: row major, last dim contiguous unless a view's strides say otherwise (the reference honours strides on
+// every dim it documents as "strided"). "[n, d] f32" comments give shape and dtype. An optional tensor is a view with
+// data == nullptr (documented per field); there are no defaulted nullable pointers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace penstock::kernels {
+
+// Where an op runs. CPU: `pool` may be null (single-threaded). CUDA: `stream` is a cudaStream_t.
+struct Context {
+    Device device = Device::kCPU;
+    ThreadPool* pool = nullptr;
+    void* stream = nullptr;
+};
+
+// out[t, :] = table[ids[t], :]. ids outside [0, vocab) abort (callers validate user input first).
+struct EmbeddingParams {
+    TensorView out;    // [n_tokens, hidden] f32
+    TensorView table;  // [vocab, hidden] f32 or bf16
+    TensorView ids;    // [n_tokens] i32
+};
+
+// out = weight * (x * rsqrt(mean(x^2) + eps)), fp32 accumulation. out may alias in. Rows may be strided (stride(0)).
+struct RmsNormParams {
+    TensorView out;     // [n_rows, dim] f32
+    TensorView in;      // [n_rows, dim] f32
+    TensorView weight;  // [dim] f32
+    float eps = 1e-6f;
+};
+
+// out = ((x - mean) * rsqrt(var + eps)) * weight + bias (biased variance, fp32). bias optional (data == nullptr).
+struct LayerNormParams {
+    TensorView out;     // [n_rows, dim] f32
+    TensorView in;      // [n_rows, dim] f32
+    TensorView weight;  // [dim] f32
+    TensorView bias;    // [dim] f32, optional
+    float eps = 1e-5f;
+};
+
+// Rotary embedding in place on x. Angle for pair i of token t: positions[t] * inv_freq[i], computed in fp32;
+// cos and sin are multiplied by attention_factor (YaRN's mscale ratio; 1 for default RoPE).
+// interleaved: pairs are (x[2i], x[2i+1]) and the output is written de-interleaved as [rotated evens; rotated odds]
+//   (Hugging Face's apply_rotary_pos_emb_interleave layout; dot products equal the pairwise form).
+// half-split (interleaved == false): pairs are (x[i], x[i + rot_dim/2]) (rotate_half, NeoX layout).
+struct RopeParams {
+    TensorView x;          // [n_tokens, n_heads, rot_dim] f32, strided on dims 0 and 1
+    TensorView positions;  // [n_tokens] i32
+    TensorView inv_freq;   // [rot_dim / 2] f32
+    float attention_factor = 1.0f;
+    bool interleaved = true;
+};
+
+// out = alpha * a @ op(b) + beta * out, op(b) = b^T when trans_b (b is a torch Linear weight [n, k]) else b ([k, n]).
+// fp32; rows of a, b and out may be strided (stride(0) >= row length), last dim contiguous.
+struct GemmParams {
+    TensorView out;  // [m, n] f32
+    TensorView a;    // [m, k] f32
+    TensorView b;    // [n, k] f32 when trans_b, else [k, n]
+    bool trans_b = true;
+    float alpha = 1.0f;
+    float beta = 0.0f;
+};
+
+// out = silu(gate) * up, elementwise, fp32. out may alias gate or up. Rows may be strided.
+struct SiluMulParams {
+    TensorView out;   // [n_rows, dim] f32
+    TensorView gate;  // [n_rows, dim] f32
+    TensorView up;    // [n_rows, dim] f32
+};
+
+// out = a + b, elementwise, fp32; out may alias a or b. Contiguous.
+struct AddParams {
+    TensorView out;  // [...] f32
+    TensorView a;    // [...] f32
+    TensorView b;    // [...] f32
+};
+
+// Row-wise softmax over the last dim, fp32, max-subtracted. out may alias in.
+struct SoftmaxParams {
+    TensorView out;  // [n_rows, dim] f32
+    TensorView in;   // [n_rows, dim] f32
+};
+
+// Variable-length attention with a causal mask in absolute positions, GQA/MQA by head groups
+// (query head h reads kv head h / (n_heads / n_kv_heads)). Sequence s owns query rows
+// [cu_seqlens_q[s], cu_seqlens_q[s+1]) at positions q_pos0[s] + i, and key rows [cu_seqlens_k[s], cu_seqlens_k[s+1])
+// at positions k_pos0[s] + j; when causal, key j is visible to query i iff k_pos0[s] + j <= q_pos0[s] + i.
+// Writes out = softmax(scale * q k^T) v and lse = log(sum(exp(scale * q k^T))) (natural log, fp32).
+// A row that sees no key gets out = 0 and lse = -inf (so merging it is a no-op). k, v may be strided views of one
+// buffer (e.g. the MLA absorbed form uses v = the first d_v columns of k).
+struct AttentionParams {
+    TensorView out;           // [total_q, n_heads, d_v] f32
+    TensorView lse;           // [total_q, n_heads] f32
+    TensorView q;             // [total_q, n_heads, d_qk] f32, strided on dims 0 and 1
+    TensorView k;             // [total_k, n_kv_heads, d_qk] f32, strided on dims 0 and 1
+    TensorView v;             // [total_k, n_kv_heads, d_v] f32, strided on dims 0 and 1
+    TensorView cu_seqlens_q;  // [n_seqs + 1] i32
+    TensorView cu_seqlens_k;  // [n_seqs + 1] i32
+    TensorView q_pos0;        // [n_seqs] i32
+    TensorView k_pos0;        // [n_seqs] i32
+    float scale = 1.0f;
+    bool causal = true;
+};
+
+// Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:
+// lse' = log(exp(lse) + exp(in_lse)); out' = out * exp(lse - lse') + in_out * exp(in_lse - lse'). -inf entries are
+// neutral. out and lse are updated in place.
+struct MergeAttentionParams {
+    TensorView out;     // [n_rows, n_heads, d_v] f32
+    TensorView lse;     // [n_rows, n_heads] f32
+    TensorView in_out;  // [n_rows, n_heads, d_v] f32
+    TensorView in_lse;  // [n_rows, n_heads] f32
+};
+
+enum class MoeScoring : uint8_t { kSigmoid, kSoftmax };
+
+// MoE top-k routing, DeepSeek noaux_tc with groups, in fp32:
+//   s = sigmoid(logits) (or softmax); c = s + bias (bias optional: data == nullptr means 0);
+//   when n_group > 1: group score = sum of the top-2 c in the group (max when there is no bias), keep the best
+//   topk_group groups, mask the others' c to -inf; ids = top_k of c; weights = s[ids];
+//   if norm_topk_prob: weights /= sum(weights) + 1e-20; weights *= routed_scaling_factor.
+// Ties break toward the lower expert index. ids within a row are written in descending c order.
+struct MoeRoutingParams {
+    TensorView topk_ids;      // [n_tokens, top_k] i32 (out)
+    TensorView topk_weights;  // [n_tokens, top_k] f32 (out)
+    TensorView logits;        // [n_tokens, n_experts] f32
+    TensorView bias;          // [n_experts] f32, optional (e_score_correction_bias)
+    int n_group = 1;
+    int topk_group = 1;
+    float routed_scaling_factor = 1.0f;
+    bool norm_topk_prob = true;
+    MoeScoring scoring = MoeScoring::kSigmoid;
+};
+
+// Groups the (token, slot) pairs by expert: sorted_pairs lists pair indices p = token * top_k + slot ordered by
+// expert (stable in p); expert_offsets[e] .. expert_offsets[e+1] is expert e's range. ids outside [0, n_experts)
+// (e.g. -1 for "dropped") are left out, so expert_offsets[n_experts] may be < n_tokens * top_k.
+struct MoeAlignParams {
+    TensorView expert_offsets;  // [n_experts + 1] i32 (out)
+    TensorView sorted_pairs;    // [n_tokens * top_k] i32 (out; entries past expert_offsets[n_experts] unspecified)
+    TensorView topk_ids;        // [n_tokens, top_k] i32
+};
+
+// Gathers token rows into expert order: out[i] = in[sorted_pairs[i] / top_k] for i < n_rows.
+struct MoePermuteParams {
+    TensorView out;           // [n_rows, hidden] f32
+    TensorView in;            // [n_tokens, hidden] f32
+    TensorView sorted_pairs;  // [>= n_rows] i32
+    int top_k = 1;
+};
+
+// Scatters expert outputs back, weighted: out[p / top_k] += topk_weights.flat[p] * expert_out[i], p = sorted_pairs[i],
+// for i < n_rows. Accumulates in fp32 into out, in order of increasing slot per token (deterministic).
+struct MoeUnpermuteParams {
+    TensorView out;           // [n_tokens, hidden] f32 (accumulated into)
+    TensorView expert_out;    // [n_rows, hidden] f32
+    TensorView sorted_pairs;  // [>= n_rows] i32
+    TensorView topk_weights;  // [n_tokens, top_k] f32
+};
+
+void embedding(const EmbeddingParams& p, const Context& ctx);
+void rms_norm(const RmsNormParams& p, const Context& ctx);
+void layer_norm(const LayerNormParams& p, const Context& ctx);
+void rope(const RopeParams& p, const Context& ctx);
+void gemm(const GemmParams& p, const Context& ctx);
+void silu_mul(const SiluMulParams& p, const Context& ctx);
+void add(const AddParams& p, const Context& ctx);
+void softmax(const SoftmaxParams& p, const Context& ctx);
+void attention(const AttentionParams& p, const Context& ctx);
+void merge_attention(const MergeAttentionParams& p, const Context& ctx);
+void moe_routing(const MoeRoutingParams& p, const Context& ctx);
+void moe_align(const MoeAlignParams& p, const Context& ctx);
+void moe_permute(const MoePermuteParams& p, const Context& ctx);
+void moe_unpermute(const MoeUnpermuteParams& p, const Context& ctx);
+
+}  // namespace penstock::kernels

@@ -1,0 +1,171 @@
+// Reference varlen attention (causal in absolute positions, GQA/MQA) and the log-sum-exp merge of partial results.
+// attention: one task per (query row, head), range [0, total_q * n_heads). Scores, the max-subtracted softmax, lse and
+// the weighted sum of v accumulate in double and are rounded to f32 once on write, so results never depend on the
+// thread count. A row that sees no key writes out = 0 and lse = -inf.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/ref/ref_ops.h"
+
+namespace penstock::ref {
+
+namespace {
+
+void check_f32_3d(const TensorView& v, int64_t n0, int64_t n1, int64_t n2, const char* name) {
+    PENSTOCK_CHECK_EQ(v.ndim, 3) << name;
+    PENSTOCK_CHECK(v.dtype == DType::kF32) << name << " must be f32";
+    PENSTOCK_CHECK_EQ(v.size(0), n0) << name;
+    PENSTOCK_CHECK_EQ(v.size(1), n1) << name;
+    PENSTOCK_CHECK_EQ(v.size(2), n2) << name;
+    PENSTOCK_CHECK_EQ(v.stride(2), 1) << name << ": last dim must be contiguous";
+}
+
+void check_f32_2d(const TensorView& v, int64_t n0, int64_t n1, const char* name) {
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << name;
+    PENSTOCK_CHECK(v.dtype == DType::kF32) << name << " must be f32";
+    PENSTOCK_CHECK_EQ(v.size(0), n0) << name;
+    PENSTOCK_CHECK_EQ(v.size(1), n1) << name;
+}
+
+// Reads an i32 vector of length n.
+std::vector<int64_t> read_i32(const TensorView& v, int64_t n, const char* name) {
+    PENSTOCK_CHECK_EQ(v.ndim, 1) << name;
+    PENSTOCK_CHECK(v.dtype == DType::kI32) << name << " must be i32";
+    PENSTOCK_CHECK_EQ(v.size(0), n) << name;
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = *v.at<const int32_t>({i});
+    return out;
+}
+
+// Checks cu_seqlens: starts at 0, non-decreasing, ends at total.
+void check_cu_seqlens(const std::vector<int64_t>& cu, int64_t total, const char* name) {
+    PENSTOCK_CHECK_EQ(cu.front(), 0) << name;
+    for (size_t s = 0; s + 1 < cu.size(); ++s) PENSTOCK_CHECK_LE(cu[s], cu[s + 1]) << name << " at " << s;
+    PENSTOCK_CHECK_EQ(cu.back(), total) << name;
+}
+
+}  // namespace
+
+void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
+    PENSTOCK_CHECK_EQ(p.q.ndim, 3);
+    PENSTOCK_CHECK_EQ(p.k.ndim, 3);
+    PENSTOCK_CHECK_EQ(p.v.ndim, 3);
+    const int64_t total_q = p.q.size(0);
+    const int64_t n_heads = p.q.size(1);
+    const int64_t d_qk = p.q.size(2);
+    const int64_t total_k = p.k.size(0);
+    const int64_t n_kv_heads = p.k.size(1);
+    const int64_t d_v = p.v.size(2);
+    check_f32_3d(p.q, total_q, n_heads, d_qk, "attention q");
+    check_f32_3d(p.k, total_k, n_kv_heads, d_qk, "attention k");
+    check_f32_3d(p.v, total_k, n_kv_heads, d_v, "attention v");
+    check_f32_3d(p.out, total_q, n_heads, d_v, "attention out");
+    check_f32_2d(p.lse, total_q, n_heads, "attention lse");
+    PENSTOCK_CHECK_GT(n_kv_heads, 0);
+    PENSTOCK_CHECK_EQ(n_heads % n_kv_heads, 0) << "attention: n_heads must be a multiple of n_kv_heads";
+    PENSTOCK_CHECK_EQ(p.cu_seqlens_q.ndim, 1);
+    const int64_t n_seqs = p.cu_seqlens_q.size(0) - 1;
+    PENSTOCK_CHECK_GE(n_seqs, 0);
+    const std::vector<int64_t> cu_q = read_i32(p.cu_seqlens_q, n_seqs + 1, "cu_seqlens_q");
+    const std::vector<int64_t> cu_k = read_i32(p.cu_seqlens_k, n_seqs + 1, "cu_seqlens_k");
+    const std::vector<int64_t> q_pos0 = read_i32(p.q_pos0, n_seqs, "q_pos0");
+    const std::vector<int64_t> k_pos0 = read_i32(p.k_pos0, n_seqs, "k_pos0");
+    check_cu_seqlens(cu_q, total_q, "cu_seqlens_q");
+    check_cu_seqlens(cu_k, total_k, "cu_seqlens_k");
+
+    // Sequence of each query row.
+    std::vector<int64_t> row_seq(static_cast<size_t>(total_q));
+    for (int64_t s = 0; s < n_seqs; ++s) {
+        for (int64_t r = cu_q[static_cast<size_t>(s)]; r < cu_q[static_cast<size_t>(s) + 1]; ++r) {
+            row_seq[static_cast<size_t>(r)] = s;
+        }
+    }
+    const int64_t group = n_heads / n_kv_heads;
+
+    parallel_for(pool, total_q * n_heads, /*grain=*/4, [&](int64_t begin, int64_t end) {
+        std::vector<double> scores;
+        std::vector<double> acc(static_cast<size_t>(d_v));
+        for (int64_t item = begin; item < end; ++item) {
+            const int64_t r = item / n_heads;  // range [0, total_q)
+            const int64_t h = item % n_heads;  // range [0, n_heads)
+            const int64_t kvh = h / group;
+            const auto s = static_cast<size_t>(row_seq[static_cast<size_t>(r)]);
+            const int64_t q_pos = q_pos0[s] + (r - cu_q[s]);
+            const int64_t len_k = cu_k[s + 1] - cu_k[s];
+            // Keys are at increasing positions k_pos0 + j, so the visible ones are a prefix [0, n_visible).
+            int64_t n_visible = len_k;
+            if (p.causal) n_visible = std::clamp<int64_t>(q_pos - k_pos0[s] + 1, 0, len_k);
+
+            float* out = p.out.at<float>({r, h});
+            float* lse = p.lse.at<float>({r, h});
+            if (n_visible == 0) {
+                for (int64_t i = 0; i < d_v; ++i) out[i] = 0.0f;
+                *lse = -std::numeric_limits<float>::infinity();
+                continue;
+            }
+            const float* q = p.q.at<const float>({r, h});
+            scores.assign(static_cast<size_t>(n_visible), 0.0);
+            double max_score = -std::numeric_limits<double>::infinity();
+            for (int64_t j = 0; j < n_visible; ++j) {
+                const float* k = p.k.at<const float>({cu_k[s] + j, kvh});
+                double dot = 0.0;
+                for (int64_t i = 0; i < d_qk; ++i) dot += static_cast<double>(q[i]) * k[i];
+                const double score = static_cast<double>(p.scale) * dot;
+                scores[static_cast<size_t>(j)] = score;
+                max_score = std::max(max_score, score);
+            }
+            double sum = 0.0;
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t j = 0; j < n_visible; ++j) {
+                const double w = std::exp(scores[static_cast<size_t>(j)] - max_score);
+                sum += w;
+                const float* v = p.v.at<const float>({cu_k[s] + j, kvh});
+                for (int64_t i = 0; i < d_v; ++i) acc[static_cast<size_t>(i)] += w * v[i];
+            }
+            for (int64_t i = 0; i < d_v; ++i) out[i] = static_cast<float>(acc[static_cast<size_t>(i)] / sum);
+            *lse = static_cast<float>(max_score + std::log(sum));
+        }
+    });
+}
+
+void merge_attention(const kernels::MergeAttentionParams& p, ThreadPool* pool) {
+    PENSTOCK_CHECK_EQ(p.out.ndim, 3);
+    const int64_t n_rows = p.out.size(0);
+    const int64_t n_heads = p.out.size(1);
+    const int64_t d_v = p.out.size(2);
+    check_f32_3d(p.out, n_rows, n_heads, d_v, "merge_attention out");
+    check_f32_3d(p.in_out, n_rows, n_heads, d_v, "merge_attention in_out");
+    check_f32_2d(p.lse, n_rows, n_heads, "merge_attention lse");
+    check_f32_2d(p.in_lse, n_rows, n_heads, "merge_attention in_lse");
+
+    parallel_for(pool, n_rows * n_heads, /*grain=*/16, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+            const int64_t r = item / n_heads;
+            const int64_t h = item % n_heads;
+            float* out = p.out.at<float>({r, h});
+            float* lse = p.lse.at<float>({r, h});
+            const float* in_out = p.in_out.at<const float>({r, h});
+            const float in_lse = *p.in_lse.at<const float>({r, h});
+            const double a = *lse;
+            const double b = in_lse;
+            if (std::isinf(b) && b < 0) continue;  // nothing to merge (also covers both -inf)
+            if (std::isinf(a) && a < 0) {          // running result is empty: take the partial one
+                for (int64_t i = 0; i < d_v; ++i) out[i] = in_out[i];
+                *lse = in_lse;
+                continue;
+            }
+            const double m = std::max(a, b);
+            const double merged = m + std::log(std::exp(a - m) + std::exp(b - m));
+            const double wa = std::exp(a - merged);
+            const double wb = std::exp(b - merged);
+            for (int64_t i = 0; i < d_v; ++i) out[i] = static_cast<float>(wa * out[i] + wb * in_out[i]);
+            *lse = static_cast<float>(merged);
+        }
+    });
+}
+
+}  // namespace penstock::ref

@@ -1,0 +1,137 @@
+// Weight conversions (see weight_convert.h). Loops decode a run of elements to fp32, then encode to the target.
+#include "loader/weight_convert.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+namespace penstock::loader {
+
+namespace {
+
+constexpr int64_t kRun = 4096;  // elements decoded per step (a 16 KiB fp32 buffer)
+
+// Decodes n elements of a float dtype starting at byte pointer p (unaligned allowed) into out.
+void decode(const uint8_t* p, DType dtype, int64_t n, float* out) {
+    switch (dtype) {
+        case DType::kF32: std::memcpy(out, p, static_cast<size_t>(n) * 4); return;
+        case DType::kBF16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, p + 2 * i, 2);
+                out[i] = bf16_to_float(h);
+            }
+            return;
+        case DType::kF16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, p + 2 * i, 2);
+                out[i] = f16_to_float(h);
+            }
+            return;
+        case DType::kF8E4M3:
+        case DType::kE8M0:
+        case DType::kFP4E2M1:
+        case DType::kI8:
+        case DType::kU8:
+        case DType::kI32:
+        case DType::kI64:
+        case DType::kBool: break;
+    }
+    PENSTOCK_CHECK(false) << "decode: not a float source dtype: " << dtype_name(dtype);
+}
+
+// Encodes n fp32 values into the target dtype (F32 or BF16) at out.
+void encode(const float* in, int64_t n, DType target, void* out) {
+    if (target == DType::kF32) {
+        std::memcpy(out, in, static_cast<size_t>(n) * 4);
+        return;
+    }
+    auto* o = static_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(in[i]);
+}
+
+Status check_target(DType target) {
+    if (target != DType::kF32 && target != DType::kBF16) {
+        return invalid_argument("unsupported load target dtype " + std::string(dtype_name(target)) +
+                                " (f32 or bf16)");
+    }
+    return ok_status();
+}
+
+}  // namespace
+
+bool is_float_source(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
+Tensor copy_raw(const TensorView& src) {
+    PENSTOCK_CHECK(src.is_contiguous() && src.device == Device::kCPU);
+    Tensor t = Tensor::empty(src.shape_vec(), src.dtype);
+    if (src.nbytes() > 0) std::memcpy(t.ptr<void>(), src.data, src.nbytes());
+    return t;
+}
+
+Result<Tensor> convert_float(const TensorView& src, DType target) {
+    PENSTOCK_RETURN_IF_ERROR(check_target(target));
+    if (!is_float_source(src.dtype)) {
+        return invalid_argument("cannot convert dtype " + std::string(dtype_name(src.dtype)) + " to " +
+                                std::string(dtype_name(target)));
+    }
+    PENSTOCK_CHECK(src.is_contiguous() && src.device == Device::kCPU);
+    if (src.dtype == target) return copy_raw(src);
+    Tensor out = Tensor::empty(src.shape_vec(), target);
+    const int64_t n = src.numel();
+    const int src_bytes = dtype_bits(src.dtype) / 8;
+    const int dst_bytes = dtype_bits(target) / 8;
+    const auto* in = static_cast<const uint8_t*>(src.data);
+    auto* dst = out.ptr<uint8_t>();
+    std::vector<float> buf(static_cast<size_t>(std::min(n, kRun)));
+    for (int64_t i = 0; i < n; i += kRun) {
+        const int64_t m = std::min(kRun, n - i);
+        decode(in + i * src_bytes, src.dtype, m, buf.data());
+        encode(buf.data(), m, target, dst + i * dst_bytes);
+    }
+    return out;
+}
+
+Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView& scale_inv, int64_t block_n,
+                                     int64_t block_k, DType target) {
+    PENSTOCK_RETURN_IF_ERROR(check_target(target));
+    if (weight.dtype != DType::kF8E4M3 || weight.ndim != 2) {
+        return invalid_argument("FP8 block dequantisation needs a 2-D f8_e4m3 weight, got " +
+                                std::string(dtype_name(weight.dtype)) + " " + weight.shape_string());
+    }
+    if (block_n <= 0 || block_k <= 0) {
+        return invalid_argument("FP8 block sizes must be positive, got [" + std::to_string(block_n) + ", " +
+                                std::to_string(block_k) + "]");
+    }
+    const int64_t rows = weight.shape[0], cols = weight.shape[1];
+    const int64_t srows = (rows + block_n - 1) / block_n, scols = (cols + block_k - 1) / block_k;
+    if (!is_float_source(scale_inv.dtype) || scale_inv.ndim != 2 || scale_inv.shape[0] != srows ||
+        scale_inv.shape[1] != scols) {
+        return invalid_argument("weight_scale_inv " + std::string(dtype_name(scale_inv.dtype)) + " " +
+                                scale_inv.shape_string() + " does not match weight " + weight.shape_string() +
+                                " with blocks [" + std::to_string(block_n) + ", " + std::to_string(block_k) +
+                                "] (expected a float tensor [" + std::to_string(srows) + ", " +
+                                std::to_string(scols) + "])");
+    }
+    PENSTOCK_CHECK(weight.is_contiguous() && scale_inv.is_contiguous());
+    std::vector<float> scale(static_cast<size_t>(srows * scols));
+    decode(static_cast<const uint8_t*>(scale_inv.data), scale_inv.dtype, srows * scols, scale.data());
+    std::array<float, 256> lut{};
+    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(v)] = e4m3_to_float(static_cast<uint8_t>(v));
+
+    Tensor out = Tensor::empty({rows, cols}, target);
+    const auto* w = static_cast<const uint8_t*>(weight.data);
+    const int dst_bytes = dtype_bits(target) / 8;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* s = scale.data() + (r / block_n) * scols;
+        const uint8_t* wr = w + r * cols;
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = lut[wr[c]] * s[c / block_k];
+        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
+    }
+    return out;
+}
+
+}  // namespace penstock::loader

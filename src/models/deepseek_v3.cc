@@ -1,0 +1,123 @@
+// DeepSeek-V3 composition.
+#include "models/deepseek_v3.h"
+
+#include <algorithm>
+#include <string>
+
+namespace penstock::models {
+
+Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& config,
+                                                     const loader::Checkpoint& checkpoint,
+                                                     const loader::LayerRange& range, const ModelOptions& options,
+                                                     loader::LoadStats* stats) {
+    if (range.begin < 0 || range.begin >= range.end || range.end > config.num_hidden_layers) {
+        return invalid_argument("layer range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                ") is not inside [0, " + std::to_string(config.num_hidden_layers) + ")");
+    }
+    if (config.hidden_act != "silu") {
+        return unimplemented("hidden_act '" + config.hidden_act + "' is not supported for deepseek_v3 (silu)");
+    }
+    auto m = std::make_unique<DeepseekV3Model>();
+    m->config_ = config;
+    m->range_ = range;
+    m->options_ = options;
+    PENSTOCK_ASSIGN_OR_RETURN(m->rope_, make_rope_table(config));
+    m->softmax_scale_ = mla_softmax_scale(config);
+
+    const int64_t n_layers = config.num_hidden_layers;
+    const bool tie = config.tie_word_embeddings;
+    const int64_t block_n = config.fp8 ? config.fp8->block_n : 128;
+    const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
+    PENSTOCK_ASSIGN_OR_RETURN(
+        loader::WeightMap weights,
+        checkpoint.load([&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
+                        loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+    WeightReader r(&weights);
+
+    const int64_t h = config.hidden_size;
+    const int64_t vocab = config.vocab_size;
+    if (m->is_first_stage() || (tie && m->is_last_stage())) {
+        PENSTOCK_ASSIGN_OR_RETURN(m->embed_, r.take("model.embed_tokens.weight", {vocab, h}));
+    }
+    if (m->is_last_stage()) {
+        PENSTOCK_ASSIGN_OR_RETURN(m->norm_, r.take("model.norm.weight", {h}));
+        if (tie) {
+            m->lm_head_ = m->embed_;
+        } else {
+            PENSTOCK_ASSIGN_OR_RETURN(m->lm_head_, r.take("lm_head.weight", {vocab, h}));
+        }
+    }
+    for (int64_t l = range.begin; l < range.end; ++l) {
+        const std::string p = "model.layers." + std::to_string(l);
+        Layer layer;
+        PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
+        PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config));
+        layer.attn = std::make_unique<MlaAttention>(std::move(attn));
+        if (config.is_moe_layer(l)) {
+            PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, p + ".mlp", config));
+            layer.moe = std::make_unique<MoeBlock>(std::move(moe));
+        } else {
+            PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, p + ".mlp", h, config.intermediate_size));
+            layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
+        }
+        m->layers_.push_back(std::move(layer));
+    }
+    return std::unique_ptr<Model>(std::move(m));
+}
+
+std::unique_ptr<ModelCache> DeepseekV3Model::create_cache(int64_t n_pages) const {
+    return std::make_unique<MlaModelCache>(n_pages, config_.kv_lora_rank + config_.qk_rope_head_dim, range_.begin,
+                                           range_.end);
+}
+
+void DeepseekV3Model::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
+    PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
+    act->hidden = Tensor::empty({layout.n_tokens, config_.hidden_size}, DType::kF32);
+    kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
+}
+
+void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
+                                     ModelCache* cache, const kernels::Context& ctx) const {
+    auto* mla_cache = dynamic_cast<MlaModelCache*>(cache);
+    PENSTOCK_CHECK(mla_cache != nullptr) << "deepseek_v3 needs the cache it created";
+    const int64_t n = layout.n_tokens;
+    const int64_t h = config_.hidden_size;
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    Tensor normed = Tensor::empty({n, h}, DType::kF32);
+    Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& layer = layers_[i];
+        const int64_t index = range_.begin + static_cast<int64_t>(i);
+        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
+        layer.attn->forward(batch, layout, normed, index, &mla_cache->latent, rope_, softmax_scale_, options_, sub_out,
+                            ctx);
+        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
+        if (layer.moe) {
+            layer.moe->forward(normed, sub_out, ctx);
+        } else {
+            layer.mlp->forward(normed, sub_out, ctx);
+        }
+        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+    }
+}
+
+Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activations& act,
+                                       const kernels::Context& ctx) const {
+    PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
+    const int64_t h = config_.hidden_size;
+    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
+    Tensor selected = Tensor::empty({rows, h}, DType::kF32);
+    for (int64_t i = 0; i < rows; ++i) {
+        const int64_t src = layout.logit_rows[static_cast<size_t>(i)];
+        std::copy_n(act.hidden.ptr<const float>() + src * h, h, selected.ptr<float>() + i * h);
+    }
+    kernels::rms_norm({.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)},
+                      ctx);
+    Tensor logits = Tensor::empty({rows, config_.vocab_size}, DType::kF32);
+    kernels::gemm({.out = logits, .a = selected, .b = lm_head_, .trans_b = true}, ctx);
+    return logits;
+}
+
+}  // namespace penstock::models

@@ -1,0 +1,52 @@
+// The plain data a model forward consumes: a ragged batch of sequence chunks, each continuing from the prefix already
+// in its request's KV cache. Built by the scheduler (BatchPlan) or by `penstock forward`; travels with activations
+// between pipeline stages, so every stage runs the same batch without scheduling decisions of its own.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kv_cache/page_pool.h"
+
+namespace penstock::models {
+
+// Which rows of a chunk produce logits on the last stage.
+enum class LogitsMode : uint8_t { kNone, kLast, kAll };
+
+struct SeqChunk {
+    int64_t request_id = 0;
+    std::vector<int32_t> token_ids;            // this chunk's tokens, positions prefix_len + i
+    int64_t prefix_len = 0;                    // tokens of this request already in the KV cache
+    const kv_cache::PageTable* pages = nullptr;  // reserved for >= prefix_len + token_ids.size() positions
+    LogitsMode logits = LogitsMode::kLast;
+};
+
+struct ForwardBatch {
+    std::vector<SeqChunk> seqs;
+
+    int64_t n_tokens() const;
+    int64_t n_logit_rows() const;
+};
+
+// Per-forward metadata derived once from a ForwardBatch (host tensors, i32).
+struct BatchLayout {
+    int64_t n_tokens = 0;
+    int64_t n_seqs = 0;
+    Tensor token_ids;     // [n_tokens] i32
+    Tensor positions;     // [n_tokens] i32, absolute positions
+    Tensor cu_seqlens_q;  // [n_seqs + 1] i32: chunk row ranges
+    Tensor cu_seqlens_k;  // [n_seqs + 1] i32: cumulative prefix_len + chunk length (the keys each sequence sees)
+    Tensor q_pos0;        // [n_seqs] i32: prefix_len
+    Tensor k_pos0;        // [n_seqs] i32: 0
+    std::vector<int64_t> logit_rows;  // rows (into n_tokens) whose logits are produced, in batch order
+
+    static BatchLayout build(const ForwardBatch& batch);
+};
+
+// Activations crossing layer (and pipeline stage) boundaries.
+struct Activations {
+    Tensor hidden;  // [n_tokens, hidden] f32: the residual stream
+};
+
+}  // namespace penstock::models

@@ -1,0 +1,30 @@
+// Linear layers over the op interface: y = x W^T (+ b), W a torch Linear weight [out, in].
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+#include "models/weights.h"
+
+namespace penstock::models {
+
+struct Linear {
+    Tensor weight;  // [out_features, in_features] f32
+    Tensor bias;    // [out_features] f32, or undefined
+    int64_t out_features() const { return weight.size(0); }
+    int64_t in_features() const { return weight.size(1); }
+};
+
+// Reads `<prefix>.weight` (and `<prefix>.bias` when has_bias) with the given shape.
+[[nodiscard]] Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
+                                         int64_t in_features, bool has_bias);
+
+// out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided.
+void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);
+
+// A new host tensor [n_rows, out_features] = linear(x).
+Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx);
+
+}  // namespace penstock::models

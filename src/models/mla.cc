@@ -1,0 +1,239 @@
+// MLA forward on the op interface (CPU reference composition; the CUDA path reuses the same structure).
+#include "models/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace penstock::models {
+
+namespace {
+// transformers 5.17 builds q_a_layernorm / kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+}  // namespace
+
+MlaDims MlaDims::from_config(const loader::ModelConfig& c) {
+    return MlaDims{.hidden = c.hidden_size,
+                   .n_heads = c.num_attention_heads,
+                   .q_lora_rank = c.q_lora_rank,
+                   .kv_lora_rank = c.kv_lora_rank,
+                   .qk_nope_head_dim = c.qk_nope_head_dim,
+                   .qk_rope_head_dim = c.qk_rope_head_dim,
+                   .v_head_dim = c.v_head_dim};
+}
+
+Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c) {
+    MlaAttention a;
+    a.dims_ = MlaDims::from_config(c);
+    a.rms_eps_ = static_cast<float>(c.rms_norm_eps);
+    const MlaDims& d = a.dims_;
+    const bool bias = c.attention_bias;
+    if (d.q_lora_rank > 0) {
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_, take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias));
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_norm_, r.take(prefix + ".q_a_layernorm.weight", {d.q_lora_rank}));
+        PENSTOCK_ASSIGN_OR_RETURN(
+            a.q_b_proj_, take_linear(r, prefix + ".q_b_proj", d.n_heads * d.qk_head_dim(), d.q_lora_rank, false));
+    } else {
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_proj_,
+                                  take_linear(r, prefix + ".q_proj", d.n_heads * d.qk_head_dim(), d.hidden, false));
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_proj_,
+                              take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias));
+    PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_norm_, r.take(prefix + ".kv_a_layernorm.weight", {d.kv_lora_rank}));
+    PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_,
+                              take_linear(r, prefix + ".kv_b_proj",
+                                          d.n_heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_,
+                              take_linear(r, prefix + ".o_proj", d.hidden, d.n_heads * d.v_head_dim, bias));
+    return a;
+}
+
+void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, int64_t layer,
+                           kv_cache::PagedRowCache* cache, const RopeTable& rope, float softmax_scale,
+                           const ModelOptions& options, const TensorView& out, const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t qk = d.qk_head_dim();
+
+    // q: [n, n_heads, qk_head_dim]
+    Tensor q;
+    if (d.q_lora_rank > 0) {
+        Tensor cq = linear_new(q_a_proj_, x, ctx);
+        kernels::rms_norm({.out = cq, .in = cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
+        q = linear_new(q_b_proj_, cq, ctx);
+    } else {
+        q = linear_new(q_proj_, x, ctx);
+    }
+    const TensorView q3 = q.view().reshape({n, d.n_heads, qk});
+
+    // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
+    Tensor kv = linear_new(kv_a_proj_, x, ctx);
+    const TensorView c = kv.view().slice(1, 0, d.kv_lora_rank);
+    kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
+    const TensorView k_pe =
+        kv.view().as_strided(d.kv_lora_rank, {n, 1, d.qk_rope_head_dim}, {d.latent_dim(), d.qk_rope_head_dim, 1});
+    const TensorView q_pe = q3.slice(2, d.qk_nope_head_dim, qk);
+    const kernels::RopeParams rope_q{.x = q_pe,
+                                     .positions = layout.positions,
+                                     .inv_freq = rope.inv_freq,
+                                     .attention_factor = rope.attention_factor,
+                                     .interleaved = rope.interleaved};
+    kernels::rope(rope_q, ctx);
+    kernels::RopeParams rope_k = rope_q;
+    rope_k.x = k_pe;
+    kernels::rope(rope_k, ctx);
+
+    // The chunk's latents join the cache before attention reads prefix + chunk from it.
+    int64_t row = 0;
+    for (const SeqChunk& s : batch.seqs) {
+        const auto len = static_cast<int64_t>(s.token_ids.size());
+        cache->write(layer, *s.pages, s.prefix_len, kv.view().slice(0, row, row + len));
+        row += len;
+    }
+
+    Tensor attn_out = Tensor::empty({n, d.n_heads * d.v_head_dim}, DType::kF32);
+    switch (options.mla_form) {
+        case MlaForm::kMha:
+            attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out, ctx);
+            break;
+        case MlaForm::kAbsorbed: attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx); break;
+    }
+    linear_forward(o_proj_, attn_out, out, ctx);
+}
+
+void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,
+                              int64_t layer, const kv_cache::PagedRowCache& cache, float softmax_scale,
+                              int64_t capacity, const TensorView& attn_out, const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t n_seqs = layout.n_seqs;
+    const int64_t qk = d.qk_head_dim();
+    const int64_t kvb_row = d.n_heads * (d.qk_nope_head_dim + d.v_head_dim);
+    // Each round expands at most `piece` keys per sequence, so a round holds <= capacity keys in total.
+    const int64_t piece = std::max<int64_t>(1, capacity / std::max<int64_t>(n_seqs, 1));
+    int64_t n_rounds = 0;
+    for (const SeqChunk& s : batch.seqs) {
+        const int64_t keys = s.prefix_len + static_cast<int64_t>(s.token_ids.size());
+        n_rounds = std::max(n_rounds, (keys + piece - 1) / piece);
+    }
+
+    Tensor acc_out = Tensor::zeros({n, d.n_heads, d.v_head_dim}, DType::kF32);
+    Tensor acc_lse = Tensor::empty({n, d.n_heads}, DType::kF32);
+    std::fill_n(acc_lse.ptr<float>(), acc_lse.numel(), -std::numeric_limits<float>::infinity());
+    Tensor piece_out = Tensor::empty({n, d.n_heads, d.v_head_dim}, DType::kF32);
+    Tensor piece_lse = Tensor::empty({n, d.n_heads}, DType::kF32);
+    Tensor cu_k = Tensor::empty({n_seqs + 1}, DType::kI32);
+    Tensor k_pos0 = Tensor::empty({n_seqs}, DType::kI32);
+
+    for (int64_t r = 0; r < n_rounds; ++r) {
+        // Key range of each sequence in this round: [r * piece, min((r + 1) * piece, keys)).
+        int32_t* cu = cu_k.ptr<int32_t>();
+        cu[0] = 0;
+        for (int64_t s = 0; s < n_seqs; ++s) {
+            const SeqChunk& sc = batch.seqs[static_cast<size_t>(s)];
+            const int64_t keys = sc.prefix_len + static_cast<int64_t>(sc.token_ids.size());
+            const int64_t begin = std::min(keys, r * piece);
+            const int64_t end = std::min(keys, (r + 1) * piece);
+            cu[s + 1] = static_cast<int32_t>(cu[s] + (end - begin));
+            k_pos0.ptr<int32_t>()[s] = static_cast<int32_t>(r * piece);
+        }
+        const int64_t total = cu[n_seqs];
+        if (total == 0) continue;
+        Tensor latent = Tensor::empty({total, d.latent_dim()}, DType::kF32);
+        for (int64_t s = 0; s < n_seqs; ++s) {
+            if (cu[s + 1] == cu[s]) continue;
+            cache.gather(layer, *batch.seqs[static_cast<size_t>(s)].pages, r * piece,
+                         latent.view().slice(0, cu[s], cu[s + 1]));
+        }
+        // kvb = c @ kv_b^T: per head [k_nope (nope) ; v (v_head_dim)].
+        Tensor kvb = linear_new(kv_b_proj_, latent.view().slice(1, 0, d.kv_lora_rank), ctx);
+        Tensor k = Tensor::empty({total, d.n_heads, qk}, DType::kF32);
+        for (int64_t t = 0; t < total; ++t) {
+            const float* kv_row = kvb.ptr<const float>() + t * kvb_row;
+            const float* pe = latent.ptr<const float>() + t * d.latent_dim() + d.kv_lora_rank;
+            for (int64_t h = 0; h < d.n_heads; ++h) {
+                float* dst = k.ptr<float>() + (t * d.n_heads + h) * qk;
+                std::memcpy(dst, kv_row + h * (d.qk_nope_head_dim + d.v_head_dim),
+                            static_cast<size_t>(d.qk_nope_head_dim) * sizeof(float));
+                std::memcpy(dst + d.qk_nope_head_dim, pe, static_cast<size_t>(d.qk_rope_head_dim) * sizeof(float));
+            }
+        }
+        const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
+                                                   {kvb_row, d.qk_nope_head_dim + d.v_head_dim, 1});
+        kernels::attention({.out = piece_out,
+                            .lse = piece_lse,
+                            .q = q,
+                            .k = k,
+                            .v = v,
+                            .cu_seqlens_q = layout.cu_seqlens_q,
+                            .cu_seqlens_k = cu_k,
+                            .q_pos0 = layout.q_pos0,
+                            .k_pos0 = k_pos0,
+                            .scale = softmax_scale,
+                            .causal = true},
+                           ctx);
+        kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
+    }
+    std::memcpy(attn_out.data, acc_out.ptr<float>(), acc_out.nbytes());
+}
+
+void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,
+                                   int64_t layer, const kv_cache::PagedRowCache& cache, float softmax_scale,
+                                   const TensorView& attn_out, const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t latent_dim = d.latent_dim();
+    const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;  // kv_b rows per head
+    const TensorView& w = kv_b_proj_.weight;                        // [n_heads * head_rows, kv_lora]
+
+    // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora])
+    Tensor q_abs = Tensor::empty({n, d.n_heads, latent_dim}, DType::kF32);
+    for (int64_t h = 0; h < d.n_heads; ++h) {
+        const TensorView out_h =
+            q_abs.view().as_strided(h * latent_dim, {n, d.kv_lora_rank}, {d.n_heads * latent_dim, 1});
+        const TensorView q_nope_h = q.select(1, h).slice(1, 0, d.qk_nope_head_dim);
+        const TensorView w_uk = w.slice(0, h * head_rows, h * head_rows + d.qk_nope_head_dim);
+        kernels::gemm({.out = out_h, .a = q_nope_h, .b = w_uk, .trans_b = false}, ctx);
+        for (int64_t t = 0; t < n; ++t) {
+            std::memcpy(q_abs.ptr<float>() + (t * d.n_heads + h) * latent_dim + d.kv_lora_rank,
+                        q.at<const float>({t, h}) + d.qk_nope_head_dim,
+                        static_cast<size_t>(d.qk_rope_head_dim) * sizeof(float));
+        }
+    }
+
+    // Every sequence's whole context (prefix + chunk) as one varlen key set: K = latent (1 head), V = its c part.
+    const int32_t* cu_k = layout.cu_seqlens_k.ptr<const int32_t>();
+    const int64_t total = cu_k[layout.n_seqs];
+    Tensor latent = Tensor::empty({total, latent_dim}, DType::kF32);
+    for (int64_t s = 0; s < layout.n_seqs; ++s) {
+        cache.gather(layer, *batch.seqs[static_cast<size_t>(s)].pages, 0, latent.view().slice(0, cu_k[s], cu_k[s + 1]));
+    }
+    const TensorView k = latent.view().as_strided(0, {total, 1, latent_dim}, {latent_dim, latent_dim, 1});
+    const TensorView v = latent.view().as_strided(0, {total, 1, d.kv_lora_rank}, {latent_dim, latent_dim, 1});
+    Tensor o_lat = Tensor::empty({n, d.n_heads, d.kv_lora_rank}, DType::kF32);
+    Tensor lse = Tensor::empty({n, d.n_heads}, DType::kF32);
+    kernels::attention({.out = o_lat,
+                        .lse = lse,
+                        .q = q_abs,
+                        .k = k,
+                        .v = v,
+                        .cu_seqlens_q = layout.cu_seqlens_q,
+                        .cu_seqlens_k = layout.cu_seqlens_k,
+                        .q_pos0 = layout.q_pos0,
+                        .k_pos0 = layout.k_pos0,
+                        .scale = softmax_scale,
+                        .causal = true},
+                       ctx);
+
+    // attn_out[:, h] = o_lat_h @ W_UV_h^T  (W_UV_h = kv_b rows [h * head_rows + nope, + v), [v, kv_lora])
+    for (int64_t h = 0; h < d.n_heads; ++h) {
+        const TensorView out_h =
+            attn_out.as_strided(h * d.v_head_dim, {n, d.v_head_dim}, {d.n_heads * d.v_head_dim, 1});
+        const TensorView w_uv = w.slice(0, h * head_rows + d.qk_nope_head_dim, (h + 1) * head_rows);
+        kernels::gemm({.out = out_h, .a = o_lat.view().select(1, h), .b = w_uv, .trans_b = true}, ctx);
+    }
+}
+
+}  // namespace penstock::models

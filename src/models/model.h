@@ -1,0 +1,68 @@
+// The model interface every family implements, and the registry by Hugging Face `model_type`. A Model instance holds
+// the weights of one layer range [begin, end) (a pipeline stage); stage 0 also embeds, the last stage also computes
+// logits. Forward methods are const: all per-request state lives in the ModelCache the caller owns.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "kernels/ops.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+#include "models/forward_batch.h"
+
+namespace penstock::models {
+
+enum class MlaForm : uint8_t {
+    kMha,       // expand the cached latent through kv_b_proj in pieces, attend per head (prefill form)
+    kAbsorbed,  // absorb W_UK / W_UV into q and the output: MQA over the (kv_lora + rope)-d latent
+};
+
+struct ModelOptions {
+    MlaForm mla_form = MlaForm::kMha;
+    // MHA form: at most this many prefix tokens are expanded at once, split across the batch's sequences.
+    int64_t max_kv_chunk_capacity = 128 * 1024;
+};
+
+// Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.
+class ModelCache {
+public:
+    virtual ~ModelCache() = default;
+};
+
+class Model {
+public:
+    virtual ~Model() = default;
+
+    virtual const loader::ModelConfig& config() const = 0;
+    virtual loader::LayerRange layer_range() const = 0;
+    bool is_first_stage() const { return layer_range().begin == 0; }
+    bool is_last_stage() const { return layer_range().end == config().num_hidden_layers; }
+
+    // A cache for this model's layers with n_pages pages of kv_cache::kPageSize tokens.
+    virtual std::unique_ptr<ModelCache> create_cache(int64_t n_pages) const = 0;
+
+    // First stage: act->hidden = embeddings of the batch tokens.
+    virtual void embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const = 0;
+    // Runs every layer of the range on act in place, reading and writing the batch's cache pages.
+    virtual void forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
+                                ModelCache* cache, const kernels::Context& ctx) const = 0;
+    // Last stage: final norm + lm_head on layout.logit_rows -> [n_logit_rows, vocab] f32.
+    virtual Tensor compute_logits(const BatchLayout& layout, const Activations& act,
+                                  const kernels::Context& ctx) const = 0;
+};
+
+// Loads a model of the checkpoint's model_type for layers `range` (only their tensors are read).
+// Unsupported model types return Unimplemented naming the type; missing tensors return NotFound naming the tensor.
+[[nodiscard]] Result<std::unique_ptr<Model>> load_model(const loader::ModelConfig& config,
+                                                        const loader::Checkpoint& checkpoint,
+                                                        const loader::LayerRange& range, const ModelOptions& options,
+                                                        loader::LoadStats* stats);
+
+// True when load_model knows `model_type`.
+bool is_supported_model_type(const std::string& model_type);
+
+}  // namespace penstock::models

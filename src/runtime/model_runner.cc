@@ -1,0 +1,82 @@
+// ModelRunner.
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace penstock::runtime {
+
+ModelRunner::ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptions& options)
+    : model_(std::move(model)),
+      cache_(model_->create_cache(options.n_pages)),
+      threads_(std::make_unique<ThreadPool>(options.n_threads)),
+      pool_(options.n_pages),
+      tables_(&pool_) {}
+
+Tensor ModelRunner::forward(const models::ForwardBatch& batch) {
+    PENSTOCK_CHECK(model_->is_first_stage() && model_->is_last_stage()) << "forward() needs the whole model";
+    const models::BatchLayout layout = models::BatchLayout::build(batch);
+    const kernels::Context ctx = context();
+    models::Activations act;
+    model_->embed(layout, &act, ctx);
+    model_->forward_layers(batch, layout, &act, cache_.get(), ctx);
+    return model_->compute_logits(layout, act, ctx);
+}
+
+Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
+                                                            int64_t chunk_size, int64_t first_request_id) {
+    const int64_t vocab = model_->config().vocab_size;
+    std::vector<Tensor> logits;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        if (prompts[i].empty()) return invalid_argument("prompt " + std::to_string(i) + " is empty");
+        for (int32_t id : prompts[i]) {
+            if (id < 0 || id >= vocab) {
+                return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                        std::to_string(vocab) + ")");
+            }
+        }
+        logits.push_back(Tensor::empty({static_cast<int64_t>(prompts[i].size()), vocab}, DType::kF32));
+    }
+    // Reserve every request's whole KV at admission, all or nothing.
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        Status st = tables_.reserve(first_request_id + static_cast<int64_t>(i), static_cast<int64_t>(prompts[i].size()));
+        if (!st.ok()) {
+            for (size_t j = 0; j <= i; ++j) tables_.release(first_request_id + static_cast<int64_t>(j));
+            return st;
+        }
+    }
+    std::vector<int64_t> done(prompts.size(), 0);
+    while (true) {
+        models::ForwardBatch batch;
+        std::vector<size_t> which;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const auto len = static_cast<int64_t>(prompts[i].size());
+            if (done[i] == len) continue;
+            const int64_t take = chunk_size > 0 ? std::min(chunk_size, len - done[i]) : len - done[i];
+            models::SeqChunk c;
+            c.request_id = first_request_id + static_cast<int64_t>(i);
+            c.token_ids.assign(prompts[i].begin() + done[i], prompts[i].begin() + done[i] + take);
+            c.prefix_len = done[i];
+            c.pages = &tables_.table(c.request_id);
+            c.logits = models::LogitsMode::kAll;
+            batch.seqs.push_back(std::move(c));
+            which.push_back(i);
+        }
+        if (batch.seqs.empty()) break;
+        Tensor out = forward(batch);
+        int64_t row = 0;
+        for (size_t k = 0; k < which.size(); ++k) {
+            const size_t i = which[k];
+            const auto take = static_cast<int64_t>(batch.seqs[k].token_ids.size());
+            std::memcpy(logits[i].ptr<float>() + done[i] * vocab, out.ptr<const float>() + row * vocab,
+                        static_cast<size_t>(take * vocab) * sizeof(float));
+            row += take;
+            done[i] += take;
+        }
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) tables_.release(first_request_id + static_cast<int64_t>(i));
+    return logits;
+}
+
+}  // namespace penstock::runtime

@@ -1,0 +1,49 @@
+// ModelRunner: executes ForwardBatches for one model stage on one rank: owns the model, its cache, the page pool and
+// the request page tables, and the CPU thread pool. Single-threaded API (the scheduler thread calls it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv_cache/page_pool.h"
+#include "models/model.h"
+
+namespace penstock::runtime {
+
+struct RunnerOptions {
+    int64_t n_pages = 1024;  // KV pages of kv_cache::kPageSize tokens
+    int n_threads = 0;       // CPU threads for reference kernels; 0 = all cores
+};
+
+class ModelRunner final {
+public:
+    ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptions& options);
+
+    const models::Model& model() const { return *model_; }
+    kv_cache::PagePool& page_pool() { return pool_; }
+    kv_cache::RequestTables& tables() { return tables_; }
+    kernels::Context context() const { return kernels::Context{.device = Device::kCPU, .pool = threads_.get()}; }
+
+    // A whole-model forward (this runner must hold every layer): embed, layers, logits for the batch's logit rows.
+    Tensor forward(const models::ForwardBatch& batch);
+
+    // Prefills each prompt as a new request (ids 0..n-1 offset by first_request_id), all of them advancing together in
+    // a ragged batch: every step takes the next chunk of at most chunk_size tokens (0 = whole prompt) of every
+    // unfinished prompt. Returns the logits of every position of every prompt ([len, vocab] each) and releases the
+    // requests' pages. Fails (nothing leaked) when the prompts do not fit in the page pool or an id is out of range.
+    [[nodiscard]] Result<std::vector<Tensor>> prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
+                                                                 int64_t chunk_size, int64_t first_request_id = 0);
+
+private:
+    std::unique_ptr<models::Model> model_;
+    std::unique_ptr<models::ModelCache> cache_;
+    std::unique_ptr<ThreadPool> threads_;
+    kv_cache::PagePool pool_;
+    kv_cache::RequestTables tables_;
+};
+
+}  // namespace penstock::runtime

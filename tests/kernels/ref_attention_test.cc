@@ -1,0 +1,330 @@
+// CPU reference attention tests: varlen causal attention in absolute positions against a naive double computation
+// (GQA ratios 1/3/4, MQA with v a strided view of k's first d_v columns, cached prefixes, rows with no visible key,
+// non-causal), merge_attention against a naive log-sum-exp merge, split-keys + merge == one-shot, and thread-count
+// independence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/ref/ref_ops.h"
+#include "ref_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct SeqSpec {
+    int32_t len_q, len_k, q_pos0, k_pos0;
+};
+
+struct AttnCase {
+    std::string name;
+    int64_t n_heads, n_kv_heads, d_qk, d_v;
+    std::vector<SeqSpec> seqs;
+    bool causal = true;
+    bool strided = false;
+    bool v_in_k = false;  // MLA absorbed form: v = k[:, :, :d_v]
+};
+
+// Inputs of one attention call; the views point into the owned buffers.
+struct AttnInputs {
+    Buffer q, k, v;
+    TensorView v_view;
+    Tensor cu_q, cu_k, q_pos0, k_pos0;
+    int64_t total_q = 0, total_k = 0;
+};
+
+AttnInputs make_inputs(std::mt19937& rng, const AttnCase& c) {
+    AttnInputs in;
+    std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
+    for (const SeqSpec& s : c.seqs) {
+        cu_q.push_back(cu_q.back() + s.len_q);
+        cu_k.push_back(cu_k.back() + s.len_k);
+        qp.push_back(s.q_pos0);
+        kp.push_back(s.k_pos0);
+    }
+    in.total_q = cu_q.back();
+    in.total_k = cu_k.back();
+    in.q = random_buffer(rng, {in.total_q, c.n_heads, c.d_qk}, c.strided);
+    in.k = random_buffer(rng, {in.total_k, c.n_kv_heads, c.d_qk}, c.strided);
+    if (c.v_in_k) {
+        in.v_view = in.k.view.slice(2, 0, c.d_v);
+    } else {
+        in.v = random_buffer(rng, {in.total_k, c.n_kv_heads, c.d_v}, c.strided);
+        in.v_view = in.v.view;
+    }
+    in.cu_q = i32_tensor(cu_q);
+    in.cu_k = i32_tensor(cu_k);
+    in.q_pos0 = i32_tensor(qp);
+    in.k_pos0 = i32_tensor(kp);
+    return in;
+}
+
+struct AttnOutputs {
+    Tensor out, lse;
+};
+
+AttnOutputs run_ref(const AttnCase& c, const AttnInputs& in, ThreadPool* pool) {
+    AttnOutputs o{Tensor::from_f32({in.total_q, c.n_heads, c.d_v},
+                                   std::vector<float>(size_t(in.total_q * c.n_heads * c.d_v), NAN)),
+                  Tensor::from_f32({in.total_q, c.n_heads}, std::vector<float>(size_t(in.total_q * c.n_heads), NAN))};
+    ref::attention({.out = o.out,
+                    .lse = o.lse,
+                    .q = in.q.view,
+                    .k = in.k.view,
+                    .v = in.v_view,
+                    .cu_seqlens_q = in.cu_q,
+                    .cu_seqlens_k = in.cu_k,
+                    .q_pos0 = in.q_pos0,
+                    .k_pos0 = in.k_pos0,
+                    .scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk)),
+                    .causal = c.causal},
+                   pool);
+    return o;
+}
+
+// Naive attention in double, straight from the definition in ops.h.
+void naive_attention(const AttnCase& c, const AttnInputs& in, std::vector<double>* out, std::vector<double>* lse) {
+    const std::vector<float> q = read_f32(in.q.view), k = read_f32(in.k.view), v = read_f32(in.v_view);
+    const double scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk));
+    out->assign(size_t(in.total_q * c.n_heads * c.d_v), 0.0);
+    lse->assign(size_t(in.total_q * c.n_heads), -kInf);
+    int64_t q_start = 0, k_start = 0;
+    for (const SeqSpec& s : c.seqs) {
+        for (int64_t i = 0; i < s.len_q; ++i) {
+            const int64_t row = q_start + i;
+            for (int64_t h = 0; h < c.n_heads; ++h) {
+                const int64_t kvh = h / (c.n_heads / c.n_kv_heads);
+                std::vector<double> score;
+                std::vector<int64_t> key;
+                for (int64_t j = 0; j < s.len_k; ++j) {
+                    if (c.causal && s.k_pos0 + j > s.q_pos0 + i) continue;
+                    double dot = 0;
+                    for (int64_t d = 0; d < c.d_qk; ++d) {
+                        dot += double(q[size_t((row * c.n_heads + h) * c.d_qk + d)]) *
+                               k[size_t(((k_start + j) * c.n_kv_heads + kvh) * c.d_qk + d)];
+                    }
+                    score.push_back(scale * dot);
+                    key.push_back(k_start + j);
+                }
+                if (score.empty()) continue;
+                double mx = -kInf, sum = 0;
+                for (double x : score) mx = std::max(mx, x);
+                for (double x : score) sum += std::exp(x - mx);
+                (*lse)[size_t(row * c.n_heads + h)] = mx + std::log(sum);
+                for (size_t j = 0; j < score.size(); ++j) {
+                    const double p = std::exp(score[j] - mx) / sum;
+                    for (int64_t d = 0; d < c.d_v; ++d) {
+                        (*out)[size_t((row * c.n_heads + h) * c.d_v + d)] +=
+                            p * v[size_t((key[j] * c.n_kv_heads + kvh) * c.d_v + d)];
+                    }
+                }
+            }
+        }
+        q_start += s.len_q;
+        k_start += s.len_k;
+    }
+}
+
+const std::vector<AttnCase>& cases() {
+    static const std::vector<AttnCase> kCases = {
+        {"one_row", 1, 1, 8, 8, {{1, 1, 0, 0}}},
+        {"gqa1_prefill", 4, 4, 16, 16, {{5, 5, 0, 0}}},
+        {"gqa4_varlen_cached_prefix", 8, 2, 32, 32, {{7, 7, 0, 0}, {3, 10, 7, 0}, {1, 13, 12, 0}}, true, true},
+        {"mqa_v_in_k", 8, 1, 36, 32, {{4, 9, 5, 0}, {6, 6, 0, 0}, {2, 5, 3, 0}}, true, true, true},
+        {"gqa3_odd_sizes", 6, 2, 5, 3, {{3, 3, 0, 0}, {2, 4, 2, 0}}, true, true},
+        {"non_causal", 4, 2, 8, 8, {{3, 5, 0, 0}, {4, 2, 0, 0}}, false},
+        {"no_visible_key", 2, 1, 8, 8, {{4, 3, 0, 2}, {2, 0, 0, 0}}},
+        {"chunk_with_offset_keys", 4, 1, 12, 12, {{3, 6, 8, 4}}},
+    };
+    return kCases;
+}
+
+TEST(RefAttention, MatchesNaive) {
+    constexpr uint32_t kSeed = 1111;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    for (const AttnCase& c : cases()) {
+        SCOPED_TRACE(c.name);
+        const AttnInputs in = make_inputs(rng, c);
+        const AttnOutputs o = run_ref(c, in, nullptr);
+        std::vector<double> out, lse;
+        naive_attention(c, in, &out, &lse);
+        EXPECT_TRUE(all_close(read_f32(o.out), out, kF32Reduction, {in.total_q, c.n_heads, c.d_v})) << "out";
+        EXPECT_TRUE(all_close(read_f32(o.lse), lse, kF32Reduction, {in.total_q, c.n_heads})) << "lse";
+    }
+}
+
+TEST(RefAttention, RowWithNoVisibleKeyIsZeroWithMinusInfLse) {
+    constexpr uint32_t kSeed = 1212;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    // Sequence 0: queries at 0..3, keys at 2..4 -> rows 0 and 1 see nothing. Sequence 1 has no keys at all.
+    const AttnCase& c = cases()[6];
+    ASSERT_EQ(c.name, "no_visible_key");
+    const AttnInputs in = make_inputs(rng, c);
+    const AttnOutputs o = run_ref(c, in, nullptr);
+    for (int64_t row : {0, 1, 4, 5}) {
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+            EXPECT_EQ(*o.lse.view().at<float>({row, h}), -std::numeric_limits<float>::infinity()) << row;
+            for (int64_t d = 0; d < c.d_v; ++d) EXPECT_EQ(o.out.view().at<float>({row, h})[d], 0.0f) << row;
+        }
+    }
+    for (int64_t row : {2, 3}) EXPECT_TRUE(std::isfinite(*o.lse.view().at<float>({row, 0}))) << row;
+}
+
+// Naive merge in double.
+void naive_merge(const std::vector<float>& out, const std::vector<float>& lse, const std::vector<float>& in_out,
+                 const std::vector<float>& in_lse, int64_t d_v, std::vector<double>* m_out, std::vector<double>* m_lse) {
+    m_out->clear();
+    m_lse->clear();
+    for (size_t r = 0; r < lse.size(); ++r) {
+        const double a = lse[r], b = in_lse[r];
+        const double l = (a == -kInf && b == -kInf) ? -kInf : std::log(std::exp(a) + std::exp(b));
+        m_lse->push_back(l);
+        for (int64_t d = 0; d < d_v; ++d) {
+            const size_t i = r * size_t(d_v) + size_t(d);
+            const double wa = a == -kInf ? 0.0 : std::exp(a - l), wb = b == -kInf ? 0.0 : std::exp(b - l);
+            m_out->push_back(l == -kInf ? out[i] : wa * out[i] + wb * in_out[i]);
+        }
+    }
+}
+
+TEST(RefMergeAttention, MatchesNaiveWithMinusInfOnEitherSide) {
+    constexpr uint32_t kSeed = 1313;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const int64_t n_rows = 9, n_heads = 3, d_v = 7;
+    std::vector<float> out = random_floats(rng, n_rows * n_heads * d_v);
+    std::vector<float> in_out = random_floats(rng, n_rows * n_heads * d_v);
+    std::vector<float> lse = random_floats(rng, n_rows * n_heads, -5.0f, 5.0f);
+    std::vector<float> in_lse = random_floats(rng, n_rows * n_heads, -5.0f, 5.0f);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    // Row 0: running side empty; row 1: partial side empty; row 2: both empty (out 0); row 3: very different lse.
+    for (int64_t h = 0; h < n_heads; ++h) {
+        lse[size_t(0 * n_heads + h)] = ninf;
+        in_lse[size_t(1 * n_heads + h)] = ninf;
+        lse[size_t(2 * n_heads + h)] = ninf;
+        in_lse[size_t(2 * n_heads + h)] = ninf;
+        lse[size_t(3 * n_heads + h)] = 80.0f;
+        in_lse[size_t(3 * n_heads + h)] = -80.0f;
+        for (int64_t d = 0; d < d_v; ++d) out[size_t((2 * n_heads + h) * d_v + d)] = 0.0f;
+    }
+    std::vector<double> m_out, m_lse;
+    naive_merge(out, lse, in_out, in_lse, d_v, &m_out, &m_lse);
+    Tensor t_out = Tensor::from_f32({n_rows, n_heads, d_v}, out), t_lse = Tensor::from_f32({n_rows, n_heads}, lse);
+    const Tensor t_in_out = Tensor::from_f32({n_rows, n_heads, d_v}, in_out);
+    const Tensor t_in_lse = Tensor::from_f32({n_rows, n_heads}, in_lse);
+    ref::merge_attention({.out = t_out, .lse = t_lse, .in_out = t_in_out, .in_lse = t_in_lse}, nullptr);
+    EXPECT_TRUE(all_close(read_f32(t_out), m_out, kF32Reduction, {n_rows, n_heads, d_v}));
+    EXPECT_TRUE(all_close(read_f32(t_lse), m_lse, kF32Reduction, {n_rows, n_heads}));
+    for (int64_t h = 0; h < n_heads; ++h) {
+        EXPECT_EQ(*t_lse.view().at<float>({2, h}), ninf);
+        for (int64_t d = 0; d < d_v; ++d) EXPECT_EQ(t_out.view().at<float>({2, h})[d], 0.0f);
+    }
+}
+
+// Copies key rows [begin_s, end_s) of every sequence into a new contiguous [rows, n_kv_heads, d] tensor.
+Tensor gather_keys(const TensorView& src, const std::vector<SeqSpec>& seqs, const std::vector<int32_t>& begin,
+                   const std::vector<int32_t>& end) {
+    const std::vector<float> all = read_f32(src);
+    const int64_t row_len = src.size(1) * src.size(2);
+    std::vector<float> picked;
+    int64_t start = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        for (int64_t j = begin[s]; j < end[s]; ++j) {
+            const auto* row = &all[size_t((start + j) * row_len)];
+            picked.insert(picked.end(), row, row + row_len);
+        }
+        start += seqs[s].len_k;
+    }
+    return Tensor::from_f32({int64_t(picked.size()) / row_len, src.size(1), src.size(2)}, picked);
+}
+
+TEST(RefAttention, SplitKeysThenMergeEqualsOneShot) {
+    constexpr uint32_t kSeed = 1414;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    // Split points: middle, nothing in the first piece, nothing in the second, and a sequence whose early rows see no
+    // key in either piece (keys start at position 3).
+    const AttnCase c{"split", 8, 2, 16, 12, {{7, 7, 0, 0}, {3, 10, 7, 0}, {2, 6, 4, 0}, {5, 4, 0, 3}}, true, true};
+    const std::vector<int32_t> split = {3, 0, 6, 2};
+    const AttnInputs in = make_inputs(rng, c);
+    const AttnOutputs one_shot = run_ref(c, in, nullptr);
+
+    std::vector<int32_t> zero(c.seqs.size(), 0), len(c.seqs.size());
+    for (size_t s = 0; s < c.seqs.size(); ++s) len[s] = c.seqs[s].len_k;
+    AttnCase ca = c, cb = c;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+        ca.seqs[s].len_k = split[s];
+        cb.seqs[s].len_k = c.seqs[s].len_k - split[s];
+        cb.seqs[s].k_pos0 = c.seqs[s].k_pos0 + split[s];
+    }
+    auto piece_inputs = [&](const AttnCase& pc, const std::vector<int32_t>& b, const std::vector<int32_t>& e) {
+        AttnInputs p;
+        p.q = in.q;
+        p.k.backing = gather_keys(in.k.view, c.seqs, b, e);
+        p.k.view = p.k.backing.view();
+        p.v.backing = gather_keys(in.v_view, c.seqs, b, e);
+        p.v_view = p.v.view = p.v.backing.view();
+        std::vector<int32_t> cu_k{0}, kp;
+        for (const SeqSpec& s : pc.seqs) {
+            cu_k.push_back(cu_k.back() + s.len_k);
+            kp.push_back(s.k_pos0);
+        }
+        p.cu_q = in.cu_q;
+        p.q_pos0 = in.q_pos0;
+        p.cu_k = i32_tensor(cu_k);
+        p.k_pos0 = i32_tensor(kp);
+        p.total_q = in.total_q;
+        p.total_k = cu_k.back();
+        return p;
+    };
+    const AttnOutputs a = run_ref(ca, piece_inputs(ca, zero, split), nullptr);
+    const AttnOutputs b = run_ref(cb, piece_inputs(cb, split, len), nullptr);
+    ref::merge_attention({.out = a.out, .lse = a.lse, .in_out = b.out, .in_lse = b.lse}, nullptr);
+
+    const Tolerance tol{1e-5, 1e-5};
+    EXPECT_TRUE(all_close(read_f32(a.out), to_double(read_f32(one_shot.out)), tol, {in.total_q, c.n_heads, c.d_v}));
+    EXPECT_TRUE(all_close(read_f32(a.lse), to_double(read_f32(one_shot.lse)), tol, {in.total_q, c.n_heads}));
+    // Sequence 3's first rows (positions 0..2 < 3) see no key in either piece: out stays 0, lse -inf, no NaN.
+    const int64_t row = 7 + 3 + 2;
+    EXPECT_EQ(*a.lse.view().at<float>({row, 0}), -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(a.out.view().at<float>({row, 0})[0], 0.0f);
+}
+
+TEST(RefAttention, ThreadCountIndependent) {
+    constexpr uint32_t kSeed = 1515;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const AttnCase c{"threads", 8, 2, 24, 16, {{31, 31, 0, 0}, {17, 40, 23, 0}, {9, 9, 0, 0}}, true, true};
+    const AttnInputs in = make_inputs(rng, c);
+    ThreadPool pool1(1), pool3(3);
+    const AttnOutputs serial = run_ref(c, in, nullptr);
+    for (ThreadPool* pool : {&pool1, &pool3}) {
+        const AttnOutputs o = run_ref(c, in, pool);
+        EXPECT_TRUE(same_bits(read_f32(serial.out), read_f32(o.out))) << "pool size " << pool->size();
+        EXPECT_TRUE(same_bits(read_f32(serial.lse), read_f32(o.lse))) << "pool size " << pool->size();
+    }
+    // merge_attention too.
+    const Tensor in_out = Tensor::from_f32({in.total_q, c.n_heads, c.d_v}, read_f32(serial.out));
+    const Tensor in_lse = Tensor::from_f32({in.total_q, c.n_heads}, random_floats(rng, in.total_q * c.n_heads));
+    std::vector<std::vector<float>> results;
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool3}) {
+        const AttnOutputs o = run_ref(c, in, nullptr);
+        ref::merge_attention({.out = o.out, .lse = o.lse, .in_out = in_out, .in_lse = in_lse}, pool);
+        results.push_back(read_f32(o.out));
+    }
+    EXPECT_TRUE(same_bits(results[0], results[1]));
+    EXPECT_TRUE(same_bits(results[0], results[2]));
+}
+
+}  // namespace
+}  // namespace penstock::test
