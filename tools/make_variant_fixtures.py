@@ -28,6 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config, Dee
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
 transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data")

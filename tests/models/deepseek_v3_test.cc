@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kMaxAbsDiff = 2e-3;   // issue #2: max |logit - reference| <= 2e-3
+constexpr double kMaxAbsDiff = 1e-4;   // issue #2 asks <= 2e-3; the fp32 reference path reaches ~2e-6
 constexpr double kArgmaxMargin = 2e-3;  // argmax identical wherever the reference top-2 gap exceeds this
 
 struct Case {
