@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace penstock::detail {
 
@@ -22,11 +23,25 @@ private:
     std::ostringstream stream_;
 };
 
+// Streams a value; 8-bit integers print as numbers, not characters.
+template <class T>
+void print_operand(std::ostream& s, const T& v) {
+    if constexpr (std::is_integral_v<T> && sizeof(T) == 1) {
+        s << static_cast<int>(v);
+    } else {
+        s << v;
+    }
+}
+
 template <class A, class B, class Op>
 std::optional<std::string> check_op(const A& a, const B& b, Op op, const char* expr) {
     if (op(a, b)) return std::nullopt;
     std::ostringstream s;
-    s << "Check failed: " << expr << " (" << a << " vs. " << b << ")";
+    s << "Check failed: " << expr << " (";
+    print_operand(s, a);
+    s << " vs. ";
+    print_operand(s, b);
+    s << ")";
     return s.str();
 }
 

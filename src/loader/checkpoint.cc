@@ -80,8 +80,7 @@ struct Job {
 Result<Tensor> run_job(const Job& job, const LoadOptions& options, int64_t block_n, int64_t block_k) {
     const TensorView v = job.file->view(*job.info);
     if (job.scale != nullptr) {
-        Result<Tensor> t =
-            dequantize_fp8_blocks(v, job.scale_file->view(*job.scale), block_n, block_k, options.target);
+        Result<Tensor> t = dequantize_fp8_blocks(v, job.scale_file->view(*job.scale), block_n, block_k, options.target);
         if (!t.ok()) return t.status().with_context(job.file->path().string() + ": tensor '" + job.name + "'");
         return t;
     }
@@ -161,8 +160,7 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         return invalid_argument("load target must be f32 or bf16, got " + std::string(dtype_name(options.target)));
     }
     LoadStats local;
-    LoadStats* st = stats ? stats : &local;
-    *st = LoadStats{};
+    LoadStats* st = stats ? stats : &local;  // added to, not reset: a model may load in several calls
     ShardSet shards(dir_, st);
 
     // Tensor name -> shard file: from the index, or from the single file's header (which opens it).
@@ -242,7 +240,7 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         if (!errors[i].ok()) return errors[i];
         result.emplace(jobs[i].name, std::move(out[i]));
     }
-    st->n_tensors = static_cast<int64_t>(result.size());
+    st->n_tensors += static_cast<int64_t>(result.size());
     return result;
 }
 

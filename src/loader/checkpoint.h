@@ -65,7 +65,8 @@ public:
     // converting to options.target: bf16/f16/f32 converted; FP8 e4m3fn `X.weight` with a sibling
     // `X.weight_scale_inv` (f32 [ceil(out/block_n), ceil(in/block_k)]) dequantised W[r,c] = fp8(W[r,c]) *
     // scale_inv[r/bn, c/bk] (a multiply; partial edge blocks), the *_scale_inv tensors themselves not returned;
-    // integer, bool, e8m0 and fp4 tensors copied unchanged. `stats` may be null; when given it is filled in.
+    // integer, bool, e8m0 and fp4 tensors copied unchanged. `stats` may be null; when given, this call's files,
+    // bytes and tensors are added to it (a file opened by an earlier call is opened, and listed, again).
     // Errors: a tensor named in the index but absent from its shard -> NotFound naming both; a missing or malformed
     // shard -> error naming the file; FP8 weight without scale, or a scale of the wrong shape -> InvalidArgument.
     [[nodiscard]] Result<WeightMap> load(const std::function<bool(std::string_view)>& filter,
@@ -73,8 +74,8 @@ public:
                                          LoadStats* stats) const;
 
     // One tensor by name (NotFound if the checkpoint has no such tensor), converted as load() does.
-    [[nodiscard]] Result<Tensor> load_one(std::string_view name, const LoadOptions& options,
-                                          int64_t fp8_block_n = 128, int64_t fp8_block_k = 128) const;
+    [[nodiscard]] Result<Tensor> load_one(std::string_view name, const LoadOptions& options, int64_t fp8_block_n = 128,
+                                          int64_t fp8_block_k = 128) const;
 
 private:
     Checkpoint() = default;

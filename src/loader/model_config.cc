@@ -44,7 +44,7 @@ Status type_error(const std::string& field, const char* expected, const json& v)
 // Typed access to the fields of one JSON object. Lookups take a list of names (canonical name first, then aliases);
 // an absent or null field leaves the output (pre-set to the default) unchanged.
 class FieldReader final {
-public:
+  public:
     FieldReader(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
 
     // The first present, non-null field among `names`, or nullptr.
@@ -116,7 +116,7 @@ public:
         return ok_status();
     }
 
-private:
+  private:
     const json& obj_;
     std::string prefix_;
 };
@@ -210,8 +210,7 @@ ModelConfig defaults_for(std::string_view model_type) {
     PENSTOCK_RETURN_IF_ERROR(r.get_int({"topk_group"}, &c->topk_group));
     PENSTOCK_RETURN_IF_ERROR(r.get_int({"first_k_dense_replace"}, &c->first_k_dense_replace));
     PENSTOCK_RETURN_IF_ERROR(r.get_int({"moe_layer_freq"}, &c->moe_layer_freq));
-    PENSTOCK_RETURN_IF_ERROR(
-        r.get_int({"max_position_embeddings", "model_max_length"}, &c->max_position_embeddings));
+    PENSTOCK_RETURN_IF_ERROR(r.get_int({"max_position_embeddings", "model_max_length"}, &c->max_position_embeddings));
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"routed_scaling_factor"}, &c->routed_scaling_factor));
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"rms_norm_eps"}, &c->rms_norm_eps));
     PENSTOCK_RETURN_IF_ERROR(r.get_bool({"norm_topk_prob", "moe_renormalize"}, &c->norm_topk_prob));
@@ -252,8 +251,7 @@ ModelConfig defaults_for(std::string_view model_type) {
     }
     const bool has_factor = r.has({"factor"});
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"factor"}, &rope->factor));
-    PENSTOCK_RETURN_IF_ERROR(
-        r.get_int({"original_max_position_embeddings"}, &rope->original_max_position_embeddings));
+    PENSTOCK_RETURN_IF_ERROR(r.get_int({"original_max_position_embeddings"}, &rope->original_max_position_embeddings));
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"beta_fast"}, &rope->beta_fast));
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"beta_slow"}, &rope->beta_slow));
     PENSTOCK_RETURN_IF_ERROR(r.get_double({"mscale"}, &rope->mscale));
@@ -315,12 +313,12 @@ ModelConfig defaults_for(std::string_view model_type) {
     PENSTOCK_RETURN_IF_ERROR(r.get_string({"scale_fmt"}, &cfg.scale_fmt));
     if (const json* b = r.find({"weight_block_size"}, nullptr)) {
         const std::string f = "quantization_config.weight_block_size";
-        if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer()) {
+        auto non_negative_int = [](const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
+        if (!b->is_array() || b->size() != 2 || !non_negative_int((*b)[0]) || !non_negative_int((*b)[1])) {
             return type_error(f, "an array of two integers", *b);
         }
-        const FieldReader br(json{{"n", (*b)[0]}, {"k", (*b)[1]}}, f + ".");
-        PENSTOCK_RETURN_IF_ERROR(br.get_int({"n"}, &cfg.block_n));
-        PENSTOCK_RETURN_IF_ERROR(br.get_int({"k"}, &cfg.block_k));
+        cfg.block_n = (*b)[0].get<int64_t>();
+        cfg.block_k = (*b)[1].get<int64_t>();
         if (cfg.block_n <= 0 || cfg.block_k <= 0 || cfg.block_n > kMaxDim || cfg.block_k > kMaxDim) {
             return invalid_argument("config field '" + f + "': block sizes must be in [1, 2^20], got " + render(*b));
         }
@@ -391,8 +389,8 @@ Status range_error(const char* field, int64_t value, const std::string& rule) {
         const int64_t reachable = c.topk_group * (c.n_routed_experts / c.n_group);
         if (c.n_group > 1 && c.num_experts_per_tok > reachable) {
             return invalid_argument("config: num_experts_per_tok (" + std::to_string(c.num_experts_per_tok) +
-                                    ") exceeds topk_group * n_routed_experts / n_group (" +
-                                    std::to_string(reachable) + ")");
+                                    ") exceeds topk_group * n_routed_experts / n_group (" + std::to_string(reachable) +
+                                    ")");
         }
     }
     if (!(c.rms_norm_eps > 0.0)) {
@@ -406,13 +404,11 @@ Status range_error(const char* field, int64_t value, const std::string& rule) {
     PENSTOCK_RETURN_IF_ERROR(
         check_product("attention weights num_hidden_layers * num_attention_heads * qk_head_dim * hidden_size",
                       {c.num_hidden_layers, c.num_attention_heads, c.qk_head_dim(), c.hidden_size}));
-    PENSTOCK_RETURN_IF_ERROR(
-        check_product("expert weights num_hidden_layers * n_routed_experts * 3 * moe_intermediate_size * hidden_size",
-                      {c.num_hidden_layers, std::max<int64_t>(c.n_routed_experts, 1), 3, c.moe_intermediate_size,
-                       c.hidden_size}));
-    PENSTOCK_RETURN_IF_ERROR(
-        check_product("dense weights num_hidden_layers * 3 * intermediate_size * hidden_size",
-                      {c.num_hidden_layers, 3, c.intermediate_size, c.hidden_size}));
+    PENSTOCK_RETURN_IF_ERROR(check_product(
+        "expert weights num_hidden_layers * n_routed_experts * 3 * moe_intermediate_size * hidden_size",
+        {c.num_hidden_layers, std::max<int64_t>(c.n_routed_experts, 1), 3, c.moe_intermediate_size, c.hidden_size}));
+    PENSTOCK_RETURN_IF_ERROR(check_product("dense weights num_hidden_layers * 3 * intermediate_size * hidden_size",
+                                           {c.num_hidden_layers, 3, c.intermediate_size, c.hidden_size}));
     return ok_status();
 }
 

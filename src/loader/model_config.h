@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -38,9 +37,9 @@ struct Fp8QuantConfig {
 struct ModelConfig {
     std::string model_type;  // any string; the model registry decides whether it is supported
     int64_t vocab_size, hidden_size, intermediate_size, moe_intermediate_size, num_hidden_layers, num_attention_heads,
-        num_key_value_heads, q_lora_rank /*0 = none (plain q_proj)*/, kv_lora_rank, qk_nope_head_dim,
-        qk_rope_head_dim, v_head_dim, n_routed_experts /*0 = dense model*/, num_experts_per_tok, n_shared_experts,
-        n_group, topk_group, first_k_dense_replace, moe_layer_freq, max_position_embeddings;
+        num_key_value_heads, q_lora_rank /*0 = none (plain q_proj)*/, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+        v_head_dim, n_routed_experts /*0 = dense model*/, num_experts_per_tok, n_shared_experts, n_group, topk_group,
+        first_k_dense_replace, moe_layer_freq, max_position_embeddings;
     double routed_scaling_factor, rms_norm_eps;
     bool norm_topk_prob, tie_word_embeddings, rope_interleave, attention_bias;
     std::string scoring_func /*"sigmoid"|"softmax"*/, topk_method, hidden_act;

@@ -39,7 +39,7 @@ bool non_negative_integer(const json& v, uint64_t* out) {
 }
 
 class EntryParser final {
-public:
+  public:
     EntryParser(const std::string& file, uint64_t data_begin, uint64_t data_size)
         : file_(file), data_begin_(data_begin), data_size_(data_size) {}
 
@@ -63,16 +63,15 @@ public:
         return parse_offsets(name, *off, numel, info);
     }
 
-private:
+  private:
     std::string where(const std::string& name) const { return file_ + ": tensor '" + name + "': "; }
     Status bad(const std::string& name, const std::string& what) const { return invalid_argument(where(name) + what); }
 
-    [[nodiscard]] Status parse_shape(const std::string& name, const json& sh, TensorInfo* info,
-                                     uint64_t* numel) const {
+    [[nodiscard]] Status parse_shape(const std::string& name, const json& sh, TensorInfo* info, uint64_t* numel) const {
         if (!sh.is_array()) return bad(name, "'shape' must be an array, got " + render(sh));
         if (sh.size() > static_cast<size_t>(kMaxDims)) {
-            return bad(name, "'shape' has " + std::to_string(sh.size()) + " dims (at most " +
-                                 std::to_string(kMaxDims) + " supported)");
+            return bad(name, "'shape' has " + std::to_string(sh.size()) + " dims (at most " + std::to_string(kMaxDims) +
+                                 " supported)");
         }
         uint64_t n = 1;
         info->shape.clear();
@@ -183,12 +182,12 @@ Status SafetensorsFile::parse() {
     }
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | data_[i];
+    if (n > kMaxSafetensorsHeaderBytes) {
+        return invalid_argument(file + ": header length " + std::to_string(n) + " exceeds the 100 MB limit");
+    }
     if (n > size_ - 8) {
         return data_loss(file + ": header length " + std::to_string(n) + " exceeds the file size " +
                          std::to_string(size_) + " - 8 (file truncated?)");
-    }
-    if (n > kMaxSafetensorsHeaderBytes) {
-        return invalid_argument(file + ": header length " + std::to_string(n) + " exceeds the 100 MB limit");
     }
     header_bytes_ = 8 + n;
     json h;

@@ -24,7 +24,7 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 struct TensorInfo {
     std::string name;
     DType dtype;
-    Shape shape;  // at most kMaxDims dims, each in [0, 2^40]
+    Shape shape;                        // at most kMaxDims dims, each in [0, 2^40]
     uint64_t offset_begin, offset_end;  // absolute file offsets, [begin, end)
 
     uint64_t nbytes() const { return offset_end - offset_begin; }
@@ -32,7 +32,7 @@ struct TensorInfo {
 };
 
 class SafetensorsFile final {  // mmap'd, read-only, header fully validated at open
-public:
+  public:
     // Maps `path` read-only and validates its header. The mapping lives until the object is destroyed.
     [[nodiscard]] static Result<std::unique_ptr<SafetensorsFile>> open(const std::filesystem::path& path);
     // Same validation over caller-owned bytes, which must outlive the returned object (no copy is made). `name`
@@ -59,7 +59,7 @@ public:
     const std::string& metadata_json() const { return metadata_json_; }
     uint64_t file_size() const { return size_; }
 
-private:
+  private:
     SafetensorsFile() = default;
     [[nodiscard]] Status parse();
 

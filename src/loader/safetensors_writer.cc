@@ -14,17 +14,28 @@ namespace {
 
 std::string safetensors_dtype_name(DType dtype) {
     switch (dtype) {
-        case DType::kF32: return "F32";
-        case DType::kBF16: return "BF16";
-        case DType::kF16: return "F16";
-        case DType::kF8E4M3: return "F8_E4M3";
-        case DType::kE8M0: return "F8_E8M0";
-        case DType::kFP4E2M1: return "F4";
-        case DType::kI8: return "I8";
-        case DType::kU8: return "U8";
-        case DType::kI32: return "I32";
-        case DType::kI64: return "I64";
-        case DType::kBool: return "BOOL";
+        case DType::kF32:
+            return "F32";
+        case DType::kBF16:
+            return "BF16";
+        case DType::kF16:
+            return "F16";
+        case DType::kF8E4M3:
+            return "F8_E4M3";
+        case DType::kE8M0:
+            return "F8_E8M0";
+        case DType::kFP4E2M1:
+            return "F4";
+        case DType::kI8:
+            return "I8";
+        case DType::kU8:
+            return "U8";
+        case DType::kI32:
+            return "I32";
+        case DType::kI64:
+            return "I64";
+        case DType::kBool:
+            return "BOOL";
     }
     return "?";
 }

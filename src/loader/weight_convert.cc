@@ -15,7 +15,9 @@ constexpr int64_t kRun = 4096;  // elements decoded per step (a 16 KiB fp32 buff
 // Decodes n elements of a float dtype starting at byte pointer p (unaligned allowed) into out.
 void decode(const uint8_t* p, DType dtype, int64_t n, float* out) {
     switch (dtype) {
-        case DType::kF32: std::memcpy(out, p, static_cast<size_t>(n) * 4); return;
+        case DType::kF32:
+            std::memcpy(out, p, static_cast<size_t>(n) * 4);
+            return;
         case DType::kBF16:
             for (int64_t i = 0; i < n; ++i) {
                 uint16_t h;
@@ -37,7 +39,8 @@ void decode(const uint8_t* p, DType dtype, int64_t n, float* out) {
         case DType::kU8:
         case DType::kI32:
         case DType::kI64:
-        case DType::kBool: break;
+        case DType::kBool:
+            break;
     }
     PENSTOCK_CHECK(false) << "decode: not a float source dtype: " << dtype_name(dtype);
 }
@@ -54,8 +57,7 @@ void encode(const float* in, int64_t n, DType target, void* out) {
 
 Status check_target(DType target) {
     if (target != DType::kF32 && target != DType::kBF16) {
-        return invalid_argument("unsupported load target dtype " + std::string(dtype_name(target)) +
-                                " (f32 or bf16)");
+        return invalid_argument("unsupported load target dtype " + std::string(dtype_name(target)) + " (f32 or bf16)");
     }
     return ok_status();
 }
@@ -112,8 +114,8 @@ Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView&
         return invalid_argument("weight_scale_inv " + std::string(dtype_name(scale_inv.dtype)) + " " +
                                 scale_inv.shape_string() + " does not match weight " + weight.shape_string() +
                                 " with blocks [" + std::to_string(block_n) + ", " + std::to_string(block_k) +
-                                "] (expected a float tensor [" + std::to_string(srows) + ", " +
-                                std::to_string(scols) + "])");
+                                "] (expected a float tensor [" + std::to_string(srows) + ", " + std::to_string(scols) +
+                                "])");
     }
     PENSTOCK_CHECK(weight.is_contiguous() && scale_inv.is_contiguous());
     std::vector<float> scale(static_cast<size_t>(srows * scols));

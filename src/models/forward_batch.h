@@ -16,10 +16,14 @@ enum class LogitsMode : uint8_t { kNone, kLast, kAll };
 
 struct SeqChunk {
     int64_t request_id = 0;
-    std::vector<int32_t> token_ids;            // this chunk's tokens, positions prefix_len + i
-    int64_t prefix_len = 0;                    // tokens of this request already in the KV cache
+    std::vector<int32_t> token_ids;              // this chunk's tokens, positions prefix_len + i
+    int64_t prefix_len = 0;                      // tokens of this request already in the KV cache
     const kv_cache::PageTable* pages = nullptr;  // reserved for >= prefix_len + token_ids.size() positions
     LogitsMode logits = LogitsMode::kLast;
+    // The request's whole prompt length when the batch builder knows it (0 = unknown). Read only by the DSA CPU
+    // reference, to break exact ties in the indexer top-k as the unchunked transformers forward does (see
+    // kernels::DsaTopkParams::torch_row_len); results never depend on it otherwise.
+    int64_t prompt_len = 0;
 };
 
 struct ForwardBatch {
@@ -47,6 +51,7 @@ struct BatchLayout {
 // Activations crossing layer (and pipeline stage) boundaries.
 struct Activations {
     Tensor hidden;  // [n_tokens, hidden] f32: the residual stream
+    Tensor bank;    // [n_tokens, n_blocks, hidden] f32, K3 only: AttnRes completed block sums (rows in layer order)
 };
 
 }  // namespace penstock::models

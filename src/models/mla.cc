@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/ops_kda.h"
+
 namespace penstock::models {
 
 namespace {
@@ -24,9 +26,11 @@ MlaDims MlaDims::from_config(const loader::ModelConfig& c) {
                    .v_head_dim = c.v_head_dim};
 }
 
-Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c) {
+Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c,
+                                        const MlaVariant& variant) {
     MlaAttention a;
     a.dims_ = MlaDims::from_config(c);
+    a.variant_ = variant;
     a.rms_eps_ = static_cast<float>(c.rms_norm_eps);
     const MlaDims& d = a.dims_;
     const bool bias = c.attention_bias;
@@ -42,12 +46,55 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_proj_,
                               take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias));
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_norm_, r.take(prefix + ".kv_a_layernorm.weight", {d.kv_lora_rank}));
-    PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_,
-                              take_linear(r, prefix + ".kv_b_proj",
-                                          d.n_heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false));
-    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_,
-                              take_linear(r, prefix + ".o_proj", d.hidden, d.n_heads * d.v_head_dim, bias));
+    PENSTOCK_ASSIGN_OR_RETURN(
+        a.kv_b_proj_,
+        take_linear(r, prefix + ".kv_b_proj", d.n_heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear(r, prefix + ".o_proj", d.hidden, d.n_heads * d.v_head_dim, bias));
+    if (variant.output_gate) {
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_,
+                                  take_linear(r, prefix + ".g_proj", d.n_heads * d.v_head_dim, d.hidden, false));
+    }
     return a;
+}
+
+MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
+                                               const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t qk = d.qk_head_dim();
+    Projection p;
+
+    // q: [n, n_heads, qk_head_dim]
+    if (d.q_lora_rank > 0) {
+        p.cq = linear_new(q_a_proj_, x, ctx);
+        kernels::rms_norm({.out = p.cq, .in = p.cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
+        p.q = linear_new(q_b_proj_, p.cq, ctx);
+    } else {
+        p.q = linear_new(q_proj_, x, ctx);
+    }
+    p.q = p.q.reshape({n, d.n_heads, qk});
+    const TensorView q3 = p.q.view();
+
+    // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
+    p.kv = linear_new(kv_a_proj_, x, ctx);
+    const Tensor& kv = p.kv;
+    const TensorView c = kv.view().slice(1, 0, d.kv_lora_rank);
+    kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
+    const TensorView k_pe =
+        kv.view().as_strided(d.kv_lora_rank, {n, 1, d.qk_rope_head_dim}, {d.latent_dim(), d.qk_rope_head_dim, 1});
+    if (variant_.rope) {
+        const TensorView q_pe = q3.slice(2, d.qk_nope_head_dim, qk);
+        const kernels::RopeParams rope_q{.x = q_pe,
+                                         .positions = layout.positions,
+                                         .inv_freq = rope.inv_freq,
+                                         .attention_factor = rope.attention_factor,
+                                         .interleaved = rope.interleaved};
+        kernels::rope(rope_q, ctx);
+        kernels::RopeParams rope_k = rope_q;
+        rope_k.x = k_pe;
+        kernels::rope(rope_k, ctx);
+    }
+    return p;
 }
 
 void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, int64_t layer,
@@ -55,41 +102,14 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
                            const ModelOptions& options, const TensorView& out, const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
-    const int64_t qk = d.qk_head_dim();
-
-    // q: [n, n_heads, qk_head_dim]
-    Tensor q;
-    if (d.q_lora_rank > 0) {
-        Tensor cq = linear_new(q_a_proj_, x, ctx);
-        kernels::rms_norm({.out = cq, .in = cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
-        q = linear_new(q_b_proj_, cq, ctx);
-    } else {
-        q = linear_new(q_proj_, x, ctx);
-    }
-    const TensorView q3 = q.view().reshape({n, d.n_heads, qk});
-
-    // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
-    Tensor kv = linear_new(kv_a_proj_, x, ctx);
-    const TensorView c = kv.view().slice(1, 0, d.kv_lora_rank);
-    kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
-    const TensorView k_pe =
-        kv.view().as_strided(d.kv_lora_rank, {n, 1, d.qk_rope_head_dim}, {d.latent_dim(), d.qk_rope_head_dim, 1});
-    const TensorView q_pe = q3.slice(2, d.qk_nope_head_dim, qk);
-    const kernels::RopeParams rope_q{.x = q_pe,
-                                     .positions = layout.positions,
-                                     .inv_freq = rope.inv_freq,
-                                     .attention_factor = rope.attention_factor,
-                                     .interleaved = rope.interleaved};
-    kernels::rope(rope_q, ctx);
-    kernels::RopeParams rope_k = rope_q;
-    rope_k.x = k_pe;
-    kernels::rope(rope_k, ctx);
+    const Projection p = project(layout, x, rope, ctx);
+    const TensorView q3 = p.q.view();
 
     // The chunk's latents join the cache before attention reads prefix + chunk from it.
     int64_t row = 0;
     for (const SeqChunk& s : batch.seqs) {
         const auto len = static_cast<int64_t>(s.token_ids.size());
-        cache->write(layer, *s.pages, s.prefix_len, kv.view().slice(0, row, row + len));
+        cache->write(layer, *s.pages, s.prefix_len, p.kv.view().slice(0, row, row + len));
         row += len;
     }
 
@@ -98,14 +118,25 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
         case MlaForm::kMha:
             attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out, ctx);
             break;
-        case MlaForm::kAbsorbed: attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx); break;
+        case MlaForm::kAbsorbed:
+            attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
+            break;
+    }
+    output(x, attn_out, out, ctx);
+}
+
+void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
+                          const kernels::Context& ctx) const {
+    if (variant_.output_gate) {
+        Tensor gate = linear_new(g_proj_, x, ctx);
+        kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
     }
     linear_forward(o_proj_, attn_out, out, ctx);
 }
 
-void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,
-                              int64_t layer, const kv_cache::PagedRowCache& cache, float softmax_scale,
-                              int64_t capacity, const TensorView& attn_out, const kernels::Context& ctx) const {
+void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
+                              const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
+                              const TensorView& attn_out, const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t n_seqs = layout.n_seqs;
@@ -179,14 +210,12 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     std::memcpy(attn_out.data, acc_out.ptr<float>(), acc_out.nbytes());
 }
 
-void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,
-                                   int64_t layer, const kv_cache::PagedRowCache& cache, float softmax_scale,
-                                   const TensorView& attn_out, const kernels::Context& ctx) const {
+Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
-    const int64_t n = layout.n_tokens;
+    const int64_t n = q.size(0);
     const int64_t latent_dim = d.latent_dim();
     const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;  // kv_b rows per head
-    const TensorView& w = kv_b_proj_.weight;                        // [n_heads * head_rows, kv_lora]
+    const TensorView& w = kv_b_proj_.weight;                      // [n_heads * head_rows, kv_lora]
 
     // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora])
     Tensor q_abs = Tensor::empty({n, d.n_heads, latent_dim}, DType::kF32);
@@ -202,6 +231,30 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
                         static_cast<size_t>(d.qk_rope_head_dim) * sizeof(float));
         }
     }
+    return q_abs;
+}
+
+void MlaAttention::absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = o_lat.size(0);
+    const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
+    const TensorView& w = kv_b_proj_.weight;
+    // attn_out[:, h] = o_lat_h @ W_UV_h^T  (W_UV_h = kv_b rows [h * head_rows + nope, + v), [v, kv_lora])
+    for (int64_t h = 0; h < d.n_heads; ++h) {
+        const TensorView out_h =
+            attn_out.as_strided(h * d.v_head_dim, {n, d.v_head_dim}, {d.n_heads * d.v_head_dim, 1});
+        const TensorView w_uv = w.slice(0, h * head_rows + d.qk_nope_head_dim, (h + 1) * head_rows);
+        kernels::gemm({.out = out_h, .a = o_lat.select(1, h), .b = w_uv, .trans_b = true}, ctx);
+    }
+}
+
+void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,
+                                   int64_t layer, const kv_cache::PagedRowCache& cache, float softmax_scale,
+                                   const TensorView& attn_out, const kernels::Context& ctx) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t latent_dim = d.latent_dim();
+    const Tensor q_abs = absorb_q(q, ctx);
 
     // Every sequence's whole context (prefix + chunk) as one varlen key set: K = latent (1 head), V = its c part.
     const int32_t* cu_k = layout.cu_seqlens_k.ptr<const int32_t>();
@@ -226,14 +279,7 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
                         .scale = softmax_scale,
                         .causal = true},
                        ctx);
-
-    // attn_out[:, h] = o_lat_h @ W_UV_h^T  (W_UV_h = kv_b rows [h * head_rows + nope, + v), [v, kv_lora])
-    for (int64_t h = 0; h < d.n_heads; ++h) {
-        const TensorView out_h =
-            attn_out.as_strided(h * d.v_head_dim, {n, d.v_head_dim}, {d.n_heads * d.v_head_dim, 1});
-        const TensorView w_uv = w.slice(0, h * head_rows + d.qk_nope_head_dim, (h + 1) * head_rows);
-        kernels::gemm({.out = out_h, .a = o_lat.view().select(1, h), .b = w_uv, .trans_b = true}, ctx);
-    }
+    absorb_out(o_lat, attn_out, ctx);
 }
 
 }  // namespace penstock::models

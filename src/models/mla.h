@@ -31,12 +31,22 @@ struct MlaDims {
     static MlaDims from_config(const loader::ModelConfig& config);
 };
 
+// Family variations of MLA. The default is DeepSeek-V3's.
+struct MlaVariant {
+    // false: NoPE (Kimi Linear / K3): the "rope" slices of q and of the latent exist but are used unrotated, so the
+    // cache row is [c ; k_shared] and `rope` is not read by forward().
+    bool rope = true;
+    // Kimi K3 gated MLA: attn_out *= sigmoid(x @ g_proj^T) (per head x v-dim) before o_proj; reads `<prefix>.g_proj`.
+    bool output_gate = false;
+};
+
 class MlaAttention final {
 public:
     // Reads `<prefix>.{q_a_proj,q_a_layernorm,q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
-    // o_proj}`.
+    // o_proj}` (and `g_proj` for the gated variant).
     [[nodiscard]] static Result<MlaAttention> load(WeightReader& reader, const std::string& prefix,
-                                                   const loader::ModelConfig& config);
+                                                   const loader::ModelConfig& config,
+                                                   const MlaVariant& variant = MlaVariant{});
 
     // out[n_tokens, hidden] = MLA(x) for the batch; writes the batch's latent rows of `layer` into `cache` first.
     // x: [n_tokens, hidden] f32 (already input-normalised).
@@ -45,6 +55,22 @@ public:
                  const ModelOptions& options, const TensorView& out, const kernels::Context& ctx) const;
 
     const MlaDims& dims() const { return dims_; }
+
+    // The pieces forward() is made of, for families that attend differently (DSA: sparse absorbed attention).
+    struct Projection {
+        Tensor q;   // [n_tokens, n_heads, qk_head_dim] f32, q_pe roped
+        Tensor cq;  // [n_tokens, q_lora_rank] f32: RMSNorm(q_a_proj(x)), the q latent; undefined without q_lora
+        Tensor kv;  // [n_tokens, kv_lora + rope] f32: the cache rows [RMSNorm(c) ; RoPE(k_pe)]
+    };
+    Projection project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
+                       const kernels::Context& ctx) const;
+    // q_abs [n, n_heads, kv_lora + rope] = [q_nope_h @ W_UK_h ; q_pe_h] for q [n, n_heads, qk_head_dim].
+    Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
+    // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
+    void absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const;
+    // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x).
+    void output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
+                const kernels::Context& ctx) const;
 
 private:
     // attn_out[n_tokens, n_heads * v_head_dim] from q[n_tokens, n_heads, qk_head_dim] and the cached latents.
@@ -56,6 +82,7 @@ private:
                          const kernels::Context& ctx) const;
 
     MlaDims dims_;
+    MlaVariant variant_;
     float rms_eps_ = 1e-6f;
     Linear q_a_proj_, q_b_proj_, q_proj_;
     Tensor q_a_norm_;  // [q_lora_rank] f32
@@ -63,6 +90,7 @@ private:
     Tensor kv_a_norm_;  // [kv_lora_rank] f32
     Linear kv_b_proj_;  // [n_heads * (nope + v), kv_lora_rank]: per head rows [0, nope) = W_UK, [nope, nope + v) = W_UV
     Linear o_proj_;
+    Linear g_proj_;  // [n_heads * v_head_dim, hidden], gated variant only
 };
 
 }  // namespace penstock::models

@@ -25,12 +25,32 @@ struct ModelOptions {
     MlaForm mla_form = MlaForm::kMha;
     // MHA form: at most this many prefix tokens are expanded at once, split across the batch's sequences.
     int64_t max_kv_chunk_capacity = 128 * 1024;
+    // DSA (glm_moe_dsa, deepseek_v32): a forward whose longest KV (prefix + chunk) is <= dsa_dense_max_kv uses the
+    // dense causal MLA of `mla_form`; beyond, the indexer's top-k and sparse absorbed MLA. -1 = index_topk (where the
+    // two are equal: every row sees <= index_topk keys); 0 forces the sparse path (tests).
+    int64_t dsa_dense_max_kv = -1;
+    // DSA indexer logits [rows, L] f32 are computed in row slices of at most this many bytes. 0 = the backend
+    // default: 256 MiB on the CPU (GPU: min(20% of the memory free outside the static pool, 30% of device memory)).
+    int64_t dsa_logits_budget_bytes = 0;
+    // DSA FP8 indexer (DeepSeek-V3.2 reference): Hadamard-rotated q and k quantised to e4m3 with one scale per row;
+    // the index-K cache then holds 132 bytes per token per full layer. false: f32 keys (as transformers computes).
+    bool dsa_fp8_indexer = false;
+    // Families with per-request recurrent state (KDA): at most this many requests hold state at once (the cache
+    // allocates min(n_pages, max_state_slots) slots).
+    int64_t max_state_slots = 256;
 };
 
 // Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.
 class ModelCache {
 public:
     virtual ~ModelCache() = default;
+    // Admission of request `request_id`'s per-request state that is not paged (KDA recurrent + conv state): fresh
+    // (zeroed) state, all or nothing; ResourceExhausted when full. A request already admitted keeps its state.
+    [[nodiscard]] virtual Status admit(int64_t request_id) { return ok_status(); }
+    // Frees what admit() took (no-op for unknown ids).
+    virtual void release(int64_t request_id) {}
+    // Requests currently holding admitted state (0 for families without any): tests check for leaks with it.
+    virtual int64_t n_admitted() const { return 0; }
 };
 
 class Model {

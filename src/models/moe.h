@@ -10,27 +10,56 @@
 
 namespace penstock::models {
 
-// y = down(silu(gate(x)) * up(x)).
+// The GLU activation act(gate) * up of an MLP or expert: SiLU (SwiGLU) or Kimi K3's SiTU (MODELS.md §3.5).
+struct GluActivation {
+    enum class Kind : uint8_t { kSilu, kSitu };
+    Kind kind = Kind::kSilu;
+    float situ_beta = 4.0f;          // activation_situ_beta
+    float situ_linear_beta = 25.0f;  // activation_situ_linear_beta
+};
+
+// gate[n, d] = act(gate) * up, in place.
+void glu_apply(const GluActivation& act, const TensorView& gate, const TensorView& up, const kernels::Context& ctx);
+
+// y = down(act(gate(x)) * up(x)).
 class DenseMlp final {
 public:
     // Reads `<prefix>.{gate_proj,up_proj,down_proj}.weight` with width `intermediate`.
     [[nodiscard]] static Result<DenseMlp> load(WeightReader& reader, const std::string& prefix, int64_t hidden,
-                                               int64_t intermediate);
+                                               int64_t intermediate, const GluActivation& act = GluActivation{});
     // out[n, hidden] = mlp(x[n, hidden]); out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
     int64_t intermediate() const { return gate_.out_features(); }
 
 private:
     Linear gate_, up_, down_;
+    GluActivation act_;
+};
+
+// Per-family MoE loading options; the defaults are DeepSeek-V3's.
+struct MoeLoadOptions {
+    // Per-expert weight names `<prefix>.experts.{e}.<name>.weight`: DeepSeek gate_proj / up_proj / down_proj;
+    // Kimi `block_sparse_moe` w1 / w3 / w2.
+    std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
+    GluActivation act;  // routed and shared experts
+    // Kimi K3 latent MoE when > 0: routing reads x, the routed experts run on z = x @ W_down^T
+    // (`<prefix>.routed_expert_down_proj` [latent_dim, hidden]; experts [inter, latent_dim] / [latent_dim, inter]), the
+    // weighted sum is RMS-normalised by `<prefix>.routed_expert_norm` (latent_norm) and projected back by
+    // `<prefix>.routed_expert_up_proj` [hidden, latent_dim]. Shared experts read x.
+    int64_t latent_dim = 0;
+    bool latent_norm = false;
+    float latent_norm_eps = 1e-5f;
 };
 
 class MoeBlock final {
 public:
     // Reads `<prefix>.gate.weight`, `<prefix>.gate.e_score_correction_bias` (optional), per-expert
-    // `<prefix>.experts.{e}.{gate,up,down}_proj.weight` (or the fused `<prefix>.experts.gate_up_proj` [E, 2I, H] /
-    // `<prefix>.experts.down_proj` [E, H, I] layout) and `<prefix>.shared_experts.*` when n_shared_experts > 0.
+    // `<prefix>.experts.{e}.{gate,up,down}_proj.weight` (names per `options`; or the fused
+    // `<prefix>.experts.gate_up_proj` [E, 2I, H] / `<prefix>.experts.down_proj` [E, H, I] layout) and
+    // `<prefix>.shared_experts.*` when n_shared_experts > 0.
     [[nodiscard]] static Result<MoeBlock> load(WeightReader& reader, const std::string& prefix,
-                                               const loader::ModelConfig& config);
+                                               const loader::ModelConfig& config,
+                                               const MoeLoadOptions& options = MoeLoadOptions{});
     // out[n, hidden] = sum_k w_k E_k(x) + shared(x); out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
 
@@ -38,10 +67,14 @@ private:
     struct Expert {
         Linear gate, up, down;
     };
-    Linear router_;              // [n_experts, hidden]
-    Tensor score_bias_;          // [n_experts] f32 or undefined
+    Linear router_;      // [n_experts, hidden]
+    Tensor score_bias_;  // [n_experts] f32 or undefined
     std::vector<Expert> experts_;
     std::vector<DenseMlp> shared_;  // zero or one merged shared MLP
+    GluActivation act_;
+    Linear latent_down_, latent_up_;  // latent MoE only
+    Tensor latent_norm_;              // [latent_dim] f32, latent MoE with latent_norm only
+    float latent_norm_eps_ = 1e-5f;
     int64_t top_k_ = 1;
     int n_group_ = 1;
     int topk_group_ = 1;

@@ -19,6 +19,11 @@ public:
     // Like take() but absent is fine (returns an undefined Tensor).
     [[nodiscard]] Result<Tensor> take_optional(const std::string& name, const Shape& shape);
     bool contains(const std::string& name) const { return weights_->count(name) != 0; }
+    // The shape of tensor `name` (empty when absent), for layouts that vary between exports.
+    Shape shape_of(const std::string& name) const {
+        auto it = weights_->find(name);
+        return it == weights_->end() ? Shape{} : it->second.view().shape_vec();
+    }
 
 private:
     loader::WeightMap* weights_;

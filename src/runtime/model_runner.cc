@@ -38,11 +38,16 @@ Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std:
         }
         logits.push_back(Tensor::empty({static_cast<int64_t>(prompts[i].size()), vocab}, DType::kF32));
     }
-    // Reserve every request's whole KV at admission, all or nothing.
+    // Reserve every request's whole KV and its non-paged state at admission, all or nothing.
     for (size_t i = 0; i < prompts.size(); ++i) {
-        Status st = tables_.reserve(first_request_id + static_cast<int64_t>(i), static_cast<int64_t>(prompts[i].size()));
+        const int64_t id = first_request_id + static_cast<int64_t>(i);
+        Status st = tables_.reserve(id, static_cast<int64_t>(prompts[i].size()));
+        if (st.ok()) st = cache_->admit(id);
         if (!st.ok()) {
-            for (size_t j = 0; j <= i; ++j) tables_.release(first_request_id + static_cast<int64_t>(j));
+            for (size_t j = 0; j <= i; ++j) {
+                tables_.release(first_request_id + static_cast<int64_t>(j));
+                cache_->release(first_request_id + static_cast<int64_t>(j));
+            }
             return st;
         }
     }
@@ -58,6 +63,7 @@ Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std:
             c.request_id = first_request_id + static_cast<int64_t>(i);
             c.token_ids.assign(prompts[i].begin() + done[i], prompts[i].begin() + done[i] + take);
             c.prefix_len = done[i];
+            c.prompt_len = len;
             c.pages = &tables_.table(c.request_id);
             c.logits = models::LogitsMode::kAll;
             batch.seqs.push_back(std::move(c));
@@ -75,7 +81,10 @@ Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std:
             done[i] += take;
         }
     }
-    for (size_t i = 0; i < prompts.size(); ++i) tables_.release(first_request_id + static_cast<int64_t>(i));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        tables_.release(first_request_id + static_cast<int64_t>(i));
+        cache_->release(first_request_id + static_cast<int64_t>(i));
+    }
     return logits;
 }
 

@@ -26,6 +26,7 @@ public:
     const models::Model& model() const { return *model_; }
     kv_cache::PagePool& page_pool() { return pool_; }
     kv_cache::RequestTables& tables() { return tables_; }
+    models::ModelCache& cache() { return *cache_; }
     kernels::Context context() const { return kernels::Context{.device = Device::kCPU, .pool = threads_.get()}; }
 
     // A whole-model forward (this runner must hold every layer): embed, layers, logits for the batch's logit rows.
@@ -34,7 +35,8 @@ public:
     // Prefills each prompt as a new request (ids 0..n-1 offset by first_request_id), all of them advancing together in
     // a ragged batch: every step takes the next chunk of at most chunk_size tokens (0 = whole prompt) of every
     // unfinished prompt. Returns the logits of every position of every prompt ([len, vocab] each) and releases the
-    // requests' pages. Fails (nothing leaked) when the prompts do not fit in the page pool or an id is out of range.
+    // requests' pages and cache state. Fails (nothing leaked) when the prompts do not fit in the page pool or the
+    // cache's state slots (ModelCache::admit), or an id is out of range.
     [[nodiscard]] Result<std::vector<Tensor>> prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
                                                                  int64_t chunk_size, int64_t first_request_id = 0);
 

@@ -54,7 +54,10 @@ RunResult run(const std::string& args) {
 
 std::string join_ids(const std::vector<int32_t>& ids) {
     std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) s.push_back(',');
+        s.append(std::to_string(ids[i]));
+    }
     return s;
 }
 

@@ -182,7 +182,8 @@ TEST(RefAttention, RowWithNoVisibleKeyIsZeroWithMinusInfLse) {
 
 // Naive merge in double.
 void naive_merge(const std::vector<float>& out, const std::vector<float>& lse, const std::vector<float>& in_out,
-                 const std::vector<float>& in_lse, int64_t d_v, std::vector<double>* m_out, std::vector<double>* m_lse) {
+                 const std::vector<float>& in_lse, int64_t d_v, std::vector<double>* m_out,
+                 std::vector<double>* m_lse) {
     m_out->clear();
     m_lse->clear();
     for (size_t r = 0; r < lse.size(); ++r) {

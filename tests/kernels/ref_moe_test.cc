@@ -146,7 +146,7 @@ TEST(RefMoeRouting, MatchesNaive) {
     const std::vector<RoutingCase> cases = {
         {1, 8, 1, 1, 2, false, true, 1.0f, MoeScoring::kSigmoid},
         {13, 16, 4, 2, 4, true, true, 2.5f, MoeScoring::kSigmoid},
-        {9, 64, 8, 4, 8, true, true, 2.5f, MoeScoring::kSigmoid},  // DeepSeek-V3 shape, scaled down
+        {9, 64, 8, 4, 8, true, true, 2.5f, MoeScoring::kSigmoid},   // DeepSeek-V3 shape, scaled down
         {7, 12, 4, 2, 3, false, true, 1.0f, MoeScoring::kSigmoid},  // no bias: group max
         {11, 32, 1, 1, 6, false, false, 1.0f, MoeScoring::kSoftmax},
         {5, 20, 4, 2, 5, true, false, 1.5f, MoeScoring::kSoftmax},
@@ -154,9 +154,9 @@ TEST(RefMoeRouting, MatchesNaive) {
     };
     for (const RoutingCase& c : cases) {
         for (bool strided : {false, true}) {
-            SCOPED_TRACE(::testing::Message() << "n_experts=" << c.n_experts << " n_group=" << c.n_group
-                                              << " topk_group=" << c.topk_group << " top_k=" << c.top_k
-                                              << " bias=" << c.bias << " norm=" << c.norm << " strided=" << strided);
+            SCOPED_TRACE(::testing::Message()
+                         << "n_experts=" << c.n_experts << " n_group=" << c.n_group << " topk_group=" << c.topk_group
+                         << " top_k=" << c.top_k << " bias=" << c.bias << " norm=" << c.norm << " strided=" << strided);
             Buffer logits = random_buffer(rng, {c.n_tokens, c.n_experts}, strided, -4.0f, 4.0f);
             const std::vector<float> bias_v = random_floats(rng, c.n_experts, -0.5f, 0.5f);
             const Tensor bias = Tensor::from_f32({c.n_experts}, bias_v);
@@ -197,8 +197,8 @@ TEST(RefMoe, AlignPermuteUnpermuteEqualsDenseCombination) {
     PENSTOCK_SEEDED(kSeed);
     std::mt19937 rng(kSeed);
     for (const DenseCase& c : {DenseCase{1, 3, 1, 4}, DenseCase{9, 6, 3, 5}, DenseCase{40, 8, 4, 16}}) {
-        SCOPED_TRACE(::testing::Message() << "n_tokens=" << c.n_tokens << " n_experts=" << c.n_experts
-                                          << " top_k=" << c.top_k);
+        SCOPED_TRACE(::testing::Message()
+                     << "n_tokens=" << c.n_tokens << " n_experts=" << c.n_experts << " top_k=" << c.top_k);
         // Distinct experts per token (expert n_experts - 1 never chosen when possible), ~15% of slots dropped.
         std::vector<int32_t> ids;
         for (int64_t t = 0; t < c.n_tokens; ++t) {
@@ -207,14 +207,16 @@ TEST(RefMoe, AlignPermuteUnpermuteEqualsDenseCombination) {
             std::shuffle(pool.begin(), pool.end(), rng);
             for (int64_t k = 0; k < c.top_k; ++k) {
                 const uint32_t u = rng() % 100;
-                ids.push_back(c.n_tokens > 1 && u < 10 ? -1 : (c.n_tokens > 1 && u < 15 ? int32_t(c.n_experts) : pool[size_t(k)]));
+                ids.push_back(c.n_tokens > 1 && u < 10
+                                  ? -1
+                                  : (c.n_tokens > 1 && u < 15 ? int32_t(c.n_experts) : pool[size_t(k)]));
             }
         }
         const Tensor topk_ids = Tensor::from_i32({c.n_tokens, c.top_k}, ids);
         const Tensor topk_w = Tensor::from_f32({c.n_tokens, c.top_k}, random_floats(rng, c.n_tokens * c.top_k, 0, 1));
         const Tensor x = Tensor::from_f32({c.n_tokens, c.hidden}, random_floats(rng, c.n_tokens * c.hidden));
-        const Tensor w_experts = Tensor::from_f32({c.n_experts, c.hidden, c.hidden},
-                                                  random_floats(rng, c.n_experts * c.hidden * c.hidden));
+        const Tensor w_experts =
+            Tensor::from_f32({c.n_experts, c.hidden, c.hidden}, random_floats(rng, c.n_experts * c.hidden * c.hidden));
 
         Tensor offsets = Tensor::zeros({c.n_experts + 1}, DType::kI32);
         Tensor sorted = Tensor::zeros({c.n_tokens * c.top_k}, DType::kI32);

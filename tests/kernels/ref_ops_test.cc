@@ -1,6 +1,8 @@
 // CPU reference tests for the row-wise ops (embedding, norms, gemm, elementwise, softmax, rope): each op against a
 // naive double-precision computation written here, on seeded random inputs, including 1 row, odd sizes, strided views
 // (whose padding must stay untouched), in-place aliasing and thread-count independence.
+#include "kernels/ref/ref_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
-#include "kernels/ref/ref_ops.h"
 #include "ref_test_util.h"
 
 namespace penstock::test {
@@ -77,6 +78,7 @@ TEST(RefEmbedding, F32AndBf16TablesMatchNaive) {
 }
 
 TEST(RefEmbeddingDeathTest, OutOfRangeIdAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenBLAS has started threads by now
     Tensor table = Tensor::zeros({4, 2}, DType::kF32);
     Tensor out = Tensor::zeros({1, 2}, DType::kF32);
     const Tensor ids = i32_tensor({4});
@@ -87,28 +89,31 @@ TEST(RefRmsNorm, MatchesNaiveIncludingStridedAndInPlace) {
     constexpr uint32_t kSeed = 202;
     PENSTOCK_SEEDED(kSeed);
     std::mt19937 rng(kSeed);
-    const float eps = 1e-6f;
     for (const RowCase& c : kRowCases) {
-        SCOPED_TRACE(::testing::Message() << "n_rows=" << c.n_rows << " dim=" << c.dim << " strided=" << c.strided);
-        Buffer in = random_buffer(rng, {c.n_rows, c.dim}, c.strided, -2.0f, 2.0f);
-        Buffer out = random_buffer(rng, {c.n_rows, c.dim}, c.strided);
-        const Tensor w = Tensor::from_f32({c.dim}, random_floats(rng, c.dim, 0.5f, 1.5f));
-        const std::vector<float> x = read_f32(in.view);
-        std::vector<double> expect;
-        for (int64_t r = 0; r < c.n_rows; ++r) {
-            double ss = 0;
-            for (int64_t i = 0; i < c.dim; ++i) ss += double(x[size_t(r * c.dim + i)]) * x[size_t(r * c.dim + i)];
-            const double inv = 1.0 / std::sqrt(ss / double(c.dim) + eps);
-            for (int64_t i = 0; i < c.dim; ++i) expect.push_back(w.ptr<float>()[i] * (x[size_t(r * c.dim + i)] * inv));
+        for (float eps : {1e-6f, 0.25f}) {  // a large eps makes its effect visible
+            SCOPED_TRACE(::testing::Message()
+                         << "n_rows=" << c.n_rows << " dim=" << c.dim << " strided=" << c.strided << " eps=" << eps);
+            Buffer in = random_buffer(rng, {c.n_rows, c.dim}, c.strided, -2.0f, 2.0f);
+            Buffer out = random_buffer(rng, {c.n_rows, c.dim}, c.strided);
+            const Tensor w = Tensor::from_f32({c.dim}, random_floats(rng, c.dim, 0.5f, 1.5f));
+            const std::vector<float> x = read_f32(in.view);
+            std::vector<double> expect;
+            for (int64_t r = 0; r < c.n_rows; ++r) {
+                double ss = 0;
+                for (int64_t i = 0; i < c.dim; ++i) ss += double(x[size_t(r * c.dim + i)]) * x[size_t(r * c.dim + i)];
+                const double inv = 1.0 / std::sqrt(ss / double(c.dim) + eps);
+                for (int64_t i = 0; i < c.dim; ++i)
+                    expect.push_back(w.ptr<float>()[i] * (x[size_t(r * c.dim + i)] * inv));
+            }
+            const std::vector<float> out_orig = backing_values(out);
+            ref::rms_norm({.out = out.view, .in = in.view, .weight = w, .eps = eps}, nullptr);
+            EXPECT_TRUE(all_close(backing_values(out), expected_backing(out, out_orig, expect), kF32Reduction,
+                                  out.backing.view().shape_vec()));
+            // In place: out aliases in.
+            const std::vector<float> in_orig = backing_values(in);
+            ref::rms_norm({.out = in.view, .in = in.view, .weight = w, .eps = eps}, nullptr);
+            EXPECT_TRUE(all_close(backing_values(in), expected_backing(in, in_orig, expect), kF32Reduction));
         }
-        const std::vector<float> out_orig = backing_values(out);
-        ref::rms_norm({.out = out.view, .in = in.view, .weight = w, .eps = eps}, nullptr);
-        EXPECT_TRUE(all_close(backing_values(out), expected_backing(out, out_orig, expect), kF32Reduction,
-                              out.backing.view().shape_vec()));
-        // In place: out aliases in.
-        const std::vector<float> in_orig = backing_values(in);
-        ref::rms_norm({.out = in.view, .in = in.view, .weight = w, .eps = eps}, nullptr);
-        EXPECT_TRUE(all_close(backing_values(in), expected_backing(in, in_orig, expect), kF32Reduction));
     }
 }
 
@@ -116,9 +121,9 @@ TEST(RefLayerNorm, MatchesNaiveWithAndWithoutBias) {
     constexpr uint32_t kSeed = 303;
     PENSTOCK_SEEDED(kSeed);
     std::mt19937 rng(kSeed);
-    const float eps = 1e-5f;
     for (const RowCase& c : kRowCases) {
         for (bool with_bias : {false, true}) {
+            const float eps = with_bias ? 1e-5f : 0.25f;  // a large eps makes its effect visible
             SCOPED_TRACE(::testing::Message() << "n_rows=" << c.n_rows << " dim=" << c.dim << " bias=" << with_bias);
             Buffer in = random_buffer(rng, {c.n_rows, c.dim}, c.strided, -1.0f, 3.0f);
             Buffer out = random_buffer(rng, {c.n_rows, c.dim}, c.strided);
@@ -304,9 +309,9 @@ TEST(RefRope, BothLayoutsMatchNaiveOnStridedViews) {
                 for (int64_t rot_dim : {2, 8, 64}) {
                     for (bool strided : {false, true}) {
                         const float factor = strided ? 1.25f : 1.0f;
-                        SCOPED_TRACE(::testing::Message() << "interleaved=" << interleaved << " n_tokens=" << n_tokens
-                                                          << " n_heads=" << n_heads << " rot_dim=" << rot_dim
-                                                          << " strided=" << strided);
+                        SCOPED_TRACE(::testing::Message()
+                                     << "interleaved=" << interleaved << " n_tokens=" << n_tokens
+                                     << " n_heads=" << n_heads << " rot_dim=" << rot_dim << " strided=" << strided);
                         Buffer x = random_buffer(rng, {n_tokens, n_heads, rot_dim}, strided);
                         std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
                         for (auto& p : pos) p = static_cast<int32_t>(rng() % 70000);
@@ -322,7 +327,10 @@ TEST(RefRope, BothLayoutsMatchNaiveOnStridedViews) {
                             }
                         }
                         const std::vector<float> orig = backing_values(x);
-                        ref::rope({.x = x.view, .positions = pos_t, .inv_freq = inv_freq, .attention_factor = factor,
+                        ref::rope({.x = x.view,
+                                   .positions = pos_t,
+                                   .inv_freq = inv_freq,
+                                   .attention_factor = factor,
                                    .interleaved = interleaved},
                                   nullptr);
                         EXPECT_TRUE(all_close(backing_values(x), expected_backing(x, orig, expect), kF32Elementwise));
@@ -360,7 +368,10 @@ TEST(RefRope, DotProductDependsOnlyOnDistance) {
                 both.insert(both.end(), k.begin(), k.end());
                 Tensor x = Tensor::from_f32({2, 1, rot_dim}, both);
                 const Tensor pos = i32_tensor({p, p + d});
-                ref::rope({.x = x, .positions = pos, .inv_freq = inv_freq, .attention_factor = factor,
+                ref::rope({.x = x,
+                           .positions = pos,
+                           .inv_freq = inv_freq,
+                           .attention_factor = factor,
                            .interleaved = interleaved},
                           nullptr);
                 double dot = 0;

@@ -82,14 +82,16 @@ inline int64_t offset_of(const TensorView& v, const std::vector<int64_t>& idx) {
 inline std::vector<float> read_f32(const TensorView& v) {
     std::vector<float> out;
     out.reserve(static_cast<size_t>(v.numel()));
-    for_each_index(v.shape_vec(), [&](const std::vector<int64_t>& idx) { out.push_back(v.ptr<float>()[offset_of(v, idx)]); });
+    for_each_index(v.shape_vec(),
+                   [&](const std::vector<int64_t>& idx) { out.push_back(v.ptr<float>()[offset_of(v, idx)]); });
     return out;
 }
 
 // Writes row-major `values` into a (possibly strided) f32 view.
 inline void write_f32(const TensorView& v, const std::vector<float>& values) {
     size_t i = 0;
-    for_each_index(v.shape_vec(), [&](const std::vector<int64_t>& idx) { v.ptr<float>()[offset_of(v, idx)] = values[i++]; });
+    for_each_index(v.shape_vec(),
+                   [&](const std::vector<int64_t>& idx) { v.ptr<float>()[offset_of(v, idx)] = values[i++]; });
 }
 
 inline std::string index_string(int64_t flat, const Shape& shape) {
@@ -153,11 +155,13 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got, const
     }
     if (n_bad == 0) return ::testing::AssertionSuccess();
     const auto w = static_cast<size_t>(worst);
-    return ::testing::AssertionFailure()
-           << n_bad << " of " << got.size() << " elements exceed atol " << tol.atol << " + rtol " << tol.rtol
-           << " * |ref|; worst at " << index_string(worst, shape) << ": got " << got[w] << " ref " << ref[w]
-           << " (|diff| " << std::fabs(got[w] - ref[w]) << "); max abs err " << max_abs << ", max rel err "
-           << max_rel << ", NMSE " << (ref_sq > 0 ? err_sq / ref_sq : err_sq) << "; first mismatches:" << first.str();
+    return ::testing::AssertionFailure() << n_bad << " of " << got.size() << " elements exceed atol " << tol.atol
+                                         << " + rtol " << tol.rtol << " * |ref|; worst at "
+                                         << index_string(worst, shape) << ": got " << got[w] << " ref " << ref[w]
+                                         << " (|diff| " << std::fabs(got[w] - ref[w]) << "); max abs err " << max_abs
+                                         << ", max rel err " << max_rel << ", NMSE "
+                                         << (ref_sq > 0 ? err_sq / ref_sq : err_sq)
+                                         << "; first mismatches:" << first.str();
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }

@@ -20,4 +20,14 @@ inline constexpr Tolerance kF16Tol{.atol = 1e-3, .rtol = 1e-3};
 // cannot be bit-exact (e.g. it quantises a value it computed itself).
 inline constexpr Tolerance kF8E4M3Tol{.atol = 2e-3, .rtol = 1.25e-1};
 
+// CPU reference (f32) vs a naive double computation written in the test (tests/kernels/ref_*_test.cc).
+// Bit-exact: copies, gathers, integer outputs.
+inline constexpr Tolerance kExact{.atol = 0.0, .rtol = 0.0};
+// Elementwise math: one or two f32 roundings plus an f32 transcendental (exp, cos, sin).
+inline constexpr Tolerance kF32Elementwise{.atol = 1e-6, .rtol = 1e-6};
+// Reductions (norms, softmax, attention, routing weights) whose reference accumulates in double.
+inline constexpr Tolerance kF32Reduction{.atol = 1e-5, .rtol = 1e-5};
+// sgemm with inner dims up to ~100: f32 accumulation of O(k) terms of magnitude <= 1.
+inline constexpr Tolerance kF32Gemm{.atol = 2e-5, .rtol = 1e-4};
+
 }  // namespace penstock::test

@@ -26,13 +26,20 @@ std::string expect_error(const std::vector<uint8_t>& bytes, std::string_view ten
     if (f.ok()) return "";
     const std::string msg = f.status().message();
     EXPECT_TRUE(contains(msg, kName)) << msg;
-    if (!tensor.empty()) EXPECT_TRUE(contains(msg, "'" + std::string(tensor) + "'")) << msg;
+    if (!tensor.empty()) {
+        std::string quoted = "'";
+        quoted.append(tensor).append("'");
+        EXPECT_TRUE(contains(msg, quoted)) << msg;
+    }
     return msg;
 }
 
 std::string entry(std::string_view name, std::string_view body) {
     return "{\"" + std::string(name) + "\":" + std::string(body) + "}";
 }
+
+// "t<100 - i>": names in the reverse order of the cases (the reader sorts them).
+std::string case_name(size_t i) { return std::string("t").append(std::to_string(100 - i)); }
 
 struct Case {
     DType dtype;
@@ -41,9 +48,9 @@ struct Case {
 
 TEST(SafetensorsTest, RoundTripsEveryDtype) {
     const std::vector<Case> cases = {
-        {DType::kF32, {3, 5}},   {DType::kBF16, {2, 3, 4}}, {DType::kF16, {7}},        {DType::kF8E4M3, {4, 4}},
-        {DType::kE8M0, {5, 1}},  {DType::kFP4E2M1, {3, 5}}, {DType::kI8, {9}},         {DType::kU8, {2, 2}},
-        {DType::kI32, {3}},      {DType::kI64, {2, 2}},     {DType::kBool, {1, 1, 3}}, {DType::kF32, {}},
+        {DType::kF32, {3, 5}},  {DType::kBF16, {2, 3, 4}}, {DType::kF16, {7}},        {DType::kF8E4M3, {4, 4}},
+        {DType::kE8M0, {5, 1}}, {DType::kFP4E2M1, {3, 5}}, {DType::kI8, {9}},         {DType::kU8, {2, 2}},
+        {DType::kI32, {3}},     {DType::kI64, {2, 2}},     {DType::kBool, {1, 1, 3}}, {DType::kF32, {}},
         {DType::kBF16, {0, 4}},
     };
     std::vector<std::vector<uint8_t>> storage;
@@ -55,8 +62,7 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
         storage.push_back(std::move(bytes));
     }
     for (size_t i = 0; i < cases.size(); ++i) {
-        views.emplace_back("t" + std::to_string(100 - i),  // reverse name order: the reader sorts
-                           TensorView::contiguous(storage[i].data(), cases[i].dtype, cases[i].shape));
+        views.emplace_back(case_name(i), TensorView::contiguous(storage[i].data(), cases[i].dtype, cases[i].shape));
     }
     TempDir dir;
     const auto path = dir.path() / "all.safetensors";
@@ -72,7 +78,7 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
     EXPECT_TRUE(std::is_sorted(file.tensors().begin(), file.tensors().end(),
                                [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; }));
     for (size_t i = 0; i < cases.size(); ++i) {
-        const std::string name = "t" + std::to_string(100 - i);
+        const std::string name = case_name(i);
         const TensorInfo* info = file.find(name);
         ASSERT_NE(info, nullptr) << name;
         EXPECT_EQ(info->dtype, cases[i].dtype) << name;
@@ -81,7 +87,9 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
         EXPECT_EQ(v.dtype, cases[i].dtype);
         EXPECT_EQ(v.shape_vec(), cases[i].shape);
         ASSERT_EQ(v.nbytes(), storage[i].size()) << name;
-        EXPECT_EQ(std::memcmp(v.data, storage[i].data(), storage[i].size()), 0) << name;
+        if (!storage[i].empty()) {
+            EXPECT_EQ(std::memcmp(v.data, storage[i].data(), storage[i].size()), 0) << name;
+        }
     }
     EXPECT_EQ(file.find("missing"), nullptr);
 
@@ -148,7 +156,9 @@ TEST(SafetensorsTest, FileLevelErrors) {
 
 TEST(SafetensorsTest, EntryErrorsNameTheTensor) {
     const std::string t = "w.x";
-    auto bad = [&](std::string_view body, size_t data = 64) { return expect_error(raw_safetensors(entry(t, body), data), t); };
+    auto bad = [&](std::string_view body, size_t data = 64) {
+        return expect_error(raw_safetensors(entry(t, body), data), t);
+    };
     EXPECT_TRUE(contains(bad("[1]"), "must be an object"));
     EXPECT_TRUE(contains(bad(R"({"shape": [1], "data_offsets": [0, 4]})"), "missing 'dtype'"));
     EXPECT_TRUE(contains(bad(R"({"dtype": "F32", "data_offsets": [0, 4]})"), "missing 'shape'"));
@@ -181,12 +191,11 @@ TEST(SafetensorsTest, EntryErrorsNameTheTensor) {
 TEST(SafetensorsTest, TruncatedRealFileNamesTheTensor) {
     float x[8] = {};
     const Shape s = {8};
-    Result<std::vector<uint8_t>> bytes =
-        serialize_safetensors({{"a", TensorView::contiguous(x, DType::kF32, s)},
-                               {"b", TensorView::contiguous(x, DType::kF32, s)}});
+    Result<std::vector<uint8_t>> bytes = serialize_safetensors(
+        {{"a", TensorView::contiguous(x, DType::kF32, s)}, {"b", TensorView::contiguous(x, DType::kF32, s)}});
     ASSERT_TRUE(bytes.ok());
-    std::vector<uint8_t> cut = *bytes;
-    cut.resize(cut.size() - 4);  // tensor "b" is last in the data section
+    ASSERT_GT(bytes->size(), 4u);
+    const std::vector<uint8_t> cut(bytes->begin(), bytes->end() - 4);  // tensor "b" is last in the data section
     TempDir dir;
     testing::write_file(dir.path() / "cut.safetensors", cut);
     Result<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::open(dir.path() / "cut.safetensors");

@@ -129,22 +129,29 @@ CudaCachingAllocator::Stats CudaCachingAllocator::stats() const {
 
 Workspace::Workspace(Allocator& backing, size_t capacity_bytes)
     : backing_(backing), capacity_(round_up(capacity_bytes, kDeviceAlignment)) {
-    base_ = static_cast<char*>(backing_.allocate(capacity_));
-    PENSTOCK_CHECK_EQ(reinterpret_cast<uintptr_t>(base_) % kDeviceAlignment, uintptr_t{0})
-        << "Workspace backing buffer is not 256-byte aligned";
+    raw_bytes_ = capacity_;
+    raw_ = backing_.allocate(raw_bytes_);
+    if (reinterpret_cast<uintptr_t>(raw_) % kDeviceAlignment != 0) {
+        // A backing allocator with a weaker alignment (the host's is 64): over-allocate and align the base.
+        backing_.deallocate(raw_, raw_bytes_);
+        raw_bytes_ = capacity_ + kDeviceAlignment;
+        raw_ = backing_.allocate(raw_bytes_);
+    }
+    base_ = static_cast<char*>(raw_) +
+            (kDeviceAlignment - reinterpret_cast<uintptr_t>(raw_) % kDeviceAlignment) % kDeviceAlignment;
 }
 
 Workspace::~Workspace() {
     if (n_live_ != 0) {
         std::fprintf(stderr, "Workspace: %lld blocks still live at destruction\n", static_cast<long long>(n_live_));
     }
-    backing_.deallocate(base_, capacity_);
+    backing_.deallocate(raw_, raw_bytes_);
 }
 
 void* Workspace::allocate(size_t bytes) {
     const size_t size = round_up(std::max<size_t>(bytes, 1), kDeviceAlignment);
-    PENSTOCK_CHECK_LE(size, capacity_ - offset_) << "Workspace exhausted: " << bytes << " bytes requested with "
-                                                 << offset_ << " of " << capacity_ << " in use";
+    PENSTOCK_CHECK_LE(size, capacity_ - offset_)
+        << "Workspace exhausted: " << bytes << " bytes requested with " << offset_ << " of " << capacity_ << " in use";
     void* p = base_ + offset_;
     offset_ += size;
     peak_ = std::max(peak_, offset_);

@@ -25,16 +25,16 @@ inline constexpr size_t kDeviceAlignment = 256;
 // is safe when every kernel touching memory from this allocator runs on one stream (the stage's compute stream) or
 // the caller has synchronised; cross-stream users must record/wait an Event before freeing.
 class CudaCachingAllocator final : public Allocator {
-public:
+  public:
     struct Stats {
-        size_t bytes_in_use = 0;        // size-class bytes of live blocks
-        size_t bytes_reserved = 0;      // bytes held from cudaMalloc: live + cached
+        size_t bytes_in_use = 0;    // size-class bytes of live blocks
+        size_t bytes_reserved = 0;  // bytes held from cudaMalloc: live + cached
         size_t peak_bytes_in_use = 0;
         size_t peak_bytes_reserved = 0;
-        int64_t n_cuda_malloc = 0;      // cudaMalloc calls that succeeded
+        int64_t n_cuda_malloc = 0;  // cudaMalloc calls that succeeded
         int64_t n_cuda_free = 0;
-        int64_t n_allocations = 0;      // allocate() / try_allocate() calls that succeeded
-        int64_t n_cache_hits = 0;       // of which served from the cache
+        int64_t n_allocations = 0;  // allocate() / try_allocate() calls that succeeded
+        int64_t n_cache_hits = 0;   // of which served from the cache
     };
 
     // Binds to `device`; allocates nothing until the first request.
@@ -61,7 +61,7 @@ public:
     // The size class a request of `bytes` is served from (exposed for tests).
     static size_t size_class(size_t bytes);
 
-private:
+  private:
     void* allocate_locked(size_t cls);  // nullptr when cudaMalloc fails even after emptying the cache
     void empty_cache_locked();
 
@@ -79,7 +79,7 @@ private:
 // Running past the capacity is a sizing bug and aborts. Owned by one thread (the stage worker); not thread-safe.
 // Does no CUDA call itself, so it also works over cpu_allocator() (tests).
 class Workspace final : public Allocator {
-public:
+  public:
     Workspace(Allocator& backing, size_t capacity_bytes);
     ~Workspace() override;
     Workspace(const Workspace&) = delete;
@@ -98,9 +98,11 @@ public:
     size_t peak() const { return peak_; }
     int64_t n_live() const { return n_live_; }
 
-private:
+  private:
     Allocator& backing_;
     const size_t capacity_;
+    void* raw_ = nullptr;  // from backing_: raw_bytes_ long, base_ its first 256-byte aligned address
+    size_t raw_bytes_ = 0;
     char* base_ = nullptr;
     size_t offset_ = 0;
     size_t peak_ = 0;

@@ -13,21 +13,21 @@ namespace penstock::cuda::detail {
 
 }  // namespace penstock::cuda::detail
 
-#define PENSTOCK_CUDA_CHECK(expr)                                                                           \
-    do {                                                                                                    \
-        const cudaError_t penstock_cuda_err_ = (expr);                                                      \
-        if (penstock_cuda_err_ != cudaSuccess) [[unlikely]] {                                               \
+#define PENSTOCK_CUDA_CHECK(expr)                                                                                 \
+    do {                                                                                                          \
+        const cudaError_t penstock_cuda_err_ = (expr);                                                            \
+        if (penstock_cuda_err_ != cudaSuccess) [[unlikely]] {                                                     \
             ::penstock::cuda::detail::cuda_check_failed(penstock_cuda_err_, #expr, __func__, __FILE__, __LINE__); \
-        }                                                                                                   \
+        }                                                                                                         \
     } while (0)
 
-#define PENSTOCK_CUBLAS_CHECK(expr)                                                                       \
-    do {                                                                                                  \
-        const int penstock_cublas_status_ = static_cast<int>(expr);                                       \
-        if (penstock_cublas_status_ != 0) [[unlikely]] {                                                  \
+#define PENSTOCK_CUBLAS_CHECK(expr)                                                                           \
+    do {                                                                                                      \
+        const int penstock_cublas_status_ = static_cast<int>(expr);                                           \
+        if (penstock_cublas_status_ != 0) [[unlikely]] {                                                      \
             ::penstock::cuda::detail::cublas_check_failed(penstock_cublas_status_, #expr, __func__, __FILE__, \
-                                                          __LINE__);                                      \
-        }                                                                                                 \
+                                                          __LINE__);                                          \
+        }                                                                                                     \
     } while (0)
 
 // After every kernel launch. Debug builds: cudaGetLastError() catches bad launch configurations at the launch site.

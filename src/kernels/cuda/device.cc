@@ -13,8 +13,7 @@ namespace penstock::cuda {
 namespace {
 
 Status unavailable(const std::string& what, cudaError_t err) {
-    return Status(StatusCode::kUnavailable,
-                  what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+    return Status(StatusCode::kUnavailable, what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
 }  // namespace
@@ -72,8 +71,7 @@ Stream::~Stream() {
     if (stream_ != nullptr) PENSTOCK_CUDA_CHECK(cudaStreamDestroy(stream_));
 }
 
-Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
     if (this != &other) {
@@ -131,9 +129,9 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 void copy_async(const TensorView& dst, const TensorView& src, const Stream& stream) {
     PENSTOCK_CHECK(dst.is_contiguous()) << "copy_async: dst " << dst.shape_string() << " is not contiguous";
     PENSTOCK_CHECK(src.is_contiguous()) << "copy_async: src " << src.shape_string() << " is not contiguous";
-    PENSTOCK_CHECK_EQ(dst.nbytes(), src.nbytes()) << "copy_async: " << dst.shape_string() << " "
-                                                  << dtype_name(dst.dtype) << " <- " << src.shape_string() << " "
-                                                  << dtype_name(src.dtype);
+    PENSTOCK_CHECK_EQ(dst.nbytes(), src.nbytes())
+        << "copy_async: " << dst.shape_string() << " " << dtype_name(dst.dtype) << " <- " << src.shape_string() << " "
+        << dtype_name(src.dtype);
     if (src.nbytes() == 0) return;
     const bool dst_dev = dst.device == Device::kCUDA;
     const bool src_dev = src.device == Device::kCUDA;

@@ -16,14 +16,14 @@ namespace penstock::cuda {
 
 struct DeviceProperties {
     int index = 0;
-    std::string name;                  // "NVIDIA H200"
-    int n_sms = 0;                     // streaming multiprocessors
-    size_t total_memory_bytes = 0;     // global memory
-    int cc_major = 0;                  // compute capability, 9.0 for H100/H200
+    std::string name;               // "NVIDIA H200"
+    int n_sms = 0;                  // streaming multiprocessors
+    size_t total_memory_bytes = 0;  // global memory
+    int cc_major = 0;               // compute capability, 9.0 for H100/H200
     int cc_minor = 0;
     size_t l2_cache_bytes = 0;
-    size_t smem_per_block_optin = 0;   // max dynamic shared memory per block after opt-in
-    int driver_version = 0;            // e.g. 13000 for CUDA 13.0
+    size_t smem_per_block_optin = 0;  // max dynamic shared memory per block after opt-in
+    int driver_version = 0;           // e.g. 13000 for CUDA 13.0
     int runtime_version = 0;
 };
 
@@ -35,20 +35,20 @@ struct DeviceProperties {
 
 // Makes `device` current for this thread for the guard's lifetime, then restores the previous one.
 class DeviceGuard final {
-public:
+  public:
     explicit DeviceGuard(int device);
     ~DeviceGuard();
     DeviceGuard(const DeviceGuard&) = delete;
     DeviceGuard& operator=(const DeviceGuard&) = delete;
 
-private:
+  private:
     int previous_ = 0;
 };
 
 // An owned, non-blocking CUDA stream on one device (does not synchronise with the legacy default stream).
 // Move-only; destruction waits for nothing (cudaStreamDestroy lets queued work finish asynchronously).
 class Stream final {
-public:
+  public:
     // Aborts on CUDA failure: create streams only after device_count() succeeded.
     explicit Stream(int device);
     ~Stream();
@@ -63,14 +63,14 @@ public:
     void* handle() const { return stream_; }
     int device() const { return device_; }
 
-private:
+  private:
     CUstream_st* stream_ = nullptr;
     int device_ = 0;
 };
 
 // An owned CUDA event with timing enabled. Move-only.
 class Event final {
-public:
+  public:
     explicit Event(int device);
     ~Event();
     Event(Event&& other) noexcept;
@@ -88,7 +88,7 @@ public:
     static float elapsed_ms(const Event& start, const Event& end);
     void* handle() const { return event_; }
 
-private:
+  private:
     CUevent_st* event_ = nullptr;
     int device_ = 0;
 };

@@ -142,8 +142,8 @@ void check_params(const kernels::RmsNormParams& p) {
         << "rms_norm: weight " << p.weight.shape_string() << " vs in " << p.in.shape_string();
     PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
         << "rms_norm: in dtype " << dtype_name(p.in.dtype);
-    PENSTOCK_CHECK(p.out.dtype == p.in.dtype) << "rms_norm: out " << dtype_name(p.out.dtype) << " vs in "
-                                              << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == p.in.dtype)
+        << "rms_norm: out " << dtype_name(p.out.dtype) << " vs in " << dtype_name(p.in.dtype);
     PENSTOCK_CHECK(p.weight.dtype == DType::kF32 || p.weight.dtype == DType::kBF16)
         << "rms_norm: weight dtype " << dtype_name(p.weight.dtype);
     PENSTOCK_CHECK(p.in.stride(1) == 1 && p.out.stride(1) == 1 && p.weight.stride(0) == 1)

@@ -68,7 +68,8 @@ void moe_routing(const kernels::MoeRoutingParams& p, ThreadPool* pool) {
             const float* logits = p.logits.at<const float>({t});
             // s: the scores; c: the selection scores (s + bias).
             if (p.scoring == kernels::MoeScoring::kSigmoid) {
-                for (int64_t e = 0; e < n_experts; ++e) s[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
+                for (int64_t e = 0; e < n_experts; ++e)
+                    s[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
             } else {
                 float max_l = -std::numeric_limits<float>::infinity();
                 for (int64_t e = 0; e < n_experts; ++e) max_l = std::max(max_l, logits[e]);
@@ -92,7 +93,8 @@ void moe_routing(const kernels::MoeRoutingParams& p, ThreadPool* pool) {
                 }
                 const std::vector<int64_t> groups = order_desc(group_score);
                 std::vector<bool> keep(static_cast<size_t>(n_group), false);
-                for (int64_t i = 0; i < p.topk_group; ++i) keep[static_cast<size_t>(groups[static_cast<size_t>(i)])] = true;
+                for (int64_t i = 0; i < p.topk_group; ++i)
+                    keep[static_cast<size_t>(groups[static_cast<size_t>(i)])] = true;
                 for (int64_t e = 0; e < n_experts; ++e) {
                     if (!keep[static_cast<size_t>(e / per_group)]) {
                         c[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
@@ -146,7 +148,8 @@ void moe_align(const kernels::MoeAlignParams& p, ThreadPool* /*pool*/) {
         }
     }
     std::vector<int64_t> next(static_cast<size_t>(n_experts) + 1, 0);
-    for (int64_t e = 0; e < n_experts; ++e) next[static_cast<size_t>(e) + 1] = next[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < n_experts; ++e)
+        next[static_cast<size_t>(e) + 1] = next[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
     for (int64_t e = 0; e <= n_experts; ++e) {
         *p.expert_offsets.at<int32_t>({e}) = static_cast<int32_t>(next[static_cast<size_t>(e)]);
     }

@@ -18,7 +18,7 @@
 namespace penstock::test {
 
 class CudaTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         const Result<int> n = cuda::device_count();
         if (!n.ok()) GTEST_SKIP() << "no usable GPU: " << n.status().to_string();
@@ -30,7 +30,7 @@ protected:
     const cuda::Stream& stream() { return *stream_; }
     void* raw_stream() { return stream_->handle(); }
 
-private:
+  private:
     std::unique_ptr<cuda::CudaCachingAllocator> alloc_;  // declared first: outlives the stream
     std::unique_ptr<cuda::Stream> stream_;
 };

@@ -1,0 +1,65 @@
+// BenchContext: timing loop and JSON reporting.
+#include "bench/kernels/bench_harness.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace penstock::bench {
+
+BenchContext::BenchContext(const BenchOptions& options, cuda::DeviceProperties props)
+    : options_(options),
+      props_(std::move(props)),
+      alloc_(options.device),
+      stream_(options.device),
+      start_(options.device),
+      end_(options.device) {
+    const size_t flush_bytes = std::max<size_t>(size_t{128} << 20, 2 * props_.l2_cache_bytes);
+    flush_ = Tensor::empty({static_cast<int64_t>(flush_bytes)}, DType::kU8, alloc_);
+}
+
+Timing BenchContext::time(const std::function<void()>& op) {
+    for (int i = 0; i < options_.warmup; ++i) op();
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(options_.reps));
+    for (int i = 0; i < options_.reps; ++i) {
+        cuda::fill_bytes_async(flush_, i & 0xff, stream_);
+        start_.record(stream_);
+        op();
+        end_.record(stream_);
+        end_.synchronize();
+        us.push_back(1000.0 * static_cast<double>(cuda::Event::elapsed_ms(start_, end_)));
+    }
+    std::sort(us.begin(), us.end());
+    Timing t;
+    t.reps = options_.reps;
+    if (us.empty()) return t;
+    t.median_us = us[us.size() / 2];
+    t.min_us = us.front();
+    t.max_us = us.back();
+    return t;
+}
+
+nlohmann::json BenchContext::base_record(const std::string& bench) const {
+    return {{"bench", bench},
+            {"gpu", props_.name},
+            {"cc", std::to_string(props_.cc_major) + "." + std::to_string(props_.cc_minor)},
+            {"driver", props_.driver_version},
+            {"runtime", props_.runtime_version},
+            {"commit", PENSTOCK_GIT_COMMIT}};
+}
+
+void BenchContext::report(nlohmann::json record, const Timing& t, double bytes) const {
+    const double gbps = t.median_us > 0 ? bytes / (t.median_us * 1e3) : 0.0;
+    record["time_us"] = t.median_us;
+    record["min_us"] = t.min_us;
+    record["max_us"] = t.max_us;
+    record["reps"] = t.reps;
+    record["bytes"] = bytes;
+    record["gbps"] = gbps;
+    record["pct_of_copy_peak"] = 100.0 * gbps / kH200CopyGBps;
+    std::printf("%s\n", record.dump().c_str());
+    std::fflush(stdout);
+}
+
+}  // namespace penstock::bench

@@ -1,0 +1,50 @@
+// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm]: runs the per-op GPU
+// benchmarks and prints one JSON line per config. Exits 2 with a message when there is no usable GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "bench/kernels/bench_harness.h"
+
+namespace {
+
+int usage(const char* argv0) {
+    std::fprintf(stderr, "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm]\n", argv0);
+    return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    penstock::bench::BenchOptions options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (i + 1 >= argc) return usage(argv[0]);
+        const char* value = argv[++i];
+        if (arg == "--device") {
+            options.device = std::atoi(value);
+        } else if (arg == "--warmup") {
+            options.warmup = std::atoi(value);
+        } else if (arg == "--reps") {
+            options.reps = std::atoi(value);
+        } else if (arg == "--only") {
+            options.only = value;
+        } else {
+            return usage(argv[0]);
+        }
+    }
+    if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
+    if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm") return usage(argv[0]);
+
+    auto props = penstock::cuda::device_properties(options.device);
+    if (!props.ok()) {
+        std::fprintf(stderr, "penstock_bench_kernels: %s\n", props.status().to_string().c_str());
+        return 2;
+    }
+    penstock::bench::BenchContext ctx(options, std::move(props).value());
+    if (options.only.empty() || options.only == "copy") penstock::bench::run_copy_bench(ctx);
+    if (options.only.empty() || options.only == "rms_norm") penstock::bench::run_rms_norm_bench(ctx);
+    return 0;
+}

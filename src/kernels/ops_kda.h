@@ -1,0 +1,130 @@
+// Ops of Kimi Delta Attention (KDA, Kimi Linear / Kimi K3) and the K3 SiTU activation, on the conventions of
+// kernels/ops.h (Params structs, Context dispatch; the CPU reference in kernels/ref/kda.cc is the specification).
+// Per-sequence recurrent state lives in caller-owned slot tensors ([n_slots, ...]): a batch names each sequence's
+// slot in `state_slots`, so ragged batches of requests at different points of their prefill run in one call.
+// See reference/MODELS.md §3.3 (KDA), §3.5 (SiTU).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace penstock::kernels {
+
+// Causal depthwise 1-D convolution of each sequence's rows, continuing from the sequence's conv state:
+//   window = [conv_state[slot] (kernel - 1 rows, oldest first) ; in rows of the sequence]
+//   out[t, c] = act(sum_{j < kernel} weight[c, j] * window[t + j, c])   (weight[c, kernel - 1] hits the current row)
+// act = SiLU when `silu`, else identity. Afterwards conv_state[slot] holds the last kernel - 1 rows of the window (a
+// new sequence starts from a zero state: the left zero padding of a plain causal conv). fp32, double accumulation.
+struct ShortConvParams {
+    TensorView out;          // [n_tokens, channels] f32 (must not alias in)
+    TensorView in;           // [n_tokens, channels] f32, rows strided
+    TensorView weight;       // [channels, kernel] f32
+    TensorView conv_state;   // [n_slots, kernel - 1, channels] f32, in/out
+    TensorView cu_seqlens;   // [n_seqs + 1] i32: row range of each sequence in in/out
+    TensorView state_slots;  // [n_seqs] i32: index into dim 0 of conv_state
+    bool silu = true;
+};
+
+// out = x / sqrt(sum(x^2) + eps) over the last dim (fla / transformers `l2norm`: eps inside the sqrt, not a clamp).
+// out may alias in. Strided on dims 0 and 1.
+struct L2NormParams {
+    TensorView out;  // [n_tokens, n_heads, dim] f32
+    TensorView in;   // [n_tokens, n_heads, dim] f32
+    float eps = 1e-6f;
+};
+
+// out = 1 / (1 + exp(-in)), elementwise. out may alias in. Rows may be strided.
+struct SigmoidParams {
+    TensorView out;  // [n_rows, dim] f32
+    TensorView in;   // [n_rows, dim] f32
+};
+
+// out = in * sigmoid(gate), elementwise (Kimi K3 gated MLA output). out may alias in or gate. Rows may be strided.
+struct SigmoidGateParams {
+    TensorView out;   // [n_rows, dim] f32
+    TensorView in;    // [n_rows, dim] f32
+    TensorView gate;  // [n_rows, dim] f32
+};
+
+enum class KdaGateForm : uint8_t {
+    kSoftplus,    // Kimi Linear: g = -exp(A_log[h]) * softplus(f + dt_bias); softplus(u) = u for u > 20
+    kLowerBound,  // Kimi K3:     g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias)), in (lower_bound, 0)
+};
+
+// The per-channel log decay of KDA, in fp32: u = f[t, h, d] + dt_bias[h * head_dim + d], then the form's formula.
+// out may alias f.
+struct KdaGateParams {
+    TensorView out;      // [n_tokens, n_heads, head_dim] f32, contiguous
+    TensorView f;        // [n_tokens, n_heads, head_dim] f32, contiguous (the low-rank or full-rank gate projection)
+    TensorView a_log;    // [n_heads] f32
+    TensorView dt_bias;  // [n_heads * head_dim] f32
+    KdaGateForm form = KdaGateForm::kSoftplus;
+    float lower_bound = -5.0f;  // kLowerBound only
+};
+
+// The gated delta rule with a per-key-channel decay (KDA), per sequence and head, state S [k_dim, v_dim] fp32:
+//   S <- Diag(exp(g_t)) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T;  out_t = S^T (scale * q_t)
+// starting from state[slot] and writing the final state back to it. q and k are expected L2-normalised (not done
+// here). The recurrent form walks tokens one by one (the oracle); the chunkwise form processes `chunk_size` tokens at a
+// time in the WY/UT representation (MODELS.md §3.3) and agrees with it up to rounding. A zero-length sequence leaves
+// its state untouched.
+struct GatedDeltaRuleParams {
+    TensorView out;           // [n_tokens, n_heads, v_dim] f32 (must not alias the inputs)
+    TensorView q;             // [n_tokens, n_heads, k_dim] f32, strided on dims 0 and 1
+    TensorView k;             // [n_tokens, n_heads, k_dim] f32, strided on dims 0 and 1
+    TensorView v;             // [n_tokens, n_heads, v_dim] f32, strided on dims 0 and 1
+    TensorView g;             // [n_tokens, n_heads, k_dim] f32 log decay (<= 0), strided on dims 0 and 1
+    TensorView beta;          // [n_tokens, n_heads] f32, rows strided
+    TensorView state;         // [n_slots, n_heads, k_dim, v_dim] f32, contiguous, in/out
+    TensorView cu_seqlens;    // [n_seqs + 1] i32
+    TensorView state_slots;   // [n_seqs] i32: index into dim 0 of state
+    float scale = 1.0f;       // applied to q (k_dim^-0.5 in KDA)
+    int64_t chunk_size = 64;  // chunkwise form only
+};
+
+// out = weight * (x * rsqrt(mean(x^2) + eps)) * sigmoid(gate), per row, fp32 (FusedRMSNormGated, sigmoid). out may
+// alias in. Rows may be strided.
+struct GatedRmsNormParams {
+    TensorView out;     // [n_rows, dim] f32
+    TensorView in;      // [n_rows, dim] f32
+    TensorView gate;    // [n_rows, dim] f32
+    TensorView weight;  // [dim] f32
+    float eps = 1e-6f;
+};
+
+// Kimi K3 SiTU-GLU, elementwise in fp32:
+//   out = beta * tanh(gate / beta) * sigmoid(gate) * linear_beta * tanh(up / linear_beta)
+// out may alias gate or up. Rows may be strided.
+struct SituMulParams {
+    TensorView out;             // [n_rows, dim] f32
+    TensorView gate;            // [n_rows, dim] f32
+    TensorView up;              // [n_rows, dim] f32
+    float beta = 4.0f;          // activation_situ_beta
+    float linear_beta = 25.0f;  // activation_situ_linear_beta
+};
+
+// Kimi K3 Block Attention Residuals read (MODELS.md §3.6): per token, a softmax over depth of the candidates
+// V = [bank rows 0..n_blocks-1 ; partial] with logits_i = query . RMSNorm_w(V_i) (eps, fp32), returning
+// out = sum_i softmax_i * V_i (the raw rows). Double accumulation. out may alias partial.
+struct AttnResMixParams {
+    TensorView out;          // [n_tokens, hidden] f32
+    TensorView bank;         // [n_tokens, n_blocks, hidden] f32, strided on dims 0 and 1 (n_blocks may be 0)
+    TensorView partial;      // [n_tokens, hidden] f32, rows strided
+    TensorView query;        // [hidden] f32: the sub-layer's pseudo-query (`*_res_proj.weight` row)
+    TensorView norm_weight;  // [hidden] f32 (`*_res_norm.weight`)
+    float eps = 1e-5f;
+};
+
+void short_conv(const ShortConvParams& p, const Context& ctx);
+void l2norm(const L2NormParams& p, const Context& ctx);
+void sigmoid(const SigmoidParams& p, const Context& ctx);
+void sigmoid_gate(const SigmoidGateParams& p, const Context& ctx);
+void kda_gate(const KdaGateParams& p, const Context& ctx);
+void gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, const Context& ctx);
+void gated_delta_rule_chunk(const GatedDeltaRuleParams& p, const Context& ctx);
+void gated_rms_norm(const GatedRmsNormParams& p, const Context& ctx);
+void situ_mul(const SituMulParams& p, const Context& ctx);
+void attn_res_mix(const AttnResMixParams& p, const Context& ctx);
+
+}  // namespace penstock::kernels

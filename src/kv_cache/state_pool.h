@@ -1,0 +1,77 @@
+// Fixed-size per-request state of linear-attention layers (KDA): for each KDA layer of a stage, one recurrent state
+// [n_heads, k_dim, v_dim] f32 and one short-conv state [kernel - 1, channels] f32 per slot. A request holds one slot
+// (the same index in every layer) from admission to release; a slot is zero-filled when it is handed out, which is
+// exactly the state a new sequence starts from. Same discipline as PagePool: all-or-nothing, ResourceExhausted when
+// full (a normal scheduler outcome), abort on double free. Host memory; not thread-safe (scheduler thread).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace penstock::kv_cache {
+
+struct KdaStateShape {
+    int64_t n_heads = 0;
+    int64_t k_dim = 0;
+    int64_t v_dim = 0;
+    int64_t conv_kernel = 1;    // short conv width; the conv state keeps conv_kernel - 1 rows
+    int64_t conv_channels = 0;  // channels of the (fused q|k|v) short conv
+};
+
+class KdaStatePool final {
+  public:
+    // n_layers state tensors of each kind, each with n_slots slots.
+    KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape);
+
+    int64_t n_slots() const { return n_slots_; }
+    int64_t n_layers() const { return static_cast<int64_t>(recurrent_.size()); }
+    int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
+    int64_t n_used() const { return n_slots_ - n_free(); }
+    const KdaStateShape& shape() const { return shape_; }
+    // Bytes of one slot across all layers (recurrent + conv).
+    size_t slot_bytes() const;
+
+    // Takes a free slot and zero-fills its state in every layer, or returns ResourceExhausted (taking nothing).
+    [[nodiscard]] Result<int32_t> allocate();
+    // Returns a slot. Releasing a slot that is not allocated aborts.
+    void release(int32_t slot);
+
+    // Layer i's (0-based among the pool's layers) recurrent state: [n_slots, n_heads, k_dim, v_dim] f32.
+    const TensorView& recurrent(int64_t layer) const;
+    // Layer i's conv state: [n_slots, conv_kernel - 1, conv_channels] f32.
+    const TensorView& conv(int64_t layer) const;
+
+  private:
+    int64_t n_slots_;
+    KdaStateShape shape_;
+    std::vector<Tensor> recurrent_;
+    std::vector<Tensor> conv_;
+    std::vector<int32_t> free_;  // stack of free slot ids
+    std::vector<uint8_t> in_use_;
+};
+
+// Request id -> slot, against a shared KdaStatePool (the analogue of RequestTables).
+class RequestStateSlots final {
+  public:
+    explicit RequestStateSlots(KdaStatePool* pool) : pool_(pool) {}
+
+    // Gives request `id` a fresh zeroed slot; a request that already holds one keeps it unchanged. All-or-nothing:
+    // ResourceExhausted (nothing taken) when the pool is full.
+    [[nodiscard]] Status acquire(int64_t id);
+    // Frees request `id`'s slot (no-op for unknown ids).
+    void release(int64_t id);
+    // The slot of a known request (aborts for unknown ids).
+    int32_t slot(int64_t id) const;
+    bool contains(int64_t id) const { return slots_.count(id) != 0; }
+    int64_t n_requests() const { return static_cast<int64_t>(slots_.size()); }
+
+  private:
+    KdaStatePool* pool_;
+    std::unordered_map<int64_t, int32_t> slots_;
+};
+
+}  // namespace penstock::kv_cache

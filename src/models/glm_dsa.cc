@@ -1,0 +1,379 @@
+// DSA family composition (glm_moe_dsa, deepseek_v32): config, loading and the layer forward.
+#include "models/glm_dsa.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/ops_dsa.h"
+
+namespace penstock::models {
+
+namespace {
+
+using nlohmann::json;
+
+std::string render(const json& v) {
+    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+// A positive integer field of config.raw, or `fallback` when absent / null.
+Status read_positive(const json& raw, const char* field, int64_t* out) {
+    if (!raw.contains(field) || raw[field].is_null()) return ok_status();
+    const json& v = raw[field];
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 30)) {
+        return invalid_argument(std::string("config field '") + field + "': expected a positive integer, got " +
+                                render(v));
+    }
+    *out = v.get<int64_t>();
+    return ok_status();
+}
+
+// A list of strings with `n` entries, each `a` (-> 1) or `b` (-> 0).
+Result<std::vector<uint8_t>> read_choice_list(const json& v, const char* field, int64_t n, const char* a,
+                                              const char* b) {
+    if (!v.is_array() || static_cast<int64_t>(v.size()) != n) {
+        return invalid_argument(std::string("config field '") + field + "': expected a list of " + std::to_string(n) +
+                                " entries (one per layer), got " + render(v));
+    }
+    std::vector<uint8_t> out;
+    for (const json& e : v) {
+        if (e.is_string() && e.get<std::string>() == a) {
+            out.push_back(1);
+        } else if (e.is_string() && e.get<std::string>() == b) {
+            out.push_back(0);
+        } else {
+            return invalid_argument(std::string("config field '") + field + "': entries must be \"" + a + "\" or \"" +
+                                    b + "\", got " + render(e));
+        }
+    }
+    return out;
+}
+
+Result<std::vector<uint8_t>> read_indexer_types(const json& raw, int64_t n_layers) {
+    if (raw.contains("indexer_types") && !raw["indexer_types"].is_null()) {
+        return read_choice_list(raw["indexer_types"], "indexer_types", n_layers, "full", "shared");
+    }
+    if (raw.contains("index_topk_pattern") && !raw["index_topk_pattern"].is_null()) {
+        const json& p = raw["index_topk_pattern"];
+        if (!p.is_string()) return read_choice_list(p, "index_topk_pattern", n_layers, "full", "shared");
+        const std::string s = p.get<std::string>();
+        if (static_cast<int64_t>(s.size()) != n_layers || s.find_first_not_of("FS") != std::string::npos) {
+            return invalid_argument("config field 'index_topk_pattern': expected " + std::to_string(n_layers) +
+                                    " characters F/S, got " + render(p));
+        }
+        std::vector<uint8_t> out;
+        for (char c : s) out.push_back(c == 'F' ? 1 : 0);
+        return out;
+    }
+    int64_t freq = 1;
+    int64_t offset = 2;
+    if (raw.contains("index_topk_freq") && raw["index_topk_freq"].is_number_integer()) {
+        freq = std::max<int64_t>(raw["index_topk_freq"].get<int64_t>(), 1);  // transformers: max(freq, 1)
+    } else if (raw.contains("index_topk_freq") && !raw["index_topk_freq"].is_null()) {
+        return invalid_argument("config field 'index_topk_freq': expected an integer, got " +
+                                render(raw["index_topk_freq"]));
+    }
+    if (raw.contains("index_skip_topk_offset") && raw["index_skip_topk_offset"].is_number_integer()) {
+        offset = raw["index_skip_topk_offset"].get<int64_t>();
+    } else if (raw.contains("index_skip_topk_offset") && !raw["index_skip_topk_offset"].is_null()) {
+        return invalid_argument("config field 'index_skip_topk_offset': expected an integer, got " +
+                                render(raw["index_skip_topk_offset"]));
+    }
+    std::vector<uint8_t> out;
+    for (int64_t i = 0; i < n_layers; ++i) out.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0 ? 1 : 0);
+    return out;
+}
+
+}  // namespace
+
+Result<DsaConfig> parse_dsa_config(const loader::ModelConfig& c) {
+    const bool glm = c.model_type == "glm_moe_dsa";
+    if (!glm && c.model_type != "deepseek_v32") {
+        return invalid_argument("model_type '" + c.model_type + "' is not a DSA family type");
+    }
+    const json& raw = c.raw;
+    DsaConfig d;
+    d.index_n_heads = glm ? 32 : 64;
+    d.indexer_rope_interleave = glm;
+    PENSTOCK_RETURN_IF_ERROR(read_positive(raw, "index_topk", &d.index_topk));
+    PENSTOCK_RETURN_IF_ERROR(read_positive(raw, "index_n_heads", &d.index_n_heads));
+    PENSTOCK_RETURN_IF_ERROR(read_positive(raw, "index_head_dim", &d.index_head_dim));
+    if (raw.contains("indexer_rope_interleave") && !raw["indexer_rope_interleave"].is_null()) {
+        if (!raw["indexer_rope_interleave"].is_boolean()) {
+            return invalid_argument("config field 'indexer_rope_interleave': expected a boolean, got " +
+                                    render(raw["indexer_rope_interleave"]));
+        }
+        d.indexer_rope_interleave = raw["indexer_rope_interleave"].get<bool>();
+    }
+    const int64_t n_layers = c.num_hidden_layers;
+    if (glm) {
+        PENSTOCK_ASSIGN_OR_RETURN(d.full_indexer, read_indexer_types(raw, n_layers));
+    } else {
+        d.full_indexer.assign(static_cast<size_t>(n_layers), 1);  // DeepseekV32: every layer runs its indexer
+    }
+    if (n_layers > 0 && d.full_indexer[0] == 0) {
+        return invalid_argument("config field 'indexer_types': layer 0 is \"shared\" but no earlier full layer exists");
+    }
+    if (raw.contains("mlp_layer_types") && !raw["mlp_layer_types"].is_null()) {
+        PENSTOCK_ASSIGN_OR_RETURN(
+            d.moe_mlp, read_choice_list(raw["mlp_layer_types"], "mlp_layer_types", n_layers, "sparse", "dense"));
+    } else {
+        const int64_t n_dense = std::min(c.first_k_dense_replace, n_layers);
+        for (int64_t i = 0; i < n_layers; ++i) d.moe_mlp.push_back(i >= n_dense ? 1 : 0);
+    }
+    if (c.qk_rope_head_dim > d.index_head_dim) {
+        return invalid_argument("config field 'index_head_dim': " + std::to_string(d.index_head_dim) +
+                                " is smaller than qk_rope_head_dim " + std::to_string(c.qk_rope_head_dim));
+    }
+    if (c.q_lora_rank <= 0) {
+        return invalid_argument("config field 'q_lora_rank': the DSA indexer reads the q latent, so it must be set");
+    }
+    for (int64_t i = 0; i < n_layers; ++i) {
+        if (d.moe_mlp[static_cast<size_t>(i)] && c.n_routed_experts <= 0) {
+            return invalid_argument("config field 'mlp_layer_types': layer " + std::to_string(i) +
+                                    " is sparse but n_routed_experts is 0");
+        }
+    }
+    return d;
+}
+
+namespace {
+
+// DeepseekV32Config defaults that differ from the DeepseekV3Config ones the generic parser applied.
+loader::ModelConfig family_config(const loader::ModelConfig& in) {
+    loader::ModelConfig c = in;
+    if (c.model_type == "deepseek_v32" && !c.raw.contains("max_position_embeddings")) {
+        const int64_t old = c.max_position_embeddings;
+        c.max_position_embeddings = 163840;
+        const json* rp = c.raw.contains("rope_parameters") ? &c.raw["rope_parameters"]
+                         : c.raw.contains("rope_scaling")  ? &c.raw["rope_scaling"]
+                                                           : nullptr;
+        const bool explicit_orig = rp && rp->is_object() && rp->contains("original_max_position_embeddings");
+        if (c.rope.type == "yarn" && !explicit_orig && c.rope.original_max_position_embeddings == old) {
+            c.rope.original_max_position_embeddings = c.max_position_embeddings;
+        }
+    }
+    return c;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_config,
+                                                 const loader::Checkpoint& checkpoint, const loader::LayerRange& range,
+                                                 const ModelOptions& options, loader::LoadStats* stats) {
+    const loader::ModelConfig config = family_config(in_config);
+    if (range.begin < 0 || range.begin >= range.end || range.end > config.num_hidden_layers) {
+        return invalid_argument("layer range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                ") is not inside [0, " + std::to_string(config.num_hidden_layers) + ")");
+    }
+    if (config.hidden_act != "silu") {
+        return unimplemented("hidden_act '" + config.hidden_act + "' is not supported for " + config.model_type);
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(DsaConfig dsa, parse_dsa_config(config));
+    if (!dsa.full_indexer[static_cast<size_t>(range.begin)]) {
+        // TODO(#3): carry the previous stage's top-k with the activations.
+        return unimplemented("a pipeline stage starting at shared indexer layer " + std::to_string(range.begin) +
+                             " needs the previous stage's top-k indices, which are not carried between stages yet");
+    }
+    auto m = std::make_unique<GlmDsaModel>();
+    m->config_ = config;
+    m->dsa_ = dsa;
+    m->range_ = range;
+    m->options_ = options;
+    PENSTOCK_ASSIGN_OR_RETURN(m->rope_, make_rope_table(config));
+    m->rope_.interleaved = true;  // transformers applies apply_rotary_pos_emb_interleave unconditionally here
+    m->softmax_scale_ = mla_softmax_scale(config);
+
+    const int64_t n_layers = config.num_hidden_layers;
+    const bool tie = config.tie_word_embeddings;
+    const int64_t block_n = config.fp8 ? config.fp8->block_n : 128;
+    const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
+    PENSTOCK_ASSIGN_OR_RETURN(
+        loader::WeightMap weights,
+        checkpoint.load(
+            [&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
+            loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+    WeightReader r(&weights);
+
+    const int64_t h = config.hidden_size;
+    const int64_t vocab = config.vocab_size;
+    if (m->is_first_stage() || (tie && m->is_last_stage())) {
+        PENSTOCK_ASSIGN_OR_RETURN(m->embed_, r.take("model.embed_tokens.weight", {vocab, h}));
+    }
+    if (m->is_last_stage()) {
+        PENSTOCK_ASSIGN_OR_RETURN(m->norm_, r.take("model.norm.weight", {h}));
+        if (tie) {
+            m->lm_head_ = m->embed_;
+        } else {
+            PENSTOCK_ASSIGN_OR_RETURN(m->lm_head_, r.take("lm_head.weight", {vocab, h}));
+        }
+    }
+    const DsaIndexerDims ixd{.hidden = h,
+                             .q_lora_rank = config.q_lora_rank,
+                             .n_heads = dsa.index_n_heads,
+                             .head_dim = dsa.index_head_dim,
+                             .rope_dim = m->rope_.rot_dim,
+                             .top_k = dsa.index_topk,
+                             .rope_interleaved = dsa.indexer_rope_interleave};
+    for (int64_t l = range.begin; l < range.end; ++l) {
+        const std::string p = "model.layers." + std::to_string(l);
+        Layer layer;
+        PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
+        PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config));
+        layer.attn = std::make_unique<MlaAttention>(std::move(attn));
+        if (dsa.full_indexer[static_cast<size_t>(l)]) {
+            PENSTOCK_ASSIGN_OR_RETURN(DsaIndexer ix, DsaIndexer::load(r, p + ".self_attn.indexer", ixd));
+            layer.indexer = std::make_unique<DsaIndexer>(std::move(ix));
+        }
+        if (dsa.moe_mlp[static_cast<size_t>(l)]) {
+            PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, p + ".mlp", config));
+            layer.moe = std::make_unique<MoeBlock>(std::move(moe));
+        } else {
+            PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, p + ".mlp", h, config.intermediate_size));
+            layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
+        }
+        m->layers_.push_back(std::move(layer));
+    }
+    return std::unique_ptr<Model>(std::move(m));
+}
+
+std::unique_ptr<ModelCache> GlmDsaModel::create_cache(int64_t n_pages) const {
+    std::vector<int64_t> full;
+    for (int64_t l = range_.begin; l < range_.end; ++l) {
+        if (dsa_.full_indexer[static_cast<size_t>(l)]) full.push_back(l);
+    }
+    return std::make_unique<DsaModelCache>(n_pages, config_.kv_lora_rank + config_.qk_rope_head_dim, range_.begin,
+                                           range_.end, dsa_.index_head_dim, full, options_.dsa_fp8_indexer);
+}
+
+void GlmDsaModel::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
+    PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
+    act->hidden = Tensor::empty({layout.n_tokens, config_.hidden_size}, DType::kF32);
+    kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
+}
+
+void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
+                                 ModelCache* cache, const kernels::Context& ctx) const {
+    auto* dsa_cache = dynamic_cast<DsaModelCache*>(cache);
+    PENSTOCK_CHECK(dsa_cache != nullptr) << config_.model_type << " needs the cache it created";
+    const int64_t n = layout.n_tokens;
+    const int64_t h = config_.hidden_size;
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    int64_t longest_kv = 0;
+    for (const SeqChunk& s : batch.seqs) {
+        longest_kv = std::max(longest_kv, s.prefix_len + static_cast<int64_t>(s.token_ids.size()));
+    }
+    const int64_t dense_max = options_.dsa_dense_max_kv < 0 ? dsa_.index_topk : options_.dsa_dense_max_kv;
+    const bool dense = longest_kv <= dense_max;
+    const int64_t budget =
+        options_.dsa_logits_budget_bytes > 0 ? options_.dsa_logits_budget_bytes : kDsaCpuLogitsBudgetBytes;
+
+    Tensor normed = Tensor::empty({n, h}, DType::kF32);
+    Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
+    Tensor key_pos;  // [n, index_topk] i32: the latest full layer's selection (sparse path)
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& layer = layers_[i];
+        const int64_t index = range_.begin + static_cast<int64_t>(i);
+        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
+        if (dense) {
+            layer.attn->forward(batch, layout, normed, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
+                                sub_out, ctx);
+            if (layer.indexer) {
+                layer.indexer->write_keys(batch, layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+            }
+        } else {
+            const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx);
+            int64_t row = 0;
+            for (const SeqChunk& s : batch.seqs) {  // the chunk's latents join the cache first
+                const auto len = static_cast<int64_t>(s.token_ids.size());
+                dsa_cache->latent.write(index, *s.pages, s.prefix_len, proj.kv.view().slice(0, row, row + len));
+                row += len;
+            }
+            if (layer.indexer) {
+                layer.indexer->write_keys(batch, layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+                key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
+                                                budget, ctx);
+            }
+            PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer";
+            attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
+        }
+        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
+        if (layer.moe) {
+            layer.moe->forward(normed, sub_out, ctx);
+        } else {
+            layer.mlp->forward(normed, sub_out, ctx);
+        }
+        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+    }
+}
+
+void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer, int64_t index,
+                                const TensorView& x, const TensorView& key_pos, DsaModelCache* cache,
+                                const TensorView& out, const MlaAttention::Projection& proj,
+                                const kernels::Context& ctx) const {
+    const MlaDims& d = layer.attn->dims();
+    const int64_t n = layout.n_tokens;
+    const int64_t top_k = key_pos.size(1);
+    // Key positions -> rows of the paged latent cache viewed as [n_pages * page_size, latent_dim].
+    Tensor slots = Tensor::empty({n, top_k}, DType::kI32);
+    int64_t row = 0;
+    for (const SeqChunk& s : batch.seqs) {
+        const auto len = static_cast<int64_t>(s.token_ids.size());
+        for (int64_t r = row; r < row + len; ++r) {
+            for (int64_t j = 0; j < top_k; ++j) {
+                const int32_t pos = *key_pos.at<const int32_t>({r, j});
+                slots.ptr<int32_t>()[r * top_k + j] =
+                    pos < 0 ? -1
+                            : static_cast<int32_t>(
+                                  static_cast<int64_t>(s.pages->pages[static_cast<size_t>(pos / kv_cache::kPageSize)]) *
+                                      kv_cache::kPageSize +
+                                  pos % kv_cache::kPageSize);
+            }
+        }
+        row += len;
+    }
+    const TensorView& layer_view = cache->latent.layer_view(index);  // [n_pages, page_size, latent_dim]
+    const TensorView kv = layer_view.reshape({layer_view.size(0) * layer_view.size(1), d.latent_dim()});
+    const Tensor q_abs = layer.attn->absorb_q(proj.q, ctx);
+    Tensor o_lat = Tensor::empty({n, d.n_heads, d.kv_lora_rank}, DType::kF32);
+    Tensor lse = Tensor::empty({n, d.n_heads}, DType::kF32);
+    kernels::sparse_mla_attention({.out = o_lat,
+                                   .lse = lse,
+                                   .q = q_abs,
+                                   .kv = kv,
+                                   .v = kv.slice(1, 0, d.kv_lora_rank),
+                                   .indices = slots,
+                                   .scale = softmax_scale_},
+                                  ctx);
+    Tensor attn_out = Tensor::empty({n, d.n_heads * d.v_head_dim}, DType::kF32);
+    layer.attn->absorb_out(o_lat, attn_out, ctx);
+    layer.attn->output(x, attn_out, out, ctx);
+}
+
+Tensor GlmDsaModel::compute_logits(const BatchLayout& layout, const Activations& act,
+                                   const kernels::Context& ctx) const {
+    PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
+    const int64_t h = config_.hidden_size;
+    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
+    Tensor selected = Tensor::empty({rows, h}, DType::kF32);
+    for (int64_t i = 0; i < rows; ++i) {
+        const int64_t src = layout.logit_rows[static_cast<size_t>(i)];
+        std::copy_n(act.hidden.ptr<const float>() + src * h, h, selected.ptr<float>() + i * h);
+    }
+    kernels::rms_norm(
+        {.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)}, ctx);
+    Tensor logits = Tensor::empty({rows, config_.vocab_size}, DType::kF32);
+    kernels::gemm({.out = logits, .a = selected, .b = lm_head_, .trans_b = true}, ctx);
+    return logits;
+}
+
+Result<std::unique_ptr<Model>> load_glm_dsa_model(const loader::ModelConfig& config,
+                                                  const loader::Checkpoint& checkpoint, const loader::LayerRange& range,
+                                                  const ModelOptions& options, loader::LoadStats* stats) {
+    return GlmDsaModel::load(config, checkpoint, range, options, stats);
+}
+
+}  // namespace penstock::models

@@ -1,0 +1,132 @@
+// Scheduler: owns the waiting queue (bounded), the running set and the request page tables over a PagePool it is
+// given; each schedule_step() asks the PrefillAdder for a BatchPlan and applies it (admission reserves a request's
+// whole KV), on_step_done() applies a step's sampled tokens. Stage 0 runs one Scheduler on one thread; nothing here
+// is thread-safe and nothing touches a GPU. Contract: docs/design/scheduler.md.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "kv_cache/page_pool.h"
+#include "scheduler/config.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/policy.h"
+#include "scheduler/prefill_adder.h"
+#include "scheduler/request.h"
+
+namespace penstock::scheduler {
+
+struct SampledToken {
+    int64_t request_id = 0;
+    int32_t token_id = 0;
+};
+
+// What came back from one planned step: one token per kLast entry of a live request (tokens for requests aborted in
+// the meantime are ignored).
+struct StepResult {
+    int64_t step_id = 0;
+    std::vector<SampledToken> tokens;
+};
+
+struct NewRequest {
+    int64_t id = 0;  // unique among live requests (the caller assigns ids)
+    std::vector<int32_t> prompt;
+    SamplingParams sampling;
+    TimePoint arrival{};
+    TimePoint deadline = kNoDeadline;
+};
+
+class Scheduler final {
+public:
+    // InvalidArgument for an invalid config or a missing cost model when dynamic chunking is in effect. `pool` must
+    // outlive the scheduler and have no other client (the page-accounting check relies on it).
+    [[nodiscard]] static Result<std::unique_ptr<Scheduler>> create(const SchedulerConfig& config,
+                                                                   kv_cache::PagePool* pool,
+                                                                   std::optional<ChunkCostModel> cost_model);
+
+    // Queues a request. InvalidArgument: empty prompt, max_new_tokens < 1, prompt + max_new_tokens over
+    // max_context_len, or an id already live. OutOfRange: its whole KV needs more pages than the pool can ever give
+    // (rejected at once). ResourceExhausted: the waiting queue holds max_queue_size requests.
+    [[nodiscard]] Status add_request(NewRequest r);
+
+    // Aborts a live request in any state and frees its pages at once (safe while a step holding it is in flight:
+    // steps run in order, so a later owner of those pages writes them after the stale step did). NotFound when the
+    // id is not live.
+    [[nodiscard]] Status abort(int64_t id);
+
+    // Aborts (reason kTimeout) every live request whose deadline is <= now; returns their ids in queue order.
+    std::vector<int64_t> expire_deadlines(TimePoint now);
+
+    // Plans the next step and applies it (admissions reserve pages; planned positions are marked in flight). An
+    // empty plan (nothing runnable) gets step_id -1 and must not be run; a non-empty one gets the next step id and
+    // its result must come back through on_step_done, in step order. Several steps may be in flight (pipeline).
+    BatchPlan schedule_step();
+
+    // Applies the result of the oldest step in flight: advances prefixes, appends sampled tokens, finishes requests
+    // (kLength / kStop) and frees their pages. A step id out of order or a missing token aborts (a runtime bug).
+    void on_step_done(const StepResult& result);
+
+    // Requests that reached kFinished or kAborted since the last call (ownership passes to the caller).
+    std::vector<std::unique_ptr<Request>> take_finished();
+
+    // Internal error describing the first broken invariant: pages owned by live requests == pool pages used, a table
+    // per running request covering its whole reserved KV and none for waiting ones, at most one mid-chunk request,
+    // running <= max_running_requests. For idle checks (SPEC §6: the caller warns or aborts by setting).
+    [[nodiscard]] Status check_invariants() const;
+
+    const SchedulerConfig& config() const { return config_; }
+    const PrefillAdder& adder() const { return adder_; }
+    // A live request, or nullptr.
+    const Request* find(int64_t id) const;
+    const kv_cache::PageTable& page_table(int64_t id) const { return tables_.table(id); }
+    int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+    int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+    int64_t n_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+    // Requests admitted with prompt tokens not yet planned (0 or 1).
+    int64_t n_mid_chunk() const;
+    int64_t pages_owned() const { return tables_.pages_owned(); }
+
+private:
+    struct Live {
+        std::unique_ptr<Request> request;
+        uint64_t serial = 0;  // distinguishes a reused id from the request an in-flight step was planned for
+    };
+    // What on_step_done needs of a planned entry.
+    struct PlannedEntry {
+        int64_t request_id = 0;
+        uint64_t serial = 0;
+        int64_t prefix_len = 0;
+        int64_t n_tokens = 0;
+        ChunkLogits logits = ChunkLogits::kNone;
+    };
+    struct PlannedStep {
+        int64_t step_id = 0;
+        std::vector<PlannedEntry> entries;
+    };
+
+    Scheduler(const SchedulerConfig& config, kv_cache::PagePool* pool, std::optional<ChunkCostModel> cost_model);
+    Request* live(int64_t id);
+    void apply_plan(BatchPlan* plan);
+    // Moves a terminal request out of the queue/running set, frees its pages and parks it in finished_.
+    void retire(int64_t id);
+
+    SchedulerConfig config_;
+    kv_cache::PagePool* pool_;
+    kv_cache::RequestTables tables_;
+    PrefillAdder adder_;
+    WaitingOrder order_;
+    std::unordered_map<int64_t, Live> live_;
+    std::vector<Request*> waiting_;  // arrival order
+    std::vector<Request*> running_;  // admission order
+    std::vector<std::unique_ptr<Request>> finished_;
+    std::deque<PlannedStep> in_flight_;
+    int64_t next_step_id_ = 0;
+    uint64_t next_serial_ = 0;
+};
+
+}  // namespace penstock::scheduler
