@@ -24,6 +24,12 @@ namespace penstock::kernels {
     }
 #endif
 
+void copy(const CopyParams& p, const Context& ctx) { PENSTOCK_DISPATCH(copy, p, ctx); }
+void fill(const FillParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fill, p, ctx); }
+void gather_rows(const GatherRowsParams& p, const Context& ctx) { PENSTOCK_DISPATCH(gather_rows, p, ctx); }
+void grouped_gemm(const GroupedGemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(grouped_gemm, p, ctx); }
+void paged_write(const PagedWriteParams& p, const Context& ctx) { PENSTOCK_DISPATCH(paged_write, p, ctx); }
+void paged_gather(const PagedGatherParams& p, const Context& ctx) { PENSTOCK_DISPATCH(paged_gather, p, ctx); }
 void embedding(const EmbeddingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(embedding, p, ctx); }
 void rms_norm(const RmsNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rms_norm, p, ctx); }
 void layer_norm(const LayerNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(layer_norm, p, ctx); }

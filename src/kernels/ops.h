@@ -166,6 +166,64 @@ struct MoeUnpermuteParams {
     TensorView topk_weights;  // [n_tokens, top_k] f32
 };
 
+// Data movement that lets model code stay backend-agnostic (no host loops over device memory).
+
+// out = in over identical shapes with arbitrary strides (stride 0 on `in` broadcasts); f32 <-> bf16 conversion
+// allowed (round to nearest even). out must not overlap in.
+struct CopyParams {
+    TensorView out;  // [d0, ..., dn] f32 or bf16, strided
+    TensorView in;   // same shape, f32 or bf16, strided (0 = broadcast)
+};
+
+// Every element of out = value (converted to out's dtype). Strided.
+struct FillParams {
+    TensorView out;  // [...] f32, bf16 or i32
+    float value = 0.0f;
+};
+
+// out[i] = in[index[i]] (row gather). index entries must be in [0, in.size(0)).
+struct GatherRowsParams {
+    TensorView out;    // [n, d] f32/bf16
+    TensorView in;     // [m, d] same dtype, rows may be strided
+    TensorView index;  // [n] i32
+};
+
+// MoE expert GEMM over row groups: for each group g, rows [offsets[g], offsets[g+1]) of out are a's same rows
+// times b[g]^T (b[g] is a torch Linear weight [n, k]). Rows at or past offsets[n_groups] are left untouched.
+// fp32 accumulation.
+struct GroupedGemmParams {
+    TensorView out;      // [n_rows, n] f32/bf16
+    TensorView a;        // [n_rows, k] f32/bf16
+    TensorView b;        // [n_groups, n, k] f32/bf16
+    TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
+};
+
+// Paged row cache write: for sequence s, rows [cu_rows[s], cu_rows[s+1]) go to positions pos0[s], pos0[s] + 1, ...
+// of that sequence; position p lives in page page_table[s, p / page_size], slot p % page_size.
+struct PagedWriteParams {
+    TensorView cache;       // [n_pages, page_size, row_dim]
+    TensorView rows;        // [n_rows, row_dim] same dtype, rows may be strided
+    TensorView page_table;  // [n_seqs, max_pages] i32
+    TensorView cu_rows;     // [n_seqs + 1] i32
+    TensorView pos0;        // [n_seqs] i32
+};
+
+// Paged row cache read, the inverse of PagedWriteParams: out rows [cu_rows[s], cu_rows[s+1]) = positions pos0[s], ...
+struct PagedGatherParams {
+    TensorView out;         // [n_rows, row_dim], contiguous
+    TensorView cache;       // [n_pages, page_size, row_dim]
+    TensorView page_table;  // [n_seqs, max_pages] i32
+    TensorView cu_rows;     // [n_seqs + 1] i32
+    TensorView pos0;        // [n_seqs] i32
+};
+
+void copy(const CopyParams& p, const Context& ctx);
+void fill(const FillParams& p, const Context& ctx);
+void gather_rows(const GatherRowsParams& p, const Context& ctx);
+void grouped_gemm(const GroupedGemmParams& p, const Context& ctx);
+void paged_write(const PagedWriteParams& p, const Context& ctx);
+void paged_gather(const PagedGatherParams& p, const Context& ctx);
+
 void embedding(const EmbeddingParams& p, const Context& ctx);
 void rms_norm(const RmsNormParams& p, const Context& ctx);
 void layer_norm(const LayerNormParams& p, const Context& ctx);

@@ -6,6 +6,12 @@
 
 namespace penstock::ref {
 
+void copy(const kernels::CopyParams& p, ThreadPool* pool);
+void fill(const kernels::FillParams& p, ThreadPool* pool);
+void gather_rows(const kernels::GatherRowsParams& p, ThreadPool* pool);
+void grouped_gemm(const kernels::GroupedGemmParams& p, ThreadPool* pool);
+void paged_write(const kernels::PagedWriteParams& p, ThreadPool* pool);
+void paged_gather(const kernels::PagedGatherParams& p, ThreadPool* pool);
 void embedding(const kernels::EmbeddingParams& p, ThreadPool* pool);
 void rms_norm(const kernels::RmsNormParams& p, ThreadPool* pool);
 void layer_norm(const kernels::LayerNormParams& p, ThreadPool* pool);

@@ -1,0 +1,121 @@
+// Host and device helpers shared by the CUDA launchers of kernels/ops.h: dtype dispatch, N-d strided indexing,
+// row copies of arbitrary byte length, warp/block reductions, and shape checks that name the op.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/vec.cuh"
+
+namespace penstock::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Calls fn(T{}) with T = float or bf16 for `dtype` (aborts on anything else).
+template <class Fn>
+void dispatch_float(DType dtype, const char* op, Fn&& fn) {
+    switch (dtype) {
+        case DType::kF32:
+            fn(float{});
+            return;
+        case DType::kBF16:
+            fn(bf16{});
+            return;
+        default:
+            PENSTOCK_CHECK(false) << op << ": unsupported dtype " << dtype_name(dtype) << " (f32 or bf16)";
+    }
+}
+
+inline bool is_float_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16; }
+
+inline void check_on_gpu(const TensorView& v, const char* op, const char* name) {
+    PENSTOCK_CHECK(v.device == Device::kCUDA) << op << ": " << name << " must be a GPU tensor";
+}
+
+// Shape and strides of a view (up to kMaxDims dims) by value, for kernels that walk arbitrary strided tensors.
+struct StridedDesc {
+    int ndim = 0;
+    int64_t shape[kMaxDims] = {};
+    int64_t stride[kMaxDims] = {};
+};
+
+inline StridedDesc strided_desc(const TensorView& v) {
+    StridedDesc d;
+    d.ndim = v.ndim;
+    for (int i = 0; i < v.ndim; ++i) {
+        d.shape[i] = v.size(i);
+        d.stride[i] = v.stride(i);
+    }
+    return d;
+}
+
+// Element offset of row-major flat index `flat` in a strided view.
+__device__ __forceinline__ int64_t strided_offset(const StridedDesc& d, int64_t flat) {
+    int64_t off = 0;
+    for (int i = d.ndim - 1; i >= 0; --i) {
+        const int64_t n = d.shape[i];
+        off += (flat % n) * d.stride[i];
+        flat /= n;
+    }
+    return off;
+}
+
+// Copies `bytes` bytes from src to dst with the threads [tid, tid + n_threads, ...): 16-byte accesses when both
+// pointers and the length allow, else 4-byte, else bytes.
+__device__ __forceinline__ void copy_row_bytes(void* dst, const void* src, int64_t bytes, int tid, int n_threads) {
+    const auto a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
+    if (a % 16 == 0) {
+        auto* d = static_cast<uint4*>(dst);
+        const auto* s = static_cast<const uint4*>(src);
+        for (int64_t i = tid; i < bytes / 16; i += n_threads) d[i] = s[i];
+    } else if (a % 4 == 0) {
+        auto* d = static_cast<uint32_t*>(dst);
+        const auto* s = static_cast<const uint32_t*>(src);
+        for (int64_t i = tid; i < bytes / 4; i += n_threads) d[i] = s[i];
+    } else {
+        auto* d = static_cast<uint8_t*>(dst);
+        const auto* s = static_cast<const uint8_t*>(src);
+        for (int64_t i = tid; i < bytes; i += n_threads) d[i] = s[i];
+    }
+}
+
+__device__ __forceinline__ float warp_reduce_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float warp_reduce_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// Block-wide reduction (blockDim.x a multiple of 32, at most 1024); every thread gets the result. `scratch` holds 32
+// floats of shared memory; the call ends with a barrier so scratch can be reused at once.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float x, float* scratch) {
+    x = kMax ? warp_reduce_max(x) : warp_reduce_sum(x);
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int n_warps = static_cast<int>(blockDim.x) / 32;
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    float r = kMax ? -INFINITY : 0.0f;
+    for (int w = 0; w < n_warps; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];  // same order everywhere
+    __syncthreads();
+    return r;
+}
+
+inline unsigned blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b > (int64_t{1} << 30)) b = int64_t{1} << 30;  // grid-stride loops cover the rest
+    return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+}  // namespace penstock::cuda
