@@ -80,6 +80,10 @@ std::vector<std::string> describe_ineffective_options(const SchedulerConfig& c) 
                       " has no effect beyond max_prefill_tokens = " + std::to_string(c.max_prefill_tokens) +
                       ": chunks are limited to " + std::to_string(c.max_prefill_tokens) + " tokens");
     }
+    if (c.policy == Policy::kLongestPrefix) {
+        // TODO(#4): drop this once a prefix cache sets Request::matched_prefix_len.
+        out.push_back("policy lpm orders the queue like fcfs: no prefix cache supplies matched prefixes yet");
+    }
     if (effective_pp_max_micro_batch_size(c) >= c.max_running_requests && c.pp_size > 1 && c.pp_max_micro_batch_size) {
         out.push_back(
             "pp_max_micro_batch_size = " + std::to_string(*c.pp_max_micro_batch_size) +

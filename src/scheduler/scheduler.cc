@@ -87,6 +87,21 @@ Status Scheduler::abort(int64_t id) {
     return ok_status();
 }
 
+Status Scheduler::set_matched_prefix_len(int64_t id, int64_t n) {
+    Request* r = live(id);
+    if (r == nullptr) return not_found("request " + std::to_string(id) + " is not live");
+    if (r->state() != RequestState::kWaiting) {
+        return failed_precondition("request " + std::to_string(id) + " is " +
+                                   std::string(request_state_name(r->state())) + ", not waiting");
+    }
+    if (n < 0 || n > r->prompt_len()) {
+        return invalid_argument("matched prefix " + std::to_string(n) + " of a " + std::to_string(r->prompt_len()) +
+                                "-token prompt");
+    }
+    r->set_matched_prefix_len(n);
+    return ok_status();
+}
+
 std::vector<int64_t> Scheduler::expire_deadlines(TimePoint now) {
     std::vector<int64_t> expired;
     for (const auto* list : {&waiting_, &running_}) {

@@ -59,6 +59,11 @@ public:
     // id is not live.
     [[nodiscard]] Status abort(int64_t id);
 
+    // Records how many prompt tokens a prefix cache holds for a waiting request (the longest-prefix policy's key; it
+    // does not change what is computed yet). NotFound: not live; FailedPrecondition: not waiting; InvalidArgument:
+    // n outside [0, prompt_len].
+    [[nodiscard]] Status set_matched_prefix_len(int64_t id, int64_t n);
+
     // Aborts (reason kTimeout) every live request whose deadline is <= now; returns their ids in queue order.
     std::vector<int64_t> expire_deadlines(TimePoint now);
 

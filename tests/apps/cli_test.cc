@@ -85,17 +85,25 @@ TEST(Cli, ForwardWritesEveryPositionsLogits) {
     expect_matches_reference(fs::path(PENSTOCK_FIXTURES_DIR) / "deepseek_v3_tiny", "--chunk-size 5 --mla-form absorbed");
 }
 
-TEST(Cli, VariantCheckpointsMatchTheirReferences) {
-    const fs::path root = fs::path(PENSTOCK_TEST_DATA_DIR) / "variants";
-    if (!fs::exists(root)) GTEST_SKIP() << "no variant fixtures in " << root;
-    int n = 0;
-    for (const auto& e : fs::directory_iterator(root)) {
-        if (!fs::exists(e.path() / "reference.safetensors")) continue;
-        expect_matches_reference(e.path(), "--mla-form mha");
-        expect_matches_reference(e.path(), "--chunk-size 64 --mla-form absorbed");
-        ++n;
+TEST(Cli, OtherFamiliesFixtures) {
+    for (const char* name : {"glm_moe_dsa_tiny"}) {
+        expect_matches_reference(fs::path(PENSTOCK_FIXTURES_DIR) / name, "--chunk-size 17");
     }
-    EXPECT_GT(n, 0);
+}
+
+// Every variant checkpoint under tests/data/variants*/ (all families) through the CLI, in two chunkings/forms.
+TEST(Cli, VariantCheckpointsMatchTheirReferences) {
+    int n = 0;
+    for (const auto& root : fs::directory_iterator(PENSTOCK_TEST_DATA_DIR)) {
+        if (!root.is_directory() || root.path().filename().string().rfind("variants", 0) != 0) continue;
+        for (const auto& e : fs::directory_iterator(root.path())) {
+            if (!fs::exists(e.path() / "reference.safetensors")) continue;
+            expect_matches_reference(e.path(), "--mla-form mha");
+            expect_matches_reference(e.path(), "--chunk-size 64 --mla-form absorbed");
+            ++n;
+        }
+    }
+    EXPECT_GE(n, 5);
 }
 
 TEST(Cli, BadInputsGiveOneLineAndExitCode2) {

@@ -164,6 +164,9 @@ TEST(CostModel, SchedulerPlansShrinkingChunksWithinBudget) {
     EXPECT_EQ(chunks.front(), 8192);
     EXPECT_LT(chunks[chunks.size() - 2], 8192 / 2);
     EXPECT_EQ(pool.n_used(), 0);
+
+    c.dynamic_chunking_budget_tokens = 4096;  // the cost-model option: a smaller per-step budget
+    EXPECT_DOUBLE_EQ(PrefillAdder(c, *model).cost_budget(), model->budget(4096));
 }
 
 // A cost-bound mid-chunk request leaves tokens but little cost: a new prompt that would need splitting must wait

@@ -169,6 +169,35 @@ TEST(Scheduler, ReusedIdAfterAbortIgnoresTheStaleStep) {
     EXPECT_EQ(s->find(1)->n_generated(), 1);
 }
 
+TEST(Scheduler, LongestPrefixPolicyAdmitsTheLongestMatchFirst) {
+    for (Policy policy : {Policy::kFcfs, Policy::kLongestPrefix}) {
+        kv_cache::PagePool pool(100);
+        SchedulerConfig c;
+        c.policy = policy;
+        c.max_running_requests = 1;
+        auto s = make_scheduler(c, &pool);
+        for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(s->add_request(new_request(id, 200)).ok());
+        ASSERT_TRUE(s->set_matched_prefix_len(2, 64).ok());
+        ASSERT_TRUE(s->set_matched_prefix_len(3, 128).ok());
+        std::vector<int64_t> order;
+        while (s->n_waiting() + s->n_running() > 0) {
+            const BatchPlan plan = s->schedule_step();
+            ASSERT_EQ(plan.entries.size(), 1u);
+            order.push_back(plan.entries[0].request_id);
+            s->on_step_done(result_for(plan));
+        }
+        EXPECT_EQ(order, policy == Policy::kFcfs ? (std::vector<int64_t>{1, 2, 3}) : (std::vector<int64_t>{3, 2, 1}))
+            << policy_name(policy);
+    }
+    kv_cache::PagePool pool(100);
+    auto s = make_scheduler(SchedulerConfig{}, &pool);
+    ASSERT_TRUE(s->add_request(new_request(1, 200)).ok());
+    EXPECT_EQ(s->set_matched_prefix_len(1, 201).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->set_matched_prefix_len(2, 0).code(), StatusCode::kNotFound);
+    s->schedule_step();
+    EXPECT_EQ(s->set_matched_prefix_len(1, 0).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(Scheduler, ExpiredDeadlinesAbortWithTimeoutAndFreePages) {
     kv_cache::PagePool pool(100);
     SchedulerConfig c;
@@ -291,6 +320,9 @@ TEST(SchedulerConfig, IneffectiveOptionsAreReported) {
     c = SchedulerConfig{};
     c.max_prefill_tokens = 4096;
     EXPECT_TRUE(has(describe_ineffective_options(c), "chunks are limited to 4096"));
+    c = SchedulerConfig{};
+    c.policy = Policy::kLongestPrefix;
+    EXPECT_TRUE(has(describe_ineffective_options(c), "policy lpm orders the queue like fcfs"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct SimCase {
     SchedulerConfig config;
     int64_t n_pages = 0;
     int64_t pipeline_depth = 1;  // steps in flight before the oldest completes
+    std::optional<ChunkCostModel> cost_model = std::nullopt;
 };
 
 struct SimStats {
@@ -60,6 +62,13 @@ int64_t check_plan(const Scheduler& s, const BatchPlan& plan, const std::map<int
     EXPECT_EQ(prefill, plan.n_prefill_tokens);
     EXPECT_EQ(decode, plan.n_decode_tokens);
     EXPECT_LE(non_final, 1) << "more than one chunk left mid-prompt in one plan";
+    if (s.adder().dynamic_chunking() && plan.predicted_cost > s.adder().cost_budget() * (1 + 1e-12)) {
+        // Only the progress guarantee may exceed the cost budget: a single prefill entry of at most one page.
+        int64_t n_prefill_entries = 0;
+        for (const PlanEntry& e : plan.entries) n_prefill_entries += e.kind == EntryKind::kPrefill;
+        EXPECT_EQ(n_prefill_entries, 1) << "plan over the cost budget";
+        EXPECT_LE(plan.n_prefill_tokens, kv_cache::kPageSize) << "plan over the cost budget";
+    }
     EXPECT_LE(s.n_mid_chunk(), 1);
     const Status inv = s.check_invariants();
     EXPECT_TRUE(inv.ok()) << inv.to_string();
@@ -72,7 +81,7 @@ SimStats simulate(const SimCase& sc, uint64_t seed, int64_t n_steps) {
     auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
     auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
     kv_cache::PagePool pool(sc.n_pages);
-    auto created = Scheduler::create(sc.config, &pool, std::nullopt);
+    auto created = Scheduler::create(sc.config, &pool, sc.cost_model);
     PENSTOCK_CHECK(created.ok()) << created.status().to_string();
     Scheduler& s = **created;
     std::map<int64_t, std::vector<int32_t>> prompts;
@@ -131,6 +140,9 @@ SimStats simulate(const SimCase& sc, uint64_t seed, int64_t n_steps) {
             const Status added = s.add_request(std::move(nr));
             if (added.ok()) {
                 live_ids.push_back(id);
+                if (sc.config.policy == Policy::kLongestPrefix && chance(0.3)) {
+                    EXPECT_TRUE(s.set_matched_prefix_len(id, uniform(0, len)).ok());
+                }
             } else if (added.code() == StatusCode::kOutOfRange) {
                 ++st.rejected_at_add;
             } else {
@@ -180,6 +192,16 @@ std::vector<SimCase> sim_cases() {
     d.max_prefill_tokens = 1000;
     d.max_running_requests = 64;
     cases.push_back({.name = "tight_pool", .config = d, .n_pages = 150, .pipeline_depth = 2});
+    SchedulerConfig e;
+    e.chunked_prefill_size = 512;
+    e.max_running_requests = 32;
+    e.enable_dynamic_chunking = true;
+    cases.push_back(
+        {.name = "dynamic_chunking",
+         .config = e,
+         .n_pages = 400,
+         .pipeline_depth = 3,
+         .cost_model = ChunkCostModel({{.k_g = 1, .k_e = 0.01, .k_a = 0.001}, {.k_g = 2, .k_e = 0, .k_a = 0.0002}})});
     return cases;
 }
 
