@@ -44,7 +44,7 @@ Status type_error(const std::string& field, const char* expected, const json& v)
 // Typed access to the fields of one JSON object. Lookups take a list of names (canonical name first, then aliases);
 // an absent or null field leaves the output (pre-set to the default) unchanged.
 class FieldReader final {
-  public:
+public:
     FieldReader(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
 
     // The first present, non-null field among `names`, or nullptr.
@@ -116,7 +116,7 @@ class FieldReader final {
         return ok_status();
     }
 
-  private:
+private:
     const json& obj_;
     std::string prefix_;
 };

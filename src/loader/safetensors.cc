@@ -39,7 +39,7 @@ bool non_negative_integer(const json& v, uint64_t* out) {
 }
 
 class EntryParser final {
-  public:
+public:
     EntryParser(const std::string& file, uint64_t data_begin, uint64_t data_size)
         : file_(file), data_begin_(data_begin), data_size_(data_size) {}
 
@@ -63,7 +63,7 @@ class EntryParser final {
         return parse_offsets(name, *off, numel, info);
     }
 
-  private:
+private:
     std::string where(const std::string& name) const { return file_ + ": tensor '" + name + "': "; }
     Status bad(const std::string& name, const std::string& what) const { return invalid_argument(where(name) + what); }
 

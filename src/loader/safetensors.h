@@ -32,7 +32,7 @@ struct TensorInfo {
 };
 
 class SafetensorsFile final {  // mmap'd, read-only, header fully validated at open
-  public:
+public:
     // Maps `path` read-only and validates its header. The mapping lives until the object is destroyed.
     [[nodiscard]] static Result<std::unique_ptr<SafetensorsFile>> open(const std::filesystem::path& path);
     // Same validation over caller-owned bytes, which must outlive the returned object (no copy is made). `name`
@@ -59,7 +59,7 @@ class SafetensorsFile final {  // mmap'd, read-only, header fully validated at o
     const std::string& metadata_json() const { return metadata_json_; }
     uint64_t file_size() const { return size_; }
 
-  private:
+private:
     SafetensorsFile() = default;
     [[nodiscard]] Status parse();
 

@@ -94,7 +94,7 @@ std::vector<Bytes> read_corpus_dir(const std::string& dir) {
 }
 
 class Mutator final {
-  public:
+public:
     explicit Mutator(uint64_t seed) : rng_(seed) {}
 
     uint64_t below(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
@@ -104,7 +104,7 @@ class Mutator final {
         for (int i = 0; i < n; ++i) mutate_once(b, corpus);
     }
 
-  private:
+private:
     // The header's byte range [8, 8 + len) clamped to the buffer.
     std::pair<size_t, size_t> header_range(const Bytes& b) const {
         if (b.size() < 8) return {0, 0};

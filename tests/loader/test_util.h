@@ -15,7 +15,7 @@ namespace penstock::loader::testing {
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir final {
-  public:
+public:
     TempDir() {
         static std::atomic<int> counter{0};
         path_ = std::filesystem::temp_directory_path() /
@@ -31,7 +31,7 @@ class TempDir final {
     TempDir& operator=(const TempDir&) = delete;
     const std::filesystem::path& path() const { return path_; }
 
-  private:
+private:
     std::filesystem::path path_;
 };
 
