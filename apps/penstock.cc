@@ -2,7 +2,6 @@
 // writes the logits of every position. Every expected failure (bad arguments, missing files, unsupported model type,
 // malformed checkpoint) prints one line "penstock: error: ..." and exits with code 2.
 #include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,7 +14,13 @@
 #include "loader/model_config.h"
 #include "loader/safetensors_writer.h"
 #include "models/model.h"
+#include "parallel/layout.h"
+#include "parallel/partition.h"
+#include "parallel/pipeline.h"
 #include "runtime/model_runner.h"
+#if PENSTOCK_ENABLE_MPI
+#include "parallel/mpi_communicator.h"
+#endif
 
 #ifndef PENSTOCK_DEFAULT_MODEL_DIR
 #define PENSTOCK_DEFAULT_MODEL_DIR "assets/tiny-deepseek-v3"
@@ -36,6 +41,8 @@ struct ForwardArgs {
     int threads = 0;
     int64_t n_pages = 0;
     std::string out;
+    parallel::ParallelSizes parallel;
+    std::string pp_layer_partition;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -62,48 +69,67 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
     return ids;
 }
 
-Status run_forward(const ForwardArgs& args) {
+struct ForwardSetup {
+    models::ModelOptions options;
+    std::vector<int32_t> ids;
+    loader::ModelConfig config;
+};
+
+// Everything that can be checked identically on every rank before any communication.
+Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     if (args.backend != "cpu") {
         return unimplemented("--backend " + args.backend + ": only the cpu backend runs a forward in this build");
     }
-    models::ModelOptions options;
+    ForwardSetup setup;
     if (args.mla_form == "mha") {
-        options.mla_form = models::MlaForm::kMha;
+        setup.options.mla_form = models::MlaForm::kMha;
     } else if (args.mla_form == "absorbed") {
-        options.mla_form = models::MlaForm::kAbsorbed;
+        setup.options.mla_form = models::MlaForm::kAbsorbed;
     } else {
         return invalid_argument("--mla-form must be mha or absorbed, got '" + args.mla_form + "'");
     }
     if (args.chunk_size < 0) return invalid_argument("--chunk-size must be >= 0");
     if (args.max_kv_chunk_capacity <= 0) return invalid_argument("--max-kv-chunk-capacity must be > 0");
-    options.max_kv_chunk_capacity = args.max_kv_chunk_capacity;
-    PENSTOCK_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_ids(args.input_ids));
-
-    const std::filesystem::path dir(args.model);
-    PENSTOCK_ASSIGN_OR_RETURN(loader::ModelConfig config, loader::load_model_config(dir));
-    if (!models::is_supported_model_type(config.model_type)) {
-        return unimplemented("model_type '" + config.model_type + "' is not supported yet");
+    setup.options.max_kv_chunk_capacity = args.max_kv_chunk_capacity;
+    PENSTOCK_RETURN_IF_ERROR(parallel::validate_sizes(args.parallel, 0));
+    if (args.parallel.tp > 1 || args.parallel.cp > 1 || args.parallel.ep > 1) {
+        return unimplemented("--tp/--ep/--cp > 1: only pipeline parallelism (--pp) runs in this build");
     }
-    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint checkpoint, loader::Checkpoint::open(dir));
-    const auto t0 = std::chrono::steady_clock::now();
-    loader::LoadStats stats;
-    PENSTOCK_ASSIGN_OR_RETURN(
-        std::unique_ptr<models::Model> model,
-        models::load_model(config, checkpoint, loader::LayerRange{0, config.num_hidden_layers}, options, &stats));
-    const auto t1 = std::chrono::steady_clock::now();
+    if (!args.pp_layer_partition.empty() && args.parallel.pp == 1) {
+        return invalid_argument("--pp-layer-partition needs --pp > 1");
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(setup.ids, parse_ids(args.input_ids));
+    PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::load_model_config(std::filesystem::path(args.model)));
+    if (!models::is_supported_model_type(setup.config.model_type)) {
+        return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
+    }
+    return setup;
+}
 
+Result<std::vector<int64_t>> stage_partition(const ForwardArgs& args, const loader::ModelConfig& config) {
+    if (!args.pp_layer_partition.empty()) {
+        return parallel::parse_partition(args.pp_layer_partition, args.parallel.pp, config.num_hidden_layers);
+    }
+    return parallel::balance_partition(config, args.parallel.pp, /*chunk_tokens=*/8192, /*prefix_tokens=*/0);
+}
+
+Result<std::unique_ptr<runtime::ModelRunner>> load_runner(const ForwardArgs& args, const ForwardSetup& setup,
+                                                          const loader::LayerRange& range, loader::LoadStats* stats) {
+    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint checkpoint, loader::Checkpoint::open(args.model));
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
+                              models::load_model(setup.config, checkpoint, range, setup.options, stats));
     runtime::RunnerOptions ropts;
     ropts.n_threads = args.threads;
-    ropts.n_pages = args.n_pages > 0 ? args.n_pages : kv_cache::pages_for_tokens(static_cast<int64_t>(ids.size()));
-    runtime::ModelRunner runner(std::move(model), ropts);
-    std::vector<std::vector<int32_t>> prompts{ids};
-    PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, runner.prefill_all_logits(prompts, args.chunk_size));
-    const auto t2 = std::chrono::steady_clock::now();
+    ropts.n_pages =
+        args.n_pages > 0 ? args.n_pages : kv_cache::pages_for_tokens(static_cast<int64_t>(setup.ids.size()));
+    return std::make_unique<runtime::ModelRunner>(std::move(model), ropts);
+}
 
+Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& l, const loader::LoadStats& stats,
+              double load_ms, double run_ms) {
     if (!args.out.empty()) {
-        PENSTOCK_RETURN_IF_ERROR(loader::write_safetensors(args.out, {{"logits", logits[0].view()}}));
+        PENSTOCK_RETURN_IF_ERROR(loader::write_safetensors(args.out, {{"logits", l.view()}}));
     }
-    const Tensor& l = logits[0];
     const int64_t n = l.size(0);
     const int64_t vocab = l.size(1);
     const float* last = l.ptr<const float>() + (n - 1) * vocab;
@@ -111,18 +137,78 @@ Status run_forward(const ForwardArgs& args) {
     for (int64_t v = 1; v < vocab; ++v) {
         if (last[v] > last[best]) best = v;
     }
-    const double load_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    const double run_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
-    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s\n", args.model.c_str(),
-                config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
-                static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str());
-    std::printf("loaded %lld tensors (%.1f MB read from %zu file(s)) in %.1f ms; forward %.1f ms (%.1f tok/s)\n",
-                static_cast<long long>(stats.n_tensors), static_cast<double>(stats.bytes_read) / 1e6,
-                stats.files_opened.size(), load_ms, run_ms, static_cast<double>(n) / (run_ms / 1e3));
+    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s\n", args.model.c_str(),
+                setup.config.model_type.c_str(), static_cast<long long>(setup.config.num_hidden_layers),
+                static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str(),
+                args.parallel.to_string().c_str());
+    std::printf(
+        "stage 0 loaded %lld tensors (%.1f MB read from %zu file(s)) in %.1f ms; forward %.1f ms (%.1f tok/s)\n",
+        static_cast<long long>(stats.n_tensors), static_cast<double>(stats.bytes_read) / 1e6, stats.files_opened.size(),
+        load_ms, run_ms, static_cast<double>(n) / (run_ms / 1e3));
     std::printf("last position: argmax %lld (logit %.4f)\n", static_cast<long long>(best), last[best]);
-    if (!args.out.empty()) std::printf("wrote logits [%lld, %lld] f32 to %s\n", static_cast<long long>(n),
-                                       static_cast<long long>(vocab), args.out.c_str());
+    if (!args.out.empty()) {
+        std::printf("wrote logits [%lld, %lld] f32 to %s\n", static_cast<long long>(n), static_cast<long long>(vocab),
+                    args.out.c_str());
+    }
     return ok_status();
+}
+
+Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
+    const auto t0 = std::chrono::steady_clock::now();
+    loader::LoadStats stats;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
+                              load_runner(args, setup, {0, setup.config.num_hidden_layers}, &stats));
+    const auto t1 = std::chrono::steady_clock::now();
+    std::vector<std::vector<int32_t>> prompts{setup.ids};
+    PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, runner->prefill_all_logits(prompts, args.chunk_size));
+    const auto t2 = std::chrono::steady_clock::now();
+    return report(args, setup, logits[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  std::chrono::duration<double, std::milli>(t2 - t1).count());
+}
+
+#if PENSTOCK_ENABLE_MPI
+// --pp N under `mpirun -np N`: each rank loads only its stage's layers; rank 0 drives, the others serve.
+// Start-up failures on any rank are agreed on (all-reduce) so that no rank waits on a peer that gave up.
+Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup, int* argc, char*** argv) {
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<parallel::MpiSession> mpi, parallel::MpiSession::init(argc, argv));
+    PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, args.parallel));
+    const int stage = groups.coords.pp_rank;
+    const auto t0 = std::chrono::steady_clock::now();
+    loader::LoadStats stats;
+    Result<std::unique_ptr<runtime::ModelRunner>> runner = failed_precondition("not loaded");
+    Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
+    if (counts.ok()) {
+        const loader::LayerRange range = parallel::partition_ranges(*counts)[static_cast<size_t>(stage)];
+        runner = load_runner(args, setup, range, &stats);
+    }
+    const Status local = counts.ok() ? runner.status() : counts.status();
+    Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
+    PENSTOCK_RETURN_IF_ERROR(groups.world->all_reduce(failed, parallel::ReduceOp::kMax));
+    if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
+    if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
+    const auto t1 = std::chrono::steady_clock::now();
+    parallel::PipelineStage pipe(runner->get(), groups.pp.get());
+    if (stage > 0) return pipe.serve();
+    std::vector<std::vector<int32_t>> prompts{setup.ids};
+    auto logits = (*runner)->prefill_all_logits(prompts, args.chunk_size, 0,
+                                                [&](const models::ForwardBatch& b) { return pipe.step(b); });
+    const Status stopped = pipe.stop();
+    if (!logits.ok()) return logits.status();
+    PENSTOCK_RETURN_IF_ERROR(stopped);
+    const auto t2 = std::chrono::steady_clock::now();
+    return report(args, setup, (*logits)[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  std::chrono::duration<double, std::milli>(t2 - t1).count());
+}
+#endif
+
+Status run_forward(const ForwardArgs& args, int* argc, char*** argv) {
+    PENSTOCK_ASSIGN_OR_RETURN(ForwardSetup setup, check_forward_args(args));
+    if (args.parallel.world() == 1) return run_forward_single(args, setup);
+#if PENSTOCK_ENABLE_MPI
+    return run_forward_pipeline(args, setup, argc, argv);
+#else
+    return unimplemented("--pp > 1 needs MPI, and this build has none");
+#endif
 }
 
 int fail(const std::string& message) {
@@ -145,7 +231,8 @@ int main(int argc, char** argv) {
     CLI::App* forward = app.add_subcommand("forward", "run a prompt through a model and write every position's logits");
     forward->add_option("--model", fwd.model, "Hugging Face checkpoint directory (default: the bundled tiny model)");
     forward->add_option("--input-ids", fwd.input_ids, "comma-separated token ids, e.g. 1,2,3")->required();
-    forward->add_option("--chunk-size", fwd.chunk_size, "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
+    forward->add_option("--chunk-size", fwd.chunk_size,
+                        "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
     forward->add_option("--mla-form", fwd.mla_form, "MLA prefill form: mha or absorbed");
     forward->add_option("--backend", fwd.backend, "cpu or cuda");
     forward->add_option("--max-kv-chunk-capacity", fwd.max_kv_chunk_capacity,
@@ -153,6 +240,12 @@ int main(int argc, char** argv) {
     forward->add_option("--threads", fwd.threads, "CPU threads (0: all cores)");
     forward->add_option("--kv-pages", fwd.n_pages, "KV pages of 64 tokens (0: just enough for the prompt)");
     forward->add_option("--out", fwd.out, "write logits [n_tokens, vocab] f32 to this .safetensors file");
+    forward->add_option("--pp", fwd.parallel.pp, "pipeline stages (run under mpirun -np N)");
+    forward->add_option("--tp", fwd.parallel.tp, "tensor-parallel ranks per stage");
+    forward->add_option("--ep", fwd.parallel.ep, "expert-parallel ranks (divides --tp)");
+    forward->add_option("--cp", fwd.parallel.cp, "context-parallel ranks");
+    forward->add_option("--pp-layer-partition", fwd.pp_layer_partition,
+                        "layers per stage, e.g. 7,5,... (default: balanced by the cost model)");
 
     try {
         app.parse(argc, argv);
@@ -165,7 +258,7 @@ int main(int argc, char** argv) {
     }
     set_log_level(log_level);
     if (forward->parsed()) {
-        const Status st = run_forward(fwd);
+        const Status st = run_forward(fwd, &argc, &argv);
         if (!st.ok()) return fail(st.to_string());
     }
     return 0;

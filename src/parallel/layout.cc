@@ -12,11 +12,16 @@ std::string ParallelSizes::to_string() const {
 
 const char* group_name(GroupKind kind) {
     switch (kind) {
-        case GroupKind::kWorld: return "world";
-        case GroupKind::kPipeline: return "pp";
-        case GroupKind::kTensor: return "tp";
-        case GroupKind::kExpert: return "ep";
-        case GroupKind::kContext: return "cp";
+        case GroupKind::kWorld:
+            return "world";
+        case GroupKind::kPipeline:
+            return "pp";
+        case GroupKind::kTensor:
+            return "tp";
+        case GroupKind::kExpert:
+            return "ep";
+        case GroupKind::kContext:
+            return "cp";
     }
     return "?";
 }

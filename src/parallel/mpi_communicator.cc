@@ -21,9 +21,15 @@ std::string mpi_error(int code) {
 // Element type for reductions; MPI_BYTE with a byte count for pure data movement.
 bool reduce_type(DType d, MPI_Datatype* t) {
     switch (d) {
-        case DType::kF32: *t = MPI_FLOAT; return true;
-        case DType::kI32: *t = MPI_INT32_T; return true;
-        case DType::kI64: *t = MPI_INT64_T; return true;
+        case DType::kF32:
+            *t = MPI_FLOAT;
+            return true;
+        case DType::kI32:
+            *t = MPI_INT32_T;
+            return true;
+        case DType::kI64:
+            *t = MPI_INT64_T;
+            return true;
         case DType::kBF16:
         case DType::kF16:
         case DType::kF8E4M3:
@@ -31,15 +37,18 @@ bool reduce_type(DType d, MPI_Datatype* t) {
         case DType::kFP4E2M1:
         case DType::kI8:
         case DType::kU8:
-        case DType::kBool: return false;
+        case DType::kBool:
+            return false;
     }
     return false;
 }
 
 MPI_Op mpi_op(ReduceOp op) {
     switch (op) {
-        case ReduceOp::kSum: return MPI_SUM;
-        case ReduceOp::kMax: return MPI_MAX;
+        case ReduceOp::kSum:
+            return MPI_SUM;
+        case ReduceOp::kMax:
+            return MPI_MAX;
     }
     return MPI_SUM;
 }
@@ -182,7 +191,8 @@ Result<ProcessGroups> make_mpi_groups(const MpiSession& session, const ParallelS
             return Status(StatusCode::kUnavailable,
                           std::string("MPI_Comm_split for the ") + group_name(kind) + " group: " + mpi_error(rc));
         }
-        return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(comm, std::string("mpi:") + group_name(kind)));
+        return std::unique_ptr<Communicator>(
+            std::make_unique<MpiCommunicator>(comm, std::string("mpi:") + group_name(kind)));
     };
     PENSTOCK_ASSIGN_OR_RETURN(g.pp, split(GroupKind::kPipeline));
     PENSTOCK_ASSIGN_OR_RETURN(g.tp, split(GroupKind::kTensor));

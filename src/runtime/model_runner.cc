@@ -17,15 +17,58 @@ ModelRunner::ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptio
 Tensor ModelRunner::forward(const models::ForwardBatch& batch) {
     PENSTOCK_CHECK(model_->is_first_stage() && model_->is_last_stage()) << "forward() needs the whole model";
     const models::BatchLayout layout = models::BatchLayout::build(batch);
-    const kernels::Context ctx = context();
     models::Activations act;
-    model_->embed(layout, &act, ctx);
-    model_->forward_layers(batch, layout, &act, cache_.get(), ctx);
-    return model_->compute_logits(layout, act, ctx);
+    run_layers(batch, layout, &act);
+    return logits(layout, act);
+}
+
+Status ModelRunner::admit(int64_t request_id, int64_t total_tokens) {
+    const bool is_new = !tables_.contains(request_id);
+    PENSTOCK_RETURN_IF_ERROR(tables_.reserve(request_id, total_tokens));
+    if (is_new) {
+        const Status st = cache_->admit(request_id);
+        if (!st.ok()) {
+            tables_.release(request_id);
+            return st;
+        }
+    }
+    return ok_status();
+}
+
+void ModelRunner::release(int64_t request_id) {
+    if (!tables_.contains(request_id)) return;
+    tables_.release(request_id);
+    cache_->release(request_id);
+}
+
+Status ModelRunner::bind(models::ForwardBatch* batch) {
+    for (models::SeqChunk& c : batch->seqs) {
+        PENSTOCK_RETURN_IF_ERROR(admit(c.request_id, c.prefix_len + static_cast<int64_t>(c.token_ids.size())));
+        c.pages = &tables_.table(c.request_id);
+    }
+    return ok_status();
+}
+
+void ModelRunner::run_layers(const models::ForwardBatch& batch, const models::BatchLayout& layout,
+                             models::Activations* act) {
+    const kernels::Context ctx = context();
+    if (model_->is_first_stage()) model_->embed(layout, act, ctx);
+    model_->forward_layers(batch, layout, act, cache_.get(), ctx);
+}
+
+Tensor ModelRunner::logits(const models::BatchLayout& layout, const models::Activations& act) {
+    return model_->compute_logits(layout, act, context());
 }
 
 Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
                                                             int64_t chunk_size, int64_t first_request_id) {
+    return prefill_all_logits(prompts, chunk_size, first_request_id,
+                              [this](const models::ForwardBatch& batch) -> Result<Tensor> { return forward(batch); });
+}
+
+Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
+                                                            int64_t chunk_size, int64_t first_request_id,
+                                                            const StepFn& step) {
     const int64_t vocab = model_->config().vocab_size;
     std::vector<Tensor> logits;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -38,16 +81,14 @@ Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std:
         }
         logits.push_back(Tensor::empty({static_cast<int64_t>(prompts[i].size()), vocab}, DType::kF32));
     }
+    const auto release_all = [&] {
+        for (size_t i = 0; i < prompts.size(); ++i) release(first_request_id + static_cast<int64_t>(i));
+    };
     // Reserve every request's whole KV and its non-paged state at admission, all or nothing.
     for (size_t i = 0; i < prompts.size(); ++i) {
-        const int64_t id = first_request_id + static_cast<int64_t>(i);
-        Status st = tables_.reserve(id, static_cast<int64_t>(prompts[i].size()));
-        if (st.ok()) st = cache_->admit(id);
+        const Status st = admit(first_request_id + static_cast<int64_t>(i), static_cast<int64_t>(prompts[i].size()));
         if (!st.ok()) {
-            for (size_t j = 0; j <= i; ++j) {
-                tables_.release(first_request_id + static_cast<int64_t>(j));
-                cache_->release(first_request_id + static_cast<int64_t>(j));
-            }
+            release_all();
             return st;
         }
     }
@@ -70,21 +111,22 @@ Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std:
             which.push_back(i);
         }
         if (batch.seqs.empty()) break;
-        Tensor out = forward(batch);
+        Result<Tensor> out = step(batch);
+        if (!out.ok()) {
+            release_all();
+            return out.status();
+        }
         int64_t row = 0;
         for (size_t k = 0; k < which.size(); ++k) {
             const size_t i = which[k];
             const auto take = static_cast<int64_t>(batch.seqs[k].token_ids.size());
-            std::memcpy(logits[i].ptr<float>() + done[i] * vocab, out.ptr<const float>() + row * vocab,
+            std::memcpy(logits[i].ptr<float>() + done[i] * vocab, out->ptr<const float>() + row * vocab,
                         static_cast<size_t>(take * vocab) * sizeof(float));
             row += take;
             done[i] += take;
         }
     }
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        tables_.release(first_request_id + static_cast<int64_t>(i));
-        cache_->release(first_request_id + static_cast<int64_t>(i));
-    }
+    release_all();
     return logits;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -32,6 +33,17 @@ public:
     // A whole-model forward (this runner must hold every layer): embed, layers, logits for the batch's logit rows.
     Tensor forward(const models::ForwardBatch& batch);
 
+    // Pipeline-stage steps (any layer range). admit() reserves a request's KV pages for total_tokens positions and
+    // its non-paged cache state, all or nothing; it is idempotent and grows an existing reservation.
+    [[nodiscard]] Status admit(int64_t request_id, int64_t total_tokens);
+    void release(int64_t request_id);
+    // Admits (or grows) every sequence of the batch on this stage and points its page table at this stage's.
+    [[nodiscard]] Status bind(models::ForwardBatch* batch);
+    // Runs this stage's layers on act (the first stage embeds the batch tokens into act first).
+    void run_layers(const models::ForwardBatch& batch, const models::BatchLayout& layout, models::Activations* act);
+    // The last stage's logits for the batch's logit rows.
+    Tensor logits(const models::BatchLayout& layout, const models::Activations& act);
+
     // Prefills each prompt as a new request (ids 0..n-1 offset by first_request_id), all of them advancing together in
     // a ragged batch: every step takes the next chunk of at most chunk_size tokens (0 = whole prompt) of every
     // unfinished prompt. Returns the logits of every position of every prompt ([len, vocab] each) and releases the
@@ -39,6 +51,13 @@ public:
     // cache's state slots (ModelCache::admit), or an id is out of range.
     [[nodiscard]] Result<std::vector<Tensor>> prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
                                                                  int64_t chunk_size, int64_t first_request_id = 0);
+
+    // The same driver with the step delegated: `step` runs one ForwardBatch (already bound to this runner's pages)
+    // wherever the model lives (e.g. down a pipeline) and returns its logits rows (batch logit-row order).
+    using StepFn = std::function<Result<Tensor>(const models::ForwardBatch&)>;
+    [[nodiscard]] Result<std::vector<Tensor>> prefill_all_logits(std::span<const std::vector<int32_t>> prompts,
+                                                                 int64_t chunk_size, int64_t first_request_id,
+                                                                 const StepFn& step);
 
 private:
     std::unique_ptr<models::Model> model_;

@@ -1,9 +1,9 @@
 // Parallel layout arithmetic: rank coordinates, group membership and validation (pure; no MPI).
+#include "parallel/layout.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
-
-#include "parallel/layout.h"
 
 namespace penstock::parallel {
 namespace {

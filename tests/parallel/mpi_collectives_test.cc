@@ -15,9 +15,9 @@ MpiSession* g_session = nullptr;
 
 std::vector<ParallelSizes> layouts_for(int world) {
     std::vector<ParallelSizes> out;
-    for (const ParallelSizes s : {ParallelSizes{4, 1, 1, 1}, ParallelSizes{1, 4, 2, 1}, ParallelSizes{2, 2, 1, 1},
-                                  ParallelSizes{1, 2, 1, 2}, ParallelSizes{1, 4, 4, 1}, ParallelSizes{2, 1, 1, 1},
-                                  ParallelSizes{1, 2, 2, 1}, ParallelSizes{1, 1, 1, 1}}) {
+    for (const ParallelSizes s :
+         {ParallelSizes{4, 1, 1, 1}, ParallelSizes{1, 4, 2, 1}, ParallelSizes{2, 2, 1, 1}, ParallelSizes{1, 2, 1, 2},
+          ParallelSizes{1, 4, 4, 1}, ParallelSizes{2, 1, 1, 1}, ParallelSizes{1, 2, 2, 1}, ParallelSizes{1, 1, 1, 1}}) {
         if (s.world() == world) out.push_back(s);
     }
     return out;
