@@ -1,6 +1,7 @@
 // KDA state pool bookkeeping.
 #include "kv_cache/state_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -9,16 +10,33 @@
 namespace penstock::kv_cache {
 
 KdaStatePool::KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape)
-    : n_slots_(n_slots), shape_(shape), in_use_(static_cast<size_t>(n_slots), 0) {
+    : n_slots_(n_slots), shape_(shape) {
     PENSTOCK_CHECK_GE(n_slots, 0);
     PENSTOCK_CHECK_GE(n_layers, 0);
     PENSTOCK_CHECK_GE(shape.conv_kernel, 1);
-    for (int64_t l = 0; l < n_layers; ++l) {
-        recurrent_.push_back(Tensor::empty({n_slots, shape.n_heads, shape.k_dim, shape.v_dim}, DType::kF32));
-        conv_.push_back(Tensor::empty({n_slots, shape.conv_kernel - 1, shape.conv_channels}, DType::kF32));
+    recurrent_.resize(static_cast<size_t>(n_layers));
+    conv_.resize(static_cast<size_t>(n_layers));
+    grow(0);
+}
+
+void KdaStatePool::grow(int64_t new_capacity) {
+    const KdaStateShape& s = shape_;
+    for (size_t l = 0; l < recurrent_.size(); ++l) {
+        Tensor rec = Tensor::empty({new_capacity, s.n_heads, s.k_dim, s.v_dim}, DType::kF32);
+        Tensor cnv = Tensor::empty({new_capacity, s.conv_kernel - 1, s.conv_channels}, DType::kF32);
+        if (capacity_ > 0) {  // keep the live slots' state
+            std::memcpy(rec.ptr<float>(), recurrent_[l].ptr<const float>(), recurrent_[l].nbytes());
+            std::memcpy(cnv.ptr<float>(), conv_[l].ptr<const float>(), conv_[l].nbytes());
+        }
+        recurrent_[l] = std::move(rec);
+        conv_[l] = std::move(cnv);
     }
-    free_.reserve(static_cast<size_t>(n_slots));
-    for (int64_t i = n_slots - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+    in_use_.resize(static_cast<size_t>(new_capacity), 0);
+    // New ids go under the existing free ones, lowest id on top.
+    std::vector<int32_t> fresh;
+    for (int64_t i = new_capacity - 1; i >= capacity_; --i) fresh.push_back(static_cast<int32_t>(i));
+    free_.insert(free_.begin(), fresh.begin(), fresh.end());
+    capacity_ = new_capacity;
 }
 
 size_t KdaStatePool::slot_bytes() const {
@@ -29,22 +47,31 @@ size_t KdaStatePool::slot_bytes() const {
 
 Result<int32_t> KdaStatePool::allocate() {
     if (free_.empty()) {
-        return resource_exhausted("KDA state pool: all " + std::to_string(n_slots_) + " slots in use");
+        if (capacity_ == n_slots_) {
+            return resource_exhausted("KDA state pool: all " + std::to_string(n_slots_) + " slots in use");
+        }
+        grow(std::min(n_slots_, std::max<int64_t>(1, 2 * capacity_)));
     }
     const int32_t slot = free_.back();
     free_.pop_back();
     in_use_[static_cast<size_t>(slot)] = 1;
-    for (size_t l = 0; l < recurrent_.size(); ++l) {
-        const size_t rec = static_cast<size_t>(shape_.n_heads * shape_.k_dim * shape_.v_dim);
-        std::memset(recurrent_[l].ptr<float>() + slot * rec, 0, rec * sizeof(float));
-        const size_t cnv = static_cast<size_t>((shape_.conv_kernel - 1) * shape_.conv_channels);
-        std::memset(conv_[l].ptr<float>() + slot * cnv, 0, cnv * sizeof(float));
-    }
+    reset(slot);
     return slot;
 }
 
+void KdaStatePool::reset(int32_t slot) {
+    PENSTOCK_CHECK(slot >= 0 && slot < capacity_ && in_use_[static_cast<size_t>(slot)] == 1)
+        << "reset of unallocated state slot " << slot;
+    const auto rec = static_cast<size_t>(shape_.n_heads * shape_.k_dim * shape_.v_dim);
+    const auto cnv = static_cast<size_t>((shape_.conv_kernel - 1) * shape_.conv_channels);
+    for (size_t l = 0; l < recurrent_.size(); ++l) {
+        std::memset(recurrent_[l].ptr<float>() + slot * rec, 0, rec * sizeof(float));
+        std::memset(conv_[l].ptr<float>() + slot * cnv, 0, cnv * sizeof(float));
+    }
+}
+
 void KdaStatePool::release(int32_t slot) {
-    PENSTOCK_CHECK(slot >= 0 && slot < n_slots_) << "state slot " << slot;
+    PENSTOCK_CHECK(slot >= 0 && slot < capacity_) << "state slot " << slot;
     PENSTOCK_CHECK(in_use_[static_cast<size_t>(slot)] == 1) << "double free of state slot " << slot;
     in_use_[static_cast<size_t>(slot)] = 0;
     free_.push_back(slot);

@@ -2,7 +2,9 @@
 // [n_heads, k_dim, v_dim] f32 and one short-conv state [kernel - 1, channels] f32 per slot. A request holds one slot
 // (the same index in every layer) from admission to release; a slot is zero-filled when it is handed out, which is
 // exactly the state a new sequence starts from. Same discipline as PagePool: all-or-nothing, ResourceExhausted when
-// full (a normal scheduler outcome), abort on double free. Host memory; not thread-safe (scheduler thread).
+// all n_slots are taken (a normal scheduler outcome), abort on double free. Storage grows with admissions (doubling,
+// up to n_slots; a K3 slot is ~0.4 GB), so memory follows the peak number of live requests, not the limit. Host
+// memory; not thread-safe (scheduler thread).
 #pragma once
 
 #include <cstdint>
@@ -23,40 +25,47 @@ struct KdaStateShape {
 };
 
 class KdaStatePool final {
-  public:
-    // n_layers state tensors of each kind, each with n_slots slots.
+public:
+    // n_layers state tensors of each kind, for at most n_slots slots (no storage until the first admission).
     KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape);
 
     int64_t n_slots() const { return n_slots_; }
+    int64_t capacity() const { return capacity_; }  // slots backed by storage now (<= n_slots)
     int64_t n_layers() const { return static_cast<int64_t>(recurrent_.size()); }
-    int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
-    int64_t n_used() const { return n_slots_ - n_free(); }
+    int64_t n_used() const { return capacity_ - static_cast<int64_t>(free_.size()); }
+    int64_t n_free() const { return n_slots_ - n_used(); }
     const KdaStateShape& shape() const { return shape_; }
     // Bytes of one slot across all layers (recurrent + conv).
     size_t slot_bytes() const;
 
     // Takes a free slot and zero-fills its state in every layer, or returns ResourceExhausted (taking nothing).
+    // May grow the storage: views from recurrent() / conv() taken before are invalidated (slot contents are kept).
     [[nodiscard]] Result<int32_t> allocate();
+    // Zero-fills an allocated slot's state in every layer (a sequence restarting at position 0).
+    void reset(int32_t slot);
     // Returns a slot. Releasing a slot that is not allocated aborts.
     void release(int32_t slot);
 
-    // Layer i's (0-based among the pool's layers) recurrent state: [n_slots, n_heads, k_dim, v_dim] f32.
+    // Layer i's (0-based among the pool's layers) recurrent state: [capacity, n_heads, k_dim, v_dim] f32.
     const TensorView& recurrent(int64_t layer) const;
-    // Layer i's conv state: [n_slots, conv_kernel - 1, conv_channels] f32.
+    // Layer i's conv state: [capacity, conv_kernel - 1, conv_channels] f32.
     const TensorView& conv(int64_t layer) const;
 
-  private:
+private:
+    void grow(int64_t new_capacity);
+
     int64_t n_slots_;
+    int64_t capacity_ = 0;
     KdaStateShape shape_;
     std::vector<Tensor> recurrent_;
     std::vector<Tensor> conv_;
-    std::vector<int32_t> free_;  // stack of free slot ids
+    std::vector<int32_t> free_;  // stack of free slot ids below capacity_
     std::vector<uint8_t> in_use_;
 };
 
 // Request id -> slot, against a shared KdaStatePool (the analogue of RequestTables).
 class RequestStateSlots final {
-  public:
+public:
     explicit RequestStateSlots(KdaStatePool* pool) : pool_(pool) {}
 
     // Gives request `id` a fresh zeroed slot; a request that already holds one keeps it unchanged. All-or-nothing:
@@ -69,7 +78,7 @@ class RequestStateSlots final {
     bool contains(int64_t id) const { return slots_.count(id) != 0; }
     int64_t n_requests() const { return static_cast<int64_t>(slots_.size()); }
 
-  private:
+private:
     KdaStatePool* pool_;
     std::unordered_map<int64_t, int32_t> slots_;
 };

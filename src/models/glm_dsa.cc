@@ -157,6 +157,20 @@ loader::ModelConfig family_config(const loader::ModelConfig& in) {
     return c;
 }
 
+// ModelOptions::dsa_logits_budget_bytes, or the backend default when 0.
+int64_t logits_budget_bytes(const ModelOptions& options, const kernels::Context& ctx) {
+    if (options.dsa_logits_budget_bytes > 0) return options.dsa_logits_budget_bytes;
+    switch (ctx.device) {
+        case Device::kCPU:
+            return kDsaCpuLogitsBudgetBytes;
+        case Device::kCUDA:
+            // TODO(#6): dsa_gpu_logits_budget_bytes(free memory outside the static pool, device memory), per forward.
+            PENSTOCK_CHECK(false) << "DSA on CUDA: not yet";
+            return 0;
+    }
+    return 0;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_config,
@@ -267,8 +281,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     }
     const int64_t dense_max = options_.dsa_dense_max_kv < 0 ? dsa_.index_topk : options_.dsa_dense_max_kv;
     const bool dense = longest_kv <= dense_max;
-    const int64_t budget =
-        options_.dsa_logits_budget_bytes > 0 ? options_.dsa_logits_budget_bytes : kDsaCpuLogitsBudgetBytes;
+    const int64_t budget = logits_budget_bytes(options_, ctx);
 
     Tensor normed = Tensor::empty({n, h}, DType::kF32);
     Tensor sub_out = Tensor::empty({n, h}, DType::kF32);

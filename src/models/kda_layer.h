@@ -32,7 +32,7 @@ struct KdaOptions {
 };
 
 class KdaAttention final {
-  public:
+public:
     // Reads `<prefix>.{q,k,v}_proj`, `{q,k,v}_conv1d` ([qkv, 1, K] or [qkv, K]; or a fused `conv1d` [3 qkv, 1, K]),
     // `f_a_proj`, `f_b_proj`, `A_log` ([n_heads] or [1, 1, n_heads, 1]), `dt_bias`, `b_proj`, the output gate
     // (`g_a_proj` + `g_b_proj`, or `g_proj`), `o_norm.weight` [head_dim] and `o_proj` (each under its transformers
@@ -49,7 +49,7 @@ class KdaAttention final {
 
     const KdaOptions& options() const { return options_; }
 
-  private:
+private:
     KdaOptions options_;
     Linear qkv_proj_;     // [3 qkv, hidden]: q, k, v rows stacked
     Tensor conv_weight_;  // [3 qkv, conv_kernel] f32

@@ -183,9 +183,13 @@ kv_cache::PagedRowCache* KimiLinearCache::latent(int64_t layer) {
     return it->second.get();
 }
 
-Tensor KimiLinearCache::slots_for(const ForwardBatch& batch) const {
+Tensor KimiLinearCache::slots_for(const ForwardBatch& batch) {
     Tensor t = Tensor::empty({static_cast<int64_t>(batch.seqs.size())}, DType::kI32);
-    for (size_t s = 0; s < batch.seqs.size(); ++s) t.ptr<int32_t>()[s] = slots_.slot(batch.seqs[s].request_id);
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+        const int32_t slot = slots_.slot(batch.seqs[s].request_id);
+        if (batch.seqs[s].prefix_len == 0) states_.reset(slot);
+        t.ptr<int32_t>()[s] = slot;
+    }
     return t;
 }
 
@@ -207,15 +211,26 @@ Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& 
 
     const int64_t n_layers = config.num_hidden_layers;
     const bool tie = config.tie_word_embeddings;
+    // Only the language model's tensors; a multimodal K3 checkpoint prefixes them with "language_model." (stripped
+    // below) and carries a vision tower that prefill never reads.
+    constexpr std::string_view kLmPrefix = "language_model.";
+    auto strip = [&](std::string_view name) {
+        return name.starts_with(kLmPrefix) ? name.substr(kLmPrefix.size()) : name;
+    };
+    auto wanted = [&](std::string_view name) {
+        const std::string_view n = strip(name);
+        if (!n.starts_with("model.") && !n.starts_with("lm_head.")) return false;
+        // The K3 AttnRes output read is model-level but belongs to the last stage.
+        return loader::tensor_in_layer_range(n, range, n_layers, tie) ||
+               (range.end == n_layers && n.starts_with("model.output_attn_res_"));
+    };
+    const int64_t block_n = config.fp8 ? config.fp8->block_n : 128;
+    const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
     PENSTOCK_ASSIGN_OR_RETURN(
-        loader::WeightMap weights,
-        checkpoint.load(
-            [&](std::string_view name) {
-                // The K3 AttnRes output read is model-level but belongs to the last stage.
-                return loader::tensor_in_layer_range(name, range, n_layers, tie) ||
-                       (range.end == n_layers && name.starts_with("model.output_attn_res_"));
-            },
-            loader::LoadOptions{.target = DType::kF32}, /*fp8_block_n=*/128, /*fp8_block_k=*/128, stats));
+        loader::WeightMap loaded,
+        checkpoint.load(wanted, loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+    loader::WeightMap weights;
+    for (auto& [name, tensor] : loaded) weights.emplace(std::string(strip(name)), std::move(tensor));
     WeightReader r(&weights);
     const int64_t h = config.hidden_size;
     const int64_t vocab = config.vocab_size;

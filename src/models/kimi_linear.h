@@ -39,7 +39,7 @@ struct KimiConfig {
 // The cache of a Kimi stage: the MLA latent rows of its MLA layers (one PagedRowCache each, row [c ; k_shared]) and
 // the KDA state pool (one slot per admitted request, every KDA layer).
 class KimiLinearCache final : public ModelCache {
-  public:
+public:
     KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::vector<int64_t>& mla_layers, int64_t latent_dim,
                     int64_t n_kda_layers, const kv_cache::KdaStateShape& shape);
 
@@ -49,17 +49,18 @@ class KimiLinearCache final : public ModelCache {
 
     kv_cache::PagedRowCache* latent(int64_t layer);
     kv_cache::KdaStatePool& states() { return states_; }
-    // [n_seqs] i32: each batch sequence's state slot (every request must have been admitted).
-    Tensor slots_for(const ForwardBatch& batch) const;
+    // [n_seqs] i32: each batch sequence's state slot (every request must have been admitted). A sequence whose chunk
+    // starts at position 0 gets its state zeroed first: it starts over, as its KV positions do.
+    Tensor slots_for(const ForwardBatch& batch);
 
-  private:
+private:
     std::map<int64_t, std::unique_ptr<kv_cache::PagedRowCache>> latent_;
     kv_cache::KdaStatePool states_;
     kv_cache::RequestStateSlots slots_;
 };
 
 class KimiLinearModel final : public Model {
-  public:
+public:
     [[nodiscard]] static Result<std::unique_ptr<Model>> load(const loader::ModelConfig& config,
                                                              const loader::Checkpoint& checkpoint,
                                                              const loader::LayerRange& range,
@@ -74,7 +75,7 @@ class KimiLinearModel final : public Model {
     Tensor compute_logits(const BatchLayout& layout, const Activations& act,
                           const kernels::Context& ctx) const override;
 
-  private:
+private:
     struct ResidualQuery {  // one AttnRes read site
         Tensor query;       // [hidden] f32
         Tensor norm;        // [hidden] f32

@@ -12,6 +12,8 @@ constexpr int kTagEnvelope = 100;
 constexpr int kTagPlan = 101;
 constexpr int kTagHidden = 102;
 constexpr int kTagLogits = 103;
+constexpr int kTagBank = 104;
+constexpr uint32_t kMaxBankRows = 4096;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 constexpr uint32_t kMaxSeqs = 1u << 20;
 
@@ -56,6 +58,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     std::vector<uint8_t> out;
     put<uint32_t>(&out, plan.stop ? 1u : 0u);
     put<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
+    put<uint32_t>(&out, plan.bank_rows);
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         put<int64_t>(&out, c.request_id);
@@ -76,7 +79,8 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     Reader r(bytes);
     StagePlan plan;
     uint32_t flags = 0, n_seqs = 0;
-    if (!r.get(&flags) || !r.get(&n_seqs)) return data_loss("stage plan: truncated header");
+    if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_rows)) return data_loss("stage plan: truncated header");
+    if (plan.bank_rows > kMaxBankRows) return data_loss("stage plan: " + std::to_string(plan.bank_rows) + " bank rows");
     if (flags > 1) return data_loss("stage plan: unknown flags " + std::to_string(flags));
     if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
     plan.stop = flags & 1u;
@@ -115,7 +119,7 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
 
 PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp) : runner_(runner), pp_(pp) {}
 
-Status PipelineStage::send_step(const StagePlan& plan, const TensorView& hidden) {
+Status PipelineStage::send_step(const StagePlan& plan, const models::Activations* act) {
     std::vector<uint8_t> bytes = encode_plan(plan);
     Envelope env{kStageMagic, kStageVersion, bytes.size()};
     const int64_t env_bytes = sizeof(Envelope);
@@ -123,7 +127,9 @@ Status PipelineStage::send_step(const StagePlan& plan, const TensorView& hidden)
     const int next = pp_->rank() + 1;
     PENSTOCK_RETURN_IF_ERROR(pp_->send(env_view, next, kTagEnvelope));
     PENSTOCK_RETURN_IF_ERROR(pp_->send(bytes_view(&bytes), next, kTagPlan));
-    if (!plan.stop) PENSTOCK_RETURN_IF_ERROR(pp_->send(hidden, next, kTagHidden));
+    if (plan.stop) return ok_status();
+    PENSTOCK_RETURN_IF_ERROR(pp_->send(act->hidden, next, kTagHidden));
+    if (plan.bank_rows > 0) PENSTOCK_RETURN_IF_ERROR(pp_->send(act->bank, next, kTagBank));
     return ok_status();
 }
 
@@ -156,7 +162,8 @@ Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
     for (const models::SeqChunk& c : batch.seqs) {
         plan.release.push_back(c.prefix_len + static_cast<int64_t>(c.token_ids.size()) >= c.prompt_len ? 1 : 0);
     }
-    PENSTOCK_RETURN_IF_ERROR(send_step(plan, act.hidden));
+    plan.bank_rows = act.bank.defined() ? static_cast<uint32_t>(act.bank.size(1)) : 0;
+    PENSTOCK_RETURN_IF_ERROR(send_step(plan, &act));
     Tensor logits = Tensor::empty(
         {static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size}, DType::kF32);
     PENSTOCK_RETURN_IF_ERROR(pp_->recv(logits, pp_->size() - 1, kTagLogits));
@@ -168,7 +175,7 @@ Status PipelineStage::stop() {
     if (pp_->size() == 1) return ok_status();
     StagePlan plan;
     plan.stop = true;
-    return send_step(plan, TensorView{});
+    return send_step(plan, nullptr);
 }
 
 Status PipelineStage::serve() {
@@ -178,7 +185,7 @@ Status PipelineStage::serve() {
     while (true) {
         PENSTOCK_ASSIGN_OR_RETURN(StagePlan plan, recv_plan());
         if (plan.stop) {
-            if (!last) PENSTOCK_RETURN_IF_ERROR(send_step(plan, TensorView{}));
+            if (!last) PENSTOCK_RETURN_IF_ERROR(send_step(plan, nullptr));
             return ok_status();
         }
         PENSTOCK_RETURN_IF_ERROR(runner_->bind(&plan.batch));
@@ -186,12 +193,16 @@ Status PipelineStage::serve() {
         models::Activations act;
         act.hidden = Tensor::empty({layout.n_tokens, hidden}, DType::kF32);
         PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.hidden, pp_->rank() - 1, kTagHidden));
+        if (plan.bank_rows > 0) {
+            act.bank = Tensor::empty({layout.n_tokens, static_cast<int64_t>(plan.bank_rows), hidden}, DType::kF32);
+            PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.bank, pp_->rank() - 1, kTagBank));
+        }
         runner_->run_layers(plan.batch, layout, &act);
         if (last) {
             Tensor logits = runner_->logits(layout, act);
             PENSTOCK_RETURN_IF_ERROR(pp_->send(logits, 0, kTagLogits));
         } else {
-            PENSTOCK_RETURN_IF_ERROR(send_step(plan, act.hidden));
+            PENSTOCK_RETURN_IF_ERROR(send_step(plan, &act));
         }
         for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
             if (plan.release[i]) runner_->release(plan.batch.seqs[i].request_id);

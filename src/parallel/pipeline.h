@@ -5,9 +5,11 @@
 //
 // Wire format per step, stage s -> s+1 (tags kTagEnvelope, kTagPlan, kTagHidden):
 //   envelope: u32 magic 'PSTK', u32 version, u64 plan bytes
-//   plan:     u32 flags (bit 0: stop), u32 n_seqs, then per sequence: i64 request_id, i64 prefix_len, i64 prompt_len,
+//   plan:     u32 flags (bit 0: stop), u32 n_seqs, u32 bank_rows, then per sequence: i64 request_id, i64 prefix_len,
+//   i64 prompt_len,
 //             u32 n_tokens, u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
 //   hidden:   f32 [n_tokens, hidden]
+//   bank:     f32 [n_tokens, bank_rows, hidden] when bank_rows > 0 (Kimi K3 Attention Residuals; kTagBank)
 // last stage -> stage 0 (kTagLogits): f32 [n_logit_rows, vocab].
 #pragma once
 
@@ -27,6 +29,7 @@ inline constexpr uint32_t kStageVersion = 1;
 struct StagePlan {
     models::ForwardBatch batch;    // page tables unset
     std::vector<uint8_t> release;  // per sequence: free its state after this step
+    uint32_t bank_rows = 0;        // AttnRes bank rows travelling with the hidden (0: no bank)
     bool stop = false;
 };
 
@@ -47,7 +50,7 @@ public:
     [[nodiscard]] Status serve();
 
 private:
-    [[nodiscard]] Status send_step(const StagePlan& plan, const TensorView& hidden);
+    [[nodiscard]] Status send_step(const StagePlan& plan, const models::Activations* act);
     [[nodiscard]] Result<StagePlan> recv_plan();
 
     runtime::ModelRunner* runner_;

@@ -86,7 +86,7 @@ TEST(Cli, ForwardWritesEveryPositionsLogits) {
 }
 
 TEST(Cli, OtherFamiliesFixtures) {
-    for (const char* name : {"glm_moe_dsa_tiny"}) {
+    for (const char* name : {"glm_moe_dsa_tiny", "kimi_linear_tiny"}) {
         expect_matches_reference(fs::path(PENSTOCK_FIXTURES_DIR) / name, "--chunk-size 17");
     }
 }

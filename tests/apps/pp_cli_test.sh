@@ -6,7 +6,7 @@ set -euo pipefail
 bin=$1; mpiexec=$2; fixtures=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ids=$(python3 -c "print(','.join(str((i * 37 + 11) % 512) for i in range(150)))")
+ids=$(python3 -c "print(','.join(str((i * 37 + 11) % 256) for i in range(150)))")
 run_case() {  # model np chunk partition
   local model=$1 np=$2 chunk=$3 part=$4
   "$bin" forward --model "$fixtures/$model" --input-ids "$ids" --chunk-size "$chunk" --out "$tmp/ref.safetensors" >/dev/null
@@ -25,6 +25,9 @@ run_case deepseek_v3_tiny 3 64 "2,1,1"
 run_case glm_moe_dsa_tiny 3 5 "1,2,3"  # stages start at full indexer layers (0, 1, 3)
 run_case glm_moe_dsa_tiny 2 0 "3,3"
 run_case kimi_linear_tiny 2 17 ""
+run_case kimi_linear_tiny 3 5 "3,2,3"
+k3=$(dirname "$0")/../data/variants_k3
+for d in "$k3"/*/; do run_case "$(realpath --relative-to="$fixtures" "$d")" 3 7 ""; done
 
 # A partition that does not add up fails on every rank, exit code 2, one error line per rank.
 set +e

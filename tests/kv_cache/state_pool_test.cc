@@ -5,18 +5,39 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 namespace penstock::kv_cache {
 namespace {
 
 constexpr KdaStateShape kShape{.n_heads = 2, .k_dim = 4, .v_dim = 3, .conv_kernel = 4, .conv_channels = 5};
 
-TEST(KdaStatePool, ShapesAndBytes) {
-    KdaStatePool pool(3, 2, kShape);
+TEST(KdaStatePool, ShapesBytesAndGrowth) {
+    KdaStatePool pool(5, 2, kShape);
     EXPECT_EQ(pool.n_layers(), 2);
-    EXPECT_EQ(pool.recurrent(1).shape_vec(), (Shape{3, 2, 4, 3}));
-    EXPECT_EQ(pool.conv(0).shape_vec(), (Shape{3, 3, 5}));
+    EXPECT_EQ(pool.capacity(), 0) << "no storage before the first admission";
     EXPECT_EQ(pool.slot_bytes(), static_cast<size_t>(2 * (2 * 4 * 3 + 3 * 5) * 4));
+    std::vector<int32_t> slots;
+    for (int i = 0; i < 3; ++i) {
+        auto s = pool.allocate();
+        ASSERT_TRUE(s.ok());
+        slots.push_back(*s);
+        // Mark the slot so growth can be checked to keep it.
+        pool.recurrent(1).ptr<float>()[*s * 24 + 5] = 10.0f + static_cast<float>(*s);
+        pool.conv(0).ptr<float>()[*s * 15 + 14] = -10.0f - static_cast<float>(*s);
+    }
+    EXPECT_EQ(pool.capacity(), 4) << "1 -> 2 -> 4";
+    EXPECT_EQ(pool.recurrent(1).shape_vec(), (Shape{4, 2, 4, 3}));
+    EXPECT_EQ(pool.conv(0).shape_vec(), (Shape{4, 3, 5}));
+    for (int32_t s : slots) {
+        EXPECT_EQ(pool.recurrent(1).ptr<float>()[s * 24 + 5], 10.0f + static_cast<float>(s));
+        EXPECT_EQ(pool.conv(0).ptr<float>()[s * 15 + 14], -10.0f - static_cast<float>(s));
+    }
+    ASSERT_TRUE(pool.allocate().ok());
+    ASSERT_TRUE(pool.allocate().ok());
+    EXPECT_EQ(pool.capacity(), 5) << "growth stops at n_slots";
+    EXPECT_EQ(pool.n_free(), 0);
+    EXPECT_FALSE(pool.allocate().ok());
 }
 
 TEST(KdaStatePool, AllocateReleaseAccounting) {
@@ -46,6 +67,11 @@ TEST(KdaStatePool, FreshSlotsAreZero) {
         for (int i = 0; i < 24; ++i) r[i] = 1.5f;
         float* c = pool.conv(l).ptr<float>() + *a * 15;
         for (int i = 0; i < 15; ++i) c[i] = -2.0f;
+    }
+    pool.reset(*a);
+    for (int64_t l = 0; l < 2; ++l) {
+        for (int i = 0; i < 24; ++i) EXPECT_EQ(pool.recurrent(l).ptr<float>()[*a * 24 + i], 0.0f) << "reset";
+        pool.recurrent(l).ptr<float>()[*a * 24 + 3] = 7.0f;
     }
     pool.release(*a);
     auto b = pool.allocate();

@@ -157,6 +157,28 @@ TEST(KimiLinear, ChunkedEqualsUnchunked) {
     EXPECT_LE(cmp.max_abs_diff, 1e-5) << cmp.describe();
 }
 
+// A chunk at position 0 starts its request over: the KDA state left by an earlier run is not read.
+TEST(KimiLinear, RestartAtPositionZeroResetsState) {
+    const std::string dir = std::string(PENSTOCK_FIXTURES_DIR) + "/kimi_linear_tiny";
+    auto runner = make_runner(dir, models::MlaForm::kMha, 8);
+    ASSERT_NE(runner, nullptr);
+    const std::vector<int32_t> ids = testing::load_reference(dir)[1].ids;
+    ASSERT_TRUE(runner->tables().reserve(9, static_cast<int64_t>(ids.size())).ok());
+    ASSERT_TRUE(runner->cache().admit(9).ok());
+    models::ForwardBatch batch;
+    batch.seqs.push_back({.request_id = 9,
+                          .token_ids = ids,
+                          .prefix_len = 0,
+                          .pages = &runner->tables().table(9),
+                          .logits = models::LogitsMode::kAll});
+    const Tensor a = runner->forward(batch);
+    const Tensor b = runner->forward(batch);
+    const auto cmp = testing::compare_logits(a, b, 0.0);
+    EXPECT_EQ(cmp.max_abs_diff, 0.0) << cmp.describe();
+    runner->cache().release(9);
+    runner->tables().release(9);
+}
+
 // Admission is all or nothing across pages and KDA state slots: more prompts than slots fail with
 // ResourceExhausted and leave nothing allocated; a bad id is rejected.
 TEST(KimiLinear, StateSlotsAreAdmittedAllOrNothing) {
@@ -183,7 +205,8 @@ TEST(KimiLinear, TwoPipelineStagesMatchReference) {
     const std::vector<std::pair<std::string, int64_t>> cases{
         {std::string(PENSTOCK_FIXTURES_DIR) + "/kimi_linear_tiny", 3},
         {std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block2", 3},
-        {std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block2", 2}};
+        {std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block2", 2},
+        {std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block3_nonorm", 1}};
     for (const auto& [dir, split] : cases) {
         SCOPED_TRACE(dir + " split at " + std::to_string(split));
         if (!fs::exists(dir)) continue;

@@ -226,7 +226,7 @@ def random_weights(cfg, seed):
     return W
 
 
-def build(name, cfg, seed, what):
+def build(name, cfg, seed, what, key_prefix=""):
     W = random_weights(cfg, seed)
     W64 = {k: v.to(D) for k, v in W.items()}
     g = torch.Generator().manual_seed(seed + 1)
@@ -240,12 +240,12 @@ def build(name, cfg, seed, what):
     if os.path.exists(d):
         shutil.rmtree(d)
     os.makedirs(d)
-    save_file({k: v.contiguous() for k, v in W.items()}, os.path.join(d, "model.safetensors"),
+    save_file({key_prefix + k: v.contiguous() for k, v in W.items()}, os.path.join(d, "model.safetensors"),
               metadata={"format": "pt"})
     save_file(ref, os.path.join(d, "reference.safetensors"))
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2, sort_keys=True)
     json.dump({"name": name, "generator": "tests/python/k3_oracle.py (float64 torch " + torch.__version__ + ")",
-               "exercises": what, "prompts": PROMPTS, "seed": seed, "n_tensors": len(W)},
+               "exercises": what, "prompts": PROMPTS, "seed": seed, "n_tensors": len(W), "key_prefix": key_prefix},
               open(os.path.join(d, "reference.json"), "w"), indent=1)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print(f"{name}: {len(W)} tensors, {size / 1024:.0f} KiB")
@@ -273,17 +273,18 @@ VARIANTS = [
     ("k3_tiny_block2", k3_config(), 51,
      "every K3 extension: AttnRes block 2 (3 bank rows + partial at the output), gated NoPE MLA with q_lora at layers "
      "4-5 (1-based; the last two both MLA), lower-bound KDA gate with full-rank g_proj, SiTU everywhere, latent MoE "
-     "with norm"),
+     "with norm", ""),
     ("k3_tiny_block3_nonorm", k3_config(attn_res_block_size=3, latent_moe_use_norm=False, num_hidden_layers=4,
                                         activation_situ_beta=2.0, activation_situ_linear_beta=6.0,
                                         linear_attn_config={"head_dim": 16, "num_heads": 2, "short_conv_kernel_size": 4,
                                                             "gate_lower_bound": -3.0, "use_full_rank_gate": True,
                                                             "kda_layers": [2, 3], "full_attn_layers": [1, 4]}),
      52, "AttnRes block 3 (appends at layers 0 and 3), latent MoE without norm, other SiTU betas and gate bound, MLA "
-         "first and last"),
+         "first and last; tensor names prefixed 'language_model.' as in the multimodal K3 checkpoint",
+     "language_model."),
 ]
 
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    for name, cfg, seed, what in VARIANTS:
-        build(name, cfg, seed, what)
+    for name, cfg, seed, what, key_prefix in VARIANTS:
+        build(name, cfg, seed, what, key_prefix)

@@ -33,4 +33,38 @@ void rms_norm(const kernels::RmsNormParams& p, RmsNormVariant variant, void* str
 
 void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 
+// The ops of kernels/ops.h. Same Params and semantics as the CPU reference (kernels/ref/), with these extensions and
+// limits (checked on the host; device-side metadata such as ids and offsets is not validated: a bad index skips its
+// row instead of aborting):
+//  - Activations f32 or bf16 wherever the reference takes f32: fp32 math, bf16 outputs rounded once (nearest even).
+//    All activation tensors of one call share a dtype unless noted; weights (layer_norm) f32 or bf16; index and
+//    metadata tensors i32 on the device; attention lse, routing logits/weights and unpermute weights stay f32.
+//  - copy: any same-dtype copy of 1/2/4-byte elements, or f32 <-> bf16. fill: f32, bf16, i32.
+//  - gather_rows, paged_write, paged_gather, moe_permute: byte copies of rows (any dtype).
+//  - embedding: table f32 or bf16, out f32 or bf16.
+//  - gemm, grouped_gemm: cuBLASLt, CUBLAS_COMPUTE_32F; a and b both f32 or both bf16; out a's dtype or f32.
+//    grouped_gemm reads offsets back to the host (one copy + stream sync; TODO(#7): device-side grouped GEMM).
+//  - attention: q, k, v, out one dtype; d_qk <= 576, d_v <= 512.
+//  - moe_routing: logits f32 or bf16; n_group <= 64, n_experts such that 4 warps' scores fit 48 KiB (<= ~1500).
+//  - moe_align / moe_unpermute take stream-ordered scratch (cudaMallocAsync). TODO(#7): from the Workspace.
+void copy(const kernels::CopyParams& p, void* stream);
+void fill(const kernels::FillParams& p, void* stream);
+void gather_rows(const kernels::GatherRowsParams& p, void* stream);
+void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
+void paged_write(const kernels::PagedWriteParams& p, void* stream);
+void paged_gather(const kernels::PagedGatherParams& p, void* stream);
+void embedding(const kernels::EmbeddingParams& p, void* stream);
+void layer_norm(const kernels::LayerNormParams& p, void* stream);
+void rope(const kernels::RopeParams& p, void* stream);
+void gemm(const kernels::GemmParams& p, void* stream);
+void silu_mul(const kernels::SiluMulParams& p, void* stream);
+void add(const kernels::AddParams& p, void* stream);
+void softmax(const kernels::SoftmaxParams& p, void* stream);
+void attention(const kernels::AttentionParams& p, void* stream);
+void merge_attention(const kernels::MergeAttentionParams& p, void* stream);
+void moe_routing(const kernels::MoeRoutingParams& p, void* stream);
+void moe_align(const kernels::MoeAlignParams& p, void* stream);
+void moe_permute(const kernels::MoePermuteParams& p, void* stream);
+void moe_unpermute(const kernels::MoeUnpermuteParams& p, void* stream);
+
 }  // namespace penstock::cuda

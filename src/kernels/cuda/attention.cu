@@ -1,0 +1,273 @@
+// Varlen attention on the GPU: a tiled flash-attention-style kernel (online softmax, fp32 accumulation), same
+// contract as kernels/ref/attention.cc (AttentionParams): varlen via cu_seqlens_q/k, GQA/MQA head groups, causal mask
+// in absolute positions (q_pos0/k_pos0), strides on dims 0/1, d_qk up to 576 and d_v up to 512 (the MLA absorbed form),
+// lse output, rows that see no key -> out 0 and lse -inf. q/k/v f32 or bf16 (one dtype), out the same dtype as q,
+// lse f32.
+//
+// Mapping: block = kWarps query rows of one sequence and one head (grid.y = head); warp w owns query row w of the tile.
+// Blocks walk the sequences' query tiles: grid.x = ceil(total_q / kWarps) + n_seqs is an upper bound on
+// sum_s ceil(len_q(s) / kWarps), and each block finds its (sequence, tile) by a scan over cu_seqlens_q (no host read
+// of device metadata, so the launch is graph capturable). Key tiles of kKeys rows of K and V are staged in shared
+// memory as fp32 (K rows padded by one float so lane j reading key j is conflict free); lane j computes the score of
+// key j of the tile, the warp updates the running max / sum, and each lane accumulates d_v / 32 output columns.
+// CUDA cores only: correct first.
+// TODO(#7): cuDNN SDPA (MHA form) and a wgmma kernel for the MLA absorbed form are the speed path.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;  // query rows per block
+constexpr int kKeys = 32;  // keys per tile (one per lane)
+constexpr int kMaxDqk = 576;
+constexpr int kMaxDv = 512;
+
+struct AttnArgs {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* out;
+    float* lse;
+    const int32_t* cu_q;
+    const int32_t* cu_k;
+    const int32_t* q_pos0;
+    const int32_t* k_pos0;
+    int n_seqs;
+    int n_heads;
+    int group;  // n_heads / n_kv_heads
+    int d_qk;
+    int d_v;
+    int64_t q0, q1, k0, k1, v0, v1, o0, o1, l0, l1;  // strides (elements)
+    float scale;
+    bool causal;
+};
+
+template <class T, int kDvPerLane>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
+    extern __shared__ float attn_smem[];
+    const int d_qk = a.d_qk;
+    const int d_v = a.d_v;
+    const int k_pitch = d_qk + 1;
+    float* q_s = attn_smem;              // [kWarps][d_qk]
+    float* k_s = q_s + kWarps * d_qk;    // [kKeys][d_qk + 1]
+    float* v_s = k_s + kKeys * k_pitch;  // [kKeys][d_v]
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int h = static_cast<int>(blockIdx.y);
+    const int kvh = h / a.group;
+
+    // Find this block's (sequence, tile).
+    int tile = static_cast<int>(blockIdx.x);
+    int s = 0;
+    for (; s < a.n_seqs; ++s) {
+        const int len = a.cu_q[s + 1] - a.cu_q[s];
+        const int tiles = (len + kWarps - 1) / kWarps;
+        if (tile < tiles) break;
+        tile -= tiles;
+    }
+    if (s >= a.n_seqs) return;  // a spare block of the upper bound (uniform across the block)
+    const int q_begin = a.cu_q[s];
+    const int len_q = a.cu_q[s + 1] - q_begin;
+    const int k_begin = a.cu_k[s];
+    const int len_k = a.cu_k[s + 1] - k_begin;
+    const int64_t qp0 = a.q_pos0[s];
+    const int64_t kp0 = a.k_pos0[s];
+    const int i_first = tile * kWarps;
+    const int i_last = min(i_first + kWarps, len_q) - 1;  // last query row of the tile (sequence-relative)
+
+    auto visible = [&](int i) -> int {  // keys visible to sequence row i: a prefix [0, n)
+        if (!a.causal) return len_k;
+        const int64_t n = qp0 + i - kp0 + 1;
+        return static_cast<int>(n < 0 ? 0 : (n > len_k ? len_k : n));
+    };
+    const int block_keys = visible(i_last);  // visibility grows with i
+    const int i = i_first + warp;
+    const bool row_ok = i <= i_last;
+    const int n_vis = row_ok ? visible(i) : 0;
+    const int64_t r = static_cast<int64_t>(q_begin) + i;
+
+    const T* qg = static_cast<const T*>(a.q);
+    const T* kg = static_cast<const T*>(a.k);
+    const T* vg = static_cast<const T*>(a.v);
+    if (row_ok) {
+        const T* qrow = qg + r * a.q0 + static_cast<int64_t>(h) * a.q1;
+        for (int c = lane; c < d_qk; c += 32) q_s[warp * d_qk + c] = to_f32(qrow[c]);
+    }
+
+    float m = -INFINITY;  // running max of scores (scaled)
+    float l = 0.0f;       // running sum of exp(score - m)
+    float acc[kDvPerLane];
+#pragma unroll
+    for (int t = 0; t < kDvPerLane; ++t) acc[t] = 0.0f;
+
+    for (int j0 = 0; j0 < block_keys; j0 += kKeys) {
+        __syncthreads();  // previous tile consumed (and q_s written, on the first pass)
+        const int n_tile = min(kKeys, block_keys - j0);
+        for (int idx = static_cast<int>(threadIdx.x); idx < kKeys * d_qk; idx += kWarps * 32) {
+            const int key = idx / d_qk;
+            const int c = idx % d_qk;
+            float x = 0.0f;
+            if (key < n_tile) {
+                x = to_f32(kg[static_cast<int64_t>(k_begin + j0 + key) * a.k0 + static_cast<int64_t>(kvh) * a.k1 + c]);
+            }
+            k_s[key * k_pitch + c] = x;
+        }
+        for (int idx = static_cast<int>(threadIdx.x); idx < kKeys * d_v; idx += kWarps * 32) {
+            const int key = idx / d_v;
+            const int c = idx % d_v;
+            float x = 0.0f;
+            if (key < n_tile) {
+                x = to_f32(vg[static_cast<int64_t>(k_begin + j0 + key) * a.v0 + static_cast<int64_t>(kvh) * a.v1 + c]);
+            }
+            v_s[key * d_v + c] = x;
+        }
+        __syncthreads();
+        if (!row_ok || j0 >= n_vis) continue;  // warp-uniform; the barriers above still see every thread
+
+        const bool vis = j0 + lane < n_vis;
+        float score = -INFINITY;
+        if (vis) {
+            const float* qv = q_s + warp * d_qk;
+            const float* kv = k_s + lane * k_pitch;
+            float dot = 0.0f;
+            for (int c = 0; c < d_qk; ++c) dot = fmaf(qv[c], kv[c], dot);
+            score = dot * a.scale;
+        }
+        const float m_new = fmaxf(m, warp_reduce_max(score));  // finite: key j0 is visible (j0 < n_vis)
+        const float p = vis ? expf(score - m_new) : 0.0f;
+        const float corr = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
+        l = l * corr + warp_reduce_sum(p);
+#pragma unroll
+        for (int t = 0; t < kDvPerLane; ++t) acc[t] *= corr;
+        const int n_keys = min(kKeys, n_vis - j0);
+        for (int jj = 0; jj < n_keys; ++jj) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const float* vrow = v_s + jj * d_v;
+#pragma unroll
+            for (int t = 0; t < kDvPerLane; ++t) {
+                const int c = lane + 32 * t;
+                if (c < d_v) acc[t] = fmaf(pj, vrow[c], acc[t]);
+            }
+        }
+        m = m_new;
+    }
+
+    if (!row_ok) return;
+    T* orow = static_cast<T*>(a.out) + r * a.o0 + static_cast<int64_t>(h) * a.o1;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDvPerLane; ++t) {
+        const int c = lane + 32 * t;
+        if (c < d_v) orow[c] = from_f32<T>(acc[t] * inv);
+    }
+    if (lane == 0) a.lse[r * a.l0 + static_cast<int64_t>(h) * a.l1] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+void check_3d(const TensorView& v, int64_t n0, int64_t n1, int64_t n2, const char* name) {
+    check_on_gpu(v, "attention", name);
+    PENSTOCK_CHECK_EQ(v.ndim, 3) << "attention: " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.size(0) == n0 && v.size(1) == n1 && v.size(2) == n2)
+        << "attention: " << name << " " << v.shape_string() << ", expected [" << n0 << ", " << n1 << ", " << n2 << "]";
+    PENSTOCK_CHECK(v.stride(2) == 1 || n2 <= 1) << "attention: " << name << " last dim must be contiguous";
+}
+
+void check_meta(const TensorView& v, int64_t n, const char* name) {
+    check_on_gpu(v, "attention", name);
+    PENSTOCK_CHECK(v.ndim == 1 && v.size(0) == n && v.dtype == DType::kI32 && (v.stride(0) == 1 || n <= 1))
+        << "attention: " << name << " must be [" << n << "] i32 contiguous, got " << v.shape_string();
+}
+
+template <class T, int kDvPerLane>
+void launch(const AttnArgs& args, int64_t total_q, cudaStream_t stream) {
+    const size_t smem = sizeof(float) * (static_cast<size_t>(kWarps) * static_cast<size_t>(args.d_qk) +
+                                         static_cast<size_t>(kKeys) * static_cast<size_t>(args.d_qk + 1) +
+                                         static_cast<size_t>(kKeys) * static_cast<size_t>(args.d_v));
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, kDvPerLane>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t tiles = (total_q + kWarps - 1) / kWarps + args.n_seqs;
+    PENSTOCK_CHECK_LT(tiles, int64_t{1} << 31) << "attention: too many query tiles";
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(args.n_heads));
+    attention_kernel<T, kDvPerLane><<<grid, kWarps * 32, smem, stream>>>(args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void attention(const kernels::AttentionParams& p, void* stream) {
+    PENSTOCK_CHECK(p.q.ndim == 3 && p.k.ndim == 3 && p.v.ndim == 3) << "attention: q, k, v must be 3-d";
+    const int64_t total_q = p.q.size(0);
+    const int64_t n_heads = p.q.size(1);
+    const int64_t d_qk = p.q.size(2);
+    const int64_t total_k = p.k.size(0);
+    const int64_t n_kv_heads = p.k.size(1);
+    const int64_t d_v = p.v.size(2);
+    check_3d(p.q, total_q, n_heads, d_qk, "q");
+    check_3d(p.k, total_k, n_kv_heads, d_qk, "k");
+    check_3d(p.v, total_k, n_kv_heads, d_v, "v");
+    check_3d(p.out, total_q, n_heads, d_v, "out");
+    check_on_gpu(p.lse, "attention", "lse");
+    PENSTOCK_CHECK(p.lse.ndim == 2 && p.lse.size(0) == total_q && p.lse.size(1) == n_heads &&
+                   p.lse.dtype == DType::kF32)
+        << "attention: lse [total_q, n_heads] f32, got " << p.lse.shape_string();
+    PENSTOCK_CHECK(is_float_dtype(p.q.dtype) && p.k.dtype == p.q.dtype && p.v.dtype == p.q.dtype &&
+                   p.out.dtype == p.q.dtype)
+        << "attention: q, k, v and out must share one dtype (f32 or bf16)";
+    PENSTOCK_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0)
+        << "attention: n_heads " << n_heads << " must be a multiple of n_kv_heads " << n_kv_heads;
+    PENSTOCK_CHECK(d_qk >= 1 && d_qk <= kMaxDqk) << "attention: d_qk " << d_qk << " (1.." << kMaxDqk << ")";
+    PENSTOCK_CHECK(d_v >= 1 && d_v <= kMaxDv) << "attention: d_v " << d_v << " (1.." << kMaxDv << ")";
+    PENSTOCK_CHECK_LE(n_heads, 65535) << "attention: n_heads";
+    const int64_t n_seqs = p.cu_seqlens_q.size(0) - 1;
+    PENSTOCK_CHECK_GE(n_seqs, 0) << "attention: cu_seqlens_q";
+    check_meta(p.cu_seqlens_q, n_seqs + 1, "cu_seqlens_q");
+    check_meta(p.cu_seqlens_k, n_seqs + 1, "cu_seqlens_k");
+    check_meta(p.q_pos0, n_seqs, "q_pos0");
+    check_meta(p.k_pos0, n_seqs, "k_pos0");
+    PENSTOCK_CHECK(total_q < (int64_t{1} << 31) && total_k < (int64_t{1} << 31)) << "attention: sizes";
+    if (total_q == 0 || n_heads == 0 || n_seqs == 0) return;
+
+    AttnArgs args{};
+    args.q = p.q.data;
+    args.k = p.k.data;
+    args.v = p.v.data;
+    args.out = p.out.data;
+    args.lse = p.lse.ptr<float>();
+    args.cu_q = p.cu_seqlens_q.ptr<const int32_t>();
+    args.cu_k = p.cu_seqlens_k.ptr<const int32_t>();
+    args.q_pos0 = p.q_pos0.ptr<const int32_t>();
+    args.k_pos0 = p.k_pos0.ptr<const int32_t>();
+    args.n_seqs = static_cast<int>(n_seqs);
+    args.n_heads = static_cast<int>(n_heads);
+    args.group = static_cast<int>(n_heads / n_kv_heads);
+    args.d_qk = static_cast<int>(d_qk);
+    args.d_v = static_cast<int>(d_v);
+    args.q0 = p.q.stride(0);
+    args.q1 = p.q.stride(1);
+    args.k0 = p.k.stride(0);
+    args.k1 = p.k.stride(1);
+    args.v0 = p.v.stride(0);
+    args.v1 = p.v.stride(1);
+    args.o0 = p.out.stride(0);
+    args.o1 = p.out.stride(1);
+    args.l0 = p.lse.stride(0);
+    args.l1 = p.lse.stride(1);
+    args.scale = p.scale;
+    args.causal = p.causal;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.q.dtype, "attention", [&](auto t) {
+        using T = decltype(t);
+        if (d_v <= 128) {
+            launch<T, 4>(args, total_q, s);
+        } else if (d_v <= 256) {
+            launch<T, 8>(args, total_q, s);
+        } else {
+            launch<T, 16>(args, total_q, s);
+        }
+    });
+}
+
+}  // namespace penstock::cuda

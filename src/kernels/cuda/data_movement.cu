@@ -1,0 +1,261 @@
+// Data movement on the GPU: copy (strided, broadcast, f32 <-> bf16), fill, gather_rows, paged_write, paged_gather and
+// embedding. Same contracts as kernels/ref/data_movement.cc and ref/embedding.cc. Row ops move bytes (16-byte
+// accesses when aligned), so they take any dtype; index tensors are i32 on the device and are not validated there
+// (an out-of-range index skips the row instead of aborting: the host cannot see device data without a sync).
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class TO, class TI>
+__global__ void copy_kernel(TO* out, const TI* in, StridedDesc od, StridedDesc id, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        out[strided_offset(od, i)] = from_f32<TO>(to_f32(in[strided_offset(id, i)]));
+    }
+}
+
+// Same-dtype copy of any element size: moves E-byte words.
+template <class E>
+__global__ void copy_raw_kernel(E* out, const E* in, StridedDesc od, StridedDesc id, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        out[strided_offset(od, i)] = in[strided_offset(id, i)];
+    }
+}
+
+template <class E>
+__global__ void fill_kernel(E* out, StridedDesc od, E value, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        out[strided_offset(od, i)] = value;
+    }
+}
+
+// One block per output row: out row i = in row index[i] (bytes).
+__global__ void gather_rows_kernel(char* out, const char* in, const int32_t* index, int64_t n, int64_t m,
+                                   int64_t out_stride_bytes, int64_t in_stride_bytes, int64_t row_bytes) {
+    const int64_t i = blockIdx.x;
+    const int32_t src = index[i];
+    if (src < 0 || src >= m) return;
+    copy_row_bytes(out + i * out_stride_bytes, in + src * in_stride_bytes, row_bytes, static_cast<int>(threadIdx.x),
+                   static_cast<int>(blockDim.x));
+}
+
+// Sequence of row r: the s with cu[s] <= r < cu[s + 1] (cu non-decreasing), by binary search.
+__device__ __forceinline__ int seq_of_row(const int32_t* cu, int n_seqs, int64_t r) {
+    int lo = 0, hi = n_seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (cu[mid] <= r) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+// One block per row. kWrite: cache <- rows; else out <- cache.
+template <bool kWrite>
+__global__ void paged_kernel(char* cache, char* rows, const int32_t* page_table, const int32_t* cu_rows,
+                             const int32_t* pos0, int n_seqs, int64_t max_pages, int64_t pt_stride, int64_t n_pages,
+                             int64_t page_size, int64_t rows_stride_bytes, int64_t row_bytes) {
+    const int64_t r = blockIdx.x;
+    const int s = seq_of_row(cu_rows, n_seqs, r);
+    const int64_t pos = static_cast<int64_t>(pos0[s]) + (r - cu_rows[s]);
+    const int64_t slot = pos / page_size;
+    if (pos < 0 || slot >= max_pages) return;
+    const int32_t page = page_table[s * pt_stride + slot];
+    if (page < 0 || page >= n_pages) return;
+    char* cache_row = cache + (page * page_size + pos % page_size) * row_bytes;
+    char* row = rows + r * rows_stride_bytes;
+    if constexpr (kWrite) {
+        copy_row_bytes(cache_row, row, row_bytes, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+    } else {
+        copy_row_bytes(row, cache_row, row_bytes, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+    }
+}
+
+template <class TO, class TI>
+__global__ void embedding_kernel(TO* out, const TI* table, const int32_t* ids, int64_t vocab, int64_t hidden,
+                                 int64_t out_stride, int64_t table_stride) {
+    const int64_t t = blockIdx.x;
+    const int32_t id = ids[t];
+    if (id < 0 || id >= vocab) return;
+    const TI* src = table + id * table_stride;
+    TO* dst = out + t * out_stride;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = from_f32<TO>(to_f32(src[i]));
+}
+
+int row_threads(int64_t row_bytes) {
+    const int64_t words = (row_bytes + 15) / 16;
+    return words >= 256 ? 256 : (words >= 128 ? 128 : (words >= 64 ? 64 : 32));
+}
+
+void check_row_view(const TensorView& v, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.stride(1) == 1 || v.size(1) <= 1) << op << ": " << name << " last dim must be contiguous";
+}
+
+void check_i32_vec(const TensorView& v, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK(v.dtype == DType::kI32) << op << ": " << name << " must be i32";
+    PENSTOCK_CHECK(v.ndim == 1 && (v.stride(0) == 1 || v.size(0) <= 1)) << op << ": " << name << " contiguous 1-d";
+}
+
+void check_paged(const TensorView& cache, const TensorView& rows, const TensorView& page_table,
+                 const TensorView& cu_rows, const TensorView& pos0, const char* op) {
+    check_on_gpu(cache, op, "cache");
+    PENSTOCK_CHECK_EQ(cache.ndim, 3) << op;
+    PENSTOCK_CHECK(cache.is_contiguous()) << op << ": cache must be contiguous";
+    check_row_view(rows, op, "rows");
+    PENSTOCK_CHECK_EQ(rows.size(1), cache.size(2)) << op;
+    PENSTOCK_CHECK(rows.dtype == cache.dtype) << op << ": rows and cache dtypes differ";
+    check_on_gpu(page_table, op, "page_table");
+    PENSTOCK_CHECK(page_table.ndim == 2 && page_table.dtype == DType::kI32 && page_table.stride(1) == 1)
+        << op << ": page_table [n_seqs, max_pages] i32";
+    check_i32_vec(cu_rows, op, "cu_rows");
+    check_i32_vec(pos0, op, "pos0");
+    PENSTOCK_CHECK_EQ(cu_rows.numel(), page_table.size(0) + 1) << op;
+    PENSTOCK_CHECK_EQ(pos0.numel(), page_table.size(0)) << op;
+}
+
+template <bool kWrite>
+void paged(const TensorView& cache, const TensorView& rows, const TensorView& page_table, const TensorView& cu_rows,
+           const TensorView& pos0, cudaStream_t stream) {
+    const int64_t n_rows = rows.size(0);
+    const int n_seqs = static_cast<int>(page_table.size(0));
+    if (n_rows == 0 || n_seqs == 0) return;
+    const auto elem = static_cast<int64_t>(dtype_bytes(cache.dtype, 1));
+    const auto row_bytes = static_cast<int64_t>(dtype_bytes(cache.dtype, static_cast<size_t>(cache.size(2))));
+    paged_kernel<kWrite><<<static_cast<unsigned>(n_rows), row_threads(row_bytes), 0, stream>>>(
+        static_cast<char*>(cache.data), static_cast<char*>(rows.data), page_table.ptr<const int32_t>(),
+        cu_rows.ptr<const int32_t>(), pos0.ptr<const int32_t>(), n_seqs, page_table.size(1), page_table.stride(0),
+        cache.size(0), cache.size(1), rows.stride(0) * elem, row_bytes);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void copy(const kernels::CopyParams& p, void* stream) {
+    check_on_gpu(p.out, "copy", "out");
+    check_on_gpu(p.in, "copy", "in");
+    PENSTOCK_CHECK_EQ(p.out.ndim, p.in.ndim) << "copy";
+    for (int d = 0; d < p.out.ndim; ++d) PENSTOCK_CHECK_EQ(p.out.size(d), p.in.size(d)) << "copy: dim " << d;
+    const int64_t n = p.out.numel();
+    if (n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    const StridedDesc od = strided_desc(p.out);
+    const StridedDesc id = strided_desc(p.in);
+    const unsigned blocks = blocks_for(n, kThreads);
+    if (p.out.dtype == p.in.dtype) {
+        switch (dtype_bits(p.out.dtype)) {
+            case 8:
+                copy_raw_kernel<uint8_t>
+                    <<<blocks, kThreads, 0, s>>>(p.out.ptr<uint8_t>(), p.in.ptr<const uint8_t>(), od, id, n);
+                break;
+            case 16:
+                copy_raw_kernel<uint16_t>
+                    <<<blocks, kThreads, 0, s>>>(p.out.ptr<uint16_t>(), p.in.ptr<const uint16_t>(), od, id, n);
+                break;
+            case 32:
+                copy_raw_kernel<uint32_t>
+                    <<<blocks, kThreads, 0, s>>>(p.out.ptr<uint32_t>(), p.in.ptr<const uint32_t>(), od, id, n);
+                break;
+            default:
+                PENSTOCK_CHECK(false) << "copy: unsupported dtype " << dtype_name(p.out.dtype);
+        }
+    } else {
+        dispatch_float(p.out.dtype, "copy out", [&](auto to) {
+            dispatch_float(p.in.dtype, "copy in", [&](auto ti) {
+                using TO = decltype(to);
+                using TI = decltype(ti);
+                copy_kernel<TO, TI><<<blocks, kThreads, 0, s>>>(p.out.ptr<TO>(), p.in.ptr<const TI>(), od, id, n);
+            });
+        });
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void fill(const kernels::FillParams& p, void* stream) {
+    check_on_gpu(p.out, "fill", "out");
+    const int64_t n = p.out.numel();
+    if (n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    const StridedDesc od = strided_desc(p.out);
+    const unsigned blocks = blocks_for(n, kThreads);
+    switch (p.out.dtype) {
+        case DType::kF32:
+            fill_kernel<float><<<blocks, kThreads, 0, s>>>(p.out.ptr<float>(), od, p.value, n);
+            break;
+        case DType::kBF16:
+            fill_kernel<uint16_t><<<blocks, kThreads, 0, s>>>(p.out.ptr<uint16_t>(), od, float_to_bf16(p.value), n);
+            break;
+        case DType::kI32:
+            fill_kernel<int32_t>
+                <<<blocks, kThreads, 0, s>>>(p.out.ptr<int32_t>(), od, static_cast<int32_t>(p.value), n);
+            break;
+        default:
+            PENSTOCK_CHECK(false) << "fill: unsupported dtype " << dtype_name(p.out.dtype);
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void gather_rows(const kernels::GatherRowsParams& p, void* stream) {
+    check_row_view(p.out, "gather_rows", "out");
+    check_row_view(p.in, "gather_rows", "in");
+    check_i32_vec(p.index, "gather_rows", "index");
+    PENSTOCK_CHECK_EQ(p.out.size(1), p.in.size(1)) << "gather_rows";
+    PENSTOCK_CHECK_EQ(p.index.numel(), p.out.size(0)) << "gather_rows";
+    PENSTOCK_CHECK(p.out.dtype == p.in.dtype) << "gather_rows: dtypes differ";
+    const int64_t n = p.out.size(0);
+    if (n == 0) return;
+    const auto elem = static_cast<int64_t>(dtype_bytes(p.in.dtype, 1));
+    const auto row_bytes = static_cast<int64_t>(dtype_bytes(p.in.dtype, static_cast<size_t>(p.in.size(1))));
+    gather_rows_kernel<<<static_cast<unsigned>(n), row_threads(row_bytes), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<char*>(p.out.data), static_cast<const char*>(p.in.data), p.index.ptr<const int32_t>(), n,
+        p.in.size(0), p.out.stride(0) * elem, p.in.stride(0) * elem, row_bytes);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void paged_write(const kernels::PagedWriteParams& p, void* stream) {
+    check_paged(p.cache, p.rows, p.page_table, p.cu_rows, p.pos0, "paged_write");
+    paged<true>(p.cache, p.rows, p.page_table, p.cu_rows, p.pos0, static_cast<cudaStream_t>(stream));
+}
+
+void paged_gather(const kernels::PagedGatherParams& p, void* stream) {
+    check_paged(p.cache, p.out, p.page_table, p.cu_rows, p.pos0, "paged_gather");
+    paged<false>(p.cache, p.out, p.page_table, p.cu_rows, p.pos0, static_cast<cudaStream_t>(stream));
+}
+
+void embedding(const kernels::EmbeddingParams& p, void* stream) {
+    check_row_view(p.out, "embedding", "out");
+    check_row_view(p.table, "embedding", "table");
+    check_i32_vec(p.ids, "embedding", "ids");
+    PENSTOCK_CHECK_EQ(p.out.size(1), p.table.size(1)) << "embedding";
+    PENSTOCK_CHECK_EQ(p.ids.numel(), p.out.size(0)) << "embedding";
+    const int64_t n = p.out.size(0);
+    const int64_t hidden = p.out.size(1);
+    if (n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.out.dtype, "embedding out", [&](auto to) {
+        dispatch_float(p.table.dtype, "embedding table", [&](auto ti) {
+            using TO = decltype(to);
+            using TI = decltype(ti);
+            embedding_kernel<TO, TI><<<static_cast<unsigned>(n), kThreads, 0, s>>>(
+                p.out.ptr<TO>(), p.table.ptr<const TI>(), p.ids.ptr<const int32_t>(), p.table.size(0), hidden,
+                p.out.stride(0), p.table.stride(0));
+        });
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda

@@ -1,0 +1,301 @@
+// Elementwise and row-wise ops on the GPU: silu_mul, add, softmax, layer_norm, rope, merge_attention. Same contracts
+// as kernels/ref/{elementwise,norm,rope,attention}.cc, plus bf16 activations (every activation tensor of one call has
+// the same dtype; weights f32 or bf16). fp32 math throughout; bf16 outputs are rounded once (nearest even).
+// Accurate expf/sincosf (no fast-math intrinsics) so f32 results stay within the f32 tolerances of the reference.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---- silu_mul: one thread per element, 2-d indexing with row strides.
+template <class T>
+__global__ void silu_mul_kernel(T* out, const T* gate, const T* up, int64_t n_rows, int64_t dim, int64_t os, int64_t gs,
+                                int64_t us) {
+    const int64_t n = n_rows * dim;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / dim;
+        const int64_t c = i % dim;
+        const float g = to_f32(gate[r * gs + c]);
+        const float u = to_f32(up[r * us + c]);
+        out[r * os + c] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+// ---- add: contiguous, any shape.
+template <class T>
+__global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+    }
+}
+
+// ---- softmax: one block per row; max, sum of exp (fp32), then write. out may alias in: the write pass re-reads x
+// element by element in the same thread before overwriting it.
+template <class T>
+__global__ void softmax_kernel(T* out, const T* in, int64_t dim, int64_t os, int64_t is) {
+    __shared__ float scratch[32];
+    const T* x = in + blockIdx.x * is;
+    T* y = out + blockIdx.x * os;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) m = fmaxf(m, to_f32(x[i]));
+    m = block_reduce<true>(m, scratch);
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += expf(to_f32(x[i]) - m);
+    sum = block_reduce<false>(sum, scratch);
+    const float inv = 1.0f / sum;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = from_f32<T>(expf(to_f32(x[i]) - m) * inv);
+}
+
+// ---- layer_norm: one block per row; two passes (mean, then biased variance of x - mean), fp32.
+template <class T, class W>
+__global__ void layer_norm_kernel(T* out, const T* in, const W* weight, const W* bias, int64_t dim, int64_t os,
+                                  int64_t is, float eps) {
+    __shared__ float scratch[32];
+    const T* x = in + blockIdx.x * is;
+    T* y = out + blockIdx.x * os;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += to_f32(x[i]);
+    const float mean = block_reduce<false>(sum, scratch) / static_cast<float>(dim);
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float c = to_f32(x[i]) - mean;
+        sq += c * c;
+    }
+    const float var = block_reduce<false>(sq, scratch) / static_cast<float>(dim);
+    const float rstd = 1.0f / sqrtf(var + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = ((to_f32(x[i]) - mean) * rstd) * to_f32(weight[i]);
+        if (bias != nullptr) v += to_f32(bias[i]);
+        y[i] = from_f32<T>(v);
+    }
+}
+
+// ---- rope: one warp per (token, head); the row is staged in shared memory (the interleaved layout writes pair i to
+// positions i and i + half, which other lanes still have to read), then rotated back in place.
+template <class T>
+__global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int n_heads,
+                            int rot_dim, int64_t s0, int64_t s1, float attention_factor, bool interleaved) {
+    extern __shared__ float rope_smem[];
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+    if (item >= n_tokens * n_heads) return;
+    const int64_t t = item / n_heads;
+    const int64_t h = item % n_heads;
+    float* buf = rope_smem + static_cast<int64_t>(warp) * rot_dim;
+    T* row = x + t * s0 + h * s1;
+    for (int i = lane; i < rot_dim; i += 32) buf[i] = to_f32(row[i]);
+    __syncwarp();
+    const auto pos = static_cast<float>(positions[t]);
+    const int half = rot_dim / 2;
+    for (int i = lane; i < half; i += 32) {
+        const float angle = pos * inv_freq[i];
+        const float c = cosf(angle) * attention_factor;
+        const float s = sinf(angle) * attention_factor;
+        const float x1 = interleaved ? buf[2 * i] : buf[i];
+        const float x2 = interleaved ? buf[2 * i + 1] : buf[i + half];
+        row[i] = from_f32<T>(x1 * c - x2 * s);
+        row[i + half] = from_f32<T>(x2 * c + x1 * s);
+    }
+}
+
+// ---- merge_attention: one warp per (row, head). Every lane reads both lse values before lane 0 rewrites lse.
+template <class T>
+__global__ void merge_attention_kernel(T* out, float* lse, const T* in_out, const float* in_lse, int64_t n_items,
+                                       int n_heads, int d_v, int64_t o0, int64_t o1, int64_t l0, int64_t l1,
+                                       int64_t io0, int64_t io1, int64_t il0, int64_t il1) {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+    if (item >= n_items) return;
+    const int64_t r = item / n_heads;
+    const int64_t h = item % n_heads;
+    T* o = out + r * o0 + h * o1;
+    const T* io = in_out + r * io0 + h * io1;
+    float* lse_p = lse + r * l0 + h * l1;
+    const float a = *lse_p;
+    const float b = in_lse[r * il0 + h * il1];
+    __syncwarp();
+    if (b == -INFINITY) return;  // nothing to merge
+    if (a == -INFINITY) {        // the running result is empty: take the partial one
+        for (int i = lane; i < d_v; i += 32) o[i] = io[i];
+        if (lane == 0) *lse_p = b;
+        return;
+    }
+    const float m = fmaxf(a, b);
+    const float merged = m + logf(expf(a - m) + expf(b - m));
+    const float wa = expf(a - merged);
+    const float wb = expf(b - merged);
+    for (int i = lane; i < d_v; i += 32) o[i] = from_f32<T>(wa * to_f32(o[i]) + wb * to_f32(io[i]));
+    if (lane == 0) *lse_p = merged;
+}
+
+void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, DType dtype, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.size(0) == n_rows && v.size(1) == dim) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.stride(1) == 1 || dim <= 1) << op << ": " << name << " last dim must be contiguous";
+    PENSTOCK_CHECK(v.dtype == dtype) << op << ": " << name << " dtype " << dtype_name(v.dtype) << ", expected "
+                                     << dtype_name(dtype);
+}
+
+void check_vec(const TensorView& v, int64_t dim, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK(v.ndim == 1 && v.size(0) == dim && (v.stride(0) == 1 || dim <= 1))
+        << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(is_float_dtype(v.dtype)) << op << ": " << name << " dtype " << dtype_name(v.dtype);
+}
+
+int row_block_threads(int64_t dim) { return dim >= 2048 ? 512 : (dim >= 512 ? 256 : (dim >= 128 ? 128 : 32)); }
+
+}  // namespace
+
+void silu_mul(const kernels::SiluMulParams& p, void* stream) {
+    const int64_t n_rows = p.gate.size(0);
+    const int64_t dim = p.gate.size(1);
+    check_rows(p.gate, n_rows, dim, p.gate.dtype, "silu_mul", "gate");
+    check_rows(p.up, n_rows, dim, p.gate.dtype, "silu_mul", "up");
+    check_rows(p.out, n_rows, dim, p.gate.dtype, "silu_mul", "out");
+    if (n_rows * dim == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.gate.dtype, "silu_mul", [&](auto t) {
+        using T = decltype(t);
+        silu_mul_kernel<T><<<blocks_for(n_rows * dim, kThreads), kThreads, 0, s>>>(
+            p.out.ptr<T>(), p.gate.ptr<const T>(), p.up.ptr<const T>(), n_rows, dim, p.out.stride(0), p.gate.stride(0),
+            p.up.stride(0));
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void add(const kernels::AddParams& p, void* stream) {
+    check_on_gpu(p.out, "add", "out");
+    check_on_gpu(p.a, "add", "a");
+    check_on_gpu(p.b, "add", "b");
+    PENSTOCK_CHECK(p.out.is_contiguous() && p.a.is_contiguous() && p.b.is_contiguous()) << "add: contiguous only";
+    PENSTOCK_CHECK(p.out.numel() == p.a.numel() && p.out.numel() == p.b.numel())
+        << "add: shapes differ: out " << p.out.shape_string() << " a " << p.a.shape_string() << " b "
+        << p.b.shape_string();
+    PENSTOCK_CHECK(p.out.dtype == p.a.dtype && p.out.dtype == p.b.dtype) << "add: dtypes differ";
+    const int64_t n = p.out.numel();
+    if (n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.out.dtype, "add", [&](auto t) {
+        using T = decltype(t);
+        add_kernel<T>
+            <<<blocks_for(n, kThreads), kThreads, 0, s>>>(p.out.ptr<T>(), p.a.ptr<const T>(), p.b.ptr<const T>(), n);
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void softmax(const kernels::SoftmaxParams& p, void* stream) {
+    const int64_t n_rows = p.in.size(0);
+    const int64_t dim = p.in.size(1);
+    check_rows(p.in, n_rows, dim, p.in.dtype, "softmax", "in");
+    check_rows(p.out, n_rows, dim, p.in.dtype, "softmax", "out");
+    if (n_rows == 0 || dim == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.in.dtype, "softmax", [&](auto t) {
+        using T = decltype(t);
+        softmax_kernel<T><<<static_cast<unsigned>(n_rows), row_block_threads(dim), 0, s>>>(
+            p.out.ptr<T>(), p.in.ptr<const T>(), dim, p.out.stride(0), p.in.stride(0));
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void layer_norm(const kernels::LayerNormParams& p, void* stream) {
+    const int64_t n_rows = p.in.size(0);
+    const int64_t dim = p.in.size(1);
+    check_rows(p.in, n_rows, dim, p.in.dtype, "layer_norm", "in");
+    check_rows(p.out, n_rows, dim, p.in.dtype, "layer_norm", "out");
+    check_vec(p.weight, dim, "layer_norm", "weight");
+    const bool has_bias = p.bias.data != nullptr;
+    if (has_bias) {
+        check_vec(p.bias, dim, "layer_norm", "bias");
+        PENSTOCK_CHECK(p.bias.dtype == p.weight.dtype) << "layer_norm: bias and weight dtypes differ";
+    }
+    if (n_rows == 0 || dim == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.in.dtype, "layer_norm", [&](auto t) {
+        dispatch_float(p.weight.dtype, "layer_norm weight", [&](auto w) {
+            using T = decltype(t);
+            using W = decltype(w);
+            layer_norm_kernel<T, W><<<static_cast<unsigned>(n_rows), row_block_threads(dim), 0, s>>>(
+                p.out.ptr<T>(), p.in.ptr<const T>(), p.weight.ptr<const W>(),
+                has_bias ? p.bias.ptr<const W>() : nullptr, dim, p.out.stride(0), p.in.stride(0), p.eps);
+        });
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void rope(const kernels::RopeParams& p, void* stream) {
+    check_on_gpu(p.x, "rope", "x");
+    PENSTOCK_CHECK_EQ(p.x.ndim, 3) << "rope: x " << p.x.shape_string();
+    PENSTOCK_CHECK_EQ(p.x.stride(2), 1) << "rope: last dim of x must be contiguous";
+    const int64_t n_tokens = p.x.size(0);
+    const int64_t n_heads = p.x.size(1);
+    const int64_t rot_dim = p.x.size(2);
+    PENSTOCK_CHECK_EQ(rot_dim % 2, 0) << "rope: rot_dim must be even";
+    PENSTOCK_CHECK_LE(rot_dim, 4096) << "rope: rot_dim";
+    check_on_gpu(p.positions, "rope", "positions");
+    PENSTOCK_CHECK(p.positions.ndim == 1 && p.positions.dtype == DType::kI32 && p.positions.size(0) == n_tokens &&
+                   (p.positions.stride(0) == 1 || n_tokens <= 1))
+        << "rope: positions [n_tokens] i32";
+    check_on_gpu(p.inv_freq, "rope", "inv_freq");
+    PENSTOCK_CHECK(p.inv_freq.ndim == 1 && p.inv_freq.dtype == DType::kF32 && p.inv_freq.size(0) == rot_dim / 2 &&
+                   (p.inv_freq.stride(0) == 1 || rot_dim <= 2))
+        << "rope: inv_freq [rot_dim / 2] f32";
+    const int64_t n_items = n_tokens * n_heads;
+    if (n_items == 0 || rot_dim == 0) return;
+    constexpr int kWarps = 4;
+    const size_t smem = sizeof(float) * static_cast<size_t>(kWarps * rot_dim);
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.x.dtype, "rope", [&](auto t) {
+        using T = decltype(t);
+        rope_kernel<T><<<blocks_for(n_items, kWarps), kWarps * 32, smem, s>>>(
+            p.x.ptr<T>(), p.positions.ptr<const int32_t>(), p.inv_freq.ptr<const float>(), n_tokens,
+            static_cast<int>(n_heads), static_cast<int>(rot_dim), p.x.stride(0), p.x.stride(1), p.attention_factor,
+            p.interleaved);
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void merge_attention(const kernels::MergeAttentionParams& p, void* stream) {
+    const char* op = "merge_attention";
+    check_on_gpu(p.out, op, "out");
+    check_on_gpu(p.in_out, op, "in_out");
+    check_on_gpu(p.lse, op, "lse");
+    check_on_gpu(p.in_lse, op, "in_lse");
+    PENSTOCK_CHECK(p.out.ndim == 3 && p.in_out.ndim == 3 && p.lse.ndim == 2 && p.in_lse.ndim == 2) << op;
+    const int64_t n_rows = p.out.size(0);
+    const int64_t n_heads = p.out.size(1);
+    const int64_t d_v = p.out.size(2);
+    for (int d = 0; d < 3; ++d) PENSTOCK_CHECK_EQ(p.in_out.size(d), p.out.size(d)) << op << ": in_out dim " << d;
+    PENSTOCK_CHECK(p.lse.size(0) == n_rows && p.lse.size(1) == n_heads && p.in_lse.size(0) == n_rows &&
+                   p.in_lse.size(1) == n_heads)
+        << op << ": lse shapes";
+    PENSTOCK_CHECK(p.out.stride(2) == 1 && p.in_out.stride(2) == 1) << op << ": last dim must be contiguous";
+    PENSTOCK_CHECK(p.lse.dtype == DType::kF32 && p.in_lse.dtype == DType::kF32) << op << ": lse must be f32";
+    PENSTOCK_CHECK(p.out.dtype == p.in_out.dtype) << op << ": out and in_out dtypes differ";
+    const int64_t n_items = n_rows * n_heads;
+    if (n_items == 0) return;
+    constexpr int kWarps = 8;
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.out.dtype, op, [&](auto t) {
+        using T = decltype(t);
+        merge_attention_kernel<T><<<blocks_for(n_items, kWarps), kWarps * 32, 0, s>>>(
+            p.out.ptr<T>(), p.lse.ptr<float>(), p.in_out.ptr<const T>(), p.in_lse.ptr<const float>(), n_items,
+            static_cast<int>(n_heads), static_cast<int>(d_v), p.out.stride(0), p.out.stride(1), p.lse.stride(0),
+            p.lse.stride(1), p.in_out.stride(0), p.in_out.stride(1), p.in_lse.stride(0), p.in_lse.stride(1));
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda

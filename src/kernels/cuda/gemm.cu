@@ -1,0 +1,275 @@
+// gemm and grouped_gemm through cuBLASLt. Row-major out[m, n] = a[m, k] @ op(b) is computed as the column-major
+// out^T[n, m] = op(b)^T a^T: cuBLAS's A is b's memory (transposed when trans_b), its B is a's memory, and row strides
+// become leading dimensions. Compute type CUBLAS_COMPUTE_32F for every dtype (f32 stays true fp32, never TF32, so it
+// matches the reference to ~1e-5; bf16 multiplies with fp32 accumulation and rounds the output once).
+// Supported: a and b both f32 or both bf16; out the same dtype as a, or f32.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/cublas_handles.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+// The thread's (device, stream) -> context cache. See cublas_handles.h for the lifetime.
+class LtCache {
+public:
+    LtCache() = default;
+    LtCache(const LtCache&) = delete;
+    LtCache& operator=(const LtCache&) = delete;
+    ~LtCache() {
+        for (auto& [key, ctx] : entries_) {
+            // Errors ignored: at process exit the driver may already be shutting down.
+            (void)cudaSetDevice(key.first);
+            if (ctx.workspace != nullptr) (void)cudaFree(ctx.workspace);
+            if (ctx.handle != nullptr) (void)cublasLtDestroy(ctx.handle);
+        }
+    }
+    LtContext& get(cudaStream_t stream) {
+        int device = 0;
+        PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
+        auto [it, inserted] = entries_.try_emplace({device, stream});
+        if (inserted) {
+            PENSTOCK_CUBLAS_CHECK(cublasLtCreate(&it->second.handle));
+            PENSTOCK_CUDA_CHECK(cudaMalloc(&it->second.workspace, kLtWorkspaceBytes));
+            it->second.workspace_bytes = kLtWorkspaceBytes;
+        }
+        return it->second;
+    }
+
+private:
+    std::map<std::pair<int, cudaStream_t>, LtContext> entries_;
+};
+
+__global__ void scale_kernel(float* out, int64_t m, int64_t n, int64_t ld, float beta) {
+    const int64_t total = m * n;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        float& x = out[(i / n) * ld + i % n];
+        x = beta == 0.0f ? 0.0f : beta * x;
+    }
+}
+
+__global__ void scale_kernel_bf16(bf16* out, int64_t m, int64_t n, int64_t ld, float beta) {
+    const int64_t total = m * n;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        bf16& x = out[(i / n) * ld + i % n];
+        x = __float2bfloat16_rn(beta == 0.0f ? 0.0f : beta * __bfloat162float(x));
+    }
+}
+
+cudaDataType_t cuda_type(DType d) { return d == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+uint32_t alignment_of(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    uint32_t align = 256;
+    while (align > 1 && a % align != 0) align /= 2;
+    return align;
+}
+
+// Leading dimension of a row-major [rows, cols] view: its row stride, clamped for single-row views (any stride).
+int64_t ld_of(const TensorView& v) {
+    const int64_t cols = v.size(1) > 1 ? v.size(1) : 1;
+    if (v.size(0) <= 1) return cols;
+    return v.stride(0) > cols ? v.stride(0) : cols;
+}
+
+struct LtDesc {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtDesc() {
+        if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
+        if (c) (void)cublasLtMatrixLayoutDestroy(c);
+        if (b) (void)cublasLtMatrixLayoutDestroy(b);
+        if (a) (void)cublasLtMatrixLayoutDestroy(a);
+        if (op) (void)cublasLtMatmulDescDestroy(op);
+    }
+};
+
+// One thread per output element, fp32 accumulation in k order. Only for layouts cuBLASLt has no algorithm for
+// (e.g. bf16 operands that are not 4-byte aligned); never the fast path.
+template <class TI, class TO>
+__global__ void fallback_gemm_kernel(TO* out, const TI* a, const TI* b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                     int64_t ldb, int64_t ldo, bool trans_b, float alpha, float beta) {
+    const int64_t i = static_cast<int64_t>(blockIdx.y) * 16 + threadIdx.y;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * 16 + threadIdx.x;
+    if (i >= m || j >= n) return;
+    float acc = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) {
+        acc = fmaf(to_f32(a[i * lda + kk]), to_f32(trans_b ? b[j * ldb + kk] : b[kk * ldb + j]), acc);
+    }
+    TO& o = out[i * ldo + j];
+    o = from_f32<TO>(beta == 0.0f ? alpha * acc : alpha * acc + beta * to_f32(o));
+}
+
+void fallback_gemm(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_t ld_a, const void* b, int64_t ld_b,
+                   DType in_dtype, int64_t m, int64_t n, int64_t k, bool trans_b, float alpha, float beta,
+                   cudaStream_t stream) {
+    const dim3 block(16, 16);
+    const dim3 grid(static_cast<unsigned>((n + 15) / 16), static_cast<unsigned>((m + 15) / 16));
+    dispatch_float(in_dtype, "gemm", [&](auto ti) {
+        dispatch_float(out_dtype, "gemm out", [&](auto to) {
+            using TI = decltype(ti);
+            using TO = decltype(to);
+            fallback_gemm_kernel<TI, TO><<<grid, block, 0, stream>>>(static_cast<TO*>(out), static_cast<const TI*>(a),
+                                                                     static_cast<const TI*>(b), m, n, k, ld_a, ld_b,
+                                                                     ld_out, trans_b, alpha, beta);
+        });
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+// out[m, n] (row major, ld_out) = alpha * a[m, k] (ld_a) @ op(b) + beta * out. b is [n, k] (ld_b) when trans_b.
+// Falls back to fallback_gemm when cuBLASLt's heuristic offers no algorithm for the layout.
+void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_t ld_a, const void* b, int64_t ld_b,
+               DType in_dtype, int64_t m, int64_t n, int64_t k, bool trans_b, float alpha, float beta,
+               cudaStream_t stream) {
+    LtContext& ctx = lt_context(stream);
+    LtDesc d;
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = CUBLAS_OP_N;
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const cudaDataType_t it = cuda_type(in_dtype);
+    // cuBLAS A: b's memory, column-major [k, n] when trans_b else [n, k].
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, it, static_cast<uint64_t>(trans_b ? k : n),
+                                                     static_cast<uint64_t>(trans_b ? n : k), ld_b));
+    // cuBLAS B: a's memory, column-major [k, m].
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&d.b, it, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ld_a));
+    // C = D: out's memory, column-major [n, m].
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, cuda_type(out_dtype), static_cast<uint64_t>(n),
+                                                     static_cast<uint64_t>(m), ld_out));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+    const uint64_t ws = ctx.workspace_bytes;
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t align_a = alignment_of(b), align_b = alignment_of(a), align_c = alignment_of(out);
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                               &align_a, sizeof(align_a)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                               &align_b, sizeof(align_b)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                               &align_c, sizeof(align_c)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                               &align_c, sizeof(align_c)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int n_results = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &n_results);
+    if (st != CUBLAS_STATUS_SUCCESS) n_results = 0;  // e.g. NOT_SUPPORTED for this layout: use the fallback
+    if (n_results == 0) {
+        fallback_gemm(out, out_dtype, ld_out, a, ld_a, b, ld_b, in_dtype, m, n, k, trans_b, alpha, beta, stream);
+        return;
+    }
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, b, d.a, a, d.b, &beta, out, d.c, out, d.c,
+                                         &result.algo, ctx.workspace, ctx.workspace_bytes, stream));
+}
+
+void scale_out(const TensorView& out, int64_t m, int64_t n, float beta, cudaStream_t stream) {
+    if (out.dtype == DType::kF32) {
+        scale_kernel<<<blocks_for(m * n, 256), 256, 0, stream>>>(out.ptr<float>(), m, n, out.stride(0), beta);
+    } else {
+        scale_kernel_bf16<<<blocks_for(m * n, 256), 256, 0, stream>>>(out.ptr<bf16>(), m, n, out.stride(0), beta);
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void check_matrix(const TensorView& v, int64_t rows, int64_t cols, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.size(0) == rows && v.size(1) == cols)
+        << op << ": " << name << " " << v.shape_string() << ", expected [" << rows << ", " << cols << "]";
+    PENSTOCK_CHECK(v.stride(1) == 1 || cols <= 1) << op << ": " << name << " last dim must be contiguous";
+    PENSTOCK_CHECK(v.size(0) <= 1 || v.stride(0) >= cols) << op << ": " << name << " row stride " << v.stride(0);
+}
+
+void check_dtypes(DType out, DType a, DType b, const char* op) {
+    PENSTOCK_CHECK(is_float_dtype(a) && a == b)
+        << op << ": a and b must both be f32 or both bf16, got " << dtype_name(a) << " and " << dtype_name(b);
+    PENSTOCK_CHECK(out == a || out == DType::kF32)
+        << op << ": out " << dtype_name(out) << " with inputs " << dtype_name(a);
+}
+
+}  // namespace
+
+LtContext& lt_context(cudaStream_t stream) {
+    thread_local LtCache cache;
+    return cache.get(stream);
+}
+
+void gemm(const kernels::GemmParams& p, void* stream) {
+    const int64_t m = p.a.size(0);
+    const int64_t k = p.a.size(1);
+    const int64_t n = p.trans_b ? p.b.size(0) : p.b.size(1);
+    check_matrix(p.a, m, k, "gemm", "a");
+    if (p.trans_b) {
+        check_matrix(p.b, n, k, "gemm", "b");
+    } else {
+        check_matrix(p.b, k, n, "gemm", "b");
+    }
+    check_matrix(p.out, m, n, "gemm", "out");
+    check_dtypes(p.out.dtype, p.a.dtype, p.b.dtype, "gemm");
+    if (m == 0 || n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (k == 0) {
+        scale_out(p.out, m, n, p.beta, s);
+        return;
+    }
+    lt_matmul(p.out.data, p.out.dtype, ld_of(p.out), p.a.data, ld_of(p.a), p.b.data, ld_of(p.b), p.a.dtype, m, n, k,
+              p.trans_b, p.alpha, p.beta, s);
+}
+
+void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream) {
+    const char* op = "grouped_gemm";
+    check_on_gpu(p.b, op, "b");
+    PENSTOCK_CHECK_EQ(p.b.ndim, 3) << op << ": b " << p.b.shape_string();
+    PENSTOCK_CHECK(p.b.is_contiguous()) << op << ": b must be contiguous";
+    const int64_t n_groups = p.b.size(0);
+    const int64_t n = p.b.size(1);
+    const int64_t k = p.b.size(2);
+    const int64_t n_rows = p.a.size(0);
+    check_matrix(p.a, n_rows, k, op, "a");
+    check_matrix(p.out, n_rows, n, op, "out");
+    check_dtypes(p.out.dtype, p.a.dtype, p.b.dtype, op);
+    check_on_gpu(p.offsets, op, "offsets");
+    PENSTOCK_CHECK(p.offsets.dtype == DType::kI32 && p.offsets.ndim == 1 && p.offsets.numel() == n_groups + 1 &&
+                   p.offsets.is_contiguous())
+        << op << ": offsets [n_groups + 1] i32";
+    if (n_groups == 0 || n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    // TODO(#7): device-side grouped GEMM (CUTLASS / cublasLt grouped): this host copy + sync is not graph capturable.
+    std::vector<int32_t> off(static_cast<size_t>(n_groups + 1));
+    PENSTOCK_CUDA_CHECK(
+        cudaMemcpyAsync(off.data(), p.offsets.data, sizeof(int32_t) * off.size(), cudaMemcpyDeviceToHost, s));
+    PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(s));
+    PENSTOCK_CHECK_EQ(off[0], 0) << op << ": offsets[0]";
+    PENSTOCK_CHECK_LE(static_cast<int64_t>(off.back()), n_rows) << op << ": offsets[n_groups] past the rows";
+    const int64_t in_elem = static_cast<int64_t>(dtype_bytes(p.a.dtype, 1));
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t r0 = off[static_cast<size_t>(g)];
+        const int64_t r1 = off[static_cast<size_t>(g) + 1];
+        PENSTOCK_CHECK_LE(r0, r1) << op << ": offsets decrease at group " << g;
+        if (r0 == r1) continue;
+        const TensorView a = p.a.slice(0, r0, r1);
+        const TensorView out = p.out.slice(0, r0, r1);
+        if (k == 0) {
+            scale_out(out, r1 - r0, n, 0.0f, s);
+            continue;
+        }
+        const void* b = static_cast<const char*>(p.b.data) + g * n * k * in_elem;
+        lt_matmul(out.data, p.out.dtype, ld_of(out), a.data, ld_of(a), b, k, p.a.dtype, r1 - r0, n, k,
+                  /*trans_b=*/true, 1.0f, 0.0f, s);
+    }
+}
+
+}  // namespace penstock::cuda
