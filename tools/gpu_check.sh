@@ -22,7 +22,9 @@ run() {
 
 {
   echo "# penstock gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# commit $(git -C "${ROOT}" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(git -C "${ROOT}" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  commit="$(git -C "${ROOT}" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  git -C "${ROOT}" diff --quiet 2>/dev/null || commit="${commit} (dirty)"
+  echo "# commit ${commit}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "# nvidia-smi: none"
   nvcc --version 2>/dev/null | tail -1 || true
 } | tee -a "${LOG}"

@@ -21,7 +21,7 @@ struct BenchOptions {
     int device = 0;
     int warmup = 10;
     int reps = 100;
-    std::string only;  // run only this benchmark ("copy", "rms_norm"); empty runs all
+    std::string only;  // run only this benchmark ("copy", "rms_norm", "gemm", "attention"); empty runs all
 };
 
 struct Timing {
@@ -33,7 +33,7 @@ struct Timing {
 
 // One device, stream, allocator and flush buffer shared by every benchmark of a run.
 class BenchContext final {
-  public:
+public:
     BenchContext(const BenchOptions& options, cuda::DeviceProperties props);
 
     // Runs `op` (which enqueues on stream()) options.warmup times, then options.reps timed times with an L2 flush
@@ -48,7 +48,7 @@ class BenchContext final {
     const cuda::Stream& stream() const { return stream_; }
     const cuda::DeviceProperties& props() const { return props_; }
 
-  private:
+private:
     BenchOptions options_;
     cuda::DeviceProperties props_;
     cuda::CudaCachingAllocator alloc_;
@@ -60,5 +60,7 @@ class BenchContext final {
 
 void run_copy_bench(BenchContext& ctx);
 void run_rms_norm_bench(BenchContext& ctx);
+void run_gemm_bench(BenchContext& ctx);
+void run_attention_bench(BenchContext& ctx);
 
 }  // namespace penstock::bench
