@@ -13,6 +13,7 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "loader/safetensors_writer.h"
+#include "kernels/backend.h"
 #include "models/model.h"
 #include "parallel/layout.h"
 #include "parallel/partition.h"
@@ -77,8 +78,11 @@ struct ForwardSetup {
 
 // Everything that can be checked identically on every rank before any communication.
 Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
-    if (args.backend != "cpu") {
-        return unimplemented("--backend " + args.backend + ": only the cpu backend runs a forward in this build");
+    if (args.backend != "cpu" && args.backend != "cuda") {
+        return invalid_argument("--backend must be cpu or cuda, got '" + args.backend + "'");
+    }
+    if (args.backend == "cuda" && args.parallel.world() > 1) {
+        return unimplemented("--backend cuda with --pp/--tp > 1 needs the NCCL communicator (issue #5)");
     }
     ForwardSetup setup;
     if (args.mla_form == "mha") {
@@ -114,11 +118,15 @@ Result<std::vector<int64_t>> stage_partition(const ForwardArgs& args, const load
 }
 
 Result<std::unique_ptr<runtime::ModelRunner>> load_runner(const ForwardArgs& args, const ForwardSetup& setup,
-                                                          const loader::LayerRange& range, loader::LoadStats* stats) {
+                                                          const loader::LayerRange& range,
+                                                          const kernels::Backend* backend, loader::LoadStats* stats) {
     PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint checkpoint, loader::Checkpoint::open(args.model));
+    models::ModelOptions options = setup.options;
+    if (backend != nullptr) options.placement = backend->context(nullptr);
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
-                              models::load_model(setup.config, checkpoint, range, setup.options, stats));
+                              models::load_model(setup.config, checkpoint, range, options, stats));
     runtime::RunnerOptions ropts;
+    ropts.backend = backend;
     ropts.n_threads = args.threads;
     ropts.n_pages =
         args.n_pages > 0 ? args.n_pages : kv_cache::pages_for_tokens(static_cast<int64_t>(setup.ids.size()));
@@ -137,10 +145,11 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
     for (int64_t v = 1; v < vocab; ++v) {
         if (last[v] > last[best]) best = v;
     }
-    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s\n", args.model.c_str(),
-                setup.config.model_type.c_str(), static_cast<long long>(setup.config.num_hidden_layers),
-                static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str(),
-                args.parallel.to_string().c_str());
+    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s\n",
+                args.model.c_str(), setup.config.model_type.c_str(),
+                static_cast<long long>(setup.config.num_hidden_layers), static_cast<long long>(n),
+                static_cast<long long>(args.chunk_size), args.mla_form.c_str(), args.parallel.to_string().c_str(),
+                args.backend.c_str());
     std::printf(
         "stage 0 loaded %lld tensors (%.1f MB read from %zu file(s)) in %.1f ms; forward %.1f ms (%.1f tok/s)\n",
         static_cast<long long>(stats.n_tensors), static_cast<double>(stats.bytes_read) / 1e6, stats.files_opened.size(),
@@ -156,8 +165,9 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
 Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
     const auto t0 = std::chrono::steady_clock::now();
     loader::LoadStats stats;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::make_backend(args.backend, 0));
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
-                              load_runner(args, setup, {0, setup.config.num_hidden_layers}, &stats));
+                              load_runner(args, setup, {0, setup.config.num_hidden_layers}, backend.get(), &stats));
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<std::vector<int32_t>> prompts{setup.ids};
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, runner->prefill_all_logits(prompts, args.chunk_size));
@@ -179,7 +189,7 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup, 
     Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
     if (counts.ok()) {
         const loader::LayerRange range = parallel::partition_ranges(*counts)[static_cast<size_t>(stage)];
-        runner = load_runner(args, setup, range, &stats);
+        runner = load_runner(args, setup, range, /*backend=*/nullptr, &stats);
     }
     const Status local = counts.ok() ? runner.status() : counts.status();
     Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});

@@ -24,6 +24,13 @@ namespace penstock::kernels {
     }
 #endif
 
+Allocator& allocator_of(const Context& ctx) {
+    if (ctx.alloc != nullptr) return *ctx.alloc;
+    PENSTOCK_CHECK(ctx.device == Device::kCPU) << "a CUDA context needs an allocator";
+    return cpu_allocator();
+}
+
+void transfer(const TransferParams& p, const Context& ctx) { PENSTOCK_DISPATCH(transfer, p, ctx); }
 void copy(const CopyParams& p, const Context& ctx) { PENSTOCK_DISPATCH(copy, p, ctx); }
 void fill(const FillParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fill, p, ctx); }
 void gather_rows(const GatherRowsParams& p, const Context& ctx) { PENSTOCK_DISPATCH(gather_rows, p, ctx); }

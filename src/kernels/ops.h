@@ -14,11 +14,23 @@
 
 namespace penstock::kernels {
 
-// Where an op runs. CPU: `pool` may be null (single-threaded). CUDA: `stream` is a cudaStream_t.
+// Where an op runs. CPU: `pool` may be null (single-threaded). CUDA: `stream` is a cudaStream_t. `alloc` provides
+// memory for temporaries on `device` (null: the host allocator; must be set for CUDA).
 struct Context {
     Device device = Device::kCPU;
     ThreadPool* pool = nullptr;
     void* stream = nullptr;
+    Allocator* alloc = nullptr;
+};
+
+// The allocator for temporaries of ctx's device.
+Allocator& allocator_of(const Context& ctx);
+
+// A contiguous byte copy between any two devices the context can reach (host <-> host on CPU; host <-> device and
+// device <-> device on CUDA, stream-ordered). Same nbytes, both contiguous.
+struct TransferParams {
+    TensorView out;
+    TensorView in;
 };
 
 // out[t, :] = table[ids[t], :]. ids outside [0, vocab) abort (callers validate user input first).
@@ -217,6 +229,7 @@ struct PagedGatherParams {
     TensorView pos0;        // [n_seqs] i32
 };
 
+void transfer(const TransferParams& p, const Context& ctx);
 void copy(const CopyParams& p, const Context& ctx);
 void fill(const FillParams& p, const Context& ctx);
 void gather_rows(const GatherRowsParams& p, const Context& ctx);

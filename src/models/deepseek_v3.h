@@ -15,8 +15,9 @@ namespace penstock::models {
 // The latent cache of a DeepSeek-style stage: one PagedRowCache over its layer range.
 class MlaModelCache final : public ModelCache {
 public:
-    MlaModelCache(int64_t n_pages, int64_t row_dim, int64_t layer_begin, int64_t layer_end)
-        : latent(n_pages, row_dim, layer_begin, layer_end, DType::kF32) {}
+    MlaModelCache(int64_t n_pages, int64_t row_dim, int64_t layer_begin, int64_t layer_end,
+                  Allocator& alloc = cpu_allocator())
+        : latent(n_pages, row_dim, layer_begin, layer_end, DType::kF32, alloc) {}
     kv_cache::PagedRowCache latent;
 };
 

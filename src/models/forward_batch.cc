@@ -1,6 +1,8 @@
 // ForwardBatch bookkeeping.
 #include "models/forward_batch.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace penstock::models {
@@ -61,7 +63,30 @@ BatchLayout BatchLayout::build(const ForwardBatch& batch) {
         l.q_pos0.ptr<int32_t>()[s] = static_cast<int32_t>(c.prefix_len);
         l.k_pos0.ptr<int32_t>()[s] = 0;
     }
+    l.total_keys = ck[l.n_seqs];
+    size_t max_pages = 1;
+    for (const SeqChunk& c : batch.seqs) max_pages = std::max(max_pages, c.pages->pages.size());
+    l.page_table = Tensor::empty({l.n_seqs, static_cast<int64_t>(max_pages)}, DType::kI32);
+    for (int64_t s = 0; s < l.n_seqs; ++s) {
+        const std::vector<int32_t>& pages = batch.seqs[static_cast<size_t>(s)].pages->pages;
+        int32_t* row = l.page_table.ptr<int32_t>() + s * static_cast<int64_t>(max_pages);
+        for (size_t k = 0; k < max_pages; ++k) row[k] = k < pages.size() ? pages[k] : -1;
+    }
+    l.logit_index = Tensor::empty({static_cast<int64_t>(l.logit_rows.size())}, DType::kI32);
+    for (size_t i = 0; i < l.logit_rows.size(); ++i) {
+        l.logit_index.ptr<int32_t>()[i] = static_cast<int32_t>(l.logit_rows[i]);
+    }
     return l;
+}
+
+void BatchLayout::place(const kernels::Context& ctx) {
+    if (ctx.device == Device::kCPU) return;
+    for (Tensor* t : {&token_ids, &positions, &cu_seqlens_q, &cu_seqlens_k, &q_pos0, &k_pos0, &page_table,
+                      &logit_index}) {
+        Tensor d = Tensor::empty(t->view().shape_vec(), t->dtype(), kernels::allocator_of(ctx));
+        kernels::transfer({.out = d, .in = *t}, ctx);
+        *t = std::move(d);
+    }
 }
 
 }  // namespace penstock::models

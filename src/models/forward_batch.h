@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 #include "kv_cache/page_pool.h"
 
 namespace penstock::models {
@@ -33,7 +34,8 @@ struct ForwardBatch {
     int64_t n_logit_rows() const;
 };
 
-// Per-forward metadata derived once from a ForwardBatch (host tensors, i32).
+// Per-forward metadata derived once from a ForwardBatch: i32 tensors on the host, moved to the device by place().
+// Host-side logic reads the ForwardBatch and the plain members, never the tensors.
 struct BatchLayout {
     int64_t n_tokens = 0;
     int64_t n_seqs = 0;
@@ -43,9 +45,14 @@ struct BatchLayout {
     Tensor cu_seqlens_k;  // [n_seqs + 1] i32: cumulative prefix_len + chunk length (the keys each sequence sees)
     Tensor q_pos0;        // [n_seqs] i32: prefix_len
     Tensor k_pos0;        // [n_seqs] i32: 0
+    Tensor page_table;    // [n_seqs, max_pages] i32: each sequence's KV page ids (-1 past its reservation)
+    Tensor logit_index;   // [n_logit_rows] i32: logit_rows as a tensor
     std::vector<int64_t> logit_rows;  // rows (into n_tokens) whose logits are produced, in batch order
+    int64_t total_keys = 0;           // cu_seqlens_k[n_seqs]
 
     static BatchLayout build(const ForwardBatch& batch);
+    // Moves the tensors to ctx's device (a no-op on the CPU).
+    void place(const kernels::Context& ctx);
 };
 
 // Activations crossing layer (and pipeline stage) boundaries.

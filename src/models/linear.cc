@@ -15,21 +15,28 @@ Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int6
     return l;
 }
 
+Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype) {
+    return Tensor::empty(shape, dtype, kernels::allocator_of(ctx));
+}
+
+Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float value, DType dtype) {
+    Tensor t = scratch(ctx, shape, dtype);
+    kernels::fill({.out = t, .value = value}, ctx);
+    return t;
+}
+
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx) {
     float beta = 0.0f;
     if (layer.bias.defined()) {
-        const int64_t n = out.size(1);
-        for (int64_t r = 0; r < out.size(0); ++r) {
-            std::memcpy(out.ptr<float>() + r * out.stride(0), layer.bias.ptr<const float>(),
-                        static_cast<size_t>(n) * sizeof(float));
-        }
+        // Every row starts as the bias (a stride-0 broadcast), then the GEMM accumulates onto it.
+        kernels::copy({.out = out, .in = layer.bias.view().as_strided(0, {out.size(0), out.size(1)}, {0, 1})}, ctx);
         beta = 1.0f;
     }
     kernels::gemm({.out = out, .a = x, .b = layer.weight, .trans_b = true, .alpha = 1.0f, .beta = beta}, ctx);
 }
 
 Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx) {
-    Tensor out = Tensor::empty({x.size(0), layer.out_features()}, DType::kF32);
+    Tensor out = scratch(ctx, {x.size(0), layer.out_features()});
     linear_forward(layer, x, out, ctx);
     return out;
 }

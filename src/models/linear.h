@@ -17,6 +17,10 @@ struct Linear {
     int64_t in_features() const { return weight.size(1); }
 };
 
+// A temporary on ctx's device (uninitialised), and one filled with `value`.
+Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype = DType::kF32);
+Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float value, DType dtype = DType::kF32);
+
 // Reads `<prefix>.weight` (and `<prefix>.bias` when has_bias) with the given shape.
 [[nodiscard]] Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
                                          int64_t in_features, bool has_bias);
@@ -24,7 +28,7 @@ struct Linear {
 // out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided.
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);
 
-// A new host tensor [n_rows, out_features] = linear(x).
+// A new tensor on ctx's device [n_rows, out_features] = linear(x).
 Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx);
 
 }  // namespace penstock::models

@@ -106,14 +106,14 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
     const TensorView q3 = p.q.view();
 
     // The chunk's latents join the cache before attention reads prefix + chunk from it.
-    int64_t row = 0;
-    for (const SeqChunk& s : batch.seqs) {
-        const auto len = static_cast<int64_t>(s.token_ids.size());
-        cache->write(layer, *s.pages, s.prefix_len, p.kv.view().slice(0, row, row + len));
-        row += len;
-    }
+    kernels::paged_write({.cache = cache->layer_view(layer),
+                          .rows = p.kv,
+                          .page_table = layout.page_table,
+                          .cu_rows = layout.cu_seqlens_q,
+                          .pos0 = layout.q_pos0},
+                         ctx);
 
-    Tensor attn_out = Tensor::empty({n, d.n_heads * d.v_head_dim}, DType::kF32);
+    Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim});
     switch (options.mla_form) {
         case MlaForm::kMha:
             attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out, ctx);
@@ -150,17 +150,18 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         n_rounds = std::max(n_rounds, (keys + piece - 1) / piece);
     }
 
-    Tensor acc_out = Tensor::zeros({n, d.n_heads, d.v_head_dim}, DType::kF32);
-    Tensor acc_lse = Tensor::empty({n, d.n_heads}, DType::kF32);
-    std::fill_n(acc_lse.ptr<float>(), acc_lse.numel(), -std::numeric_limits<float>::infinity());
-    Tensor piece_out = Tensor::empty({n, d.n_heads, d.v_head_dim}, DType::kF32);
-    Tensor piece_lse = Tensor::empty({n, d.n_heads}, DType::kF32);
-    Tensor cu_k = Tensor::empty({n_seqs + 1}, DType::kI32);
-    Tensor k_pos0 = Tensor::empty({n_seqs}, DType::kI32);
+    Tensor acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f);
+    Tensor acc_lse = scratch_filled(ctx, {n, d.n_heads}, -std::numeric_limits<float>::infinity());
+    Tensor piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim});
+    Tensor piece_lse = scratch(ctx, {n, d.n_heads});
+    Tensor cu_k_host = Tensor::empty({n_seqs + 1}, DType::kI32);
+    Tensor k_pos0_host = Tensor::empty({n_seqs}, DType::kI32);
+    Tensor cu_k = scratch(ctx, {n_seqs + 1}, DType::kI32);
+    Tensor k_pos0 = scratch(ctx, {n_seqs}, DType::kI32);
 
     for (int64_t r = 0; r < n_rounds; ++r) {
         // Key range of each sequence in this round: [r * piece, min((r + 1) * piece, keys)).
-        int32_t* cu = cu_k.ptr<int32_t>();
+        int32_t* cu = cu_k_host.ptr<int32_t>();
         cu[0] = 0;
         for (int64_t s = 0; s < n_seqs; ++s) {
             const SeqChunk& sc = batch.seqs[static_cast<size_t>(s)];
@@ -168,31 +169,31 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
             const int64_t begin = std::min(keys, r * piece);
             const int64_t end = std::min(keys, (r + 1) * piece);
             cu[s + 1] = static_cast<int32_t>(cu[s] + (end - begin));
-            k_pos0.ptr<int32_t>()[s] = static_cast<int32_t>(r * piece);
+            k_pos0_host.ptr<int32_t>()[s] = static_cast<int32_t>(r * piece);
         }
         const int64_t total = cu[n_seqs];
         if (total == 0) continue;
-        Tensor latent = Tensor::empty({total, d.latent_dim()}, DType::kF32);
-        for (int64_t s = 0; s < n_seqs; ++s) {
-            if (cu[s + 1] == cu[s]) continue;
-            cache.gather(layer, *batch.seqs[static_cast<size_t>(s)].pages, r * piece,
-                         latent.view().slice(0, cu[s], cu[s + 1]));
-        }
+        kernels::transfer({.out = cu_k, .in = cu_k_host}, ctx);
+        kernels::transfer({.out = k_pos0, .in = k_pos0_host}, ctx);
+        // This round's latent rows of every sequence, from its pages: [total, kv_lora + rope].
+        Tensor latent = scratch(ctx, {total, d.latent_dim()});
+        kernels::paged_gather(
+            {.out = latent, .cache = cache.layer_view(layer), .page_table = layout.page_table, .cu_rows = cu_k, .pos0 = k_pos0},
+            ctx);
         // kvb = c @ kv_b^T: per head [k_nope (nope) ; v (v_head_dim)].
         Tensor kvb = linear_new(kv_b_proj_, latent.view().slice(1, 0, d.kv_lora_rank), ctx);
-        Tensor k = Tensor::empty({total, d.n_heads, qk}, DType::kF32);
-        for (int64_t t = 0; t < total; ++t) {
-            const float* kv_row = kvb.ptr<const float>() + t * kvb_row;
-            const float* pe = latent.ptr<const float>() + t * d.latent_dim() + d.kv_lora_rank;
-            for (int64_t h = 0; h < d.n_heads; ++h) {
-                float* dst = k.ptr<float>() + (t * d.n_heads + h) * qk;
-                std::memcpy(dst, kv_row + h * (d.qk_nope_head_dim + d.v_head_dim),
-                            static_cast<size_t>(d.qk_nope_head_dim) * sizeof(float));
-                std::memcpy(dst + d.qk_nope_head_dim, pe, static_cast<size_t>(d.qk_rope_head_dim) * sizeof(float));
-            }
-        }
+        // K = [k_nope_h ; k_pe] per head: k_pe (one head) is broadcast over the heads with a stride-0 view.
+        Tensor k = scratch(ctx, {total, d.n_heads, qk});
+        const int64_t head_stride = d.qk_nope_head_dim + d.v_head_dim;
+        kernels::copy({.out = k.view().slice(2, 0, d.qk_nope_head_dim),
+                       .in = kvb.view().as_strided(0, {total, d.n_heads, d.qk_nope_head_dim}, {kvb_row, head_stride, 1})},
+                      ctx);
+        kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk),
+                       .in = latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim},
+                                                      {d.latent_dim(), 0, 1})},
+                      ctx);
         const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
-                                                   {kvb_row, d.qk_nope_head_dim + d.v_head_dim, 1});
+                                                   {kvb_row, head_stride, 1});
         kernels::attention({.out = piece_out,
                             .lse = piece_lse,
                             .q = q,
@@ -207,7 +208,7 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                            ctx);
         kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
     }
-    std::memcpy(attn_out.data, acc_out.ptr<float>(), acc_out.nbytes());
+    kernels::copy({.out = attn_out.reshape({n, d.n_heads, d.v_head_dim}), .in = acc_out}, ctx);
 }
 
 Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {
@@ -218,19 +219,17 @@ Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) 
     const TensorView& w = kv_b_proj_.weight;                      // [n_heads * head_rows, kv_lora]
 
     // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora])
-    Tensor q_abs = Tensor::empty({n, d.n_heads, latent_dim}, DType::kF32);
+    Tensor q_abs = scratch(ctx, {n, d.n_heads, latent_dim});
     for (int64_t h = 0; h < d.n_heads; ++h) {
         const TensorView out_h =
             q_abs.view().as_strided(h * latent_dim, {n, d.kv_lora_rank}, {d.n_heads * latent_dim, 1});
         const TensorView q_nope_h = q.select(1, h).slice(1, 0, d.qk_nope_head_dim);
         const TensorView w_uk = w.slice(0, h * head_rows, h * head_rows + d.qk_nope_head_dim);
         kernels::gemm({.out = out_h, .a = q_nope_h, .b = w_uk, .trans_b = false}, ctx);
-        for (int64_t t = 0; t < n; ++t) {
-            std::memcpy(q_abs.ptr<float>() + (t * d.n_heads + h) * latent_dim + d.kv_lora_rank,
-                        q.at<const float>({t, h}) + d.qk_nope_head_dim,
-                        static_cast<size_t>(d.qk_rope_head_dim) * sizeof(float));
-        }
     }
+    kernels::copy({.out = q_abs.view().slice(2, d.kv_lora_rank, latent_dim),
+                   .in = q.slice(2, d.qk_nope_head_dim, d.qk_head_dim())},
+                  ctx);
     return q_abs;
 }
 
@@ -257,16 +256,18 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
     const Tensor q_abs = absorb_q(q, ctx);
 
     // Every sequence's whole context (prefix + chunk) as one varlen key set: K = latent (1 head), V = its c part.
-    const int32_t* cu_k = layout.cu_seqlens_k.ptr<const int32_t>();
-    const int64_t total = cu_k[layout.n_seqs];
-    Tensor latent = Tensor::empty({total, latent_dim}, DType::kF32);
-    for (int64_t s = 0; s < layout.n_seqs; ++s) {
-        cache.gather(layer, *batch.seqs[static_cast<size_t>(s)].pages, 0, latent.view().slice(0, cu_k[s], cu_k[s + 1]));
-    }
+    const int64_t total = layout.total_keys;
+    Tensor latent = scratch(ctx, {total, latent_dim});
+    kernels::paged_gather({.out = latent,
+                           .cache = cache.layer_view(layer),
+                           .page_table = layout.page_table,
+                           .cu_rows = layout.cu_seqlens_k,
+                           .pos0 = layout.k_pos0},
+                          ctx);
     const TensorView k = latent.view().as_strided(0, {total, 1, latent_dim}, {latent_dim, latent_dim, 1});
     const TensorView v = latent.view().as_strided(0, {total, 1, d.kv_lora_rank}, {latent_dim, latent_dim, 1});
-    Tensor o_lat = Tensor::empty({n, d.n_heads, d.kv_lora_rank}, DType::kF32);
-    Tensor lse = Tensor::empty({n, d.n_heads}, DType::kF32);
+    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank});
+    Tensor lse = scratch(ctx, {n, d.n_heads});
     kernels::attention({.out = o_lat,
                         .lse = lse,
                         .q = q_abs,

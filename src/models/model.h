@@ -38,6 +38,9 @@ struct ModelOptions {
     // Families with per-request recurrent state (KDA): at most this many requests hold state at once (the cache
     // allocates min(n_pages, max_state_slots) slots).
     int64_t max_state_slots = 256;
+    // Where the weights and caches live and the context used to place them (its device, allocator and stream).
+    // Default: the host. Families whose ops are not yet on CUDA refuse a CUDA placement at load (Unimplemented).
+    kernels::Context placement{};
 };
 
 // Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.

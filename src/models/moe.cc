@@ -38,14 +38,11 @@ void DenseMlp::forward(const TensorView& x, const TensorView& out, const kernels
 
 namespace {
 
-// Splits a fused [E, rows, cols] tensor into E [rows, cols] Linear weights starting at row `row0`.
-Linear expert_slice(const Tensor& fused, int64_t e, int64_t row0, int64_t rows) {
-    const int64_t cols = fused.size(2);
-    Linear l;
-    l.weight = Tensor::empty({rows, cols}, DType::kF32);
-    std::memcpy(l.weight.ptr<float>(), fused.ptr<const float>() + (e * fused.size(1) + row0) * cols,
+// Copies host rows [row0, row0 + rows) of a [rows_total, cols] tensor into dst rows starting at dst_row0.
+void copy_rows(const Tensor& src, int64_t row0, int64_t rows, Tensor* dst, int64_t dst_row0) {
+    const int64_t cols = src.size(-1);
+    std::memcpy(dst->ptr<float>() + dst_row0 * cols, src.ptr<const float>() + row0 * cols,
                 static_cast<size_t>(rows * cols) * sizeof(float));
-    return l;
 }
 
 }  // namespace
@@ -69,24 +66,27 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
         m.latent_norm_eps_ = o.latent_norm_eps;
     }
     PENSTOCK_ASSIGN_OR_RETURN(m.score_bias_, r.take_optional(prefix + ".gate.e_score_correction_bias", {n_experts}));
+    // Routed experts stacked for grouped GEMMs: gate_up [E, 2I, h] (gate rows first), down [E, h, I].
+    m.n_experts_ = n_experts;
+    m.inter_ = inter;
+    Tensor gate_up = Tensor::empty({n_experts, 2 * inter, h}, DType::kF32);
+    Tensor down = Tensor::empty({n_experts, h, inter}, DType::kF32);
     if (r.contains(prefix + ".experts.gate_up_proj")) {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor gate_up, r.take(prefix + ".experts.gate_up_proj", {n_experts, 2 * inter, h}));
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor down, r.take(prefix + ".experts.down_proj", {n_experts, h, inter}));
-        for (int64_t e = 0; e < n_experts; ++e) {
-            m.experts_.push_back(Expert{.gate = expert_slice(gate_up, e, 0, inter),
-                                        .up = expert_slice(gate_up, e, inter, inter),
-                                        .down = expert_slice(down, e, 0, h)});
-        }
+        PENSTOCK_ASSIGN_OR_RETURN(gate_up, r.take_host(prefix + ".experts.gate_up_proj", {n_experts, 2 * inter, h}));
+        PENSTOCK_ASSIGN_OR_RETURN(down, r.take_host(prefix + ".experts.down_proj", {n_experts, h, inter}));
     } else {
         for (int64_t e = 0; e < n_experts; ++e) {
-            const std::string p = prefix + ".experts." + std::to_string(e);
-            Expert ex;
-            PENSTOCK_ASSIGN_OR_RETURN(ex.gate, take_linear(r, p + "." + o.expert_gate, inter, h, false));
-            PENSTOCK_ASSIGN_OR_RETURN(ex.up, take_linear(r, p + "." + o.expert_up, inter, h, false));
-            PENSTOCK_ASSIGN_OR_RETURN(ex.down, take_linear(r, p + "." + o.expert_down, h, inter, false));
-            m.experts_.push_back(std::move(ex));
+            const std::string p = prefix + ".experts." + std::to_string(e) + ".";
+            PENSTOCK_ASSIGN_OR_RETURN(Tensor g, r.take_host(p + o.expert_gate + ".weight", {inter, h}));
+            PENSTOCK_ASSIGN_OR_RETURN(Tensor u, r.take_host(p + o.expert_up + ".weight", {inter, h}));
+            PENSTOCK_ASSIGN_OR_RETURN(Tensor dn, r.take_host(p + o.expert_down + ".weight", {h, inter}));
+            copy_rows(g, 0, inter, &gate_up, e * 2 * inter);
+            copy_rows(u, 0, inter, &gate_up, e * 2 * inter + inter);
+            copy_rows(dn, 0, h, &down, e * h);
         }
     }
+    m.experts_gate_up_ = r.place(std::move(gate_up));
+    m.experts_down_ = r.place(std::move(down));
     if (c.n_shared_experts > 0) {
         PENSTOCK_ASSIGN_OR_RETURN(
             DenseMlp shared, DenseMlp::load(r, prefix + ".shared_experts", hidden, inter * c.n_shared_experts, o.act));
@@ -107,16 +107,15 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
 
 void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
     const int64_t n = x.size(0);
-    const auto n_experts = static_cast<int64_t>(experts_.size());
     const bool latent = latent_down_.weight.defined();
     Tensor z;  // latent MoE: the experts' input
     if (latent) z = linear_new(latent_down_, x, ctx);
     const TensorView expert_in = latent ? z.view() : x;
-    const int64_t hidden = expert_in.size(1);
+    const int64_t width = expert_in.size(1);
 
     Tensor logits = linear_new(router_, x, ctx);  // [n, n_experts] f32
-    Tensor ids = Tensor::empty({n, top_k_}, DType::kI32);
-    Tensor weights = Tensor::empty({n, top_k_}, DType::kF32);
+    Tensor ids = scratch(ctx, {n, top_k_}, DType::kI32);
+    Tensor weights = scratch(ctx, {n, top_k_});
     kernels::moe_routing({.topk_ids = ids,
                           .topk_weights = weights,
                           .logits = logits,
@@ -128,28 +127,25 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
                           .scoring = scoring_},
                          ctx);
 
-    Tensor offsets = Tensor::empty({n_experts + 1}, DType::kI32);
-    Tensor sorted = Tensor::empty({n * top_k_}, DType::kI32);
+    // Every (token, slot) pair is routed, so the expert-ordered rows number n * top_k.
+    const int64_t n_rows = n * top_k_;
+    Tensor offsets = scratch(ctx, {n_experts_ + 1}, DType::kI32);
+    Tensor sorted = scratch(ctx, {n_rows}, DType::kI32);
     kernels::moe_align({.expert_offsets = offsets, .sorted_pairs = sorted, .topk_ids = ids}, ctx);
-    const int32_t* off = offsets.ptr<const int32_t>();
-    const int64_t n_rows = off[n_experts];
-    Tensor permuted = Tensor::empty({n_rows, hidden}, DType::kF32);
+    Tensor permuted = scratch(ctx, {n_rows, width});
     kernels::moe_permute({.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)},
                          ctx);
 
-    Tensor expert_out = Tensor::empty({n_rows, hidden}, DType::kF32);
-    for (int64_t e = 0; e < n_experts; ++e) {
-        if (off[e + 1] == off[e]) continue;
-        const Expert& ex = experts_[static_cast<size_t>(e)];
-        const TensorView rows = permuted.view().slice(0, off[e], off[e + 1]);
-        Tensor g = linear_new(ex.gate, rows, ctx);
-        Tensor u = linear_new(ex.up, rows, ctx);
-        glu_apply(act_, g, u, ctx);
-        linear_forward(ex.down, g, expert_out.view().slice(0, off[e], off[e + 1]), ctx);
-    }
+    // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
+    Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_});
+    kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
+    const TensorView gate = gate_up.view().slice(1, 0, inter_);
+    glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
+    Tensor expert_out = scratch(ctx, {n_rows, width});
+    kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
 
     if (latent) {
-        Tensor zo = Tensor::zeros({n, hidden}, DType::kF32);
+        Tensor zo = scratch_filled(ctx, {n, width}, 0.0f);
         kernels::moe_unpermute({.out = zo, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights},
                                ctx);
         if (latent_norm_.defined()) {
@@ -157,12 +153,12 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         }
         linear_forward(latent_up_, zo, out, ctx);
     } else {
-        std::memset(out.data, 0, out.nbytes());
+        kernels::fill({.out = out, .value = 0.0f}, ctx);
         kernels::moe_unpermute({.out = out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights},
                                ctx);
     }
     if (!shared_.empty()) {
-        Tensor s = Tensor::empty({n, x.size(1)}, DType::kF32);
+        Tensor s = scratch(ctx, {n, x.size(1)});
         shared_[0].forward(x, s, ctx);
         kernels::add({.out = out, .a = out, .b = s}, ctx);
     }

@@ -64,12 +64,12 @@ public:
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
 
 private:
-    struct Expert {
-        Linear gate, up, down;
-    };
     Linear router_;      // [n_experts, hidden]
     Tensor score_bias_;  // [n_experts] f32 or undefined
-    std::vector<Expert> experts_;
+    int64_t n_experts_ = 0;
+    int64_t inter_ = 0;
+    Tensor experts_gate_up_;  // [n_experts, 2 * inter, width]: per expert [gate ; up] rows (one grouped GEMM)
+    Tensor experts_down_;     // [n_experts, width, inter]
     std::vector<DenseMlp> shared_;  // zero or one merged shared MLP
     GluActivation act_;
     Linear latent_down_, latent_up_;  // latent MoE only

@@ -15,7 +15,19 @@ std::string shape_str(const Shape& s) {
 }
 }  // namespace
 
+Tensor WeightReader::place(Tensor host) const {
+    if (placement_.device == Device::kCPU || !host.defined()) return host;
+    Tensor d = Tensor::empty(host.view().shape_vec(), host.dtype(), kernels::allocator_of(placement_));
+    kernels::transfer({.out = d, .in = host}, placement_);
+    return d;
+}
+
 Result<Tensor> WeightReader::take(const std::string& name, const Shape& shape) {
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor t, take_host(name, shape));
+    return place(std::move(t));
+}
+
+Result<Tensor> WeightReader::take_host(const std::string& name, const Shape& shape) {
     auto it = weights_->find(name);
     if (it == weights_->end()) return not_found("checkpoint has no tensor '" + name + "'");
     Tensor t = std::move(it->second);

@@ -6,16 +6,24 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/ops.h"
 #include "loader/checkpoint.h"
 
 namespace penstock::models {
 
 class WeightReader final {
 public:
+    // Weights are read on the host and placed on `placement`'s device (its allocator and stream) as they are taken.
+    WeightReader(loader::WeightMap* weights, const kernels::Context& placement)
+        : weights_(weights), placement_(placement) {}
     explicit WeightReader(loader::WeightMap* weights) : weights_(weights) {}
 
-    // Moves out tensor `name` and checks its shape. NotFound / InvalidArgument otherwise.
+    // Moves out tensor `name`, checks its shape and places it. NotFound / InvalidArgument otherwise.
     [[nodiscard]] Result<Tensor> take(const std::string& name, const Shape& shape);
+    // Like take() but the tensor stays on the host (for weights that are rearranged before use; place() them after).
+    [[nodiscard]] Result<Tensor> take_host(const std::string& name, const Shape& shape);
+    // A host tensor moved to the placement device (the same tensor on the CPU).
+    Tensor place(Tensor host) const;
     // Like take() but absent is fine (returns an undefined Tensor).
     [[nodiscard]] Result<Tensor> take_optional(const std::string& name, const Shape& shape);
     bool contains(const std::string& name) const { return weights_->count(name) != 0; }
@@ -27,6 +35,7 @@ public:
 
 private:
     loader::WeightMap* weights_;
+    kernels::Context placement_;
 };
 
 }  // namespace penstock::models

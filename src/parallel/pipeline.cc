@@ -153,7 +153,7 @@ Result<StagePlan> PipelineStage::recv_plan() {
 
 Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
-    const models::BatchLayout layout = models::BatchLayout::build(batch);
+    const models::BatchLayout layout = runner_->make_layout(batch);
     models::Activations act;
     runner_->run_layers(batch, layout, &act);
     if (pp_->size() == 1) return runner_->logits(layout, act);
@@ -189,7 +189,7 @@ Status PipelineStage::serve() {
             return ok_status();
         }
         PENSTOCK_RETURN_IF_ERROR(runner_->bind(&plan.batch));
-        const models::BatchLayout layout = models::BatchLayout::build(plan.batch);
+        const models::BatchLayout layout = runner_->make_layout(plan.batch);
         models::Activations act;
         act.hidden = Tensor::empty({layout.n_tokens, hidden}, DType::kF32);
         PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.hidden, pp_->rank() - 1, kTagHidden));

@@ -11,12 +11,24 @@ ModelRunner::ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptio
     : model_(std::move(model)),
       cache_(model_->create_cache(options.n_pages)),
       threads_(std::make_unique<ThreadPool>(options.n_threads)),
+      backend_(options.backend),
       pool_(options.n_pages),
       tables_(&pool_) {}
 
+kernels::Context ModelRunner::context() const {
+    if (backend_ == nullptr) return kernels::Context{.device = Device::kCPU, .pool = threads_.get()};
+    return backend_->context(threads_.get());
+}
+
+models::BatchLayout ModelRunner::make_layout(const models::ForwardBatch& batch) const {
+    models::BatchLayout layout = models::BatchLayout::build(batch);
+    layout.place(context());
+    return layout;
+}
+
 Tensor ModelRunner::forward(const models::ForwardBatch& batch) {
     PENSTOCK_CHECK(model_->is_first_stage() && model_->is_last_stage()) << "forward() needs the whole model";
-    const models::BatchLayout layout = models::BatchLayout::build(batch);
+    const models::BatchLayout layout = make_layout(batch);
     models::Activations act;
     run_layers(batch, layout, &act);
     return logits(layout, act);
@@ -57,7 +69,13 @@ void ModelRunner::run_layers(const models::ForwardBatch& batch, const models::Ba
 }
 
 Tensor ModelRunner::logits(const models::BatchLayout& layout, const models::Activations& act) {
-    return model_->compute_logits(layout, act, context());
+    const kernels::Context ctx = context();
+    Tensor out = model_->compute_logits(layout, act, ctx);
+    if (ctx.device == Device::kCPU) return out;
+    Tensor host = Tensor::empty(out.view().shape_vec(), out.dtype());
+    kernels::transfer({.out = host, .in = out}, ctx);
+    backend_->synchronize();
+    return host;
 }
 
 Result<std::vector<Tensor>> ModelRunner::prefill_all_logits(std::span<const std::vector<int32_t>> prompts,

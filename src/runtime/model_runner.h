@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/backend.h"
 #include "kv_cache/page_pool.h"
 #include "models/model.h"
 
@@ -18,6 +19,8 @@ namespace penstock::runtime {
 struct RunnerOptions {
     int64_t n_pages = 1024;  // KV pages of kv_cache::kPageSize tokens
     int n_threads = 0;       // CPU threads for reference kernels; 0 = all cores
+    // The device the model was placed on (ModelOptions::placement must come from the same backend); null = the host.
+    const kernels::Backend* backend = nullptr;
 };
 
 class ModelRunner final {
@@ -28,7 +31,9 @@ public:
     kv_cache::PagePool& page_pool() { return pool_; }
     kv_cache::RequestTables& tables() { return tables_; }
     models::ModelCache& cache() { return *cache_; }
-    kernels::Context context() const { return kernels::Context{.device = Device::kCPU, .pool = threads_.get()}; }
+    kernels::Context context() const;
+    // The batch's metadata on this runner's device.
+    models::BatchLayout make_layout(const models::ForwardBatch& batch) const;
 
     // A whole-model forward (this runner must hold every layer): embed, layers, logits for the batch's logit rows.
     Tensor forward(const models::ForwardBatch& batch);
@@ -41,7 +46,7 @@ public:
     [[nodiscard]] Status bind(models::ForwardBatch* batch);
     // Runs this stage's layers on act (the first stage embeds the batch tokens into act first).
     void run_layers(const models::ForwardBatch& batch, const models::BatchLayout& layout, models::Activations* act);
-    // The last stage's logits for the batch's logit rows.
+    // The last stage's logits for the batch's logit rows, on the host.
     Tensor logits(const models::BatchLayout& layout, const models::Activations& act);
 
     // Prefills each prompt as a new request (ids 0..n-1 offset by first_request_id), all of them advancing together in
@@ -63,6 +68,7 @@ private:
     std::unique_ptr<models::Model> model_;
     std::unique_ptr<models::ModelCache> cache_;
     std::unique_ptr<ThreadPool> threads_;
+    const kernels::Backend* backend_;
     kv_cache::PagePool pool_;
     kv_cache::RequestTables tables_;
 };

@@ -47,6 +47,7 @@ void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 //  - attention: q, k, v, out one dtype; d_qk <= 576, d_v <= 512.
 //  - moe_routing: logits f32 or bf16; n_group <= 64, n_experts such that 4 warps' scores fit 48 KiB (<= ~1500).
 //  - moe_align / moe_unpermute take stream-ordered scratch (cudaMallocAsync). TODO(#7): from the Workspace.
+void transfer(const kernels::TransferParams& p, void* stream);  // cudaMemcpyAsync, any direction
 void copy(const kernels::CopyParams& p, void* stream);
 void fill(const kernels::FillParams& p, void* stream);
 void gather_rows(const kernels::GatherRowsParams& p, void* stream);

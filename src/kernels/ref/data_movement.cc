@@ -88,6 +88,13 @@ char* paged_row(const TensorView& cache, const TensorView& page_table, int64_t s
 
 }  // namespace
 
+void transfer(const kernels::TransferParams& p, ThreadPool* /*pool*/) {
+    PENSTOCK_CHECK(p.out.device == Device::kCPU && p.in.device == Device::kCPU) << "CPU transfer of device memory";
+    PENSTOCK_CHECK(p.out.is_contiguous() && p.in.is_contiguous());
+    PENSTOCK_CHECK_EQ(p.out.nbytes(), p.in.nbytes());
+    if (p.out.nbytes() > 0) std::memcpy(p.out.data, p.in.data, p.out.nbytes());
+}
+
 void copy(const kernels::CopyParams& p, ThreadPool* /*pool*/) {
     PENSTOCK_CHECK_EQ(p.out.ndim, p.in.ndim);
     for (int d = 0; d < p.out.ndim; ++d) PENSTOCK_CHECK_EQ(p.out.size(d), p.in.size(d)) << "dim " << d;

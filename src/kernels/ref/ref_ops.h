@@ -6,6 +6,7 @@
 
 namespace penstock::ref {
 
+void transfer(const kernels::TransferParams& p, ThreadPool* pool);
 void copy(const kernels::CopyParams& p, ThreadPool* pool);
 void fill(const kernels::FillParams& p, ThreadPool* pool);
 void gather_rows(const kernels::GatherRowsParams& p, ThreadPool* pool);

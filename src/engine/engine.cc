@@ -1,0 +1,515 @@
+// Engine loop: inbox -> scheduler -> ForwardBatch -> forward -> sample -> on_step_done -> events.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace penstock::engine {
+
+using scheduler::FinishReason;
+
+std::string_view abort_reason_name(AbortReason r) {
+    switch (r) {
+        case AbortReason::kClientDisconnect:
+            return "client_disconnect";
+        case AbortReason::kUser:
+            return "abort_request";
+        case AbortReason::kShutdown:
+            return "shutdown";
+        case AbortReason::kStepFailure:
+            return "step_failure";
+        case AbortReason::kTimeout:
+            return "timeout";
+    }
+    return "unknown";
+}
+
+std::vector<RequestOutput> RequestHandle::wait(Clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !q_.empty(); });
+    std::vector<RequestOutput> out(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
+    q_.clear();
+    return out;
+}
+
+void RequestHandle::push(RequestOutput out) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        q_.push_back(std::move(out));
+    }
+    cv_.notify_all();
+}
+
+void Histogram::observe(double v) {
+    const auto it = std::lower_bound(bounds.begin(), bounds.end(), v);
+    ++counts[static_cast<size_t>(it - bounds.begin())];
+    sum += v;
+    ++count;
+}
+
+struct Engine::Live {
+    std::shared_ptr<RequestHandle> handle;
+    GenerateParams params;
+    Rng rng{0};
+    std::unique_ptr<DecodeStream> detok;
+    std::string held;  // decoded text not yet published (it may be the start of a stop string)
+    std::string rid;
+    Clock::time_point arrival;
+    std::optional<Clock::time_point> first_token;
+    int64_t prompt_len = 0;
+    int64_t n_generated = 0;
+    std::optional<AbortReason> abort_reason;
+    Status error;
+    bool stopped_by_string = false;
+    std::string matched_stop;
+};
+
+namespace {
+
+RequestOutput finished_output(std::string reason, Status error) {
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = std::move(reason);
+    out.error = std::move(error);
+    return out;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Length of the longest suffix of `text` that is a proper prefix of one of `stops` (text that must be held back).
+size_t held_suffix(const std::string& text, const std::vector<std::string>& stops) {
+    size_t best = 0;
+    for (const std::string& s : stops) {
+        for (size_t len = std::min(text.size(), s.size() - 1); len > best; --len) {
+            if (text.compare(text.size() - len, len, s, 0, len) == 0) {
+                best = len;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRunner> runner,
+                                               const Tokenizer* tokenizer, EngineOptions options) {
+    PENSTOCK_CHECK(runner != nullptr);
+    if (!runner->model().is_first_stage() || !runner->model().is_last_stage()) {
+        return invalid_argument("the engine needs a runner that holds the whole model");
+    }
+    if (options.scheduler.max_context_len == 0) {
+        options.scheduler.max_context_len = runner->model().config().max_position_embeddings;
+    }
+    std::optional<scheduler::ChunkCostModel> cost = options.cost_model;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
+                              scheduler::Scheduler::create(options.scheduler, &runner->page_pool(), std::move(cost)));
+    return std::unique_ptr<Engine>(new Engine(std::move(runner), tokenizer, std::move(options), std::move(sched)));
+}
+
+Engine::Engine(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer, EngineOptions options,
+               std::unique_ptr<scheduler::Scheduler> sched)
+    : runner_(std::move(runner)),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      sched_(std::move(sched)),
+      n_pages_(runner_->page_pool().n_pages()),
+      max_context_(options_.scheduler.max_context_len) {
+    metrics_.kv_pages_total = n_pages_;
+    heartbeat_ns_ = Clock::now().time_since_epoch().count();
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+    PENSTOCK_CHECK(!thread_.joinable()) << "engine started twice";
+    heartbeat_ns_ = Clock::now().time_since_epoch().count();
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+    accepting_ = false;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+Clock::time_point Engine::last_heartbeat() const { return Clock::time_point(Clock::duration(heartbeat_ns_.load())); }
+
+EngineMetrics Engine::metrics() const {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    return metrics_;
+}
+
+Status Engine::validate_request(const GenerateRequest& r) const {
+    const int64_t vocab = runner_->model().config().vocab_size;
+    if (r.prompt.empty()) return invalid_argument("the prompt is empty");
+    for (int32_t t : r.prompt) {
+        if (t < 0 || t >= vocab) {
+            return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                    std::to_string(vocab) + ")");
+        }
+    }
+    const GenerateParams& p = r.params;
+    if (p.max_new_tokens < 1) return invalid_argument("max_new_tokens must be >= 1");
+    PENSTOCK_RETURN_IF_ERROR(validate(p.sampling));
+    for (int32_t t : p.stop_token_ids) {
+        if (t < 0 || t >= vocab) return invalid_argument("stop_token_ids: " + std::to_string(t) + " is not a token id");
+    }
+    if (static_cast<int64_t>(p.stop.size()) > options_.max_stop_strings) {
+        return invalid_argument("at most " + std::to_string(options_.max_stop_strings) + " stop strings");
+    }
+    for (const std::string& s : p.stop) {
+        if (s.empty()) return invalid_argument("a stop string is empty");
+        if (static_cast<int64_t>(s.size()) > options_.max_stop_string_bytes) {
+            return invalid_argument("a stop string is longer than " + std::to_string(options_.max_stop_string_bytes) +
+                                    " bytes");
+        }
+    }
+    if (!p.stop.empty() && tokenizer_ == nullptr) {
+        return invalid_argument("stop strings need a tokenizer (the server runs with --skip-tokenizer-init)");
+    }
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + p.max_new_tokens;
+    if (max_context_ > 0 && total > max_context_) {
+        return out_of_range("prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_new_tokens (" +
+                            std::to_string(p.max_new_tokens) + ") exceeds the context length " +
+                            std::to_string(max_context_));
+    }
+    const int64_t can_give = n_pages_ - scheduler::watermark_pages(options_.scheduler, n_pages_);
+    if (kv_cache::pages_for_tokens(total) > can_give) {
+        return out_of_range("prompt + max_new_tokens = " + std::to_string(total) + " tokens needs more KV pages than " +
+                            "the server holds (" + std::to_string(can_give * kv_cache::kPageSize) + " tokens)");
+    }
+    return ok_status();
+}
+
+Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerateRequest r) {
+    const auto reject = [&](const std::string& reason, Status s) -> Status {
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        ++metrics_.rejected_by_reason[reason];
+        return s;
+    };
+    if (!accepting_) return reject("draining", Status(StatusCode::kUnavailable, "the server is shutting down"));
+    if (Status v = validate_request(r); !v.ok()) {
+        return reject(v.code() == StatusCode::kOutOfRange ? "too_long" : "invalid", v);
+    }
+    const int64_t id = next_id_++;
+    auto handle = std::make_shared<RequestHandle>(id);
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return reject("draining", Status(StatusCode::kUnavailable, "the server is shutting down"));
+        if (static_cast<int64_t>(inbox_.size()) + n_waiting_snapshot_ >= options_.scheduler.max_queue_size) {
+            return reject("queue_full", resource_exhausted("the waiting queue is full (max_queue_size " +
+                                                           std::to_string(options_.scheduler.max_queue_size) + ")"));
+        }
+        if (!r.rid.empty()) {
+            if (rids_.count(r.rid) != 0) return reject("invalid", invalid_argument("rid is already in use"));
+            rids_[r.rid] = id;
+        }
+        inbox_.push_back(Pending{.id = id, .request = std::move(r), .handle = handle, .arrival = Clock::now()});
+        ++n_live_;
+    }
+    cv_.notify_all();
+    return handle;
+}
+
+void Engine::abort(int64_t id, AbortReason reason) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        aborts_.emplace_back(id, reason);
+    }
+    cv_.notify_all();
+}
+
+bool Engine::abort_rid(const std::string& rid, AbortReason reason) {
+    int64_t id = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = rids_.find(rid);
+        if (it == rids_.end()) return false;
+        id = it->second;
+        aborts_.emplace_back(id, reason);
+    }
+    cv_.notify_all();
+    return true;
+}
+
+bool Engine::absorb_inbox() {
+    std::vector<Pending> inbox;
+    std::vector<std::pair<int64_t, AbortReason>> aborts;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return false;
+        inbox.swap(inbox_);
+        aborts.swap(aborts_);
+    }
+    for (Pending& p : inbox) {
+        auto l = std::make_unique<Live>();
+        l->handle = p.handle;
+        l->params = p.request.params;
+        l->rng = Rng(l->params.sampling.seed.value_or(options_.seed * 0x9e3779b97f4a7c15ULL + seed_counter_++));
+        if (tokenizer_ != nullptr) l->detok = std::make_unique<DecodeStream>(*tokenizer_, l->params.skip_special_tokens);
+        l->rid = p.request.rid;
+        l->arrival = p.arrival;
+        l->prompt_len = static_cast<int64_t>(p.request.prompt.size());
+        scheduler::NewRequest nr{.id = p.id,
+                                 .prompt = std::move(p.request.prompt),
+                                 .sampling = {.max_new_tokens = l->params.max_new_tokens,
+                                              .stop_token_ids = l->params.stop_token_ids},
+                                 .arrival = p.arrival,
+                                 .deadline = p.request.timeout > Clock::duration::zero() ? p.arrival + p.request.timeout
+                                                                                        : scheduler::kNoDeadline};
+        if (!l->params.ignore_eos) {
+            for (int32_t eos : options_.eos_token_ids) nr.sampling.stop_token_ids.push_back(eos);
+        }
+        const Status st = sched_->add_request(std::move(nr));
+        if (!st.ok()) {
+            {
+                std::lock_guard<std::mutex> lock(metrics_mu_);
+                ++metrics_.rejected_by_reason[st.code() == StatusCode::kResourceExhausted ? "queue_full" : "invalid"];
+            }
+            RequestOutput out = finished_output("rejected", st);
+            out.prompt_tokens = l->prompt_len;
+            p.handle->push(std::move(out));
+            std::lock_guard<std::mutex> lock(mu_);
+            if (!l->rid.empty()) rids_.erase(l->rid);
+            --n_live_;
+            continue;
+        }
+        live_.emplace(p.id, std::move(l));
+    }
+    for (const auto& [id, reason] : aborts) {
+        auto it = live_.find(id);
+        if (it == live_.end() || sched_->find(id) == nullptr) continue;
+        it->second->abort_reason = reason;
+        (void)sched_->abort(id);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    n_waiting_snapshot_ = sched_->n_waiting();
+    return true;
+}
+
+void Engine::loop() {
+    while (absorb_inbox()) {
+        for (int64_t id : sched_->expire_deadlines(Clock::now())) live_.at(id)->abort_reason = AbortReason::kTimeout;
+        const scheduler::BatchPlan plan = sched_->schedule_step();
+        if (!plan.empty()) run_step(plan);
+        publish_finished();
+        update_gauges();
+        heartbeat_ns_ = Clock::now().time_since_epoch().count();
+        if (plan.empty()) {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait_for(lock, std::chrono::milliseconds(20),
+                         [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
+        }
+    }
+    shutdown_all();
+}
+
+void Engine::fail_request(int64_t id, const Status& error) {
+    Live& l = *live_.at(id);
+    l.error = error;
+    l.abort_reason = AbortReason::kStepFailure;
+    if (sched_->find(id) != nullptr) (void)sched_->abort(id);
+}
+
+void Engine::run_step(const scheduler::BatchPlan& plan) {
+    models::ForwardBatch batch;
+    int64_t admitted_tokens = 0;
+    for (const scheduler::PlanEntry& e : plan.entries) {
+        if (e.admitted) {
+            admitted_tokens += e.prompt_len;
+            if (Status st = runner_->cache().admit(e.request_id); !st.ok()) {
+                fail_request(e.request_id, st);
+                continue;
+            }
+        }
+        models::SeqChunk c;
+        c.request_id = e.request_id;
+        c.token_ids = e.token_ids;
+        c.prefix_len = e.prefix_len;
+        c.prompt_len = e.prompt_len;
+        c.pages = &sched_->page_table(e.request_id);
+        c.logits = e.logits == scheduler::ChunkLogits::kLast ? models::LogitsMode::kLast : models::LogitsMode::kNone;
+        batch.seqs.push_back(std::move(c));
+    }
+    Status fault = options_.step_fault ? options_.step_fault(plan) : ok_status();
+    Tensor logits;
+    if (fault.ok() && !batch.seqs.empty()) {
+        try {
+            logits = runner_->forward(batch);
+        } catch (const std::exception& ex) {
+            fault = internal_error(std::string("forward step failed: ") + ex.what());
+        }
+    }
+    scheduler::StepResult result{.step_id = plan.step_id, .tokens = {}};
+    if (!fault.ok()) {
+        PENSTOCK_LOG_WARN("step {} failed ({}); failing its {} request(s)", plan.step_id, fault.to_string(),
+                          batch.seqs.size());
+        for (const models::SeqChunk& c : batch.seqs) fail_request(c.request_id, fault);
+    } else {
+        const int64_t vocab = runner_->model().config().vocab_size;
+        int64_t row = 0;
+        for (const models::SeqChunk& c : batch.seqs) {
+            if (c.logits != models::LogitsMode::kLast) continue;
+            const std::span<const float> r(logits.ptr<const float>() + row * vocab, static_cast<size_t>(vocab));
+            ++row;
+            if (options_.logits_observer) options_.logits_observer(c.request_id, r);
+            Live& l = *live_.at(c.request_id);
+            result.tokens.push_back({.request_id = c.request_id, .token_id = sample_token(r, l.params.sampling, &l.rng)});
+        }
+    }
+    sched_->on_step_done(result);
+    for (const scheduler::SampledToken& t : result.tokens) on_token(t.request_id, t.token_id);
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    ++metrics_.steps_total;
+    if (!fault.ok()) ++metrics_.step_failures_total;
+    metrics_.prompt_tokens_total += admitted_tokens;
+    metrics_.generation_tokens_total += static_cast<int64_t>(result.tokens.size());
+}
+
+void Engine::on_token(int64_t id, int32_t token) {
+    Live& l = *live_.at(id);
+    if (l.stopped_by_string) return;
+    const Clock::time_point now = Clock::now();
+    ++l.n_generated;
+    if (!l.first_token) {
+        l.first_token = now;
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        metrics_.ttft_s.observe(seconds(now - l.arrival));
+    }
+    RequestOutput out;
+    out.token_ids = {token};
+    if (l.detok) {
+        l.held += l.detok->step(token);
+        const std::vector<std::string>& stops = l.params.stop;
+        size_t at = std::string::npos;
+        for (const std::string& s : stops) {
+            const size_t pos = l.held.find(s);
+            if (pos != std::string::npos && (at == std::string::npos || pos < at)) {
+                at = pos;
+                l.matched_stop = s;
+            }
+        }
+        if (at != std::string::npos) {
+            out.text = l.held.substr(0, at);
+            l.held.clear();
+            l.stopped_by_string = true;
+            if (sched_->find(id) != nullptr) (void)sched_->abort(id);
+        } else {
+            const size_t keep = held_suffix(l.held, stops);
+            out.text = l.held.substr(0, l.held.size() - keep);
+            l.held.erase(0, l.held.size() - keep);
+        }
+    }
+    out.prompt_tokens = l.prompt_len;
+    out.completion_tokens = l.n_generated;
+    out.ttft_s = seconds(*l.first_token - l.arrival);
+    out.e2e_s = seconds(now - l.arrival);
+    l.handle->push(std::move(out));
+}
+
+void Engine::publish_finished() {
+    for (std::unique_ptr<scheduler::Request>& r : sched_->take_finished()) {
+        const int64_t id = r->id();
+        runner_->cache().release(id);
+        auto it = live_.find(id);
+        PENSTOCK_CHECK(it != live_.end()) << "finished request " << id << " has no engine state";
+        Live& l = *it->second;
+        RequestOutput out = finished_output("", ok_status());
+        if (l.stopped_by_string) {
+            out.finish_reason = "stop";
+            out.matched_stop = l.matched_stop;
+        } else {
+            if (l.detok) out.text = l.held + l.detok->flush();
+            switch (r->finish_reason()) {
+                case FinishReason::kLength:
+                    out.finish_reason = "length";
+                    break;
+                case FinishReason::kStop:
+                    out.finish_reason = "stop";
+                    if (!r->generated().empty()) out.matched_stop_token = r->generated().back();
+                    break;
+                case FinishReason::kTimeout:
+                    out.finish_reason = "timeout";
+                    out.error = Status(StatusCode::kDeadlineExceeded, "the request timed out");
+                    break;
+                case FinishReason::kRejected:
+                    out.finish_reason = "rejected";
+                    out.error = out_of_range("the request needs more KV pages than the server holds");
+                    break;
+                case FinishReason::kAbort:
+                case FinishReason::kNone:
+                    out.finish_reason = l.error.ok() ? "abort" : "error";
+                    out.error = !l.error.ok() ? l.error
+                                : l.abort_reason == AbortReason::kShutdown
+                                    ? Status(StatusCode::kUnavailable, "the server is shutting down")
+                                    : Status(StatusCode::kCancelled, "the request was aborted");
+                    break;
+            }
+        }
+        out.prompt_tokens = l.prompt_len;
+        out.completion_tokens = l.n_generated;
+        const Clock::time_point now = Clock::now();
+        out.ttft_s = l.first_token ? seconds(*l.first_token - l.arrival) : 0.0;
+        out.e2e_s = seconds(now - l.arrival);
+        {
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.finished_by_reason[out.finish_reason];
+            if (l.abort_reason && !l.stopped_by_string) {
+                ++metrics_.aborted_by_reason[std::string(abort_reason_name(*l.abort_reason))];
+            }
+            metrics_.e2e_s.observe(out.e2e_s);
+        }
+        l.handle->push(std::move(out));
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (!l.rid.empty()) rids_.erase(l.rid);
+        }
+        live_.erase(it);
+        --n_live_;
+    }
+}
+
+void Engine::shutdown_all() {
+    std::vector<Pending> inbox;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        inbox.swap(inbox_);
+        for (const Pending& p : inbox) {
+            if (!p.request.rid.empty()) rids_.erase(p.request.rid);
+        }
+    }
+    for (Pending& p : inbox) {
+        p.handle->push(finished_output("abort", Status(StatusCode::kUnavailable, "the server is shutting down")));
+        --n_live_;
+    }
+    for (auto& [id, l] : live_) {
+        l->abort_reason = AbortReason::kShutdown;
+        if (sched_->find(id) != nullptr) (void)sched_->abort(id);
+    }
+    publish_finished();
+    update_gauges();
+}
+
+void Engine::update_gauges() {
+    int64_t inbox = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        inbox = static_cast<int64_t>(inbox_.size());
+        n_waiting_snapshot_ = sched_->n_waiting();
+    }
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    metrics_.waiting = sched_->n_waiting() + inbox;
+    metrics_.running = sched_->n_running();
+    metrics_.kv_pages_used = runner_->page_pool().n_used();
+}
+
+}  // namespace penstock::engine

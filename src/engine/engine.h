@@ -1,0 +1,211 @@
+// Engine: the generation loop. One engine thread owns the Scheduler, the ModelRunner and every live request's
+// sampling/detokenization state; each iteration admits new requests, turns the scheduler's BatchPlan into a
+// ForwardBatch, runs it, samples one token per final-chunk/decode row, feeds the results back and publishes events
+// to RequestHandles. Other threads (HTTP, tests) only call submit/abort/metrics, which are thread-safe.
+// Contract (threads, ownership, limits): docs/design/engine.md, "Engine loop".
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling.h"
+#include "engine/tokenizer.h"
+#include "runtime/model_runner.h"
+#include "scheduler/scheduler.h"
+
+namespace penstock::engine {
+
+using Clock = std::chrono::steady_clock;
+
+// Why a request was aborted (metrics label and the error a client sees).
+enum class AbortReason : uint8_t { kClientDisconnect, kUser, kShutdown, kStepFailure, kTimeout };
+std::string_view abort_reason_name(AbortReason r);
+
+struct GenerateParams {
+    int64_t max_new_tokens = 16;
+    SamplingOptions sampling;
+    std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids (unless ignore_eos)
+    std::vector<std::string> stop;        // stop strings, matched on the detokenized output (needs a tokenizer)
+    bool ignore_eos = false;
+    bool skip_special_tokens = true;  // for the output text
+};
+
+struct GenerateRequest {
+    std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
+    GenerateParams params;
+    std::string rid;                         // optional external id for abort_rid ("" = none); unique among live ones
+    Clock::duration timeout = Clock::duration::zero();  // <= 0: no deadline
+};
+
+// One event of a request: new tokens (and their text), and on the last event the finish information.
+struct RequestOutput {
+    std::vector<int32_t> token_ids;  // tokens sampled since the previous event
+    std::string text;                // their text (complete UTF-8 characters; "" without a tokenizer)
+    bool finished = false;
+    // "length" | "stop" | "abort" | "timeout" | "rejected" | "error" (finished events only).
+    std::string finish_reason;
+    std::string matched_stop;  // the stop string that matched ("" otherwise)
+    std::optional<int32_t> matched_stop_token;
+    Status error;  // non-OK when the request failed: the code maps to an HTTP status
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    double ttft_s = 0;  // submit -> first token (0 until one exists)
+    double e2e_s = 0;   // submit -> this event
+};
+
+// The consumer side of one request: thread-safe queue of outputs written by the engine thread.
+class RequestHandle final {
+public:
+    explicit RequestHandle(int64_t id) : id_(id) {}
+    int64_t id() const { return id_; }
+    // Waits up to `timeout` for outputs and returns all that are queued (empty on timeout).
+    std::vector<RequestOutput> wait(Clock::duration timeout);
+    void push(RequestOutput out);
+
+private:
+    int64_t id_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<RequestOutput> q_;
+};
+
+// Prometheus-style histogram (cumulative buckets are computed when rendered).
+struct Histogram {
+    std::vector<double> bounds;   // upper bounds, ascending
+    std::vector<int64_t> counts;  // per bucket, bounds.size() + 1 (the last is +Inf)
+    double sum = 0;
+    int64_t count = 0;
+    explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+    void observe(double v);
+};
+
+struct EngineMetrics {
+    int64_t waiting = 0;  // queued (submitted, not admitted)
+    int64_t running = 0;
+    int64_t kv_pages_used = 0;
+    int64_t kv_pages_total = 0;
+    int64_t prompt_tokens_total = 0;      // prompt tokens of admitted requests
+    int64_t generation_tokens_total = 0;  // sampled tokens
+    int64_t steps_total = 0;
+    int64_t step_failures_total = 0;
+    std::map<std::string, int64_t> finished_by_reason;
+    std::map<std::string, int64_t> rejected_by_reason;  // queue_full, invalid, too_long, draining
+    std::map<std::string, int64_t> aborted_by_reason;   // abort_reason_name
+    Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+    Histogram e2e_s{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
+};
+
+struct EngineOptions {
+    scheduler::SchedulerConfig scheduler;
+    std::optional<scheduler::ChunkCostModel> cost_model;  // required with dynamic chunking
+    std::vector<int32_t> eos_token_ids;                   // stop tokens of every request unless ignore_eos
+    uint64_t seed = 0;                                    // seeds requests that bring no seed (counter-derived)
+    int64_t max_stop_strings = 16;                        // per request
+    int64_t max_stop_string_bytes = 256;                  // per stop string
+    // Test hooks (unset in production). step_fault runs before each forward: non-OK fails only that step's
+    // requests (RELIABILITY T3). logits_observer sees every sampled row (request id, [vocab] f32).
+    std::function<Status(const scheduler::BatchPlan&)> step_fault;
+    std::function<void(int64_t, std::span<const float>)> logits_observer;
+};
+
+class Engine final {
+public:
+    // `tokenizer` may be null (--skip-tokenizer-init: ids only; stop strings are then refused); it must outlive the
+    // engine. The runner must hold the whole model. InvalidArgument for a bad scheduler config.
+    [[nodiscard]] static Result<std::unique_ptr<Engine>> create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                                const Tokenizer* tokenizer, EngineOptions options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Starts the engine thread. stop() ends every live request (error Unavailable, abort reason shutdown) and joins.
+    void start();
+    void stop();
+
+    // Thread-safe. Validates (InvalidArgument: empty prompt, id outside the vocab, bad sampling or stop settings;
+    // OutOfRange: prompt + max_new_tokens over the context or the KV pool), then queues. ResourceExhausted when the
+    // waiting queue is full, Unavailable after stop_accepting()/stop(). Outputs arrive on the returned handle.
+    [[nodiscard]] Result<std::shared_ptr<RequestHandle>> submit(GenerateRequest r);
+    // Thread-safe; aborts a live request (frees its pages on the engine thread). Unknown ids are ignored.
+    void abort(int64_t id, AbortReason reason);
+    // Aborts the live request with this rid; false when none.
+    bool abort_rid(const std::string& rid, AbortReason reason);
+    // New submissions get Unavailable from now on (drain).
+    void stop_accepting() { accepting_ = false; }
+
+    EngineMetrics metrics() const;
+    // Requests submitted and not yet finished.
+    int64_t n_live() const { return n_live_.load(); }
+    // Last time the engine loop went round (idle or not).
+    Clock::time_point last_heartbeat() const;
+    const scheduler::SchedulerConfig& scheduler_config() const { return options_.scheduler; }
+    const EngineOptions& options() const { return options_; }
+    const loader::ModelConfig& model_config() const { return runner_->model().config(); }
+    int64_t n_pages() const { return n_pages_; }
+    const Tokenizer* tokenizer() const { return tokenizer_; }
+
+private:
+    struct Live;
+    struct Pending {
+        int64_t id;
+        GenerateRequest request;
+        std::shared_ptr<RequestHandle> handle;
+        Clock::time_point arrival;
+    };
+
+    Engine(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer, EngineOptions options,
+           std::unique_ptr<scheduler::Scheduler> sched);
+    void loop();
+    // Moves submissions and aborts into the scheduler; false once stop() was called.
+    bool absorb_inbox();
+    void run_step(const scheduler::BatchPlan& plan);
+    void fail_request(int64_t id, const Status& error);
+    void on_token(int64_t id, int32_t token);
+    void publish_finished();
+    void shutdown_all();
+    void update_gauges();
+    Status validate_request(const GenerateRequest& r) const;
+
+    std::unique_ptr<runtime::ModelRunner> runner_;
+    const Tokenizer* tokenizer_;
+    EngineOptions options_;
+    std::unique_ptr<scheduler::Scheduler> sched_;
+    int64_t n_pages_;
+    int64_t max_context_;
+
+    // Engine-thread state.
+    std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
+    uint64_t seed_counter_ = 0;
+
+    // Shared with other threads.
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<Pending> inbox_;
+    std::vector<std::pair<int64_t, AbortReason>> aborts_;
+    std::unordered_map<std::string, int64_t> rids_;
+    int64_t n_waiting_snapshot_ = 0;
+    bool stopping_ = false;
+    mutable std::mutex metrics_mu_;
+    EngineMetrics metrics_;
+    std::atomic<int64_t> next_id_{1};
+    std::atomic<int64_t> n_live_{0};
+    std::atomic<bool> accepting_{true};
+    std::atomic<int64_t> heartbeat_ns_{0};
+    std::thread thread_;
+};
+
+}  // namespace penstock::engine

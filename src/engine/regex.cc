@@ -1,0 +1,168 @@
+// PCRE2 wrapper; see regex.h. The only user of PCRE2 (through pcre2_abi.h). PENSTOCK_ENABLE_PCRE2=0 (no libpcre2
+// at all) builds a stub whose compile() returns Unimplemented, so such a machine still builds (and byte-level
+// tokenizers whose pre-tokenizer needs no regex still work).
+#include "engine/regex.h"
+
+#include <cctype>
+
+#if PENSTOCK_ENABLE_PCRE2
+#include "engine/pcre2_abi.h"
+#endif
+
+#include "engine/utf8.h"
+
+namespace penstock::engine {
+
+namespace {
+
+bool is_hex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Unicode White_Space, which is what Oniguruma's \s matches (PCRE2 10.42's \s under UCP adds U+180E).
+constexpr std::string_view kWhiteSpaceItems =
+    R"(\t\n\x0B\f\r\x20\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+bool is_hex4(std::string_view p, size_t i) {
+    return i + 4 <= p.size() && is_hex(p[i]) && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]);
+}
+
+// Translates the Oniguruma (Ruby syntax) spellings that PCRE2 reads differently: \uHHHH becomes \x{HHHH}; \s and
+// \S become explicit White_Space classes (inside a class \s expands to its items; \S inside a class is left to
+// PCRE2). Tracks character classes as PCRE2 parses them ("[...]" does not nest, a leading "]" is literal, "[:alpha:]"
+// is POSIX) and
+// copies every other escape as a pair, so "\\s" (a literal backslash, then "s") is left alone.
+std::string translate_oniguruma(std::string_view p) {
+    std::string out;
+    out.reserve(p.size() + 64);
+    bool in_class = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\' && i + 1 < p.size()) {
+            const char e = p[i + 1];
+            if (e == 'u' && is_hex4(p, i + 2)) {
+                out += "\\x{" + std::string(p.substr(i + 2, 4)) + "}";
+                i += 5;
+            } else if (e == 's' && in_class) {
+                out += kWhiteSpaceItems;
+                ++i;
+            } else if ((e == 's' || e == 'S') && !in_class) {
+                out += e == 's' ? "[" : "[^";
+                out += kWhiteSpaceItems;
+                out += "]";
+                ++i;
+            } else {
+                out.push_back(c);
+                out.push_back(e);
+                ++i;
+            }
+            continue;
+        }
+        if (c == '[' && in_class) {  // PCRE2 classes do not nest: "[" is literal unless it opens "[:name:]"
+            const size_t close = p.substr(i, 2) == "[:" ? p.find(":]", i + 2) : std::string_view::npos;
+            if (close != std::string_view::npos) {
+                out.append(p.substr(i, close + 2 - i));
+                i = close + 1;
+                continue;
+            }
+        } else if (c == '[') {
+            in_class = true;
+            out.push_back(c);
+            if (i + 1 < p.size() && p[i + 1] == '^') out.push_back(p[++i]);
+            if (i + 1 < p.size() && p[i + 1] == ']') out.push_back(p[++i]);  // "]" first in a class is literal
+            continue;
+        } else if (c == ']' && in_class) {
+            in_class = false;
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+}  // namespace
+
+#if PENSTOCK_ENABLE_PCRE2
+
+Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) {
+    const std::string translated = translate_oniguruma(pattern);
+    int error = 0;
+    size_t offset = 0;
+    pcre2_code_8* code = pcre2_compile_8(reinterpret_cast<const uint8_t*>(translated.data()), translated.size(),
+                                         pcre2::kUtf | pcre2::kUcp, &error, &offset, nullptr);
+    if (code == nullptr) {
+        uint8_t buf[256];
+        pcre2_get_error_message_8(error, buf, sizeof(buf));
+        return invalid_argument("regex '" + std::string(pattern) + "' does not compile at offset " +
+                                std::to_string(offset) + ": " + reinterpret_cast<const char*>(buf));
+    }
+    pcre2_jit_compile_8(code, pcre2::kJitComplete);  // best effort: the interpreter runs when JIT is unavailable
+    std::shared_ptr<Regex> re(new Regex());
+    re->pattern_ = std::string(pattern);
+    re->code_ = code;
+    return std::shared_ptr<const Regex>(std::move(re));
+}
+
+Regex::~Regex() { pcre2_code_free_8(static_cast<pcre2_code_8*>(code_)); }
+
+Status Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const {
+    matches->clear();
+    auto* code = static_cast<pcre2_code_8*>(code_);
+    std::unique_ptr<pcre2_match_data_8, void (*)(pcre2_match_data_8*)> md(
+        pcre2_match_data_create_from_pattern_8(code, nullptr), pcre2_match_data_free_8);
+    if (!md) return resource_exhausted("regex: out of memory for match data");
+    const auto* subject = reinterpret_cast<const uint8_t*>(text.data());
+    size_t start = 0;
+    while (start <= text.size()) {
+        int rc = pcre2_match_8(code, subject, text.size(), start, pcre2::kNoUtfCheck, md.get(), nullptr);
+        if (rc == pcre2::kErrorJitStackLimit) {  // deep backtracking: retry in the heap-based interpreter
+            rc =
+                pcre2_match_8(code, subject, text.size(), start, pcre2::kNoUtfCheck | pcre2::kNoJit, md.get(), nullptr);
+        }
+        if (rc == pcre2::kErrorNoMatch) break;
+        if (rc < 0) {
+            uint8_t buf[256];
+            pcre2_get_error_message_8(rc, buf, sizeof(buf));
+            return resource_exhausted("regex '" + pattern_ + "': match failed: " + reinterpret_cast<const char*>(buf));
+        }
+        const size_t* ov = pcre2_get_ovector_pointer_8(md.get());
+        const size_t b = ov[0], e = ov[1];
+        if (b > e || e > text.size()) return internal_error("regex '" + pattern_ + "': bad match range");
+        matches->emplace_back(b, e);
+        if (e > b) {
+            start = e;
+        } else {
+            if (e >= text.size()) break;
+            const size_t n = utf8::valid_sequence_length(text, e);
+            start = e + (n == 0 ? 1 : n);
+        }
+    }
+    return ok_status();
+}
+
+#else  // PENSTOCK_ENABLE_PCRE2
+
+Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) {
+    (void)translate_oniguruma(pattern);
+    return unimplemented("regex '" + std::string(pattern) +
+                         "': Penstock was built without PCRE2 (install libpcre2-dev and reconfigure)");
+}
+
+Regex::~Regex() = default;
+
+Status Regex::find_all(std::string_view, std::vector<std::pair<size_t, size_t>>*) const {
+    return unimplemented("regex support was not built");
+}
+
+#endif  // PENSTOCK_ENABLE_PCRE2
+
+Result<std::shared_ptr<const Regex>> Regex::literal(std::string_view text) {
+    if (text.empty()) return compile("(?!)");  // `tokenizers`: an empty string pattern matches nothing
+    std::string escaped;
+    for (char c : text) {  // escape every ASCII non-alphanumeric; other bytes (UTF-8) are literal in PCRE2
+        if (static_cast<unsigned char>(c) < 0x80 && std::isalnum(static_cast<unsigned char>(c)) == 0) {
+            escaped.push_back('\\');
+        }
+        escaped.push_back(c);
+    }
+    return compile(escaped);
+}
+
+}  // namespace penstock::engine

@@ -1,0 +1,504 @@
+// API shapes: request parsing with field-by-field validation, and response / SSE rendering.
+#include "server/api.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace penstock::server {
+
+using json = nlohmann::json;
+
+std::string error_body(const ApiError& e) {
+    json err = {{"message", e.message}, {"type", e.type}, {"code", e.http_status}};
+    err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+    return json{{"error", err}, {"object", "error"}, {"message", e.message}}.dump();
+}
+
+int64_t json_depth(std::string_view body, int64_t limit) {
+    int64_t depth = 0, max_depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : body) {
+        if (in_string) {
+            if (escaped) {
+                escaped = false;
+            } else if (c == '\\') {
+                escaped = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            max_depth = std::max(max_depth, ++depth);
+            if (max_depth > limit) return max_depth;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return max_depth;
+}
+
+std::string render_chat(const std::vector<std::pair<std::string, std::string>>& messages, const std::string& bos,
+                        const std::string& eos) {
+    std::string out = bos;
+    for (const auto& [role, content] : messages) {
+        if (role == "user") {
+            out += "<｜User｜>" + content;
+        } else if (role == "assistant") {
+            out += "<｜Assistant｜>" + content + eos;
+        } else {
+            out += content;
+        }
+    }
+    return out + "<｜Assistant｜>";
+}
+
+namespace {
+
+// Field access that records the first error (with its field name) instead of throwing.
+class Fields final {
+public:
+    Fields(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+    bool failed() const { return !error.message.empty(); }
+    const json* find(const char* name) const {
+        auto it = obj_.find(name);
+        return it == obj_.end() || it->is_null() ? nullptr : &*it;
+    }
+    void fail(const char* name, std::string message) {
+        if (failed()) return;
+        error.param = prefix_ + name;
+        error.message = error.param + ": " + message;
+    }
+    void number(const char* name, float* out) {
+        const json* v = find(name);
+        if (v == nullptr) return;
+        if (!v->is_number()) return fail(name, "must be a number");
+        const double d = v->get<double>();
+        if (!std::isfinite(d)) return fail(name, "must be finite");
+        *out = static_cast<float>(d);
+    }
+    void integer(const char* name, int64_t lo, int64_t hi, int64_t* out) {
+        const json* v = find(name);
+        if (v == nullptr) return;
+        if (v->is_number_float()) {
+            const double d = v->get<double>();
+            if (d != std::floor(d) || !std::isfinite(d)) return fail(name, "must be an integer");
+            if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) return range(name, lo, hi);
+            *out = static_cast<int64_t>(d);
+            return;
+        }
+        if (v->is_number_unsigned()) {
+            const uint64_t u = v->get<uint64_t>();
+            if (u > static_cast<uint64_t>(hi)) return range(name, lo, hi);
+            *out = static_cast<int64_t>(u);
+            return;
+        }
+        if (!v->is_number_integer()) return fail(name, "must be an integer");
+        const int64_t i = v->get<int64_t>();
+        if (i < lo || i > hi) return range(name, lo, hi);
+        *out = i;
+    }
+    void boolean(const char* name, bool* out) {
+        const json* v = find(name);
+        if (v == nullptr) return;
+        if (!v->is_boolean()) return fail(name, "must be true or false");
+        *out = v->get<bool>();
+    }
+    void string(const char* name, std::string* out, size_t max_bytes) {
+        const json* v = find(name);
+        if (v == nullptr) return;
+        if (!v->is_string()) return fail(name, "must be a string");
+        if (v->get_ref<const std::string&>().size() > max_bytes) return fail(name, "is too long");
+        *out = v->get<std::string>();
+    }
+
+    ApiError error;
+
+private:
+    void range(const char* name, int64_t lo, int64_t hi) {
+        fail(name, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    const json& obj_;
+    std::string prefix_;
+};
+
+void parse_stop(Fields* f, const ServerConfig& c, std::vector<std::string>* out) {
+    const json* v = f->find("stop");
+    if (v == nullptr) return;
+    if (v->is_string()) {
+        *out = {v->get<std::string>()};
+    } else if (v->is_array()) {
+        if (static_cast<int64_t>(v->size()) > c.max_stop_strings) {
+            return f->fail("stop", "at most " + std::to_string(c.max_stop_strings) + " stop strings");
+        }
+        for (const json& s : *v) {
+            if (!s.is_string()) return f->fail("stop", "must be a string or an array of strings");
+            out->push_back(s.get<std::string>());
+        }
+    } else {
+        return f->fail("stop", "must be a string or an array of strings");
+    }
+    for (const std::string& s : *out) {
+        if (s.empty()) return f->fail("stop", "stop strings must not be empty");
+        if (static_cast<int64_t>(s.size()) > c.max_stop_string_bytes) {
+            return f->fail("stop", "a stop string is longer than " + std::to_string(c.max_stop_string_bytes) +
+                                       " bytes");
+        }
+    }
+}
+
+void parse_token_list(Fields* f, const json& v, const char* name, int64_t max_len, int64_t vocab,
+                      std::vector<int32_t>* out) {
+    if (!v.is_array()) return f->fail(name, "must be an array of token ids");
+    if (static_cast<int64_t>(v.size()) > max_len) {
+        return f->fail(name, "has more than " + std::to_string(max_len) + " entries");
+    }
+    out->reserve(v.size());
+    for (const json& t : v) {
+        if (!t.is_number_integer() && !t.is_number_unsigned()) return f->fail(name, "must hold integer token ids");
+        const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), 1ULL << 40))
+                                                  : t.get<int64_t>();
+        if (id < 0 || id >= vocab) {
+            return f->fail(name, "token id " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
+        }
+        out->push_back(static_cast<int32_t>(id));
+    }
+}
+
+// Sampling fields shared by every route (names as SGLang's sampling_params / OpenAI's top level).
+void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, engine::GenerateParams* p,
+                    bool openai) {
+    const ServerConfig& c = *ctx.config;
+    if (openai) {
+        f->integer("max_tokens", 1, max_new_limit, &p->max_new_tokens);
+        f->integer("max_completion_tokens", 1, max_new_limit, &p->max_new_tokens);
+    } else {
+        f->integer("max_new_tokens", 1, max_new_limit, &p->max_new_tokens);
+    }
+    f->number("temperature", &p->sampling.temperature);
+    f->number("top_p", &p->sampling.top_p);
+    f->number("min_p", &p->sampling.min_p);
+    int64_t top_k = p->sampling.top_k;
+    f->integer("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
+    p->sampling.top_k = static_cast<int32_t>(top_k);
+    const char* seed_name = openai ? "seed" : (f->find("sampling_seed") != nullptr ? "sampling_seed" : "seed");
+    if (f->find(seed_name) != nullptr) {
+        int64_t seed = 0;
+        f->integer(seed_name, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed);
+        p->sampling.seed = static_cast<uint64_t>(seed);
+    }
+    parse_stop(f, c, &p->stop);
+    if (const json* ids = f->find("stop_token_ids")) {
+        parse_token_list(f, *ids, "stop_token_ids", c.max_stop_token_ids, ctx.vocab_size, &p->stop_token_ids);
+    }
+    f->boolean("ignore_eos", &p->ignore_eos);
+    f->boolean("skip_special_tokens", &p->skip_special_tokens);
+    if (f->failed()) return;
+    if (Status s = engine::validate(p->sampling); !s.ok()) f->fail("", s.message());
+    if (!p->stop.empty() && ctx.tokenizer == nullptr) {
+        f->fail("stop", "stop strings need a tokenizer (this server runs with --skip-tokenizer-init)");
+    }
+}
+
+// OpenAI fields we accept only at their default value.
+void refuse_unsupported(Fields* f) {
+    int64_t n = 1;
+    f->integer("n", 1, 1, &n);
+    int64_t best_of = 1;
+    f->integer("best_of", 1, 1, &best_of);
+    bool echo = false;
+    f->boolean("echo", &echo);
+    if (echo) f->fail("echo", "is not supported");
+    if (const json* lp = f->find("logprobs"); lp != nullptr && !(lp->is_boolean() && !lp->get<bool>())) {
+        f->fail("logprobs", "is not supported");
+    }
+    if (f->find("tools") != nullptr) f->fail("tools", "is not supported");
+    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+        float v = 0;
+        f->number(name, &v);
+        if (v != 0) f->fail(name, "only 0 is supported");
+    }
+}
+
+bool encode_text(Fields* f, const ParseContext& ctx, const char* name, const std::string& text, bool special,
+                 std::vector<int32_t>* out) {
+    if (ctx.tokenizer == nullptr) {
+        f->fail(name, "this server runs without a tokenizer (--skip-tokenizer-init): send token ids");
+        return false;
+    }
+    Result<std::vector<int32_t>> ids = ctx.tokenizer->encode(text, special);
+    if (!ids.ok()) {
+        f->fail(name, ids.status().message());
+        return false;
+    }
+    *out = std::move(ids).value();
+    return true;
+}
+
+void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::vector<int32_t>* out) {
+    if (!msgs.is_array() || msgs.empty()) return f->fail("messages", "must be a non-empty array");
+    if (static_cast<int64_t>(msgs.size()) > ctx.config->max_messages) {
+        return f->fail("messages", "more than " + std::to_string(ctx.config->max_messages) + " messages");
+    }
+    std::vector<std::pair<std::string, std::string>> flat;
+    for (const json& m : msgs) {
+        if (!m.is_object()) return f->fail("messages", "each message must be an object");
+        auto role = m.find("role");
+        auto content = m.find("content");
+        if (role == m.end() || !role->is_string()) return f->fail("messages", "each message needs a string role");
+        std::string text;
+        if (content == m.end() || content->is_null()) {
+            text = "";
+        } else if (content->is_string()) {
+            text = content->get<std::string>();
+        } else if (content->is_array()) {
+            for (const json& part : *content) {
+                auto t = part.is_object() ? part.find("text") : part.end();
+                if (!part.is_object() || part.value("type", "") != "text" || t == part.end() || !t->is_string()) {
+                    return f->fail("messages", "only text content parts are supported");
+                }
+                text += t->get<std::string>();
+            }
+        } else {
+            return f->fail("messages", "content must be a string or an array of text parts");
+        }
+        flat.emplace_back(role->get<std::string>(), std::move(text));
+    }
+    if (ctx.tokenizer == nullptr) {
+        return f->fail("messages", "chat needs a tokenizer (this server runs with --skip-tokenizer-init)");
+    }
+    const engine::TokenizerConfig& tc = ctx.tokenizer->config();
+    encode_text(f, ctx, "messages", render_chat(flat, tc.bos_token, tc.eos_token), /*special=*/false, out);
+}
+
+void parse_prompt(Fields* f, const ParseContext& ctx, const json& p, std::vector<int32_t>* out) {
+    if (p.is_string()) {
+        encode_text(f, ctx, "prompt", p.get<std::string>(), /*special=*/true, out);
+    } else if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) {
+        parse_prompt(f, ctx, p[0], out);
+    } else if (p.is_array()) {
+        parse_token_list(f, p, "prompt", ctx.max_context_len, ctx.vocab_size, out);
+    } else {
+        f->fail("prompt", "must be a string, an array of token ids, or a one-element array of either");
+    }
+}
+
+}  // namespace
+
+ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& ctx) {
+    const ServerConfig& c = *ctx.config;
+    ParseResult res;
+    if (json_depth(body, c.max_json_depth) > c.max_json_depth) {
+        res.error.message = "JSON nesting deeper than " + std::to_string(c.max_json_depth);
+        return res;
+    }
+    const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+        res.error.message = "the body is not valid JSON";
+        return res;
+    }
+    if (!j.is_object()) {
+        res.error.message = "the body must be a JSON object";
+        return res;
+    }
+    Job job;
+    job.kind = kind;
+    job.return_text = ctx.tokenizer != nullptr;
+    job.model = ctx.model_name;
+    const int64_t max_new_limit = c.max_new_tokens_limit > 0 ? c.max_new_tokens_limit : ctx.max_context_len;
+    Fields f(j, "");
+    f.boolean("stream", &job.stream);
+    engine::GenerateParams& p = job.request.params;
+    if (kind == ApiKind::kGenerate) {
+        p.max_new_tokens = std::min(c.default_max_new_tokens, max_new_limit);
+        f.string("rid", &job.request.rid, 256);
+        const json* text = f.find("text");
+        const json* ids = f.find("input_ids");
+        if ((text == nullptr) == (ids == nullptr)) {
+            f.fail("text", "give exactly one of text and input_ids");
+        } else if (ids != nullptr) {
+            parse_token_list(&f, *ids, "input_ids", ctx.max_context_len, ctx.vocab_size, &job.request.prompt);
+        } else if (!text->is_string()) {
+            f.fail("text", "must be a string (batches are not supported)");
+        } else {
+            encode_text(&f, ctx, "text", text->get<std::string>(), /*special=*/true, &job.request.prompt);
+        }
+        if (const json* sp = f.find("sampling_params")) {
+            if (!sp->is_object()) {
+                f.fail("sampling_params", "must be an object");
+            } else if (!f.failed()) {
+                Fields sf(*sp, "sampling_params.");
+                parse_sampling(&sf, ctx, max_new_limit, &p, /*openai=*/false);
+                int64_t n = 1;
+                sf.integer("n", 1, 1, &n);
+                if (sf.failed()) f.error = sf.error;
+            }
+        }
+    } else {
+        p.max_new_tokens = std::min<int64_t>(16, max_new_limit);
+        if (const json* m = f.find("model"); m != nullptr && !m->is_string()) f.fail("model", "must be a string");
+        if (kind == ApiKind::kCompletions) {
+            const json* prompt = f.find("prompt");
+            if (prompt == nullptr) {
+                f.fail("prompt", "is required");
+            } else {
+                parse_prompt(&f, ctx, *prompt, &job.request.prompt);
+            }
+        } else {
+            const json* msgs = f.find("messages");
+            if (msgs == nullptr) {
+                f.fail("messages", "is required");
+            } else {
+                parse_messages(&f, ctx, *msgs, &job.request.prompt);
+            }
+        }
+        if (!f.failed()) parse_sampling(&f, ctx, max_new_limit, &p, /*openai=*/true);
+        if (!f.failed()) refuse_unsupported(&f);
+        if (const json* so = f.find("stream_options"); so != nullptr && so->is_object()) {
+            job.include_usage = so->value("include_usage", false);
+        }
+    }
+    if (!f.failed() && job.request.prompt.empty()) f.fail(kind == ApiKind::kChat ? "messages" : "prompt", "is empty");
+    if (f.failed()) {
+        res.error = f.error;
+        return res;
+    }
+    res.job = std::move(job);
+    return res;
+}
+
+ResponseWriter::ResponseWriter(const Job& job, std::string id, int64_t created)
+    : job_(job), id_(std::move(id)), created_(created) {}
+
+void ResponseWriter::add(const engine::RequestOutput& ev) {
+    ids_.insert(ids_.end(), ev.token_ids.begin(), ev.token_ids.end());
+    text_ += ev.text;
+    last_ = ev;
+}
+
+std::string ResponseWriter::finish_reason_openai() const {
+    if (!last_.finished) return "";
+    if (last_.finish_reason == "length" || last_.finish_reason == "stop") return last_.finish_reason;
+    return "abort";
+}
+
+namespace {
+
+json sglang_meta(const std::string& id, const engine::RequestOutput& last, int64_t n_out) {
+    json meta = {{"id", id},
+                 {"prompt_tokens", last.prompt_tokens},
+                 {"completion_tokens", n_out},
+                 {"cached_tokens", 0},
+                 {"ttft", last.ttft_s},
+                 {"e2e_latency", last.e2e_s}};
+    if (!last.finished) {
+        meta["finish_reason"] = nullptr;
+    } else if (last.finish_reason == "length") {
+        meta["finish_reason"] = {{"type", "length"}, {"length", n_out}};
+    } else if (last.finish_reason == "stop") {
+        json matched = nullptr;
+        if (!last.matched_stop.empty()) matched = last.matched_stop;
+        if (last.matched_stop_token) matched = *last.matched_stop_token;
+        meta["finish_reason"] = {{"type", "stop"}, {"matched", matched}};
+    } else {
+        meta["finish_reason"] = {{"type", last.finish_reason}, {"message", last.error.message()}};
+    }
+    return meta;
+}
+
+json usage(const engine::RequestOutput& last, int64_t n_out) {
+    return {{"prompt_tokens", last.prompt_tokens},
+            {"completion_tokens", n_out},
+            {"total_tokens", last.prompt_tokens + n_out}};
+}
+
+std::string frame(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+}  // namespace
+
+std::string ResponseWriter::final_body() const {
+    const auto n_out = static_cast<int64_t>(ids_.size());
+    json j;
+    switch (job_.kind) {
+        case ApiKind::kGenerate:
+            j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
+            if (job_.return_text) j["text"] = text_;
+            break;
+        case ApiKind::kCompletions:
+            j = {{"id", id_},
+                 {"object", "text_completion"},
+                 {"created", created_},
+                 {"model", job_.model},
+                 {"choices",
+                  {{{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_openai()}}}},
+                 {"usage", usage(last_, n_out)}};
+            break;
+        case ApiKind::kChat:
+            j = {{"id", id_},
+                 {"object", "chat.completion"},
+                 {"created", created_},
+                 {"model", job_.model},
+                 {"choices",
+                  {{{"index", 0},
+                    {"message", {{"role", "assistant"}, {"content", text_}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", finish_reason_openai()}}}},
+                 {"usage", usage(last_, n_out)}};
+            break;
+    }
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
+    const auto n_out = static_cast<int64_t>(ids_.size());
+    std::string out;
+    const json finish = last_.finished ? json(finish_reason_openai()) : json(nullptr);
+    switch (job_.kind) {
+        case ApiKind::kGenerate: {
+            json j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
+            if (job_.return_text) j["text"] = text_;
+            out += frame(j);
+            break;
+        }
+        case ApiKind::kCompletions: {
+            json j = {{"id", id_},
+                      {"object", "text_completion"},
+                      {"created", created_},
+                      {"model", job_.model},
+                      {"choices", {{{"index", 0}, {"text", ev.text}, {"logprobs", nullptr}, {"finish_reason", finish}}}}};
+            out += frame(j);
+            break;
+        }
+        case ApiKind::kChat: {
+            const auto chunk = [&](json delta, json fin) {
+                return json{{"id", id_},
+                            {"object", "chat.completion.chunk"},
+                            {"created", created_},
+                            {"model", job_.model},
+                            {"choices", {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", fin}}}}};
+            };
+            if (!sent_role_) {
+                out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+                sent_role_ = true;
+            }
+            if (!ev.text.empty() || !ev.token_ids.empty()) out += frame(chunk({{"content", ev.text}}, nullptr));
+            if (ev.finished) out += frame(chunk(json::object(), finish));
+            break;
+        }
+    }
+    if (ev.finished && job_.kind != ApiKind::kGenerate && job_.include_usage) {
+        out += frame({{"id", id_},
+                      {"object", job_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", created_},
+                      {"model", job_.model},
+                      {"choices", json::array()},
+                      {"usage", usage(last_, n_out)}});
+    }
+    if (ev.finished) out += "data: [DONE]\n\n";
+    return out;
+}
+
+}  // namespace penstock::server

@@ -1,0 +1,87 @@
+// The request/response shapes of the HTTP API: SGLang's native /generate and OpenAI's /v1/completions and
+// /v1/chat/completions. parse_job turns a JSON body into an engine request (validating every field with bounded
+// work: no allocation proportional to an attacker-chosen integer); ResponseWriter renders whole responses and SSE
+// events. Pure functions of their inputs (no sockets), so they are unit-testable. Field policy: docs/design/server.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "server/config.h"
+
+namespace penstock::server {
+
+enum class ApiKind : uint8_t { kGenerate, kCompletions, kChat };
+
+// An HTTP error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+    int http_status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // the offending field ("" = none)
+};
+std::string error_body(const ApiError& e);
+
+struct Job {
+    ApiKind kind = ApiKind::kGenerate;
+    engine::GenerateRequest request;
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    bool return_text = true;     // a tokenizer is loaded
+    std::string model;
+};
+
+struct ParseContext {
+    const engine::Tokenizer* tokenizer = nullptr;  // null: --skip-tokenizer-init (ids in and out)
+    const ServerConfig* config = nullptr;
+    std::string model_name;
+    int64_t max_context_len = 0;
+    int64_t vocab_size = 0;
+};
+
+// The job, or the error to answer with (400 for malformed JSON or a bad field).
+struct ParseResult {
+    std::optional<Job> job;
+    ApiError error;
+};
+ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& ctx);
+
+// Nesting depth of a JSON text ('[' / '{' outside strings), counted without parsing; stops counting at limit + 1.
+int64_t json_depth(std::string_view body, int64_t limit);
+
+// The builtin chat template (DeepSeek style, the embedded model's tokenizer_config template): BOS, then per message
+// user "<｜User｜>c", assistant "<｜Assistant｜>c" + EOS, other roles c; then "<｜Assistant｜>".
+std::string render_chat(const std::vector<std::pair<std::string, std::string>>& messages, const std::string& bos,
+                        const std::string& eos);
+
+// Renders one job's outputs as it progresses.
+class ResponseWriter final {
+public:
+    ResponseWriter(const Job& job, std::string id, int64_t created);
+    // Folds an engine event into the accumulated output.
+    void add(const engine::RequestOutput& ev);
+    // The whole (non-streaming) response body once finished.
+    std::string final_body() const;
+    // SSE "data: {...}\n\n" frames for the last event added (may be several: OpenAI's role chunk, usage chunk);
+    // finished events end with "data: [DONE]\n\n".
+    std::string sse_frames(const engine::RequestOutput& ev);
+    const std::string& id() const { return id_; }
+
+private:
+    std::string finish_reason_openai() const;
+
+    const Job& job_;
+    std::string id_;
+    int64_t created_;
+    std::vector<int32_t> ids_;
+    std::string text_;
+    engine::RequestOutput last_;
+    bool sent_role_ = false;
+};
+
+}  // namespace penstock::server
