@@ -27,7 +27,7 @@ public:
 
     std::optional<int32_t> token_to_id(std::string_view token) const;
     const std::string* id_to_token(int32_t id) const;  // nullptr when the id is not in the vocab
-    int32_t max_id() const { return max_id_; }  // -1 for an empty vocab
+    int32_t max_id() const { return max_id_; }         // -1 for an empty vocab
 
 private:
     struct MergeTarget {
