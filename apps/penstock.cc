@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "loader/checkpoint.h"
@@ -19,6 +20,7 @@
 #include "parallel/partition.h"
 #include "parallel/pipeline.h"
 #include "runtime/model_runner.h"
+#include "server/serve_command.h"
 #if PENSTOCK_ENABLE_MPI
 #include "parallel/mpi_communicator.h"
 #endif
@@ -38,6 +40,7 @@ struct ForwardArgs {
     int64_t chunk_size = 0;
     std::string mla_form = "mha";
     std::string backend = "cpu";
+    std::string dtype = "float32";
     int64_t max_kv_chunk_capacity = 128 * 1024;
     int threads = 0;
     int64_t n_pages = 0;
@@ -91,6 +94,13 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
         setup.options.mla_form = models::MlaForm::kAbsorbed;
     } else {
         return invalid_argument("--mla-form must be mha or absorbed, got '" + args.mla_form + "'");
+    }
+    if (args.dtype == "float32") {
+        setup.options.dtype = DType::kF32;
+    } else if (args.dtype == "bfloat16") {
+        setup.options.dtype = DType::kBF16;
+    } else {
+        return invalid_argument("--dtype must be float32 or bfloat16, got '" + args.dtype + "'");
     }
     if (args.chunk_size < 0) return invalid_argument("--chunk-size must be >= 0");
     if (args.max_kv_chunk_capacity <= 0) return invalid_argument("--max-kv-chunk-capacity must be > 0");
@@ -245,6 +255,7 @@ int main(int argc, char** argv) {
                         "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
     forward->add_option("--mla-form", fwd.mla_form, "MLA prefill form: mha or absorbed");
     forward->add_option("--backend", fwd.backend, "cpu or cuda");
+    forward->add_option("--dtype", fwd.dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     forward->add_option("--max-kv-chunk-capacity", fwd.max_kv_chunk_capacity,
                         "MHA form: most prefix tokens expanded at once, across the batch");
     forward->add_option("--threads", fwd.threads, "CPU threads (0: all cores)");
@@ -256,6 +267,15 @@ int main(int argc, char** argv) {
     forward->add_option("--cp", fwd.parallel.cp, "context-parallel ranks");
     forward->add_option("--pp-layer-partition", fwd.pp_layer_partition,
                         "layers per stage, e.g. 7,5,... (default: balanced by the cost model)");
+
+    server::ServeArgs serve_args;
+    serve_args.model = PENSTOCK_DEFAULT_MODEL_DIR;
+    CLI::App* serve = app.add_subcommand("serve", "run the OpenAI-compatible HTTP server (SIGTERM drains, exit 0)");
+    server::add_serve_options(serve, &serve_args);
+
+    bench::BenchArgs bench_args;
+    CLI::App* bench_cmd = app.add_subcommand("bench", "load generator for a running server (TTFT, ITL, tok/s)");
+    bench::add_bench_options(bench_cmd, &bench_args);
 
     try {
         app.parse(argc, argv);
@@ -269,6 +289,11 @@ int main(int argc, char** argv) {
     set_log_level(log_level);
     if (forward->parsed()) {
         const Status st = run_forward(fwd, &argc, &argv);
+        if (!st.ok()) return fail(st.to_string());
+    }
+    if (bench_cmd->parsed()) return bench::run_bench(bench_args);
+    if (serve->parsed()) {
+        const Status st = server::run_serve(serve_args);
         if (!st.ok()) return fail(st.to_string());
     }
     return 0;

@@ -320,8 +320,33 @@ void Engine::fail_request(int64_t id, const Status& error) {
     if (sched_->find(id) != nullptr) (void)sched_->abort(id);
 }
 
+Status Engine::run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits) {
+    if (options_.step_fault) PENSTOCK_RETURN_IF_ERROR(options_.step_fault(plan));
+    if (batch.seqs.empty()) return ok_status();
+    try {
+        *logits = runner_->forward(batch);
+    } catch (const std::exception& ex) {
+        return internal_error(std::string("forward step failed: ") + ex.what());
+    }
+    return ok_status();
+}
+
+void Engine::sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result) {
+    const int64_t vocab = runner_->model().config().vocab_size;
+    int64_t row = 0;
+    for (const models::SeqChunk& c : batch.seqs) {
+        if (c.logits != models::LogitsMode::kLast) continue;
+        const std::span<const float> r(logits.ptr<const float>() + row * vocab, static_cast<size_t>(vocab));
+        ++row;
+        if (options_.logits_observer) options_.logits_observer(c.request_id, r);
+        Live& l = *live_.at(c.request_id);
+        result->tokens.push_back({.request_id = c.request_id, .token_id = sample_token(r, l.params.sampling, &l.rng)});
+    }
+}
+
 void Engine::run_step(const scheduler::BatchPlan& plan) {
     models::ForwardBatch batch;
+    std::vector<const scheduler::PlanEntry*> entry_of;  // plan entry of each batch sequence
     int64_t admitted_tokens = 0;
     for (const scheduler::PlanEntry& e : plan.entries) {
         if (e.admitted) {
@@ -339,31 +364,31 @@ void Engine::run_step(const scheduler::BatchPlan& plan) {
         c.pages = &sched_->page_table(e.request_id);
         c.logits = e.logits == scheduler::ChunkLogits::kLast ? models::LogitsMode::kLast : models::LogitsMode::kNone;
         batch.seqs.push_back(std::move(c));
-    }
-    Status fault = options_.step_fault ? options_.step_fault(plan) : ok_status();
-    Tensor logits;
-    if (fault.ok() && !batch.seqs.empty()) {
-        try {
-            logits = runner_->forward(batch);
-        } catch (const std::exception& ex) {
-            fault = internal_error(std::string("forward step failed: ") + ex.what());
-        }
+        entry_of.push_back(&e);
     }
     scheduler::StepResult result{.step_id = plan.step_id, .tokens = {}};
-    if (!fault.ok()) {
-        PENSTOCK_LOG_WARN("step {} failed ({}); failing its {} request(s)", plan.step_id, fault.to_string(),
-                          batch.seqs.size());
-        for (const models::SeqChunk& c : batch.seqs) fail_request(c.request_id, fault);
+    Tensor logits;
+    const Status fault = run_forward(batch, plan, &logits);
+    if (fault.ok()) {
+        sample_rows(batch, logits, &result);
     } else {
-        const int64_t vocab = runner_->model().config().vocab_size;
-        int64_t row = 0;
-        for (const models::SeqChunk& c : batch.seqs) {
-            if (c.logits != models::LogitsMode::kLast) continue;
-            const std::span<const float> r(logits.ptr<const float>() + row * vocab, static_cast<size_t>(vocab));
-            ++row;
-            if (options_.logits_observer) options_.logits_observer(c.request_id, r);
-            Live& l = *live_.at(c.request_id);
-            result.tokens.push_back({.request_id = c.request_id, .token_id = sample_token(r, l.params.sampling, &l.rng)});
+        // Isolate the failure: re-run each sequence alone (its KV positions are rewritten with the same values), so
+        // only the requests whose own forward fails are failed (RELIABILITY T3).
+        PENSTOCK_LOG_WARN("step {} failed ({}); re-running its {} sequence(s) one by one", plan.step_id,
+                          fault.to_string(), batch.seqs.size());
+        for (size_t k = 0; k < batch.seqs.size(); ++k) {
+            models::ForwardBatch one;
+            one.seqs.push_back(batch.seqs[k]);
+            scheduler::BatchPlan sub;
+            sub.step_id = plan.step_id;
+            sub.entries.push_back(*entry_of[k]);
+            Tensor solo;
+            const Status st = batch.seqs.size() > 1 ? run_forward(one, sub, &solo) : fault;
+            if (st.ok()) {
+                sample_rows(one, solo, &result);
+            } else {
+                fail_request(batch.seqs[k].request_id, st);
+            }
         }
     }
     sched_->on_step_done(result);

@@ -110,16 +110,16 @@ struct EngineMetrics {
 };
 
 struct EngineOptions {
-    scheduler::SchedulerConfig scheduler;
-    std::optional<scheduler::ChunkCostModel> cost_model;  // required with dynamic chunking
-    std::vector<int32_t> eos_token_ids;                   // stop tokens of every request unless ignore_eos
+    scheduler::SchedulerConfig scheduler = {};
+    std::optional<scheduler::ChunkCostModel> cost_model = std::nullopt;  // required with dynamic chunking
+    std::vector<int32_t> eos_token_ids = {};              // stop tokens of every request unless ignore_eos
     uint64_t seed = 0;                                    // seeds requests that bring no seed (counter-derived)
     int64_t max_stop_strings = 16;                        // per request
     int64_t max_stop_string_bytes = 256;                  // per stop string
     // Test hooks (unset in production). step_fault runs before each forward: non-OK fails only that step's
     // requests (RELIABILITY T3). logits_observer sees every sampled row (request id, [vocab] f32).
-    std::function<Status(const scheduler::BatchPlan&)> step_fault;
-    std::function<void(int64_t, std::span<const float>)> logits_observer;
+    std::function<Status(const scheduler::BatchPlan&)> step_fault = {};
+    std::function<void(int64_t, std::span<const float>)> logits_observer = {};
 };
 
 class Engine final {
@@ -173,6 +173,10 @@ private:
     // Moves submissions and aborts into the scheduler; false once stop() was called.
     bool absorb_inbox();
     void run_step(const scheduler::BatchPlan& plan);
+    // One forward (after the step_fault hook); a thrown exception becomes Internal.
+    Status run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits);
+    // Samples one token per kLast sequence of `batch` from `logits` (batch logit-row order).
+    void sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result);
     void fail_request(int64_t id, const Status& error);
     void on_token(int64_t id, int32_t token);
     void publish_finished();

@@ -17,7 +17,7 @@ struct SamplingOptions {
     float top_p = 1.0f;        // (0, 1]: keep the smallest prefix of the sorted distribution with mass >= top_p
     int32_t top_k = -1;        // <= 0 (or >= vocab): all tokens; 1 = greedy
     float min_p = 0.0f;        // [0, 1]: drop tokens with p < min_p * p_max
-    std::optional<uint64_t> seed;  // unset: the engine draws one from its own seeded counter
+    std::optional<uint64_t> seed = std::nullopt;  // unset: the engine draws one from its own seeded counter
 };
 
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1 (0 is taken

@@ -32,7 +32,10 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
         loader::WeightMap weights,
         checkpoint.load([&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
                         loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
-    WeightReader r(&weights, options.placement);
+    if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
+        return invalid_argument("--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
+    }
+    WeightReader r(&weights, options.placement, options.dtype);
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;
@@ -69,12 +72,12 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
 
 std::unique_ptr<ModelCache> DeepseekV3Model::create_cache(int64_t n_pages) const {
     return std::make_unique<MlaModelCache>(n_pages, config_.kv_lora_rank + config_.qk_rope_head_dim, range_.begin,
-                                           range_.end, kernels::allocator_of(options_.placement));
+                                           range_.end, kernels::allocator_of(options_.placement), options_.dtype);
 }
 
 void DeepseekV3Model::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
     PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
-    act->hidden = scratch(ctx, {layout.n_tokens, config_.hidden_size});
+    act->hidden = scratch(ctx, {layout.n_tokens, config_.hidden_size}, options_.dtype);
     kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
 }
 
@@ -85,8 +88,8 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
     const int64_t n = layout.n_tokens;
     const int64_t h = config_.hidden_size;
     const auto eps = static_cast<float>(config_.rms_norm_eps);
-    Tensor normed = scratch(ctx, {n, h});
-    Tensor sub_out = scratch(ctx, {n, h});
+    Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
+    Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
@@ -109,7 +112,7 @@ Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activati
     PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
     const int64_t h = config_.hidden_size;
     const auto rows = static_cast<int64_t>(layout.logit_rows.size());
-    Tensor selected = scratch(ctx, {rows, h});
+    Tensor selected = scratch(ctx, {rows, h}, act.hidden.dtype());
     kernels::gather_rows({.out = selected, .in = act.hidden, .index = layout.logit_index}, ctx);
     kernels::rms_norm({.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)},
                       ctx);

@@ -16,8 +16,8 @@ namespace penstock::models {
 class MlaModelCache final : public ModelCache {
 public:
     MlaModelCache(int64_t n_pages, int64_t row_dim, int64_t layer_begin, int64_t layer_end,
-                  Allocator& alloc = cpu_allocator())
-        : latent(n_pages, row_dim, layer_begin, layer_end, DType::kF32, alloc) {}
+                  Allocator& alloc = cpu_allocator(), DType dtype = DType::kF32)
+        : latent(n_pages, row_dim, layer_begin, layer_end, dtype, alloc) {}
     kv_cache::PagedRowCache latent;
 };
 

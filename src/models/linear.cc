@@ -36,7 +36,7 @@ void linear_forward(const Linear& layer, const TensorView& x, const TensorView& 
 }
 
 Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx) {
-    Tensor out = scratch(ctx, {x.size(0), layer.out_features()});
+    Tensor out = scratch(ctx, {x.size(0), layer.out_features()}, x.dtype);
     linear_forward(layer, x, out, ctx);
     return out;
 }

@@ -28,7 +28,7 @@ Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float val
 // out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided.
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);
 
-// A new tensor on ctx's device [n_rows, out_features] = linear(x).
+// A new tensor on ctx's device [n_rows, out_features] = linear(x), in x's dtype.
 Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx);
 
 }  // namespace penstock::models

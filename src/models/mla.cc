@@ -113,7 +113,7 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
                           .pos0 = layout.q_pos0},
                          ctx);
 
-    Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim});
+    Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, x.dtype);
     switch (options.mla_form) {
         case MlaForm::kMha:
             attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out, ctx);
@@ -150,9 +150,10 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         n_rounds = std::max(n_rounds, (keys + piece - 1) / piece);
     }
 
-    Tensor acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f);
+    const DType act = q.dtype;
+    Tensor acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
     Tensor acc_lse = scratch_filled(ctx, {n, d.n_heads}, -std::numeric_limits<float>::infinity());
-    Tensor piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim});
+    Tensor piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim}, act);
     Tensor piece_lse = scratch(ctx, {n, d.n_heads});
     Tensor cu_k_host = Tensor::empty({n_seqs + 1}, DType::kI32);
     Tensor k_pos0_host = Tensor::empty({n_seqs}, DType::kI32);
@@ -176,14 +177,14 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         kernels::transfer({.out = cu_k, .in = cu_k_host}, ctx);
         kernels::transfer({.out = k_pos0, .in = k_pos0_host}, ctx);
         // This round's latent rows of every sequence, from its pages: [total, kv_lora + rope].
-        Tensor latent = scratch(ctx, {total, d.latent_dim()});
+        Tensor latent = scratch(ctx, {total, d.latent_dim()}, cache.layer_view(layer).dtype);
         kernels::paged_gather(
             {.out = latent, .cache = cache.layer_view(layer), .page_table = layout.page_table, .cu_rows = cu_k, .pos0 = k_pos0},
             ctx);
         // kvb = c @ kv_b^T: per head [k_nope (nope) ; v (v_head_dim)].
         Tensor kvb = linear_new(kv_b_proj_, latent.view().slice(1, 0, d.kv_lora_rank), ctx);
         // K = [k_nope_h ; k_pe] per head: k_pe (one head) is broadcast over the heads with a stride-0 view.
-        Tensor k = scratch(ctx, {total, d.n_heads, qk});
+        Tensor k = scratch(ctx, {total, d.n_heads, qk}, act);
         const int64_t head_stride = d.qk_nope_head_dim + d.v_head_dim;
         kernels::copy({.out = k.view().slice(2, 0, d.qk_nope_head_dim),
                        .in = kvb.view().as_strided(0, {total, d.n_heads, d.qk_nope_head_dim}, {kvb_row, head_stride, 1})},
@@ -219,7 +220,7 @@ Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) 
     const TensorView& w = kv_b_proj_.weight;                      // [n_heads * head_rows, kv_lora]
 
     // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora])
-    Tensor q_abs = scratch(ctx, {n, d.n_heads, latent_dim});
+    Tensor q_abs = scratch(ctx, {n, d.n_heads, latent_dim}, q.dtype);
     for (int64_t h = 0; h < d.n_heads; ++h) {
         const TensorView out_h =
             q_abs.view().as_strided(h * latent_dim, {n, d.kv_lora_rank}, {d.n_heads * latent_dim, 1});
@@ -257,7 +258,7 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
 
     // Every sequence's whole context (prefix + chunk) as one varlen key set: K = latent (1 head), V = its c part.
     const int64_t total = layout.total_keys;
-    Tensor latent = scratch(ctx, {total, latent_dim});
+    Tensor latent = scratch(ctx, {total, latent_dim}, cache.layer_view(layer).dtype);
     kernels::paged_gather({.out = latent,
                            .cache = cache.layer_view(layer),
                            .page_table = layout.page_table,
@@ -266,7 +267,7 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
                           ctx);
     const TensorView k = latent.view().as_strided(0, {total, 1, latent_dim}, {latent_dim, latent_dim, 1});
     const TensorView v = latent.view().as_strided(0, {total, 1, d.kv_lora_rank}, {latent_dim, latent_dim, 1});
-    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank});
+    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, q.dtype);
     Tensor lse = scratch(ctx, {n, d.n_heads});
     kernels::attention({.out = o_lat,
                         .lse = lse,

@@ -41,6 +41,9 @@ struct ModelOptions {
     // Where the weights and caches live and the context used to place them (its device, allocator and stream).
     // Default: the host. Families whose ops are not yet on CUDA refuse a CUDA placement at load (Unimplemented).
     kernels::Context placement{};
+    // Activations, KV cache and matrix weights on the placement device: kF32, or kBF16 (CUDA only; norms, router
+    // bias, RoPE tables, attention LSE and routing weights stay fp32; router logits and lm_head output are fp32).
+    DType dtype = DType::kF32;
 };
 
 // Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.

@@ -113,7 +113,9 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const TensorView expert_in = latent ? z.view() : x;
     const int64_t width = expert_in.size(1);
 
-    Tensor logits = linear_new(router_, x, ctx);  // [n, n_experts] f32
+    // Router logits in fp32 whatever the activation dtype (transformers computes the router in fp32).
+    Tensor logits = scratch(ctx, {n, router_.out_features()});
+    linear_forward(router_, x, logits, ctx);
     Tensor ids = scratch(ctx, {n, top_k_}, DType::kI32);
     Tensor weights = scratch(ctx, {n, top_k_});
     kernels::moe_routing({.topk_ids = ids,
@@ -132,20 +134,20 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     Tensor offsets = scratch(ctx, {n_experts_ + 1}, DType::kI32);
     Tensor sorted = scratch(ctx, {n_rows}, DType::kI32);
     kernels::moe_align({.expert_offsets = offsets, .sorted_pairs = sorted, .topk_ids = ids}, ctx);
-    Tensor permuted = scratch(ctx, {n_rows, width});
+    Tensor permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
     kernels::moe_permute({.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)},
                          ctx);
 
     // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
-    Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_});
+    Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
     kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
     const TensorView gate = gate_up.view().slice(1, 0, inter_);
     glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
-    Tensor expert_out = scratch(ctx, {n_rows, width});
+    Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
     kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
 
     if (latent) {
-        Tensor zo = scratch_filled(ctx, {n, width}, 0.0f);
+        Tensor zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype);
         kernels::moe_unpermute({.out = zo, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights},
                                ctx);
         if (latent_norm_.defined()) {
@@ -158,7 +160,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
                                ctx);
     }
     if (!shared_.empty()) {
-        Tensor s = scratch(ctx, {n, x.size(1)});
+        Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
         shared_[0].forward(x, s, ctx);
         kernels::add({.out = out, .a = out, .b = s}, ctx);
     }

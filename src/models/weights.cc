@@ -16,7 +16,13 @@ std::string shape_str(const Shape& s) {
 }  // namespace
 
 Tensor WeightReader::place(Tensor host) const {
-    if (placement_.device == Device::kCPU || !host.defined()) return host;
+    if (!host.defined()) return host;
+    if (matrix_dtype_ == DType::kBF16 && host.ndim() >= 2 && host.dtype() == DType::kF32) {
+        Tensor b = Tensor::empty(host.view().shape_vec(), DType::kBF16);
+        for (int64_t i = 0; i < host.numel(); ++i) b.ptr<uint16_t>()[i] = float_to_bf16(host.ptr<const float>()[i]);
+        host = std::move(b);
+    }
+    if (placement_.device == Device::kCPU) return host;
     Tensor d = Tensor::empty(host.view().shape_vec(), host.dtype(), kernels::allocator_of(placement_));
     kernels::transfer({.out = d, .in = host}, placement_);
     return d;

@@ -14,8 +14,9 @@ namespace penstock::models {
 class WeightReader final {
 public:
     // Weights are read on the host and placed on `placement`'s device (its allocator and stream) as they are taken.
-    WeightReader(loader::WeightMap* weights, const kernels::Context& placement)
-        : weights_(weights), placement_(placement) {}
+    // Matrix weights (2-D and up) become `matrix_dtype` (kF32 or kBF16, rounded to nearest even) when placed.
+    WeightReader(loader::WeightMap* weights, const kernels::Context& placement, DType matrix_dtype = DType::kF32)
+        : weights_(weights), placement_(placement), matrix_dtype_(matrix_dtype) {}
     explicit WeightReader(loader::WeightMap* weights) : weights_(weights) {}
 
     // Moves out tensor `name`, checks its shape and places it. NotFound / InvalidArgument otherwise.
@@ -36,6 +37,7 @@ public:
 private:
     loader::WeightMap* weights_;
     kernels::Context placement_;
+    DType matrix_dtype_ = DType::kF32;
 };
 
 }  // namespace penstock::models

@@ -1,6 +1,7 @@
 // Server: accept loop, per-connection threads, routing, inference handlers, drain.
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -47,6 +48,10 @@ bool write_reply(FdStream& s, const Reply& r, bool keep_alive, double timeout_s)
     boost::system::error_code ec;
     http::write(s, res, ec);
     return !ec && keep_alive;
+}
+
+Reply json_reply(std::string body) {
+    return Reply{.status = 200, .body = std::move(body), .content_type = "application/json", .retry_after = ""};
 }
 
 Reply error_reply(int status, std::string message, std::string type = "invalid_request_error",
@@ -164,6 +169,7 @@ void Server::run() {
         if (ec) continue;
         if (n_connections_ >= config_.max_connections) {
             count_rejection("too_many_connections");
+            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
             FdStream s(fd);
             write_reply(s, error_reply(503, "too many open connections", "unavailable"), false, 0.2);
             ::close(fd);
@@ -202,6 +208,7 @@ bool Server::authorized(std::string_view header) const {
 }
 
 void Server::serve_connection(int fd) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);  // FdStream polls with deadlines
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     FdStream s(fd);
@@ -300,7 +307,7 @@ bool Server::handle(const Request& req, FdStream& s) {
         return post ? run_job(ApiKind::kChat, req, s) : reply(error_reply(405, "use POST"));
     }
     if (target == "/health_generate") return health_generate(s, keep);
-    if (target == "/get_server_info" || target == "/server_info") return reply({.status = 200, .body = server_info()});
+    if (target == "/get_server_info" || target == "/server_info") return reply(json_reply(server_info()));
     if (target == "/v1/models") {
         json m = {{"object", "list"},
                   {"data",
@@ -309,7 +316,7 @@ bool Server::handle(const Request& req, FdStream& s) {
                      {"created", 0},
                      {"owned_by", "penstock"},
                      {"max_model_len", engine_->scheduler_config().max_context_len}}}}};
-        return reply({.status = 200, .body = m.dump()});
+        return reply(json_reply(m.dump()));
     }
     if (target == "/abort_request") {
         if (!post) return reply(error_reply(405, "use POST"));
@@ -318,7 +325,7 @@ bool Server::handle(const Request& req, FdStream& s) {
         auto rid = j.find("rid");
         if (rid == j.end() || !rid->is_string()) return reply(error_reply(400, "rid: a string is required", "", "rid"));
         const bool found = engine_->abort_rid(rid->get<std::string>(), engine::AbortReason::kUser);
-        return reply({.status = 200, .body = json{{"success", found}}.dump()});
+        return reply(json_reply(json{{"success", found}}.dump()));
     }
     return reply(error_reply(404, "no route for " + std::string(target.substr(0, 128)), "not_found"));
 }
@@ -406,7 +413,7 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
             if (!last.error.ok() && last.error.code() != StatusCode::kCancelled) {
                 return reply(status_reply(last.error, config_.retry_after_s));
             }
-            return reply({.status = 200, .body = w.final_body()});
+            return reply(json_reply(w.final_body()));
         }
     }
 }

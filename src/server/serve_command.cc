@@ -1,0 +1,224 @@
+// `penstock serve` start-up and shutdown.
+#include "server/serve_command.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/logging.h"
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+#include "models/model.h"
+#include "runtime/model_runner.h"
+#include "scheduler/cost_model.h"
+#include "server/server.h"
+
+namespace penstock::server {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void add_serve_options(CLI::App* cmd, ServeArgs* a) {
+    ServerConfig& s = a->server;
+    cmd->add_option("--model,--model-path", a->model, "Hugging Face checkpoint directory (default: the bundled model)");
+    cmd->add_option("--host", s.host, "address to bind (default 127.0.0.1)");
+    cmd->add_option("--port", s.port, "port (0: ephemeral, printed at start)");
+    cmd->add_option("--served-model-name", s.served_model_name, "model id reported by /v1/models");
+    cmd->add_option("--chunked-prefill-size", a->chunked_prefill_size, "prefill tokens per step (<= 0: no chunking)");
+    cmd->add_option("--max-prefill-tokens", a->max_prefill_tokens, "tokens per step (prefill + decode)");
+    cmd->add_option("--max-running-requests", a->max_running_requests, "admitted requests at once");
+    cmd->add_option("--max-queue-size", a->max_queue_size, "waiting requests before 429");
+    cmd->add_option("--context-length", a->context_length, "prompt + max_new_tokens limit (0: the model's)");
+    cmd->add_option("--max-total-tokens", a->max_total_tokens, "KV cache size in tokens (64-token pages)");
+    cmd->add_flag("--enable-dynamic-chunking", a->enable_dynamic_chunking, "chunk sizes from the cost model");
+    cmd->add_option("--dynamic-chunking-budget-tokens", a->dynamic_chunking_budget_tokens,
+                    "cost budget as a chunk length at prefix 0 (0: chunked-prefill-size)");
+    cmd->add_option("--schedule-policy", a->schedule_policy, "fcfs or lpm");
+    cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
+    cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
+    cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
+    cmd->add_flag("--skip-tokenizer-init", s.skip_tokenizer_init, "serve token ids only (no tokenizer)");
+    cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on inference and admin routes");
+    cmd->add_option("--request-timeout-s", s.request_timeout_s, "per-request deadline (0: none)");
+    cmd->add_option("--max-body-bytes", s.max_body_bytes, "request body limit (413 beyond)");
+    cmd->add_option("--max-header-bytes", s.max_header_bytes, "request header limit (431 beyond)");
+    cmd->add_option("--header-timeout-s", s.header_timeout_s, "request line + headers deadline (408)");
+    cmd->add_option("--body-timeout-s", s.body_timeout_s, "request body deadline (408)");
+    cmd->add_option("--write-timeout-s", s.write_timeout_s, "response write deadline");
+    cmd->add_option("--keep-alive-timeout-s", s.keep_alive_timeout_s, "idle keep-alive connection lifetime");
+    cmd->add_option("--max-connections", s.max_connections, "open connections (503 beyond)");
+    cmd->add_option("--max-new-tokens-limit", s.max_new_tokens_limit, "largest max_new_tokens (0: context length)");
+    cmd->add_option("--max-stop-strings", s.max_stop_strings, "stop strings per request");
+    cmd->add_option("--max-stop-string-bytes", s.max_stop_string_bytes, "bytes per stop string");
+    cmd->add_option("--drain-timeout-s", s.drain_timeout_s, "SIGTERM: wait this long for in-flight requests");
+    cmd->add_option("--watchdog-timeout", s.watchdog_timeout_s, "/health is 503 when the engine loop stalls longer");
+    cmd->add_option("--retry-after-s", s.retry_after_s, "Retry-After of a 429");
+    cmd->add_option("--test-step-delay-ms", a->test_step_delay_ms)->group("");
+    cmd->add_option("--pp-size,--pp", a->pp, "pipeline stages (1 in serve for now)");
+    cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks (1 in serve for now)");
+    cmd->add_option("--ep-size,--ep", a->ep, "expert-parallel ranks (1 in serve for now)");
+    cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (1 in serve for now)");
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int) { g_stop_signal = 1; }
+
+// EOS ids: generation_config.json, else config.json, else the tokenizer's eos token.
+std::vector<int32_t> eos_ids(const fs::path& dir, const engine::Tokenizer* tok) {
+    for (const char* file : {"generation_config.json", "config.json"}) {
+        Result<std::string> text = loader::read_text_file(dir / file);
+        if (!text.ok()) continue;
+        const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_object() || !j.contains("eos_token_id")) continue;
+        const json& e = j["eos_token_id"];
+        std::vector<int32_t> ids;
+        if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+        if (e.is_array()) {
+            for (const json& x : e) {
+                if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+            }
+        }
+        if (!ids.empty()) return ids;
+    }
+    if (tok != nullptr && tok->config().eos_id) return {*tok->config().eos_id};
+    return {};
+}
+
+Result<scheduler::SchedulerConfig> scheduler_config(const ServeArgs& a) {
+    scheduler::SchedulerConfig c;
+    c.chunked_prefill_size = a.chunked_prefill_size;
+    c.max_prefill_tokens = a.max_prefill_tokens;
+    c.max_running_requests = a.max_running_requests;
+    c.max_queue_size = a.max_queue_size;
+    c.max_context_len = a.context_length;
+    c.enable_dynamic_chunking = a.enable_dynamic_chunking;
+    if (a.dynamic_chunking_budget_tokens > 0) c.dynamic_chunking_budget_tokens = a.dynamic_chunking_budget_tokens;
+    if (a.schedule_policy == "fcfs") {
+        c.policy = scheduler::Policy::kFcfs;
+    } else if (a.schedule_policy == "lpm") {
+        c.policy = scheduler::Policy::kLongestPrefix;
+    } else {
+        return invalid_argument("--schedule-policy must be fcfs or lpm");
+    }
+    PENSTOCK_RETURN_IF_ERROR(scheduler::validate(c));
+    return c;
+}
+
+}  // namespace
+
+Status run_serve(const ServeArgs& args) {
+    if (args.pp != 1 || args.tp != 1 || args.ep != 1 || args.cp != 1) {
+        return unimplemented("serve runs one rank for now: --pp/--tp/--ep/--cp must be 1");
+    }
+    if (args.max_total_tokens < kv_cache::kPageSize) return invalid_argument("--max-total-tokens must be >= 64");
+    // SIGTERM/SIGINT set a flag that a watcher thread turns into a drain (threads that existed before this point,
+    // such as OpenBLAS's pool, may take the signal, so a handler is installed rather than a blocked mask).
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    PENSTOCK_ASSIGN_OR_RETURN(scheduler::SchedulerConfig sc, scheduler_config(args));
+    const fs::path dir(args.model);
+    PENSTOCK_ASSIGN_OR_RETURN(loader::ModelConfig mc, loader::load_model_config(dir));
+    if (!models::is_supported_model_type(mc.model_type)) {
+        return unimplemented("model_type '" + mc.model_type + "' is not supported yet");
+    }
+    models::ModelOptions mopts;
+    if (args.mla_form == "absorbed") {
+        mopts.mla_form = models::MlaForm::kAbsorbed;
+    } else if (args.mla_form != "mha") {
+        return invalid_argument("--mla-form must be mha or absorbed");
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint ckpt, loader::Checkpoint::open(dir));
+    loader::LoadStats stats;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
+                              models::load_model(mc, ckpt, {0, mc.num_hidden_layers}, mopts, &stats));
+    const int64_t n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
+    auto runner = std::make_unique<runtime::ModelRunner>(
+        std::move(model), runtime::RunnerOptions{.n_pages = n_pages, .n_threads = args.threads});
+
+    std::unique_ptr<engine::Tokenizer> tok;
+    if (!args.server.skip_tokenizer_init) {
+        Result<std::unique_ptr<engine::Tokenizer>> t = engine::Tokenizer::from_dir(dir);
+        if (!t.ok()) {
+            return t.status().with_context("loading the tokenizer (serve ids only with --skip-tokenizer-init)");
+        }
+        tok = std::move(t).value();
+    }
+    engine::EngineOptions eo;
+    eo.scheduler = sc;
+    eo.eos_token_ids = eos_ids(dir, tok.get());
+    eo.seed = args.random_seed;
+    eo.max_stop_strings = args.server.max_stop_strings;
+    eo.max_stop_string_bytes = args.server.max_stop_string_bytes;
+    if (sc.enable_dynamic_chunking) {
+        PENSTOCK_ASSIGN_OR_RETURN(scheduler::ChunkCostModel cm, scheduler::ChunkCostModel::from_model(mc, {}));
+        eo.cost_model = cm;
+    }
+    if (args.test_step_delay_ms > 0) {
+        const int64_t ms = args.test_step_delay_ms;
+        eo.step_fault = [ms](const scheduler::BatchPlan&) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+            return ok_status();
+        };
+    }
+    for (const std::string& msg : scheduler::describe_ineffective_options(sc)) {
+        std::fprintf(stderr, "penstock serve: note: %s\n", msg.c_str());
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
+                              engine::Engine::create(std::move(runner), tok.get(), std::move(eo)));
+    eng->start();
+
+    ServerConfig cfg = args.server;
+    if (cfg.served_model_name.empty()) cfg.served_model_name = fs::absolute(dir).lexically_normal().filename().string();
+    if (cfg.served_model_name.empty()) cfg.served_model_name = "penstock";
+    const json info = {{"model_path", args.model},
+                       {"model_type", mc.model_type},
+                       {"vocab_size", mc.vocab_size},
+                       {"num_hidden_layers", mc.num_hidden_layers},
+                       {"pp_size", args.pp},
+                       {"tp_size", args.tp},
+                       {"ep_size", args.ep},
+                       {"cp_size", args.cp},
+                       {"mla_form", args.mla_form},
+                       {"backend", "cpu"},
+                       {"threads", args.threads},
+                       {"max_total_tokens", n_pages * kv_cache::kPageSize},
+                       {"random_seed", args.random_seed},
+                       {"eos_token_ids", eng->options().eos_token_ids}};
+    Server server(eng.get(), cfg, info.dump());
+    PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());
+    std::atomic<bool> done{false};
+    std::thread signals([&] {
+        while (!done) {
+            if (g_stop_signal != 0) server.request_drain();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    });
+    std::printf("penstock serve: listening on http://%s:%d (model %s, %lld KV pages, tokenizer %s)\n",
+                cfg.host.c_str(), port, cfg.served_model_name.c_str(), static_cast<long long>(n_pages),
+                tok ? "loaded" : "skipped");
+    std::fflush(stdout);
+    server.run();
+    done = true;
+    signals.join();
+    eng->stop();
+    std::printf("penstock serve: drained, exiting\n");
+    std::fflush(stdout);
+    return ok_status();
+}
+
+}  // namespace penstock::server

@@ -1,0 +1,42 @@
+// `penstock serve`: flags (SGLang names), model + tokenizer loading, engine start, warm-up, signal handling
+// (SIGTERM/SIGINT drain, exit 0) and the HTTP server. The CLI (apps/penstock.cc) only wires the subcommand.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "server/config.h"
+
+namespace penstock::server {
+
+struct ServeArgs {
+    std::string model;
+    ServerConfig server;
+    int64_t chunked_prefill_size = 8192;
+    int64_t max_prefill_tokens = 16384;
+    int64_t max_running_requests = 256;
+    int64_t max_queue_size = 4096;
+    int64_t context_length = 0;  // 0: the model's max_position_embeddings
+    int64_t max_total_tokens = 65536;
+    bool enable_dynamic_chunking = false;
+    int64_t dynamic_chunking_budget_tokens = 0;
+    std::string schedule_policy = "fcfs";
+    std::string mla_form = "mha";
+    int threads = 0;
+    uint64_t random_seed = 0;
+    int pp = 1, tp = 1, ep = 1, cp = 1;
+    // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
+    // /health tests (RELIABILITY T14). 0 in production.
+    int64_t test_step_delay_ms = 0;
+};
+
+// Registers the subcommand's options on `cmd`, writing into `args`.
+void add_serve_options(CLI::App* cmd, ServeArgs* args);
+
+// Runs the server until SIGTERM/SIGINT and a completed drain. Start-up failures return a Status (the CLI prints it
+// and exits 2).
+[[nodiscard]] Status run_serve(const ServeArgs& args);
+
+}  // namespace penstock::server
