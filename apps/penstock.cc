@@ -11,11 +11,12 @@
 #include "bench/bench.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "loader/safetensors_writer.h"
-#include "kernels/backend.h"
 #include "models/model.h"
+#include "parallel/consensus.h"
 #include "parallel/layout.h"
 #include "parallel/partition.h"
 #include "parallel/pipeline.h"
@@ -155,11 +156,10 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
     for (int64_t v = 1; v < vocab; ++v) {
         if (last[v] > last[best]) best = v;
     }
-    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s\n",
-                args.model.c_str(), setup.config.model_type.c_str(),
-                static_cast<long long>(setup.config.num_hidden_layers), static_cast<long long>(n),
-                static_cast<long long>(args.chunk_size), args.mla_form.c_str(), args.parallel.to_string().c_str(),
-                args.backend.c_str());
+    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s\n", args.model.c_str(),
+                setup.config.model_type.c_str(), static_cast<long long>(setup.config.num_hidden_layers),
+                static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str(),
+                args.parallel.to_string().c_str(), args.backend.c_str());
     std::printf(
         "stage 0 loaded %lld tensors (%.1f MB read from %zu file(s)) in %.1f ms; forward %.1f ms (%.1f tok/s)\n",
         static_cast<long long>(stats.n_tensors), static_cast<double>(stats.bytes_read) / 1e6, stats.files_opened.size(),
@@ -189,10 +189,35 @@ Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
 #if PENSTOCK_ENABLE_MPI
 // --pp N under `mpirun -np N`: each rank loads only its stage's layers; rank 0 drives, the others serve.
 // Start-up failures on any rank are agreed on (all-reduce) so that no rank waits on a peer that gave up.
-Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup, int* argc, char*** argv) {
+// The two-ended settings of `penstock forward --pp`: stage 0's plan decides chunking, so only what each stage computes
+// with or what pairs messages is agreed on.
+Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& args, ForwardSetup* setup) {
+    using parallel::Agreement;
+    const loader::ModelConfig& c = setup->config;
+    const std::vector<parallel::TwoEndedSetting> settings = {
+        {"stage message protocol", parallel::kStageVersion, Agreement::kFatal},
+        {"--model (type, hidden size, layers, vocab)",
+         parallel::fingerprint(c.model_type + "/" + std::to_string(c.hidden_size) + "/" +
+                               std::to_string(c.num_hidden_layers) + "/" + std::to_string(c.vocab_size)),
+         Agreement::kFatal},
+        {"--dtype", static_cast<int64_t>(setup->options.dtype), Agreement::kFatal},
+        {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
+        {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
+        {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
+    };
+    PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
+    for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
+    setup->options.mla_form = static_cast<models::MlaForm>(agreed.values[4]);
+    setup->options.max_kv_chunk_capacity = agreed.values[5];
+    return ok_status();
+}
+
+Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_in, int* argc, char*** argv) {
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<parallel::MpiSession> mpi, parallel::MpiSession::init(argc, argv));
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, args.parallel));
     const int stage = groups.coords.pp_rank;
+    ForwardSetup setup = setup_in;
+    PENSTOCK_RETURN_IF_ERROR(agree_pipeline_settings(*groups.pp, args, &setup));
     const auto t0 = std::chrono::steady_clock::now();
     loader::LoadStats stats;
     Result<std::unique_ptr<runtime::ModelRunner>> runner = failed_precondition("not loaded");

@@ -39,3 +39,23 @@ if [ "$rc" -ne 2 ] || ! grep -q "sums to 6 layers, the model has 4" <<<"$out"; t
   echo "FAIL: bad partition gave rc=$rc: $out"; exit 1
 fi
 echo "ok: bad partition rejected with exit code 2"
+
+# Two-ended settings (ranks launched with different flags, MPMD): a stage-0-wins setting is overridden with a warning
+# and the logits stay bit-identical to the single-process run; a fatal one (another model) fails every rank, exit 2.
+"$bin" forward --model "$fixtures/deepseek_v3_tiny" --input-ids "$ids" --out "$tmp/ref.safetensors" >/dev/null
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 1 "$bin" forward --model "$fixtures/deepseek_v3_tiny" --input-ids "$ids" \
+      --pp 2 --out "$tmp/pp.safetensors" : -np 1 "$bin" forward --model "$fixtures/deepseek_v3_tiny" \
+      --input-ids "$ids" --pp 2 --mla-form absorbed 2>&1)
+if ! grep -q "setting --mla-form differs from stage 0's" <<<"$out" || ! cmp -s "$tmp/ref.safetensors" "$tmp/pp.safetensors"; then
+  echo "FAIL: stage-0-wins setting: $out"; exit 1
+fi
+echo "ok: --mla-form mismatch: stage 0 wins with a warning, logits bit-identical"
+set +e
+out=$(timeout 60 "$mpiexec" --oversubscribe -np 1 "$bin" forward --model "$fixtures/deepseek_v3_tiny" --input-ids 1,2,3 \
+      --pp 2 : -np 1 "$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids 1,2,3 --pp 2 2>&1)
+rc=$?
+set -e
+if [ "$rc" -ne 2 ] || [ "$(grep -c 'setting --model (type, hidden size, layers, vocab) differs' <<<"$out")" -ne 2 ]; then
+  echo "FAIL: fatal setting mismatch gave rc=$rc: $out"; exit 1
+fi
+echo "ok: --model mismatch refused on every stage, naming the setting, exit code 2"
