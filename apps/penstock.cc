@@ -48,6 +48,7 @@ struct ForwardArgs {
     std::string out;
     parallel::ParallelSizes parallel;
     std::string pp_layer_partition;
+    bool pp_eager_bank_forward = false;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -76,6 +77,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
 
 struct ForwardSetup {
     models::ModelOptions options;
+    bool eager_bank = false;
     std::vector<int32_t> ids;
     loader::ModelConfig config;
 };
@@ -204,12 +206,26 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
         {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
         {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
         {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
+        {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
     };
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->options.mla_form = static_cast<models::MlaForm>(agreed.values[4]);
     setup->options.max_kv_chunk_capacity = agreed.values[5];
+    setup->eager_bank = agreed.values[6] != 0;
     return ok_status();
+}
+
+void print_stage_stats(const std::vector<parallel::StageStats>& stats, double wall_ms, bool eager) {
+    std::printf(
+        "pipeline stages (eager bank %s): stage, steps, busy ms, busy %%, boundary stall ms, MB sent (bank MB)\n",
+        eager ? "on" : "off");
+    for (size_t s = 0; s < stats.size(); ++s) {
+        const parallel::StageStats& t = stats[s];
+        std::printf("  stage %zu: %lld steps, busy %.1f ms (%.0f%%), stall %.1f ms, sent %.2f MB (%.2f MB bank)\n", s,
+                    static_cast<long long>(t.steps), t.busy_ms, wall_ms > 0 ? 100.0 * t.busy_ms / wall_ms : 0.0,
+                    t.stall_ms, static_cast<double>(t.bytes_sent) / 1e6, static_cast<double>(t.bank_bytes_sent) / 1e6);
+    }
 }
 
 Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_in, int* argc, char*** argv) {
@@ -232,8 +248,11 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
     const auto t1 = std::chrono::steady_clock::now();
-    parallel::PipelineStage pipe(runner->get(), groups.pp.get());
-    if (stage > 0) return pipe.serve();
+    parallel::PipelineStage pipe(runner->get(), groups.pp.get(), setup.eager_bank);
+    if (stage > 0) {
+        PENSTOCK_RETURN_IF_ERROR(pipe.serve());
+        return pipe.gather_stats().status();
+    }
     std::vector<std::vector<int32_t>> prompts{setup.ids};
     auto logits = (*runner)->prefill_all_logits(prompts, args.chunk_size, 0,
                                                 [&](const models::ForwardBatch& b) { return pipe.step(b); });
@@ -241,6 +260,8 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     if (!logits.ok()) return logits.status();
     PENSTOCK_RETURN_IF_ERROR(stopped);
     const auto t2 = std::chrono::steady_clock::now();
+    PENSTOCK_ASSIGN_OR_RETURN(std::vector<parallel::StageStats> stage_stats, pipe.gather_stats());
+    print_stage_stats(stage_stats, std::chrono::duration<double, std::milli>(t2 - t1).count(), setup.eager_bank);
     return report(args, setup, (*logits)[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
                   std::chrono::duration<double, std::milli>(t2 - t1).count());
 }
@@ -290,6 +311,9 @@ int main(int argc, char** argv) {
     forward->add_option("--tp", fwd.parallel.tp, "tensor-parallel ranks per stage");
     forward->add_option("--ep", fwd.parallel.ep, "expert-parallel ranks (divides --tp)");
     forward->add_option("--cp", fwd.parallel.cp, "context-parallel ranks");
+    forward->add_flag(
+        "--pp-eager-bank-forward", fwd.pp_eager_bank_forward,
+        "forward inherited AttnRes bank rows before running the stage's layers (two-ended: stage 0 wins)");
     forward->add_option("--pp-layer-partition", fwd.pp_layer_partition,
                         "layers per stage, e.g. 7,5,... (default: balanced by the cost model)");
 

@@ -72,6 +72,7 @@ public:
     void embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const override;
     void forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act, ModelCache* cache,
                         const kernels::Context& ctx) const override;
+    int64_t bank_rows_before(int64_t layer) const override { return kimi_.n_bank_rows(layer); }
     Tensor compute_logits(const BatchLayout& layout, const Activations& act,
                           const kernels::Context& ctx) const override;
 

@@ -77,6 +77,9 @@ public:
     virtual void forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
                                 ModelCache* cache, const kernels::Context& ctx) const = 0;
     // Last stage: final norm + lm_head on layout.logit_rows -> [n_logit_rows, vocab] f32.
+    // Kimi K3 Attention Residuals: bank rows completed before `layer` (rows [0, n) of Activations::bank are valid
+    // when a stage starts at `layer`). 0 for families without a bank.
+    virtual int64_t bank_rows_before(int64_t layer) const { return 0; }
     virtual Tensor compute_logits(const BatchLayout& layout, const Activations& act,
                                   const kernels::Context& ctx) const = 0;
 };

@@ -1,6 +1,7 @@
 // Pipeline stages over a Communicator.
 #include "parallel/pipeline.h"
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -13,6 +14,7 @@ constexpr int kTagPlan = 101;
 constexpr int kTagHidden = 102;
 constexpr int kTagLogits = 103;
 constexpr int kTagBank = 104;
+constexpr int kTagBankInherited = 105;
 constexpr uint32_t kMaxBankRows = 4096;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 constexpr uint32_t kMaxSeqs = 1u << 20;
@@ -56,9 +58,11 @@ TensorView bytes_view(std::vector<uint8_t>* v) {
 
 std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     std::vector<uint8_t> out;
-    put<uint32_t>(&out, plan.stop ? 1u : 0u);
+    put<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u));
     put<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
-    put<uint32_t>(&out, plan.bank_rows);
+    put<uint32_t>(&out, plan.bank_total);
+    put<uint32_t>(&out, plan.bank_inherited);
+    put<uint32_t>(&out, plan.bank_valid);
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         put<int64_t>(&out, c.request_id);
@@ -79,11 +83,18 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     Reader r(bytes);
     StagePlan plan;
     uint32_t flags = 0, n_seqs = 0;
-    if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_rows)) return data_loss("stage plan: truncated header");
-    if (plan.bank_rows > kMaxBankRows) return data_loss("stage plan: " + std::to_string(plan.bank_rows) + " bank rows");
-    if (flags > 1) return data_loss("stage plan: unknown flags " + std::to_string(flags));
+    if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
+        !r.get(&plan.bank_valid)) {
+        return data_loss("stage plan: truncated header");
+    }
+    if (flags > 3) return data_loss("stage plan: unknown flags " + std::to_string(flags));
     if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
+    if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
+        return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
+                         std::to_string(plan.bank_valid) + ", total " + std::to_string(plan.bank_total));
+    }
     plan.stop = flags & 1u;
+    plan.eager_bank = flags & 2u;
     std::vector<uint32_t> lens;
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_seqs; ++i) {
@@ -117,9 +128,32 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     return plan;
 }
 
-PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp) : runner_(runner), pp_(pp) {}
+PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank)
+    : runner_(runner), pp_(pp), eager_bank_(eager_bank) {}
 
-Status PipelineStage::send_step(const StagePlan& plan, const models::Activations* act) {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+StagePlan PipelineStage::make_plan(const models::ForwardBatch& batch, uint32_t bank_inherited) const {
+    const models::Model& m = runner_->model();
+    StagePlan plan;
+    plan.batch = batch;
+    for (const models::SeqChunk& c : batch.seqs) {
+        plan.release.push_back(c.prefix_len + static_cast<int64_t>(c.token_ids.size()) >= c.prompt_len ? 1 : 0);
+    }
+    plan.bank_total = static_cast<uint32_t>(m.bank_rows_before(m.config().num_hidden_layers));
+    plan.bank_inherited = bank_inherited;
+    plan.bank_valid = static_cast<uint32_t>(m.bank_rows_before(m.layer_range().end));
+    plan.eager_bank = eager_bank_;
+    return plan;
+}
+
+Status PipelineStage::send_plan(const StagePlan& plan) {
     std::vector<uint8_t> bytes = encode_plan(plan);
     Envelope env{kStageMagic, kStageVersion, bytes.size()};
     const int64_t env_bytes = sizeof(Envelope);
@@ -127,9 +161,7 @@ Status PipelineStage::send_step(const StagePlan& plan, const models::Activations
     const int next = pp_->rank() + 1;
     PENSTOCK_RETURN_IF_ERROR(pp_->send(env_view, next, kTagEnvelope));
     PENSTOCK_RETURN_IF_ERROR(pp_->send(bytes_view(&bytes), next, kTagPlan));
-    if (plan.stop) return ok_status();
-    PENSTOCK_RETURN_IF_ERROR(pp_->send(act->hidden, next, kTagHidden));
-    if (plan.bank_rows > 0) PENSTOCK_RETURN_IF_ERROR(pp_->send(act->bank, next, kTagBank));
+    stats_.bytes_sent += static_cast<int64_t>(sizeof(Envelope) + bytes.size());
     return ok_status();
 }
 
@@ -144,29 +176,60 @@ Result<StagePlan> PipelineStage::recv_plan() {
         return data_loss("stage message: protocol version " + std::to_string(env.version) + ", expected " +
                          std::to_string(kStageVersion));
     }
-    if (env.plan_bytes > kMaxPlanBytes)
+    if (env.plan_bytes > kMaxPlanBytes) {
         return data_loss("stage message: plan of " + std::to_string(env.plan_bytes) + " bytes");
+    }
     std::vector<uint8_t> bytes(env.plan_bytes);
     PENSTOCK_RETURN_IF_ERROR(pp_->recv(bytes_view(&bytes), prev, kTagPlan));
     return decode_plan(bytes);
+}
+
+// Rows [begin, end) of bank [n_tokens, total, hidden] as one message (packed when not the whole tensor).
+Status PipelineStage::send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag) {
+    const int next = pp_->rank() + 1;
+    const TensorView rows = bank.view().slice(1, begin, end);
+    Tensor packed = Tensor::empty(rows.shape_vec(), DType::kF32);
+    kernels::copy({.out = packed, .in = rows}, kernels::Context{});
+    PENSTOCK_RETURN_IF_ERROR(pp_->send(packed, next, tag));
+    stats_.bytes_sent += static_cast<int64_t>(packed.nbytes());
+    stats_.bank_bytes_sent += static_cast<int64_t>(packed.nbytes());
+    return ok_status();
+}
+
+Status PipelineStage::recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag) {
+    const TensorView rows = bank.view().slice(1, begin, end);
+    Tensor packed = Tensor::empty(rows.shape_vec(), DType::kF32);
+    const auto t0 = std::chrono::steady_clock::now();
+    PENSTOCK_RETURN_IF_ERROR(pp_->recv(packed, pp_->rank() - 1, tag));
+    stats_.stall_ms += ms_since(t0);
+    kernels::copy({.out = rows, .in = packed}, kernels::Context{});
+    return ok_status();
 }
 
 Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
     const models::BatchLayout layout = runner_->make_layout(batch);
     models::Activations act;
-    runner_->run_layers(batch, layout, &act);
-    if (pp_->size() == 1) return runner_->logits(layout, act);
-    StagePlan plan;
-    plan.batch = batch;
-    for (const models::SeqChunk& c : batch.seqs) {
-        plan.release.push_back(c.prefix_len + static_cast<int64_t>(c.token_ids.size()) >= c.prompt_len ? 1 : 0);
+    const bool single = pp_->size() == 1;
+    const StagePlan plan = make_plan(batch, /*bank_inherited=*/0);
+    if (!single) {
+        PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
     }
-    plan.bank_rows = act.bank.defined() ? static_cast<uint32_t>(act.bank.size(1)) : 0;
-    PENSTOCK_RETURN_IF_ERROR(send_step(plan, &act));
+    auto t0 = std::chrono::steady_clock::now();
+    runner_->run_layers(batch, layout, &act);
+    stats_.busy_ms += ms_since(t0);
+    ++stats_.steps;
+    if (single) return runner_->logits(layout, act);
+    const bool bank = plan.bank_total > 0;
+    if (bank && plan.eager_bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, 0, kTagBankInherited));
+    PENSTOCK_RETURN_IF_ERROR(pp_->send(act.hidden, 1, kTagHidden));
+    stats_.bytes_sent += static_cast<int64_t>(act.hidden.nbytes());
+    if (bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, plan.bank_valid, kTagBank));
     Tensor logits = Tensor::empty(
         {static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size}, DType::kF32);
+    t0 = std::chrono::steady_clock::now();
     PENSTOCK_RETURN_IF_ERROR(pp_->recv(logits, pp_->size() - 1, kTagLogits));
+    stats_.stall_ms += ms_since(t0);
     return logits;
 }
 
@@ -175,39 +238,89 @@ Status PipelineStage::stop() {
     if (pp_->size() == 1) return ok_status();
     StagePlan plan;
     plan.stop = true;
-    return send_step(plan, nullptr);
+    return send_plan(plan);
 }
 
 Status PipelineStage::serve() {
     PENSTOCK_CHECK_GT(pp_->rank(), 0);
     const bool last = pp_->rank() == pp_->size() - 1;
+    const int prev = pp_->rank() - 1;
     const int64_t hidden = runner_->model().config().hidden_size;
     while (true) {
-        PENSTOCK_ASSIGN_OR_RETURN(StagePlan plan, recv_plan());
-        if (plan.stop) {
-            if (!last) PENSTOCK_RETURN_IF_ERROR(send_step(plan, nullptr));
+        auto t0 = std::chrono::steady_clock::now();
+        PENSTOCK_ASSIGN_OR_RETURN(StagePlan in, recv_plan());
+        stats_.stall_ms += ms_since(t0);
+        if (in.stop) {
+            if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
             return ok_status();
         }
-        PENSTOCK_RETURN_IF_ERROR(runner_->bind(&plan.batch));
-        const models::BatchLayout layout = runner_->make_layout(plan.batch);
+        PENSTOCK_RETURN_IF_ERROR(runner_->bind(&in.batch));
+        const models::BatchLayout layout = runner_->make_layout(in.batch);
         models::Activations act;
-        act.hidden = Tensor::empty({layout.n_tokens, hidden}, DType::kF32);
-        PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.hidden, pp_->rank() - 1, kTagHidden));
-        if (plan.bank_rows > 0) {
-            act.bank = Tensor::empty({layout.n_tokens, static_cast<int64_t>(plan.bank_rows), hidden}, DType::kF32);
-            PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.bank, pp_->rank() - 1, kTagBank));
+        if (in.bank_total > 0) {
+            act.bank = Tensor::zeros({layout.n_tokens, static_cast<int64_t>(in.bank_total), hidden}, DType::kF32);
         }
-        runner_->run_layers(plan.batch, layout, &act);
+        // Our own outgoing plan goes first, so the next stage admits the batch while we wait and compute.
+        StagePlan out = make_plan(in.batch, /*bank_inherited=*/in.bank_valid);
+        out.release = in.release;
+        if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));
+        if (in.bank_total > 0 && in.eager_bank) {
+            PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited));
+        }
+        act.hidden = Tensor::empty({layout.n_tokens, hidden}, DType::kF32);
+        t0 = std::chrono::steady_clock::now();
+        PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.hidden, prev, kTagHidden));
+        stats_.stall_ms += ms_since(t0);
+        if (in.bank_total > 0) {
+            const uint32_t from = in.eager_bank ? in.bank_inherited : 0;
+            PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, from, in.bank_valid, kTagBank));
+            // Eager: every row this stage inherited is forwarded before its own layers run.
+            if (!last && out.eager_bank)
+                PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, in.bank_valid, kTagBankInherited));
+        }
+        t0 = std::chrono::steady_clock::now();
+        runner_->run_layers(in.batch, layout, &act);
         if (last) {
             Tensor logits = runner_->logits(layout, act);
+            stats_.busy_ms += ms_since(t0);
             PENSTOCK_RETURN_IF_ERROR(pp_->send(logits, 0, kTagLogits));
+            stats_.bytes_sent += static_cast<int64_t>(logits.nbytes());
         } else {
-            PENSTOCK_RETURN_IF_ERROR(send_step(plan, &act));
+            stats_.busy_ms += ms_since(t0);
+            PENSTOCK_RETURN_IF_ERROR(pp_->send(act.hidden, pp_->rank() + 1, kTagHidden));
+            stats_.bytes_sent += static_cast<int64_t>(act.hidden.nbytes());
+            if (out.bank_total > 0) {
+                const uint32_t from = out.eager_bank ? out.bank_inherited : 0;
+                PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, from, out.bank_valid, kTagBank));
+            }
         }
-        for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
-            if (plan.release[i]) runner_->release(plan.batch.seqs[i].request_id);
+        ++stats_.steps;
+        for (size_t i = 0; i < in.batch.seqs.size(); ++i) {
+            if (in.release[i]) runner_->release(in.batch.seqs[i].request_id);
         }
     }
+}
+
+Result<std::vector<StageStats>> PipelineStage::gather_stats() {
+    Tensor mine = Tensor::empty({1, 5}, DType::kI64);
+    int64_t* m = mine.ptr<int64_t>();
+    m[0] = stats_.steps;
+    m[1] = static_cast<int64_t>(stats_.busy_ms * 1000.0);
+    m[2] = static_cast<int64_t>(stats_.stall_ms * 1000.0);
+    m[3] = stats_.bytes_sent;
+    m[4] = stats_.bank_bytes_sent;
+    Tensor all = Tensor::empty({pp_->size(), 5}, DType::kI64);
+    PENSTOCK_RETURN_IF_ERROR(pp_->all_gather(all, mine));
+    std::vector<StageStats> out;
+    for (int r = 0; r < pp_->size(); ++r) {
+        const int64_t* a = all.ptr<const int64_t>() + r * 5;
+        out.push_back(StageStats{.steps = a[0],
+                                 .busy_ms = a[1] / 1000.0,
+                                 .stall_ms = a[2] / 1000.0,
+                                 .bytes_sent = a[3],
+                                 .bank_bytes_sent = a[4]});
+    }
+    return out;
 }
 
 }  // namespace penstock::parallel

@@ -3,14 +3,20 @@
 // them to stage 0. Messages are plain data validated on receipt (magic, version, bounded sizes): a malformed or
 // foreign message is a DataLoss Status, never executed or trusted.
 //
-// Wire format per step, stage s -> s+1 (tags kTagEnvelope, kTagPlan, kTagHidden):
-//   envelope: u32 magic 'PSTK', u32 version, u64 plan bytes
-//   plan:     u32 flags (bit 0: stop), u32 n_seqs, u32 bank_rows, then per sequence: i64 request_id, i64 prefix_len,
-//   i64 prompt_len,
-//             u32 n_tokens, u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
-//   hidden:   f32 [n_tokens, hidden]
-//   bank:     f32 [n_tokens, bank_rows, hidden] when bank_rows > 0 (Kimi K3 Attention Residuals; kTagBank)
+// Wire format per step on the link stage s -> s+1 (the plan goes first, before s computes, so s+1 can admit the batch
+// while s works):
+//   envelope (kTagEnvelope): u32 magic 'PSTK', u32 version, u64 plan bytes
+//   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank), u32 n_seqs, u32 bank_total, u32 bank_inherited,
+//                     u32 bank_valid, then per sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens,
+//                     u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
+//   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
+//                     the moment s has them (before its own layers); an empty message when there are none
+//   hidden (kTagHidden): f32 [n_tokens, hidden]
+//   bank (kTagBank), when bank_total > 0: f32 [n_tokens, rows, hidden] = rows [inherited, valid) with eager bank,
+//                     rows [0, valid) without. Either way the same bytes cross the link.
 // last stage -> stage 0 (kTagLogits): f32 [n_logit_rows, vocab].
+// bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
+// receiving stage's first layer; bank_inherited = rows the sender itself received.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +35,20 @@ inline constexpr uint32_t kStageVersion = 1;
 struct StagePlan {
     models::ForwardBatch batch;    // page tables unset
     std::vector<uint8_t> release;  // per sequence: free its state after this step
-    uint32_t bank_rows = 0;        // AttnRes bank rows travelling with the hidden (0: no bank)
+    uint32_t bank_total = 0;       // rows of the AttnRes bank tensor (0: no bank)
+    uint32_t bank_inherited = 0;   // rows the sender received from upstream
+    uint32_t bank_valid = 0;       // rows valid after the sender's layers
+    bool eager_bank = false;
     bool stop = false;
+};
+
+// Per-stage counters (host wall time).
+struct StageStats {
+    int64_t steps = 0;
+    double busy_ms = 0;      // running this stage's layers (and the head on the last stage)
+    double stall_ms = 0;     // blocked receiving from the previous stage (boundary stall)
+    int64_t bytes_sent = 0;  // to the next stage (and logits to stage 0)
+    int64_t bank_bytes_sent = 0;
 };
 
 std::vector<uint8_t> encode_plan(const StagePlan& plan);
@@ -39,7 +57,8 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan);
 class PipelineStage final {
 public:
     // `pp` is the pipeline group; its rank is this stage's index. The runner holds this stage's layer range.
-    PipelineStage(runtime::ModelRunner* runner, Communicator* pp);
+    // eager_bank: forward inherited AttnRes bank rows before running this stage's layers (SPEC §4).
+    PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank = false);
 
     // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage and returns the logit rows.
     // Sequences whose chunk ends their prompt are released on the other stages after the step.
@@ -49,12 +68,22 @@ public:
     // Stages > 0: receive and run steps until stage 0 stops the pipeline.
     [[nodiscard]] Status serve();
 
+    const StageStats& stats() const { return stats_; }
+    // Collective over the pipeline group: every stage's counters, in stage order.
+    [[nodiscard]] Result<std::vector<StageStats>> gather_stats();
+
 private:
-    [[nodiscard]] Status send_step(const StagePlan& plan, const models::Activations* act);
+    [[nodiscard]] Status send_plan(const StagePlan& plan);
     [[nodiscard]] Result<StagePlan> recv_plan();
+    [[nodiscard]] Status send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
+    [[nodiscard]] Status recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
+    // This stage's outgoing plan for `batch` (bank fields from the model's layer range).
+    StagePlan make_plan(const models::ForwardBatch& batch, uint32_t bank_inherited) const;
 
     runtime::ModelRunner* runner_;
     Communicator* pp_;
+    bool eager_bank_;
+    StageStats stats_;
 };
 
 }  // namespace penstock::parallel

@@ -59,3 +59,16 @@ if [ "$rc" -ne 2 ] || [ "$(grep -c 'setting --model (type, hidden size, layers, 
   echo "FAIL: fatal setting mismatch gave rc=$rc: $out"; exit 1
 fi
 echo "ok: --model mismatch refused on every stage, naming the setting, exit code 2"
+
+# Kimi K3 (AttnRes bank) with eager bank forwarding on and off: both bit-identical to the single-process run; the
+# per-stage counters report the bank bytes, which are the same both ways.
+for d in "$k3"/*/; do
+  "$bin" forward --model "$d" --input-ids "$ids" --chunk-size 13 --out "$tmp/ref.safetensors" >/dev/null
+  for eager in "" "--pp-eager-bank-forward"; do
+    out=$(timeout 120 "$mpiexec" --oversubscribe -np 4 "$bin" forward --model "$d" --input-ids "$ids" --chunk-size 13 \
+          --pp 4 $eager --out "$tmp/pp.safetensors" 2>&1)
+    cmp -s "$tmp/ref.safetensors" "$tmp/pp.safetensors" || { echo "FAIL: $d $eager differs: $out"; exit 1; }
+    bank=$(grep -o "stage 1: .*" <<<"$out" | grep -o "([0-9.]* MB bank)")
+    echo "ok: $(basename "$d") pp=4 ${eager:-(eager off)} bit-identical; stage 1 $bank"
+  done
+done
