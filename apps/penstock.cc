@@ -49,6 +49,9 @@ struct ForwardArgs {
     parallel::ParallelSizes parallel;
     std::string pp_layer_partition;
     bool pp_eager_bank_forward = false;
+    int64_t concurrency = 1;
+    int64_t pp_max_micro_batch_size = 0;
+    int64_t pp_async_batch_depth = 0;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -112,6 +115,11 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     if (args.parallel.tp > 1 || args.parallel.cp > 1 || args.parallel.ep > 1) {
         return unimplemented("--tp/--ep/--cp > 1: only pipeline parallelism (--pp) runs in this build");
     }
+    if (args.concurrency < 1 || args.concurrency > 4096) return invalid_argument("--concurrency must be in [1, 4096]");
+    if (args.pp_max_micro_batch_size < 0) return invalid_argument("--pp-max-micro-batch-size must be >= 0");
+    if (args.pp_async_batch_depth < 0 || args.pp_async_batch_depth > 64) {
+        return invalid_argument("--pp-async-batch-depth must be in [0, 64]");
+    }
     if (!args.pp_layer_partition.empty() && args.parallel.pp == 1) {
         return invalid_argument("--pp-layer-partition needs --pp > 1");
     }
@@ -141,8 +149,9 @@ Result<std::unique_ptr<runtime::ModelRunner>> load_runner(const ForwardArgs& arg
     runtime::RunnerOptions ropts;
     ropts.backend = backend;
     ropts.n_threads = args.threads;
-    ropts.n_pages =
-        args.n_pages > 0 ? args.n_pages : kv_cache::pages_for_tokens(static_cast<int64_t>(setup.ids.size()));
+    ropts.n_pages = args.n_pages > 0
+                        ? args.n_pages
+                        : args.concurrency * kv_cache::pages_for_tokens(static_cast<int64_t>(setup.ids.size()));
     return std::make_unique<runtime::ModelRunner>(std::move(model), ropts);
 }
 
@@ -181,7 +190,7 @@ Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
                               load_runner(args, setup, {0, setup.config.num_hidden_layers}, backend.get(), &stats));
     const auto t1 = std::chrono::steady_clock::now();
-    std::vector<std::vector<int32_t>> prompts{setup.ids};
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, runner->prefill_all_logits(prompts, args.chunk_size));
     const auto t2 = std::chrono::steady_clock::now();
     return report(args, setup, logits[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
@@ -253,17 +262,30 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
         PENSTOCK_RETURN_IF_ERROR(pipe.serve());
         return pipe.gather_stats().status();
     }
-    std::vector<std::vector<int32_t>> prompts{setup.ids};
-    auto logits = (*runner)->prefill_all_logits(prompts, args.chunk_size, 0,
-                                                [&](const models::ForwardBatch& b) { return pipe.step(b); });
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
+    // SPEC §4: pp_max_micro_batch_size defaults to max(running requests / pp, 1); slots = pp + async depth.
+    const int64_t micro_batch = args.pp_max_micro_batch_size > 0
+                                    ? args.pp_max_micro_batch_size
+                                    : std::max<int64_t>(args.concurrency / args.parallel.pp, 1);
+    const parallel::MicroBatchOptions mb{.chunk_size = args.chunk_size,
+                                         .micro_batch_size = micro_batch,
+                                         .slots = args.parallel.pp + args.pp_async_batch_depth};
+    auto logits = parallel::pipeline_prefill(runner->get(), &pipe, prompts, mb);
     const Status stopped = pipe.stop();
     if (!logits.ok()) return logits.status();
     PENSTOCK_RETURN_IF_ERROR(stopped);
     const auto t2 = std::chrono::steady_clock::now();
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<parallel::StageStats> stage_stats, pipe.gather_stats());
     print_stage_stats(stage_stats, std::chrono::duration<double, std::milli>(t2 - t1).count(), setup.eager_bank);
-    return report(args, setup, (*logits)[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                  std::chrono::duration<double, std::milli>(t2 - t1).count());
+    PENSTOCK_RETURN_IF_ERROR(report(args, setup, (*logits)[0], stats,
+                                    std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                                    std::chrono::duration<double, std::milli>(t2 - t1).count()));
+    std::printf("micro-batches of %lld request(s), %lld slots, %lld concurrent prompts: %.1f input tok/s\n",
+                static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots),
+                static_cast<long long>(args.concurrency),
+                static_cast<double>(args.concurrency * static_cast<int64_t>(setup.ids.size())) /
+                    (std::chrono::duration<double>(t2 - t1).count()));
+    return ok_status();
 }
 #endif
 
@@ -311,6 +333,12 @@ int main(int argc, char** argv) {
     forward->add_option("--tp", fwd.parallel.tp, "tensor-parallel ranks per stage");
     forward->add_option("--ep", fwd.parallel.ep, "expert-parallel ranks (divides --tp)");
     forward->add_option("--cp", fwd.parallel.cp, "context-parallel ranks");
+    forward->add_option("--concurrency", fwd.concurrency,
+                        "run this many copies of the prompt as concurrent requests (throughput; logits of the first)");
+    forward->add_option("--pp-max-micro-batch-size", fwd.pp_max_micro_batch_size,
+                        "requests per pipeline micro-batch (0: max(concurrency / pp, 1))");
+    forward->add_option("--pp-async-batch-depth", fwd.pp_async_batch_depth,
+                        "micro-batches in flight beyond pp (slots = pp + depth)");
     forward->add_flag(
         "--pp-eager-bank-forward", fwd.pp_eager_bank_forward,
         "forward inherited AttnRes bank rows before running the stage's layers (two-ended: stage 0 wins)");

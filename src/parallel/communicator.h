@@ -16,6 +16,13 @@ namespace penstock::parallel {
 
 enum class ReduceOp { kSum, kMax };
 
+// A pending non-blocking send or receive; wait() completes it. Destroying an incomplete request waits for it.
+class PendingOp {
+public:
+    virtual ~PendingOp() = default;
+    [[nodiscard]] virtual Status wait() = 0;
+};
+
 class Communicator {
 public:
     virtual ~Communicator() = default;
@@ -37,6 +44,9 @@ public:
     [[nodiscard]] virtual Status send(const TensorView& buf, int peer, int tag) = 0;
     [[nodiscard]] virtual Status recv(const TensorView& buf, int peer, int tag) = 0;
     [[nodiscard]] virtual Status barrier() = 0;
+    // Non-blocking point-to-point: `buf` must stay alive and untouched until the returned op's wait() returns.
+    [[nodiscard]] virtual Result<std::unique_ptr<PendingOp>> isend(const TensorView& buf, int peer, int tag) = 0;
+    [[nodiscard]] virtual Result<std::unique_ptr<PendingOp>> irecv(const TensorView& buf, int peer, int tag) = 0;
 };
 
 }  // namespace penstock::parallel

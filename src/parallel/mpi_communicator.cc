@@ -53,6 +53,38 @@ MPI_Op mpi_op(ReduceOp op) {
     return MPI_SUM;
 }
 
+class MpiPendingOp final : public PendingOp {
+public:
+    MpiPendingOp(MPI_Request req, std::string what, size_t expect_bytes)
+        : req_(req), what_(std::move(what)), expect_bytes_(expect_bytes) {}
+    ~MpiPendingOp() override {
+        if (!done_) (void)wait();
+    }
+    Status wait() override {
+        if (done_) return ok_status();
+        done_ = true;
+        MPI_Status st;
+        const int rc = MPI_Wait(&req_, &st);
+        if (rc != MPI_SUCCESS) return Status(StatusCode::kUnavailable, what_ + " failed: " + mpi_error(rc));
+        if (expect_bytes_ != kNoCheck) {
+            int count = 0;
+            MPI_Get_count(&st, MPI_BYTE, &count);
+            if (static_cast<size_t>(count) != expect_bytes_) {
+                return data_loss(what_ + ": got " + std::to_string(count) + " bytes, expected " +
+                                 std::to_string(expect_bytes_));
+            }
+        }
+        return ok_status();
+    }
+    static constexpr size_t kNoCheck = ~size_t{0};
+
+private:
+    MPI_Request req_;
+    std::string what_;
+    size_t expect_bytes_;
+    bool done_ = false;
+};
+
 class MpiCommunicator final : public Communicator {
 public:
     MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
@@ -131,6 +163,24 @@ public:
     }
 
     Status barrier() override { return wrap(MPI_Barrier(comm_), "barrier"); }
+
+    Result<std::unique_ptr<PendingOp>> isend(const TensorView& buf, int peer, int tag) override {
+        PENSTOCK_RETURN_IF_ERROR(check_host(buf, "isend"));
+        MPI_Request req;
+        PENSTOCK_RETURN_IF_ERROR(
+            wrap(MPI_Isend(buf.data, static_cast<int>(buf.nbytes()), MPI_BYTE, peer, tag, comm_, &req), "isend"));
+        return std::unique_ptr<PendingOp>(
+            std::make_unique<MpiPendingOp>(req, name_ + " isend to " + std::to_string(peer), MpiPendingOp::kNoCheck));
+    }
+
+    Result<std::unique_ptr<PendingOp>> irecv(const TensorView& buf, int peer, int tag) override {
+        PENSTOCK_RETURN_IF_ERROR(check_host(buf, "irecv"));
+        MPI_Request req;
+        PENSTOCK_RETURN_IF_ERROR(
+            wrap(MPI_Irecv(buf.data, static_cast<int>(buf.nbytes()), MPI_BYTE, peer, tag, comm_, &req), "irecv"));
+        return std::unique_ptr<PendingOp>(
+            std::make_unique<MpiPendingOp>(req, name_ + " irecv from " + std::to_string(peer), buf.nbytes()));
+    }
 
 private:
     Status check_host(const TensorView& v, const char* what) const {

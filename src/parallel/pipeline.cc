@@ -1,6 +1,7 @@
 // Pipeline stages over a Communicator.
 #include "parallel/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -206,30 +207,145 @@ Status PipelineStage::recv_rows(const Tensor& bank, uint32_t begin, uint32_t end
     return ok_status();
 }
 
-Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
+Status PipelineStage::submit(const models::ForwardBatch& batch) {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
+    PENSTOCK_CHECK_GT(pp_->size(), 1) << "submit() needs a pipeline of at least two stages";
     const models::BatchLayout layout = runner_->make_layout(batch);
-    models::Activations act;
-    const bool single = pp_->size() == 1;
     const StagePlan plan = make_plan(batch, /*bank_inherited=*/0);
-    if (!single) {
-        PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
-    }
-    auto t0 = std::chrono::steady_clock::now();
+    InFlight f;
+    f.logits = Tensor::empty({static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size},
+                             DType::kF32);
+    PENSTOCK_ASSIGN_OR_RETURN(f.recv, pp_->irecv(f.logits, pp_->size() - 1, kTagLogits));
+    in_flight_.push_back(std::move(f));
+    PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
+    models::Activations act;
+    const auto t0 = std::chrono::steady_clock::now();
     runner_->run_layers(batch, layout, &act);
     stats_.busy_ms += ms_since(t0);
     ++stats_.steps;
-    if (single) return runner_->logits(layout, act);
     const bool bank = plan.bank_total > 0;
     if (bank && plan.eager_bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, 0, kTagBankInherited));
     PENSTOCK_RETURN_IF_ERROR(pp_->send(act.hidden, 1, kTagHidden));
     stats_.bytes_sent += static_cast<int64_t>(act.hidden.nbytes());
     if (bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, plan.bank_valid, kTagBank));
-    Tensor logits = Tensor::empty(
-        {static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size}, DType::kF32);
-    t0 = std::chrono::steady_clock::now();
-    PENSTOCK_RETURN_IF_ERROR(pp_->recv(logits, pp_->size() - 1, kTagLogits));
+    return ok_status();
+}
+
+Result<Tensor> PipelineStage::collect() {
+    PENSTOCK_CHECK(!in_flight_.empty()) << "collect() with nothing in flight";
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    const auto t0 = std::chrono::steady_clock::now();
+    PENSTOCK_RETURN_IF_ERROR(f.recv->wait());
     stats_.stall_ms += ms_since(t0);
+    return f.logits;
+}
+
+Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
+    PENSTOCK_CHECK_EQ(pp_->rank(), 0);
+    if (pp_->size() == 1) {
+        const models::BatchLayout layout = runner_->make_layout(batch);
+        models::Activations act;
+        const auto t0 = std::chrono::steady_clock::now();
+        runner_->run_layers(batch, layout, &act);
+        Tensor logits = runner_->logits(layout, act);
+        stats_.busy_ms += ms_since(t0);
+        ++stats_.steps;
+        return logits;
+    }
+    PENSTOCK_RETURN_IF_ERROR(submit(batch));
+    return collect();
+}
+
+Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, PipelineStage* pipe,
+                                             std::span<const std::vector<int32_t>> prompts,
+                                             const MicroBatchOptions& options) {
+    const int64_t vocab = runner->model().config().vocab_size;
+    const auto n = static_cast<int64_t>(prompts.size());
+    const int64_t mbs = std::max<int64_t>(1, options.micro_batch_size);
+    const int64_t slots = std::max<int64_t>(1, options.slots);
+    std::vector<Tensor> logits;
+    for (int64_t i = 0; i < n; ++i) {
+        const auto len = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
+        if (len == 0) return invalid_argument("prompt " + std::to_string(i) + " is empty");
+        for (int32_t id : prompts[static_cast<size_t>(i)]) {
+            if (id < 0 || id >= vocab)
+                return invalid_argument("token id " + std::to_string(id) + " outside the vocabulary");
+        }
+        logits.push_back(Tensor::empty({len, vocab}, DType::kF32));
+    }
+    const auto release_all = [&] {
+        for (int64_t i = 0; i < n; ++i) runner->release(i);
+    };
+    for (int64_t i = 0; i < n; ++i) {
+        const Status st = runner->admit(i, static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()));
+        if (!st.ok()) {
+            release_all();
+            return st;
+        }
+    }
+    struct Piece {
+        int64_t prompt, offset, len;
+    };
+    std::deque<std::vector<Piece>> pending;  // per in-flight micro-batch: where its logit rows go
+    std::vector<int64_t> done(static_cast<size_t>(n), 0);
+    const int64_t n_groups = (n + mbs - 1) / mbs;
+    const auto scatter = [&](const Tensor& out, const std::vector<Piece>& pieces) {
+        int64_t row = 0;
+        for (const Piece& p : pieces) {
+            std::memcpy(logits[static_cast<size_t>(p.prompt)].ptr<float>() + p.offset * vocab,
+                        out.ptr<const float>() + row * vocab, static_cast<size_t>(p.len * vocab) * sizeof(float));
+            row += p.len;
+        }
+    };
+    const auto drain_one = [&]() -> Status {
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor out, pipe->collect());
+        scatter(out, pending.front());
+        pending.pop_front();
+        return ok_status();
+    };
+    bool work = true;
+    while (work) {
+        work = false;
+        for (int64_t g = 0; g < n_groups; ++g) {
+            models::ForwardBatch batch;
+            std::vector<Piece> pieces;
+            for (int64_t i = g * mbs; i < std::min(n, (g + 1) * mbs); ++i) {
+                const std::vector<int32_t>& p = prompts[static_cast<size_t>(i)];
+                const auto len = static_cast<int64_t>(p.size());
+                int64_t& d = done[static_cast<size_t>(i)];
+                if (d == len) continue;
+                const int64_t take = options.chunk_size > 0 ? std::min(options.chunk_size, len - d) : len - d;
+                models::SeqChunk c;
+                c.request_id = i;
+                c.token_ids.assign(p.begin() + d, p.begin() + d + take);
+                c.prefix_len = d;
+                c.prompt_len = len;
+                c.logits = models::LogitsMode::kAll;
+                batch.seqs.push_back(std::move(c));
+                pieces.push_back({i, d, take});
+                d += take;
+            }
+            if (batch.seqs.empty()) continue;
+            work = true;
+            Status st = runner->bind(&batch);
+            if (st.ok() && pipe->in_flight() >= static_cast<size_t>(slots)) st = drain_one();
+            if (st.ok()) st = pipe->submit(batch);
+            if (!st.ok()) {
+                release_all();
+                return st;
+            }
+            pending.push_back(std::move(pieces));
+        }
+    }
+    while (!pending.empty()) {
+        const Status st = drain_one();
+        if (!st.ok()) {
+            release_all();
+            return st;
+        }
+    }
+    release_all();
     return logits;
 }
 

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -51,6 +53,19 @@ struct StageStats {
     int64_t bank_bytes_sent = 0;
 };
 
+// Stage 0's driver for a pipeline prefill: every prompt is a request; prompts are grouped into micro-batches of at most
+// `micro_batch_size` requests (SPEC §4's pp_max_micro_batch_size); micro-batches take turns, each step taking the
+// next <= chunk_size tokens (0 = all) of every unfinished prompt in it, with up to `slots` micro-batches in flight
+// (pp_size + pp_async_batch_depth). Returns every position's logits per prompt; frees the requests' pages.
+struct MicroBatchOptions {
+    int64_t chunk_size = 0;
+    int64_t micro_batch_size = 1;
+    int64_t slots = 1;
+};
+[[nodiscard]] Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, class PipelineStage* pipe,
+                                                           std::span<const std::vector<int32_t>> prompts,
+                                                           const MicroBatchOptions& options);
+
 std::vector<uint8_t> encode_plan(const StagePlan& plan);
 [[nodiscard]] Result<StagePlan> decode_plan(std::span<const uint8_t> bytes);
 
@@ -63,6 +78,12 @@ public:
     // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage and returns the logit rows.
     // Sequences whose chunk ends their prompt are released on the other stages after the step.
     [[nodiscard]] Result<Tensor> step(const models::ForwardBatch& batch);
+    // Stage 0, micro-batched: submit() runs stage 0's layers on `batch`, sends it downstream and returns with the
+    // micro-batch in flight (its logits receive is posted first, so the last stage never blocks on stage 0);
+    // collect() waits for the oldest in-flight micro-batch and returns its logit rows (submission order).
+    [[nodiscard]] Status submit(const models::ForwardBatch& batch);
+    [[nodiscard]] Result<Tensor> collect();
+    size_t in_flight() const { return in_flight_.size(); }
     // Stage 0: ends the other stages' serve() loops.
     [[nodiscard]] Status stop();
     // Stages > 0: receive and run steps until stage 0 stops the pipeline.
@@ -80,10 +101,16 @@ private:
     // This stage's outgoing plan for `batch` (bank fields from the model's layer range).
     StagePlan make_plan(const models::ForwardBatch& batch, uint32_t bank_inherited) const;
 
+    struct InFlight {
+        Tensor logits;  // [n_logit_rows, vocab] f32, filled by `recv`
+        std::unique_ptr<PendingOp> recv;
+    };
+
     runtime::ModelRunner* runner_;
     Communicator* pp_;
     bool eager_bank_;
     StageStats stats_;
+    std::deque<InFlight> in_flight_;
 };
 
 }  // namespace penstock::parallel
