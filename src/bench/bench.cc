@@ -59,8 +59,8 @@ Percentiles percentiles(std::vector<double> v) {
 
 namespace {
 
-constexpr const char* kWords[] = {"the",   "river", "stone",  "light", "green", "quick", "water", "model",
-                                  "token", "cache", "prefix", "north", "paper", "seven", "cloud", "engine",
+constexpr const char* kWords[] = {"the",    "river",  "stone",  "light",  "green",  "quick",  "water",  "model",
+                                  "token",  "cache",  "prefix", "north",  "paper",  "seven",  "cloud",  "engine",
                                   "bridge", "signal", "garden", "window", "orange", "silver", "market", "planet"};
 
 struct Prompt {
@@ -80,9 +80,9 @@ std::vector<Prompt> make_dataset(const BenchArgs& a, int64_t vocab) {
         Prompt p;
         p.input_len = len_in(a.input_len);
         p.output_len = len_in(a.output_len);
-        json body = {{"stream", true},
-                     {"sampling_params",
-                      {{"max_new_tokens", p.output_len}, {"ignore_eos", true}, {"temperature", 0.0}}}};
+        json body = {
+            {"stream", true},
+            {"sampling_params", {{"max_new_tokens", p.output_len}, {"ignore_eos", true}, {"temperature", 0.0}}}};
         if (a.dataset == "random-ids") {
             std::vector<int32_t> ids(static_cast<size_t>(p.input_len));
             std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
@@ -121,8 +121,9 @@ int run_bench(const BenchArgs& a) {
     }
     if (a.num_prompts < 1 || a.max_concurrency < 1 || a.input_len < 1 || a.output_len < 1 || a.range_ratio < 0 ||
         a.range_ratio > 1 || a.request_rate < 0) {
-        std::fprintf(stderr, "penstock bench: error: lengths, counts and concurrency must be >= 1, range ratio in "
-                             "[0, 1], request rate >= 0\n");
+        std::fprintf(stderr,
+                     "penstock bench: error: lengths, counts and concurrency must be >= 1, range ratio in "
+                     "[0, 1], request rate >= 0\n");
         return 2;
     }
     int64_t vocab = a.vocab_size;
@@ -158,8 +159,8 @@ int run_bench(const BenchArgs& a) {
         workers.emplace_back([&] {
             for (int64_t i = next++; i < a.num_prompts; i = next++) {
                 const auto idx = static_cast<size_t>(i);
-                std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>(arrival[idx])));
+                std::this_thread::sleep_until(
+                    t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[idx])));
                 starts[idx] = std::chrono::duration<double>(Clock::now() - t0).count();
                 results[idx] = stream_generate(ep, "/generate", prompts[idx].body.dump(), a.timeout_s);
                 if (!results[idx].ok) ++n_failed;
@@ -177,8 +178,9 @@ int run_bench(const BenchArgs& a) {
             }
             for (int k = 0; k < 5 && !finished; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
-        if (!a.quiet) std::fprintf(stderr, "\r[bench] %lld/%lld done, %lld failed\n", static_cast<long long>(n_done),
-                                   static_cast<long long>(a.num_prompts), static_cast<long long>(n_failed.load()));
+        if (!a.quiet)
+            std::fprintf(stderr, "\r[bench] %lld/%lld done, %lld failed\n", static_cast<long long>(n_done),
+                         static_cast<long long>(a.num_prompts), static_cast<long long>(n_failed.load()));
     });
     for (std::thread& t : workers) t.join();
     const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -246,9 +248,9 @@ int run_bench(const BenchArgs& a) {
                     s["p50"].get<double>(), s["p95"].get<double>(), s["p99"].get<double>(), s["max"].get<double>());
     };
     std::printf("============ penstock bench ============\n");
-    std::printf("dataset %s, input %lld, output %lld, range ratio %.2f, concurrency %lld, rate %s\n",
-                a.dataset.c_str(), static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
-                a.range_ratio, static_cast<long long>(a.max_concurrency),
+    std::printf("dataset %s, input %lld, output %lld, range ratio %.2f, concurrency %lld, rate %s\n", a.dataset.c_str(),
+                static_cast<long long>(a.input_len), static_cast<long long>(a.output_len), a.range_ratio,
+                static_cast<long long>(a.max_concurrency),
                 a.request_rate > 0 ? std::to_string(a.request_rate).c_str() : "inf");
     std::printf("completed %lld / %lld, failed %lld, duration %.2f s\n", static_cast<long long>(completed),
                 static_cast<long long>(a.num_prompts), static_cast<long long>(failed), duration);

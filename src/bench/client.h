@@ -19,13 +19,13 @@ bool parse_base_url(const std::string& url, Endpoint* out, std::string* error);
 
 struct StreamTiming {
     bool ok = false;
-    std::string error;              // "" when ok
+    std::string error;  // "" when ok
     int http_status = 0;
-    int64_t prompt_tokens = 0;      // as the server reports them
+    int64_t prompt_tokens = 0;  // as the server reports them
     int64_t output_tokens = 0;
-    double ttft_s = 0;              // request sent -> first event carrying a token
-    double e2e_s = 0;               // request sent -> stream done
-    std::vector<double> itl_s;      // gaps between consecutive token-carrying events
+    double ttft_s = 0;          // request sent -> first event carrying a token
+    double e2e_s = 0;           // request sent -> stream done
+    std::vector<double> itl_s;  // gaps between consecutive token-carrying events
     std::string finish_reason;
 };
 

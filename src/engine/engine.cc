@@ -96,8 +96,8 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRunner> runner,
-                                               const Tokenizer* tokenizer, EngineOptions options) {
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer,
+                                               EngineOptions options) {
     PENSTOCK_CHECK(runner != nullptr);
     if (!runner->model().is_first_stage() || !runner->model().is_last_stage()) {
         return invalid_argument("the engine needs a runner that holds the whole model");
@@ -255,17 +255,18 @@ bool Engine::absorb_inbox() {
         l->handle = p.handle;
         l->params = p.request.params;
         l->rng = Rng(l->params.sampling.seed.value_or(options_.seed * 0x9e3779b97f4a7c15ULL + seed_counter_++));
-        if (tokenizer_ != nullptr) l->detok = std::make_unique<DecodeStream>(*tokenizer_, l->params.skip_special_tokens);
+        if (tokenizer_ != nullptr)
+            l->detok = std::make_unique<DecodeStream>(*tokenizer_, l->params.skip_special_tokens);
         l->rid = p.request.rid;
         l->arrival = p.arrival;
         l->prompt_len = static_cast<int64_t>(p.request.prompt.size());
-        scheduler::NewRequest nr{.id = p.id,
-                                 .prompt = std::move(p.request.prompt),
-                                 .sampling = {.max_new_tokens = l->params.max_new_tokens,
-                                              .stop_token_ids = l->params.stop_token_ids},
-                                 .arrival = p.arrival,
-                                 .deadline = p.request.timeout > Clock::duration::zero() ? p.arrival + p.request.timeout
-                                                                                        : scheduler::kNoDeadline};
+        scheduler::NewRequest nr{
+            .id = p.id,
+            .prompt = std::move(p.request.prompt),
+            .sampling = {.max_new_tokens = l->params.max_new_tokens, .stop_token_ids = l->params.stop_token_ids},
+            .arrival = p.arrival,
+            .deadline =
+                p.request.timeout > Clock::duration::zero() ? p.arrival + p.request.timeout : scheduler::kNoDeadline};
         if (!l->params.ignore_eos) {
             for (int32_t eos : options_.eos_token_ids) nr.sampling.stop_token_ids.push_back(eos);
         }
@@ -287,8 +288,10 @@ bool Engine::absorb_inbox() {
     }
     for (const auto& [id, reason] : aborts) {
         auto it = live_.find(id);
-        if (it == live_.end() || sched_->find(id) == nullptr) continue;
+        const scheduler::Request* r = sched_->find(id);
+        if (it == live_.end() || r == nullptr) continue;
         it->second->abort_reason = reason;
+        count_abort_phase(*r);
         (void)sched_->abort(id);
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -298,7 +301,11 @@ bool Engine::absorb_inbox() {
 
 void Engine::loop() {
     while (absorb_inbox()) {
-        for (int64_t id : sched_->expire_deadlines(Clock::now())) live_.at(id)->abort_reason = AbortReason::kTimeout;
+        for (int64_t id : sched_->expire_deadlines(Clock::now())) {
+            live_.at(id)->abort_reason = AbortReason::kTimeout;
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.aborted_by_phase[live_.at(id)->first_token ? "decode" : "queued_or_prefill"];
+        }
         const scheduler::BatchPlan plan = sched_->schedule_step();
         if (!plan.empty()) run_step(plan);
         publish_finished();
@@ -311,6 +318,24 @@ void Engine::loop() {
         }
     }
     shutdown_all();
+}
+
+void Engine::count_abort_phase(const scheduler::Request& r) {
+    const char* phase = "decode";
+    switch (r.state()) {
+        case scheduler::RequestState::kWaiting:
+            phase = "queued";
+            break;
+        case scheduler::RequestState::kPrefilling:
+            phase = "prefill";
+            break;
+        case scheduler::RequestState::kDecoding:
+        case scheduler::RequestState::kFinished:
+        case scheduler::RequestState::kAborted:
+            break;
+    }
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    ++metrics_.aborted_by_phase[phase];
 }
 
 void Engine::fail_request(int64_t id, const Status& error) {

@@ -47,7 +47,7 @@ struct GenerateParams {
 struct GenerateRequest {
     std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
     GenerateParams params;
-    std::string rid;                         // optional external id for abort_rid ("" = none); unique among live ones
+    std::string rid;  // optional external id for abort_rid ("" = none); unique among live ones
     Clock::duration timeout = Clock::duration::zero();  // <= 0: no deadline
 };
 
@@ -105,6 +105,7 @@ struct EngineMetrics {
     std::map<std::string, int64_t> finished_by_reason;
     std::map<std::string, int64_t> rejected_by_reason;  // queue_full, invalid, too_long, draining
     std::map<std::string, int64_t> aborted_by_reason;   // abort_reason_name
+    std::map<std::string, int64_t> aborted_by_phase;    // queued, prefill, decode (RELIABILITY T7)
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram e2e_s{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
 };
@@ -112,10 +113,10 @@ struct EngineMetrics {
 struct EngineOptions {
     scheduler::SchedulerConfig scheduler = {};
     std::optional<scheduler::ChunkCostModel> cost_model = std::nullopt;  // required with dynamic chunking
-    std::vector<int32_t> eos_token_ids = {};              // stop tokens of every request unless ignore_eos
-    uint64_t seed = 0;                                    // seeds requests that bring no seed (counter-derived)
-    int64_t max_stop_strings = 16;                        // per request
-    int64_t max_stop_string_bytes = 256;                  // per stop string
+    std::vector<int32_t> eos_token_ids = {};  // stop tokens of every request unless ignore_eos
+    uint64_t seed = 0;                        // seeds requests that bring no seed (counter-derived)
+    int64_t max_stop_strings = 16;            // per request
+    int64_t max_stop_string_bytes = 256;      // per stop string
     // Test hooks (unset in production). step_fault runs before each forward: non-OK fails only that step's
     // requests (RELIABILITY T3). logits_observer sees every sampled row (request id, [vocab] f32).
     std::function<Status(const scheduler::BatchPlan&)> step_fault = {};
@@ -178,6 +179,7 @@ private:
     // Samples one token per kLast sequence of `batch` from `logits` (batch logit-row order).
     void sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result);
     void fail_request(int64_t id, const Status& error);
+    void count_abort_phase(const scheduler::Request& r);
     void on_token(int64_t id, int32_t token);
     void publish_finished();
     void shutdown_all();

@@ -42,7 +42,9 @@ std::vector<Candidate> filtered(std::span<const float> logits, const SamplingOpt
         if (std::isfinite(logits[i])) c.push_back({static_cast<int32_t>(i), static_cast<double>(logits[i])});
     }
     if (c.empty()) return c;
-    const auto by_logit = [](const Candidate& a, const Candidate& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); };
+    const auto by_logit = [](const Candidate& a, const Candidate& b) {
+        return a.p > b.p || (a.p == b.p && a.id < b.id);
+    };
     const auto n = static_cast<int64_t>(c.size());
     if (o.top_k > 0 && o.top_k < n) {
         std::partial_sort(c.begin(), c.begin() + o.top_k, c.end(), by_logit);

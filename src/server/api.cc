@@ -41,8 +41,7 @@ int64_t json_depth(std::string_view body, int64_t limit) {
     return max_depth;
 }
 
-std::string render_chat(const std::vector<std::pair<std::string, std::string>>& messages, const std::string& bos,
-                        const std::string& eos) {
+std::string render_chat(const std::vector<ChatMessage>& messages, const std::string& bos, const std::string& eos) {
     std::string out = bos;
     for (const auto& [role, content] : messages) {
         if (role == "user") {
@@ -144,8 +143,8 @@ void parse_stop(Fields* f, const ServerConfig& c, std::vector<std::string>* out)
     for (const std::string& s : *out) {
         if (s.empty()) return f->fail("stop", "stop strings must not be empty");
         if (static_cast<int64_t>(s.size()) > c.max_stop_string_bytes) {
-            return f->fail("stop", "a stop string is longer than " + std::to_string(c.max_stop_string_bytes) +
-                                       " bytes");
+            return f->fail("stop",
+                           "a stop string is longer than " + std::to_string(c.max_stop_string_bytes) + " bytes");
         }
     }
 }
@@ -159,8 +158,9 @@ void parse_token_list(Fields* f, const json& v, const char* name, int64_t max_le
     out->reserve(v.size());
     for (const json& t : v) {
         if (!t.is_number_integer() && !t.is_number_unsigned()) return f->fail(name, "must hold integer token ids");
-        const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), 1ULL << 40))
-                                                  : t.get<int64_t>();
+        const int64_t id = t.is_number_unsigned()
+                               ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), 1ULL << 40))
+                               : t.get<int64_t>();
         if (id < 0 || id >= vocab) {
             return f->fail(name, "token id " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
         }
@@ -169,8 +169,7 @@ void parse_token_list(Fields* f, const json& v, const char* name, int64_t max_le
 }
 
 // Sampling fields shared by every route (names as SGLang's sampling_params / OpenAI's top level).
-void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, engine::GenerateParams* p,
-                    bool openai) {
+void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, engine::GenerateParams* p, bool openai) {
     const ServerConfig& c = *ctx.config;
     if (openai) {
         f->integer("max_tokens", 1, max_new_limit, &p->max_new_tokens);
@@ -243,7 +242,7 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
     if (static_cast<int64_t>(msgs.size()) > ctx.config->max_messages) {
         return f->fail("messages", "more than " + std::to_string(ctx.config->max_messages) + " messages");
     }
-    std::vector<std::pair<std::string, std::string>> flat;
+    std::vector<ChatMessage> flat;
     for (const json& m : msgs) {
         if (!m.is_object()) return f->fail("messages", "each message must be an object");
         auto role = m.find("role");
@@ -265,13 +264,21 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
         } else {
             return f->fail("messages", "content must be a string or an array of text parts");
         }
-        flat.emplace_back(role->get<std::string>(), std::move(text));
+        flat.push_back({.role = role->get<std::string>(), .content = std::move(text)});
     }
     if (ctx.tokenizer == nullptr) {
         return f->fail("messages", "chat needs a tokenizer (this server runs with --skip-tokenizer-init)");
     }
     const engine::TokenizerConfig& tc = ctx.tokenizer->config();
-    encode_text(f, ctx, "messages", render_chat(flat, tc.bos_token, tc.eos_token), /*special=*/false, out);
+    std::string prompt;
+    if (ctx.chat_template != nullptr) {
+        Result<std::string> r = ctx.chat_template->render(flat, tc.bos_token, tc.eos_token);
+        if (!r.ok()) return f->fail("messages", r.status().message());
+        prompt = std::move(r).value();
+    } else {
+        prompt = render_chat(flat, tc.bos_token, tc.eos_token);
+    }
+    encode_text(f, ctx, "messages", prompt, /*special=*/false, out);
 }
 
 void parse_prompt(Fields* f, const ParseContext& ctx, const json& p, std::vector<int32_t>* out) {
@@ -464,21 +471,23 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
             break;
         }
         case ApiKind::kCompletions: {
-            json j = {{"id", id_},
-                      {"object", "text_completion"},
-                      {"created", created_},
-                      {"model", job_.model},
-                      {"choices", {{{"index", 0}, {"text", ev.text}, {"logprobs", nullptr}, {"finish_reason", finish}}}}};
+            json j = {
+                {"id", id_},
+                {"object", "text_completion"},
+                {"created", created_},
+                {"model", job_.model},
+                {"choices", {{{"index", 0}, {"text", ev.text}, {"logprobs", nullptr}, {"finish_reason", finish}}}}};
             out += frame(j);
             break;
         }
         case ApiKind::kChat: {
             const auto chunk = [&](json delta, json fin) {
-                return json{{"id", id_},
-                            {"object", "chat.completion.chunk"},
-                            {"created", created_},
-                            {"model", job_.model},
-                            {"choices", {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", fin}}}}};
+                return json{
+                    {"id", id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", job_.model},
+                    {"choices", {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", fin}}}}};
             };
             if (!sent_role_) {
                 out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));

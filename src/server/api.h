@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
+#include "server/chat_template.h"
 #include "server/config.h"
 
 namespace penstock::server {
@@ -42,6 +43,8 @@ struct ParseContext {
     std::string model_name;
     int64_t max_context_len = 0;
     int64_t vocab_size = 0;
+    // tokenizer_config.json's chat template when it parsed (ChatTemplate subset); null: the builtin template.
+    const ChatTemplate* chat_template = nullptr;
 };
 
 // The job, or the error to answer with (400 for malformed JSON or a bad field).
@@ -56,8 +59,7 @@ int64_t json_depth(std::string_view body, int64_t limit);
 
 // The builtin chat template (DeepSeek style, the embedded model's tokenizer_config template): BOS, then per message
 // user "<｜User｜>c", assistant "<｜Assistant｜>c" + EOS, other roles c; then "<｜Assistant｜>".
-std::string render_chat(const std::vector<std::pair<std::string, std::string>>& messages, const std::string& bos,
-                        const std::string& eos);
+std::string render_chat(const std::vector<ChatMessage>& messages, const std::string& bos, const std::string& eos);
 
 // Renders one job's outputs as it progresses.
 class ResponseWriter final {

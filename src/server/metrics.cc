@@ -67,6 +67,10 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
     for (const auto& [k, v] : http_rejections) rejected[k] += v;
     by_label(&out, "penstock_requests_rejected_total", "Rejected requests by reason", rejected);
     by_label(&out, "penstock_requests_aborted_total", "Aborted requests by reason", m.aborted_by_reason);
+    head(&out, "penstock_requests_aborted_by_phase_total", "counter", "Aborted requests by phase at abort time");
+    for (const auto& [k, v] : m.aborted_by_phase) {
+        line(&out, "penstock_requests_aborted_by_phase_total", "phase=\"" + k + "\"", static_cast<double>(v));
+    }
     histogram(&out, "penstock_time_to_first_token_seconds", "Time to first token", m.ttft_s);
     histogram(&out, "penstock_e2e_request_latency_seconds", "End-to-end request latency", m.e2e_s);
     return out;

@@ -4,8 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -70,6 +70,7 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
 
 namespace {
 
+// The one piece of global mutable state: a POSIX signal handler can only reach a sig_atomic_t flag.
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int) { g_stop_signal = 1; }
 
@@ -208,9 +209,8 @@ Status run_serve(const ServeArgs& args) {
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
     });
-    std::printf("penstock serve: listening on http://%s:%d (model %s, %lld KV pages, tokenizer %s)\n",
-                cfg.host.c_str(), port, cfg.served_model_name.c_str(), static_cast<long long>(n_pages),
-                tok ? "loaded" : "skipped");
+    std::printf("penstock serve: listening on http://%s:%d (model %s, %lld KV pages, tokenizer %s)\n", cfg.host.c_str(),
+                port, cfg.served_model_name.c_str(), static_cast<long long>(n_pages), tok ? "loaded" : "skipped");
     std::fflush(stdout);
     server.run();
     done = true;

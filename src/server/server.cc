@@ -54,15 +54,13 @@ Reply json_reply(std::string body) {
     return Reply{.status = 200, .body = std::move(body), .content_type = "application/json", .retry_after = ""};
 }
 
-Reply error_reply(int status, std::string message, std::string type = "invalid_request_error",
-                  std::string param = "") {
-    return Reply{.status = status,
-                 .body = error_body({.http_status = status,
-                                     .message = std::move(message),
-                                     .type = std::move(type),
-                                     .param = std::move(param)}),
-                 .content_type = "application/json",
-                 .retry_after = ""};
+Reply error_reply(int status, std::string message, std::string type = "invalid_request_error", std::string param = "") {
+    return Reply{
+        .status = status,
+        .body = error_body(
+            {.http_status = status, .message = std::move(message), .type = std::move(type), .param = std::move(param)}),
+        .content_type = "application/json",
+        .retry_after = ""};
 }
 
 Reply status_reply(const Status& st, double retry_after_s) {
@@ -112,7 +110,22 @@ Server::Server(engine::Engine* engine, ServerConfig config, std::string info_jso
                               .config = &config_,
                               .model_name = config_.served_model_name,
                               .max_context_len = engine_->scheduler_config().max_context_len,
-                              .vocab_size = engine_->model_config().vocab_size};
+                              .vocab_size = engine_->model_config().vocab_size,
+                              .chat_template = nullptr};
+    chat_template_source_ = "builtin-deepseek";
+    const engine::Tokenizer* tok = engine_->tokenizer();
+    if (tok != nullptr && !tok->config().chat_template.empty()) {
+        Result<std::shared_ptr<const ChatTemplate>> t = ChatTemplate::parse(tok->config().chat_template);
+        if (t.ok()) {
+            chat_template_ = std::move(t).value();
+            parse_ctx_.chat_template = chat_template_.get();
+            chat_template_source_ = "tokenizer_config";
+        } else {
+            chat_template_source_ =
+                "builtin-deepseek (tokenizer_config template not used: " + t.status().message() + ")";
+            PENSTOCK_LOG_WARN("{}", chat_template_source_);
+        }
+    }
 }
 
 Server::~Server() = default;
@@ -134,6 +147,7 @@ Result<int> Server::listen() {
                       "cannot listen on " + config_.host + ":" + std::to_string(config_.port) + ": " + ec.message());
     }
     const int port = acc->local_endpoint().port();
+    config_.port = port;  // the bound port (--port 0 picks one), as /get_server_info reports it
     acceptor_ = std::move(acc);
     return port;
 }
@@ -279,7 +293,8 @@ bool Server::handle(const Request& req, FdStream& s) {
     if (target == "/health" || target == "/health/readiness") {
         if (!get) return reply(error_reply(405, "use GET"));
         const double age = std::chrono::duration<double>(Clock::now() - engine_->last_heartbeat()).count();
-        if (draining_) return reply({.status = 503, .body = "draining", .content_type = "text/plain", .retry_after = ""});
+        if (draining_)
+            return reply({.status = 503, .body = "draining", .content_type = "text/plain", .retry_after = ""});
         if (age > config_.watchdog_timeout_s) {
             return reply({.status = 503,
                           .body = "engine loop stalled for " + std::to_string(age) + " s",
@@ -289,10 +304,8 @@ bool Server::handle(const Request& req, FdStream& s) {
         return reply({.status = 200, .body = "ok", .content_type = "text/plain", .retry_after = ""});
     }
     if (target == "/metrics") {
-        return reply({.status = 200,
-                      .body = metrics_text(),
-                      .content_type = "text/plain; version=0.0.4",
-                      .retry_after = ""});
+        return reply(
+            {.status = 200, .body = metrics_text(), .content_type = "text/plain; version=0.0.4", .retry_after = ""});
     }
     const std::string_view auth(req[http::field::authorization].data(), req[http::field::authorization].size());
     if (!authorized(auth)) {
@@ -345,13 +358,14 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
     }
     Job& job = *pr.job;
     const int64_t n = next_rid_++;
-    std::string id = kind == ApiKind::kGenerate ? (job.request.rid.empty() ? "req-" + std::to_string(n) : job.request.rid)
+    std::string id = kind == ApiKind::kGenerate
+                         ? (job.request.rid.empty() ? "req-" + std::to_string(n) : job.request.rid)
                      : kind == ApiKind::kCompletions ? "cmpl-" + std::to_string(n)
                                                      : "chatcmpl-" + std::to_string(n);
     if (job.request.rid.empty()) job.request.rid = id;
     if (config_.request_timeout_s > 0) {
-        job.request.timeout = std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(config_.request_timeout_s));
+        job.request.timeout =
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.request_timeout_s));
     }
     ++in_flight_;
     struct Guard {
@@ -398,10 +412,11 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
             }
             std::string frames;
             if (ev.finished && !ev.error.ok()) {
-                frames = "data: " + error_body({.http_status = status_reply(ev.error, 0).status,
-                                                .message = ev.error.message(),
-                                                .type = "server_error",
-                                                .param = ""}) +
+                frames = "data: " +
+                         error_body({.http_status = status_reply(ev.error, 0).status,
+                                     .message = ev.error.message(),
+                                     .type = "server_error",
+                                     .param = ""}) +
                          "\n\n";
             }
             frames += w.sse_frames(ev);
@@ -482,7 +497,7 @@ std::string Server::server_info() const {
     j["drain_timeout_s"] = config_.drain_timeout_s;
     j["watchdog_timeout"] = config_.watchdog_timeout_s;
     j["health_generate_timeout_s"] = config_.health_generate_timeout_s;
-    j["chat_template"] = "builtin-deepseek";
+    j["chat_template"] = chat_template_source_;
     return j.dump();
 }
 

@@ -56,6 +56,8 @@ private:
     ServerConfig config_;
     std::string info_json_;
     ParseContext parse_ctx_;
+    std::shared_ptr<const ChatTemplate> chat_template_;
+    std::string chat_template_source_;  // "tokenizer_config" or "builtin-deepseek (<why>)"
     boost::asio::io_context ioc_;
     std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
 

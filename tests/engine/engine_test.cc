@@ -1,0 +1,369 @@
+// Engine loop tests on the embedded tiny DeepSeek-V3 model: first-token logits through the engine equal
+// ModelRunner::prefill_all_logits for several chunk sizes and concurrent mixes; finish reasons (length, stop token,
+// stop string); aborts and timeouts return KV pages to baseline; an injected step failure fails only the requests
+// of that step; queue bound. Sampling: distributions and edge cases (engine/sampling.h).
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/sampling.h"
+#include "engine/tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+#include "models/model.h"
+
+namespace penstock::engine {
+namespace {
+
+const std::string kModelDir = std::string(PENSTOCK_ASSETS_DIR) + "/tiny-deepseek-v3";
+constexpr float kMaxAbsDiff = 2e-4f;
+
+std::unique_ptr<runtime::ModelRunner> make_runner(int64_t n_pages) {
+    auto config = loader::load_model_config(kModelDir);
+    EXPECT_TRUE(config.ok()) << config.status().to_string();
+    auto ckpt = loader::Checkpoint::open(kModelDir);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status().to_string();
+    loader::LoadStats stats;
+    auto model = models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, {}, &stats);
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    return std::make_unique<runtime::ModelRunner>(std::move(model).value(),
+                                                  runtime::RunnerOptions{.n_pages = n_pages, .n_threads = 2});
+}
+
+std::vector<int32_t> seeded_prompt(int64_t len, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> tok(2, 511);
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = tok(rng);
+    return p;
+}
+
+std::unique_ptr<Engine> make_engine(EngineOptions o, int64_t n_pages = 256, const Tokenizer* tok = nullptr) {
+    auto e = Engine::create(make_runner(n_pages), tok, std::move(o));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(e).value();
+}
+
+// Collects every output of a request until it finishes (or 60 s pass).
+struct Collected {
+    std::vector<int32_t> ids;
+    std::string text;
+    RequestOutput last;
+};
+Collected collect(RequestHandle& h) {
+    Collected c;
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < until) {
+        for (RequestOutput& ev : h.wait(std::chrono::milliseconds(50))) {
+            c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+            c.text += ev.text;
+            if (ev.finished) {
+                c.last = std::move(ev);
+                return c;
+            }
+        }
+    }
+    ADD_FAILURE() << "request " << h.id() << " did not finish";
+    return c;
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_new, bool ignore_eos = true) {
+    GenerateRequest r;
+    r.prompt = std::move(prompt);
+    r.params.max_new_tokens = max_new;
+    r.params.sampling.temperature = 0;
+    r.params.ignore_eos = ignore_eos;
+    return r;
+}
+
+void wait_idle(const Engine& e) {
+    for (int i = 0; i < 2000 && (e.n_live() > 0 || e.metrics().kv_pages_used > 0); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+struct MixCase {
+    int64_t chunk;                 // chunked_prefill_size (0: no chunking)
+    std::vector<int64_t> lengths;  // prompts submitted together
+};
+
+class FirstTokenLogits : public ::testing::TestWithParam<MixCase> {};
+
+TEST_P(FirstTokenLogits, EqualUnchunkedPrefill) {
+    const MixCase& c = GetParam();
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < c.lengths.size(); ++i) prompts.push_back(seeded_prompt(c.lengths[i], 100 + i));
+    // Reference: each prompt alone, unchunked.
+    auto ref_runner = make_runner(64);
+    std::vector<std::vector<float>> want;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        auto r = ref_runner->prefill_all_logits(std::span(&prompts[i], 1), /*chunk_size=*/0);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        const Tensor& l = r->front();
+        const int64_t vocab = l.size(1);
+        const float* last = l.ptr<const float>() + (l.size(0) - 1) * vocab;
+        want.emplace_back(last, last + vocab);
+    }
+    std::mutex mu;
+    std::map<int64_t, std::vector<float>> first;  // engine request id -> first sampled row
+    EngineOptions o;
+    o.scheduler.chunked_prefill_size = c.chunk;
+    o.scheduler.max_prefill_tokens = c.chunk > 0 ? c.chunk : 4096;
+    o.logits_observer = [&](int64_t id, std::span<const float> row) {
+        std::lock_guard<std::mutex> lock(mu);
+        first.try_emplace(id, row.begin(), row.end());
+    };
+    auto eng = make_engine(std::move(o));
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (const auto& p : prompts) {
+        auto h = eng->submit(greedy(p, 3));
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        hs.push_back(*h);
+    }
+    eng->start();
+    for (auto& h : hs) EXPECT_EQ(collect(*h).last.finish_reason, "length");
+    for (size_t i = 0; i < hs.size(); ++i) {
+        std::lock_guard<std::mutex> lock(mu);
+        ASSERT_EQ(first.count(hs[i]->id()), 1u);
+        const std::vector<float>& got = first[hs[i]->id()];
+        ASSERT_EQ(got.size(), want[i].size());
+        float worst = 0;
+        for (size_t v = 0; v < got.size(); ++v) worst = std::max(worst, std::abs(got[v] - want[i][v]));
+        EXPECT_LE(worst, kMaxAbsDiff) << "prompt " << i << " (" << prompts[i].size() << " tokens), chunk " << c.chunk;
+        const auto argmax = [](const std::vector<float>& x) {
+            return std::max_element(x.begin(), x.end()) - x.begin();
+        };
+        EXPECT_EQ(argmax(got), argmax(want[i])) << "prompt " << i;
+    }
+    wait_idle(*eng);
+    EXPECT_EQ(eng->metrics().kv_pages_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, FirstTokenLogits,
+                         ::testing::Values(MixCase{0, {37}}, MixCase{64, {200}}, MixCase{128, {5, 130, 64, 65}},
+                                           MixCase{64, {1, 150, 63, 129, 20}}, MixCase{0, {90, 3, 140}}));
+
+TEST(Engine, GreedyTokensDoNotDependOnBatching) {
+    const std::vector<int32_t> p = seeded_prompt(70, 7);
+    auto alone = make_engine({});
+    alone->start();
+    auto h = alone->submit(greedy(p, 6));
+    ASSERT_TRUE(h.ok());
+    const std::vector<int32_t> want = collect(**h).ids;
+    EngineOptions o;
+    o.scheduler.chunked_prefill_size = 64;
+    auto mixed = make_engine(std::move(o));
+    mixed->start();
+    std::vector<std::shared_ptr<RequestHandle>> others;
+    for (int i = 0; i < 4; ++i) others.push_back(*mixed->submit(greedy(seeded_prompt(40 + 30 * i, 50 + i), 5)));
+    auto h2 = mixed->submit(greedy(p, 6));
+    ASSERT_TRUE(h2.ok());
+    EXPECT_EQ(collect(**h2).ids, want);
+    for (auto& o2 : others) collect(*o2);
+}
+
+TEST(Engine, FinishReasons) {
+    auto eng = make_engine({.eos_token_ids = {1}});
+    eng->start();
+    const std::vector<int32_t> p = seeded_prompt(20, 3);
+    // Length.
+    Collected len = collect(**eng->submit(greedy(p, 4)));
+    EXPECT_EQ(len.last.finish_reason, "length");
+    EXPECT_EQ(len.ids.size(), 4u);
+    EXPECT_EQ(len.last.completion_tokens, 4);
+    EXPECT_EQ(len.last.prompt_tokens, 20);
+    // Stop token: the greedy run's third token, as a stop token id.
+    GenerateRequest r = greedy(p, 10);
+    r.params.stop_token_ids = {len.ids[2]};
+    Collected stop = collect(**eng->submit(r));
+    EXPECT_EQ(stop.last.finish_reason, "stop");
+    ASSERT_TRUE(stop.last.matched_stop_token.has_value());
+    EXPECT_EQ(*stop.last.matched_stop_token, len.ids[2]);
+    EXPECT_LE(stop.ids.size(), 3u);
+    EXPECT_EQ(stop.ids.back(), len.ids[2]);
+    // Invalid requests are refused synchronously.
+    EXPECT_EQ(eng->submit(greedy({}, 1)).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(eng->submit(greedy({600}, 1)).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(eng->submit(greedy(p, 100000)).status().code(), StatusCode::kOutOfRange);
+    GenerateRequest bad = greedy(p, 1);
+    bad.params.sampling.top_p = std::nanf("");
+    EXPECT_EQ(eng->submit(bad).status().code(), StatusCode::kInvalidArgument);
+    bad = greedy(p, 1);
+    bad.params.stop = {"x"};  // no tokenizer
+    EXPECT_EQ(eng->submit(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Engine, StopStringsTruncateText) {
+    auto tok = Tokenizer::from_dir(kModelDir);
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    auto eng = make_engine({}, 256, tok->get());
+    eng->start();
+    const std::vector<int32_t> p = seeded_prompt(12, 9);
+    Collected free_run = collect(**eng->submit(greedy(p, 12)));
+    ASSERT_GE(free_run.text.size(), 4u);
+    // A stop string taken from the middle of the free run's text: the output ends just before it.
+    const std::string stop = free_run.text.substr(free_run.text.size() / 2, 2);
+    GenerateRequest r = greedy(p, 12);
+    r.params.stop = {stop};
+    Collected cut = collect(**eng->submit(r));
+    EXPECT_EQ(cut.last.finish_reason, "stop");
+    EXPECT_EQ(cut.last.matched_stop, stop);
+    EXPECT_EQ(cut.text, free_run.text.substr(0, free_run.text.find(stop)));
+    wait_idle(*eng);
+    EXPECT_EQ(eng->metrics().kv_pages_used, 0);
+}
+
+TEST(Engine, AbortAndTimeoutFreePages) {
+    auto eng = make_engine({});
+    eng->start();
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < 4; ++i) hs.push_back(*eng->submit(greedy(seeded_prompt(100, 20 + i), 2000)));
+    GenerateRequest timed = greedy(seeded_prompt(50, 30), 2000);
+    timed.timeout = std::chrono::milliseconds(50);
+    auto th = eng->submit(timed);
+    ASSERT_TRUE(th.ok());
+    for (int i = 0; i < 1000 && eng->metrics().running < 4; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_GT(eng->metrics().kv_pages_used, 0);
+    for (auto& h : hs) eng->abort(h->id(), AbortReason::kClientDisconnect);
+    for (auto& h : hs) {
+        const Collected c = collect(*h);
+        EXPECT_EQ(c.last.finish_reason, "abort");
+        EXPECT_EQ(c.last.error.code(), StatusCode::kCancelled);
+    }
+    const Collected t = collect(**th);
+    EXPECT_EQ(t.last.finish_reason, "timeout");
+    EXPECT_EQ(t.last.error.code(), StatusCode::kDeadlineExceeded);
+    wait_idle(*eng);
+    const EngineMetrics m = eng->metrics();
+    EXPECT_EQ(m.kv_pages_used, 0);
+    EXPECT_EQ(m.running, 0);
+    EXPECT_EQ(m.aborted_by_reason.at("client_disconnect"), 4);
+    EXPECT_EQ(m.aborted_by_reason.at("timeout"), 1);
+}
+
+TEST(Engine, InjectedStepFailureFailsOnlyItsRequests) {
+    const int kRequests = 24;  // one victim among many (RELIABILITY T3)
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < kRequests; ++i) prompts.push_back(seeded_prompt(20 + 5 * i, 70 + i));
+    const auto run = [&](bool inject) {
+        EngineOptions o;
+        o.scheduler.chunked_prefill_size = 64;
+        o.scheduler.max_prefill_tokens = 64;  // one prompt per step, so a failed step holds one request
+        auto eng = make_engine(std::move(o));
+        std::vector<std::shared_ptr<RequestHandle>> hs;
+        for (const auto& p : prompts) hs.push_back(*eng->submit(greedy(p, 4)));
+        const int64_t victim = hs[7]->id();
+        if (inject) {
+            // Not thread-safe to set after start: set before.
+            EngineOptions* opts = const_cast<EngineOptions*>(&eng->options());
+            opts->step_fault = [victim](const scheduler::BatchPlan& plan) {
+                for (const auto& e : plan.entries) {
+                    if (e.request_id == victim && e.kind == scheduler::EntryKind::kPrefill) {
+                        return internal_error("injected fault");
+                    }
+                }
+                return ok_status();
+            };
+        }
+        eng->start();
+        std::vector<Collected> out;
+        for (auto& h : hs) out.push_back(collect(*h));
+        wait_idle(*eng);
+        EXPECT_EQ(eng->metrics().kv_pages_used, 0);
+        return out;
+    };
+    const std::vector<Collected> clean = run(false);
+    const std::vector<Collected> faulty = run(true);
+    for (int i = 0; i < kRequests; ++i) {
+        if (i == 7) {
+            EXPECT_EQ(faulty[i].last.finish_reason, "error");
+            EXPECT_EQ(faulty[i].last.error.code(), StatusCode::kInternal);
+        } else {
+            EXPECT_EQ(faulty[i].last.finish_reason, "length") << i;
+            EXPECT_EQ(faulty[i].ids, clean[i].ids) << "request " << i << " changed by another request's failure";
+        }
+    }
+}
+
+TEST(Engine, BoundedQueue) {
+    EngineOptions o;
+    o.scheduler.max_queue_size = 3;
+    auto eng = make_engine(std::move(o));  // not started: nothing leaves the queue
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(eng->submit(greedy({5, 6, 7}, 1)).ok());
+    EXPECT_EQ(eng->submit(greedy({5, 6, 7}, 1)).status().code(), StatusCode::kResourceExhausted);
+    eng->stop_accepting();
+    EXPECT_EQ(eng->submit(greedy({5}, 1)).status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(eng->metrics().rejected_by_reason.at("queue_full"), 1);
+}
+
+// ---- sampling ----
+
+TEST(Sampling, GreedyTakesLowestIdOnTiesAndSkipsNonFinite) {
+    Rng rng(1);
+    const std::vector<float> l = {1.0f, std::nanf(""), 3.0f, 3.0f, INFINITY};
+    EXPECT_EQ(sample_token(l, {.temperature = 0}, &rng), 2);
+    EXPECT_EQ(sample_token(l, {.temperature = 1, .top_k = 1}, &rng), 2);
+    const std::vector<float> none = {NAN, -INFINITY};
+    EXPECT_EQ(sample_token(none, {.temperature = 0}, &rng), 0);
+    EXPECT_EQ(sample_token(none, {.temperature = 1}, &rng), 0);
+}
+
+TEST(Sampling, DistributionsMatchFilters) {
+    const std::vector<float> l = {2.0f, 1.0f, 0.0f, -1.0f};
+    std::vector<double> p(4);
+    sampling_distribution(l, {.temperature = 1}, p);
+    const double z = std::exp(2.0) + std::exp(1.0) + 1 + std::exp(-1.0);
+    EXPECT_NEAR(p[0], std::exp(2.0) / z, 1e-12);
+    EXPECT_NEAR(p[3], std::exp(-1.0) / z, 1e-12);
+    sampling_distribution(l, {.temperature = 1, .top_k = 2}, p);
+    EXPECT_NEAR(p[0], std::exp(1.0) / (std::exp(1.0) + 1), 1e-12);
+    EXPECT_EQ(p[2], 0.0);
+    sampling_distribution(l, {.temperature = 1, .top_p = 0.5f}, p);  // p0 ~ 0.64 >= 0.5: only token 0
+    EXPECT_EQ(p[0], 1.0);
+    sampling_distribution(l, {.temperature = 0.5f}, p);
+    const double z2 = std::exp(4.0) + std::exp(2.0) + 1 + std::exp(-2.0);
+    EXPECT_NEAR(p[1], std::exp(2.0) / z2, 1e-12);
+    sampling_distribution(l, {.temperature = 1, .min_p = 0.3f}, p);  // p1/p0 = e^-1 ~ 0.37 stays, p2 goes
+    EXPECT_GT(p[1], 0.0);
+    EXPECT_EQ(p[2], 0.0);
+}
+
+TEST(Sampling, EmpiricalFrequenciesAndSeedDeterminism) {
+    const std::vector<float> l = {0.5f, 1.5f, -0.3f, 1.0f, 0.0f};
+    const SamplingOptions o{.temperature = 0.8f, .top_p = 0.95f, .top_k = 4};
+    std::vector<double> p(l.size());
+    sampling_distribution(l, o, p);
+    Rng rng(42);
+    const int n = 200000;
+    std::vector<int> count(l.size(), 0);
+    for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(sample_token(l, o, &rng))];
+    for (size_t v = 0; v < l.size(); ++v) {
+        const double sd = std::sqrt(p[v] * (1 - p[v]) / n);
+        EXPECT_NEAR(count[v] / static_cast<double>(n), p[v], 5 * sd + 1e-9) << "token " << v;
+    }
+    Rng a(7), b(7);
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(l, o, &a), sample_token(l, o, &b));
+}
+
+TEST(Sampling, ValidateRejectsBadValues) {
+    EXPECT_FALSE(validate({.temperature = -1}).ok());
+    EXPECT_FALSE(validate({.temperature = INFINITY}).ok());
+    EXPECT_FALSE(validate({.top_p = 0}).ok());
+    EXPECT_FALSE(validate({.top_p = 1.5f}).ok());
+    EXPECT_FALSE(validate({.top_p = NAN}).ok());
+    EXPECT_FALSE(validate({.top_k = -2}).ok());
+    EXPECT_FALSE(validate({.min_p = 2}).ok());
+    EXPECT_TRUE(validate({.temperature = 0, .top_p = 1, .top_k = 0}).ok());
+}
+
+}  // namespace
+}  // namespace penstock::engine

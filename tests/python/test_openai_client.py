@@ -1,0 +1,70 @@
+"""The `openai` Python SDK (a real client, not written here) against `penstock serve` on the embedded model:
+completions, chat, streaming, errors. Skips with a clear message when the package is not installed."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from serverlib import Server  # noqa: E402
+
+try:
+    import openai
+except ImportError:  # pragma: no cover
+    openai = None
+
+
+@unittest.skipIf(openai is None, "the openai package is not installed (pip install openai); skipping SDK tests")
+class OpenAISdk(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--api-key", "sk-test")
+        cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{cls.srv.port}/v1", api_key="sk-test", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.srv.stop() == 0
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list()]
+        self.assertEqual(ids, ["tiny-deepseek-v3"])
+
+    def test_completion(self):
+        r = self.client.completions.create(model="tiny-deepseek-v3", prompt="Hello", max_tokens=5, temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertIn(r.choices[0].finish_reason, ("length", "stop"))
+        self.assertLessEqual(r.usage.completion_tokens, 5)
+        self.assertGreater(r.usage.prompt_tokens, 0)
+
+    def test_chat(self):
+        r = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=4, seed=3,
+                                                messages=[{"role": "system", "content": "be brief"},
+                                                          {"role": "user", "content": "hi"}])
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertIsInstance(r.choices[0].message.content, str)
+
+    def test_streaming(self):
+        stream = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=6, stream=True,
+                                                     messages=[{"role": "user", "content": "count"}],
+                                                     stream_options={"include_usage": True})
+        chunks = list(stream)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(len(finishes), 1)
+        self.assertIsNotNone(chunks[-1].usage)
+        text = "".join(c.choices[0].text for c in self.client.completions.create(
+            model="tiny-deepseek-v3", prompt="a b c", max_tokens=5, stream=True, temperature=0))
+        full = self.client.completions.create(model="tiny-deepseek-v3", prompt="a b c", max_tokens=5, temperature=0)
+        self.assertEqual(text, full.choices[0].text)
+
+    def test_errors(self):
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="m", prompt="x", max_tokens=0)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="m", prompt="x", n=2)
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{self.srv.port}/v1", api_key="wrong", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.models.list()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

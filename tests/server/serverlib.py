@@ -1,0 +1,110 @@
+"""Helpers for tests that launch `penstock serve` on 127.0.0.1 with an ephemeral port (stdlib only)."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+BINARY = os.environ.get("PENSTOCK_BINARY", "build/penstock")
+
+
+class Server:
+    """A `penstock serve --port 0` subprocess; the bound port is read from its first stdout line."""
+
+    def __init__(self, *flags, threads=2):
+        self.proc = subprocess.Popen(
+            [BINARY, "serve", "--port", "0", "--threads", str(threads), *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"127\.0\.0\.1:(\d+)", line)
+        if not m:
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            raise RuntimeError(f"server did not start: {line!r} {err!r}")
+        self.port = int(m.group(1))
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), payload
+
+    def post(self, path, body, **kw):
+        status, headers, payload = self.request("POST", path, body, **kw)
+        try:
+            return status, headers, json.loads(payload)
+        except ValueError:
+            return status, headers, payload
+
+    def sse(self, path, body, headers=None, timeout=60):
+        """POSTs a streaming request; returns (status, [parsed data frames], saw_done)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        conn.request("POST", path, body=json.dumps(body), headers=hdrs)
+        resp = conn.getresponse()
+        raw = resp.read().decode("utf-8", "replace")
+        conn.close()
+        frames, done = [], False
+        for ev in raw.split("\n\n"):
+            if not ev.startswith("data: "):
+                continue
+            data = ev[len("data: "):]
+            if data == "[DONE]":
+                done = True
+            else:
+                frames.append(json.loads(data))
+        return resp.status, frames, done
+
+    def metrics(self):
+        _, _, payload = self.request("GET", "/metrics")
+        out = {}
+        for line in payload.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def raw(self, data, read=True, timeout=10):
+        """Sends raw bytes on a fresh socket; returns the response status code (0 when none)."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            if not read:
+                return s
+            buf = b""
+            while b"\r\n" not in buf:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            m = re.match(rb"HTTP/1\.[01] (\d+)", buf)
+            return int(m.group(1)) if m else 0
+        finally:
+            if read:
+                s.close()
+
+    def wait_metric(self, name, pred, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            v = self.metrics().get(name, 0.0)
+            if pred(v):
+                return v
+            time.sleep(0.05)
+        return self.metrics().get(name, 0.0)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
