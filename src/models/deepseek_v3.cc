@@ -30,10 +30,12 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
     const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
     PENSTOCK_ASSIGN_OR_RETURN(
         loader::WeightMap weights,
-        checkpoint.load([&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
-                        loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+        checkpoint.load(
+            [&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
+            loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
     if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
-        return invalid_argument("--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
+        return invalid_argument(
+            "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
     WeightReader r(&weights, options.placement, options.dtype);
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
@@ -109,16 +111,7 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
 
 Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activations& act,
                                        const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
-    const int64_t h = config_.hidden_size;
-    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
-    Tensor selected = scratch(ctx, {rows, h}, act.hidden.dtype());
-    kernels::gather_rows({.out = selected, .in = act.hidden, .index = layout.logit_index}, ctx);
-    kernels::rms_norm({.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)},
-                      ctx);
-    Tensor logits = scratch(ctx, {rows, config_.vocab_size});
-    kernels::gemm({.out = logits, .a = selected, .b = lm_head_, .trans_b = true}, ctx);
-    return logits;
+    return head_logits(layout, act.hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
 }
 
 }  // namespace penstock::models

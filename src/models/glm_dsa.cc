@@ -368,19 +368,7 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
 
 Tensor GlmDsaModel::compute_logits(const BatchLayout& layout, const Activations& act,
                                    const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
-    const int64_t h = config_.hidden_size;
-    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
-    Tensor selected = Tensor::empty({rows, h}, DType::kF32);
-    for (int64_t i = 0; i < rows; ++i) {
-        const int64_t src = layout.logit_rows[static_cast<size_t>(i)];
-        std::copy_n(act.hidden.ptr<const float>() + src * h, h, selected.ptr<float>() + i * h);
-    }
-    kernels::rms_norm(
-        {.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)}, ctx);
-    Tensor logits = Tensor::empty({rows, config_.vocab_size}, DType::kF32);
-    kernels::gemm({.out = logits, .a = selected, .b = lm_head_, .trans_b = true}, ctx);
-    return logits;
+    return head_logits(layout, act.hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
 }
 
 Result<std::unique_ptr<Model>> load_glm_dsa_model(const loader::ModelConfig& config,

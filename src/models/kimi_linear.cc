@@ -423,9 +423,7 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
 
 Tensor KimiLinearModel::compute_logits(const BatchLayout& layout, const Activations& act,
                                        const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(lm_head_.defined()) << "compute_logits() called on a stage without the head";
     const int64_t h = config_.hidden_size;
-    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
     Tensor final_hidden;  // [n_tokens, hidden]: the stream, or the AttnRes output read
     if (kimi_.attn_res_block_size > 0) {
         final_hidden = Tensor::empty({layout.n_tokens, h}, DType::kF32);
@@ -433,16 +431,7 @@ Tensor KimiLinearModel::compute_logits(const BatchLayout& layout, const Activati
     } else {
         final_hidden = act.hidden;
     }
-    Tensor selected = Tensor::empty({rows, h}, DType::kF32);
-    for (int64_t i = 0; i < rows; ++i) {
-        const int64_t src = layout.logit_rows[static_cast<size_t>(i)];
-        std::copy_n(final_hidden.ptr<const float>() + src * h, h, selected.ptr<float>() + i * h);
-    }
-    kernels::rms_norm(
-        {.out = selected, .in = selected, .weight = norm_, .eps = static_cast<float>(config_.rms_norm_eps)}, ctx);
-    Tensor logits = Tensor::empty({rows, config_.vocab_size}, DType::kF32);
-    kernels::gemm({.out = logits, .a = selected, .b = lm_head_, .trans_b = true}, ctx);
-    return logits;
+    return head_logits(layout, final_hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
 }
 
 Result<std::unique_ptr<Model>> load_kimi_linear_model(const loader::ModelConfig& config,

@@ -5,8 +5,8 @@
 
 namespace penstock::models {
 
-Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                           int64_t in_features, bool has_bias) {
+Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features, int64_t in_features,
+                           bool has_bias) {
     Linear l;
     PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take(prefix + ".weight", {out_features, in_features}));
     if (has_bias) {
@@ -39,6 +39,18 @@ Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Conte
     Tensor out = scratch(ctx, {x.size(0), layer.out_features()}, x.dtype);
     linear_forward(layer, x, out, ctx);
     return out;
+}
+
+Tensor head_logits(const BatchLayout& layout, const TensorView& hidden, const Tensor& norm, const Tensor& lm_head,
+                   float eps, const kernels::Context& ctx) {
+    PENSTOCK_CHECK(lm_head.defined()) << "logits requested on a stage without the head";
+    const auto rows = static_cast<int64_t>(layout.logit_rows.size());
+    Tensor selected = scratch(ctx, {rows, hidden.size(1)}, hidden.dtype);
+    kernels::gather_rows({.out = selected, .in = hidden, .index = layout.logit_index}, ctx);
+    kernels::rms_norm({.out = selected, .in = selected, .weight = norm, .eps = eps}, ctx);
+    Tensor logits = scratch(ctx, {rows, lm_head.size(0)});
+    kernels::gemm({.out = logits, .a = selected, .b = lm_head, .trans_b = true}, ctx);
+    return logits;
 }
 
 }  // namespace penstock::models

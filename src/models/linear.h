@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
+#include "models/forward_batch.h"
 #include "models/weights.h"
 
 namespace penstock::models {
@@ -20,6 +21,12 @@ struct Linear {
 // A temporary on ctx's device (uninitialised), and one filled with `value`.
 Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype = DType::kF32);
 Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float value, DType dtype = DType::kF32);
+
+// The logits head shared by every family: out[i] = lm_head(RMSNorm(hidden[logit_rows[i]])), [n_logit_rows, vocab] f32.
+// hidden: [n_tokens, hidden_size] (f32 or bf16) on ctx's device; norm: [hidden_size] f32; lm_head: [vocab,
+// hidden_size].
+Tensor head_logits(const BatchLayout& layout, const TensorView& hidden, const Tensor& norm, const Tensor& lm_head,
+                   float eps, const kernels::Context& ctx);
 
 // Reads `<prefix>.weight` (and `<prefix>.bias` when has_bias) with the given shape.
 [[nodiscard]] Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
