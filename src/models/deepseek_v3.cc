@@ -60,13 +60,9 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
         PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
         PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config));
         layer.attn = std::make_unique<MlaAttention>(std::move(attn));
-        if (config.is_moe_layer(l)) {
-            PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, p + ".mlp", config));
-            layer.moe = std::make_unique<MoeBlock>(std::move(moe));
-        } else {
-            PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, p + ".mlp", h, config.intermediate_size));
-            layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
-        }
+        PENSTOCK_ASSIGN_OR_RETURN(FeedForward ffn, FeedForward::load(r, p + ".mlp", config, config.is_moe_layer(l),
+                                                                     config.intermediate_size));
+        layer.ffn = std::make_unique<FeedForward>(std::move(ffn));
         m->layers_.push_back(std::move(layer));
     }
     return std::unique_ptr<Model>(std::move(m));
@@ -100,11 +96,7 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
                             ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        if (layer.moe) {
-            layer.moe->forward(normed, sub_out, ctx);
-        } else {
-            layer.mlp->forward(normed, sub_out, ctx);
-        }
+        layer.ffn->forward(normed, sub_out, ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
     }
 }

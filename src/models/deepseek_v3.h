@@ -42,8 +42,7 @@ private:
         Tensor input_norm;  // [hidden] f32
         Tensor post_norm;   // [hidden] f32
         std::unique_ptr<MlaAttention> attn;
-        std::unique_ptr<DenseMlp> mlp;  // dense layers
-        std::unique_ptr<MoeBlock> moe;  // MoE layers
+        std::unique_ptr<FeedForward> ffn;  // MoE on MoE layers, dense MLP on the first_k_dense_replace ones
     };
 
     loader::ModelConfig config_;
@@ -51,9 +50,9 @@ private:
     ModelOptions options_;
     RopeTable rope_;
     float softmax_scale_ = 1.0f;
-    Tensor embed_;     // [vocab, hidden] f32 (first stage, or tied head)
-    Tensor norm_;      // [hidden] f32 (last stage)
-    Tensor lm_head_;   // [vocab, hidden] f32 (last stage)
+    Tensor embed_;    // [vocab, hidden] f32 (first stage, or tied head)
+    Tensor norm_;     // [hidden] f32 (last stage)
+    Tensor lm_head_;  // [vocab, hidden] f32 (last stage)
     std::vector<Layer> layers_;
 };
 

@@ -241,13 +241,10 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
             PENSTOCK_ASSIGN_OR_RETURN(DsaIndexer ix, DsaIndexer::load(r, p + ".self_attn.indexer", ixd));
             layer.indexer = std::make_unique<DsaIndexer>(std::move(ix));
         }
-        if (dsa.moe_mlp[static_cast<size_t>(l)]) {
-            PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, p + ".mlp", config));
-            layer.moe = std::make_unique<MoeBlock>(std::move(moe));
-        } else {
-            PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, p + ".mlp", h, config.intermediate_size));
-            layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
-        }
+        PENSTOCK_ASSIGN_OR_RETURN(
+            FeedForward ffn,
+            FeedForward::load(r, p + ".mlp", config, dsa.moe_mlp[static_cast<size_t>(l)], config.intermediate_size));
+        layer.ffn = std::make_unique<FeedForward>(std::move(ffn));
         m->layers_.push_back(std::move(layer));
     }
     return std::unique_ptr<Model>(std::move(m));
@@ -314,11 +311,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
         }
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        if (layer.moe) {
-            layer.moe->forward(normed, sub_out, ctx);
-        } else {
-            layer.mlp->forward(normed, sub_out, ctx);
-        }
+        layer.ffn->forward(normed, sub_out, ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
     }
 }

@@ -69,8 +69,7 @@ private:
         Tensor post_norm;   // [hidden] f32
         std::unique_ptr<MlaAttention> attn;
         std::unique_ptr<DsaIndexer> indexer;  // full layers only
-        std::unique_ptr<DenseMlp> mlp;        // dense layers
-        std::unique_ptr<MoeBlock> moe;        // MoE layers
+        std::unique_ptr<FeedForward> ffn;     // MoE or dense per mlp_layer_types
     };
 
     // The sparse path of one layer: sub_out = o_proj(sparse absorbed MLA of the rows' selected key positions).

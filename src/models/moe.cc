@@ -166,4 +166,25 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     }
 }
 
+Result<FeedForward> FeedForward::load(WeightReader& reader, const std::string& prefix,
+                                      const loader::ModelConfig& config, bool is_moe, int64_t dense_width) {
+    FeedForward f;
+    if (is_moe) {
+        PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(reader, prefix, config));
+        f.moe_ = std::make_unique<MoeBlock>(std::move(moe));
+    } else {
+        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(reader, prefix, config.hidden_size, dense_width));
+        f.mlp_ = std::make_unique<DenseMlp>(std::move(mlp));
+    }
+    return f;
+}
+
+void FeedForward::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+    if (moe_) {
+        moe_->forward(x, out, ctx);
+    } else {
+        mlp_->forward(x, out, ctx);
+    }
+}
+
 }  // namespace penstock::models

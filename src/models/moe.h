@@ -2,6 +2,7 @@
 // shared experts). See reference/MODELS.md §1.6.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,8 @@ private:
     Tensor score_bias_;  // [n_experts] f32 or undefined
     int64_t n_experts_ = 0;
     int64_t inter_ = 0;
-    Tensor experts_gate_up_;  // [n_experts, 2 * inter, width]: per expert [gate ; up] rows (one grouped GEMM)
-    Tensor experts_down_;     // [n_experts, width, inter]
+    Tensor experts_gate_up_;        // [n_experts, 2 * inter, width]: per expert [gate ; up] rows (one grouped GEMM)
+    Tensor experts_down_;           // [n_experts, width, inter]
     std::vector<DenseMlp> shared_;  // zero or one merged shared MLP
     GluActivation act_;
     Linear latent_down_, latent_up_;  // latent MoE only
@@ -81,6 +82,20 @@ private:
     float routed_scaling_factor_ = 1.0f;
     bool norm_topk_prob_ = true;
     kernels::MoeScoring scoring_ = kernels::MoeScoring::kSigmoid;
+};
+
+// The feed-forward block of a decoder layer: the MoE on MoE layers, the dense MLP (width `dense_width`) elsewhere,
+// both read from `<prefix>` with DeepSeek names.
+class FeedForward final {
+public:
+    [[nodiscard]] static Result<FeedForward> load(WeightReader& reader, const std::string& prefix,
+                                                  const loader::ModelConfig& config, bool is_moe, int64_t dense_width);
+    // out[n, hidden] = ffn(x[n, hidden]); out may not alias x.
+    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+
+private:
+    std::unique_ptr<MoeBlock> moe_;
+    std::unique_ptr<DenseMlp> mlp_;
 };
 
 }  // namespace penstock::models
