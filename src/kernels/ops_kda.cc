@@ -1,21 +1,37 @@
-// Backend dispatch of the KDA / SiTU ops: CPU -> the reference; CUDA kernels are not written yet.
+// Backend dispatch of the KDA / SiTU ops: CPU -> the reference (kernels/ref/kda.cc); CUDA -> kernels/cuda (kda.cu,
+// kda_delta_rule.cu) when the backend is built.
 #include "kernels/ops_kda.h"
 
 #include "core/check.h"
 #include "kernels/ref/ref_kda.h"
 
+#if PENSTOCK_ENABLE_CUDA
+#include "kernels/cuda/cuda_ops_kda.h"
+#endif
+
 namespace penstock::kernels {
 
-// TODO(#6): dispatch to cuda::op(p, stream) once the KDA kernels exist.
-#define PENSTOCK_KDA_DISPATCH(op, p, ctx)                                 \
-    switch ((ctx).device) {                                               \
-        case Device::kCPU:                                                \
-            ref::op((p), (ctx).pool);                                     \
-            return;                                                       \
-        case Device::kCUDA:                                               \
-            PENSTOCK_CHECK(false) << #op ": CUDA kernel not yet written"; \
-            return;                                                       \
+#if PENSTOCK_ENABLE_CUDA
+#define PENSTOCK_KDA_DISPATCH(op, p, ctx)               \
+    switch ((ctx).device) {                             \
+        case Device::kCPU:                              \
+            ref::op((p), (ctx).pool);                   \
+            return;                                     \
+        case Device::kCUDA:                             \
+            cuda::op((p), (ctx).stream);                \
+            return;                                     \
     }
+#else
+#define PENSTOCK_KDA_DISPATCH(op, p, ctx)                                   \
+    switch ((ctx).device) {                                                 \
+        case Device::kCPU:                                                  \
+            ref::op((p), (ctx).pool);                                       \
+            return;                                                         \
+        case Device::kCUDA:                                                  \
+            PENSTOCK_CHECK(false) << #op ": this build has no CUDA backend"; \
+            return;                                                         \
+    }
+#endif
 
 void short_conv(const ShortConvParams& p, const Context& ctx) { PENSTOCK_KDA_DISPATCH(short_conv, p, ctx); }
 void l2norm(const L2NormParams& p, const Context& ctx) { PENSTOCK_KDA_DISPATCH(l2norm, p, ctx); }

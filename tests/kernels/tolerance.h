@@ -30,4 +30,12 @@ inline constexpr Tolerance kF32Reduction{.atol = 1e-5, .rtol = 1e-5};
 // sgemm with inner dims up to ~100: f32 accumulation of O(k) terms of magnitude <= 1.
 inline constexpr Tolerance kF32Gemm{.atol = 2e-5, .rtol = 1e-4};
 
+// GPU kernels vs the double-accumulating reference (tests/kernels/cuda/).
+// DSA indexer logits: each head's head_dim-long dot product and the sum over heads accumulate in f32 on the GPU
+// (the reference: double, rounded once), and the head sum cancels (weights of both signs).
+inline constexpr Tolerance kF32IndexerLogits{.atol = 5e-5, .rtol = 1e-4};
+// KDA gated delta rule: the GPU carries the state in f32 across every token of a call (the reference: double) and
+// the chunkwise form exponentiates differences of f32 cumulative log decays (|G| up to ~1e3 over a chunk).
+inline constexpr Tolerance kF32DeltaRule{.atol = 1e-4, .rtol = 1e-3};
+
 }  // namespace penstock::test

@@ -1,0 +1,23 @@
+// CUDA launchers of the DSA ops (kernels/ops_dsa.h), namespace penstock::cuda: same Params and semantics as the CPU
+// reference in kernels/ref/dsa.cc. Each checks shapes on the host, enqueues on `stream` (a cudaStream_t as void*) and
+// returns without synchronising. Host-compilable (no CUDA headers): kernels/ops_dsa.cc includes it for dispatch.
+// Dtypes are the reference's: f32 activations, or f8e4m3 q/k for the indexer; i32 indices and positions.
+#pragma once
+
+#include "core/tensor.h"
+#include "kernels/ops_dsa.h"
+
+namespace penstock::cuda {
+
+// fp32 accumulation of each head's q.k (exact e4m3 products for fp8), fp32 sum over heads. CUDA cores.
+void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
+// Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
+// replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
+// identical. Scratch (per-row flags and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered use).
+void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);
+// Bit-exact with the reference (same butterflies, IEEE f32 arithmetic, same e4m3 rounding).
+void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream);
+// Online softmax in fp32 over the gathered rows; d_qk <= 576, d_v <= 512.
+void sparse_mla_attention(const kernels::SparseMlaAttentionParams& p, void* stream);
+
+}  // namespace penstock::cuda

@@ -1,0 +1,26 @@
+// CUDA launchers of the KDA / SiTU ops (kernels/ops_kda.h), namespace penstock::cuda: same Params and semantics as the
+// CPU reference in kernels/ref/kda.cc (f32 tensors; i32 cu_seqlens / state_slots on the device, not validated there:
+// the host checks shapes only). Each enqueues on `stream` (a cudaStream_t as void*) and returns without
+// synchronising. Host-compilable (no CUDA headers): kernels/ops_kda.cc includes it for dispatch.
+// Numerics: fp32 arithmetic (the reference uses double), so results agree to rounding; the delta-rule state is fp32
+// inside a call as well as between calls.
+#pragma once
+
+#include "kernels/ops_kda.h"
+
+namespace penstock::cuda {
+
+void short_conv(const kernels::ShortConvParams& p, void* stream);  // kernel <= 16
+void l2norm(const kernels::L2NormParams& p, void* stream);
+void sigmoid(const kernels::SigmoidParams& p, void* stream);
+void sigmoid_gate(const kernels::SigmoidGateParams& p, void* stream);
+void kda_gate(const kernels::KdaGateParams& p, void* stream);
+// k_dim <= 128 (any v_dim): one block per (sequence, head, 32 value columns), state in registers.
+void gated_delta_rule_recurrent(const kernels::GatedDeltaRuleParams& p, void* stream);
+// k_dim <= 128, v_dim <= 128, chunk_size <= 64: one block per (sequence, head), state and chunk in shared memory.
+void gated_delta_rule_chunk(const kernels::GatedDeltaRuleParams& p, void* stream);
+void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream);
+void situ_mul(const kernels::SituMulParams& p, void* stream);
+void attn_res_mix(const kernels::AttnResMixParams& p, void* stream);
+
+}  // namespace penstock::cuda

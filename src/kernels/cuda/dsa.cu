@@ -1,0 +1,476 @@
+// DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
+// logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
+// Correct-first versions on CUDA cores; the speed path (fp8 wgmma indexer, FlashMLA-style sparse attention) is
+// TODO(#7).
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_ops_dsa.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+void check_view(const TensorView& v, int ndim, DType dtype, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK_EQ(v.ndim, ndim) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.dtype == dtype) << op << ": " << name << " has dtype " << dtype_name(v.dtype) << ", want "
+                                     << dtype_name(dtype);
+    PENSTOCK_CHECK(v.stride(ndim - 1) == 1 || v.size(ndim - 1) <= 1)
+        << op << ": " << name << " last dim must be contiguous";
+}
+
+// e4m3fn -> f32, exact (no inf; S.1111.111 is NaN).
+__device__ __forceinline__ float e4m3_to_f32(uint8_t v) {
+    const uint32_t sign = (v & 0x80u) << 24;
+    const uint32_t e = (v >> 3) & 0xfu;
+    const uint32_t m = v & 0x7u;
+    if (e == 0xfu && m == 0x7u) return __uint_as_float(sign | 0x7fc00000u);
+    if (e == 0) {
+        const float mag = static_cast<float>(m) * 0.001953125f;  // m * 2^-9, exact
+        return sign ? -mag : mag;
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dsa_indexer_logits. Block tile: kRowsT query rows x kKeysT keys, 256 threads; thread (ty, tx) owns rows ty and
+// ty + 8 and keys tx and tx + 32 (4 logits). The key tile (kKeysT x head_dim, as f32, rows padded by one float so lane
+// j reading key j is conflict free) is staged once; then per head the kRowsT query rows and their gates are staged
+// and each thread adds gate * ReLU(score) for its 4 (row, key) pairs. fp32 accumulation of the dot (e4m3 products
+// are exact in f32) and of the head sum; the reference accumulates in double.
+constexpr int kRowsT = 16;
+constexpr int kKeysT = 64;
+constexpr int kIdxThreads = 256;
+
+struct IndexerArgs {
+    float* logits;
+    const void* q;
+    const void* k;
+    const float* weights;
+    const float* q_scale;
+    const float* k_scale;
+    int64_t lg0, q0, q1, k0, w0, qs0, qs1, ks0;
+    int n_rows, n_heads, head_dim, n_keys;
+    float scale;
+};
+
+template <bool kFp8>
+__device__ __forceinline__ float load_elem(const void* base, int64_t i) {
+    if constexpr (kFp8) {
+        return e4m3_to_f32(static_cast<const uint8_t*>(base)[i]);
+    } else {
+        return static_cast<const float*>(base)[i];
+    }
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(IndexerArgs a) {
+    extern __shared__ float idx_smem[];
+    const int d = a.head_dim;
+    const int k_pitch = d + 1;
+    float* k_s = idx_smem;                 // [kKeysT][d + 1]
+    float* q_s = k_s + kKeysT * k_pitch;   // [kRowsT][d]
+    float* gate_s = q_s + kRowsT * d;      // [kRowsT]
+    const int tid = static_cast<int>(threadIdx.x);
+    const int tx = tid % 32;
+    const int ty = tid / 32;
+    const int key0 = static_cast<int>(blockIdx.x) * kKeysT;
+    const int row0 = static_cast<int>(blockIdx.y) * kRowsT;
+
+    for (int i = tid; i < kKeysT * d; i += kIdxThreads) {
+        const int key = i / d;
+        const int c = i % d;
+        float x = 0.0f;
+        if (key0 + key < a.n_keys) x = load_elem<kFp8>(a.k, static_cast<int64_t>(key0 + key) * a.k0 + c);
+        k_s[key * k_pitch + c] = x;
+    }
+    float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    for (int h = 0; h < a.n_heads; ++h) {
+        __syncthreads();  // previous head's q_s consumed (and k_s written, on the first pass)
+        for (int i = tid; i < kRowsT * d; i += kIdxThreads) {
+            const int r = i / d;
+            const int c = i % d;
+            float x = 0.0f;
+            if (row0 + r < a.n_rows) {
+                x = load_elem<kFp8>(a.q, static_cast<int64_t>(row0 + r) * a.q0 + static_cast<int64_t>(h) * a.q1 + c);
+            }
+            q_s[r * d + c] = x;
+        }
+        if (tid < kRowsT) {
+            float g = 0.0f;
+            if (row0 + tid < a.n_rows) {
+                const int64_t r = row0 + tid;
+                g = a.weights[r * a.w0 + h];
+                if constexpr (kFp8) g = g * a.q_scale[r * a.qs0 + static_cast<int64_t>(h) * a.qs1] * a.scale;
+            }
+            gate_s[tid] = g;
+        }
+        __syncthreads();
+        float dot[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        const float* qa = q_s + ty * d;
+        const float* qb = q_s + (ty + 8) * d;
+        const float* ka = k_s + tx * k_pitch;
+        const float* kb = k_s + (tx + 32) * k_pitch;
+        for (int c = 0; c < d; ++c) {
+            const float x0 = qa[c], x1 = qb[c], y0 = ka[c], y1 = kb[c];
+            dot[0][0] = fmaf(x0, y0, dot[0][0]);
+            dot[0][1] = fmaf(x0, y1, dot[0][1]);
+            dot[1][0] = fmaf(x1, y0, dot[1][0]);
+            dot[1][1] = fmaf(x1, y1, dot[1][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float g = gate_s[ty + 8 * i];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const float score = kFp8 ? dot[i][j] : a.scale * dot[i][j];
+                const float relu = score > 0.0f ? score : 0.0f;
+                acc[i][j] += g * relu;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = row0 + ty + 8 * i;
+        if (r >= a.n_rows) continue;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int s = key0 + tx + 32 * j;
+            if (s >= a.n_keys) continue;
+            float v = acc[i][j];
+            if constexpr (kFp8) v *= a.k_scale[static_cast<int64_t>(s) * a.ks0];
+            a.logits[static_cast<int64_t>(r) * a.lg0 + s] = v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dsa_quantize_fp8: one block of kQuantThreads per row (grid-stride over rows), the row staged in shared memory.
+// Bit-exactness with the reference: the butterflies are the same f32 adds and subtracts on the same pairs (each
+// output of a stage is one rounding of a + b or a - b, whatever the thread order), the normalisation is one f32
+// multiply by the host-computed d^-0.5, the max is order-free, s = max(amax, 1e-4) / 448 is an IEEE division, and
+// ue8m0 takes ceil of log2 rounded to f32 (log2 in double, then one rounding: the f32 value glibc's log2f returns
+// for these arguments), then an exact power of two. Explicit _rn intrinsics keep nvcc from contracting anything.
+constexpr int kQuantThreads = 128;
+
+__global__ void __launch_bounds__(kQuantThreads)
+    dsa_quantize_fp8_kernel(uint8_t* out, float* scale, const float* in, int64_t out0, int64_t scale0, int64_t in0,
+                            int n_rows, int dim, bool rotate, bool ue8m0, float norm) {
+    extern __shared__ float qy[];
+    __shared__ float red[32];
+    const int tid = static_cast<int>(threadIdx.x);
+    for (int r = static_cast<int>(blockIdx.x); r < n_rows; r += static_cast<int>(gridDim.x)) {
+        const float* x = in + static_cast<int64_t>(r) * in0;
+        for (int i = tid; i < dim; i += kQuantThreads) qy[i] = x[i];
+        __syncthreads();
+        if (rotate) {
+            for (int h = 1; h < dim; h *= 2) {
+                for (int p = tid; p < dim / 2; p += kQuantThreads) {
+                    const int j = (p / h) * 2 * h + (p % h);  // pair (j, j + h) inside its block of 2h
+                    const float a = qy[j];
+                    const float b = qy[j + h];
+                    qy[j] = __fadd_rn(a, b);
+                    qy[j + h] = __fsub_rn(a, b);
+                }
+                __syncthreads();
+            }
+            for (int i = tid; i < dim; i += kQuantThreads) qy[i] = __fmul_rn(qy[i], norm);
+            __syncthreads();
+        }
+        float amax = 0.0f;
+        for (int i = tid; i < dim; i += kQuantThreads) amax = fmaxf(amax, fabsf(qy[i]));
+        amax = block_reduce<true>(amax, red);
+        float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+        if (ue8m0) {
+            const float l = static_cast<float>(log2(static_cast<double>(s)));
+            s = ldexpf(1.0f, static_cast<int>(ceilf(l)));
+        }
+        uint8_t* o = out + static_cast<int64_t>(r) * out0;
+        for (int i = tid; i < dim; i += kQuantThreads) {
+            float v = __fdiv_rn(qy[i], s);
+            v = v < -448.0f ? -448.0f : (448.0f < v ? 448.0f : v);  // std::clamp (NaN passes through)
+            o[i] = float_to_e4m3(v);
+        }
+        if (tid == 0) scale[static_cast<int64_t>(r) * scale0] = s;
+        __syncthreads();  // qy reused by the next row
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// sparse_mla_attention: block = kMlaWarps heads of one query row (grid.x = row, grid.y = head group); warp w owns
+// head blockIdx.y * kMlaWarps + w. The row's index list is walked in tiles of kMlaKeys entries: the tile's kv rows
+// (d_qk, padded by one float) and v rows are gathered into shared memory as f32 once for all the block's heads;
+// lane j scores entry j of the tile (-1 / out-of-range entries score -inf), the warp updates the running max and
+// sum, and each lane accumulates d_v / 32 output columns. A tile with no valid entry is skipped by the whole block.
+// fp32 online softmax (the reference: double, two passes).
+constexpr int kMlaWarps = 8;
+constexpr int kMlaKeys = 32;
+constexpr int kMlaMaxDqk = 576;
+constexpr int kMlaMaxDv = 512;
+
+struct MlaArgs {
+    float* out;
+    float* lse;
+    const float* q;
+    const float* kv;
+    const float* v;
+    const int32_t* indices;
+    int64_t o0, o1, l0, q0, q1, kv0, v0, i0;
+    int n_rows, n_heads, d_qk, d_v, top_k, n_slots;
+    float scale;
+};
+
+template <int kDvPerLane>
+__global__ void __launch_bounds__(kMlaWarps * 32) sparse_mla_attention_kernel(MlaArgs a) {
+    extern __shared__ float mla_smem[];
+    const int d_qk = a.d_qk;
+    const int d_v = a.d_v;
+    const int k_pitch = d_qk + 1;
+    float* q_s = mla_smem;                  // [kMlaWarps][d_qk]
+    float* k_s = q_s + kMlaWarps * d_qk;    // [kMlaKeys][d_qk + 1]
+    float* v_s = k_s + kMlaKeys * k_pitch;  // [kMlaKeys][d_v]
+    __shared__ int slot_s[kMlaKeys];
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t r = blockIdx.x;
+    const int h = static_cast<int>(blockIdx.y) * kMlaWarps + warp;
+    const bool head_ok = h < a.n_heads;
+    const int32_t* idx = a.indices + r * a.i0;
+
+    if (head_ok) {
+        const float* qrow = a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1;
+        for (int c = lane; c < d_qk; c += 32) q_s[warp * d_qk + c] = qrow[c];
+    }
+    float m = -INFINITY;
+    float l = 0.0f;
+    float acc[kDvPerLane];
+#pragma unroll
+    for (int t = 0; t < kDvPerLane; ++t) acc[t] = 0.0f;
+
+    for (int j0 = 0; j0 < a.top_k; j0 += kMlaKeys) {
+        __syncthreads();  // previous tile consumed (and q_s written, on the first pass)
+        const int n_tile = min(kMlaKeys, a.top_k - j0);
+        int my_slot = -1;
+        if (threadIdx.x < kMlaKeys && static_cast<int>(threadIdx.x) < n_tile) {
+            const int s = idx[j0 + static_cast<int>(threadIdx.x)];
+            my_slot = (s >= 0 && s < a.n_slots) ? s : -1;
+        }
+        if (threadIdx.x < kMlaKeys) slot_s[threadIdx.x] = my_slot;
+        if (!__syncthreads_or(my_slot >= 0)) continue;  // block-uniform: no valid entry in this tile
+        for (int i = static_cast<int>(threadIdx.x); i < kMlaKeys * d_qk; i += kMlaWarps * 32) {
+            const int key = i / d_qk;
+            const int c = i % d_qk;
+            const int s = slot_s[key];
+            k_s[key * k_pitch + c] = s >= 0 ? a.kv[static_cast<int64_t>(s) * a.kv0 + c] : 0.0f;
+        }
+        for (int i = static_cast<int>(threadIdx.x); i < kMlaKeys * d_v; i += kMlaWarps * 32) {
+            const int key = i / d_v;
+            const int c = i % d_v;
+            const int s = slot_s[key];
+            v_s[key * d_v + c] = s >= 0 ? a.v[static_cast<int64_t>(s) * a.v0 + c] : 0.0f;
+        }
+        __syncthreads();
+        if (!head_ok) continue;  // warp-uniform; the barriers above still see every thread
+
+        const bool valid = slot_s[lane] >= 0;
+        float score = -INFINITY;
+        if (valid) {
+            const float* qv = q_s + warp * d_qk;
+            const float* kv = k_s + lane * k_pitch;
+            float dot = 0.0f;
+            for (int c = 0; c < d_qk; ++c) dot = fmaf(qv[c], kv[c], dot);
+            score = dot * a.scale;
+        }
+        const float m_new = fmaxf(m, warp_reduce_max(score));  // finite: the tile has a valid entry
+        const float p = valid ? expf(score - m_new) : 0.0f;
+        const float corr = expf(m - m_new);  // 0 on the first valid tile (m = -inf)
+        l = l * corr + warp_reduce_sum(p);
+#pragma unroll
+        for (int t = 0; t < kDvPerLane; ++t) acc[t] *= corr;
+        for (int jj = 0; jj < n_tile; ++jj) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            if (pj == 0.0f) continue;  // warp-uniform (pj is broadcast)
+            const float* vrow = v_s + jj * d_v;
+#pragma unroll
+            for (int t = 0; t < kDvPerLane; ++t) {
+                const int c = lane + 32 * t;
+                if (c < d_v) acc[t] = fmaf(pj, vrow[c], acc[t]);
+            }
+        }
+        m = m_new;
+    }
+
+    if (!head_ok) return;
+    float* orow = a.out + r * a.o0 + static_cast<int64_t>(h) * a.o1;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDvPerLane; ++t) {
+        const int c = lane + 32 * t;
+        if (c < d_v) orow[c] = acc[t] * inv;
+    }
+    if (lane == 0) a.lse[r * a.l0 + h] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+template <int kDvPerLane>
+void launch_mla(const MlaArgs& args, cudaStream_t stream) {
+    const size_t smem =
+        sizeof(float) * (static_cast<size_t>(kMlaWarps) * static_cast<size_t>(args.d_qk) +
+                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_qk + 1) +
+                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_v));
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_attention_kernel<kDvPerLane>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(args.n_rows),
+                    static_cast<unsigned>((args.n_heads + kMlaWarps - 1) / kMlaWarps));
+    sparse_mla_attention_kernel<kDvPerLane><<<grid, kMlaWarps * 32, smem, stream>>>(args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream) {
+    const char* op = "dsa_indexer_logits";
+    PENSTOCK_CHECK_EQ(p.q.ndim, 3) << op << ": q " << p.q.shape_string();
+    const bool fp8 = p.q.dtype == DType::kF8E4M3;
+    PENSTOCK_CHECK(p.q.dtype == DType::kF32 || fp8) << op << ": q must be f32 or f8e4m3";
+    const int64_t n_rows = p.q.size(0), n_heads = p.q.size(1), head_dim = p.q.size(2);
+    const int64_t n_keys = p.k.size(0);
+    check_view(p.q, 3, p.q.dtype, op, "q");
+    check_view(p.k, 2, p.q.dtype, op, "k");
+    check_view(p.weights, 2, DType::kF32, op, "weights");
+    check_view(p.logits, 2, DType::kF32, op, "logits");
+    PENSTOCK_CHECK(p.k.size(1) == head_dim && p.weights.size(0) == n_rows && p.weights.size(1) == n_heads &&
+                   p.logits.size(0) == n_rows && p.logits.size(1) == n_keys)
+        << op << ": shapes q " << p.q.shape_string() << " k " << p.k.shape_string() << " weights "
+        << p.weights.shape_string() << " logits " << p.logits.shape_string();
+    if (fp8) {
+        check_view(p.q_scale, 2, DType::kF32, op, "q_scale");
+        check_on_gpu(p.k_scale, op, "k_scale");
+        PENSTOCK_CHECK(p.k_scale.ndim == 1 && p.k_scale.dtype == DType::kF32 && p.k_scale.size(0) == n_keys)
+            << op << ": k_scale [n_keys] f32, got " << p.k_scale.shape_string();
+        PENSTOCK_CHECK(p.q_scale.size(0) == n_rows && p.q_scale.size(1) == n_heads) << op << ": q_scale shape";
+    } else {
+        PENSTOCK_CHECK(p.q_scale.data == nullptr && p.k_scale.data == nullptr) << op << ": scales are for fp8 only";
+    }
+    PENSTOCK_CHECK(head_dim >= 1 && head_dim <= 256) << op << ": head_dim " << head_dim << " (1..256)";
+    PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_keys < (int64_t{1} << 31)) << op << ": sizes";
+    if (n_rows == 0 || n_keys == 0) return;
+    IndexerArgs a{};
+    a.logits = p.logits.ptr<float>();
+    a.q = p.q.data;
+    a.k = p.k.data;
+    a.weights = p.weights.ptr<const float>();
+    a.q_scale = fp8 ? p.q_scale.ptr<const float>() : nullptr;
+    a.k_scale = fp8 ? p.k_scale.ptr<const float>() : nullptr;
+    a.lg0 = p.logits.stride(0);
+    a.q0 = p.q.stride(0);
+    a.q1 = p.q.stride(1);
+    a.k0 = p.k.stride(0);
+    a.w0 = p.weights.stride(0);
+    a.qs0 = fp8 ? p.q_scale.stride(0) : 0;
+    a.qs1 = fp8 ? p.q_scale.stride(1) : 0;
+    a.ks0 = fp8 ? p.k_scale.stride(0) : 0;
+    a.n_rows = static_cast<int>(n_rows);
+    a.n_heads = static_cast<int>(n_heads);
+    a.head_dim = static_cast<int>(head_dim);
+    a.n_keys = static_cast<int>(n_keys);
+    a.scale = p.scale;
+    const size_t smem = sizeof(float) * (static_cast<size_t>(kKeysT) * static_cast<size_t>(head_dim + 1) +
+                                         static_cast<size_t>(kRowsT) * static_cast<size_t>(head_dim) + kRowsT);
+    const dim3 grid(static_cast<unsigned>((n_keys + kKeysT - 1) / kKeysT),
+                    static_cast<unsigned>((n_rows + kRowsT - 1) / kRowsT));
+    PENSTOCK_CHECK_LE(grid.y, 65535u) << op << ": too many rows for one call";
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (fp8) {
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(dsa_indexer_logits_kernel<true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        dsa_indexer_logits_kernel<true><<<grid, kIdxThreads, smem, s>>>(a);
+    } else {
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(dsa_indexer_logits_kernel<false>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        dsa_indexer_logits_kernel<false><<<grid, kIdxThreads, smem, s>>>(a);
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream) {
+    const char* op = "dsa_quantize_fp8";
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << op << ": in " << p.in.shape_string();
+    const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
+    check_view(p.in, 2, DType::kF32, op, "in");
+    check_view(p.out, 2, DType::kF8E4M3, op, "out");
+    check_on_gpu(p.scale, op, "scale");
+    PENSTOCK_CHECK(p.out.size(0) == n_rows && p.out.size(1) == dim) << op << ": out " << p.out.shape_string();
+    PENSTOCK_CHECK(p.scale.ndim == 1 && p.scale.size(0) == n_rows && p.scale.dtype == DType::kF32)
+        << op << ": scale [n_rows] f32, got " << p.scale.shape_string();
+    PENSTOCK_CHECK(!p.rotate || (dim > 0 && (dim & (dim - 1)) == 0)) << op << ": Hadamard needs a power-of-two dim";
+    PENSTOCK_CHECK(dim <= 12288) << op << ": dim " << dim << " (the row is staged in 48 KiB of shared memory)";
+    PENSTOCK_CHECK_LT(n_rows, int64_t{1} << 31) << op;
+    if (n_rows == 0 || dim == 0) return;
+    const float norm = 1.0f / std::sqrt(static_cast<float>(dim));  // the reference's host-side value
+    const int64_t blocks = n_rows < 65536 ? n_rows : 65536;
+    dsa_quantize_fp8_kernel<<<static_cast<unsigned>(blocks), kQuantThreads, sizeof(float) * static_cast<size_t>(dim),
+                              static_cast<cudaStream_t>(stream)>>>(
+        p.out.ptr<uint8_t>(), p.scale.ptr<float>(), p.in.ptr<const float>(), p.out.stride(0), p.scale.stride(0),
+        p.in.stride(0), static_cast<int>(n_rows), static_cast<int>(dim), p.rotate, p.ue8m0, norm);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void sparse_mla_attention(const kernels::SparseMlaAttentionParams& p, void* stream) {
+    const char* op = "sparse_mla_attention";
+    PENSTOCK_CHECK_EQ(p.q.ndim, 3) << op << ": q " << p.q.shape_string();
+    const int64_t n_rows = p.q.size(0), n_heads = p.q.size(1), d_qk = p.q.size(2);
+    const int64_t n_slots = p.kv.size(0), d_v = p.v.size(1);
+    check_view(p.q, 3, DType::kF32, op, "q");
+    check_view(p.kv, 2, DType::kF32, op, "kv");
+    check_view(p.v, 2, DType::kF32, op, "v");
+    check_view(p.out, 3, DType::kF32, op, "out");
+    check_view(p.lse, 2, DType::kF32, op, "lse");
+    check_view(p.indices, 2, DType::kI32, op, "indices");
+    PENSTOCK_CHECK(p.kv.size(1) == d_qk && p.v.size(0) == n_slots) << op << ": kv / v shapes";
+    PENSTOCK_CHECK(p.out.size(0) == n_rows && p.out.size(1) == n_heads && p.out.size(2) == d_v)
+        << op << ": out " << p.out.shape_string();
+    PENSTOCK_CHECK(p.lse.size(0) == n_rows && p.lse.size(1) == n_heads && (p.lse.stride(1) == 1 || n_heads <= 1))
+        << op << ": lse " << p.lse.shape_string();
+    PENSTOCK_CHECK_EQ(p.indices.size(0), n_rows) << op << ": indices";
+    PENSTOCK_CHECK(d_qk >= 1 && d_qk <= kMlaMaxDqk) << op << ": d_qk " << d_qk;
+    PENSTOCK_CHECK(d_v >= 1 && d_v <= kMlaMaxDv) << op << ": d_v " << d_v;
+    PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_slots < (int64_t{1} << 31)) << op << ": sizes";
+    PENSTOCK_CHECK_LE((n_heads + kMlaWarps - 1) / kMlaWarps, 65535) << op << ": n_heads";
+    if (n_rows == 0 || n_heads == 0) return;
+    MlaArgs a{};
+    a.out = p.out.ptr<float>();
+    a.lse = p.lse.ptr<float>();
+    a.q = p.q.ptr<const float>();
+    a.kv = p.kv.ptr<const float>();
+    a.v = p.v.ptr<const float>();
+    a.indices = p.indices.ptr<const int32_t>();
+    a.o0 = p.out.stride(0);
+    a.o1 = p.out.stride(1);
+    a.l0 = p.lse.stride(0);
+    a.q0 = p.q.stride(0);
+    a.q1 = p.q.stride(1);
+    a.kv0 = p.kv.stride(0);
+    a.v0 = p.v.stride(0);
+    a.i0 = p.indices.stride(0);
+    a.n_rows = static_cast<int>(n_rows);
+    a.n_heads = static_cast<int>(n_heads);
+    a.d_qk = static_cast<int>(d_qk);
+    a.d_v = static_cast<int>(d_v);
+    a.top_k = static_cast<int>(p.indices.size(1));
+    a.n_slots = static_cast<int>(n_slots);
+    a.scale = p.scale;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (d_v <= 128) {
+        launch_mla<4>(a, s);
+    } else if (d_v <= 256) {
+        launch_mla<8>(a, s);
+    } else {
+        launch_mla<16>(a, s);
+    }
+}
+
+}  // namespace penstock::cuda

@@ -1,0 +1,508 @@
+// KDA / SiTU ops on the GPU, all but the delta rule (kernels/ops_kda.h; reference kernels/ref/kda.cc): short_conv,
+// l2norm, sigmoid, sigmoid_gate, kda_gate, gated_rms_norm, situ_mul, attn_res_mix. Memory-bound; fp32 math except
+// attn_res_mix's reductions (double, as its logits can be large enough that an f32 sum would move the softmax by more
+// than the f32 tolerance). Rows may be strided wherever the reference allows it.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_ops_kda.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxConvKernel = 16;
+
+void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK(v.ndim == 2 && v.dtype == DType::kF32 && v.size(0) == n_rows && v.size(1) == dim &&
+                   (v.stride(1) == 1 || dim <= 1))
+        << op << ": " << name << " must be [" << n_rows << ", " << dim << "] f32 with contiguous rows, got "
+        << v.shape_string() << " " << dtype_name(v.dtype);
+}
+
+void check_3d(const TensorView& v, int64_t a, int64_t b, int64_t c, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK(v.ndim == 3 && v.dtype == DType::kF32 && v.size(0) == a && v.size(1) == b && v.size(2) == c &&
+                   (v.stride(2) == 1 || c <= 1))
+        << op << ": " << name << " must be [" << a << ", " << b << ", " << c << "] f32, last dim contiguous, got "
+        << v.shape_string();
+}
+
+void check_vec(const TensorView& v, int64_t n, const char* op, const char* name) {
+    check_on_gpu(v, op, name);
+    PENSTOCK_CHECK(v.ndim == 1 && v.dtype == DType::kF32 && v.size(0) == n && (v.stride(0) == 1 || n <= 1))
+        << op << ": " << name << " must be [" << n << "] f32 contiguous, got " << v.shape_string();
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Elementwise ops over [n_rows, dim] views with row strides: grid-stride over the n_rows * dim elements.
+enum class Ew : uint8_t { kSigmoid, kSigmoidGate, kSitu };
+
+struct EwArgs {
+    float* out;
+    const float* a;
+    const float* b;
+    int64_t out0, a0, b0;
+    int64_t n_rows, dim;
+    float beta, linear_beta;
+};
+
+template <Ew kOp>
+__global__ void elementwise_kernel(EwArgs e) {
+    const int64_t n = e.n_rows * e.dim;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t r = i / e.dim;
+        const int64_t c = i % e.dim;
+        const float x = e.a[r * e.a0 + c];
+        float y;
+        if constexpr (kOp == Ew::kSigmoid) {
+            y = sigmoidf(x);
+        } else if constexpr (kOp == Ew::kSigmoidGate) {
+            y = x * sigmoidf(e.b[r * e.b0 + c]);
+        } else {
+            const float u = e.b[r * e.b0 + c];
+            y = e.beta * tanhf(x / e.beta) * sigmoidf(x) * e.linear_beta * tanhf(u / e.linear_beta);
+        }
+        e.out[r * e.out0 + c] = y;
+    }
+}
+
+template <Ew kOp>
+void launch_elementwise(const EwArgs& e, void* stream) {
+    if (e.n_rows == 0 || e.dim == 0) return;
+    elementwise_kernel<kOp><<<blocks_for(e.n_rows * e.dim, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        e);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// short_conv. Pass 1: one thread per (token, channel) output, reading the window from the old conv state and the
+// input rows (the token's sequence found by binary search over cu_seqlens). Pass 2: one thread per (sequence,
+// channel) rewrites that channel's kernel - 1 state rows (read all first, then write), after pass 1 has read them.
+struct ConvArgs {
+    float* out;
+    const float* in;
+    const float* weight;  // [channels, kernel]
+    float* state;         // [n_slots, kernel - 1, channels]
+    const int32_t* cu;
+    const int32_t* slots;
+    int64_t out0, in0;
+    int64_t n_tokens, channels;
+    int n_seqs, kernel;
+    bool silu;
+};
+
+__device__ __forceinline__ int find_seq(const int32_t* cu, int n_seqs, int64_t t) {
+    int lo = 0, hi = n_seqs - 1;  // the last s with cu[s] <= t (empty sequences skipped by the strict bound)
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (cu[mid] <= t) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+__global__ void short_conv_kernel(ConvArgs a) {
+    const int64_t n = a.n_tokens * a.channels;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int hist = a.kernel - 1;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t t = i / a.channels;
+        const int64_t c = i % a.channels;
+        const int s = find_seq(a.cu, a.n_seqs, t);
+        const int64_t row0 = a.cu[s];
+        const int64_t local = t - row0;
+        const float* st = a.state + static_cast<int64_t>(a.slots[s]) * hist * a.channels;
+        float acc = 0.0f;
+        for (int j = 0; j < a.kernel; ++j) {
+            const int64_t x = local + j;  // window position: [state rows ; sequence rows]
+            const float w = x < hist ? st[x * a.channels + c] : a.in[(row0 + x - hist) * a.in0 + c];
+            acc = fmaf(a.weight[c * a.kernel + j], w, acc);
+        }
+        a.out[t * a.out0 + c] = a.silu ? acc * sigmoidf(acc) : acc;
+    }
+}
+
+__global__ void short_conv_state_kernel(ConvArgs a) {
+    const int64_t n = static_cast<int64_t>(a.n_seqs) * a.channels;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int hist = a.kernel - 1;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int s = static_cast<int>(i / a.channels);
+        const int64_t c = i % a.channels;
+        const int64_t row0 = a.cu[s];
+        const int64_t len = a.cu[s + 1] - row0;
+        if (len == 0) continue;
+        float* st = a.state + static_cast<int64_t>(a.slots[s]) * hist * a.channels;
+        float v[kMaxConvKernel];
+#pragma unroll
+        for (int k = 0; k < kMaxConvKernel - 1; ++k) {
+            if (k < hist) {
+                const int64_t x = len + k;  // window row len + k becomes state row k
+                v[k] = x < hist ? st[x * a.channels + c] : a.in[(row0 + x - hist) * a.in0 + c];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kMaxConvKernel - 1; ++k) {
+            if (k < hist) st[k * a.channels + c] = v[k];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Row-wise ops: one warp per row (l2norm: per (token, head)), lanes stride the row; fp32 sums.
+struct L2Args {
+    float* out;
+    const float* in;
+    int64_t o0, o1, i0, i1;
+    int64_t n_tokens, n_heads, dim;
+    float eps;
+};
+
+__global__ void l2norm_kernel(L2Args a) {
+    const int64_t n_rows = a.n_tokens * a.n_heads;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < n_rows; r += warps) {
+        const int64_t t = r / a.n_heads, h = r % a.n_heads;
+        const float* x = a.in + t * a.i0 + h * a.i1;
+        float* y = a.out + t * a.o0 + h * a.o1;
+        float ss = 0.0f;
+        for (int64_t i = lane; i < a.dim; i += 32) ss = fmaf(x[i], x[i], ss);
+        ss = warp_reduce_sum(ss);
+        const float norm = sqrtf(ss + a.eps);
+        for (int64_t i = lane; i < a.dim; i += 32) y[i] = x[i] / norm;  // out may alias in: same element, same lane
+    }
+}
+
+struct GatedNormArgs {
+    float* out;
+    const float* in;
+    const float* gate;
+    const float* weight;
+    int64_t o0, i0, g0;
+    int64_t n_rows, dim;
+    float eps;
+};
+
+__global__ void gated_rms_norm_kernel(GatedNormArgs a) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < a.n_rows; r += warps) {
+        const float* x = a.in + r * a.i0;
+        const float* g = a.gate + r * a.g0;
+        float* y = a.out + r * a.o0;
+        float ss = 0.0f;
+        for (int64_t i = lane; i < a.dim; i += 32) ss = fmaf(x[i], x[i], ss);
+        ss = warp_reduce_sum(ss);
+        const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(a.dim) + a.eps);
+        for (int64_t i = lane; i < a.dim; i += 32) y[i] = a.weight[i] * (x[i] * inv_rms) * sigmoidf(g[i]);
+    }
+}
+
+// kda_gate: contiguous [n_tokens, n_heads, head_dim]; grid-stride over elements.
+__global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, const float* dt_bias, int64_t n,
+                                int64_t row, int64_t head_dim, bool lower_bound_form, float lower_bound) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t c = i % row;
+        const float rate = expf(a_log[c / head_dim]);
+        const float u = f[i] + dt_bias[c];
+        float g;
+        if (lower_bound_form) {
+            g = lower_bound * sigmoidf(rate * u);
+        } else {
+            g = -rate * (u > 20.0f ? u : log1pf(expf(u)));
+        }
+        out[i] = g;
+    }
+}
+
+// attn_res_mix: one block per token (grid-stride). For each candidate row (bank rows, then partial) the block
+// reduces sum(v^2) and sum(query * w * v) in double; softmax over the n_blocks + 1 logits in double; then each thread
+// mixes its hidden columns. Every read of `partial` happens before the first write of `out` (the reductions end in
+// barriers and the mixing thread reads column h before writing it), so out may alias partial.
+constexpr int kMixThreads = 256;
+constexpr int kMaxCandidates = 64;
+
+struct MixArgs {
+    float* out;
+    const float* bank;
+    const float* partial;
+    const float* query;
+    const float* norm_weight;
+    int64_t out0, b0, b1, p0;
+    int64_t n_tokens, hidden;
+    int n_blocks;
+    float eps;
+};
+
+__device__ double block_sum_d(double x, double* scratch) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    double r = 0.0;
+    for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) r += scratch[w];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs a) {
+    __shared__ double scratch[32];
+    __shared__ double weights[kMaxCandidates];
+    const int tid = static_cast<int>(threadIdx.x);
+    const int n_cand = a.n_blocks + 1;
+    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
+        for (int i = 0; i < n_cand; ++i) {
+            const float* v = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+            double ss = 0.0, dot = 0.0;
+            for (int64_t h = tid; h < a.hidden; h += kMixThreads) {
+                const double x = v[h];
+                ss += x * x;
+                dot += static_cast<double>(a.query[h]) * a.norm_weight[h] * x;
+            }
+            ss = block_sum_d(ss, scratch);
+            dot = block_sum_d(dot, scratch);
+            if (tid == 0) weights[i] = dot / sqrt(ss / static_cast<double>(a.hidden) + a.eps);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            double mx = -INFINITY;
+            for (int i = 0; i < n_cand; ++i) mx = fmax(mx, weights[i]);
+            double denom = 0.0;
+            for (int i = 0; i < n_cand; ++i) {
+                weights[i] = exp(weights[i] - mx);
+                denom += weights[i];
+            }
+            for (int i = 0; i < n_cand; ++i) weights[i] /= denom;
+        }
+        __syncthreads();
+        for (int64_t h = tid; h < a.hidden; h += kMixThreads) {
+            double acc = 0.0;
+            for (int i = 0; i < n_cand; ++i) {
+                const float* v = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+                acc += weights[i] * v[h];
+            }
+            a.out[t * a.out0 + h] = static_cast<float>(acc);
+        }
+        __syncthreads();  // weights reused by the next token
+    }
+}
+
+unsigned row_blocks(int64_t n_rows, int rows_per_block) {
+    int64_t b = (n_rows + rows_per_block - 1) / rows_per_block;
+    if (b > 65536) b = 65536;  // grid-stride loops cover the rest
+    return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+}  // namespace
+
+void sigmoid(const kernels::SigmoidParams& p, void* stream) {
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << "sigmoid: in " << p.in.shape_string();
+    const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
+    check_rows(p.in, n_rows, dim, "sigmoid", "in");
+    check_rows(p.out, n_rows, dim, "sigmoid", "out");
+    launch_elementwise<Ew::kSigmoid>({.out = p.out.ptr<float>(),
+                                      .a = p.in.ptr<const float>(),
+                                      .b = nullptr,
+                                      .out0 = p.out.stride(0),
+                                      .a0 = p.in.stride(0),
+                                      .b0 = 0,
+                                      .n_rows = n_rows,
+                                      .dim = dim,
+                                      .beta = 0.0f,
+                                      .linear_beta = 0.0f},
+                                     stream);
+}
+
+void sigmoid_gate(const kernels::SigmoidGateParams& p, void* stream) {
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << "sigmoid_gate: in " << p.in.shape_string();
+    const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
+    check_rows(p.in, n_rows, dim, "sigmoid_gate", "in");
+    check_rows(p.gate, n_rows, dim, "sigmoid_gate", "gate");
+    check_rows(p.out, n_rows, dim, "sigmoid_gate", "out");
+    launch_elementwise<Ew::kSigmoidGate>({.out = p.out.ptr<float>(),
+                                          .a = p.in.ptr<const float>(),
+                                          .b = p.gate.ptr<const float>(),
+                                          .out0 = p.out.stride(0),
+                                          .a0 = p.in.stride(0),
+                                          .b0 = p.gate.stride(0),
+                                          .n_rows = n_rows,
+                                          .dim = dim,
+                                          .beta = 0.0f,
+                                          .linear_beta = 0.0f},
+                                         stream);
+}
+
+void situ_mul(const kernels::SituMulParams& p, void* stream) {
+    PENSTOCK_CHECK_EQ(p.gate.ndim, 2) << "situ_mul: gate " << p.gate.shape_string();
+    const int64_t n_rows = p.gate.size(0), dim = p.gate.size(1);
+    check_rows(p.gate, n_rows, dim, "situ_mul", "gate");
+    check_rows(p.up, n_rows, dim, "situ_mul", "up");
+    check_rows(p.out, n_rows, dim, "situ_mul", "out");
+    PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << "situ_mul: betas must be > 0";
+    launch_elementwise<Ew::kSitu>({.out = p.out.ptr<float>(),
+                                   .a = p.gate.ptr<const float>(),
+                                   .b = p.up.ptr<const float>(),
+                                   .out0 = p.out.stride(0),
+                                   .a0 = p.gate.stride(0),
+                                   .b0 = p.up.stride(0),
+                                   .n_rows = n_rows,
+                                   .dim = dim,
+                                   .beta = p.beta,
+                                   .linear_beta = p.linear_beta},
+                                  stream);
+}
+
+void short_conv(const kernels::ShortConvParams& p, void* stream) {
+    const char* op = "short_conv";
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << op << ": in " << p.in.shape_string();
+    const int64_t n_tokens = p.in.size(0), channels = p.in.size(1);
+    check_rows(p.in, n_tokens, channels, op, "in");
+    check_rows(p.out, n_tokens, channels, op, "out");
+    PENSTOCK_CHECK(p.weight.ndim == 2 && p.weight.is_contiguous() && p.weight.size(0) == channels &&
+                   p.weight.dtype == DType::kF32)
+        << op << ": weight [channels, kernel] f32 contiguous, got " << p.weight.shape_string();
+    check_on_gpu(p.weight, op, "weight");
+    const int64_t kernel = p.weight.size(1);
+    PENSTOCK_CHECK(kernel >= 1 && kernel <= kMaxConvKernel) << op << ": kernel " << kernel;
+    check_on_gpu(p.conv_state, op, "conv_state");
+    PENSTOCK_CHECK(p.conv_state.ndim == 3 && p.conv_state.is_contiguous() && p.conv_state.dtype == DType::kF32 &&
+                   p.conv_state.size(1) == kernel - 1 && p.conv_state.size(2) == channels)
+        << op << ": conv_state [n_slots, kernel - 1, channels] f32 contiguous, got " << p.conv_state.shape_string();
+    check_on_gpu(p.cu_seqlens, op, "cu_seqlens");
+    check_on_gpu(p.state_slots, op, "state_slots");
+    PENSTOCK_CHECK(p.cu_seqlens.ndim == 1 && p.cu_seqlens.dtype == DType::kI32 && p.cu_seqlens.is_contiguous())
+        << op << ": cu_seqlens [n_seqs + 1] i32";
+    const int64_t n_seqs = p.cu_seqlens.size(0) - 1;
+    PENSTOCK_CHECK(n_seqs >= 0 && p.state_slots.ndim == 1 && p.state_slots.dtype == DType::kI32 &&
+                   p.state_slots.size(0) == n_seqs && p.state_slots.is_contiguous())
+        << op << ": state_slots [n_seqs] i32";
+    if (n_seqs == 0 || channels == 0) return;
+    ConvArgs a{.out = p.out.ptr<float>(),
+               .in = p.in.ptr<const float>(),
+               .weight = p.weight.ptr<const float>(),
+               .state = p.conv_state.ptr<float>(),
+               .cu = p.cu_seqlens.ptr<const int32_t>(),
+               .slots = p.state_slots.ptr<const int32_t>(),
+               .out0 = p.out.stride(0),
+               .in0 = p.in.stride(0),
+               .n_tokens = n_tokens,
+               .channels = channels,
+               .n_seqs = static_cast<int>(n_seqs),
+               .kernel = static_cast<int>(kernel),
+               .silu = p.silu};
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (n_tokens > 0) {
+        short_conv_kernel<<<blocks_for(n_tokens * channels, kThreads), kThreads, 0, s>>>(a);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    }
+    if (kernel > 1) {
+        short_conv_state_kernel<<<blocks_for(n_seqs * channels, kThreads), kThreads, 0, s>>>(a);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    }
+}
+
+void l2norm(const kernels::L2NormParams& p, void* stream) {
+    PENSTOCK_CHECK_EQ(p.in.ndim, 3) << "l2norm: in " << p.in.shape_string();
+    const int64_t n_tokens = p.in.size(0), n_heads = p.in.size(1), dim = p.in.size(2);
+    check_3d(p.in, n_tokens, n_heads, dim, "l2norm", "in");
+    check_3d(p.out, n_tokens, n_heads, dim, "l2norm", "out");
+    if (n_tokens * n_heads == 0) return;
+    const L2Args a{.out = p.out.ptr<float>(),
+                   .in = p.in.ptr<const float>(),
+                   .o0 = p.out.stride(0),
+                   .o1 = p.out.stride(1),
+                   .i0 = p.in.stride(0),
+                   .i1 = p.in.stride(1),
+                   .n_tokens = n_tokens,
+                   .n_heads = n_heads,
+                   .dim = dim,
+                   .eps = p.eps};
+    l2norm_kernel<<<row_blocks(n_tokens * n_heads, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void kda_gate(const kernels::KdaGateParams& p, void* stream) {
+    const char* op = "kda_gate";
+    PENSTOCK_CHECK_EQ(p.f.ndim, 3) << op << ": f " << p.f.shape_string();
+    const int64_t n_tokens = p.f.size(0), n_heads = p.f.size(1), head_dim = p.f.size(2);
+    check_3d(p.f, n_tokens, n_heads, head_dim, op, "f");
+    check_3d(p.out, n_tokens, n_heads, head_dim, op, "out");
+    PENSTOCK_CHECK(p.f.is_contiguous() && p.out.is_contiguous()) << op << ": contiguous f and out";
+    check_vec(p.a_log, n_heads, op, "a_log");
+    check_vec(p.dt_bias, n_heads * head_dim, op, "dt_bias");
+    const int64_t n = n_tokens * n_heads * head_dim;
+    if (n == 0) return;
+    kda_gate_kernel<<<blocks_for(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        p.out.ptr<float>(), p.f.ptr<const float>(), p.a_log.ptr<const float>(), p.dt_bias.ptr<const float>(), n,
+        n_heads * head_dim, head_dim, p.form == kernels::KdaGateForm::kLowerBound, p.lower_bound);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
+    const char* op = "gated_rms_norm";
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << op << ": in " << p.in.shape_string();
+    const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
+    check_rows(p.in, n_rows, dim, op, "in");
+    check_rows(p.gate, n_rows, dim, op, "gate");
+    check_rows(p.out, n_rows, dim, op, "out");
+    check_vec(p.weight, dim, op, "weight");
+    if (n_rows == 0) return;
+    const GatedNormArgs a{.out = p.out.ptr<float>(),
+                          .in = p.in.ptr<const float>(),
+                          .gate = p.gate.ptr<const float>(),
+                          .weight = p.weight.ptr<const float>(),
+                          .o0 = p.out.stride(0),
+                          .i0 = p.in.stride(0),
+                          .g0 = p.gate.stride(0),
+                          .n_rows = n_rows,
+                          .dim = dim,
+                          .eps = p.eps};
+    gated_rms_norm_kernel<<<row_blocks(n_rows, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {
+    const char* op = "attn_res_mix";
+    PENSTOCK_CHECK_EQ(p.partial.ndim, 2) << op << ": partial " << p.partial.shape_string();
+    const int64_t n_tokens = p.partial.size(0), hidden = p.partial.size(1);
+    check_rows(p.partial, n_tokens, hidden, op, "partial");
+    check_rows(p.out, n_tokens, hidden, op, "out");
+    PENSTOCK_CHECK_EQ(p.bank.ndim, 3) << op << ": bank " << p.bank.shape_string();
+    const int64_t n_blocks = p.bank.size(1);
+    if (n_blocks > 0) check_3d(p.bank, n_tokens, n_blocks, hidden, op, "bank");
+    check_vec(p.query, hidden, op, "query");
+    check_vec(p.norm_weight, hidden, op, "norm_weight");
+    PENSTOCK_CHECK_LT(n_blocks, kMaxCandidates) << op << ": n_blocks";
+    if (n_tokens == 0) return;
+    const MixArgs a{.out = p.out.ptr<float>(),
+                    .bank = n_blocks > 0 ? p.bank.ptr<const float>() : nullptr,
+                    .partial = p.partial.ptr<const float>(),
+                    .query = p.query.ptr<const float>(),
+                    .norm_weight = p.norm_weight.ptr<const float>(),
+                    .out0 = p.out.stride(0),
+                    .b0 = n_blocks > 0 ? p.bank.stride(0) : 0,
+                    .b1 = n_blocks > 0 ? p.bank.stride(1) : 0,
+                    .p0 = p.partial.stride(0),
+                    .n_tokens = n_tokens,
+                    .hidden = hidden,
+                    .n_blocks = static_cast<int>(n_blocks),
+                    .eps = p.eps};
+    attn_res_mix_kernel<<<row_blocks(n_tokens, 1), kMixThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda

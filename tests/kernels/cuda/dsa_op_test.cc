@@ -1,0 +1,464 @@
+// The DSA ops on the GPU (kernels::dsa_* through a CUDA Context, i.e. the ops_dsa.cc dispatch) against the CPU
+// reference on the same seeded inputs.
+//  - dsa_indexer_logits: f32 and fp8 (e4m3 q/k + scales), 1 row / 1 key, key counts at page edges (63/64/65,
+//    127/128/129), row counts off the 16-row tile, 3 / 4 / 96 heads, strided q / k / weights / logits.
+//  - dsa_topk: indices compared exactly (same set, same ascending order, same -1 padding): distinct logits at page
+//    edges with q_pos around top_k and past n_keys / negative; tie-heavy rows (ReLU zeros, few distinct levels) on
+//    both libstdc++ paths (nth_element, partial_sort), emulated torch row lengths > n_keys, NaN / -inf logits, a row
+//    longer than the shared-memory replay queue, and the reference test's torch-verified tie cases.
+//  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows.
+//  - sparse_mla_attention: paged latent cache 576/512 with v a view of kv, index lists at page edges with -1 holes
+//    and an all -1 row, 3 / 16 / 96 heads, strided q.
+// PENSTOCK_CUDA_PERF=1 adds timing at model-like shapes (DsaPerf).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ops_dsa.h"
+#include "tests/kernels/cuda/conformance_log.h"
+#include "tests/kernels/cuda/op_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+// A 1-byte tensor (fp8 bytes) held on host and device with the same layout; strided as make_pair_from does.
+struct BytePair {
+    Tensor host, dev;
+    TensorView hv, dv;
+};
+
+BytePair byte_pair(const std::vector<uint8_t>& bytes, const Shape& shape, bool strided, cuda::CudaCachingAllocator& alloc,
+                   const cuda::Stream& stream) {
+    const Shape padded = padded_shape(shape, strided);
+    BytePair p;
+    p.host = Tensor::empty(padded, DType::kF8E4M3);
+    PENSTOCK_CHECK_EQ(static_cast<int64_t>(bytes.size()), p.host.numel());
+    std::copy(bytes.begin(), bytes.end(), p.host.ptr<uint8_t>());
+    p.dev = cuda::to_device(p.host, alloc, stream);
+    stream.synchronize();
+    p.hv = p.host.view();
+    p.dv = p.dev.view();
+    if (strided) {
+        for (size_t d = 1; d < shape.size(); ++d) {
+            p.hv = p.hv.slice(static_cast<int>(d), 1, 1 + shape[d]);
+            p.dv = p.dv.slice(static_cast<int>(d), 1, 1 + shape[d]);
+        }
+    }
+    return p;
+}
+
+std::vector<uint8_t> random_e4m3(std::mt19937& rng, int64_t n, float amp) {
+    std::vector<uint8_t> b(static_cast<size_t>(n));
+    const std::vector<float> f = random_floats(rng, n, -amp, amp);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float_to_e4m3(f[i]);
+    return b;
+}
+
+std::string shape_name(const std::string& base, const std::vector<int64_t>& dims) {
+    std::string s = base;
+    for (int64_t d : dims) s.append("_").append(std::to_string(d));
+    return s;
+}
+
+class DsaOpTest : public CudaTest {
+protected:
+    kernels::Context gpu() { return {.device = Device::kCUDA, .pool = nullptr, .stream = raw_stream(), .alloc = &alloc()}; }
+};
+
+// ------------------------------------------------------------------------------------------------ indexer logits
+struct LogitsCase {
+    const char* name;
+    int64_t n_rows, n_heads, head_dim, n_keys;
+    bool strided;
+};
+
+std::vector<LogitsCase> logits_cases() {
+    return {
+        {"one_row_one_key", 1, 3, 64, 1, false},
+        {"keys63", 17, 3, 128, 63, false},
+        {"keys64", 17, 3, 128, 64, true},
+        {"keys65", 17, 4, 128, 65, false},
+        {"keys127", 33, 4, 128, 127, true},
+        {"keys128", 16, 4, 128, 128, false},
+        {"keys129", 31, 3, 128, 129, true},
+        {"heads96", 9, 96, 128, 70, false},
+        {"head_dim64_rows1", 1, 32, 64, 200, true},
+    };
+}
+
+TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
+    uint32_t seed = 4100;
+    for (const bool fp8 : {false, true}) {
+        for (const LogitsCase& c : logits_cases()) {
+            const std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
+            SCOPED_TRACE(name);
+            PENSTOCK_SEEDED(seed);
+            std::mt19937 rng(seed++);
+            Pair weights = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.strided, alloc(), stream());
+            Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
+            const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+            kernels::DsaIndexerLogitsParams gp, hp;
+            Pair qf, kf, qs, ks;
+            BytePair q8, k8;
+            if (fp8) {
+                const Shape qshape{c.n_rows, c.n_heads, c.head_dim}, kshape{c.n_keys, c.head_dim};
+                q8 = byte_pair(random_e4m3(rng, numel_of(padded_shape(qshape, c.strided)), 8.0f), qshape, c.strided,
+                               alloc(), stream());
+                k8 = byte_pair(random_e4m3(rng, numel_of(padded_shape(kshape, c.strided)), 8.0f), kshape, c.strided,
+                               alloc(), stream());
+                qs = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.strided, alloc(), stream(), 0.01f, 0.1f);
+                ks = random_pair(rng, {c.n_keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
+                gp = {.logits = logits.dv, .q = q8.dv, .k = k8.dv, .weights = weights.dv, .q_scale = qs.dv,
+                      .k_scale = ks.dv, .scale = scale};
+                hp = {.logits = logits.hv, .q = q8.hv, .k = k8.hv, .weights = weights.hv, .q_scale = qs.hv,
+                      .k_scale = ks.hv, .scale = scale};
+            } else {
+                qf = random_pair(rng, {c.n_rows, c.n_heads, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
+                kf = random_pair(rng, {c.n_keys, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
+                gp = {.logits = logits.dv, .q = qf.dv, .k = kf.dv, .weights = weights.dv, .q_scale = {}, .k_scale = {},
+                      .scale = scale};
+                hp = {.logits = logits.hv, .q = qf.hv, .k = kf.hv, .weights = weights.hv, .q_scale = {}, .k_scale = {},
+                      .scale = scale};
+            }
+            kernels::dsa_indexer_logits(gp, gpu());
+            kernels::dsa_indexer_logits(hp, kernels::Context{});
+            conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ top-k
+struct TopkCase {
+    std::string name;
+    int64_t n_keys, top_k, torch_row_len;
+    std::vector<int32_t> q_pos;
+    std::vector<float> logits;  // [n_rows * n_keys]
+    bool strided = false;
+};
+
+void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream,
+              const kernels::Context& gpu) {
+    SCOPED_TRACE(c.name);
+    const auto n_rows = static_cast<int64_t>(c.q_pos.size());
+    std::vector<float> padded = c.logits;
+    if (c.strided) {  // rows padded by 3 (values never read: masked or beyond n_keys), view starting at column 1
+        padded.assign(static_cast<size_t>(n_rows * (c.n_keys + 3)), 1e30f);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            std::copy_n(c.logits.begin() + r * c.n_keys, c.n_keys, padded.begin() + r * (c.n_keys + 3) + 1);
+        }
+    }
+    const Pair logits = make_pair_from(padded, {n_rows, c.n_keys}, DType::kF32, c.strided, alloc, stream);
+    const Tensor q_pos_d = dev_i32(c.q_pos, alloc, stream);
+    const Tensor q_pos_h = i32_tensor(c.q_pos);
+    Tensor idx_d = Tensor::empty({n_rows, c.top_k}, DType::kI32, alloc);
+    cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
+    Tensor idx_h = Tensor::empty({n_rows, c.top_k}, DType::kI32);
+    kernels::dsa_topk({.indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len}, gpu);
+    kernels::dsa_topk({.indices = idx_h, .logits = logits.hv, .q_pos = q_pos_h, .torch_row_len = c.torch_row_len},
+                      kernels::Context{});
+    const std::vector<int32_t> got = read_i32(idx_d, stream);
+    const std::vector<int32_t> want(idx_h.ptr<int32_t>(), idx_h.ptr<int32_t>() + idx_h.numel());
+    conf_exact("dsa_topk", c.name, got, want);
+}
+
+std::vector<float> distinct_logits(std::mt19937& rng, int64_t n) { return random_floats(rng, n, -4.0f, 4.0f); }
+
+// ReLU-like rows: most entries exactly 0, a few positive, some values repeated (ties at the boundary).
+std::vector<float> tied_logits(std::mt19937& rng, int64_t n, float positive_fraction, int levels) {
+    std::vector<float> v(static_cast<size_t>(n), 0.0f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::uniform_int_distribution<int> lv(1, levels);
+    for (float& x : v) {
+        if (u(rng) < positive_fraction) x = 0.25f * static_cast<float>(lv(rng));
+    }
+    return v;
+}
+
+std::vector<int32_t> positions_around(int64_t n_keys, int64_t top_k) {
+    std::vector<int32_t> p{0, -1, static_cast<int32_t>(top_k - 1), static_cast<int32_t>(top_k),
+                           static_cast<int32_t>(top_k + 1), static_cast<int32_t>(n_keys - 2),
+                           static_cast<int32_t>(n_keys - 1), static_cast<int32_t>(n_keys + 5)};
+    for (int32_t& x : p) x = std::max<int32_t>(x, -1);
+    return p;
+}
+
+TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
+    uint32_t seed = 4200;
+    std::vector<TopkCase> cases;
+    // Distinct logits at page edges (unique sets: the radix-select path).
+    for (const int64_t n_keys : {1, 63, 64, 65, 127, 128, 129}) {
+        for (const int64_t k : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+            std::mt19937 rng(seed++);
+            TopkCase c{shape_name("distinct_keys_k", {n_keys, k}), n_keys, k, 0, positions_around(n_keys, k), {}};
+            c.logits = distinct_logits(rng, static_cast<int64_t>(c.q_pos.size()) * n_keys);
+            c.strided = n_keys % 2 == 1;
+            cases.push_back(std::move(c));
+        }
+    }
+    // Tie-heavy rows: nth_element (k * 64 > row_len) and partial_sort (k * 64 <= row_len), row_len = n_keys or more.
+    struct TieShape {
+        int64_t n_keys, k, row_len;
+        float frac;
+        int levels;
+    };
+    for (const TieShape& s : std::vector<TieShape>{{40, 16, 0, 0.2f, 3},
+                                                   {129, 16, 0, 0.05f, 2},
+                                                   {129, 16, 300, 0.1f, 4},
+                                                   {300, 2, 0, 0.0f, 1},
+                                                   {300, 4, 0, 0.01f, 2},
+                                                   {1000, 8, 2000, 0.005f, 3},
+                                                   {3000, 2048, 0, 0.5f, 4},
+                                                   {3000, 2048, 4096, 0.3f, 6},
+                                                   {25000, 256, 0, 0.005f, 3},
+                                                   {25000, 2048, 30000, 0.05f, 5}}) {
+        std::mt19937 rng(seed++);
+        std::vector<int32_t> pos{static_cast<int32_t>(s.n_keys - 1), static_cast<int32_t>(s.k),
+                                 static_cast<int32_t>(s.k + 1), static_cast<int32_t>((s.n_keys + s.k) / 2)};
+        TopkCase c{shape_name("tied_keys_k_rowlen", {s.n_keys, s.k, s.row_len}), s.n_keys, s.k, s.row_len, pos, {}};
+        c.logits = tied_logits(rng, static_cast<int64_t>(pos.size()) * s.n_keys, s.frac, s.levels);
+        cases.push_back(std::move(c));
+    }
+    // NaN and -inf logits: NaN ranks first; -inf ranks below the masked -FLT_MAX entries, whose picks drop out.
+    {
+        std::mt19937 rng(seed++);
+        TopkCase c{"nan_neg_inf_keys_100_k_16", 100, 16, 150, {99, 50, 20}, {}};
+        c.logits = distinct_logits(rng, 300);
+        for (int i = 0; i < 300; i += 7) c.logits[static_cast<size_t>(i)] = std::numeric_limits<float>::quiet_NaN();
+        for (int i = 3; i < 300; i += 2) c.logits[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+        cases.push_back(std::move(c));
+    }
+    // The reference test's torch-verified tie cases (tests/kernels/ref_dsa_test.cc, TiesBreakAsTorchTopk).
+    {
+        std::vector<float> a(40, 0.0f);
+        for (const auto& [j, v] : std::vector<std::pair<int, float>>{
+                 {3, 0.5f}, {7, 0.25f}, {11, 1.0f}, {15, 2.0f}, {19, 0.125f}, {23, 3.0f}, {27, 0.75f}}) {
+            a[static_cast<size_t>(j)] = v;
+        }
+        cases.push_back({"torch_ties_nth_element", 40, 16, 0, {29}, a});
+        std::vector<float> b(50, 0.0f);
+        for (int j = 0; j < 50; j += 3) b[static_cast<size_t>(j)] = -1.0f - static_cast<float>(j);
+        b[5] = 1.0f;
+        b[9] = 2.0f;
+        cases.push_back({"torch_ties_row_len_200", 50, 16, 200, {49}, b});
+        cases.push_back({"torch_ties_row_len_50", 50, 16, 0, {49}, b});
+        cases.push_back({"torch_ties_partial_sort", 150, 2, 200, {149}, std::vector<float>(150, 0.0f)});
+    }
+    for (const TopkCase& c : cases) {
+        PENSTOCK_SEEDED(seed);
+        run_topk(c, alloc(), stream(), gpu());
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ fp8 quantiser
+TEST_F(DsaOpTest, QuantizeFp8BitExact) {
+    struct QCase {
+        int64_t n_rows, dim;
+        bool rotate, ue8m0, strided;
+    };
+    uint32_t seed = 4300;
+    for (const QCase& c : std::vector<QCase>{{1, 128, true, true, false},
+                                             {63, 128, true, true, true},
+                                             {64, 128, true, false, false},
+                                             {65, 64, true, true, true},
+                                             {129, 128, false, true, false},
+                                             {127, 96, false, false, true},
+                                             {200, 512, true, true, false}}) {
+        const std::string name = shape_name(std::string(c.rotate ? "rot" : "plain") + (c.ue8m0 ? "_ue8m0" : "_f32s") +
+                                                (c.strided ? "_strided" : ""),
+                                            {c.n_rows, c.dim});
+        SCOPED_TRACE(name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const Shape shape{c.n_rows, c.dim};
+        std::vector<float> vals = random_floats(rng, numel_of(padded_shape(shape, c.strided)));
+        // Per-row magnitudes from 1e-6 (amax below the 1e-4 floor) to 1e3; one all-zero row.
+        const int64_t pitch = c.strided ? c.dim + 3 : c.dim;
+        std::uniform_real_distribution<float> ex(-6.0f, 3.0f);
+        for (int64_t r = 0; r < c.n_rows; ++r) {
+            const float m = r == 1 ? 0.0f : std::pow(10.0f, ex(rng));
+            for (int64_t i = 0; i < pitch; ++i) vals[static_cast<size_t>(r * pitch + i)] *= m;
+        }
+        const Pair in = make_pair_from(vals, shape, DType::kF32, c.strided, alloc(), stream());
+        BytePair out = byte_pair(std::vector<uint8_t>(static_cast<size_t>(numel_of(padded_shape(shape, c.strided))), 0x55),
+                                 shape, c.strided, alloc(), stream());
+        Tensor scale_d = Tensor::empty({c.n_rows}, DType::kF32, alloc());
+        cuda::fill_bytes_async(scale_d.view(), 0xff, stream());
+        Tensor scale_h = Tensor::empty({c.n_rows}, DType::kF32);
+        kernels::dsa_quantize_fp8(
+            {.out = out.dv, .scale = scale_d, .in = in.dv, .rotate = c.rotate, .ue8m0 = c.ue8m0}, gpu());
+        kernels::dsa_quantize_fp8(
+            {.out = out.hv, .scale = scale_h, .in = in.hv, .rotate = c.rotate, .ue8m0 = c.ue8m0}, kernels::Context{});
+        const Tensor got = cuda::to_host(out.dev, stream());
+        // Whole backing compared: the padding must keep its 0x55 on both sides.
+        conf_exact("dsa_quantize_fp8", name + " bytes",
+                   std::vector<uint8_t>(got.ptr<uint8_t>(), got.ptr<uint8_t>() + got.numel()),
+                   std::vector<uint8_t>(out.host.ptr<uint8_t>(), out.host.ptr<uint8_t>() + out.host.numel()));
+        const Tensor sg = cuda::to_host(scale_d, stream());
+        std::vector<uint32_t> sb_got(static_cast<size_t>(c.n_rows)), sb_want(static_cast<size_t>(c.n_rows));
+        std::memcpy(sb_got.data(), sg.ptr<float>(), sb_got.size() * 4);
+        std::memcpy(sb_want.data(), scale_h.ptr<float>(), sb_want.size() * 4);
+        conf_exact("dsa_quantize_fp8", name + " scale bits", sb_got, sb_want);
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ sparse MLA
+struct MlaCase {
+    const char* name;
+    int64_t n_rows, n_heads, d_qk, d_v, n_pages, top_k;
+    bool shared_v;  // v = kv[:, :d_v]
+    bool strided_q;
+};
+
+TEST_F(DsaOpTest, SparseMlaAttentionMatchesReference) {
+    constexpr int64_t kPage = 64;
+    uint32_t seed = 4400;
+    for (const MlaCase& c : std::vector<MlaCase>{{"one_row_k4", 1, 3, 64, 64, 1, 4, false, false},
+                                                 {"k63_heads3", 7, 3, 128, 128, 2, 63, false, true},
+                                                 {"k64", 5, 4, 128, 96, 2, 64, true, false},
+                                                 {"k65", 9, 3, 192, 128, 3, 65, false, true},
+                                                 {"k127_heads16", 4, 16, 576, 512, 3, 127, true, false},
+                                                 {"k128_latent576", 6, 16, 576, 512, 3, 128, true, true},
+                                                 {"k129_latent576", 3, 16, 576, 512, 4, 129, true, false},
+                                                 {"heads96", 3, 96, 64, 64, 2, 70, false, false}}) {
+        SCOPED_TRACE(c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const int64_t n_slots = c.n_pages * kPage;
+        const Pair q = random_pair(rng, {c.n_rows, c.n_heads, c.d_qk}, DType::kF32, c.strided_q, alloc(), stream());
+        const Pair kv = random_pair(rng, {n_slots, c.d_qk}, DType::kF32, true, alloc(), stream());
+        Pair v_own;
+        TensorView v_dev = kv.dv.slice(1, 0, c.d_v), v_host = kv.hv.slice(1, 0, c.d_v);
+        if (!c.shared_v) {
+            v_own = random_pair(rng, {n_slots, c.d_v}, DType::kF32, false, alloc(), stream());
+            v_dev = v_own.dv;
+            v_host = v_own.hv;
+        }
+        // Index lists: distinct random slots; row 0 full, the others with -1 holes (scattered and a tail); the last
+        // row of a multi-row case all -1.
+        std::vector<int32_t> idx(static_cast<size_t>(c.n_rows * c.top_k), -1);
+        std::vector<int32_t> perm(static_cast<size_t>(n_slots));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        for (int64_t r = 0; r < c.n_rows; ++r) {
+            if (c.n_rows > 2 && r == c.n_rows - 1) break;
+            std::shuffle(perm.begin(), perm.end(), rng);
+            const int64_t used = r == 0 ? c.top_k : c.top_k - (r % 5);
+            for (int64_t j = 0; j < std::min(used, n_slots); ++j) {
+                if (r > 0 && u(rng) < 0.1f) continue;
+                idx[static_cast<size_t>(r * c.top_k + j)] = perm[static_cast<size_t>(j)];
+            }
+        }
+        const Tensor idx_d = dev_i32(idx, alloc(), stream(), {c.n_rows, c.top_k});
+        const Tensor idx_h = Tensor::from_i32({c.n_rows, c.top_k}, idx);
+        Pair out = poisoned_pair({c.n_rows, c.n_heads, c.d_v}, DType::kF32, true, alloc(), stream());
+        Pair lse = poisoned_pair({c.n_rows, c.n_heads}, DType::kF32, false, alloc(), stream());
+        const float scale = 2.0f / std::sqrt(static_cast<float>(c.d_qk));
+        kernels::sparse_mla_attention({.out = out.dv, .lse = lse.dv, .q = q.dv, .kv = kv.dv, .v = v_dev,
+                                       .indices = idx_d, .scale = scale},
+                                      gpu());
+        kernels::sparse_mla_attention({.out = out.hv, .lse = lse.hv, .q = q.hv, .kv = kv.hv, .v = v_host,
+                                       .indices = idx_h, .scale = scale},
+                                      kernels::Context{});
+        conf_pair("sparse_mla_attention", std::string(c.name) + " out", out, out.hv, kF32Tol, stream());
+        conf_pair("sparse_mla_attention", std::string(c.name) + " lse", lse, lse.hv, kF32Tol, stream());
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ perf
+// Model-like shapes (GLM-5 indexer 32 x 128, top-2048; MLA absorbed 576/512), CUDA events, median of 10 after 3
+// warm-ups; inputs are filled once (no L2 flush; the big inputs exceed L2 anyway).
+TEST_F(DsaOpTest, Perf) {
+    if (!perf_enabled()) GTEST_SKIP() << "set PENSTOCK_CUDA_PERF=1";
+    std::mt19937 rng(4500);
+    const kernels::Context ctx = gpu();
+    {
+        const int64_t rows = 2048, keys = 8192, heads = 32, d = 128;
+        const Pair q = random_pair(rng, {rows, heads, d}, DType::kF32, false, alloc(), stream());
+        const Pair k = random_pair(rng, {keys, d}, DType::kF32, false, alloc(), stream());
+        const Pair w = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream());
+        Tensor logits = Tensor::empty({rows, keys}, DType::kF32, alloc());
+        const std::string shape = "rows 2048, keys 8192, 32 heads x 128";
+        const double us = perf_time("dsa_indexer_logits f32", shape, stream(), [&] {
+            kernels::dsa_indexer_logits({.logits = logits, .q = q.dv, .k = k.dv, .weights = w.dv, .q_scale = {},
+                                         .k_scale = {}, .scale = 0.088f},
+                                        ctx);
+        });
+        std::printf("[perf] dsa_indexer_logits f32 | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / us * 1e-6);
+        const BytePair q8 = byte_pair(random_e4m3(rng, rows * heads * d, 8.0f), {rows, heads, d}, false, alloc(), stream());
+        const BytePair k8 = byte_pair(random_e4m3(rng, keys * d, 8.0f), {keys, d}, false, alloc(), stream());
+        const Pair qs = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
+        const Pair ks = random_pair(rng, {keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
+        const double us8 = perf_time("dsa_indexer_logits fp8", shape, stream(), [&] {
+            kernels::dsa_indexer_logits({.logits = logits, .q = q8.dv, .k = k8.dv, .weights = w.dv, .q_scale = qs.dv,
+                                         .k_scale = ks.dv, .scale = 0.088f},
+                                        ctx);
+        });
+        std::printf("[perf] dsa_indexer_logits fp8 | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / us8 * 1e-6);
+        // top-k over the same logits, rows at causal positions 6144..8191 (every row has > 2048 visible keys).
+        std::vector<int32_t> pos(static_cast<size_t>(rows));
+        std::iota(pos.begin(), pos.end(), static_cast<int32_t>(keys - rows));
+        const Tensor pos_d = dev_i32(pos, alloc(), stream());
+        Tensor idx = Tensor::empty({rows, 2048}, DType::kI32, alloc());
+        perf_time("dsa_topk distinct", "rows 2048, keys 8192, top 2048", stream(), [&] {
+            kernels::dsa_topk({.indices = idx, .logits = logits, .q_pos = pos_d, .torch_row_len = 0}, ctx);
+        });
+        // Tied rows (90% exact zeros, few levels): the serial replay path.
+        const int64_t trows = 256;
+        const Pair tl = make_pair_from(tied_logits(rng, trows * keys, 0.1f, 4), {trows, keys}, DType::kF32, false,
+                                       alloc(), stream());
+        std::vector<int32_t> tpos(static_cast<size_t>(trows), static_cast<int32_t>(keys - 1));
+        const Tensor tpos_d = dev_i32(tpos, alloc(), stream());
+        Tensor tidx = Tensor::empty({trows, 2048}, DType::kI32, alloc());
+        perf_time("dsa_topk tied (replay)", "rows 256, keys 8192, top 2048", stream(), [&] {
+            kernels::dsa_topk({.indices = tidx, .logits = tl.dv, .q_pos = tpos_d, .torch_row_len = 0}, ctx);
+        }, 1, 3);
+    }
+    {
+        const int64_t rows = 65536, dim = 128;
+        const Pair in = random_pair(rng, {rows, dim}, DType::kF32, false, alloc(), stream());
+        Tensor out = Tensor::empty({rows, dim}, DType::kF8E4M3, alloc());
+        Tensor sc = Tensor::empty({rows}, DType::kF32, alloc());
+        const double us = perf_time("dsa_quantize_fp8", "rows 65536 x 128, Hadamard + ue8m0", stream(), [&] {
+            kernels::dsa_quantize_fp8({.out = out, .scale = sc, .in = in.dv, .rotate = true, .ue8m0 = true}, ctx);
+        });
+        std::printf("[perf] dsa_quantize_fp8 | %.0f GB/s\n", rows * dim * 5.0 / us * 1e-3);
+    }
+    {
+        const int64_t rows = 256, heads = 64, slots = 16384, top_k = 2048;
+        const Pair q = random_pair(rng, {rows, heads, 576}, DType::kF32, false, alloc(), stream());
+        const Pair kv = random_pair(rng, {slots, 576}, DType::kF32, false, alloc(), stream());
+        std::vector<int32_t> idx(static_cast<size_t>(rows * top_k));
+        std::vector<int32_t> perm(static_cast<size_t>(slots));
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int64_t r = 0; r < rows; ++r) {
+            std::shuffle(perm.begin(), perm.end(), rng);
+            std::sort(perm.begin(), perm.begin() + top_k);
+            std::copy_n(perm.begin(), top_k, idx.begin() + r * top_k);
+        }
+        const Tensor idx_d = dev_i32(idx, alloc(), stream(), {rows, top_k});
+        Tensor out = Tensor::empty({rows, heads, 512}, DType::kF32, alloc());
+        Tensor lse = Tensor::empty({rows, heads}, DType::kF32, alloc());
+        const double us = perf_time("sparse_mla_attention", "rows 256, 64 heads, top 2048, 576/512", stream(), [&] {
+            kernels::sparse_mla_attention({.out = out, .lse = lse, .q = q.dv, .kv = kv.dv,
+                                           .v = kv.dv.slice(1, 0, 512), .indices = idx_d, .scale = 0.0417f},
+                                          ctx);
+        });
+        std::printf("[perf] sparse_mla_attention | %.2f TFLOP/s\n", 2.0 * rows * heads * top_k * (576 + 512) / us * 1e-6);
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test

@@ -1,0 +1,439 @@
+// The KDA / SiTU ops on the GPU (kernels::* through a CUDA Context, i.e. the ops_kda.cc dispatch) against the CPU
+// reference on the same seeded inputs, f32 (the reference's only dtype):
+//  - short_conv: kernels 1 / 2 / 4, SiLU on and off, ragged batches (1 token; 63 / 0 / 65; 2 / 129 / 5) in permuted
+//    slots with random carried-in state; out and the whole state tensor (untouched slots included) compared.
+//  - l2norm, sigmoid, sigmoid_gate, situ_mul, gated_rms_norm, kda_gate (both forms, the softplus u > 20 branch),
+//    attn_res_mix (0 / 1 / 7 bank blocks, hidden 256 and 7168): 1 row, row counts at 63/64/65 and 127/128/129, odd
+//    widths, 3 and 96 heads, strided views, in-place (out aliasing in) where the contract allows it.
+//  - gated_delta_rule_recurrent and _chunk: T = 1, 63, 64, 65, 129, 200; 3 and 96 heads; k/v dims 128/128 and
+//    64/48 (recurrent also 100/160); chunk sizes 64 and 16; both gate forms; ragged batches with an empty sequence
+//    and permuted slots; q/k/v strided views of one fused buffer; out and the final state compared (kF32DeltaRule).
+// PENSTOCK_CUDA_PERF=1 adds timing at Kimi K3 shapes (KdaPerf).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops_kda.h"
+#include "tests/kernels/cuda/conformance_log.h"
+#include "tests/kernels/cuda/op_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+using kernels::KdaGateForm;
+
+std::string dims(const std::string& base, const std::vector<int64_t>& d) {
+    std::string s = base;
+    for (int64_t x : d) s.append("_").append(std::to_string(x));
+    return s;
+}
+
+std::vector<int32_t> cumsum(const std::vector<int32_t>& lens) {
+    std::vector<int32_t> cu(1, 0);
+    for (int32_t l : lens) cu.push_back(cu.back() + l);
+    return cu;
+}
+
+class KdaOpTest : public CudaTest {
+protected:
+    kernels::Context gpu() { return {.device = Device::kCUDA, .pool = nullptr, .stream = raw_stream(), .alloc = &alloc()}; }
+    static kernels::Context cpu() { return {}; }
+};
+
+// ------------------------------------------------------------------------------------------------ short_conv
+TEST_F(KdaOpTest, ShortConvMatchesReference) {
+    struct ConvCase {
+        std::vector<int32_t> lens;
+        int64_t channels, kernel;
+        bool silu, strided;
+    };
+    uint32_t seed = 5100;
+    for (const ConvCase& c : std::vector<ConvCase>{{{1}, 96, 4, true, false},
+                                                   {{63, 0, 65}, 130, 4, true, true},
+                                                   {{2, 129, 5}, 96, 4, false, false},
+                                                   {{64, 1}, 33, 2, true, true},
+                                                   {{17, 3}, 40, 1, true, false}}) {
+        const std::vector<int32_t> cu = cumsum(c.lens);
+        const auto n_seqs = static_cast<int64_t>(c.lens.size());
+        const int64_t n_tokens = cu.back(), n_slots = n_seqs + 2, hist = c.kernel - 1;
+        std::string name = dims("conv_C_k", {c.channels, c.kernel}) + "_lens";
+        for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
+        name += c.silu ? "_silu" : "_linear";
+        SCOPED_TRACE(name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        std::vector<int32_t> slots(static_cast<size_t>(n_seqs));
+        for (int64_t s = 0; s < n_seqs; ++s) slots[static_cast<size_t>(s)] = static_cast<int32_t>((s * 3 + 1) % n_slots);
+        const Pair in = random_pair(rng, {n_tokens, c.channels}, DType::kF32, c.strided, alloc(), stream(), -2.0f, 2.0f);
+        const Pair w = random_pair(rng, {c.channels, c.kernel}, DType::kF32, false, alloc(), stream());
+        Pair state = random_pair(rng, {n_slots, hist, c.channels}, DType::kF32, false, alloc(), stream());
+        Pair out = poisoned_pair({n_tokens, c.channels}, DType::kF32, c.strided, alloc(), stream());
+        const Tensor cu_d = dev_i32(cu, alloc(), stream()), slots_d = dev_i32(slots, alloc(), stream());
+        const Tensor cu_h = i32_tensor(cu), slots_h = i32_tensor(slots);
+        kernels::short_conv({.out = out.dv, .in = in.dv, .weight = w.dv, .conv_state = state.dv, .cu_seqlens = cu_d,
+                             .state_slots = slots_d, .silu = c.silu},
+                            gpu());
+        kernels::short_conv({.out = out.hv, .in = in.hv, .weight = w.hv, .conv_state = state.hv, .cu_seqlens = cu_h,
+                             .state_slots = slots_h, .silu = c.silu},
+                            cpu());
+        conf_pair("short_conv", name + " out", out, out.hv, kF32Tol, stream());
+        conf_close("short_conv", name + " state", read_pair(state, stream(), false).values, read_f32(state.hv), kF32Tol);
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ row / elementwise
+TEST_F(KdaOpTest, L2NormMatchesReference) {
+    uint32_t seed = 5200;
+    for (const auto& [t, h, d, strided, in_place] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool>>{{1, 3, 128, false, false},
+                                                                       {65, 3, 128, true, false},
+                                                                       {64, 96, 128, false, true},
+                                                                       {129, 4, 100, true, false},
+                                                                       {63, 2, 33, false, true}}) {
+        const std::string name = dims("l2norm_T_H_D", {t, h, d}) + (strided ? "_strided" : "") + (in_place ? "_inplace" : "");
+        SCOPED_TRACE(name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        Pair x = random_pair(rng, {t, h, d}, DType::kF32, strided, alloc(), stream(), -3.0f, 3.0f);
+        Pair out = in_place ? x : poisoned_pair({t, h, d}, DType::kF32, strided, alloc(), stream());
+        kernels::l2norm({.out = out.dv, .in = x.dv, .eps = 1e-6f}, gpu());
+        kernels::l2norm({.out = out.hv, .in = x.hv, .eps = 1e-6f}, cpu());
+        if (in_place) {
+            conf_close("l2norm", name, read_pair(out, stream(), false).values, read_f32(out.hv), kF32Tol);
+        } else {
+            conf_pair("l2norm", name, out, out.hv, kF32Tol, stream());
+        }
+        if (HasFatalFailure()) return;
+    }
+}
+
+struct RowShape {
+    int64_t rows, dim;
+    bool strided;
+};
+
+const std::vector<RowShape>& row_shapes() {
+    static const std::vector<RowShape> s{{1, 1, false},    {1, 128, true},     {63, 127, false}, {64, 128, true},
+                                         {65, 129, false}, {127, 64, true},    {128, 3, false},  {129, 2049, true}};
+    return s;
+}
+
+TEST_F(KdaOpTest, ElementwiseMatchReference) {
+    uint32_t seed = 5300;
+    for (const RowShape& s : row_shapes()) {
+        const std::string shape = dims("", {s.rows, s.dim}) + (s.strided ? "_strided" : "");
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const Pair a = random_pair(rng, {s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream(), -8.0f, 8.0f);
+        const Pair b = random_pair(rng, {s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream(), -40.0f, 40.0f);
+        {
+            Pair out = poisoned_pair({s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream());
+            kernels::sigmoid({.out = out.dv, .in = a.dv}, gpu());
+            kernels::sigmoid({.out = out.hv, .in = a.hv}, cpu());
+            conf_pair("sigmoid", "rows_dim" + shape, out, out.hv, kF32Tol, stream());
+        }
+        {
+            Pair out = poisoned_pair({s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream());
+            kernels::sigmoid_gate({.out = out.dv, .in = a.dv, .gate = b.dv}, gpu());
+            kernels::sigmoid_gate({.out = out.hv, .in = a.hv, .gate = b.hv}, cpu());
+            conf_pair("sigmoid_gate", "rows_dim" + shape, out, out.hv, kF32Tol, stream());
+        }
+        {
+            Pair out = poisoned_pair({s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream());
+            kernels::situ_mul({.out = out.dv, .gate = a.dv, .up = b.dv, .beta = 4.0f, .linear_beta = 25.0f}, gpu());
+            kernels::situ_mul({.out = out.hv, .gate = a.hv, .up = b.hv, .beta = 4.0f, .linear_beta = 25.0f}, cpu());
+            conf_pair("situ_mul", "rows_dim" + shape, out, out.hv, kF32Tol, stream());
+        }
+        {
+            const Pair w = random_pair(rng, {s.dim}, DType::kF32, false, alloc(), stream(), 0.5f, 1.5f);
+            Pair out = poisoned_pair({s.rows, s.dim}, DType::kF32, s.strided, alloc(), stream());
+            kernels::gated_rms_norm({.out = out.dv, .in = a.dv, .gate = b.dv, .weight = w.dv, .eps = 1e-5f}, gpu());
+            kernels::gated_rms_norm({.out = out.hv, .in = a.hv, .gate = b.hv, .weight = w.hv, .eps = 1e-5f}, cpu());
+            conf_pair("gated_rms_norm", "rows_dim" + shape, out, out.hv, kF32Tol, stream());
+        }
+        if (HasFatalFailure()) return;
+    }
+    // In place: sigmoid_gate with out = gate, situ_mul with out = up, gated_rms_norm with out = in.
+    std::mt19937 rng(seed);
+    Pair a = random_pair(rng, {65, 129}, DType::kF32, true, alloc(), stream(), -4.0f, 4.0f);
+    Pair b = random_pair(rng, {65, 129}, DType::kF32, true, alloc(), stream(), -4.0f, 4.0f);
+    kernels::sigmoid_gate({.out = b.dv, .in = a.dv, .gate = b.dv}, gpu());
+    kernels::sigmoid_gate({.out = b.hv, .in = a.hv, .gate = b.hv}, cpu());
+    conf_close("sigmoid_gate", "65_129_inplace_gate", read_pair(b, stream(), false).values, read_f32(b.hv), kF32Tol);
+    kernels::situ_mul({.out = b.dv, .gate = a.dv, .up = b.dv}, gpu());
+    kernels::situ_mul({.out = b.hv, .gate = a.hv, .up = b.hv}, cpu());
+    conf_close("situ_mul", "65_129_inplace_up", read_pair(b, stream(), false).values, read_f32(b.hv), kF32Tol);
+}
+
+TEST_F(KdaOpTest, KdaGateMatchesReference) {
+    uint32_t seed = 5400;
+    for (const KdaGateForm form : {KdaGateForm::kSoftplus, KdaGateForm::kLowerBound}) {
+        for (const auto& [t, h, d] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                 {1, 3, 128}, {65, 3, 128}, {64, 96, 128}, {129, 4, 64}}) {
+            const std::string name =
+                dims(form == KdaGateForm::kSoftplus ? "softplus_T_H_D" : "lower_bound_T_H_D", {t, h, d});
+            SCOPED_TRACE(name);
+            PENSTOCK_SEEDED(seed);
+            std::mt19937 rng(seed++);
+            const Pair f = random_pair(rng, {t, h, d}, DType::kF32, false, alloc(), stream(), -30.0f, 30.0f);
+            const Pair a_log = random_pair(rng, {h}, DType::kF32, false, alloc(), stream(), -1.0f, 1.5f);
+            const Pair dt = random_pair(rng, {h * d}, DType::kF32, false, alloc(), stream(), -2.0f, 1.0f);
+            Pair out = poisoned_pair({t, h, d}, DType::kF32, false, alloc(), stream());
+            kernels::kda_gate({.out = out.dv, .f = f.dv, .a_log = a_log.dv, .dt_bias = dt.dv, .form = form,
+                               .lower_bound = -5.0f},
+                              gpu());
+            kernels::kda_gate({.out = out.hv, .f = f.hv, .a_log = a_log.hv, .dt_bias = dt.hv, .form = form,
+                               .lower_bound = -5.0f},
+                              cpu());
+            conf_pair("kda_gate", name, out, out.hv, kF32Tol, stream());
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+TEST_F(KdaOpTest, AttnResMixMatchesReference) {
+    uint32_t seed = 5500;
+    for (const auto& [t, blocks, hidden, strided, in_place] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool>>{{1, 0, 256, true, false},
+                                                                       {17, 1, 256, true, false},
+                                                                       {65, 7, 256, true, true},
+                                                                       {3, 7, 7168, false, false},
+                                                                       {64, 3, 1000, false, true}}) {
+        const std::string name = dims("T_blocks_hidden", {t, blocks, hidden}) + (strided ? "_strided" : "") +
+                                 (in_place ? "_inplace" : "");
+        SCOPED_TRACE(name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const Pair bank = random_pair(rng, {t, blocks, hidden}, DType::kF32, strided, alloc(), stream(), -2.0f, 2.0f);
+        Pair partial = random_pair(rng, {t, hidden}, DType::kF32, strided, alloc(), stream(), -2.0f, 2.0f);
+        const Pair query = random_pair(rng, {hidden}, DType::kF32, false, alloc(), stream(), -0.1f, 0.1f);
+        const Pair w = random_pair(rng, {hidden}, DType::kF32, false, alloc(), stream(), 0.5f, 1.5f);
+        Pair out = in_place ? partial : poisoned_pair({t, hidden}, DType::kF32, strided, alloc(), stream());
+        kernels::attn_res_mix({.out = out.dv, .bank = bank.dv, .partial = partial.dv, .query = query.dv,
+                               .norm_weight = w.dv, .eps = 1e-5f},
+                              gpu());
+        kernels::attn_res_mix({.out = out.hv, .bank = bank.hv, .partial = partial.hv, .query = query.hv,
+                               .norm_weight = w.hv, .eps = 1e-5f},
+                              cpu());
+        if (in_place) {
+            conf_close("attn_res_mix", name, read_pair(out, stream(), false).values, read_f32(out.hv), kF32Tol);
+        } else {
+            conf_pair("attn_res_mix", name, out, out.hv, kF32Tol, stream());
+        }
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ delta rule
+struct DeltaCase {
+    std::vector<int32_t> lens;
+    int64_t n_heads, k_dim, v_dim, chunk;
+    KdaGateForm form;
+    bool chunked;
+};
+
+// Inputs as the model makes them (and as tests/kernels/ref_kda_test.cc does): q, k, v strided views of one fused
+// [T, H * (2K + V)] buffer, q and k l2-normalised, g from the gate, beta in (0.05, 1). Built on the host with the
+// reference ops, then copied to the device (both sides see identical inputs).
+void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCachingAllocator& alloc,
+               const cuda::Stream& stream, const kernels::Context& gpu) {
+    const std::vector<int32_t> cu = cumsum(c.lens);
+    const auto n_seqs = static_cast<int64_t>(c.lens.size());
+    const int64_t T = cu.back(), H = c.n_heads, K = c.k_dim, V = c.v_dim, n_slots = n_seqs + 1;
+    std::string name = std::string(c.chunked ? "chunk" : "recurrent") + dims("_H_K_V", {H, K, V});
+    if (c.chunked) name.append("_C").append(std::to_string(c.chunk));
+    name += c.form == KdaGateForm::kSoftplus ? "_softplus_lens" : "_lowerbound_lens";
+    for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
+    SCOPED_TRACE(name);
+    PENSTOCK_SEEDED(seed);
+    std::mt19937 rng(seed);
+    const kernels::Context cpu{};
+    const int64_t width = H * (2 * K + V);
+    Tensor qkv = Tensor::from_f32({T, width}, random_floats(rng, T * width));
+    const TensorView q = qkv.view().as_strided(0, {T, H, K}, {width, K, 1});
+    const TensorView k = qkv.view().as_strided(H * K, {T, H, K}, {width, K, 1});
+    const TensorView v = qkv.view().as_strided(2 * H * K, {T, H, V}, {width, V, 1});
+    if (T > 0) {
+        kernels::l2norm({.out = q, .in = q}, cpu);
+        kernels::l2norm({.out = k, .in = k}, cpu);
+    }
+    Tensor f = Tensor::from_f32({T, H, K}, random_floats(rng, T * H * K, -3, 3));
+    Tensor a_log = Tensor::from_f32({H}, random_floats(rng, H, -1.0f, 1.5f));
+    Tensor dt = Tensor::from_f32({H * K}, random_floats(rng, H * K, -2, 1));
+    Tensor g = Tensor::empty({T, H, K}, DType::kF32);
+    kernels::kda_gate({.out = g, .f = f, .a_log = a_log, .dt_bias = dt, .form = c.form, .lower_bound = -5.0f}, cpu);
+    Tensor beta = Tensor::from_f32({T, H}, random_floats(rng, T * H, 0.05f, 1.0f));
+    Tensor state_h = Tensor::from_f32({n_slots, H, K, V}, random_floats(rng, n_slots * H * K * V, -0.5f, 0.5f));
+    std::vector<int32_t> slots(static_cast<size_t>(n_seqs));
+    for (int64_t s = 0; s < n_seqs; ++s) slots[static_cast<size_t>(s)] = static_cast<int32_t>(n_seqs - 1 - s);
+
+    const Tensor qkv_d = cuda::to_device(qkv, alloc, stream);
+    const Tensor g_d = cuda::to_device(g, alloc, stream), beta_d = cuda::to_device(beta, alloc, stream);
+    const Tensor state_d = cuda::to_device(state_h, alloc, stream);
+    const Tensor cu_d = dev_i32(cu, alloc, stream), slots_d = dev_i32(slots, alloc, stream);
+    Tensor out_d = Tensor::empty({T, H, V}, DType::kF32, alloc);
+    if (T > 0) cuda::fill_bytes_async(out_d.view(), 0xff, stream);
+    Tensor out_h = Tensor::zeros({T, H, V}, DType::kF32);
+    const Tensor cu_h = i32_tensor(cu), slots_h = i32_tensor(slots);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+    const kernels::GatedDeltaRuleParams pd{.out = out_d,
+                                           .q = qkv_d.view().as_strided(0, {T, H, K}, {width, K, 1}),
+                                           .k = qkv_d.view().as_strided(H * K, {T, H, K}, {width, K, 1}),
+                                           .v = qkv_d.view().as_strided(2 * H * K, {T, H, V}, {width, V, 1}),
+                                           .g = g_d,
+                                           .beta = beta_d,
+                                           .state = state_d,
+                                           .cu_seqlens = cu_d,
+                                           .state_slots = slots_d,
+                                           .scale = scale,
+                                           .chunk_size = c.chunk};
+    kernels::GatedDeltaRuleParams ph = pd;
+    ph.out = out_h;
+    ph.q = q;
+    ph.k = k;
+    ph.v = v;
+    ph.g = g;
+    ph.beta = beta;
+    ph.state = state_h;
+    ph.cu_seqlens = cu_h;
+    ph.state_slots = slots_h;
+    if (c.chunked) {
+        kernels::gated_delta_rule_chunk(pd, gpu);
+        kernels::gated_delta_rule_chunk(ph, cpu);
+    } else {
+        kernels::gated_delta_rule_recurrent(pd, gpu);
+        kernels::gated_delta_rule_recurrent(ph, cpu);
+    }
+    const char* op = c.chunked ? "gated_delta_rule_chunk" : "gated_delta_rule_recurrent";
+    const Tensor out_g = cuda::to_host(out_d, stream);
+    conf_close(op, name + " out", read_f32(out_g.view()), read_f32(out_h.view()), kF32DeltaRule, {T, H, V});
+    const Tensor st_g = cuda::to_host(state_d, stream);
+    conf_close(op, name + " state", read_f32(st_g.view()), read_f32(state_h.view()), kF32DeltaRule);
+    (void)self;
+}
+
+std::vector<DeltaCase> delta_cases(bool chunked) {
+    std::vector<DeltaCase> c{
+        {{1}, 3, 128, 128, 64, KdaGateForm::kSoftplus, chunked},
+        {{63}, 3, 128, 128, 64, KdaGateForm::kLowerBound, chunked},
+        {{64}, 3, 128, 128, 64, KdaGateForm::kSoftplus, chunked},
+        {{65}, 3, 128, 128, 64, KdaGateForm::kLowerBound, chunked},
+        {{129}, 2, 128, 128, 64, KdaGateForm::kSoftplus, chunked},
+        {{5, 0, 65, 130}, 3, 128, 128, 64, KdaGateForm::kLowerBound, chunked},
+        {{33, 200}, 2, 64, 48, 16, KdaGateForm::kSoftplus, chunked},
+        {{70}, 96, 128, 128, 64, KdaGateForm::kLowerBound, chunked},
+    };
+    if (!chunked) c.push_back({{40, 7}, 3, 100, 160, 64, KdaGateForm::kSoftplus, false});
+    return c;
+}
+
+TEST_F(KdaOpTest, DeltaRuleRecurrentMatchesReference) {
+    uint32_t seed = 5600;
+    for (const DeltaCase& c : delta_cases(false)) {
+        run_delta(this, c, seed++, alloc(), stream(), gpu());
+        if (HasFatalFailure()) return;
+    }
+}
+
+TEST_F(KdaOpTest, DeltaRuleChunkMatchesReference) {
+    uint32_t seed = 5700;
+    for (const DeltaCase& c : delta_cases(true)) {
+        run_delta(this, c, seed++, alloc(), stream(), gpu());
+        if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ perf
+// Kimi K3 shapes (96 KDA heads x 128, short conv over q/k/v = 3 x 12288 channels, hidden 7168), one 8192-token
+// sequence; CUDA events, median of 10 after 3 warm-ups (delta rule: 3 after 1).
+TEST_F(KdaOpTest, Perf) {
+    if (!perf_enabled()) GTEST_SKIP() << "set PENSTOCK_CUDA_PERF=1";
+    std::mt19937 rng(5800);
+    const kernels::Context ctx = gpu();
+    const int64_t T = 8192, H = 96, D = 128;
+    const std::vector<int32_t> cu{0, static_cast<int32_t>(T)}, slot{0};
+    const Tensor cu_d = dev_i32(cu, alloc(), stream()), slot_d = dev_i32(slot, alloc(), stream());
+    auto report_gbs = [](const char* op, double bytes, double us) {
+        std::printf("[perf] %s | %.0f GB/s\n", op, bytes / us * 1e-3);
+    };
+    {
+        const int64_t C = 3 * H * D;
+        const Pair in = random_pair(rng, {T, C}, DType::kF32, false, alloc(), stream());
+        const Pair w = random_pair(rng, {C, 4}, DType::kF32, false, alloc(), stream());
+        Tensor st = Tensor::empty({1, 3, C}, DType::kF32, alloc());
+        cuda::fill_bytes_async(st.view(), 0, stream());
+        Tensor out = Tensor::empty({T, C}, DType::kF32, alloc());
+        const double us = perf_time("short_conv", "T 8192 x 36864 channels, kernel 4, SiLU", stream(), [&] {
+            kernels::short_conv({.out = out, .in = in.dv, .weight = w.dv, .conv_state = st, .cu_seqlens = cu_d,
+                                 .state_slots = slot_d, .silu = true},
+                                ctx);
+        });
+        report_gbs("short_conv", 8.0 * T * C, us);
+    }
+    const Pair x = random_pair(rng, {T, H, D}, DType::kF32, false, alloc(), stream());
+    const Pair y = random_pair(rng, {T, H, D}, DType::kF32, false, alloc(), stream());
+    Tensor o = Tensor::empty({T, H, D}, DType::kF32, alloc());
+    const double n = static_cast<double>(T * H * D);
+    const TensorView x2 = x.dv.reshape({T * H, D}), y2 = y.dv.reshape({T * H, D}), o2 = o.view().reshape({T * H, D});
+    report_gbs("l2norm", 8 * n, perf_time("l2norm", "8192 x 96 x 128", stream(), [&] {
+                   kernels::l2norm({.out = o, .in = x.dv}, ctx);
+               }));
+    report_gbs("sigmoid", 8 * n, perf_time("sigmoid", "786432 x 128", stream(), [&] {
+                   kernels::sigmoid({.out = o2, .in = x2}, ctx);
+               }));
+    report_gbs("sigmoid_gate", 12 * n, perf_time("sigmoid_gate", "786432 x 128", stream(), [&] {
+                   kernels::sigmoid_gate({.out = o2, .in = x2, .gate = y2}, ctx);
+               }));
+    report_gbs("situ_mul", 12 * n, perf_time("situ_mul", "786432 x 128", stream(), [&] {
+                   kernels::situ_mul({.out = o2, .gate = x2, .up = y2}, ctx);
+               }));
+    {
+        const Pair w = random_pair(rng, {D}, DType::kF32, false, alloc(), stream());
+        report_gbs("gated_rms_norm", 12 * n, perf_time("gated_rms_norm", "786432 x 128", stream(), [&] {
+                       kernels::gated_rms_norm({.out = o2, .in = x2, .gate = y2, .weight = w.dv}, ctx);
+                   }));
+        const Pair a_log = random_pair(rng, {H}, DType::kF32, false, alloc(), stream());
+        const Pair dt = random_pair(rng, {H * D}, DType::kF32, false, alloc(), stream());
+        report_gbs("kda_gate", 8 * n, perf_time("kda_gate", "8192 x 96 x 128, lower bound", stream(), [&] {
+                       kernels::kda_gate({.out = o, .f = x.dv, .a_log = a_log.dv, .dt_bias = dt.dv,
+                                          .form = KdaGateForm::kLowerBound},
+                                         ctx);
+                   }));
+    }
+    {
+        const int64_t hidden = 7168, blocks = 7, t = 2048;
+        const Pair bank = random_pair(rng, {t, blocks, hidden}, DType::kF32, false, alloc(), stream());
+        const Pair part = random_pair(rng, {t, hidden}, DType::kF32, false, alloc(), stream());
+        const Pair qv = random_pair(rng, {hidden}, DType::kF32, false, alloc(), stream(), -0.1f, 0.1f);
+        const Pair w = random_pair(rng, {hidden}, DType::kF32, false, alloc(), stream());
+        Tensor out = Tensor::empty({t, hidden}, DType::kF32, alloc());
+        report_gbs("attn_res_mix", 4.0 * t * hidden * (blocks + 2),
+                   perf_time("attn_res_mix", "T 2048, 7 blocks + partial, hidden 7168", stream(), [&] {
+                       kernels::attn_res_mix({.out = out, .bank = bank.dv, .partial = part.dv, .query = qv.dv,
+                                              .norm_weight = w.dv},
+                                             ctx);
+                   }));
+    }
+    {
+        // Delta rule: q/k l2-normalised-ish magnitudes are irrelevant for timing; g in (-5, 0), beta in (0, 1).
+        const Pair g = random_pair(rng, {T, H, D}, DType::kF32, false, alloc(), stream(), -0.5f, 0.0f);
+        const Pair beta = random_pair(rng, {T, H}, DType::kF32, false, alloc(), stream(), 0.0f, 1.0f);
+        Tensor state = Tensor::empty({1, H, D, D}, DType::kF32, alloc());
+        cuda::fill_bytes_async(state.view(), 0, stream());
+        const kernels::GatedDeltaRuleParams p{.out = o, .q = x.dv, .k = y.dv, .v = x.dv, .g = g.dv, .beta = beta.dv,
+                                              .state = state, .cu_seqlens = cu_d, .state_slots = slot_d,
+                                              .scale = 0.088f, .chunk_size = 64};
+        perf_time("gated_delta_rule_chunk", "T 8192, 96 heads, 128/128, chunk 64", stream(),
+                  [&] { kernels::gated_delta_rule_chunk(p, ctx); }, 1, 3);
+        perf_time("gated_delta_rule_recurrent", "T 8192, 96 heads, 128/128", stream(),
+                  [&] { kernels::gated_delta_rule_recurrent(p, ctx); }, 1, 3);
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test
