@@ -1,7 +1,7 @@
 // DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
 // logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
-// Correct-first versions on CUDA cores; the speed path (fp8 wgmma indexer, FlashMLA-style sparse attention) is
-// TODO(#7).
+// Correct-first versions; the fp8 indexer runs on tensor cores (mma.sync), the rest on CUDA cores. The speed path
+// (wgmma / TMA indexer fused with the top-k, FlashMLA-style sparse attention) is TODO(#7).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -144,6 +144,104 @@ __global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(Indexer
             float v = acc[i][j];
             if constexpr (kFp8) v *= a.k_scale[static_cast<int64_t>(s) * a.ks0];
             a.logits[static_cast<int64_t>(r) * a.lg0 + s] = v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dsa_indexer_logits, fp8 on tensor cores (IndexerVariant::kMma): mma.sync.m16n8k32 e4m3 x e4m3 -> f32 (exact e4m3
+// products, f32 accumulation, as the CUDA-core variant). The GEMM is [rows x heads, head_dim] x [head_dim, keys]:
+// an m16 tile is 16 heads of one query row, so the ReLU-gated head sum happens in the accumulator fragment.
+// Block = 4 warps; warp w owns keys [blockIdx.x * 256 + 64 w, + 64) and keeps their B fragments (8 n8 tiles x
+// head_dim / 32 k32 steps, k read as 4-byte words straight from global) in registers; it walks the block's
+// kMmaRows query rows and, per row, the heads in chunks of 16 (heads past n_heads load zeros and gate 0).
+// Fragment layouts (PTX ISA, m16n8k32 with 8-bit A/B): g = lane / 4, t = lane % 4;
+//   A regs 0..3: (row g, k 4t..4t+3), (row g+8, same k), (row g, k 16+4t..), (row g+8, k 16+4t..);
+//   B regs 0..1: (n g, k 4t..4t+3), (n g, k 16+4t..);   C: (row g, n 2t, 2t+1), (row g+8, n 2t, 2t+1).
+// Per chunk each thread adds gate[g] ReLU(c0) + gate[g+8] ReLU(c2) (and c1 / c3) into its per-key partials; after
+// the last chunk the 8 row groups are summed with shuffles and lanes 0..3 write 2 keys per n8 tile (times k_scale).
+constexpr int kMmaWarps = 4;
+constexpr int kMmaKeysPerWarp = 64;
+constexpr int kMmaRows = 16;
+constexpr int kMmaMaxSteps = 4;  // head_dim <= 128
+
+__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__global__ void __launch_bounds__(kMmaWarps * 32) dsa_indexer_logits_mma_kernel(IndexerArgs a) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const int n_steps = a.head_dim / 32;
+    const int key0 = static_cast<int>(blockIdx.x) * (kMmaWarps * kMmaKeysPerWarp) + warp * kMmaKeysPerWarp;
+    const auto* kb = static_cast<const uint8_t*>(a.k);
+    const auto* qb = static_cast<const uint8_t*>(a.q);
+
+    uint32_t bf[8][kMmaMaxSteps][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+        const int s = key0 + nt * 8 + g;
+        const uint8_t* krow = kb + static_cast<int64_t>(s) * a.k0;
+#pragma unroll
+        for (int ks = 0; ks < kMmaMaxSteps; ++ks) {
+            const bool ok = s < a.n_keys && ks < n_steps;
+            bf[nt][ks][0] = ok ? *reinterpret_cast<const uint32_t*>(krow + ks * 32 + 4 * t) : 0u;
+            bf[nt][ks][1] = ok ? *reinterpret_cast<const uint32_t*>(krow + ks * 32 + 16 + 4 * t) : 0u;
+        }
+    }
+    const int row_end = min(a.n_rows, static_cast<int>(blockIdx.y + 1) * kMmaRows);
+    for (int r = static_cast<int>(blockIdx.y) * kMmaRows; r < row_end; ++r) {
+        float part[8][2];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) part[nt][0] = part[nt][1] = 0.0f;
+        for (int h0 = 0; h0 < a.n_heads; h0 += 16) {
+            const int ha = h0 + g, hb = h0 + g + 8;
+            const bool oka = ha < a.n_heads, okb = hb < a.n_heads;
+            const uint8_t* qa = qb + static_cast<int64_t>(r) * a.q0 + static_cast<int64_t>(oka ? ha : 0) * a.q1;
+            const uint8_t* qbp = qb + static_cast<int64_t>(r) * a.q0 + static_cast<int64_t>(okb ? hb : 0) * a.q1;
+            const float* w = a.weights + static_cast<int64_t>(r) * a.w0;
+            const float* qs = a.q_scale + static_cast<int64_t>(r) * a.qs0;
+            const float gate_a = oka ? w[ha] * qs[static_cast<int64_t>(ha) * a.qs1] * a.scale : 0.0f;
+            const float gate_b = okb ? w[hb] * qs[static_cast<int64_t>(hb) * a.qs1] * a.scale : 0.0f;
+            float c[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < kMmaMaxSteps; ++ks) {
+                if (ks >= n_steps) break;  // warp-uniform
+                uint32_t af[4];
+                af[0] = oka ? *reinterpret_cast<const uint32_t*>(qa + ks * 32 + 4 * t) : 0u;
+                af[1] = okb ? *reinterpret_cast<const uint32_t*>(qbp + ks * 32 + 4 * t) : 0u;
+                af[2] = oka ? *reinterpret_cast<const uint32_t*>(qa + ks * 32 + 16 + 4 * t) : 0u;
+                af[3] = okb ? *reinterpret_cast<const uint32_t*>(qbp + ks * 32 + 16 + 4 * t) : 0u;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) mma_e4m3_16832(c[nt], af, bf[nt][ks][0], bf[nt][ks][1]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                part[nt][0] += gate_a * fmaxf(c[nt][0], 0.0f) + gate_b * fmaxf(c[nt][2], 0.0f);
+                part[nt][1] += gate_a * fmaxf(c[nt][1], 0.0f) + gate_b * fmaxf(c[nt][3], 0.0f);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                float v = part[nt][j];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                const int s = key0 + nt * 8 + 2 * t + j;
+                if (g == 0 && s < a.n_keys) {
+                    a.logits[static_cast<int64_t>(r) * a.lg0 + s] = v * a.k_scale[static_cast<int64_t>(s) * a.ks0];
+                }
+            }
         }
     }
 }
@@ -331,7 +429,7 @@ void launch_mla(const MlaArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream) {
+void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant variant, void* stream) {
     const char* op = "dsa_indexer_logits";
     PENSTOCK_CHECK_EQ(p.q.ndim, 3) << op << ": q " << p.q.shape_string();
     const bool fp8 = p.q.dtype == DType::kF8E4M3;
@@ -378,12 +476,23 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream) 
     a.head_dim = static_cast<int>(head_dim);
     a.n_keys = static_cast<int>(n_keys);
     a.scale = p.scale;
+    const auto s = static_cast<cudaStream_t>(stream);
+    const bool mma_ok = dsa_indexer_mma_supported(p);
+    PENSTOCK_CHECK(variant != IndexerVariant::kMma || mma_ok) << op << ": the mma variant needs fp8, head_dim % 32 == 0 "
+                                                                     "(<= 128) and 4-byte aligned q / k rows";
+    if (mma_ok && variant != IndexerVariant::kCudaCore) {
+        const dim3 grid(static_cast<unsigned>((n_keys + kMmaWarps * kMmaKeysPerWarp - 1) / (kMmaWarps * kMmaKeysPerWarp)),
+                        static_cast<unsigned>((n_rows + kMmaRows - 1) / kMmaRows));
+        PENSTOCK_CHECK_LE(grid.y, 65535u) << op << ": too many rows for one call";
+        dsa_indexer_logits_mma_kernel<<<grid, kMmaWarps * 32, 0, s>>>(a);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     const size_t smem = sizeof(float) * (static_cast<size_t>(kKeysT) * static_cast<size_t>(head_dim + 1) +
                                          static_cast<size_t>(kRowsT) * static_cast<size_t>(head_dim) + kRowsT);
     const dim3 grid(static_cast<unsigned>((n_keys + kKeysT - 1) / kKeysT),
                     static_cast<unsigned>((n_rows + kRowsT - 1) / kRowsT));
     PENSTOCK_CHECK_LE(grid.y, 65535u) << op << ": too many rows for one call";
-    const auto s = static_cast<cudaStream_t>(stream);
     if (fp8) {
         PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(dsa_indexer_logits_kernel<true>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -394,6 +503,18 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream) 
         dsa_indexer_logits_kernel<false><<<grid, kIdxThreads, smem, s>>>(a);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream) {
+    dsa_indexer_logits(p, IndexerVariant::kAuto, stream);
+}
+
+bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p) {
+    if (p.q.dtype != DType::kF8E4M3 || p.q.ndim != 3 || p.k.ndim != 2) return false;
+    const int64_t d = p.q.size(2);
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
+    return d % 32 == 0 && d <= 32 * kMmaMaxSteps && aligned(p.q.data) && aligned(p.k.data) && p.q.stride(0) % 4 == 0 &&
+           p.q.stride(1) % 4 == 0 && p.k.stride(0) % 4 == 0;
 }
 
 void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream) {

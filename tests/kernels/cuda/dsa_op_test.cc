@@ -1,6 +1,7 @@
 // The DSA ops on the GPU (kernels::dsa_* through a CUDA Context, i.e. the ops_dsa.cc dispatch) against the CPU
 // reference on the same seeded inputs.
-//  - dsa_indexer_logits: f32 and fp8 (e4m3 q/k + scales), 1 row / 1 key, key counts at page edges (63/64/65,
+//  - dsa_indexer_logits: f32, and fp8 (e4m3 q/k + scales) on both variants (tensor-core mma where it applies, CUDA
+//    cores forced), 1 row / 1 key, key counts at page edges (63/64/65,
 //    127/128/129), row counts off the 16-row tile, 3 / 4 / 96 heads, strided q / k / weights / logits.
 //  - dsa_topk: indices compared exactly (same set, same ascending order, same -1 padding): distinct logits at page
 //    edges with q_pos around top_k and past n_keys / negative; tie-heavy rows (ReLU zeros, few distinct levels) on
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cuda/cuda_ops_dsa.h"
 #include "kernels/ops_dsa.h"
 #include "tests/kernels/cuda/conformance_log.h"
 #include "tests/kernels/cuda/op_test_util.h"
@@ -97,9 +99,12 @@ std::vector<LogitsCase> logits_cases() {
 
 TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
     uint32_t seed = 4100;
-    for (const bool fp8 : {false, true}) {
+    // f32 through the dispatch; fp8 through the dispatch (kAuto: tensor cores where they apply) and forced to the
+    // CUDA-core variant.
+    for (const int mode : {0, 1, 2}) {
+        const bool fp8 = mode > 0;
         for (const LogitsCase& c : logits_cases()) {
-            const std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
+            std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
             SCOPED_TRACE(name);
             PENSTOCK_SEEDED(seed);
             std::mt19937 rng(seed++);
@@ -129,7 +134,13 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                 hp = {.logits = logits.hv, .q = qf.hv, .k = kf.hv, .weights = weights.hv, .q_scale = {}, .k_scale = {},
                       .scale = scale};
             }
-            kernels::dsa_indexer_logits(gp, gpu());
+            if (mode == 2) {
+                name += " [cuda-core]";
+                cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
+            } else {
+                if (fp8) name += cuda::dsa_indexer_mma_supported(gp) ? " [mma]" : " [cuda-core]";
+                kernels::dsa_indexer_logits(gp, gpu());
+            }
             kernels::dsa_indexer_logits(hp, kernels::Context{});
             conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
             if (HasFatalFailure()) return;
@@ -401,12 +412,17 @@ TEST_F(DsaOpTest, Perf) {
         const BytePair k8 = byte_pair(random_e4m3(rng, keys * d, 8.0f), {keys, d}, false, alloc(), stream());
         const Pair qs = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
         const Pair ks = random_pair(rng, {keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
-        const double us8 = perf_time("dsa_indexer_logits fp8", shape, stream(), [&] {
-            kernels::dsa_indexer_logits({.logits = logits, .q = q8.dv, .k = k8.dv, .weights = w.dv, .q_scale = qs.dv,
-                                         .k_scale = ks.dv, .scale = 0.088f},
-                                        ctx);
+        const kernels::DsaIndexerLogitsParams p8{.logits = logits, .q = q8.dv, .k = k8.dv, .weights = w.dv,
+                                                 .q_scale = qs.dv, .k_scale = ks.dv, .scale = 0.088f};
+        const double us8 = perf_time("dsa_indexer_logits fp8 [cuda-core]", shape, stream(), [&] {
+            cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kCudaCore, raw_stream());
         });
-        std::printf("[perf] dsa_indexer_logits fp8 | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / us8 * 1e-6);
+        std::printf("[perf] dsa_indexer_logits fp8 [cuda-core] | %.1f TFLOP/s\n",
+                    2.0 * rows * keys * heads * d / us8 * 1e-6);
+        const double usm = perf_time("dsa_indexer_logits fp8 [mma]", shape, stream(), [&] {
+            cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kMma, raw_stream());
+        });
+        std::printf("[perf] dsa_indexer_logits fp8 [mma] | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / usm * 1e-6);
         // top-k over the same logits, rows at causal positions 6144..8191 (every row has > 2048 visible keys).
         std::vector<int32_t> pos(static_cast<size_t>(rows));
         std::iota(pos.begin(), pos.end(), static_cast<int32_t>(keys - rows));
