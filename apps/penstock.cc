@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/sweep.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "kernels/backend.h"
@@ -354,6 +355,10 @@ int main(int argc, char** argv) {
     CLI::App* bench_cmd = app.add_subcommand("bench", "load generator for a running server (TTFT, ITL, tok/s)");
     bench::add_bench_options(bench_cmd, &bench_args);
 
+    bench::SweepOptions sweep_opts;
+    CLI::App* sweep_cmd = app.add_subcommand("sweep", "run a layout x concurrency x repeat matrix (SWEEP.toml)");
+    bench::add_sweep_options(sweep_cmd, &sweep_opts);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -369,6 +374,7 @@ int main(int argc, char** argv) {
         if (!st.ok()) return fail(st.to_string());
     }
     if (bench_cmd->parsed()) return bench::run_bench(bench_args);
+    if (sweep_cmd->parsed()) return bench::run_sweep(sweep_opts);
     if (serve->parsed()) {
         const Status st = server::run_serve(serve_args);
         if (!st.ok()) return fail(st.to_string());

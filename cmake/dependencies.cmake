@@ -5,6 +5,18 @@ find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
+# toml++ (Debian libtomlplusplus-dev) for `penstock sweep` matrix files: its CMake package links the distribution's
+# compiled library; without one, the header alone is used in header-only mode.
+find_package(tomlplusplus CONFIG QUIET)
+if(NOT TARGET tomlplusplus::tomlplusplus)
+  find_path(PENSTOCK_TOMLPP_INCLUDE toml++/toml.h)
+  if(NOT PENSTOCK_TOMLPP_INCLUDE)
+    message(FATAL_ERROR "toml++ not found: install libtomlplusplus-dev (tools/setup.sh)")
+  endif()
+  add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
+  set_target_properties(tomlplusplus::tomlplusplus PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${PENSTOCK_TOMLPP_INCLUDE}
+                        INTERFACE_COMPILE_DEFINITIONS TOML_HEADER_ONLY=1)
+endif()
 
 # OpenBLAS: cblas.h may live under an openblas-pthread include folder (Ubuntu) or directly in /usr/include (Debian).
 find_path(PENSTOCK_CBLAS_INCLUDE cblas.h

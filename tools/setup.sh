@@ -5,7 +5,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake git pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-      libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev libboost-dev curl python3)
+      libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev libboost-dev curl python3
+      libtomlplusplus-dev gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

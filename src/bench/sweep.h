@@ -1,0 +1,30 @@
+// `penstock sweep SWEEP.toml`: the Deep-PP study workflow (SPEC §7). For each layout of the matrix: launch the
+// servers (`mpirun -np pp*tp*cp penstock serve ...`, own process group), wait for /health, check /get_server_info
+// against the requested layout, run `penstock bench` for every concurrency × repeat, validate N/N completed with no
+// error, keep commands, logs, raw JSONL, summaries and memory snapshots per run, and always stop the servers. Then
+// results.csv (per run), summary.csv (medians) and gnuplot PNGs. Layout and directory contract: docs/design/bench.md.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace penstock::bench {
+
+struct SweepOptions {
+    std::string config_path;  // the TOML matrix file
+    std::string output_dir;   // "" = the file's output_dir
+    std::string model;        // "" = the file's model
+    std::string penstock;     // "" = the file's penstock, else this executable
+    bool dry_run = false;     // print the commands only
+    bool force = false;       // reuse an output directory that already holds a sweep
+};
+
+void add_sweep_options(CLI::App* cmd, SweepOptions* opts);
+
+// Runs the sweep; returns the process exit code: 0 when every run is ok (N/N, no error), 1 when any run or layout
+// failed (and the plots failed while plots.required), 2 for a bad matrix file or output directory, 128 + signal when
+// interrupted by SIGINT/SIGTERM (servers are stopped and the CSVs written first). Makes this process a child
+// subreaper and installs SIGINT/SIGTERM handlers for its duration.
+int run_sweep(const SweepOptions& opts);
+
+}  // namespace penstock::bench

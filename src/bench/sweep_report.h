@@ -1,0 +1,84 @@
+// Sweep results: one RunRow per (layout, concurrency, repeat), the per-(layout, concurrency) medians, their CSV
+// renderings (results.csv, summary.csv) and the gnuplot scripts and data behind the PNG plots. Pure functions of the
+// rows except write_plot_files, which writes into a directory.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace penstock::bench {
+
+// Statuses of one run. Only kOk counts as a success; every other value makes the sweep's exit code 1.
+inline constexpr const char* kRunOk = "ok";                             // N/N completed, no error
+inline constexpr const char* kRunFailed = "failed";                     // bench ran, some requests failed
+inline constexpr const char* kRunBenchError = "bench_error";            // bench did not run or wrote no summary
+inline constexpr const char* kRunTimeout = "timeout";                   // ran past timeouts.run_s
+inline constexpr const char* kRunServerStartFailed = "server_start_failed";  // exited / could not launch
+inline constexpr const char* kRunServerStartTimeout = "server_start_timeout";  // not healthy in time
+inline constexpr const char* kRunLayoutMismatch = "layout_mismatch";    // /get_server_info disagrees
+inline constexpr const char* kRunServerDied = "server_died";            // server exited during the layout
+inline constexpr const char* kRunInterrupted = "interrupted";           // SIGINT/SIGTERM before it ran
+
+// The measurements of one bench run (units in the names).
+struct RunMetrics {
+    int64_t completed = 0;
+    int64_t failed = 0;
+    double ttft_mean_ms = 0, ttft_p50_ms = 0, ttft_p95_ms = 0, ttft_p99_ms = 0;
+    double e2e_p50_ms = 0;
+    double input_tok_s = 0, output_tok_s = 0;
+    double duration_s = 0;
+};
+
+struct RunRow {
+    std::string layout;
+    int pp = 1, tp = 1, ep = 1, cp = 1;
+    std::string partition;  // "7,5,6" or ""
+    int64_t concurrency = 0;
+    int repeat = 0;  // 1-based
+    int64_t num_prompts = 0;
+    std::string status;                 // one of the kRun* values
+    std::optional<RunMetrics> metrics;  // absent when the bench produced no summary
+    std::string error;                  // "" when ok
+    std::string dir;                    // run directory, relative to the output dir
+};
+
+// Parses `penstock bench --summary-file` JSON into metrics; an error when a field is missing.
+[[nodiscard]] Result<RunMetrics> metrics_from_summary_json(const std::string& text);
+
+// Median of the values (mean of the two middle ones for an even count); nullopt for none.
+std::optional<double> median(std::vector<double> v);
+
+struct SummaryRow {
+    std::string layout;
+    int pp = 1, tp = 1, ep = 1, cp = 1;
+    std::string partition;
+    int64_t concurrency = 0;
+    int runs = 0;
+    int ok_runs = 0;
+    std::optional<RunMetrics> median;  // field-wise medians over the ok runs; absent when none is ok
+};
+
+// Groups rows by (layout, concurrency) in first-appearance order and takes field-wise medians of the ok runs.
+std::vector<SummaryRow> summarize(const std::vector<RunRow>& rows);
+
+// RFC 4180 CSV with a header line; empty cells where a row has no metrics.
+std::string results_csv(const std::vector<RunRow>& rows);
+std::string summary_csv(const std::vector<SummaryRow>& rows);
+
+struct PlotScript {
+    std::string script;  // file name of the .gp, relative to the plots directory
+    std::string png;     // file name of the PNG it draws
+};
+
+// Writes data/<layout>.dat (concurrency, input tok/s, TTFT p50, TTFT p95 of layouts with ok runs) and
+// input_tps.gp / ttft.gp under `plots_dir`; running gnuplot in that directory draws input_tps.png and ttft.png.
+// `title` heads every plot. An error if there is nothing to plot or a file cannot be written.
+[[nodiscard]] Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir,
+                                                               const std::vector<SummaryRow>& rows,
+                                                               const std::string& terminal, const std::string& title);
+
+}  // namespace penstock::bench

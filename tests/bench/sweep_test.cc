@@ -1,0 +1,376 @@
+// `penstock sweep` host logic: matrix-file parsing (defaults, and bad input rejected with the key named), medians and
+// CSV rendering, plot scripts, and the process helpers (tree stop leaves nothing behind).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "bench/process.h"
+#include "bench/sweep_config.h"
+#include "bench/sweep_report.h"
+
+namespace penstock::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMinimal = R"(
+output_dir = "out"
+model = "m"
+concurrencies = [2, 4]
+[bench]
+input_len = 64
+num_prompts = 8
+[[layouts]]
+pp = 2
+)";
+
+std::string parse_error(const std::string& text) {
+    Result<SweepConfig> c = parse_sweep_config(text, "t.toml");
+    EXPECT_FALSE(c.ok()) << "parsed:\n" << text;
+    return c.ok() ? "" : c.status().message();
+}
+
+TEST(SweepConfig, MinimalFileGetsDefaults) {
+    Result<SweepConfig> c = parse_sweep_config(kMinimal, "t.toml");
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->output_dir, "out");
+    EXPECT_EQ(c->concurrencies, (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(c->repeats, 1);
+    EXPECT_EQ(c->port_base, 0);
+    ASSERT_EQ(c->layouts.size(), 1u);
+    EXPECT_EQ(c->layouts[0].name, "pp2_tp1_ep1_cp1");
+    EXPECT_EQ(c->layouts[0].np(), 2);
+    EXPECT_EQ(c->launcher.mpirun, "mpirun");
+    EXPECT_EQ(c->bench.dataset, "random-ids");
+    EXPECT_EQ(c->bench.prompts_for(4), 8);
+    EXPECT_EQ(c->plots.terminal, "pngcairo");
+}
+
+TEST(SweepConfig, FullFile) {
+    Result<SweepConfig> c = parse_sweep_config(R"(
+output_dir = "o"
+model = "m"
+penstock = "/bin/true"
+port_base = 31000
+server_args = ["--threads", "1"]
+concurrencies = [8, 16]
+repeats = 3
+[launcher]
+mpirun = "/usr/bin/mpirun"
+args = ["--oversubscribe"]
+always = true
+env = { A = "1", B = 2 }
+[bench]
+dataset = "random"
+input_len = 16384
+output_len = 1
+range_ratio = 1
+prompts_per_concurrency = 5
+seed = 7
+request_timeout_s = 30.5
+args = ["--request-rate", "4"]
+[timeouts]
+server_start_s = 900
+run_s = 1200
+stop_grace_s = 0
+[plots]
+enabled = false
+terminal = "png"
+required = true
+[[layouts]]
+name = "deep"
+pp = 4
+tp = 2
+ep = 2
+pp_layer_partition = "7,5,7,5"
+args = ["--chunked-prefill-size", "8192"]
+[[layouts]]
+pp = 2
+pp_layer_partition = [12, 12]
+)",
+                                               "full.toml");
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->launcher.env, (std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "2"}}));
+    EXPECT_TRUE(c->launcher.always);
+    EXPECT_EQ(c->bench.prompts_for(16), 80);
+    EXPECT_DOUBLE_EQ(c->bench.request_timeout_s, 30.5);
+    EXPECT_EQ(c->layouts[0].name, "deep");
+    EXPECT_EQ(c->layouts[0].np(), 8);
+    EXPECT_EQ(c->layouts[0].partition_string(), "7,5,7,5");
+    EXPECT_EQ(c->layouts[1].pp_layer_partition, (std::vector<int64_t>{12, 12}));
+    EXPECT_EQ(c->timeouts.stop_grace_s, 0);
+    EXPECT_FALSE(c->plots.enabled);
+}
+
+TEST(SweepConfig, BadInputNamesTheKeyAndLine) {
+    const std::string base = kMinimal;
+    // Missing required keys.
+    EXPECT_NE(parse_error("model = \"m\"\n").find("output_dir: is required"), std::string::npos);
+    EXPECT_NE(parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurrencies = [1]\n[[layouts]]\n")
+                  .find("bench: is required"),
+              std::string::npos);
+    // Wrong types and ranges, with file:line.
+    std::string e = parse_error(base + "[[layouts]]\npp = \"two\"\n");
+    EXPECT_NE(e.find("t.toml:11:"), std::string::npos) << e;
+    EXPECT_NE(e.find("layouts[1].pp: must be an integer (got a string)"), std::string::npos) << e;
+    e = parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurrencies = [2, 0]\n[bench]\ninput_len = 1\n"
+                    "num_prompts = 1\n[[layouts]]\n");
+    EXPECT_NE(e.find("concurrencies[1]: must be in [1, "), std::string::npos) << e;
+    e = parse_error(base + "repeats = 0\n");
+    EXPECT_NE(e.find("repeats"), std::string::npos) << e;  // after [[layouts]]: a layout key, still named
+    // Unknown keys (typos) are errors, at top level and inside tables.
+    e = parse_error("concurency = [1]\n" + base);
+    EXPECT_NE(e.find("concurency: unknown key"), std::string::npos) << e;
+    e = parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurency = [1]\n");
+    EXPECT_NE(e.find("concurrencies: is required (found 'concurency': a typo?)"), std::string::npos) << e;
+    e = parse_error(base + "[timeouts]\nserver_start = 5\n");
+    EXPECT_NE(e.find("timeouts.server_start: unknown key"), std::string::npos) << e;
+    e = parse_error(base + "[[layouts]]\npp = 2\ntensor = 2\n");
+    EXPECT_NE(e.find("layouts[1].tensor: unknown key"), std::string::npos) << e;
+    // Layout consistency.
+    e = parse_error(base + "[[layouts]]\ntp = 4\nep = 3\n");
+    EXPECT_NE(e.find("layouts[1].ep: must divide tp (got tp=4, ep=3)"), std::string::npos) << e;
+    e = parse_error(base + "[[layouts]]\npp = 3\npp_layer_partition = [1, 2]\n");
+    EXPECT_NE(e.find("layouts[1].pp_layer_partition: has 2 entries but pp = 3"), std::string::npos) << e;
+    e = parse_error(base + "[[layouts]]\npp = 2\npp_layer_partition = \"1,x\"\n");
+    EXPECT_NE(e.find("layouts[1].pp_layer_partition: must list layer counts"), std::string::npos) << e;
+    e = parse_error(base + "[[layouts]]\npp = 2\n");
+    EXPECT_NE(e.find("duplicate layout name \"pp2_tp1_ep1_cp1\""), std::string::npos) << e;
+    e = parse_error(base + "[[layouts]]\nname = \"a/b\"\n");
+    EXPECT_NE(e.find("layouts[1].name: must use only letters"), std::string::npos) << e;
+    // Bench.
+    e = parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurrencies = [1]\n[bench]\ninput_len = 1\n[[layouts]]\n");
+    EXPECT_NE(e.find("exactly one of bench.num_prompts and bench.prompts_per_concurrency"), std::string::npos) << e;
+    e = parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurrencies = [1]\n[bench]\ninput_len = 1\n"
+                    "num_prompts = 1\ndataset = \"sharegpt\"\n[[layouts]]\n");
+    EXPECT_NE(e.find("bench.dataset: must be \"random\" or \"random-ids\""), std::string::npos) << e;
+    e = parse_error("output_dir = \"o\"\nmodel = \"m\"\nconcurrencies = [1]\n[bench]\ninput_len = 1\n"
+                    "num_prompts = 1\nrange_ratio = 1.5\n[[layouts]]\n");
+    EXPECT_NE(e.find("bench.range_ratio: must be in [0, 1] (got 1.5)"), std::string::npos) << e;
+    e = parse_error(base + "[launcher]\nenv = { A = true }\n");
+    EXPECT_NE(e.find("launcher.env.A: must be a string or an integer"), std::string::npos) << e;
+    e = parse_error("layouts = 3\n" + base);
+    EXPECT_NE(e.find("layouts"), std::string::npos) << e;
+    // TOML syntax.
+    e = parse_error("output_dir = \"o\nmodel = 1\n");
+    EXPECT_NE(e.find("t.toml:1:"), std::string::npos) << e;
+    EXPECT_NE(e.find("TOML syntax"), std::string::npos) << e;
+    // Missing file.
+    Result<SweepConfig> missing = load_sweep_config("/nonexistent/sweep.toml");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().message().find("/nonexistent/sweep.toml"), std::string::npos);
+}
+
+TEST(SweepConfig, CommittedCiMatrixParses) {
+    Result<SweepConfig> c = load_sweep_config(std::string(PENSTOCK_SOURCE_DIR) + "/bench/sweeps/ci_tiny.toml");
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_GE(c->layouts.size(), 1u);
+    EXPECT_EQ(c->concurrencies, (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(c->repeats, 2);
+}
+
+TEST(SweepReport, Median) {
+    EXPECT_FALSE(median({}).has_value());
+    EXPECT_DOUBLE_EQ(*median({3}), 3);
+    EXPECT_DOUBLE_EQ(*median({5, 1, 3}), 3);
+    EXPECT_DOUBLE_EQ(*median({4, 1, 3, 2}), 2.5);
+    EXPECT_DOUBLE_EQ(*median({2, 2}), 2);
+}
+
+RunRow row(const std::string& layout, int64_t c, int r, const char* status, double tps, double ttft) {
+    RunRow x;
+    x.layout = layout;
+    x.pp = 2;
+    x.concurrency = c;
+    x.repeat = r;
+    x.num_prompts = 8;
+    x.status = status;
+    RunMetrics m;
+    m.completed = 8;
+    m.input_tok_s = tps;
+    m.ttft_p50_ms = ttft;
+    m.ttft_p95_ms = 2 * ttft;
+    x.metrics = m;
+    x.dir = layout + "/c" + std::to_string(c) + "_r" + std::to_string(r);
+    return x;
+}
+
+TEST(SweepReport, SummaryTakesMediansOfOkRunsOnly) {
+    std::vector<RunRow> rows = {row("a", 2, 1, kRunOk, 100, 10), row("a", 2, 2, kRunOk, 300, 30),
+                                row("a", 2, 3, kRunOk, 200, 50), row("a", 4, 1, kRunOk, 400, 40),
+                                row("a", 4, 2, kRunFailed, 1, 1), row("b", 2, 1, kRunServerStartFailed, 0, 0)};
+    rows.back().metrics.reset();
+    const std::vector<SummaryRow> s = summarize(rows);
+    ASSERT_EQ(s.size(), 3u);
+    EXPECT_EQ(s[0].layout, "a");
+    EXPECT_EQ(s[0].concurrency, 2);
+    EXPECT_EQ(s[0].runs, 3);
+    EXPECT_EQ(s[0].ok_runs, 3);
+    ASSERT_TRUE(s[0].median);
+    EXPECT_DOUBLE_EQ(s[0].median->input_tok_s, 200);
+    EXPECT_DOUBLE_EQ(s[0].median->ttft_p50_ms, 30);
+    EXPECT_DOUBLE_EQ(s[0].median->ttft_p95_ms, 60);
+    EXPECT_EQ(s[1].runs, 2);
+    EXPECT_EQ(s[1].ok_runs, 1);
+    EXPECT_DOUBLE_EQ(s[1].median->input_tok_s, 400);  // the failed repeat is not in the median
+    EXPECT_EQ(s[2].layout, "b");
+    EXPECT_EQ(s[2].ok_runs, 0);
+    EXPECT_FALSE(s[2].median);
+
+    const std::string csv = summary_csv(s);
+    std::istringstream in(csv);
+    std::string header, line;
+    std::getline(in, header);
+    EXPECT_EQ(header,
+              "layout,pp,tp,ep,cp,partition,concurrency,runs,ok_runs,ttft_mean_ms,ttft_p50_ms,ttft_p95_ms,"
+              "ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s");
+    std::getline(in, line);
+    EXPECT_EQ(line, "a,2,1,1,1,,2,3,3,0,30,60,0,0,200,0,0");
+    std::getline(in, line);
+    std::getline(in, line);
+    EXPECT_EQ(line, "b,2,1,1,1,,2,1,0,,,,,,,,");
+}
+
+TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
+    RunRow ok = row("pp2", 4, 1, kRunOk, 1234.5, 12.25);
+    ok.partition = "2,2";
+    RunRow bad = row("pp2", 4, 2, kRunServerStartFailed, 0, 0);
+    bad.metrics.reset();
+    bad.error = "server exited, said \"no\"";
+    const std::string csv = results_csv({ok, bad});
+    std::istringstream in(csv);
+    std::string header, l1, l2;
+    std::getline(in, header);
+    std::getline(in, l1);
+    std::getline(in, l2);
+    EXPECT_EQ(header,
+              "layout,pp,tp,ep,cp,partition,concurrency,repeat,status,num_prompts,completed,failed,ttft_mean_ms,"
+              "ttft_p50_ms,ttft_p95_ms,ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s,error,dir");
+    EXPECT_EQ(l1, "pp2,2,1,1,1,\"2,2\",4,1,ok,8,8,0,0,12.25,24.5,0,0,1234.5,0,0,,pp2/c4_r1");
+    EXPECT_EQ(l2, "pp2,2,1,1,1,,4,2,server_start_failed,8,,,,,,,,,,,\"server exited, said \"\"no\"\"\",pp2/c4_r2");
+}
+
+TEST(SweepReport, MetricsFromBenchSummary) {
+    Result<RunMetrics> m = metrics_from_summary_json(R"({"completed": 8, "failed": 0, "duration_s": 1.5,
+        "input_throughput_tok_s": 341.3, "output_throughput_tok_s": 5.3,
+        "ttft_ms": {"mean": 10, "p50": 9, "p95": 20, "p99": 21, "max": 22},
+        "e2e_latency_ms": {"mean": 11, "p50": 10, "p95": 21, "p99": 22, "max": 23}})");
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(m->completed, 8);
+    EXPECT_DOUBLE_EQ(m->input_tok_s, 341.3);
+    EXPECT_DOUBLE_EQ(m->ttft_p95_ms, 20);
+    EXPECT_DOUBLE_EQ(m->e2e_p50_ms, 10);
+    Result<RunMetrics> bad = metrics_from_summary_json(R"({"completed": 8, "failed": 0})");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("input_throughput_tok_s"), std::string::npos);
+    EXPECT_FALSE(metrics_from_summary_json("").ok());
+}
+
+TEST(SweepReport, PlotScriptsNameEveryLayout) {
+    const fs::path dir = fs::temp_directory_path() / ("sweep_plot_" + std::to_string(::getpid()));
+    std::vector<RunRow> rows = {row("pp1", 2, 1, kRunOk, 100, 10), row("pp1", 4, 1, kRunOk, 150, 20),
+                                row("pp2", 2, 1, kRunOk, 90, 12), row("pp4", 2, 1, kRunFailed, 1, 1)};
+    Result<std::vector<PlotScript>> s = write_plot_files(dir.string(), summarize(rows), "png", "t'x");
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_EQ(s->size(), 2u);
+    std::ifstream gp(dir / "input_tps.gp");
+    const std::string text((std::istreambuf_iterator<char>(gp)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("set terminal png"), std::string::npos);
+    EXPECT_NE(text.find("'data/pp1.dat'"), std::string::npos);
+    EXPECT_NE(text.find("'data/pp2.dat'"), std::string::npos);
+    EXPECT_EQ(text.find("pp4"), std::string::npos);  // no ok run, nothing to draw
+    EXPECT_NE(text.find("t''x"), std::string::npos);
+    std::ifstream dat(dir / "data" / "pp1.dat");
+    std::string header, l1, l2;
+    std::getline(dat, header);
+    std::getline(dat, l1);
+    std::getline(dat, l2);
+    EXPECT_EQ(l1, "2 100 10 20");
+    EXPECT_EQ(l2, "4 150 20 40");
+    const std::vector<RunRow> none = {row("x", 2, 1, kRunFailed, 1, 1)};
+    EXPECT_FALSE(write_plot_files(dir.string(), summarize(none), "png", "t").ok());
+    fs::remove_all(dir);
+}
+
+TEST(SweepProcess, ShellQuote) {
+    EXPECT_EQ(shell_quote("--pp"), "--pp");
+    EXPECT_EQ(shell_quote("a b"), "'a b'");
+    EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+    EXPECT_EQ(shell_quote(""), "''");
+}
+
+TEST(SweepProcess, SpawnFailureIsReported) {
+    Result<pid_t> pid = spawn_process({.argv = {"/nonexistent/prog"}, .env = {}, .stdout_path = "", .stderr_path = "",
+                                       .cwd = ""});
+    ASSERT_FALSE(pid.ok());
+    EXPECT_NE(pid.status().message().find("cannot run '/nonexistent/prog'"), std::string::npos);
+    EXPECT_TRUE(find_program("definitely-not-a-program-xyz").empty());
+    EXPECT_FALSE(find_program("sh").empty());
+}
+
+TEST(SweepProcess, ExitStatusEnvAndOutput) {
+    const fs::path out = fs::temp_directory_path() / ("sweep_proc_" + std::to_string(::getpid()) + ".txt");
+    Result<pid_t> pid = spawn_process({.argv = {"sh", "-c", "echo \"$SWEEP_X\"; exit 3"},
+                                       .env = {{"SWEEP_X", "hello"}},
+                                       .stdout_path = out.string(),
+                                       .stderr_path = "",
+                                       .cwd = "/"});
+    ASSERT_TRUE(pid.ok()) << pid.status().to_string();
+    EXPECT_EQ(wait_process(*pid, 10, nullptr), std::optional<int>(3));
+    std::ifstream in(out);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "hello");
+    fs::remove(out);
+    EXPECT_EQ(capture_output({"sh", "-c", "echo hi"}, 10), std::optional<std::string>("hi\n"));
+    EXPECT_FALSE(capture_output({"sleep", "5"}, 0.2).has_value());
+}
+
+TEST(SweepProcess, StopKillsTheWholeTreeIncludingTermIgnoringChildren) {
+    become_subreaper();
+    // A leader whose children ignore SIGTERM, one of them in its own process group.
+    Result<pid_t> pid = spawn_process(
+        {.argv = {"sh", "-c",
+                  "trap '' TERM; (trap '' TERM; exec sleep 60) & setsid sh -c 'trap \"\" TERM; sleep 60' & wait"},
+         .env = {},
+         .stdout_path = "",
+         .stderr_path = "",
+         .cwd = ""});
+    ASSERT_TRUE(pid.ok()) << pid.status().to_string();
+    std::vector<ProcInfo> tree;
+    for (int i = 0; i < 100 && tree.size() < 4; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        tree = process_tree({*pid}, *pid);
+    }
+    ASSERT_GE(tree.size(), 3u);
+    EXPECT_EQ(::getpgid(*pid), *pid) << "the leader heads its own process group";
+    for (const ProcInfo& p : tree) EXPECT_GE(p.vm_rss_kb, 0) << p.pid << " " << p.cmdline;
+    const auto t0 = std::chrono::steady_clock::now();
+    const StopOutcome st = stop_process_tree(*pid, /*grace_s=*/0.5);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 8.0);
+    EXPECT_TRUE(st.killed);
+    EXPECT_EQ(st.exit_status, 128 + SIGKILL);
+    for (const ProcInfo& p : tree) {
+        EXPECT_FALSE(fs::exists("/proc/" + std::to_string(p.pid))) << "left behind: " << p.pid << " " << p.cmdline;
+    }
+    EXPECT_TRUE(process_tree({::getpid()}, 0).size() == 1u) << "only this test process remains";
+}
+
+TEST(SweepProcess, StopIsGracefulWhenTheServerExitsOnTerm) {
+    Result<pid_t> pid =
+        spawn_process({.argv = {"sleep", "60"}, .env = {}, .stdout_path = "", .stderr_path = "", .cwd = ""});
+    ASSERT_TRUE(pid.ok());
+    const StopOutcome st = stop_process_tree(*pid, /*grace_s=*/5);
+    EXPECT_FALSE(st.killed);
+    EXPECT_EQ(st.exit_status, 128 + SIGTERM);
+    EXPECT_EQ(st.n_leftover_killed, 0);
+}
+
+}  // namespace
+}  // namespace penstock::bench
