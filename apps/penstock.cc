@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "bench/sweep.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "kernels/backend.h"
@@ -24,6 +23,7 @@
 #include "runtime/model_runner.h"
 #include "server/serve_command.h"
 #if PENSTOCK_ENABLE_MPI
+#include "parallel/comm_factory.h"
 #include "parallel/mpi_communicator.h"
 #endif
 
@@ -90,9 +90,6 @@ struct ForwardSetup {
 Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     if (args.backend != "cpu" && args.backend != "cuda") {
         return invalid_argument("--backend must be cpu or cuda, got '" + args.backend + "'");
-    }
-    if (args.backend == "cuda" && args.parallel.world() > 1) {
-        return unimplemented("--backend cuda with --pp/--tp > 1 needs the NCCL communicator (issue #5)");
     }
     ForwardSetup setup;
     if (args.mla_form == "mha") {
@@ -238,9 +235,26 @@ void print_stage_stats(const std::vector<parallel::StageStats>& stats, double wa
     }
 }
 
+// Collective over `world`: OK only when `local` is OK on every rank, so that no rank goes on to wait for a peer that
+// gave up. A local failure comes back as is, a peer's as FailedPrecondition naming `what`.
+Status agree_started(parallel::Communicator& world, const Status& local, const std::string& what) {
+    Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
+    PENSTOCK_RETURN_IF_ERROR(world.all_reduce(failed, parallel::ReduceOp::kMax));
+    if (!local.ok()) return local;
+    if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another rank's " + what + " failed to start");
+    return ok_status();
+}
+
 Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_in, int* argc, char*** argv) {
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<parallel::MpiSession> mpi, parallel::MpiSession::init(argc, argv));
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, args.parallel));
+    // --backend cuda: GPU = this rank's local rank. Device groups (NCCL) over the same ranks carry the tensors that
+    // live there (parallel/comm_factory.h); every rank's backend must have started before any NCCL call.
+    Result<std::unique_ptr<kernels::Backend>> made =
+        kernels::make_backend(args.backend, args.backend == "cuda" ? mpi->local_rank() : 0);
+    PENSTOCK_RETURN_IF_ERROR(agree_started(*groups.world, made.status(), "--backend " + args.backend));
+    const std::unique_ptr<kernels::Backend> backend = std::move(*made);
+    PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups device_groups, parallel::make_device_groups(groups, *backend));
     const int stage = groups.coords.pp_rank;
     ForwardSetup setup = setup_in;
     PENSTOCK_RETURN_IF_ERROR(agree_pipeline_settings(*groups.pp, args, &setup));
@@ -250,7 +264,7 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
     if (counts.ok()) {
         const loader::LayerRange range = parallel::partition_ranges(*counts)[static_cast<size_t>(stage)];
-        runner = load_runner(args, setup, range, /*backend=*/nullptr, &stats);
+        runner = load_runner(args, setup, range, backend.get(), &stats);
     }
     const Status local = counts.ok() ? runner.status() : counts.status();
     Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
@@ -258,7 +272,11 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
     const auto t1 = std::chrono::steady_clock::now();
-    parallel::PipelineStage pipe(runner->get(), groups.pp.get(), setup.eager_bank);
+    // Plans, logits and stats on the MPI pp group; activations on the device pp group where there is one.
+    parallel::PipelineStage pipe(runner->get(), groups.pp.get(),
+                                 parallel::StageOptions{.data = device_groups.pp.get(),
+                                                        .eager_bank = setup.eager_bank,
+                                                        .hidden_dtype = setup.options.dtype});
     if (stage > 0) {
         PENSTOCK_RETURN_IF_ERROR(pipe.serve());
         return pipe.gather_stats().status();
@@ -355,10 +373,6 @@ int main(int argc, char** argv) {
     CLI::App* bench_cmd = app.add_subcommand("bench", "load generator for a running server (TTFT, ITL, tok/s)");
     bench::add_bench_options(bench_cmd, &bench_args);
 
-    bench::SweepOptions sweep_opts;
-    CLI::App* sweep_cmd = app.add_subcommand("sweep", "run a layout x concurrency x repeat matrix (SWEEP.toml)");
-    bench::add_sweep_options(sweep_cmd, &sweep_opts);
-
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -374,7 +388,6 @@ int main(int argc, char** argv) {
         if (!st.ok()) return fail(st.to_string());
     }
     if (bench_cmd->parsed()) return bench::run_bench(bench_args);
-    if (sweep_cmd->parsed()) return bench::run_sweep(sweep_opts);
     if (serve->parsed()) {
         const Status st = server::run_serve(serve_args);
         if (!st.ok()) return fail(st.to_string());

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -222,6 +223,17 @@ Result<std::unique_ptr<MpiSession>> MpiSession::init(int* argc, char*** argv) {
     std::unique_ptr<MpiSession> s(new MpiSession());
     MPI_Comm_rank(MPI_COMM_WORLD, &s->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &s->size_);
+    // The split is collective; every rank takes the same branch (the launcher sets the variable for all or none).
+    const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (env != nullptr && *env != '\0') {
+        s->local_rank_ = std::atoi(env);
+    } else {
+        MPI_Comm node;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s->rank_, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+            MPI_Comm_rank(node, &s->local_rank_);
+            MPI_Comm_free(&node);
+        }
+    }
     return s;
 }
 

@@ -18,11 +18,15 @@ public:
 
     int world_rank() const { return rank_; }
     int world_size() const { return size_; }
+    // This rank's index among the ranks on its host (OMPI_COMM_WORLD_LOCAL_RANK, else an MPI shared-memory split):
+    // the GPU a multi-GPU run gives this rank.
+    int local_rank() const { return local_rank_; }
 
 private:
     MpiSession() = default;
     int rank_ = 0;
     int size_ = 1;
+    int local_rank_ = 0;
 };
 
 // The groups a rank belongs to, as communicators. Creating them is collective over MPI_COMM_WORLD.

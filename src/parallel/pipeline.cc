@@ -129,8 +129,16 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     return plan;
 }
 
-PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank)
-    : runner_(runner), pp_(pp), eager_bank_(eager_bank) {}
+PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, const StageOptions& options)
+    : runner_(runner),
+      pp_(pp),
+      data_(options.data != nullptr ? options.data : pp),
+      eager_bank_(options.eager_bank),
+      hidden_dtype_(options.hidden_dtype) {
+    PENSTOCK_CHECK(pp_->device() == Device::kCPU) << "the pipeline's control link must work on host tensors";
+    PENSTOCK_CHECK(data_->rank() == pp_->rank() && data_->size() == pp_->size())
+        << "the pipeline's data link must span the control link's ranks";
+}
 
 namespace {
 
@@ -185,26 +193,60 @@ Result<StagePlan> PipelineStage::recv_plan() {
     return decode_plan(bytes);
 }
 
+Status PipelineStage::send_tensor(const TensorView& t, int peer, int tag) {
+    const kernels::Context ctx = runner_->context();
+    TensorView wire = t;
+    Tensor dense;
+    if (t.dtype != DType::kF32 || !t.is_contiguous()) {
+        dense = Tensor::empty(t.shape_vec(), DType::kF32, kernels::allocator_of(ctx));
+        kernels::copy({.out = dense, .in = t}, ctx);
+        wire = dense.view();
+    }
+    Tensor host;
+    if (wire.device != data_->device()) {  // a device tensor on a host link: stage it
+        host = Tensor::empty(t.shape_vec(), DType::kF32);
+        kernels::transfer({.out = host, .in = wire}, ctx);
+        runner_->synchronize();
+        wire = host.view();
+    }
+    // A device link enqueues the send on the stream that `dense` is used on, so dropping it at return is safe.
+    PENSTOCK_RETURN_IF_ERROR(data_->send(wire, peer, tag));
+    stats_.bytes_sent += static_cast<int64_t>(wire.nbytes());
+    return ok_status();
+}
+
+Status PipelineStage::recv_tensor(const TensorView& t, int peer, int tag) {
+    const kernels::Context ctx = runner_->context();
+    const bool direct = t.dtype == DType::kF32 && t.is_contiguous();
+    Tensor dense;
+    TensorView wire = t;
+    if (!direct) {
+        dense = Tensor::empty(t.shape_vec(), DType::kF32, kernels::allocator_of(ctx));
+        wire = dense.view();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (wire.device == data_->device()) {
+        PENSTOCK_RETURN_IF_ERROR(data_->recv(wire, peer, tag));
+    } else {  // a host link into device memory: receive on the host, then copy up (pageable: staged before return)
+        Tensor host = Tensor::empty(t.shape_vec(), DType::kF32);
+        PENSTOCK_RETURN_IF_ERROR(data_->recv(host, peer, tag));
+        kernels::transfer({.out = wire, .in = host}, ctx);
+    }
+    stats_.stall_ms += ms_since(t0);
+    if (!direct) kernels::copy({.out = t, .in = wire}, ctx);
+    return ok_status();
+}
+
 // Rows [begin, end) of bank [n_tokens, total, hidden] as one message (packed when not the whole tensor).
 Status PipelineStage::send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag) {
-    const int next = pp_->rank() + 1;
-    const TensorView rows = bank.view().slice(1, begin, end);
-    Tensor packed = Tensor::empty(rows.shape_vec(), DType::kF32);
-    kernels::copy({.out = packed, .in = rows}, kernels::Context{});
-    PENSTOCK_RETURN_IF_ERROR(pp_->send(packed, next, tag));
-    stats_.bytes_sent += static_cast<int64_t>(packed.nbytes());
-    stats_.bank_bytes_sent += static_cast<int64_t>(packed.nbytes());
+    const int64_t before = stats_.bytes_sent;
+    PENSTOCK_RETURN_IF_ERROR(send_tensor(bank.view().slice(1, begin, end), pp_->rank() + 1, tag));
+    stats_.bank_bytes_sent += stats_.bytes_sent - before;
     return ok_status();
 }
 
 Status PipelineStage::recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag) {
-    const TensorView rows = bank.view().slice(1, begin, end);
-    Tensor packed = Tensor::empty(rows.shape_vec(), DType::kF32);
-    const auto t0 = std::chrono::steady_clock::now();
-    PENSTOCK_RETURN_IF_ERROR(pp_->recv(packed, pp_->rank() - 1, tag));
-    stats_.stall_ms += ms_since(t0);
-    kernels::copy({.out = rows, .in = packed}, kernels::Context{});
-    return ok_status();
+    return recv_tensor(bank.view().slice(1, begin, end), pp_->rank() - 1, tag);
 }
 
 Status PipelineStage::submit(const models::ForwardBatch& batch) {
@@ -225,8 +267,7 @@ Status PipelineStage::submit(const models::ForwardBatch& batch) {
     ++stats_.steps;
     const bool bank = plan.bank_total > 0;
     if (bank && plan.eager_bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, 0, kTagBankInherited));
-    PENSTOCK_RETURN_IF_ERROR(pp_->send(act.hidden, 1, kTagHidden));
-    stats_.bytes_sent += static_cast<int64_t>(act.hidden.nbytes());
+    PENSTOCK_RETURN_IF_ERROR(send_tensor(act.hidden, 1, kTagHidden));
     if (bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, plan.bank_valid, kTagBank));
     return ok_status();
 }
@@ -362,6 +403,7 @@ Status PipelineStage::serve() {
     const bool last = pp_->rank() == pp_->size() - 1;
     const int prev = pp_->rank() - 1;
     const int64_t hidden = runner_->model().config().hidden_size;
+    const kernels::Context ctx = runner_->context();
     while (true) {
         auto t0 = std::chrono::steady_clock::now();
         PENSTOCK_ASSIGN_OR_RETURN(StagePlan in, recv_plan());
@@ -374,7 +416,9 @@ Status PipelineStage::serve() {
         const models::BatchLayout layout = runner_->make_layout(in.batch);
         models::Activations act;
         if (in.bank_total > 0) {
-            act.bank = Tensor::zeros({layout.n_tokens, static_cast<int64_t>(in.bank_total), hidden}, DType::kF32);
+            act.bank = Tensor::empty({layout.n_tokens, static_cast<int64_t>(in.bank_total), hidden}, DType::kF32,
+                                     kernels::allocator_of(ctx));
+            kernels::fill({.out = act.bank, .value = 0.0f}, ctx);
         }
         // Our own outgoing plan goes first, so the next stage admits the batch while we wait and compute.
         StagePlan out = make_plan(in.batch, /*bank_inherited=*/in.bank_valid);
@@ -383,10 +427,8 @@ Status PipelineStage::serve() {
         if (in.bank_total > 0 && in.eager_bank) {
             PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited));
         }
-        act.hidden = Tensor::empty({layout.n_tokens, hidden}, DType::kF32);
-        t0 = std::chrono::steady_clock::now();
-        PENSTOCK_RETURN_IF_ERROR(pp_->recv(act.hidden, prev, kTagHidden));
-        stats_.stall_ms += ms_since(t0);
+        act.hidden = Tensor::empty({layout.n_tokens, hidden}, hidden_dtype_, kernels::allocator_of(ctx));
+        PENSTOCK_RETURN_IF_ERROR(recv_tensor(act.hidden, prev, kTagHidden));
         if (in.bank_total > 0) {
             const uint32_t from = in.eager_bank ? in.bank_inherited : 0;
             PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, from, in.bank_valid, kTagBank));
@@ -403,8 +445,7 @@ Status PipelineStage::serve() {
             stats_.bytes_sent += static_cast<int64_t>(logits.nbytes());
         } else {
             stats_.busy_ms += ms_since(t0);
-            PENSTOCK_RETURN_IF_ERROR(pp_->send(act.hidden, pp_->rank() + 1, kTagHidden));
-            stats_.bytes_sent += static_cast<int64_t>(act.hidden.nbytes());
+            PENSTOCK_RETURN_IF_ERROR(send_tensor(act.hidden, pp_->rank() + 1, kTagHidden));
             if (out.bank_total > 0) {
                 const uint32_t from = out.eager_bank ? out.bank_inherited : 0;
                 PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, from, out.bank_valid, kTagBank));

@@ -11,12 +11,19 @@
 //                     u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
 //   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
 //                     the moment s has them (before its own layers); an empty message when there are none
-//   hidden (kTagHidden): f32 [n_tokens, hidden]
+//   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
 //   bank (kTagBank), when bank_total > 0: f32 [n_tokens, rows, hidden] = rows [inherited, valid) with eager bank,
 //                     rows [0, valid) without. Either way the same bytes cross the link.
 // last stage -> stage 0 (kTagLogits): f32 [n_logit_rows, vocab].
 // bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
+//
+// Two links per stage pair (StageOptions): the control link (host tensors, MPI) carries the envelope, the plan, the
+// returning logits and the stats; the data link carries the hidden and bank rows. With a CUDA backend the data link is
+// the NCCL pp group and those tensors go device to device, stream-ordered on the backend's stream (a send returns
+// once enqueued; the receiver's layers, enqueued after its recv, see the data). With a host data link (MPI) device
+// activations are staged through host memory. The logits go back on the control link so that stage 0's receive,
+// posted at submit, never sits on its compute stream ahead of the layers the last stage is waiting for.
 #pragma once
 
 #include <cstdint>
@@ -69,11 +76,23 @@ struct MicroBatchOptions {
 std::vector<uint8_t> encode_plan(const StagePlan& plan);
 [[nodiscard]] Result<StagePlan> decode_plan(std::span<const uint8_t> bytes);
 
+struct StageOptions {
+    // The data link (hidden, bank rows): the same ranks as the control link; may work on the device (NCCL pp group).
+    // Null: the control link carries everything.
+    Communicator* data = nullptr;
+    // Forward inherited AttnRes bank rows before running this stage's layers (SPEC §4).
+    bool eager_bank = false;
+    // The residual stream's dtype on this stage (--dtype; f32 or bf16): received hidden rows are converted to it.
+    DType hidden_dtype = DType::kF32;
+};
+
 class PipelineStage final {
 public:
-    // `pp` is the pipeline group; its rank is this stage's index. The runner holds this stage's layer range.
-    // eager_bank: forward inherited AttnRes bank rows before running this stage's layers (SPEC §4).
-    PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank = false);
+    // `pp` is the pipeline group's control link (host tensors); its rank is this stage's index. The runner holds this
+    // stage's layer range; activations live on the runner's device.
+    PipelineStage(runtime::ModelRunner* runner, Communicator* pp, const StageOptions& options);
+    PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank = false)
+        : PipelineStage(runner, pp, StageOptions{.eager_bank = eager_bank}) {}
 
     // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage and returns the logit rows.
     // Sequences whose chunk ends their prompt are released on the other stages after the step.
@@ -98,6 +117,10 @@ private:
     [[nodiscard]] Result<StagePlan> recv_plan();
     [[nodiscard]] Status send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
     [[nodiscard]] Status recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
+    // One activation message on the data link: f32 and contiguous on the wire, staged through the host when the link
+    // works there and `t` does not. `t` lives on the runner's device, any f32/bf16 layout.
+    [[nodiscard]] Status send_tensor(const TensorView& t, int peer, int tag);
+    [[nodiscard]] Status recv_tensor(const TensorView& t, int peer, int tag);
     // This stage's outgoing plan for `batch` (bank fields from the model's layer range).
     StagePlan make_plan(const models::ForwardBatch& batch, uint32_t bank_inherited) const;
 
@@ -108,7 +131,9 @@ private:
 
     runtime::ModelRunner* runner_;
     Communicator* pp_;
+    Communicator* data_;
     bool eager_bank_;
+    DType hidden_dtype_;
     StageStats stats_;
     std::deque<InFlight> in_flight_;
 };

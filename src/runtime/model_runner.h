@@ -32,6 +32,10 @@ public:
     kv_cache::RequestTables& tables() { return tables_; }
     models::ModelCache& cache() { return *cache_; }
     kernels::Context context() const;
+    // Blocks until the work queued on this runner's device stream has finished (no-op on the host).
+    void synchronize() const {
+        if (backend_ != nullptr) backend_->synchronize();
+    }
     // The batch's metadata on this runner's device.
     models::BatchLayout make_layout(const models::ForwardBatch& batch) const;
 
