@@ -94,6 +94,8 @@ std::vector<LogitsCase> logits_cases() {
         {"keys129", 31, 3, 128, 129, true},
         {"heads96", 9, 96, 128, 70, false},
         {"head_dim64_rows1", 1, 32, 64, 200, true},
+        {"rows40_keys700_heads32", 40, 32, 128, 700, false},
+        {"rows20_keys1100_heads64", 20, 64, 128, 1100, false},
     };
 }
 
@@ -423,14 +425,47 @@ TEST_F(DsaOpTest, Perf) {
             cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kMma, raw_stream());
         });
         std::printf("[perf] dsa_indexer_logits fp8 [mma] | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / usm * 1e-6);
-        // top-k over the same logits, rows at causal positions 6144..8191 (every row has > 2048 visible keys).
+        // The two fp8 variants on the perf shape (blocks past the first 256 keys / 16 rows): GPU vs GPU.
+        Tensor logits_cc = Tensor::empty({rows, keys}, DType::kF32, alloc());
+        kernels::DsaIndexerLogitsParams pcc = p8;
+        pcc.logits = logits_cc;
+        cuda::dsa_indexer_logits(pcc, cuda::IndexerVariant::kCudaCore, raw_stream());
+        const Tensor hm = cuda::to_host(logits, stream()), hc = cuda::to_host(logits_cc, stream());
+        {
+            double max_d = 0, max_ref = 0;
+            int64_t n_nan = 0, n_zero = 0;
+            for (int64_t i = 0; i < hm.numel(); ++i) {
+                const double m = hm.ptr<float>()[i], c = hc.ptr<float>()[i];
+                if (std::isnan(m)) ++n_nan;
+                if (m == 0.0) ++n_zero;
+                max_d = std::max(max_d, std::fabs(m - c));
+                max_ref = std::max(max_ref, std::fabs(c));
+            }
+            std::printf("[perf] dsa_indexer_logits fp8 mma vs cuda-core at %lld x %lld: max|d| %.3g (max|x| %.3g), "
+                        "NaN %lld, zeros %lld\n",
+                        static_cast<long long>(rows), static_cast<long long>(keys), max_d, max_ref,
+                        static_cast<long long>(n_nan), static_cast<long long>(n_zero));
+            EXPECT_LE(max_d, kF32IndexerLogits.atol + kF32IndexerLogits.rtol * max_ref);
+        }
+        // top-k over those logits, rows at causal positions 6144..8191 (every row has > 2048 visible keys).
         std::vector<int32_t> pos(static_cast<size_t>(rows));
         std::iota(pos.begin(), pos.end(), static_cast<int32_t>(keys - rows));
         const Tensor pos_d = dev_i32(pos, alloc(), stream());
         Tensor idx = Tensor::empty({rows, 2048}, DType::kI32, alloc());
-        perf_time("dsa_topk distinct", "rows 2048, keys 8192, top 2048", stream(), [&] {
+        perf_time("dsa_topk (mma logits)", "rows 2048, keys 8192, top 2048", stream(), [&] {
             kernels::dsa_topk({.indices = idx, .logits = logits, .q_pos = pos_d, .torch_row_len = 0}, ctx);
         });
+        perf_time("dsa_topk (cuda-core logits)", "rows 2048, keys 8192, top 2048", stream(), [&] {
+            kernels::dsa_topk({.indices = idx, .logits = logits_cc, .q_pos = pos_d, .torch_row_len = 0}, ctx);
+        });
+        {
+            // Distinct f32 values (no ties anywhere): the radix-select path alone.
+            const Pair dl = make_pair_from(distinct_logits(rng, rows * keys), {rows, keys}, DType::kF32, false, alloc(),
+                                           stream());
+            perf_time("dsa_topk distinct", "rows 2048, keys 8192, top 2048", stream(), [&] {
+                kernels::dsa_topk({.indices = idx, .logits = dl.dv, .q_pos = pos_d, .torch_row_len = 0}, ctx);
+            });
+        }
         // Tied rows (90% exact zeros, few levels): the serial replay path.
         const int64_t trows = 256;
         const Pair tl = make_pair_from(tied_logits(rng, trows * keys, 0.1f, 4), {trows, keys}, DType::kF32, false,
