@@ -3,6 +3,7 @@
 # the kernel benchmarks, runs every ctest labelled gpu, and writes the whole log to $OUT/gpu_check.log.
 #   tools/gpu_check.sh                 # build dir build-gpu-check, log in ./out/gpu_check.log
 #   OUT=/tmp/o BUILD=build-x JOBS=8 tools/gpu_check.sh
+#   PENSTOCK_CUDA_PERF=1 tools/gpu_check.sh   # also times the DSA/KDA ops ([perf] lines in the log)
 # Exit status: ctest's (non-zero when a configure/build step fails or any gpu test fails).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
