@@ -356,8 +356,17 @@ TEST(SweepProcess, StopKillsTheWholeTreeIncludingTermIgnoringChildren) {
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 8.0);
     EXPECT_TRUE(st.killed);
     EXPECT_EQ(st.exit_status, 128 + SIGKILL);
+    // Gone, or a zombie not yet reaped by the parent it was reparented to: nothing of the tree still runs.
+    const std::vector<ProcInfo> after = process_tree({*pid}, *pid);  // lists live (non-zombie) processes only
     for (const ProcInfo& p : tree) {
-        EXPECT_FALSE(fs::exists("/proc/" + std::to_string(p.pid))) << "left behind: " << p.pid << " " << p.cmdline;
+        for (const ProcInfo& q : after) EXPECT_NE(q.pid, p.pid) << "left behind: " << p.pid << " " << p.cmdline;
+        std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+        std::string text;
+        std::getline(stat, text);
+        const size_t close = text.rfind(')');
+        if (close != std::string::npos && close + 2 < text.size()) {
+            EXPECT_EQ(text[close + 2], 'Z') << "left behind: " << p.pid << " " << p.cmdline;
+        }
     }
     EXPECT_TRUE(process_tree({::getpid()}, 0).size() == 1u) << "only this test process remains";
 }
