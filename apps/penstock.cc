@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/sweep.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "kernels/backend.h"
@@ -110,9 +111,6 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     if (args.max_kv_chunk_capacity <= 0) return invalid_argument("--max-kv-chunk-capacity must be > 0");
     setup.options.max_kv_chunk_capacity = args.max_kv_chunk_capacity;
     PENSTOCK_RETURN_IF_ERROR(parallel::validate_sizes(args.parallel, 0));
-    if (args.parallel.tp > 1 || args.parallel.cp > 1 || args.parallel.ep > 1) {
-        return unimplemented("--tp/--ep/--cp > 1: only pipeline parallelism (--pp) runs in this build");
-    }
     if (args.concurrency < 1 || args.concurrency > 4096) return invalid_argument("--concurrency must be in [1, 4096]");
     if (args.pp_max_micro_batch_size < 0) return invalid_argument("--pp-max-micro-batch-size must be >= 0");
     if (args.pp_async_batch_depth < 0 || args.pp_async_batch_depth > 64) {
@@ -138,7 +136,8 @@ Result<std::vector<int64_t>> stage_partition(const ForwardArgs& args, const load
 
 Result<std::unique_ptr<runtime::ModelRunner>> load_runner(const ForwardArgs& args, const ForwardSetup& setup,
                                                           const loader::LayerRange& range,
-                                                          const kernels::Backend* backend, loader::LoadStats* stats) {
+                                                          const kernels::Backend* backend, loader::LoadStats* stats,
+                                                          parallel::Communicator* cp = nullptr) {
     PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint checkpoint, loader::Checkpoint::open(args.model));
     models::ModelOptions options = setup.options;
     if (backend != nullptr) options.placement = backend->context(nullptr);
@@ -146,6 +145,7 @@ Result<std::unique_ptr<runtime::ModelRunner>> load_runner(const ForwardArgs& arg
                               models::load_model(setup.config, checkpoint, range, options, stats));
     runtime::RunnerOptions ropts;
     ropts.backend = backend;
+    ropts.cp = cp;
     ropts.n_threads = args.threads;
     ropts.n_pages = args.n_pages > 0
                         ? args.n_pages
@@ -257,6 +257,11 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups device_groups, parallel::make_device_groups(groups, *backend));
     const int stage = groups.coords.pp_rank;
     ForwardSetup setup = setup_in;
+    // Tensor/expert parallelism inside each stage; every tp rank of a stage runs the same batch. Context parallelism:
+    // each cp rank runs its interleaved rows of every batch. Each (cp, tp) coordinate is its own pipeline lane (the
+    // pp group of ranks sharing it); every lane's stage 0 derives the same plan from the same arguments.
+    setup.options.tp = models::TensorParallel{.tp = groups.tp.get(), .ep_size = args.parallel.ep};
+    if (device_groups.tp != nullptr) setup.options.tp.tp = device_groups.tp.get();  // GPU tensors: NCCL, no staging
     PENSTOCK_RETURN_IF_ERROR(agree_pipeline_settings(*groups.pp, args, &setup));
     const auto t0 = std::chrono::steady_clock::now();
     loader::LoadStats stats;
@@ -264,7 +269,7 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
     if (counts.ok()) {
         const loader::LayerRange range = parallel::partition_ranges(*counts)[static_cast<size_t>(stage)];
-        runner = load_runner(args, setup, range, backend.get(), &stats);
+        runner = load_runner(args, setup, range, backend.get(), &stats, groups.cp.get());
     }
     const Status local = counts.ok() ? runner.status() : counts.status();
     Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
@@ -272,6 +277,14 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
     const auto t1 = std::chrono::steady_clock::now();
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
+    if (args.parallel.pp == 1) {  // one stage split over tp ranks: every rank runs the same batches
+        PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, (*runner)->prefill_all_logits(prompts, args.chunk_size));
+        const auto t2 = std::chrono::steady_clock::now();
+        if (groups.coords.world_rank != 0) return ok_status();
+        return report(args, setup, logits[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                      std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
     // Plans, logits and stats on the MPI pp group; activations on the device pp group where there is one.
     parallel::PipelineStage pipe(runner->get(), groups.pp.get(),
                                  parallel::StageOptions{.data = device_groups.pp.get(),
@@ -281,7 +294,6 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
         PENSTOCK_RETURN_IF_ERROR(pipe.serve());
         return pipe.gather_stats().status();
     }
-    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
     // SPEC §4: pp_max_micro_batch_size defaults to max(running requests / pp, 1); slots = pp + async depth.
     const int64_t micro_batch = args.pp_max_micro_batch_size > 0
                                     ? args.pp_max_micro_batch_size
@@ -295,6 +307,7 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     PENSTOCK_RETURN_IF_ERROR(stopped);
     const auto t2 = std::chrono::steady_clock::now();
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<parallel::StageStats> stage_stats, pipe.gather_stats());
+    if (groups.coords.world_rank != 0) return ok_status();  // other tp lanes of stage 0 computed the same logits
     print_stage_stats(stage_stats, std::chrono::duration<double, std::milli>(t2 - t1).count(), setup.eager_bank);
     PENSTOCK_RETURN_IF_ERROR(report(args, setup, (*logits)[0], stats,
                                     std::chrono::duration<double, std::milli>(t1 - t0).count(),
@@ -373,6 +386,10 @@ int main(int argc, char** argv) {
     CLI::App* bench_cmd = app.add_subcommand("bench", "load generator for a running server (TTFT, ITL, tok/s)");
     bench::add_bench_options(bench_cmd, &bench_args);
 
+    bench::SweepOptions sweep_opts;
+    CLI::App* sweep_cmd = app.add_subcommand("sweep", "run a layout x concurrency x repeat matrix (SWEEP.toml)");
+    bench::add_sweep_options(sweep_cmd, &sweep_opts);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -388,6 +405,7 @@ int main(int argc, char** argv) {
         if (!st.ok()) return fail(st.to_string());
     }
     if (bench_cmd->parsed()) return bench::run_bench(bench_args);
+    if (sweep_cmd->parsed()) return bench::run_sweep(sweep_opts);
     if (serve->parsed()) {
         const Status st = server::run_serve(serve_args);
         if (!st.ok()) return fail(st.to_string());

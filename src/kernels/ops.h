@@ -120,6 +120,9 @@ struct AttentionParams {
     TensorView k_pos0;        // [n_seqs] i32
     float scale = 1.0f;
     bool causal = true;
+    // Query row i of sequence s sits at position q_pos0[s] + i * q_pos_step (context parallelism's interleave split
+    // gives each rank every cp-th row; 1 otherwise).
+    int32_t q_pos_step = 1;
 };
 
 // Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:
@@ -159,6 +162,9 @@ struct MoeAlignParams {
     TensorView expert_offsets;  // [n_experts + 1] i32 (out)
     TensorView sorted_pairs;    // [n_tokens * top_k] i32 (out; entries past expert_offsets[n_experts] unspecified)
     TensorView topk_ids;        // [n_tokens, top_k] i32
+    // Expert parallelism: only experts [expert_begin, expert_begin + n_experts) are this rank's; pair p of expert e
+    // lands in group e - expert_begin, pairs of other experts are dropped (as are ids outside [0, n_routed)).
+    int32_t expert_begin = 0;
 };
 
 // Gathers token rows into expert order: out[i] = in[sorted_pairs[i] / top_k] for i < n_rows.

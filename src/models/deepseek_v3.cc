@@ -41,27 +41,16 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;
-    const int64_t vocab = config.vocab_size;
-    if (m->is_first_stage() || (tie && m->is_last_stage())) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->embed_, r.take("model.embed_tokens.weight", {vocab, h}));
-    }
-    if (m->is_last_stage()) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->norm_, r.take("model.norm.weight", {h}));
-        if (tie) {
-            m->lm_head_ = m->embed_;
-        } else {
-            PENSTOCK_ASSIGN_OR_RETURN(m->lm_head_, r.take("lm_head.weight", {vocab, h}));
-        }
-    }
+    PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));
     for (int64_t l = range.begin; l < range.end; ++l) {
         const std::string p = "model.layers." + std::to_string(l);
         Layer layer;
         PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
         PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
-        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config, MlaVariant{}, options.tp));
         layer.attn = std::make_unique<MlaAttention>(std::move(attn));
         PENSTOCK_ASSIGN_OR_RETURN(FeedForward ffn, FeedForward::load(r, p + ".mlp", config, config.is_moe_layer(l),
-                                                                     config.intermediate_size));
+                                                                     config.intermediate_size, options.tp));
         layer.ffn = std::make_unique<FeedForward>(std::move(ffn));
         m->layers_.push_back(std::move(layer));
     }
@@ -74,9 +63,9 @@ std::unique_ptr<ModelCache> DeepseekV3Model::create_cache(int64_t n_pages) const
 }
 
 void DeepseekV3Model::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
+    PENSTOCK_CHECK(io_.embed.defined()) << "embed() called on a stage without the embedding";
     act->hidden = scratch(ctx, {layout.n_tokens, config_.hidden_size}, options_.dtype);
-    kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
+    kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
 }
 
 void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
@@ -103,7 +92,7 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
 
 Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activations& act,
                                        const kernels::Context& ctx) const {
-    return head_logits(layout, act.hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
+    return io_.logits(layout, act.hidden, ctx);
 }
 
 }  // namespace penstock::models

@@ -50,9 +50,7 @@ private:
     ModelOptions options_;
     RopeTable rope_;
     float softmax_scale_ = 1.0f;
-    Tensor embed_;    // [vocab, hidden] f32 (first stage, or tied head)
-    Tensor norm_;     // [hidden] f32 (last stage)
-    Tensor lm_head_;  // [vocab, hidden] f32 (last stage)
+    EmbedHead io_;  // embedding (first stage), final norm and lm_head (last stage)
     std::vector<Layer> layers_;
 };
 

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
 #include "kv_cache/page_pool.h"
+#include "parallel/communicator.h"
 
 namespace penstock::models {
 
@@ -34,6 +36,8 @@ struct ForwardBatch {
     int64_t n_logit_rows() const;
 };
 
+struct CpLayout;
+
 // Per-forward metadata derived once from a ForwardBatch: i32 tensors on the host, moved to the device by place().
 // Host-side logic reads the ForwardBatch and the plain members, never the tensors.
 struct BatchLayout {
@@ -49,10 +53,28 @@ struct BatchLayout {
     Tensor logit_index;   // [n_logit_rows] i32: logit_rows as a tensor
     std::vector<int64_t> logit_rows;  // rows (into n_tokens) whose logits are produced, in batch order
     int64_t total_keys = 0;           // cu_seqlens_k[n_seqs]
+    // Query row i of sequence s is at position q_pos0[s] + i * q_pos_step (> 1 only for a context-parallel layout).
+    int32_t q_pos_step = 1;
+    // Context parallelism (SPEC §4, interleave split): when set, this layout describes only this rank's rows: row i
+    // of every sequence chunk belongs to cp rank i % cp_size, so token_ids, positions, cu_seqlens_q and q_pos0 (=
+    // prefix_len + rank) are this rank's, with q_pos_step = cp_size; keys, pages and total_keys are the whole batch's.
+    // logit_rows / logit_index are the whole batch's: the last stage gathers the hidden rows back into order first.
+    std::shared_ptr<CpLayout> cp;
 
     static BatchLayout build(const ForwardBatch& batch);
+    // This cp rank's layout of `batch` (cp set; comm is stored for the model's collectives).
+    static BatchLayout build_cp(const ForwardBatch& batch, parallel::Communicator* comm);
     // Moves the tensors to ctx's device (a no-op on the CPU).
     void place(const kernels::Context& ctx);
+};
+
+// The whole-batch side of a context-parallel layout.
+struct CpLayout {
+    parallel::Communicator* comm = nullptr;  // the cp group
+    int64_t rows_per_rank = 0;               // padded rows of each rank in a gather (max over ranks)
+    Tensor gather_index;                     // [full.n_tokens] i32: batch row j's row in the gathered [cp * rpr]
+    Tensor own_rows;                         // [n_local] i32: this rank's rows in batch order
+    BatchLayout full;                        // the whole batch
 };
 
 // Activations crossing layer (and pipeline stage) boundaries.

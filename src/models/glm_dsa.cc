@@ -211,18 +211,7 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
     WeightReader r(&weights);
 
     const int64_t h = config.hidden_size;
-    const int64_t vocab = config.vocab_size;
-    if (m->is_first_stage() || (tie && m->is_last_stage())) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->embed_, r.take("model.embed_tokens.weight", {vocab, h}));
-    }
-    if (m->is_last_stage()) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->norm_, r.take("model.norm.weight", {h}));
-        if (tie) {
-            m->lm_head_ = m->embed_;
-        } else {
-            PENSTOCK_ASSIGN_OR_RETURN(m->lm_head_, r.take("lm_head.weight", {vocab, h}));
-        }
-    }
+    PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));
     const DsaIndexerDims ixd{.hidden = h,
                              .q_lora_rank = config.q_lora_rank,
                              .n_heads = dsa.index_n_heads,
@@ -235,7 +224,7 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         Layer layer;
         PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
         PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
-        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config, MlaVariant{}, options.tp));
         layer.attn = std::make_unique<MlaAttention>(std::move(attn));
         if (dsa.full_indexer[static_cast<size_t>(l)]) {
             PENSTOCK_ASSIGN_OR_RETURN(DsaIndexer ix, DsaIndexer::load(r, p + ".self_attn.indexer", ixd));
@@ -243,7 +232,8 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         }
         PENSTOCK_ASSIGN_OR_RETURN(
             FeedForward ffn,
-            FeedForward::load(r, p + ".mlp", config, dsa.moe_mlp[static_cast<size_t>(l)], config.intermediate_size));
+            FeedForward::load(r, p + ".mlp", config, dsa.moe_mlp[static_cast<size_t>(l)], config.intermediate_size,
+                              options.tp));
         layer.ffn = std::make_unique<FeedForward>(std::move(ffn));
         m->layers_.push_back(std::move(layer));
     }
@@ -260,9 +250,9 @@ std::unique_ptr<ModelCache> GlmDsaModel::create_cache(int64_t n_pages) const {
 }
 
 void GlmDsaModel::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
+    PENSTOCK_CHECK(io_.embed.defined()) << "embed() called on a stage without the embedding";
     act->hidden = Tensor::empty({layout.n_tokens, config_.hidden_size}, DType::kF32);
-    kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
+    kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
 }
 
 void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
@@ -282,19 +272,25 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
 
     Tensor normed = Tensor::empty({n, h}, DType::kF32);
     Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
-    Tensor key_pos;  // [n, index_topk] i32: the latest full layer's selection (sparse path)
+    // Context parallelism: the attention block (MLA latents, index keys, top-k, sparse MLA) runs on the whole batch
+    // on every cp rank (the input rows gathered, this rank's output rows kept); the FFN runs on this rank's rows.
+    // TODO(#7): split the indexer and the sparse attention natively (all-gather only the chunk's index K).
+    const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
+    Tensor key_pos;  // [n_whole, index_topk] i32: the latest full layer's selection (sparse path)
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
+        const Tensor attn_in = layout.cp ? cp_gather_rows(layout, normed, ctx) : normed;
+        const Tensor attn_out = layout.cp ? Tensor::empty({whole.n_tokens, h}, DType::kF32) : sub_out;
         if (dense) {
-            layer.attn->forward(batch, layout, normed, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
-                                sub_out, ctx);
+            layer.attn->forward(batch, whole, attn_in, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
+                                attn_out, ctx);
             if (layer.indexer) {
-                layer.indexer->write_keys(batch, layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+                layer.indexer->write_keys(batch, whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
             }
         } else {
-            const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx);
+            const MlaAttention::Projection proj = layer.attn->project(whole, attn_in, rope_, ctx);
             int64_t row = 0;
             for (const SeqChunk& s : batch.seqs) {  // the chunk's latents join the cache first
                 const auto len = static_cast<int64_t>(s.token_ids.size());
@@ -302,13 +298,14 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                 row += len;
             }
             if (layer.indexer) {
-                layer.indexer->write_keys(batch, layout, normed, rope_, index, &dsa_cache->index_k, ctx);
-                key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
+                layer.indexer->write_keys(batch, whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
+                key_pos = layer.indexer->select(batch, whole, attn_in, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
             }
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer";
-            attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
+            attend_sparse(batch, whole, layer, index, attn_in, key_pos, dsa_cache, attn_out, proj, ctx);
         }
+        if (layout.cp) kernels::copy({.out = sub_out, .in = cp_own_rows(layout, attn_out, ctx)}, ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
         layer.ffn->forward(normed, sub_out, ctx);
@@ -361,7 +358,7 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
 
 Tensor GlmDsaModel::compute_logits(const BatchLayout& layout, const Activations& act,
                                    const kernels::Context& ctx) const {
-    return head_logits(layout, act.hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
+    return io_.logits(layout, act.hidden, ctx);
 }
 
 Result<std::unique_ptr<Model>> load_glm_dsa_model(const loader::ModelConfig& config,

@@ -17,13 +17,20 @@ std::string pick(const WeightReader& r, const std::string& prefix, const std::st
                                                                                               : prefix + "." + alt;
 }
 
-// Reads a depthwise conv weight [channels, 1, kernel] or [channels, kernel] as [channels, kernel].
+// Reads a depthwise conv weight [channels, 1, kernel] or [channels, kernel] as host [channels, kernel].
 Result<Tensor> take_conv(WeightReader& r, const std::string& name, int64_t channels, int64_t kernel) {
     if (r.shape_of(name) == Shape{channels, 1, kernel}) {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, r.take(name, {channels, 1, kernel}));
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, r.take_host(name, {channels, 1, kernel}));
         return t.reshape({channels, kernel});
     }
-    return r.take(name, {channels, kernel});
+    return r.take_host(name, {channels, kernel});
+}
+
+// Rows [range) of a host [rows, cols] tensor, contiguous.
+Tensor host_rows(const Tensor& t, IndexRange range) {
+    Tensor out = Tensor::empty({range.size(), t.size(1)}, t.dtype());
+    kernels::copy({.out = out, .in = t.view().slice(0, range.begin, range.end)}, kernels::Context{});
+    return out;
 }
 
 // Copies rows of `parts` into one [sum rows, cols] tensor.
@@ -41,48 +48,64 @@ Tensor stack_rows(const std::vector<const Tensor*>& parts) {
 
 }  // namespace
 
-Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& prefix, const KdaOptions& o) {
+Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& prefix, const KdaOptions& o,
+                                        const TensorParallel& tp) {
     KdaAttention a;
     a.options_ = o;
-    const KdaDims& d = o.dims;
+    a.tp_ = tp;
+    const KdaDims& d = o.dims;  // the whole layer
     const int64_t qkv = d.qkv_dim();
-    PENSTOCK_ASSIGN_OR_RETURN(Linear q, take_linear(r, prefix + ".q_proj", qkv, d.hidden, false));
-    PENSTOCK_ASSIGN_OR_RETURN(Linear k, take_linear(r, prefix + ".k_proj", qkv, d.hidden, false));
-    PENSTOCK_ASSIGN_OR_RETURN(Linear v, take_linear(r, prefix + ".v_proj", qkv, d.hidden, false));
-    a.qkv_proj_.weight = stack_rows({&q.weight, &k.weight, &v.weight});
+    const IndexRange heads = tp.shard(d.n_heads);
+    if (heads.size() == 0) {
+        return invalid_argument("tensor parallel size " + std::to_string(tp.size()) + " exceeds the KDA head count " +
+                                std::to_string(d.n_heads));
+    }
+    a.options_.dims.n_heads = heads.size();
+    const IndexRange cols{heads.begin * d.head_dim, heads.end * d.head_dim};  // this rank's channels of one of q/k/v
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take_host_slice(prefix + ".q_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor k, r.take_host_slice(prefix + ".k_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor v, r.take_host_slice(prefix + ".v_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+    a.qkv_proj_.weight = r.place(stack_rows({&q, &k, &v}));
 
+    Tensor conv_q, conv_k, conv_v;
     if (r.contains(prefix + ".conv1d.weight")) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.conv_weight_, take_conv(r, prefix + ".conv1d.weight", 3 * qkv, d.conv_kernel));
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor c, take_conv(r, prefix + ".conv1d.weight", 3 * qkv, d.conv_kernel));
+        conv_q = host_rows(c, cols);
+        conv_k = host_rows(c, {qkv + cols.begin, qkv + cols.end});
+        conv_v = host_rows(c, {2 * qkv + cols.begin, 2 * qkv + cols.end});
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(Tensor cq, take_conv(r, prefix + ".q_conv1d.weight", qkv, d.conv_kernel));
         PENSTOCK_ASSIGN_OR_RETURN(Tensor ck, take_conv(r, prefix + ".k_conv1d.weight", qkv, d.conv_kernel));
         PENSTOCK_ASSIGN_OR_RETURN(Tensor cv, take_conv(r, prefix + ".v_conv1d.weight", qkv, d.conv_kernel));
-        a.conv_weight_ = stack_rows({&cq, &ck, &cv});
+        conv_q = host_rows(cq, cols);
+        conv_k = host_rows(ck, cols);
+        conv_v = host_rows(cv, cols);
     }
+    a.conv_weight_ = r.place(stack_rows({&conv_q, &conv_k, &conv_v}));
 
     PENSTOCK_ASSIGN_OR_RETURN(
         a.f_a_proj_,
         take_linear(r, pick(r, prefix, "f_a_proj", "forget_gate.f_a_proj", ".weight"), d.head_dim, d.hidden, false));
-    PENSTOCK_ASSIGN_OR_RETURN(
-        a.f_b_proj_,
-        take_linear(r, pick(r, prefix, "f_b_proj", "forget_gate.f_b_proj", ".weight"), qkv, d.head_dim, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.f_b_proj_, take_linear_rows(r, pick(r, prefix, "f_b_proj", "forget_gate.f_b_proj", ".weight"),
+                                                            qkv, d.head_dim, cols, false));
     const std::string a_log_name = pick(r, prefix, "A_log", "forget_gate.A_log", "");
     if (r.shape_of(a_log_name) == Shape{1, 1, d.n_heads, 1}) {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, r.take(a_log_name, {1, 1, d.n_heads, 1}));
-        a.a_log_ = t.reshape({d.n_heads});
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, r.take_slice(a_log_name, {1, 1, d.n_heads, 1}, 2, heads.begin, heads.end));
+        a.a_log_ = t.reshape({heads.size()});
     } else {
-        PENSTOCK_ASSIGN_OR_RETURN(a.a_log_, r.take(a_log_name, {d.n_heads}));
+        PENSTOCK_ASSIGN_OR_RETURN(a.a_log_, r.take_slice(a_log_name, {d.n_heads}, 0, heads.begin, heads.end));
     }
-    PENSTOCK_ASSIGN_OR_RETURN(a.dt_bias_, r.take(pick(r, prefix, "dt_bias", "forget_gate.dt_bias", ""), {qkv}));
-    PENSTOCK_ASSIGN_OR_RETURN(a.b_proj_, take_linear(r, prefix + ".b_proj", d.n_heads, d.hidden, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.dt_bias_, r.take_slice(pick(r, prefix, "dt_bias", "forget_gate.dt_bias", ""), {qkv}, 0,
+                                                       cols.begin, cols.end));
+    PENSTOCK_ASSIGN_OR_RETURN(a.b_proj_, take_linear_rows(r, prefix + ".b_proj", d.n_heads, d.hidden, heads, false));
     if (o.full_rank_output_gate) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear(r, prefix + ".g_proj", qkv, d.hidden, false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", qkv, d.hidden, cols, false));
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(a.g_a_proj_, take_linear(r, prefix + ".g_a_proj", d.head_dim, d.hidden, false));
-        PENSTOCK_ASSIGN_OR_RETURN(a.g_b_proj_, take_linear(r, prefix + ".g_b_proj", qkv, d.head_dim, false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_b_proj_, take_linear_rows(r, prefix + ".g_b_proj", qkv, d.head_dim, cols, false));
     }
     PENSTOCK_ASSIGN_OR_RETURN(a.o_norm_, r.take(prefix + ".o_norm.weight", {d.head_dim}));
-    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear(r, prefix + ".o_proj", d.hidden, qkv, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, qkv, cols, false, false));
     return a;
 }
 
@@ -147,6 +170,7 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                              .eps = options_.norm_eps},
                             ctx);
     linear_forward(o_proj_, o.view().reshape({n, qkv}), out, ctx);
+    tp_.all_reduce_sum(out, ctx);
 }
 
 }  // namespace penstock::models

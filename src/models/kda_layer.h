@@ -36,9 +36,12 @@ public:
     // Reads `<prefix>.{q,k,v}_proj`, `{q,k,v}_conv1d` ([qkv, 1, K] or [qkv, K]; or a fused `conv1d` [3 qkv, 1, K]),
     // `f_a_proj`, `f_b_proj`, `A_log` ([n_heads] or [1, 1, n_heads, 1]), `dt_bias`, `b_proj`, the output gate
     // (`g_a_proj` + `g_b_proj`, or `g_proj`), `o_norm.weight` [head_dim] and `o_proj` (each under its transformers
-    // internal name too: `forget_gate.f_a_proj`, ...).
+    // internal name too: `forget_gate.f_a_proj`, ...). With tensor parallelism this rank keeps the heads
+    // tp.shard(n_heads) (q/k/v, conv channels, gates, beta column-parallel; o_proj row-parallel, all-reduced);
+    // options().dims then holds the local head count, which sizes the state.
     [[nodiscard]] static Result<KdaAttention> load(WeightReader& reader, const std::string& prefix,
-                                                   const KdaOptions& options);
+                                                   const KdaOptions& options,
+                                                   const TensorParallel& tp = TensorParallel{});
 
     // out[n_tokens, hidden] = KDA(x) for the batch. x: [n_tokens, hidden] f32 (input-normalised). Sequence s reads and
     // updates slot state_slots[s] of recurrent_state [n_slots, n_heads, head_dim, head_dim] and conv_state
@@ -60,6 +63,7 @@ private:
     Linear g_a_proj_, g_b_proj_, g_proj_;
     Tensor o_norm_;  // [head_dim] f32
     Linear o_proj_;  // [hidden, qkv]
+    TensorParallel tp_;
 };
 
 }  // namespace penstock::models

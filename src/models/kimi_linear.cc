@@ -233,18 +233,9 @@ Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& 
     for (auto& [name, tensor] : loaded) weights.emplace(std::string(strip(name)), std::move(tensor));
     WeightReader r(&weights);
     const int64_t h = config.hidden_size;
-    const int64_t vocab = config.vocab_size;
     const bool attn_res = m->kimi_.attn_res_block_size > 0;
-    if (m->is_first_stage() || (tie && m->is_last_stage())) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->embed_, r.take("model.embed_tokens.weight", {vocab, h}));
-    }
+    PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));
     if (m->is_last_stage()) {
-        PENSTOCK_ASSIGN_OR_RETURN(m->norm_, r.take("model.norm.weight", {h}));
-        if (tie) {
-            m->lm_head_ = m->embed_;
-        } else {
-            PENSTOCK_ASSIGN_OR_RETURN(m->lm_head_, r.take("lm_head.weight", {vocab, h}));
-        }
         if (attn_res) {
             PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take("model.output_attn_res_proj.weight", {1, h}));
             m->output_res_.query = q.reshape({h});
@@ -264,13 +255,14 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
     PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
     PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
     if (kimi_.is_kda[static_cast<size_t>(l)]) {
-        PENSTOCK_ASSIGN_OR_RETURN(KdaAttention kda, KdaAttention::load(r, p + ".self_attn", kimi_.kda));
+        PENSTOCK_ASSIGN_OR_RETURN(KdaAttention kda, KdaAttention::load(r, p + ".self_attn", kimi_.kda, options_.tp));
         layer.kda = std::make_unique<KdaAttention>(std::move(kda));
         layer.kda_slot_layer = n_kda_layers_++;
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(MlaAttention mla,
                                   MlaAttention::load(r, p + ".self_attn", config_,
-                                                     MlaVariant{.rope = false, .output_gate = kimi_.mla_output_gate}));
+                                                     MlaVariant{.rope = false, .output_gate = kimi_.mla_output_gate},
+                                                     options_.tp));
         layer.mla = std::make_unique<MlaAttention>(std::move(mla));
         mla_layers_.push_back(l);
     }
@@ -288,10 +280,10 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
             o.expert_up = "w3";
             o.expert_down = "w2";
         }
-        PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, ffn, config_, o));
+        PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, ffn, config_, o, options_.tp));
         layer.moe = std::make_unique<MoeBlock>(std::move(moe));
     } else {
-        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, ffn, h, config_.intermediate_size, kimi_.act));
+        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, ffn, h, config_.intermediate_size, kimi_.act, options_.tp));
         layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
     }
     if (kimi_.attn_res_block_size > 0) {
@@ -306,7 +298,8 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
 }
 
 std::unique_ptr<ModelCache> KimiLinearModel::create_cache(int64_t n_pages) const {
-    const KdaDims& d = kimi_.kda.dims;
+    KdaDims d = kimi_.kda.dims;
+    d.n_heads = options_.tp.shard(d.n_heads).size();  // this rank's heads
     const kv_cache::KdaStateShape shape{.n_heads = d.n_heads,
                                         .k_dim = d.head_dim,
                                         .v_dim = d.head_dim,
@@ -318,10 +311,10 @@ std::unique_ptr<ModelCache> KimiLinearModel::create_cache(int64_t n_pages) const
 }
 
 void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
-    PENSTOCK_CHECK(embed_.defined()) << "embed() called on a stage without the embedding";
+    PENSTOCK_CHECK(io_.embed.defined()) << "embed() called on a stage without the embedding";
     const int64_t h = config_.hidden_size;
     act->hidden = Tensor::empty({layout.n_tokens, h}, DType::kF32);
-    kernels::embedding({.out = act->hidden, .table = embed_, .ids = layout.token_ids}, ctx);
+    kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
     if (kimi_.attn_res_block_size > 0) {
         act->bank = Tensor::zeros({layout.n_tokens, kimi_.n_bank_rows(config_.num_hidden_layers), h}, DType::kF32);
     }
@@ -330,7 +323,16 @@ void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const k
 void KimiLinearModel::attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                                 const TensorView& x, KimiLinearCache* cache, const TensorView& slots,
                                 const TensorView& out, const kernels::Context& ctx) const {
-    if (layer.kda) {
+    if (layer.kda && layout.cp) {
+        // Context parallelism: the delta rule is a recurrence over the whole chunk, so every cp rank runs the KDA
+        // layer on the gathered rows (identical state updates everywhere) and keeps its own output rows.
+        const BatchLayout& whole = layout.cp->full;
+        const Tensor x_all = cp_gather_rows(layout, x, ctx);
+        Tensor out_all = Tensor::empty({whole.n_tokens, out.size(1)}, DType::kF32);
+        layer.kda->forward(whole, x_all, cache->states().recurrent(layer.kda_slot_layer),
+                           cache->states().conv(layer.kda_slot_layer), slots, out_all, ctx);
+        kernels::copy({.out = out, .in = cp_own_rows(layout, out_all, ctx)}, ctx);
+    } else if (layer.kda) {
         layer.kda->forward(layout, x, cache->states().recurrent(layer.kda_slot_layer),
                            cache->states().conv(layer.kda_slot_layer), slots, out, ctx);
     } else {
@@ -431,7 +433,7 @@ Tensor KimiLinearModel::compute_logits(const BatchLayout& layout, const Activati
     } else {
         final_hidden = act.hidden;
     }
-    return head_logits(layout, final_hidden, norm_, lm_head_, static_cast<float>(config_.rms_norm_eps), ctx);
+    return io_.logits(layout, final_hidden, ctx);
 }
 
 Result<std::unique_ptr<Model>> load_kimi_linear_model(const loader::ModelConfig& config,

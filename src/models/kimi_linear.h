@@ -110,9 +110,7 @@ private:
     float softmax_scale_ = 1.0f;
     std::vector<int64_t> mla_layers_;  // MLA layer indices in the range
     int64_t n_kda_layers_ = 0;
-    Tensor embed_;              // [vocab, hidden] f32 (first stage, or tied head)
-    Tensor norm_;               // [hidden] f32 (last stage)
-    Tensor lm_head_;            // [vocab, hidden] f32 (last stage)
+    EmbedHead io_;  // embedding (first stage), final norm and lm_head (last stage)
     ResidualQuery output_res_;  // K3 AttnRes output read (last stage)
     std::vector<Layer> layers_;
 };

@@ -1,6 +1,7 @@
 // Linear layer helpers.
 #include "models/linear.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace penstock::models {
@@ -11,6 +12,29 @@ Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int6
     PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take(prefix + ".weight", {out_features, in_features}));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(l.bias, reader.take(prefix + ".bias", {out_features}));
+    }
+    return l;
+}
+
+Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix, int64_t out_features,
+                                int64_t in_features, IndexRange rows, bool has_bias) {
+    Linear l;
+    PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take_slice(prefix + ".weight", {out_features, in_features}, 0,
+                                                          rows.begin, rows.end));
+    if (has_bias) {
+        PENSTOCK_ASSIGN_OR_RETURN(l.bias, reader.take_slice(prefix + ".bias", {out_features}, 0, rows.begin, rows.end));
+    }
+    return l;
+}
+
+Result<Linear> take_linear_cols(WeightReader& reader, const std::string& prefix, int64_t out_features,
+                                int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias) {
+    Linear l;
+    PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take_slice(prefix + ".weight", {out_features, in_features}, 1,
+                                                          cols.begin, cols.end));
+    if (has_bias) {
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor b, reader.take(prefix + ".bias", {out_features}));
+        if (keep_bias) l.bias = std::move(b);
     }
     return l;
 }
@@ -41,16 +65,67 @@ Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Conte
     return out;
 }
 
-Tensor head_logits(const BatchLayout& layout, const TensorView& hidden, const Tensor& norm, const Tensor& lm_head,
-                   float eps, const kernels::Context& ctx) {
+Result<EmbedHead> EmbedHead::load(WeightReader& r, const loader::ModelConfig& config, bool first_stage,
+                                  bool last_stage, const TensorParallel& tp) {
+    EmbedHead e;
+    e.vocab = config.vocab_size;
+    e.eps = static_cast<float>(config.rms_norm_eps);
+    e.tp = tp;
+    const int64_t h = config.hidden_size;
+    const bool tie = config.tie_word_embeddings;
+    // Vocab-parallel rows: rank r holds [r * Vp, min((r + 1) * Vp, V)), Vp = ceil(V / tp).
+    const int64_t vp = tp.vocab_per_rank(e.vocab);
+    const IndexRange rows{std::min(e.vocab, tp.rank() * vp), std::min(e.vocab, (tp.rank() + 1) * vp)};
+    if (first_stage || (tie && last_stage)) {
+        PENSTOCK_ASSIGN_OR_RETURN(e.embed, r.take("model.embed_tokens.weight", {e.vocab, h}));
+    }
+    if (last_stage) {
+        PENSTOCK_ASSIGN_OR_RETURN(e.norm, r.take("model.norm.weight", {h}));
+        if (tie) {
+            e.lm_head = e.embed;
+            e.head_rows = rows;
+        } else {
+            PENSTOCK_ASSIGN_OR_RETURN(e.lm_head, r.take_slice("lm_head.weight", {e.vocab, h}, 0, rows.begin, rows.end));
+            e.head_rows = {0, rows.size()};
+        }
+    }
+    return e;
+}
+
+Tensor EmbedHead::logits(const BatchLayout& layout, const TensorView& hidden, const kernels::Context& ctx) const {
     PENSTOCK_CHECK(lm_head.defined()) << "logits requested on a stage without the head";
+    if (layout.cp) {  // context parallelism: the hidden rows back in batch order (one gather per forward)
+        const Tensor full = cp_gather_rows(layout, hidden, ctx);
+        return logits(layout.cp->full, full, ctx);
+    }
     const auto rows = static_cast<int64_t>(layout.logit_rows.size());
     Tensor selected = scratch(ctx, {rows, hidden.size(1)}, hidden.dtype);
     kernels::gather_rows({.out = selected, .in = hidden, .index = layout.logit_index}, ctx);
     kernels::rms_norm({.out = selected, .in = selected, .weight = norm, .eps = eps}, ctx);
-    Tensor logits = scratch(ctx, {rows, lm_head.size(0)});
-    kernels::gemm({.out = logits, .a = selected, .b = lm_head, .trans_b = true}, ctx);
-    return logits;
+    const TensorView w = lm_head.view().slice(0, head_rows.begin, head_rows.end);
+    if (!tp.active()) {
+        Tensor out = scratch(ctx, {rows, vocab});
+        kernels::gemm({.out = out, .a = selected, .b = w, .trans_b = true}, ctx);
+        return out;
+    }
+    // Each rank's logit columns padded to Vp, gathered as [tp, rows, Vp], then laid out as [rows, V].
+    const int64_t vp = tp.vocab_per_rank(vocab);
+    Tensor local = scratch_filled(ctx, {rows, vp}, 0.0f);
+    if (head_rows.size() > 0) {
+        kernels::gemm({.out = local.view().slice(1, 0, head_rows.size()), .a = selected, .b = w, .trans_b = true}, ctx);
+    }
+    Tensor gathered = scratch(ctx, {tp.size() * rows, vp});
+    tp.all_gather(gathered, local, ctx);
+    Tensor out = scratch(ctx, {rows, vocab});
+    for (int r = 0; r < tp.size(); ++r) {
+        const int64_t begin = std::min(vocab, r * vp);
+        const int64_t end = std::min(vocab, (r + 1) * vp);
+        if (end == begin) continue;
+        kernels::copy({.out = out.view().slice(1, begin, end),
+                       .in = gathered.view().slice(0, r * rows, (r + 1) * rows).slice(1, 0, end - begin)},
+                      ctx);
+    }
+    return out;
 }
 
 }  // namespace penstock::models

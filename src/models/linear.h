@@ -6,7 +6,9 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
+#include "loader/model_config.h"
 #include "models/forward_batch.h"
+#include "models/tensor_parallel.h"
 #include "models/weights.h"
 
 namespace penstock::models {
@@ -22,15 +24,35 @@ struct Linear {
 Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype = DType::kF32);
 Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float value, DType dtype = DType::kF32);
 
-// The logits head shared by every family: out[i] = lm_head(RMSNorm(hidden[logit_rows[i]])), [n_logit_rows, vocab] f32.
-// hidden: [n_tokens, hidden_size] (f32 or bf16) on ctx's device; norm: [hidden_size] f32; lm_head: [vocab,
-// hidden_size].
-Tensor head_logits(const BatchLayout& layout, const TensorView& hidden, const Tensor& norm, const Tensor& lm_head,
-                   float eps, const kernels::Context& ctx);
+// The token embedding and the logits head shared by every family: `model.embed_tokens` (first stage, and the last
+// when tied), `model.norm` and `lm_head` (last stage). lm_head is vocab-parallel under tensor parallelism
+// (models/tensor_parallel.h); the embedding is replicated.
+struct EmbedHead {
+    Tensor embed;          // [vocab, hidden] (first stage, or tied head)
+    Tensor norm;           // [hidden] f32 (last stage)
+    Tensor lm_head;        // this rank's vocabulary rows [head_rows.size(), hidden] (tied: `embed`, all rows)
+    IndexRange head_rows;  // rows of lm_head this rank multiplies
+    int64_t vocab = 0;
+    float eps = 1e-6f;
+    TensorParallel tp;
+
+    [[nodiscard]] static Result<EmbedHead> load(WeightReader& reader, const loader::ModelConfig& config,
+                                                bool first_stage, bool last_stage, const TensorParallel& tp);
+    // [n_logit_rows, vocab] f32 = lm_head(RMSNorm(hidden[logit_rows])) on ctx's device; hidden: [n_tokens, hidden].
+    Tensor logits(const BatchLayout& layout, const TensorView& hidden, const kernels::Context& ctx) const;
+};
 
 // Reads `<prefix>.weight` (and `<prefix>.bias` when has_bias) with the given shape.
 [[nodiscard]] Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
                                          int64_t in_features, bool has_bias);
+
+// Column-parallel: output rows `rows` of `<prefix>.weight` [out_features, in_features] (and of the bias).
+[[nodiscard]] Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix, int64_t out_features,
+                                              int64_t in_features, IndexRange rows, bool has_bias);
+// Row-parallel: input columns `cols` of `<prefix>.weight`; the bias is kept only when keep_bias (tp rank 0 adds it
+// once to the sum) and read and dropped otherwise.
+[[nodiscard]] Result<Linear> take_linear_cols(WeightReader& reader, const std::string& prefix, int64_t out_features,
+                                              int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias);
 
 // out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided.
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);

@@ -27,32 +27,42 @@ MlaDims MlaDims::from_config(const loader::ModelConfig& c) {
 }
 
 Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c,
-                                        const MlaVariant& variant) {
+                                        const MlaVariant& variant, const TensorParallel& tp) {
     MlaAttention a;
     a.dims_ = MlaDims::from_config(c);
     a.variant_ = variant;
+    a.tp_ = tp;
     a.rms_eps_ = static_cast<float>(c.rms_norm_eps);
-    const MlaDims& d = a.dims_;
+    MlaDims& d = a.dims_;
+    const int64_t all_heads = d.n_heads;
+    const IndexRange heads = tp.shard(all_heads);
+    if (heads.size() == 0) {
+        return invalid_argument("tensor parallel size " + std::to_string(tp.size()) + " exceeds num_attention_heads " +
+                                std::to_string(all_heads));
+    }
+    d.n_heads = heads.size();
+    auto rows_of = [&](int64_t per_head) { return IndexRange{heads.begin * per_head, heads.end * per_head}; };
     const bool bias = c.attention_bias;
     if (d.q_lora_rank > 0) {
         PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_, take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias));
         PENSTOCK_ASSIGN_OR_RETURN(a.q_a_norm_, r.take(prefix + ".q_a_layernorm.weight", {d.q_lora_rank}));
-        PENSTOCK_ASSIGN_OR_RETURN(
-            a.q_b_proj_, take_linear(r, prefix + ".q_b_proj", d.n_heads * d.qk_head_dim(), d.q_lora_rank, false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_b_proj_, take_linear_rows(r, prefix + ".q_b_proj", all_heads * d.qk_head_dim(),
+                                                                d.q_lora_rank, rows_of(d.qk_head_dim()), false));
     } else {
-        PENSTOCK_ASSIGN_OR_RETURN(a.q_proj_,
-                                  take_linear(r, prefix + ".q_proj", d.n_heads * d.qk_head_dim(), d.hidden, false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_proj_, take_linear_rows(r, prefix + ".q_proj", all_heads * d.qk_head_dim(),
+                                                              d.hidden, rows_of(d.qk_head_dim()), false));
     }
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_proj_,
                               take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias));
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_norm_, r.take(prefix + ".kv_a_layernorm.weight", {d.kv_lora_rank}));
-    PENSTOCK_ASSIGN_OR_RETURN(
-        a.kv_b_proj_,
-        take_linear(r, prefix + ".kv_b_proj", d.n_heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false));
-    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear(r, prefix + ".o_proj", d.hidden, d.n_heads * d.v_head_dim, bias));
+    const int64_t kvb_per_head = d.qk_nope_head_dim + d.v_head_dim;
+    PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_, take_linear_rows(r, prefix + ".kv_b_proj", all_heads * kvb_per_head,
+                                                             d.kv_lora_rank, rows_of(kvb_per_head), false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, all_heads * d.v_head_dim,
+                                                          rows_of(d.v_head_dim), bias, tp.rank() == 0));
     if (variant.output_gate) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_,
-                                  take_linear(r, prefix + ".g_proj", d.n_heads * d.v_head_dim, d.hidden, false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", all_heads * d.v_head_dim,
+                                                              d.hidden, rows_of(d.v_head_dim), false));
     }
     return a;
 }
@@ -105,12 +115,15 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
     const Projection p = project(layout, x, rope, ctx);
     const TensorView q3 = p.q.view();
 
-    // The chunk's latents join the cache before attention reads prefix + chunk from it.
+    // The chunk's latents join the cache before attention reads prefix + chunk from it. Under context parallelism
+    // each rank projected its own rows; every rank caches the whole chunk (one all-gather of the latent rows).
+    const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, p.kv, ctx) : p.kv;
+    const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
     kernels::paged_write({.cache = cache->layer_view(layer),
-                          .rows = p.kv,
-                          .page_table = layout.page_table,
-                          .cu_rows = layout.cu_seqlens_q,
-                          .pos0 = layout.q_pos0},
+                          .rows = kv_rows,
+                          .page_table = whole.page_table,
+                          .cu_rows = whole.cu_seqlens_q,
+                          .pos0 = whole.q_pos0},
                          ctx);
 
     Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, x.dtype);
@@ -132,6 +145,7 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
         kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
     }
     linear_forward(o_proj_, attn_out, out, ctx);
+    tp_.all_reduce_sum(out, ctx);
 }
 
 void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
@@ -205,7 +219,8 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                             .q_pos0 = layout.q_pos0,
                             .k_pos0 = k_pos0,
                             .scale = softmax_scale,
-                            .causal = true},
+                            .causal = true,
+                            .q_pos_step = layout.q_pos_step},
                            ctx);
         kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
     }
@@ -279,7 +294,8 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
                         .q_pos0 = layout.q_pos0,
                         .k_pos0 = layout.k_pos0,
                         .scale = softmax_scale,
-                        .causal = true},
+                        .causal = true,
+                        .q_pos_step = layout.q_pos_step},
                        ctx);
     absorb_out(o_lat, attn_out, ctx);
 }

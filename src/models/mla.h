@@ -43,10 +43,13 @@ struct MlaVariant {
 class MlaAttention final {
 public:
     // Reads `<prefix>.{q_a_proj,q_a_layernorm,q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
-    // o_proj}` (and `g_proj` for the gated variant).
+    // o_proj}` (and `g_proj` for the gated variant). With tensor parallelism this rank keeps its head range
+    // (tp.shard(num_attention_heads)): dims().n_heads is the local head count, and output() all-reduces o_proj's
+    // partial sums over the tp group.
     [[nodiscard]] static Result<MlaAttention> load(WeightReader& reader, const std::string& prefix,
                                                    const loader::ModelConfig& config,
-                                                   const MlaVariant& variant = MlaVariant{});
+                                                   const MlaVariant& variant = MlaVariant{},
+                                                   const TensorParallel& tp = TensorParallel{});
 
     // out[n_tokens, hidden] = MLA(x) for the batch; writes the batch's latent rows of `layer` into `cache` first.
     // x: [n_tokens, hidden] f32 (already input-normalised).
@@ -68,7 +71,7 @@ public:
     Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
     void absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const;
-    // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x).
+    // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x), summed over the tp group.
     void output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
                 const kernels::Context& ctx) const;
 
@@ -81,8 +84,9 @@ private:
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;
 
-    MlaDims dims_;
+    MlaDims dims_;  // n_heads: this rank's heads
     MlaVariant variant_;
+    TensorParallel tp_;
     float rms_eps_ = 1e-6f;
     Linear q_a_proj_, q_b_proj_, q_proj_;
     Tensor q_a_norm_;  // [q_lora_rank] f32

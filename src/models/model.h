@@ -13,6 +13,7 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "models/forward_batch.h"
+#include "models/tensor_parallel.h"
 
 namespace penstock::models {
 
@@ -44,6 +45,10 @@ struct ModelOptions {
     // Activations, KV cache and matrix weights on the placement device: kF32, or kBF16 (CUDA only; norms, router
     // bias, RoPE tables, attention LSE and routing weights stay fp32; router logits and lm_head output are fp32).
     DType dtype = DType::kF32;
+    // Tensor / expert parallelism of this rank's stage (models/tensor_parallel.h): the tp group and ep size.
+    TensorParallel tp{};
+    // Context parallelism (SPEC §4, interleave split): the cp group, null = one rank. Set by the runner.
+    parallel::Communicator* cp = nullptr;
 };
 
 // Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.

@@ -20,37 +20,41 @@ void glu_apply(const GluActivation& act, const TensorView& gate, const TensorVie
 }
 
 Result<DenseMlp> DenseMlp::load(WeightReader& r, const std::string& prefix, int64_t hidden, int64_t intermediate,
-                                const GluActivation& act) {
+                                const GluActivation& act, const TensorParallel& tp) {
     DenseMlp m;
     m.act_ = act;
-    PENSTOCK_ASSIGN_OR_RETURN(m.gate_, take_linear(r, prefix + ".gate_proj", intermediate, hidden, false));
-    PENSTOCK_ASSIGN_OR_RETURN(m.up_, take_linear(r, prefix + ".up_proj", intermediate, hidden, false));
-    PENSTOCK_ASSIGN_OR_RETURN(m.down_, take_linear(r, prefix + ".down_proj", hidden, intermediate, false));
+    m.tp_ = tp;
+    const IndexRange cols = tp.shard(intermediate);
+    PENSTOCK_ASSIGN_OR_RETURN(m.gate_, take_linear_rows(r, prefix + ".gate_proj", intermediate, hidden, cols, false));
+    PENSTOCK_ASSIGN_OR_RETURN(m.up_, take_linear_rows(r, prefix + ".up_proj", intermediate, hidden, cols, false));
+    PENSTOCK_ASSIGN_OR_RETURN(m.down_,
+                              take_linear_cols(r, prefix + ".down_proj", hidden, intermediate, cols, false, false));
     return m;
 }
 
-void DenseMlp::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+    if (gate_.out_features() == 0) {  // more tp ranks than intermediate columns: this rank adds nothing
+        kernels::fill({.out = out, .value = 0.0f}, ctx);
+        return;
+    }
     Tensor g = linear_new(gate_, x, ctx);
     Tensor u = linear_new(up_, x, ctx);
     glu_apply(act_, g, u, ctx);
     linear_forward(down_, g, out, ctx);
 }
 
-namespace {
-
-// Copies host rows [row0, row0 + rows) of a [rows_total, cols] tensor into dst rows starting at dst_row0.
-void copy_rows(const Tensor& src, int64_t row0, int64_t rows, Tensor* dst, int64_t dst_row0) {
-    const int64_t cols = src.size(-1);
-    std::memcpy(dst->ptr<float>() + dst_row0 * cols, src.ptr<const float>() + row0 * cols,
-                static_cast<size_t>(rows * cols) * sizeof(float));
+void DenseMlp::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+    forward_partial(x, out, ctx);
+    tp_.all_reduce_sum(out, ctx);
 }
 
-}  // namespace
 
 Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c,
-                                const MoeLoadOptions& o) {
+                                const MoeLoadOptions& o, const TensorParallel& tp) {
     MoeBlock m;
     m.act_ = o.act;
+    m.tp_ = tp;
+    PENSTOCK_RETURN_IF_ERROR(tp.validate());
     const int64_t hidden = c.hidden_size;
     const int64_t h = o.latent_dim > 0 ? o.latent_dim : hidden;  // the width the routed experts read and write
     const int64_t n_experts = c.n_routed_experts;
@@ -66,30 +70,44 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
         m.latent_norm_eps_ = o.latent_norm_eps;
     }
     PENSTOCK_ASSIGN_OR_RETURN(m.score_bias_, r.take_optional(prefix + ".gate.e_score_correction_bias", {n_experts}));
-    // Routed experts stacked for grouped GEMMs: gate_up [E, 2I, h] (gate rows first), down [E, h, I].
+    // This rank's routed experts stacked for grouped GEMMs: gate_up [E_local, 2I_local, h] (gate rows first),
+    // down [E_local, h, I_local].
     m.n_experts_ = n_experts;
-    m.inter_ = inter;
-    Tensor gate_up = Tensor::empty({n_experts, 2 * inter, h}, DType::kF32);
-    Tensor down = Tensor::empty({n_experts, h, inter}, DType::kF32);
+    m.local_experts_ = tp.expert_shard(n_experts);
+    const IndexRange cols = tp.moe_inter_shard(inter);
+    const int64_t n_local = m.local_experts_.size();
+    const int64_t il = cols.size();
+    m.inter_ = il;
+    Tensor gate_up = Tensor::empty({n_local, 2 * il, h}, DType::kF32);
+    Tensor down = Tensor::empty({n_local, h, il}, DType::kF32);
+    const kernels::Context host{};
+    auto put = [&](const TensorView& src, const TensorView& dst) { kernels::copy({.out = dst, .in = src}, host); };
     if (r.contains(prefix + ".experts.gate_up_proj")) {
-        PENSTOCK_ASSIGN_OR_RETURN(gate_up, r.take_host(prefix + ".experts.gate_up_proj", {n_experts, 2 * inter, h}));
-        PENSTOCK_ASSIGN_OR_RETURN(down, r.take_host(prefix + ".experts.down_proj", {n_experts, h, inter}));
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor gu, r.take_host(prefix + ".experts.gate_up_proj", {n_experts, 2 * inter, h}));
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor dn, r.take_host(prefix + ".experts.down_proj", {n_experts, h, inter}));
+        const TensorView gu_local = gu.view().slice(0, m.local_experts_.begin, m.local_experts_.end);
+        put(gu_local.slice(1, cols.begin, cols.end), gate_up.view().slice(1, 0, il));
+        put(gu_local.slice(1, inter + cols.begin, inter + cols.end), gate_up.view().slice(1, il, 2 * il));
+        put(dn.view().slice(0, m.local_experts_.begin, m.local_experts_.end).slice(2, cols.begin, cols.end), down);
     } else {
         for (int64_t e = 0; e < n_experts; ++e) {
             const std::string p = prefix + ".experts." + std::to_string(e) + ".";
             PENSTOCK_ASSIGN_OR_RETURN(Tensor g, r.take_host(p + o.expert_gate + ".weight", {inter, h}));
             PENSTOCK_ASSIGN_OR_RETURN(Tensor u, r.take_host(p + o.expert_up + ".weight", {inter, h}));
             PENSTOCK_ASSIGN_OR_RETURN(Tensor dn, r.take_host(p + o.expert_down + ".weight", {h, inter}));
-            copy_rows(g, 0, inter, &gate_up, e * 2 * inter);
-            copy_rows(u, 0, inter, &gate_up, e * 2 * inter + inter);
-            copy_rows(dn, 0, h, &down, e * h);
+            if (e < m.local_experts_.begin || e >= m.local_experts_.end) continue;  // another ep rank's expert
+            const int64_t le = e - m.local_experts_.begin;
+            put(g.view().slice(0, cols.begin, cols.end), gate_up.view().select(0, le).slice(0, 0, il));
+            put(u.view().slice(0, cols.begin, cols.end), gate_up.view().select(0, le).slice(0, il, 2 * il));
+            put(dn.view().slice(1, cols.begin, cols.end), down.view().select(0, le));
         }
     }
     m.experts_gate_up_ = r.place(std::move(gate_up));
     m.experts_down_ = r.place(std::move(down));
     if (c.n_shared_experts > 0) {
         PENSTOCK_ASSIGN_OR_RETURN(
-            DenseMlp shared, DenseMlp::load(r, prefix + ".shared_experts", hidden, inter * c.n_shared_experts, o.act));
+            DenseMlp shared,
+            DenseMlp::load(r, prefix + ".shared_experts", hidden, inter * c.n_shared_experts, o.act, tp));
         m.shared_.push_back(std::move(shared));
     }
     m.top_k_ = c.num_experts_per_tok;
@@ -113,7 +131,8 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const TensorView expert_in = latent ? z.view() : x;
     const int64_t width = expert_in.size(1);
 
-    // Router logits in fp32 whatever the activation dtype (transformers computes the router in fp32).
+    // Router logits in fp32 whatever the activation dtype (transformers computes the router in fp32). The router is
+    // replicated: every tp rank routes every token the same way.
     Tensor logits = scratch(ctx, {n, router_.out_features()});
     linear_forward(router_, x, logits, ctx);
     Tensor ids = scratch(ctx, {n, top_k_}, DType::kI32);
@@ -129,51 +148,67 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
                           .scoring = scoring_},
                          ctx);
 
-    // Every (token, slot) pair is routed, so the expert-ordered rows number n * top_k.
-    const int64_t n_rows = n * top_k_;
-    Tensor offsets = scratch(ctx, {n_experts_ + 1}, DType::kI32);
-    Tensor sorted = scratch(ctx, {n_rows}, DType::kI32);
-    kernels::moe_align({.expert_offsets = offsets, .sorted_pairs = sorted, .topk_ids = ids}, ctx);
-    Tensor permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
-    kernels::moe_permute({.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)},
-                         ctx);
-
-    // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
-    Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
-    kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
-    const TensorView gate = gate_up.view().slice(1, 0, inter_);
-    glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
-    Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
-    kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
-
+    // Expert order over this rank's experts; pairs routed elsewhere (expert parallelism) are dropped by the align.
+    const int64_t n_local = local_experts_.size();
+    Tensor offsets = scratch(ctx, {n_local + 1}, DType::kI32);
+    Tensor sorted = scratch(ctx, {n * top_k_}, DType::kI32);
+    kernels::moe_align({.expert_offsets = offsets,
+                        .sorted_pairs = sorted,
+                        .topk_ids = ids,
+                        .expert_begin = static_cast<int32_t>(local_experts_.begin)},
+                       ctx);
+    int64_t n_rows = n * top_k_;  // every (token, slot) pair when this rank holds every expert
+    if (n_local != n_experts_) {
+        // The local row count sizes the buffers below (a device-to-host read of one i32 on a GPU).
+        Tensor count = Tensor::empty({1}, DType::kI32);
+        kernels::transfer({.out = count, .in = offsets.view().slice(0, n_local, n_local + 1)}, ctx);
+        n_rows = count.ptr<const int32_t>()[0];
+    }
+    Tensor zo;  // latent MoE: the weighted expert sum in the latent width
+    const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
+    if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
+    if (n_rows > 0 && inter_ > 0) {
+        Tensor permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
+        kernels::moe_permute(
+            {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
+        // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
+        Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
+        kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
+        const TensorView gate = gate_up.view().slice(1, 0, inter_);
+        glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
+        Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
+        kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
+        kernels::moe_unpermute(
+            {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
+    }
     if (latent) {
-        Tensor zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype);
-        kernels::moe_unpermute({.out = zo, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights},
-                               ctx);
+        // The latent norm is not linear: the routed sum is completed over the tp group first, then every rank has
+        // the same latent output and tp rank 0 alone adds it to the sum below.
+        tp_.all_reduce_sum(zo, ctx);
         if (latent_norm_.defined()) {
             kernels::rms_norm({.out = zo, .in = zo, .weight = latent_norm_, .eps = latent_norm_eps_}, ctx);
         }
         linear_forward(latent_up_, zo, out, ctx);
-    } else {
-        kernels::fill({.out = out, .value = 0.0f}, ctx);
-        kernels::moe_unpermute({.out = out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights},
-                               ctx);
+        if (tp_.rank() != 0) kernels::fill({.out = out, .value = 0.0f}, ctx);
     }
     if (!shared_.empty()) {
         Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
-        shared_[0].forward(x, s, ctx);
+        shared_[0].forward_partial(x, s, ctx);
         kernels::add({.out = out, .a = out, .b = s}, ctx);
     }
+    tp_.all_reduce_sum(out, ctx);
 }
 
 Result<FeedForward> FeedForward::load(WeightReader& reader, const std::string& prefix,
-                                      const loader::ModelConfig& config, bool is_moe, int64_t dense_width) {
+                                      const loader::ModelConfig& config, bool is_moe, int64_t dense_width,
+                                      const TensorParallel& tp) {
     FeedForward f;
     if (is_moe) {
-        PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(reader, prefix, config));
+        PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(reader, prefix, config, MoeLoadOptions{}, tp));
         f.moe_ = std::make_unique<MoeBlock>(std::move(moe));
     } else {
-        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(reader, prefix, config.hidden_size, dense_width));
+        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp,
+                                  DenseMlp::load(reader, prefix, config.hidden_size, dense_width, GluActivation{}, tp));
         f.mlp_ = std::make_unique<DenseMlp>(std::move(mlp));
     }
     return f;

@@ -25,16 +25,21 @@ void glu_apply(const GluActivation& act, const TensorView& gate, const TensorVie
 // y = down(act(gate(x)) * up(x)).
 class DenseMlp final {
 public:
-    // Reads `<prefix>.{gate_proj,up_proj,down_proj}.weight` with width `intermediate`.
+    // Reads `<prefix>.{gate_proj,up_proj,down_proj}.weight` with width `intermediate`; with tensor parallelism this
+    // rank keeps intermediate columns tp.shard(intermediate) (gate/up column-parallel, down row-parallel).
     [[nodiscard]] static Result<DenseMlp> load(WeightReader& reader, const std::string& prefix, int64_t hidden,
-                                               int64_t intermediate, const GluActivation& act = GluActivation{});
-    // out[n, hidden] = mlp(x[n, hidden]); out may not alias x.
+                                               int64_t intermediate, const GluActivation& act = GluActivation{},
+                                               const TensorParallel& tp = TensorParallel{});
+    // out[n, hidden] = mlp(x[n, hidden]), summed over the tp group; out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+    // This rank's partial sum (no collective).
+    void forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
     int64_t intermediate() const { return gate_.out_features(); }
 
 private:
     Linear gate_, up_, down_;
     GluActivation act_;
+    TensorParallel tp_;
 };
 
 // Per-family MoE loading options; the defaults are DeepSeek-V3's.
@@ -57,20 +62,25 @@ public:
     // Reads `<prefix>.gate.weight`, `<prefix>.gate.e_score_correction_bias` (optional), per-expert
     // `<prefix>.experts.{e}.{gate,up,down}_proj.weight` (names per `options`; or the fused
     // `<prefix>.experts.gate_up_proj` [E, 2I, H] / `<prefix>.experts.down_proj` [E, H, I] layout) and
-    // `<prefix>.shared_experts.*` when n_shared_experts > 0.
+    // `<prefix>.shared_experts.*` when n_shared_experts > 0. With tensor/expert parallelism this rank keeps the
+    // experts tp.expert_shard(E) with intermediate columns tp.moe_inter_shard(I), and shared-expert columns
+    // tp.shard(I_shared) (models/tensor_parallel.h).
     [[nodiscard]] static Result<MoeBlock> load(WeightReader& reader, const std::string& prefix,
                                                const loader::ModelConfig& config,
-                                               const MoeLoadOptions& options = MoeLoadOptions{});
-    // out[n, hidden] = sum_k w_k E_k(x) + shared(x); out may not alias x.
+                                               const MoeLoadOptions& options = MoeLoadOptions{},
+                                               const TensorParallel& tp = TensorParallel{});
+    // out[n, hidden] = sum_k w_k E_k(x) + shared(x), summed over the tp group; out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
 
 private:
     Linear router_;      // [n_experts, hidden]
     Tensor score_bias_;  // [n_experts] f32 or undefined
-    int64_t n_experts_ = 0;
-    int64_t inter_ = 0;
-    Tensor experts_gate_up_;        // [n_experts, 2 * inter, width]: per expert [gate ; up] rows (one grouped GEMM)
-    Tensor experts_down_;           // [n_experts, width, inter]
+    int64_t n_experts_ = 0;      // all routed experts (the router's width)
+    IndexRange local_experts_;   // the experts this rank computes
+    int64_t inter_ = 0;          // this rank's intermediate columns per expert
+    TensorParallel tp_;
+    Tensor experts_gate_up_;        // [n_local, 2 * inter, width]: per expert [gate ; up] rows (one grouped GEMM)
+    Tensor experts_down_;           // [n_local, width, inter]
     std::vector<DenseMlp> shared_;  // zero or one merged shared MLP
     GluActivation act_;
     Linear latent_down_, latent_up_;  // latent MoE only
@@ -89,7 +99,8 @@ private:
 class FeedForward final {
 public:
     [[nodiscard]] static Result<FeedForward> load(WeightReader& reader, const std::string& prefix,
-                                                  const loader::ModelConfig& config, bool is_moe, int64_t dense_width);
+                                                  const loader::ModelConfig& config, bool is_moe, int64_t dense_width,
+                                                  const TensorParallel& tp = TensorParallel{});
     // out[n, hidden] = ffn(x[n, hidden]); out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
 

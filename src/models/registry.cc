@@ -14,6 +14,7 @@ bool is_supported_model_type(const std::string& model_type) {
 Result<std::unique_ptr<Model>> load_model(const loader::ModelConfig& config, const loader::Checkpoint& checkpoint,
                                           const loader::LayerRange& range, const ModelOptions& options,
                                           loader::LoadStats* stats) {
+    PENSTOCK_RETURN_IF_ERROR(options.tp.validate());
     if (config.model_type == "deepseek_v3") return DeepseekV3Model::load(config, checkpoint, range, options, stats);
     if (options.placement.device != Device::kCPU && is_supported_model_type(config.model_type)) {
         // TODO(#6): the DSA indexer / sparse MLA and KDA ops have no CUDA kernels yet.

@@ -45,6 +45,26 @@ Result<Tensor> WeightReader::take_host(const std::string& name, const Shape& sha
     return t;
 }
 
+Result<Tensor> WeightReader::take_host_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                            int64_t end) {
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor t, take_host(name, shape));
+    if (begin == 0 && end == shape[static_cast<size_t>(dim)]) return t;
+    if (begin < 0 || begin > end || end > shape[static_cast<size_t>(dim)]) {
+        return invalid_argument("tensor '" + name + "': slice [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                ") of dim " + std::to_string(dim) + " is outside " + shape_str(shape));
+    }
+    const TensorView part = t.view().slice(dim, begin, end);
+    Tensor out = Tensor::empty(part.shape_vec(), t.dtype());
+    kernels::copy({.out = out, .in = part}, kernels::Context{});
+    return out;
+}
+
+Result<Tensor> WeightReader::take_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                       int64_t end) {
+    PENSTOCK_ASSIGN_OR_RETURN(Tensor t, take_host_slice(name, shape, dim, begin, end));
+    return place(std::move(t));
+}
+
 Result<Tensor> WeightReader::take_optional(const std::string& name, const Shape& shape) {
     if (!contains(name)) return Tensor();
     return take(name, shape);

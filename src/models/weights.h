@@ -23,6 +23,12 @@ public:
     [[nodiscard]] Result<Tensor> take(const std::string& name, const Shape& shape);
     // Like take() but the tensor stays on the host (for weights that are rearranged before use; place() them after).
     [[nodiscard]] Result<Tensor> take_host(const std::string& name, const Shape& shape);
+    // Tensor parallelism: like take()/take_host() but keeps only indices [range.begin, range.end) of dimension `dim`
+    // of a tensor whose whole shape must be `shape` (a contiguous copy of the slice).
+    [[nodiscard]] Result<Tensor> take_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                            int64_t end);
+    [[nodiscard]] Result<Tensor> take_host_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                                 int64_t end);
     // A host tensor moved to the placement device (the same tensor on the CPU).
     Tensor place(Tensor host) const;
     // Like take() but absent is fine (returns an undefined Tensor).

@@ -12,6 +12,7 @@ ModelRunner::ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptio
       cache_(model_->create_cache(options.n_pages)),
       threads_(std::make_unique<ThreadPool>(options.n_threads)),
       backend_(options.backend),
+      cp_(options.cp),
       pool_(options.n_pages),
       tables_(&pool_) {}
 
@@ -21,7 +22,8 @@ kernels::Context ModelRunner::context() const {
 }
 
 models::BatchLayout ModelRunner::make_layout(const models::ForwardBatch& batch) const {
-    models::BatchLayout layout = models::BatchLayout::build(batch);
+    models::BatchLayout layout = cp_ != nullptr && cp_->size() > 1 ? models::BatchLayout::build_cp(batch, cp_)
+                                                                   : models::BatchLayout::build(batch);
     layout.place(context());
     return layout;
 }

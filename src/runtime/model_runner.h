@@ -21,6 +21,9 @@ struct RunnerOptions {
     int n_threads = 0;       // CPU threads for reference kernels; 0 = all cores
     // The device the model was placed on (ModelOptions::placement must come from the same backend); null = the host.
     const kernels::Backend* backend = nullptr;
+    // Context parallelism: the cp group (null = none). Layouts then hold this rank's interleaved rows
+    // (BatchLayout::build_cp); the model gathers what needs the whole batch.
+    parallel::Communicator* cp = nullptr;
 };
 
 class ModelRunner final {
@@ -73,6 +76,7 @@ private:
     std::unique_ptr<models::ModelCache> cache_;
     std::unique_ptr<ThreadPool> threads_;
     const kernels::Backend* backend_;
+    parallel::Communicator* cp_;
     kv_cache::PagePool pool_;
     kv_cache::RequestTables tables_;
 };

@@ -44,6 +44,7 @@ struct AttnArgs {
     int64_t q0, q1, k0, k1, v0, v1, o0, o1, l0, l1;  // strides (elements)
     float scale;
     bool causal;
+    int q_pos_step;
 };
 
 template <class T, int kDvPerLane>
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
 
     auto visible = [&](int i) -> int {  // keys visible to sequence row i: a prefix [0, n)
         if (!a.causal) return len_k;
-        const int64_t n = qp0 + i - kp0 + 1;
+        const int64_t n = qp0 + static_cast<int64_t>(i) * a.q_pos_step - kp0 + 1;
         return static_cast<int>(n < 0 ? 0 : (n > len_k ? len_k : n));
     };
     const int block_keys = visible(i_last);  // visibility grows with i
@@ -239,6 +240,8 @@ void attention(const kernels::AttentionParams& p, void* stream) {
     args.cu_q = p.cu_seqlens_q.ptr<const int32_t>();
     args.cu_k = p.cu_seqlens_k.ptr<const int32_t>();
     args.q_pos0 = p.q_pos0.ptr<const int32_t>();
+    PENSTOCK_CHECK_GE(p.q_pos_step, 1) << "attention: q_pos_step";
+    args.q_pos_step = p.q_pos_step;
     args.k_pos0 = p.k_pos0.ptr<const int32_t>();
     args.n_seqs = static_cast<int>(n_seqs);
     args.n_heads = static_cast<int>(n_heads);

@@ -160,13 +160,14 @@ __global__ void moe_routing_kernel(int32_t* ids, float* weights, const L* logits
 constexpr int kAlignChunk = 1024;  // pairs per chunk
 
 // Per-chunk histogram: counts[chunk * n_experts + e].
-__global__ void align_count_kernel(int32_t* counts, const int32_t* topk_ids, int64_t n_pairs, int n_experts) {
+__global__ void align_count_kernel(int32_t* counts, const int32_t* topk_ids, int64_t n_pairs, int n_experts,
+                                   int32_t e0) {
     extern __shared__ int32_t align_smem[];
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) align_smem[e] = 0;
     __syncthreads();
     const int64_t base = static_cast<int64_t>(blockIdx.x) * kAlignChunk;
     for (int64_t i = base + threadIdx.x; i < base + kAlignChunk && i < n_pairs; i += blockDim.x) {
-        const int32_t e = topk_ids[i];
+        const int64_t e = static_cast<int64_t>(topk_ids[i]) - e0;
         if (e >= 0 && e < n_experts) atomicAdd(&align_smem[e], 1);
     }
     __syncthreads();
@@ -199,7 +200,7 @@ __global__ void align_scan_experts_kernel(int32_t* offsets, const int32_t* total
 
 // One warp per chunk walks its pairs in order, 32 at a time: rank among equal experts from __match_any_sync.
 __global__ void align_scatter_kernel(int32_t* sorted_pairs, const int32_t* topk_ids, const int32_t* counts,
-                                     const int32_t* offsets, int64_t n_pairs, int n_experts) {
+                                     const int32_t* offsets, int64_t n_pairs, int n_experts, int32_t e0) {
     extern __shared__ int32_t align_smem[];  // running count per expert within this chunk
     const int lane = static_cast<int>(threadIdx.x);
     for (int e = lane; e < n_experts; e += 32) align_smem[e] = 0;
@@ -209,8 +210,9 @@ __global__ void align_scatter_kernel(int32_t* sorted_pairs, const int32_t* topk_
     const unsigned lt_mask = (1u << lane) - 1u;
     for (int64_t i0 = base; i0 < base + kAlignChunk && i0 < n_pairs; i0 += 32) {
         const int64_t i = i0 + lane;
-        int32_t e = i < n_pairs ? topk_ids[i] : -1;
-        const bool valid = e >= 0 && e < n_experts;
+        const int64_t e64 = i < n_pairs ? static_cast<int64_t>(topk_ids[i]) - e0 : -1;
+        const bool valid = e64 >= 0 && e64 < n_experts;
+        int32_t e = static_cast<int32_t>(e64);
         if (!valid) e = -1;
         const unsigned peers = __match_any_sync(0xffffffffu, e);
         const int rank = __popc(peers & lt_mask);
@@ -360,7 +362,7 @@ void moe_align(const kernels::MoeAlignParams& p, void* stream) {
     const size_t smem = sizeof(int32_t) * static_cast<size_t>(ne > 0 ? ne : 1);
     if (n_chunks > 0 && ne > 0) {
         align_count_kernel<<<static_cast<unsigned>(n_chunks), 256, smem, s>>>(counts, p.topk_ids.ptr<const int32_t>(),
-                                                                              n_pairs, ne);
+                                                                              n_pairs, ne, p.expert_begin);
         PENSTOCK_CUDA_LAUNCH_CHECK();
         align_scan_chunks_kernel<<<blocks_for(ne, 128), 128, 0, s>>>(counts, totals, n_chunks, ne);
         PENSTOCK_CUDA_LAUNCH_CHECK();
@@ -372,7 +374,7 @@ void moe_align(const kernels::MoeAlignParams& p, void* stream) {
     if (n_chunks > 0 && ne > 0) {
         align_scatter_kernel<<<static_cast<unsigned>(n_chunks), 32, smem, s>>>(
             p.sorted_pairs.ptr<int32_t>(), p.topk_ids.ptr<const int32_t>(), counts, p.expert_offsets.ptr<int32_t>(),
-            n_pairs, ne);
+            n_pairs, ne, p.expert_begin);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     }
     if (n_pairs > 0) {

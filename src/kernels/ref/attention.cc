@@ -94,7 +94,7 @@ void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
             const int64_t h = item % n_heads;  // range [0, n_heads)
             const int64_t kvh = h / group;
             const auto s = static_cast<size_t>(row_seq[static_cast<size_t>(r)]);
-            const int64_t q_pos = q_pos0[s] + (r - cu_q[s]);
+            const int64_t q_pos = q_pos0[s] + (r - cu_q[s]) * p.q_pos_step;
             const int64_t len_k = cu_k[s + 1] - cu_k[s];
             // Keys are at increasing positions k_pos0 + j, so the visible ones are a prefix [0, n_visible).
             int64_t n_visible = len_k;

@@ -141,7 +141,7 @@ void moe_align(const kernels::MoeAlignParams& p, ThreadPool* /*pool*/) {
     std::vector<int64_t> count(static_cast<size_t>(n_experts), 0);
     for (int64_t t = 0; t < n_tokens; ++t) {
         for (int64_t k = 0; k < top_k; ++k) {
-            const int64_t e = *p.topk_ids.at<const int32_t>({t, k});
+            const int64_t e = static_cast<int64_t>(*p.topk_ids.at<const int32_t>({t, k})) - p.expert_begin;
             const bool valid = 0 <= e && e < n_experts;
             expert_of[static_cast<size_t>(t * top_k + k)] = valid ? e : -1;
             if (valid) ++count[static_cast<size_t>(e)];
