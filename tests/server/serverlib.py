@@ -3,27 +3,68 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 BINARY = os.environ.get("PENSTOCK_BINARY", "build/penstock")
 
 
-class Server:
-    """A `penstock serve --port 0` subprocess; the bound port is read from its first stdout line."""
+def tools_venv():
+    """The virtual environment tools/setup.sh installs the third-party Python clients (openai, aiperf) into."""
+    if os.environ.get("PENSTOCK_TOOLS_VENV"):
+        return os.environ["PENSTOCK_TOOLS_VENV"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "penstock", "tools-venv")
 
-    def __init__(self, *flags, threads=2):
+
+def reexec_in_tools_venv():
+    """Re-runs the calling test script with the tools venv's python when this interpreter lacks a client package
+    (ctest starts the tests with the system python 3). Returns only when there is no such venv (or it was tried)."""
+    python = os.path.join(tools_venv(), "bin", "python")
+    if os.environ.get("PENSTOCK_IN_TOOLS_VENV") or not os.access(python, os.X_OK):
+        return
+    if os.path.realpath(sys.prefix) == os.path.realpath(tools_venv()):
+        return
+    os.environ["PENSTOCK_IN_TOOLS_VENV"] = "1"
+    sys.stdout.flush()
+    os.execv(python, [python, *sys.argv])
+
+
+def find_tool(name):
+    """An executable installed by tools/setup.sh: the tools venv, ~/.local/bin (pip --user), then PATH."""
+    for d in (os.path.join(tools_venv(), "bin"), os.path.join(os.path.expanduser("~"), ".local", "bin")):
+        path = os.path.join(d, name)
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which(name)
+
+
+class Server:
+    """A `penstock serve --port 0` subprocess; the bound port (and the serving process's pid) are read from its
+    "listening on" stdout line. `launcher` prefixes the command (e.g. mpirun -np 2): `proc` is then the launcher and
+    `pid` the serving process, global rank 0."""
+
+    def __init__(self, *flags, threads=2, launcher=()):
         self.proc = subprocess.Popen(
-            [BINARY, "serve", "--port", "0", "--threads", str(threads), *flags],
+            [*launcher, BINARY, "serve", "--port", "0", "--threads", str(threads), *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"127\.0\.0\.1:(\d+)", line)
+        self.head = []  # stdout lines up to the listening line
+        m = None
+        while m is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.head.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+).*?(?:pid (\d+))?\)$", line.rstrip())
         if not m:
             err = self.proc.stderr.read() if self.proc.poll() is not None else ""
-            raise RuntimeError(f"server did not start: {line!r} {err!r}")
+            raise RuntimeError(f"server did not start: {''.join(self.head)!r} {err!r}")
         self.port = int(m.group(1))
+        self.pid = int(m.group(2)) if m.group(2) else self.proc.pid
 
     def request(self, method, path, body=None, headers=None, timeout=30):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
