@@ -53,6 +53,7 @@ struct ForwardArgs {
     bool pp_eager_bank_forward = false;
     int64_t concurrency = 1;
     int64_t pp_max_micro_batch_size = 0;
+    int64_t max_running_requests = 256;
     int64_t pp_async_batch_depth = 0;
 };
 
@@ -113,6 +114,7 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     PENSTOCK_RETURN_IF_ERROR(parallel::validate_sizes(args.parallel, 0));
     if (args.concurrency < 1 || args.concurrency > 4096) return invalid_argument("--concurrency must be in [1, 4096]");
     if (args.pp_max_micro_batch_size < 0) return invalid_argument("--pp-max-micro-batch-size must be >= 0");
+    if (args.max_running_requests < 1) return invalid_argument("--max-running-requests must be >= 1");
     if (args.pp_async_batch_depth < 0 || args.pp_async_batch_depth > 64) {
         return invalid_argument("--pp-async-batch-depth must be in [0, 64]");
     }
@@ -225,12 +227,13 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
 
 void print_stage_stats(const std::vector<parallel::StageStats>& stats, double wall_ms, bool eager) {
     std::printf(
-        "pipeline stages (eager bank %s): stage, steps, busy ms, busy %%, boundary stall ms, MB sent (bank MB)\n",
+        "pipeline stages (eager bank %s): stage, steps, busy ms, busy %%, bubble %%, boundary stall ms, MB sent (bank MB)\n",
         eager ? "on" : "off");
     for (size_t s = 0; s < stats.size(); ++s) {
         const parallel::StageStats& t = stats[s];
-        std::printf("  stage %zu: %lld steps, busy %.1f ms (%.0f%%), stall %.1f ms, sent %.2f MB (%.2f MB bank)\n", s,
-                    static_cast<long long>(t.steps), t.busy_ms, wall_ms > 0 ? 100.0 * t.busy_ms / wall_ms : 0.0,
+        const double busy = wall_ms > 0 ? 100.0 * t.busy_ms / wall_ms : 0.0;
+        std::printf("  stage %zu: %lld steps, busy %.1f ms (%.0f%%), bubble %.0f%%, stall %.1f ms, sent %.2f MB (%.2f MB bank)\n", s,
+                    static_cast<long long>(t.steps), t.busy_ms, busy, 100.0 - busy,
                     t.stall_ms, static_cast<double>(t.bytes_sent) / 1e6, static_cast<double>(t.bank_bytes_sent) / 1e6);
     }
 }
@@ -294,10 +297,10 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
         PENSTOCK_RETURN_IF_ERROR(pipe.serve());
         return pipe.gather_stats().status();
     }
-    // SPEC §4: pp_max_micro_batch_size defaults to max(running requests / pp, 1); slots = pp + async depth.
+    // SPEC §4: pp_max_micro_batch_size defaults to max(max_running_requests / pp, 1); slots = pp + async depth.
     const int64_t micro_batch = args.pp_max_micro_batch_size > 0
                                     ? args.pp_max_micro_batch_size
-                                    : std::max<int64_t>(args.concurrency / args.parallel.pp, 1);
+                                    : std::max<int64_t>(args.max_running_requests / args.parallel.pp, 1);
     const parallel::MicroBatchOptions mb{.chunk_size = args.chunk_size,
                                          .micro_batch_size = micro_batch,
                                          .slots = args.parallel.pp + args.pp_async_batch_depth};
@@ -312,8 +315,9 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     PENSTOCK_RETURN_IF_ERROR(report(args, setup, (*logits)[0], stats,
                                     std::chrono::duration<double, std::milli>(t1 - t0).count(),
                                     std::chrono::duration<double, std::milli>(t2 - t1).count()));
-    std::printf("micro-batches of %lld request(s), %lld slots, %lld concurrent prompts: %.1f input tok/s\n",
-                static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots),
+    std::printf("pp_max_micro_batch_size %lld (running requests), %lld slots (at most %zu in flight), %lld concurrent "
+                "prompts: %.1f input tok/s\n",
+                static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots), pipe.max_in_flight(),
                 static_cast<long long>(args.concurrency),
                 static_cast<double>(args.concurrency * static_cast<int64_t>(setup.ids.size())) /
                     (std::chrono::duration<double>(t2 - t1).count()));
@@ -368,7 +372,9 @@ int main(int argc, char** argv) {
     forward->add_option("--concurrency", fwd.concurrency,
                         "run this many copies of the prompt as concurrent requests (throughput; logits of the first)");
     forward->add_option("--pp-max-micro-batch-size", fwd.pp_max_micro_batch_size,
-                        "requests per pipeline micro-batch (0: max(concurrency / pp, 1))");
+                        "most requests running at once in the pipeline (0: max(max_running_requests / pp, 1))");
+    forward->add_option("--max-running-requests", fwd.max_running_requests,
+                        "running-request cap the pipeline's default micro-batch cap derives from");
     forward->add_option("--pp-async-batch-depth", fwd.pp_async_batch_depth,
                         "micro-batches in flight beyond pp (slots = pp + depth)");
     forward->add_flag(

@@ -259,6 +259,7 @@ Status PipelineStage::submit(const models::ForwardBatch& batch) {
                              DType::kF32);
     PENSTOCK_ASSIGN_OR_RETURN(f.recv, pp_->irecv(f.logits, pp_->size() - 1, kTagLogits));
     in_flight_.push_back(std::move(f));
+    max_in_flight_ = std::max(max_in_flight_, in_flight_.size());
     PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
     models::Activations act;
     const auto t0 = std::chrono::steady_clock::now();
@@ -303,7 +304,7 @@ Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, Pipel
                                              const MicroBatchOptions& options) {
     const int64_t vocab = runner->model().config().vocab_size;
     const auto n = static_cast<int64_t>(prompts.size());
-    const int64_t mbs = std::max<int64_t>(1, options.micro_batch_size);
+    const int64_t max_running = std::max<int64_t>(1, options.micro_batch_size);
     const int64_t slots = std::max<int64_t>(1, options.slots);
     std::vector<Tensor> logits;
     for (int64_t i = 0; i < n; ++i) {
@@ -315,48 +316,66 @@ Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, Pipel
         }
         logits.push_back(Tensor::empty({len, vocab}, DType::kF32));
     }
+    // Request state: waiting (not admitted), running and ready for its next chunk, running with a chunk in flight,
+    // finished (pages freed here; the other stages free theirs after the step that ends the prompt).
+    enum class State : uint8_t { kWaiting, kReady, kInFlight, kFinished };
+    std::vector<State> state(static_cast<size_t>(n), State::kWaiting);
+    std::vector<int64_t> done(static_cast<size_t>(n), 0);     // tokens scheduled so far
+    std::vector<int64_t> arrived(static_cast<size_t>(n), 0);  // tokens whose logits came back
+    int64_t next_waiting = 0, running = 0;
     const auto release_all = [&] {
-        for (int64_t i = 0; i < n; ++i) runner->release(i);
-    };
-    for (int64_t i = 0; i < n; ++i) {
-        const Status st = runner->admit(i, static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()));
-        if (!st.ok()) {
-            release_all();
-            return st;
+        for (int64_t i = 0; i < n; ++i) {
+            if (state[static_cast<size_t>(i)] != State::kWaiting) runner->release(i);
         }
-    }
+    };
     struct Piece {
         int64_t prompt, offset, len;
     };
     std::deque<std::vector<Piece>> pending;  // per in-flight micro-batch: where its logit rows go
-    std::vector<int64_t> done(static_cast<size_t>(n), 0);
-    const int64_t n_groups = (n + mbs - 1) / mbs;
-    const auto scatter = [&](const Tensor& out, const std::vector<Piece>& pieces) {
+    const auto drain_one = [&]() -> Status {
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor out, pipe->collect());
         int64_t row = 0;
-        for (const Piece& p : pieces) {
+        for (const Piece& p : pending.front()) {
             std::memcpy(logits[static_cast<size_t>(p.prompt)].ptr<float>() + p.offset * vocab,
                         out.ptr<const float>() + row * vocab, static_cast<size_t>(p.len * vocab) * sizeof(float));
             row += p.len;
+            auto& a = arrived[static_cast<size_t>(p.prompt)];
+            a += p.len;
+            if (a == static_cast<int64_t>(prompts[static_cast<size_t>(p.prompt)].size())) {
+                state[static_cast<size_t>(p.prompt)] = State::kFinished;
+                runner->release(p.prompt);
+                --running;
+            } else {
+                state[static_cast<size_t>(p.prompt)] = State::kReady;
+            }
         }
-    };
-    const auto drain_one = [&]() -> Status {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor out, pipe->collect());
-        scatter(out, pending.front());
         pending.pop_front();
         return ok_status();
     };
-    bool work = true;
-    while (work) {
-        work = false;
-        for (int64_t g = 0; g < n_groups; ++g) {
-            models::ForwardBatch batch;
-            std::vector<Piece> pieces;
-            for (int64_t i = g * mbs; i < std::min(n, (g + 1) * mbs); ++i) {
+    const auto fail = [&](Status st) {
+        release_all();
+        return st;
+    };
+    while (true) {
+        // Admission (SPEC §4): at most pp_max_micro_batch_size requests run at once.
+        while (running < max_running && next_waiting < n) {
+            const int64_t i = next_waiting++;
+            const Status st = runner->admit(i, static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()));
+            if (!st.ok()) return fail(st);
+            state[static_cast<size_t>(i)] = State::kReady;
+            ++running;
+        }
+        // A micro-batch: the next chunk of every ready request, in admission order, within the token budget.
+        models::ForwardBatch batch;
+        std::vector<Piece> pieces;
+        if (pipe->in_flight() < static_cast<size_t>(slots)) {
+            int64_t budget = options.chunk_size > 0 ? options.chunk_size : INT64_MAX;
+            for (int64_t i = 0; i < n && budget > 0; ++i) {
+                if (state[static_cast<size_t>(i)] != State::kReady) continue;
                 const std::vector<int32_t>& p = prompts[static_cast<size_t>(i)];
                 const auto len = static_cast<int64_t>(p.size());
                 int64_t& d = done[static_cast<size_t>(i)];
-                if (d == len) continue;
-                const int64_t take = options.chunk_size > 0 ? std::min(options.chunk_size, len - d) : len - d;
+                const int64_t take = std::min(budget, len - d);
                 models::SeqChunk c;
                 c.request_id = i;
                 c.token_ids.assign(p.begin() + d, p.begin() + d + take);
@@ -366,27 +385,21 @@ Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, Pipel
                 batch.seqs.push_back(std::move(c));
                 pieces.push_back({i, d, take});
                 d += take;
+                budget -= take;
+                state[static_cast<size_t>(i)] = State::kInFlight;
             }
-            if (batch.seqs.empty()) continue;
-            work = true;
+        }
+        if (!batch.seqs.empty()) {
             Status st = runner->bind(&batch);
-            if (st.ok() && pipe->in_flight() >= static_cast<size_t>(slots)) st = drain_one();
             if (st.ok()) st = pipe->submit(batch);
-            if (!st.ok()) {
-                release_all();
-                return st;
-            }
+            if (!st.ok()) return fail(st);
             pending.push_back(std::move(pieces));
+            continue;
         }
-    }
-    while (!pending.empty()) {
+        if (pending.empty()) break;  // nothing in flight and nothing ready: every prompt is done
         const Status st = drain_one();
-        if (!st.ok()) {
-            release_all();
-            return st;
-        }
+        if (!st.ok()) return fail(st);
     }
-    release_all();
     return logits;
 }
 

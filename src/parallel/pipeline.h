@@ -60,10 +60,13 @@ struct StageStats {
     int64_t bank_bytes_sent = 0;
 };
 
-// Stage 0's driver for a pipeline prefill: every prompt is a request; prompts are grouped into micro-batches of at most
-// `micro_batch_size` requests (SPEC §4's pp_max_micro_batch_size); micro-batches take turns, each step taking the
-// next <= chunk_size tokens (0 = all) of every unfinished prompt in it, with up to `slots` micro-batches in flight
-// (pp_size + pp_async_batch_depth). Returns every position's logits per prompt; frees the requests' pages.
+// Stage 0's driver for a pipeline prefill, with the scheduling rules of SPEC §4 (as SGLang's PP scheduler): every
+// prompt is a request; at most `micro_batch_size` requests run at once (pp_max_micro_batch_size: admission takes
+// micro_batch_size - running); a micro-batch holds the next chunk of every running request whose previous chunk has
+// come back, in admission order, within a token budget of `chunk_size` (0 = unlimited); up to `slots` micro-batches
+// are in flight (pp_size + pp_async_batch_depth). A request's chunks are therefore sequential, and only different
+// requests keep several stages busy: micro_batch_size = 1 leaves one chunk in flight (the starved pipeline).
+// Returns every position's logits per prompt; frees the requests' pages.
 struct MicroBatchOptions {
     int64_t chunk_size = 0;
     int64_t micro_batch_size = 1;
@@ -103,6 +106,8 @@ public:
     [[nodiscard]] Status submit(const models::ForwardBatch& batch);
     [[nodiscard]] Result<Tensor> collect();
     size_t in_flight() const { return in_flight_.size(); }
+    // Stage 0: the most micro-batches that were in flight at once (how full the pipeline was kept).
+    size_t max_in_flight() const { return max_in_flight_; }
     // Stage 0: ends the other stages' serve() loops.
     [[nodiscard]] Status stop();
     // Stages > 0: receive and run steps until stage 0 stops the pipeline.
@@ -136,6 +141,7 @@ private:
     DType hidden_dtype_;
     StageStats stats_;
     std::deque<InFlight> in_flight_;
+    size_t max_in_flight_ = 0;
 };
 
 }  // namespace penstock::parallel
