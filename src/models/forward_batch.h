@@ -81,6 +81,9 @@ struct CpLayout {
 struct Activations {
     Tensor hidden;  // [n_tokens, hidden] f32: the residual stream
     Tensor bank;    // [n_tokens, n_blocks, hidden] f32, K3 only: AttnRes completed block sums (rows in layer order)
+    // DSA sparse path only: the key positions [n_tokens of the whole batch, index_topk] i32 selected by the latest
+    // full indexer layer, carried to a pipeline stage that starts at a `shared` indexer layer.
+    Tensor dsa_topk;
 };
 
 }  // namespace penstock::models

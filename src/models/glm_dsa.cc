@@ -185,11 +185,6 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         return unimplemented("hidden_act '" + config.hidden_act + "' is not supported for " + config.model_type);
     }
     PENSTOCK_ASSIGN_OR_RETURN(DsaConfig dsa, parse_dsa_config(config));
-    if (!dsa.full_indexer[static_cast<size_t>(range.begin)]) {
-        // TODO(#3): carry the previous stage's top-k with the activations.
-        return unimplemented("a pipeline stage starting at shared indexer layer " + std::to_string(range.begin) +
-                             " needs the previous stage's top-k indices, which are not carried between stages yet");
-    }
     auto m = std::make_unique<GlmDsaModel>();
     m->config_ = config;
     m->dsa_ = dsa;
@@ -255,6 +250,21 @@ void GlmDsaModel::embed(const BatchLayout& layout, Activations* act, const kerne
     kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
 }
 
+bool GlmDsaModel::sparse(const ForwardBatch& batch) const {
+    int64_t longest_kv = 0;
+    for (const SeqChunk& s : batch.seqs) {
+        longest_kv = std::max(longest_kv, s.prefix_len + static_cast<int64_t>(s.token_ids.size()));
+    }
+    const int64_t dense_max = options_.dsa_dense_max_kv < 0 ? dsa_.index_topk : options_.dsa_dense_max_kv;
+    return longest_kv > dense_max;
+}
+
+int64_t GlmDsaModel::topk_cols_after(const ForwardBatch& batch) const {
+    const int64_t next = range_.end;
+    if (next >= config_.num_hidden_layers || dsa_.full_indexer[static_cast<size_t>(next)] || !sparse(batch)) return 0;
+    return dsa_.index_topk;
+}
+
 void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
                                  ModelCache* cache, const kernels::Context& ctx) const {
     auto* dsa_cache = dynamic_cast<DsaModelCache*>(cache);
@@ -262,12 +272,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     const int64_t n = layout.n_tokens;
     const int64_t h = config_.hidden_size;
     const auto eps = static_cast<float>(config_.rms_norm_eps);
-    int64_t longest_kv = 0;
-    for (const SeqChunk& s : batch.seqs) {
-        longest_kv = std::max(longest_kv, s.prefix_len + static_cast<int64_t>(s.token_ids.size()));
-    }
-    const int64_t dense_max = options_.dsa_dense_max_kv < 0 ? dsa_.index_topk : options_.dsa_dense_max_kv;
-    const bool dense = longest_kv <= dense_max;
+    const bool dense = !sparse(batch);
     const int64_t budget = logits_budget_bytes(options_, ctx);
 
     Tensor normed = Tensor::empty({n, h}, DType::kF32);
@@ -276,7 +281,9 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     // on every cp rank (the input rows gathered, this rank's output rows kept); the FFN runs on this rank's rows.
     // TODO(#7): split the indexer and the sparse attention natively (all-gather only the chunk's index K).
     const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
-    Tensor key_pos;  // [n_whole, index_topk] i32: the latest full layer's selection (sparse path)
+    // [n_whole, index_topk] i32: the latest full layer's selection (sparse path); a stage starting at a shared layer
+    // gets the previous stage's from the pipeline.
+    Tensor key_pos = act->dsa_topk;
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
@@ -302,7 +309,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                 key_pos = layer.indexer->select(batch, whole, attn_in, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
             }
-            PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer";
+            PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";
             attend_sparse(batch, whole, layer, index, attn_in, key_pos, dsa_cache, attn_out, proj, ctx);
         }
         if (layout.cp) kernels::copy({.out = sub_out, .in = cp_own_rows(layout, attn_out, ctx)}, ctx);
@@ -311,6 +318,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
         layer.ffn->forward(normed, sub_out, ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
     }
+    act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer
 }
 
 void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer, int64_t index,

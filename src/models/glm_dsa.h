@@ -58,12 +58,15 @@ public:
     void embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const override;
     void forward_layers(const ForwardBatch& batch, const BatchLayout& layout, Activations* act, ModelCache* cache,
                         const kernels::Context& ctx) const override;
+    int64_t topk_cols_after(const ForwardBatch& batch) const override;
     Tensor compute_logits(const BatchLayout& layout, const Activations& act,
                           const kernels::Context& ctx) const override;
 
     const DsaConfig& dsa_config() const { return dsa_; }
 
 private:
+    // Whether `batch` takes the sparse path (its longest KV exceeds dsa_dense_max_kv).
+    bool sparse(const ForwardBatch& batch) const;
     struct Layer {
         Tensor input_norm;  // [hidden] f32
         Tensor post_norm;   // [hidden] f32

@@ -85,6 +85,9 @@ public:
     // Kimi K3 Attention Residuals: bank rows completed before `layer` (rows [0, n) of Activations::bank are valid
     // when a stage starts at `layer`). 0 for families without a bank.
     virtual int64_t bank_rows_before(int64_t layer) const { return 0; }
+    // Columns of Activations::dsa_topk this stage hands to the next stage for `batch` (the next stage starts at a DSA
+    // `shared` indexer layer and the batch takes the sparse path); 0 = nothing to carry.
+    virtual int64_t topk_cols_after(const ForwardBatch& batch) const { return 0; }
     virtual Tensor compute_logits(const BatchLayout& layout, const Activations& act,
                                   const kernels::Context& ctx) const = 0;
 };

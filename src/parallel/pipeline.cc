@@ -16,6 +16,8 @@ constexpr int kTagHidden = 102;
 constexpr int kTagLogits = 103;
 constexpr int kTagBank = 104;
 constexpr int kTagBankInherited = 105;
+constexpr int kTagTopk = 106;
+constexpr uint32_t kMaxTopkCols = 1u << 20;
 constexpr uint32_t kMaxBankRows = 4096;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 constexpr uint32_t kMaxSeqs = 1u << 20;
@@ -64,6 +66,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     put<uint32_t>(&out, plan.bank_total);
     put<uint32_t>(&out, plan.bank_inherited);
     put<uint32_t>(&out, plan.bank_valid);
+    put<uint32_t>(&out, plan.topk_cols);
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         put<int64_t>(&out, c.request_id);
@@ -85,10 +88,11 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     StagePlan plan;
     uint32_t flags = 0, n_seqs = 0;
     if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
-        !r.get(&plan.bank_valid)) {
+        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols)) {
         return data_loss("stage plan: truncated header");
     }
     if (flags > 3) return data_loss("stage plan: unknown flags " + std::to_string(flags));
+    if (plan.topk_cols > kMaxTopkCols) return data_loss("stage plan: " + std::to_string(plan.topk_cols) + " top-k columns");
     if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
     if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
         return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
@@ -158,6 +162,7 @@ StagePlan PipelineStage::make_plan(const models::ForwardBatch& batch, uint32_t b
     plan.bank_total = static_cast<uint32_t>(m.bank_rows_before(m.config().num_hidden_layers));
     plan.bank_inherited = bank_inherited;
     plan.bank_valid = static_cast<uint32_t>(m.bank_rows_before(m.layer_range().end));
+    plan.topk_cols = static_cast<uint32_t>(m.topk_cols_after(batch));
     plan.eager_bank = eager_bank_;
     return plan;
 }
@@ -270,6 +275,35 @@ Status PipelineStage::submit(const models::ForwardBatch& batch) {
     if (bank && plan.eager_bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, 0, kTagBankInherited));
     PENSTOCK_RETURN_IF_ERROR(send_tensor(act.hidden, 1, kTagHidden));
     if (bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, plan.bank_valid, kTagBank));
+    if (plan.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(send_topk(act, plan));
+    return ok_status();
+}
+
+// The DSA top-k selection crosses on the host control link (i32; staged from the device when needed).
+Status PipelineStage::send_topk(const models::Activations& act, const StagePlan& plan) {
+    PENSTOCK_CHECK(act.dsa_topk.defined() && act.dsa_topk.size(1) == static_cast<int64_t>(plan.topk_cols))
+        << "stage " << pp_->rank() << " announced a top-k selection it did not produce";
+    Tensor host = act.dsa_topk;
+    if (host.device() != Device::kCPU) {
+        host = Tensor::empty(act.dsa_topk.view().shape_vec(), DType::kI32);
+        kernels::transfer({.out = host, .in = act.dsa_topk}, runner_->context());
+        runner_->synchronize();
+    }
+    PENSTOCK_RETURN_IF_ERROR(pp_->send(host, pp_->rank() + 1, kTagTopk));
+    stats_.bytes_sent += static_cast<int64_t>(host.nbytes());
+    return ok_status();
+}
+
+Status PipelineStage::recv_topk(const StagePlan& plan, models::Activations* act) {
+    const kernels::Context ctx = runner_->context();
+    Tensor host = Tensor::empty({plan.batch.n_tokens(), static_cast<int64_t>(plan.topk_cols)}, DType::kI32);
+    PENSTOCK_RETURN_IF_ERROR(pp_->recv(host, pp_->rank() - 1, kTagTopk));
+    if (ctx.device == Device::kCPU) {
+        act->dsa_topk = std::move(host);
+    } else {
+        act->dsa_topk = Tensor::empty(host.view().shape_vec(), DType::kI32, kernels::allocator_of(ctx));
+        kernels::transfer({.out = act->dsa_topk, .in = host}, ctx);
+    }
     return ok_status();
 }
 
@@ -449,6 +483,7 @@ Status PipelineStage::serve() {
             if (!last && out.eager_bank)
                 PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, in.bank_valid, kTagBankInherited));
         }
+        if (in.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(recv_topk(in, &act));
         t0 = std::chrono::steady_clock::now();
         runner_->run_layers(in.batch, layout, &act);
         if (last) {
@@ -463,6 +498,7 @@ Status PipelineStage::serve() {
                 const uint32_t from = out.eager_bank ? out.bank_inherited : 0;
                 PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, from, out.bank_valid, kTagBank));
             }
+            if (out.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(send_topk(act, out));
         }
         ++stats_.steps;
         for (size_t i = 0; i < in.batch.seqs.size(); ++i) {

@@ -7,13 +7,15 @@
 // while s works):
 //   envelope (kTagEnvelope): u32 magic 'PSTK', u32 version, u64 plan bytes
 //   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank), u32 n_seqs, u32 bank_total, u32 bank_inherited,
-//                     u32 bank_valid, then per sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens,
+//                     u32 bank_valid, u32 topk_cols, then per sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens,
 //                     u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
 //   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
 //                     the moment s has them (before its own layers); an empty message when there are none
 //   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
 //   bank (kTagBank), when bank_total > 0: f32 [n_tokens, rows, hidden] = rows [inherited, valid) with eager bank,
 //                     rows [0, valid) without. Either way the same bytes cross the link.
+//   DSA top-k (kTagTopk), when topk_cols > 0: i32 [n_tokens, topk_cols] = the key positions the sender's last full
+//                     indexer layer selected, for a receiver whose first layer is a `shared` indexer layer (host link).
 // last stage -> stage 0 (kTagLogits): f32 [n_logit_rows, vocab].
 // bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
@@ -39,7 +41,7 @@
 namespace penstock::parallel {
 
 inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
-inline constexpr uint32_t kStageVersion = 1;
+inline constexpr uint32_t kStageVersion = 2;
 
 struct StagePlan {
     models::ForwardBatch batch;    // page tables unset
@@ -47,6 +49,7 @@ struct StagePlan {
     uint32_t bank_total = 0;       // rows of the AttnRes bank tensor (0: no bank)
     uint32_t bank_inherited = 0;   // rows the sender received from upstream
     uint32_t bank_valid = 0;       // rows valid after the sender's layers
+    uint32_t topk_cols = 0;        // DSA: columns of the top-k key positions that follow the hidden (0: none)
     bool eager_bank = false;
     bool stop = false;
 };
@@ -121,6 +124,8 @@ private:
     [[nodiscard]] Status send_plan(const StagePlan& plan);
     [[nodiscard]] Result<StagePlan> recv_plan();
     [[nodiscard]] Status send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
+    [[nodiscard]] Status send_topk(const models::Activations& act, const StagePlan& plan);
+    [[nodiscard]] Status recv_topk(const StagePlan& plan, models::Activations* act);
     [[nodiscard]] Status recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
     // One activation message on the data link: f32 and contiguous on the wire, staged through the host when the link
     // works there and `t` does not. `t` lives on the runner's device, any f32/bf16 layout.

@@ -24,6 +24,9 @@ run_case deepseek_v3_tiny 4 17 "1,1,1,1"
 run_case deepseek_v3_tiny 3 64 "2,1,1"
 run_case glm_moe_dsa_tiny 3 5 "1,2,3"  # stages start at full indexer layers (0, 1, 3)
 run_case glm_moe_dsa_tiny 2 0 "3,3"
+run_case glm_moe_dsa_tiny 3 17 "2,1,3"  # stage 1 starts at shared layer 2: the top-k travels with the hidden
+run_case glm_moe_dsa_tiny 4 0 "1,1,3,1"   # stage 1 at full layer 1, stage 3 at shared layer 5
+run_case glm_moe_dsa_tiny 2 5 ""          # balanced, wherever the cut falls
 run_case kimi_linear_tiny 2 17 ""
 run_case kimi_linear_tiny 3 5 "3,2,3"
 k3=$(dirname "$0")/../data/variants_k3

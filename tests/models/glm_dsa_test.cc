@@ -390,15 +390,25 @@ TEST(GlmDsaConfig, BadFieldsAreNamedErrors) {
     expect_error({{"indexer_rope_interleave", "yes"}}, "indexer_rope_interleave");
 }
 
-TEST(GlmDsaConfig, StageStartingAtSharedLayerIsUnimplemented) {
-    const loader::ModelConfig c = fixture_config();
+// A stage may start at a `shared` indexer layer: the stage before it announces the top-k columns it hands on (only
+// on the sparse path, and only when the next layer is shared); pp_cli_test runs such partitions end to end.
+TEST(GlmDsaConfig, StageBeforeSharedLayerCarriesTopk) {
+    const loader::ModelConfig c = fixture_config();  // indexer_types full, full, shared, full, shared, shared
     auto ckpt = loader::Checkpoint::open(fixture_dir());
     ASSERT_TRUE(ckpt.ok());
-    auto m = models::load_glm_dsa_model(c, *ckpt, {2, 4}, {}, nullptr);
-    ASSERT_FALSE(m.ok());
-    EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-    auto ok = models::load_glm_dsa_model(c, *ckpt, {3, 6}, {}, nullptr);
-    EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+    auto first = models::load_glm_dsa_model(c, *ckpt, {0, 2}, {}, nullptr);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    auto shared_start = models::load_glm_dsa_model(c, *ckpt, {2, 3}, {}, nullptr);
+    ASSERT_TRUE(shared_start.ok()) << shared_start.status().to_string();
+    auto before_full = models::load_glm_dsa_model(c, *ckpt, {0, 3}, {}, nullptr);
+    ASSERT_TRUE(before_full.ok());
+    models::ForwardBatch sparse, dense;
+    sparse.seqs.push_back({.request_id = 0, .token_ids = std::vector<int32_t>(17, 1)});  // 17 keys > index_topk 16
+    dense.seqs.push_back({.request_id = 0, .token_ids = std::vector<int32_t>(16, 1)});
+    EXPECT_EQ((*first)->topk_cols_after(sparse), 16);
+    EXPECT_EQ((*first)->topk_cols_after(dense), 0);
+    EXPECT_EQ((*before_full)->topk_cols_after(sparse), 0);  // layer 3 is full: it selects its own
+    EXPECT_EQ((*shared_start)->topk_cols_after(sparse), 0);  // layer 3 is full
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (r.ok()) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 20 + 32 * r->batch.seqs.size(), m.size());
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 24 + 32 * r->batch.seqs.size(), m.size());
         } else {
             EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
         }
