@@ -102,18 +102,32 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
     if (!runner->model().is_first_stage() || !runner->model().is_last_stage()) {
         return invalid_argument("the engine needs a runner that holds the whole model");
     }
+    auto executor = std::make_unique<LocalExecutor>(runner.get());
+    return create(std::move(runner), std::move(executor), tokenizer, std::move(options));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRunner> runner,
+                                               std::unique_ptr<StepExecutor> executor, const Tokenizer* tokenizer,
+                                               EngineOptions options) {
+    PENSTOCK_CHECK(runner != nullptr);
+    PENSTOCK_CHECK(executor != nullptr);
+    if (!runner->model().is_first_stage()) {
+        return invalid_argument("the engine's runner must hold the model's first layers (pipeline stage 0)");
+    }
     if (options.scheduler.max_context_len == 0) {
         options.scheduler.max_context_len = runner->model().config().max_position_embeddings;
     }
     std::optional<scheduler::ChunkCostModel> cost = options.cost_model;
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
                               scheduler::Scheduler::create(options.scheduler, &runner->page_pool(), std::move(cost)));
-    return std::unique_ptr<Engine>(new Engine(std::move(runner), tokenizer, std::move(options), std::move(sched)));
+    return std::unique_ptr<Engine>(
+        new Engine(std::move(runner), std::move(executor), tokenizer, std::move(options), std::move(sched)));
 }
 
-Engine::Engine(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer, EngineOptions options,
-               std::unique_ptr<scheduler::Scheduler> sched)
+Engine::Engine(std::unique_ptr<runtime::ModelRunner> runner, std::unique_ptr<StepExecutor> executor,
+               const Tokenizer* tokenizer, EngineOptions options, std::unique_ptr<scheduler::Scheduler> sched)
     : runner_(std::move(runner)),
+      executor_(std::move(executor)),
       tokenizer_(tokenizer),
       options_(std::move(options)),
       sched_(std::move(sched)),
@@ -318,6 +332,8 @@ void Engine::loop() {
         }
     }
     shutdown_all();
+    const Status stopped = executor_->stop();
+    if (!stopped.ok()) PENSTOCK_LOG_ERROR("stopping the other ranks failed: {}", stopped.to_string());
 }
 
 void Engine::count_abort_phase(const scheduler::Request& r) {
@@ -348,12 +364,20 @@ void Engine::fail_request(int64_t id, const Status& error) {
 Status Engine::run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits) {
     if (options_.step_fault) PENSTOCK_RETURN_IF_ERROR(options_.step_fault(plan));
     if (batch.seqs.empty()) return ok_status();
+    Status st;
     try {
-        *logits = runner_->forward(batch);
+        Result<Tensor> out = executor_->step(batch);
+        if (out.ok()) {
+            *logits = std::move(out).value();
+        } else {
+            st = out.status();
+        }
     } catch (const std::exception& ex) {
-        return internal_error(std::string("forward step failed: ") + ex.what());
+        st = internal_error(std::string("forward step failed: ") + ex.what());
     }
-    return ok_status();
+    PENSTOCK_CHECK(st.ok() || executor_->isolates_failures())
+        << "step " << plan.step_id << " failed on a multi-rank executor, which cannot recover: " << st.to_string();
+    return st;
 }
 
 void Engine::sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result) {
@@ -467,9 +491,11 @@ void Engine::on_token(int64_t id, int32_t token) {
 }
 
 void Engine::publish_finished() {
+    std::vector<int64_t> released;
     for (std::unique_ptr<scheduler::Request>& r : sched_->take_finished()) {
         const int64_t id = r->id();
         runner_->cache().release(id);
+        released.push_back(id);
         auto it = live_.find(id);
         PENSTOCK_CHECK(it != live_.end()) << "finished request " << id << " has no engine state";
         Live& l = *it->second;
@@ -526,6 +552,10 @@ void Engine::publish_finished() {
         live_.erase(it);
         --n_live_;
     }
+    if (released.empty()) return;
+    const Status st = executor_->release(released);
+    PENSTOCK_CHECK(st.ok()) << "freeing " << released.size()
+                            << " request(s) on the other ranks failed: " << st.to_string();
 }
 
 void Engine::shutdown_all() {

@@ -1,7 +1,8 @@
-// Engine: the generation loop. One engine thread owns the Scheduler, the ModelRunner and every live request's
-// sampling/detokenization state; each iteration admits new requests, turns the scheduler's BatchPlan into a
-// ForwardBatch, runs it, samples one token per final-chunk/decode row, feeds the results back and publishes events
-// to RequestHandles. Other threads (HTTP, tests) only call submit/abort/metrics, which are thread-safe.
+// Engine: the generation loop. One engine thread owns the Scheduler, the ModelRunner, the StepExecutor and every live
+// request's sampling/detokenization state; each iteration admits new requests, turns the scheduler's BatchPlan into a
+// ForwardBatch, runs it through the executor (this process, or down a pipeline), samples one token per
+// final-chunk/decode row, feeds the results back and publishes events to RequestHandles. Other threads (HTTP, tests)
+// only call submit/abort/metrics, which are thread-safe.
 // Contract (threads, ownership, limits): docs/design/engine.md, "Engine loop".
 #pragma once
 
@@ -23,6 +24,7 @@
 
 #include "core/status.h"
 #include "engine/sampling.h"
+#include "engine/step_executor.h"
 #include "engine/tokenizer.h"
 #include "runtime/model_runner.h"
 #include "scheduler/scheduler.h"
@@ -126,8 +128,15 @@ struct EngineOptions {
 class Engine final {
 public:
     // `tokenizer` may be null (--skip-tokenizer-init: ids only; stop strings are then refused); it must outlive the
-    // engine. The runner must hold the whole model. InvalidArgument for a bad scheduler config.
+    // engine. The runner must hold the whole model (steps run in this process: LocalExecutor). InvalidArgument for a
+    // bad scheduler config.
     [[nodiscard]] static Result<std::unique_ptr<Engine>> create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                                const Tokenizer* tokenizer, EngineOptions options);
+    // The same with the steps run by `executor` (e.g. PipelineExecutor); the runner holds the first layers (the
+    // scheduler's pages live in its pool) and must outlive nothing else: the executor, which may point at it, is
+    // destroyed first. The executor's stop() runs when the engine thread ends, so start() the engine.
+    [[nodiscard]] static Result<std::unique_ptr<Engine>> create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                                std::unique_ptr<StepExecutor> executor,
                                                                 const Tokenizer* tokenizer, EngineOptions options);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -168,13 +177,14 @@ private:
         Clock::time_point arrival;
     };
 
-    Engine(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer, EngineOptions options,
-           std::unique_ptr<scheduler::Scheduler> sched);
+    Engine(std::unique_ptr<runtime::ModelRunner> runner, std::unique_ptr<StepExecutor> executor,
+           const Tokenizer* tokenizer, EngineOptions options, std::unique_ptr<scheduler::Scheduler> sched);
     void loop();
     // Moves submissions and aborts into the scheduler; false once stop() was called.
     bool absorb_inbox();
     void run_step(const scheduler::BatchPlan& plan);
-    // One forward (after the step_fault hook); a thrown exception becomes Internal.
+    // One forward (after the step_fault hook); a thrown exception becomes Internal. A failed executor step that does
+    // not isolate failures is fatal.
     Status run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits);
     // Samples one token per kLast sequence of `batch` from `logits` (batch logit-row order).
     void sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result);
@@ -187,6 +197,7 @@ private:
     Status validate_request(const GenerateRequest& r) const;
 
     std::unique_ptr<runtime::ModelRunner> runner_;
+    std::unique_ptr<StepExecutor> executor_;  // declared after runner_: destroyed first
     const Tokenizer* tokenizer_;
     EngineOptions options_;
     std::unique_ptr<scheduler::Scheduler> sched_;

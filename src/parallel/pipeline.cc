@@ -67,6 +67,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     put<uint32_t>(&out, plan.bank_inherited);
     put<uint32_t>(&out, plan.bank_valid);
     put<uint32_t>(&out, plan.topk_cols);
+    put<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         put<int64_t>(&out, c.request_id);
@@ -80,20 +81,22 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     for (const models::SeqChunk& c : plan.batch.seqs) {
         for (int32_t t : c.token_ids) put<int32_t>(&out, t);
     }
+    for (int64_t id : plan.free_ids) put<int64_t>(&out, id);
     return out;
 }
 
 Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     Reader r(bytes);
     StagePlan plan;
-    uint32_t flags = 0, n_seqs = 0;
+    uint32_t flags = 0, n_seqs = 0, n_free = 0;
     if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
-        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols)) {
+        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols) || !r.get(&n_free)) {
         return data_loss("stage plan: truncated header");
     }
     if (flags > 3) return data_loss("stage plan: unknown flags " + std::to_string(flags));
     if (plan.topk_cols > kMaxTopkCols) return data_loss("stage plan: " + std::to_string(plan.topk_cols) + " top-k columns");
     if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
+    if (n_free > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_free) + " requests to free");
     if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
         return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
                          std::to_string(plan.bank_valid) + ", total " + std::to_string(plan.bank_total));
@@ -121,15 +124,17 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         plan.batch.seqs.push_back(std::move(c));
         plan.release.push_back(release);
     }
-    if (r.left() != total * sizeof(int32_t)) {
-        return data_loss("stage plan: " + std::to_string(r.left()) + " token bytes for " + std::to_string(total) +
-                         " tokens");
+    if (r.left() != total * sizeof(int32_t) + uint64_t{n_free} * sizeof(int64_t)) {
+        return data_loss("stage plan: " + std::to_string(r.left()) + " bytes for " + std::to_string(total) +
+                         " tokens and " + std::to_string(n_free) + " requests to free");
     }
     for (uint32_t i = 0; i < n_seqs; ++i) {
         auto& ids = plan.batch.seqs[i].token_ids;
         ids.resize(lens[i]);
         for (uint32_t k = 0; k < lens[i]; ++k) r.get(&ids[k]);
     }
+    plan.free_ids.resize(n_free);
+    for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);
     return plan;
 }
 
@@ -138,7 +143,8 @@ PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, con
       pp_(pp),
       data_(options.data != nullptr ? options.data : pp),
       eager_bank_(options.eager_bank),
-      hidden_dtype_(options.hidden_dtype) {
+      hidden_dtype_(options.hidden_dtype),
+      release_policy_(options.release) {
     PENSTOCK_CHECK(pp_->device() == Device::kCPU) << "the pipeline's control link must work on host tensors";
     PENSTOCK_CHECK(data_->rank() == pp_->rank() && data_->size() == pp_->size())
         << "the pipeline's data link must span the control link's ranks";
@@ -157,7 +163,8 @@ StagePlan PipelineStage::make_plan(const models::ForwardBatch& batch, uint32_t b
     StagePlan plan;
     plan.batch = batch;
     for (const models::SeqChunk& c : batch.seqs) {
-        plan.release.push_back(c.prefix_len + static_cast<int64_t>(c.token_ids.size()) >= c.prompt_len ? 1 : 0);
+        const bool prompt_end = c.prefix_len + static_cast<int64_t>(c.token_ids.size()) >= c.prompt_len;
+        plan.release.push_back(release_policy_ == ReleasePolicy::kAtPromptEnd && prompt_end ? 1 : 0);
     }
     plan.bank_total = static_cast<uint32_t>(m.bank_rows_before(m.config().num_hidden_layers));
     plan.bank_inherited = bank_inherited;
@@ -437,6 +444,14 @@ Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, Pipel
     return logits;
 }
 
+Status PipelineStage::release(std::span<const int64_t> request_ids) {
+    PENSTOCK_CHECK_EQ(pp_->rank(), 0);
+    if (pp_->size() == 1 || request_ids.empty()) return ok_status();
+    StagePlan plan;
+    plan.free_ids.assign(request_ids.begin(), request_ids.end());
+    return send_plan(plan);
+}
+
 Status PipelineStage::stop() {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
     if (pp_->size() == 1) return ok_status();
@@ -459,6 +474,11 @@ Status PipelineStage::serve() {
             if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
             return ok_status();
         }
+        for (int64_t id : in.free_ids) runner_->release(id);
+        if (in.batch.seqs.empty()) {  // a release-only plan
+            if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
+            continue;
+        }
         PENSTOCK_RETURN_IF_ERROR(runner_->bind(&in.batch));
         const models::BatchLayout layout = runner_->make_layout(in.batch);
         models::Activations act;
@@ -470,6 +490,7 @@ Status PipelineStage::serve() {
         // Our own outgoing plan goes first, so the next stage admits the batch while we wait and compute.
         StagePlan out = make_plan(in.batch, /*bank_inherited=*/in.bank_valid);
         out.release = in.release;
+        out.free_ids = in.free_ids;
         if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));
         if (in.bank_total > 0 && in.eager_bank) {
             PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited));

@@ -7,8 +7,10 @@
 // while s works):
 //   envelope (kTagEnvelope): u32 magic 'PSTK', u32 version, u64 plan bytes
 //   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank), u32 n_seqs, u32 bank_total, u32 bank_inherited,
-//                     u32 bank_valid, u32 topk_cols, then per sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens,
-//                     u8 logits mode, u8 release_after, u16 0; then all token ids (i32) in sequence order
+//                     u32 bank_valid, u32 topk_cols, u32 n_free, then per sequence: i64 request_id, i64 prefix_len,
+//                     i64 prompt_len, u32 n_tokens, u8 logits mode, u8 release_after, u16 0; then all token ids (i32)
+//                     in sequence order; then n_free request ids (i64) to free before the batch. A plan with no
+//                     sequences only frees: nothing else follows it on the link and no logits come back.
 //   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
 //                     the moment s has them (before its own layers); an empty message when there are none
 //   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
@@ -41,15 +43,22 @@
 namespace penstock::parallel {
 
 inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
-inline constexpr uint32_t kStageVersion = 2;
+inline constexpr uint32_t kStageVersion = 3;
+
+// When the stages after stage 0 free a request's pages and non-paged state.
+enum class ReleasePolicy : uint8_t {
+    kAtPromptEnd,  // after the step whose chunk ends the prompt (prefill-only drivers: pipeline_prefill)
+    kExplicit,     // only when stage 0 calls release() (serving: a request lives on through its decode steps)
+};
 
 struct StagePlan {
-    models::ForwardBatch batch;    // page tables unset
-    std::vector<uint8_t> release;  // per sequence: free its state after this step
-    uint32_t bank_total = 0;       // rows of the AttnRes bank tensor (0: no bank)
-    uint32_t bank_inherited = 0;   // rows the sender received from upstream
-    uint32_t bank_valid = 0;       // rows valid after the sender's layers
-    uint32_t topk_cols = 0;        // DSA: columns of the top-k key positions that follow the hidden (0: none)
+    models::ForwardBatch batch;     // page tables unset
+    std::vector<uint8_t> release;   // per sequence: free its state after this step
+    std::vector<int64_t> free_ids;  // requests to free before this step's batch
+    uint32_t bank_total = 0;        // rows of the AttnRes bank tensor (0: no bank)
+    uint32_t bank_inherited = 0;    // rows the sender received from upstream
+    uint32_t bank_valid = 0;        // rows valid after the sender's layers
+    uint32_t topk_cols = 0;         // DSA: columns of the top-k key positions that follow the hidden (0: none)
     bool eager_bank = false;
     bool stop = false;
 };
@@ -90,6 +99,8 @@ struct StageOptions {
     bool eager_bank = false;
     // The residual stream's dtype on this stage (--dtype; f32 or bf16): received hidden rows are converted to it.
     DType hidden_dtype = DType::kF32;
+    // Stage 0: when the other stages free a request (the plans stage 0 writes carry it).
+    ReleasePolicy release = ReleasePolicy::kAtPromptEnd;
 };
 
 class PipelineStage final {
@@ -101,7 +112,7 @@ public:
         : PipelineStage(runner, pp, StageOptions{.eager_bank = eager_bank}) {}
 
     // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage and returns the logit rows.
-    // Sequences whose chunk ends their prompt are released on the other stages after the step.
+    // With kAtPromptEnd, sequences whose chunk ends their prompt are released on the other stages after the step.
     [[nodiscard]] Result<Tensor> step(const models::ForwardBatch& batch);
     // Stage 0, micro-batched: submit() runs stage 0's layers on `batch`, sends it downstream and returns with the
     // micro-batch in flight (its logits receive is posted first, so the last stage never blocks on stage 0);
@@ -111,6 +122,9 @@ public:
     size_t in_flight() const { return in_flight_.size(); }
     // Stage 0: the most micro-batches that were in flight at once (how full the pipeline was kept).
     size_t max_in_flight() const { return max_in_flight_; }
+    // Stage 0: frees these requests' pages and state on every other stage (ids a stage never saw are ignored). Ordered
+    // with the steps on each link, so a later step never finds the pages still taken. No-op with one stage.
+    [[nodiscard]] Status release(std::span<const int64_t> request_ids);
     // Stage 0: ends the other stages' serve() loops.
     [[nodiscard]] Status stop();
     // Stages > 0: receive and run steps until stage 0 stops the pipeline.
@@ -144,6 +158,7 @@ private:
     Communicator* data_;
     bool eager_bank_;
     DType hidden_dtype_;
+    ReleasePolicy release_policy_;
     StageStats stats_;
     std::deque<InFlight> in_flight_;
     size_t max_in_flight_ = 0;

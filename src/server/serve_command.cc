@@ -2,11 +2,13 @@
 #include "server/serve_command.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "models/model.h"
 #include "runtime/model_runner.h"
 #include "scheduler/cost_model.h"
+#include "server/serve_internal.h"
 #include "server/server.h"
 
 namespace penstock::server {
@@ -62,7 +65,11 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--watchdog-timeout", s.watchdog_timeout_s, "/health is 503 when the engine loop stalls longer");
     cmd->add_option("--retry-after-s", s.retry_after_s, "Retry-After of a 429");
     cmd->add_option("--test-step-delay-ms", a->test_step_delay_ms)->group("");
-    cmd->add_option("--pp-size,--pp", a->pp, "pipeline stages (1 in serve for now)");
+    cmd->add_option("--pp-size,--pp", a->pp, "pipeline stages (run under mpirun -np N)");
+    cmd->add_option("--pp-layer-partition", a->pp_layer_partition,
+                    "layers per stage, e.g. 2,1,1 (default: balanced by the cost model)");
+    cmd->add_flag("--pp-eager-bank-forward", a->pp_eager_bank_forward,
+                  "forward inherited AttnRes bank rows before a stage's layers (two-ended: stage 0 wins)");
     cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks (1 in serve for now)");
     cmd->add_option("--ep-size,--ep", a->ep, "expert-parallel ranks (1 in serve for now)");
     cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (1 in serve for now)");
@@ -117,11 +124,49 @@ Result<scheduler::SchedulerConfig> scheduler_config(const ServeArgs& a) {
 
 }  // namespace
 
-Status run_serve(const ServeArgs& args) {
-    if (args.pp != 1 || args.tp != 1 || args.ep != 1 || args.cp != 1) {
-        return unimplemented("serve runs one rank for now: --pp/--tp/--ep/--cp must be 1");
+Result<ServeSetup> check_serve_args(const ServeArgs& args) {
+    ServeSetup setup;
+    setup.sizes = parallel::ParallelSizes{.pp = args.pp, .tp = args.tp, .ep = args.ep, .cp = args.cp};
+    PENSTOCK_RETURN_IF_ERROR(parallel::validate_sizes(setup.sizes, 0));
+    if (args.tp != 1 || args.ep != 1 || args.cp != 1) {
+        return unimplemented("serve runs pipeline parallelism only for now: --tp/--ep/--cp must be 1");
+    }
+    if (!args.pp_layer_partition.empty() && args.pp == 1) {
+        return invalid_argument("--pp-layer-partition needs --pp > 1");
     }
     if (args.max_total_tokens < kv_cache::kPageSize) return invalid_argument("--max-total-tokens must be >= 64");
+    PENSTOCK_ASSIGN_OR_RETURN(setup.scheduler, scheduler_config(args));
+    PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::load_model_config(fs::path(args.model)));
+    if (!models::is_supported_model_type(setup.config.model_type)) {
+        return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
+    }
+    if (args.mla_form == "absorbed") {
+        setup.model_options.mla_form = models::MlaForm::kAbsorbed;
+    } else if (args.mla_form != "mha") {
+        return invalid_argument("--mla-form must be mha or absorbed");
+    }
+    setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
+    return setup;
+}
+
+Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args, const ServeSetup& setup,
+                                                                const loader::LayerRange& range) {
+    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint ckpt, loader::Checkpoint::open(fs::path(args.model)));
+    loader::LoadStats stats;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
+                              models::load_model(setup.config, ckpt, range, setup.model_options, &stats));
+    return std::make_unique<runtime::ModelRunner>(
+        std::move(model), runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads});
+}
+
+Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs& args) {
+    if (args.server.skip_tokenizer_init) return std::unique_ptr<engine::Tokenizer>();
+    Result<std::unique_ptr<engine::Tokenizer>> t = engine::Tokenizer::from_dir(fs::path(args.model));
+    if (!t.ok()) return t.status().with_context("loading the tokenizer (serve ids only with --skip-tokenizer-init)");
+    return t;
+}
+
+void install_stop_signal_handlers() {
     // SIGTERM/SIGINT set a flag that a watcher thread turns into a drain (threads that existed before this point,
     // such as OpenBLAS's pool, may take the signal, so a handler is installed rather than a blocked mask).
     struct sigaction sa {};
@@ -130,35 +175,14 @@ Status run_serve(const ServeArgs& args) {
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+}
 
-    PENSTOCK_ASSIGN_OR_RETURN(scheduler::SchedulerConfig sc, scheduler_config(args));
+Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_ptr<runtime::ModelRunner> runner,
+                  std::unique_ptr<engine::StepExecutor> executor, std::unique_ptr<engine::Tokenizer> tok,
+                  const json& parallel_info) {
     const fs::path dir(args.model);
-    PENSTOCK_ASSIGN_OR_RETURN(loader::ModelConfig mc, loader::load_model_config(dir));
-    if (!models::is_supported_model_type(mc.model_type)) {
-        return unimplemented("model_type '" + mc.model_type + "' is not supported yet");
-    }
-    models::ModelOptions mopts;
-    if (args.mla_form == "absorbed") {
-        mopts.mla_form = models::MlaForm::kAbsorbed;
-    } else if (args.mla_form != "mha") {
-        return invalid_argument("--mla-form must be mha or absorbed");
-    }
-    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint ckpt, loader::Checkpoint::open(dir));
-    loader::LoadStats stats;
-    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
-                              models::load_model(mc, ckpt, {0, mc.num_hidden_layers}, mopts, &stats));
-    const int64_t n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
-    auto runner = std::make_unique<runtime::ModelRunner>(
-        std::move(model), runtime::RunnerOptions{.n_pages = n_pages, .n_threads = args.threads});
-
-    std::unique_ptr<engine::Tokenizer> tok;
-    if (!args.server.skip_tokenizer_init) {
-        Result<std::unique_ptr<engine::Tokenizer>> t = engine::Tokenizer::from_dir(dir);
-        if (!t.ok()) {
-            return t.status().with_context("loading the tokenizer (serve ids only with --skip-tokenizer-init)");
-        }
-        tok = std::move(t).value();
-    }
+    const loader::ModelConfig& mc = setup.config;
+    const scheduler::SchedulerConfig& sc = setup.scheduler;
     engine::EngineOptions eo;
     eo.scheduler = sc;
     eo.eos_token_ids = eos_ids(dir, tok.get());
@@ -180,26 +204,23 @@ Status run_serve(const ServeArgs& args) {
         std::fprintf(stderr, "penstock serve: note: %s\n", msg.c_str());
     }
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                              engine::Engine::create(std::move(runner), tok.get(), std::move(eo)));
+                              engine::Engine::create(std::move(runner), std::move(executor), tok.get(), std::move(eo)));
     eng->start();
 
     ServerConfig cfg = args.server;
     if (cfg.served_model_name.empty()) cfg.served_model_name = fs::absolute(dir).lexically_normal().filename().string();
     if (cfg.served_model_name.empty()) cfg.served_model_name = "penstock";
-    const json info = {{"model_path", args.model},
-                       {"model_type", mc.model_type},
-                       {"vocab_size", mc.vocab_size},
-                       {"num_hidden_layers", mc.num_hidden_layers},
-                       {"pp_size", args.pp},
-                       {"tp_size", args.tp},
-                       {"ep_size", args.ep},
-                       {"cp_size", args.cp},
-                       {"mla_form", args.mla_form},
-                       {"backend", "cpu"},
-                       {"threads", args.threads},
-                       {"max_total_tokens", n_pages * kv_cache::kPageSize},
-                       {"random_seed", args.random_seed},
-                       {"eos_token_ids", eng->options().eos_token_ids}};
+    json info = {{"model_path", args.model},
+                 {"model_type", mc.model_type},
+                 {"vocab_size", mc.vocab_size},
+                 {"num_hidden_layers", mc.num_hidden_layers},
+                 {"mla_form", args.mla_form},
+                 {"backend", "cpu"},
+                 {"threads", args.threads},
+                 {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
+                 {"random_seed", args.random_seed},
+                 {"eos_token_ids", eng->options().eos_token_ids}};
+    info.update(parallel_info);
     Server server(eng.get(), cfg, info.dump());
     PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());
     std::atomic<bool> done{false};
@@ -209,16 +230,42 @@ Status run_serve(const ServeArgs& args) {
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
     });
-    std::printf("penstock serve: listening on http://%s:%d (model %s, %lld KV pages, tokenizer %s)\n", cfg.host.c_str(),
-                port, cfg.served_model_name.c_str(), static_cast<long long>(n_pages), tok ? "loaded" : "skipped");
+    std::printf("penstock serve: listening on http://%s:%d (model %s, %lld KV pages, tokenizer %s, %s, pid %d)\n",
+                cfg.host.c_str(), port, cfg.served_model_name.c_str(), static_cast<long long>(setup.n_pages),
+                tok ? "loaded" : "skipped", setup.sizes.to_string().c_str(), static_cast<int>(getpid()));
     std::fflush(stdout);
     server.run();
     done = true;
     signals.join();
     eng->stop();
-    std::printf("penstock serve: drained, exiting\n");
+    std::printf("penstock serve: drained, exiting (stage 0: KV pages in use: %lld of %lld)\n",
+                static_cast<long long>(eng->metrics().kv_pages_used), static_cast<long long>(setup.n_pages));
     std::fflush(stdout);
     return ok_status();
+}
+
+Status run_serve(const ServeArgs& args) {
+    install_stop_signal_handlers();
+    PENSTOCK_ASSIGN_OR_RETURN(ServeSetup setup, check_serve_args(args));
+    if (setup.sizes.world() > 1) return run_serve_pipeline(args, setup);
+    // Several ranks launched for one: each would serve on its own. (Open MPI and PMI launchers set these.)
+    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+        const char* n = std::getenv(var);
+        if (n != nullptr && std::atoi(n) > 1) {
+            return invalid_argument(std::string("launched as one of ") + n + " ranks (" + var +
+                                    "), but --pp/--tp/--cp describe one: pass --pp " + n);
+        }
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
+                              load_serve_runner(args, setup, {0, setup.config.num_hidden_layers}));
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Tokenizer> tok, load_serve_tokenizer(args));
+    auto executor = std::make_unique<engine::LocalExecutor>(runner.get());
+    const json parallel_info = {{"pp_size", setup.sizes.pp},
+                                {"tp_size", setup.sizes.tp},
+                                {"ep_size", setup.sizes.ep},
+                                {"cp_size", setup.sizes.cp},
+                                {"pp_layer_partition", {setup.config.num_hidden_layers}}};
+    return serve_http(args, setup, std::move(runner), std::move(executor), std::move(tok), parallel_info);
 }
 
 }  // namespace penstock::server

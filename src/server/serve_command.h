@@ -1,5 +1,7 @@
 // `penstock serve`: flags (SGLang names), model + tokenizer loading, engine start, warm-up, signal handling
-// (SIGTERM/SIGINT drain, exit 0) and the HTTP server. The CLI (apps/penstock.cc) only wires the subcommand.
+// (SIGTERM/SIGINT drain, exit 0) and the HTTP server. With --pp N under `mpirun -np N`, global rank 0 runs the HTTP
+// server, the engine and pipeline stage 0, and the other ranks serve their stages until rank 0 stops them
+// (serve_pipeline.cc). The CLI (apps/penstock.cc) only wires the subcommand.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,8 @@ struct ServeArgs {
     int threads = 0;
     uint64_t random_seed = 0;
     int pp = 1, tp = 1, ep = 1, cp = 1;
+    std::string pp_layer_partition;  // layers per stage ("" = balanced by the cost model)
+    bool pp_eager_bank_forward = false;
     // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
     // /health tests (RELIABILITY T14). 0 in production.
     int64_t test_step_delay_ms = 0;
@@ -35,8 +39,8 @@ struct ServeArgs {
 // Registers the subcommand's options on `cmd`, writing into `args`.
 void add_serve_options(CLI::App* cmd, ServeArgs* args);
 
-// Runs the server until SIGTERM/SIGINT and a completed drain. Start-up failures return a Status (the CLI prints it
-// and exits 2).
+// Runs the server until SIGTERM/SIGINT and a completed drain (on rank 0; the other pipeline ranks return when rank 0
+// stops them). Start-up failures return a Status (the CLI prints it and exits 2).
 [[nodiscard]] Status run_serve(const ServeArgs& args);
 
 }  // namespace penstock::server

@@ -47,6 +47,16 @@ TEST(Partition, BalancedIsCompleteAndBeatsEvenSplitOnDeepSeekV3) {
     }
 }
 
+TEST(StagePlan, ReleaseOnlyPlanRoundTrips) {
+    StagePlan plan;
+    plan.free_ids = {3, 1, 4};
+    auto back = decode_plan(encode_plan(plan));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_TRUE(back->batch.seqs.empty());
+    EXPECT_FALSE(back->stop);
+    EXPECT_EQ(back->free_ids, plan.free_ids);
+}
+
 TEST(StagePlan, RoundTripAndMalformedFrames) {
     StagePlan plan;
     for (int s = 0; s < 3; ++s) {
@@ -59,6 +69,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         plan.batch.seqs.push_back(c);
         plan.release.push_back(s == 2 ? 1 : 0);
     }
+    plan.free_ids = {7, 9};
     const std::vector<uint8_t> bytes = encode_plan(plan);
     auto back = decode_plan(bytes);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -67,6 +78,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     EXPECT_EQ(back->batch.seqs[1].logits, models::LogitsMode::kAll);
     EXPECT_EQ(back->batch.seqs[2].token_ids, plan.batch.seqs[2].token_ids);
     EXPECT_EQ(back->release, plan.release);
+    EXPECT_EQ(back->free_ids, plan.free_ids);
     // Every truncation and seeded random corruption is either decoded consistently or a DataLoss, never a crash.
     for (size_t n = 0; n < bytes.size(); ++n) {
         auto r = decode_plan(std::span<const uint8_t>(bytes.data(), n));
@@ -84,7 +96,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (r.ok()) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 24 + 32 * r->batch.seqs.size(), m.size());
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 28 + 32 * r->batch.seqs.size() + 8 * r->free_ids.size(),
+                      m.size());
         } else {
             EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
         }

@@ -1,0 +1,118 @@
+// `penstock serve --pp N` under `mpirun -np N`: every rank checks the arguments alike, agrees on the two-ended
+// settings and loads its stage; start-up failures are agreed on (all-reduce) so that no rank waits on one that gave up.
+// Global rank 0 then serves HTTP with the engine driving stage 0 through a PipelineExecutor; the other ranks run
+// PipelineStage::serve() until the engine, stopping at the end of the drain, sends the stop plan. Every rank exits 0.
+#include <cstdio>
+#include <string>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "parallel/consensus.h"
+#include "parallel/partition.h"
+#include "parallel/pipeline.h"
+#include "server/serve_internal.h"
+#if PENSTOCK_ENABLE_MPI
+#include "engine/pipeline_executor.h"
+#include "parallel/mpi_communicator.h"
+#endif
+
+namespace penstock::server {
+
+#if PENSTOCK_ENABLE_MPI
+namespace {
+
+using json = nlohmann::json;
+
+// Settings both ends of a link must agree on. The KV pool size is stage 0's: every stage admits the same requests.
+Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, ServeSetup* setup, bool* eager_bank) {
+    using parallel::Agreement;
+    const loader::ModelConfig& c = setup->config;
+    const std::vector<parallel::TwoEndedSetting> settings = {
+        {"stage message protocol", parallel::kStageVersion, Agreement::kFatal},
+        {"--model (type, hidden size, layers, vocab)",
+         parallel::fingerprint(c.model_type + "/" + std::to_string(c.hidden_size) + "/" +
+                               std::to_string(c.num_hidden_layers) + "/" + std::to_string(c.vocab_size)),
+         Agreement::kFatal},
+        {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
+        {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
+        {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
+        {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
+    };
+    PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
+    for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
+    setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[3]);
+    setup->n_pages = agreed.values[4];
+    *eager_bank = agreed.values[5] != 0;
+    return ok_status();
+}
+
+Result<std::vector<int64_t>> stage_partition(const ServeArgs& args, const loader::ModelConfig& config) {
+    if (!args.pp_layer_partition.empty()) {
+        return parallel::parse_partition(args.pp_layer_partition, args.pp, config.num_hidden_layers);
+    }
+    const int64_t chunk = args.chunked_prefill_size > 0 ? args.chunked_prefill_size : 8192;
+    return parallel::balance_partition(config, args.pp, /*chunk_tokens=*/chunk, /*prefix_tokens=*/0);
+}
+
+}  // namespace
+
+Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
+    ServeSetup setup = setup_in;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<parallel::MpiSession> mpi,
+                              parallel::MpiSession::init(/*argc=*/nullptr, /*argv=*/nullptr));
+    PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, setup.sizes));
+    const int stage = groups.coords.pp_rank;
+    bool eager_bank = false;
+    PENSTOCK_RETURN_IF_ERROR(agree_serve_settings(*groups.pp, args, &setup, &eager_bank));
+
+    // Load this stage (and, on stage 0, the tokenizer), then agree that every rank is ready.
+    Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
+    Result<std::unique_ptr<runtime::ModelRunner>> runner = failed_precondition("not loaded");
+    Result<std::unique_ptr<engine::Tokenizer>> tok = std::unique_ptr<engine::Tokenizer>();
+    if (counts.ok()) {
+        runner = load_serve_runner(args, setup, parallel::partition_ranges(*counts)[static_cast<size_t>(stage)]);
+        if (stage == 0) tok = load_serve_tokenizer(args);
+    }
+    const Status local = !counts.ok() ? counts.status() : !runner.ok() ? runner.status() : tok.status();
+    Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
+    PENSTOCK_RETURN_IF_ERROR(groups.world->all_reduce(failed, parallel::ReduceOp::kMax));
+    if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
+    if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
+
+    if (stage > 0) {
+        parallel::PipelineStage pipe(runner->get(), groups.pp.get(), eager_bank);
+        // A stage that cannot run a step stage 0 planned (a failed link, an admission stage 0 made that this stage
+        // cannot) leaves the pipeline out of step: abort the whole job rather than leave stage 0 waiting.
+        const Status served = pipe.serve();
+        PENSTOCK_CHECK(served.ok()) << "pipeline stage " << stage << " failed: " << served.to_string();
+        const parallel::StageStats& st = pipe.stats();
+        std::printf(
+            "penstock serve: stage %d stopped after %lld steps (busy %.1f ms, sent %.2f MB); KV pages in use: "
+            "%lld of %lld\n",
+            stage, static_cast<long long>(st.steps), st.busy_ms, static_cast<double>(st.bytes_sent) / 1e6,
+            static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages));
+        std::fflush(stdout);
+        return ok_status();
+    }
+    json partition = json::array(), layers = json::array();
+    for (const loader::LayerRange& r : parallel::partition_ranges(*counts)) {
+        partition.push_back(r.end - r.begin);
+        layers.push_back({r.begin, r.end});
+    }
+    // Sizes from the parsed layout (every rank's communicators were built from it).
+    const json parallel_info = {{"pp_size", groups.sizes.pp},         {"tp_size", groups.sizes.tp},
+                                {"ep_size", groups.sizes.ep},         {"cp_size", groups.sizes.cp},
+                                {"pp_layer_partition", partition},    {"pp_stage_layers", layers},
+                                {"pp_eager_bank_forward", eager_bank}};
+    runtime::ModelRunner* stage0 = runner->get();
+    auto executor = std::make_unique<engine::PipelineExecutor>(stage0, groups.pp.get(), eager_bank);
+    return serve_http(args, setup, std::move(runner).value(), std::move(executor), std::move(tok).value(),
+                      parallel_info);
+}
+#else
+Status run_serve_pipeline(const ServeArgs&, const ServeSetup&) {
+    return unimplemented("--pp > 1 needs MPI, and this build has none");
+}
+#endif
+
+}  // namespace penstock::server

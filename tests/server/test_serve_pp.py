@@ -1,0 +1,242 @@
+"""`mpirun -np N penstock serve --pp N` serves exactly like one process (label mpi).
+
+Each case starts a single-process server and a pipeline under mpirun on the same model, sends the same concurrent
+greedy /generate requests (input_ids, max_new_tokens 4, prompt lengths around page boundaries, chunked prefill) and
+requires identical output_ids; checks /get_server_info (pp size, layer partition, tp/ep/cp 1); stops the pipeline
+with SIGTERM (to rank 0, or to mpirun) and requires every rank to stop cleanly with no KV page in use. An abort case
+fills the KV pool after an aborted, a disconnected and a timed-out request: a stage that had not freed the ended
+request's pages could not admit the next one.
+
+Run: PENSTOCK_BINARY=build/penstock PENSTOCK_MPIEXEC=mpirun python3 tests/server/test_serve_pp.py (ctest does this)."""
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from serverlib import Server  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+BUNDLED = os.path.join(ROOT, "assets", "tiny-deepseek-v3")
+K3 = os.path.join(ROOT, "tests", "data", "variants_k3", "k3_tiny_block2")
+MPIEXEC = os.environ.get("PENSTOCK_MPIEXEC", "mpirun")
+os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_mpi_yield_when_idle="1",
+                  OMPI_MCA_btl_vader_single_copy_mechanism="none")
+# Chunked prefill (64-token chunks, 128 tokens per step) so that prompts take several pipeline steps mixed with decodes.
+CHUNKING = ("--chunked-prefill-size", "64", "--max-prefill-tokens", "128")
+
+
+def report(name, **figures):
+    print(f"[figures] {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
+
+
+def mpirun(np, *mca):
+    return [MPIEXEC, "--oversubscribe", *mca, "-np", str(np)]
+
+
+def prompts(vocab):
+    """Deterministic prompts: 1 token, page-boundary lengths (64 = one page, 65 = one past) and a multi-chunk one."""
+    lens = [1, 7, 63, 64, 65, 130]
+    return [[(i * 37 + 11 * k + 5) % vocab for i in range(n)] for k, n in enumerate(lens)]
+
+
+def generate_all(srv, batch):
+    """Sends every prompt at once (one thread each); returns the output_ids in prompt order."""
+    out = [None] * len(batch)
+
+    def run(k):
+        st, _, body = srv.post("/generate", {"input_ids": batch[k], "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}, timeout=120)
+        out[k] = body["output_ids"] if st == 200 else (st, body)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(batch))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    return out
+
+
+COMPLETION = {"prompt": "Hello world", "max_tokens": 6, "temperature": 0}
+
+
+def single_reference(model, *flags):
+    """The prompts, their output_ids from a single-process server, and (with a tokenizer) its COMPLETION text."""
+    srv = Server("--model", model, *flags, threads=1)
+    try:
+        _, _, body = srv.request("GET", "/get_server_info")
+        vocab = json.loads(body)["vocab_size"]
+        batch = prompts(vocab)
+        text = None
+        if "--skip-tokenizer-init" not in flags:
+            text = srv.post("/v1/completions", COMPLETION)[2]["choices"][0]["text"]
+        return batch, generate_all(srv, batch), text
+    finally:
+        assert srv.stop() == 0
+
+
+def rest_of_output(srv):
+    """Everything the launcher printed after the listening line (call after it exited)."""
+    return "".join(srv.head) + srv.proc.stdout.read() + srv.proc.stderr.read()
+
+
+def check_clean_stop(test, output, n_stages):
+    """Every stage printed its stop line with no KV page in use."""
+    lines = re.findall(r"(stage \d+)[^\n]*KV pages in use: (\d+) of", output)
+    test.assertEqual(sorted(s for s, _ in lines), [f"stage {s}" for s in range(n_stages)], output)
+    test.assertTrue(all(n == "0" for _, n in lines), output)
+
+
+class PipelineServe(unittest.TestCase):
+    def check_info(self, srv, pp, partition, layers):
+        st, _, body = srv.request("GET", "/get_server_info")
+        self.assertEqual(st, 200)
+        info = json.loads(body)
+        self.assertEqual(info["pp_size"], pp)
+        self.assertEqual((info["tp_size"], info["ep_size"], info["cp_size"]), (1, 1, 1))
+        if partition is not None:
+            self.assertEqual(info["pp_layer_partition"], partition)
+        self.assertEqual(sum(info["pp_layer_partition"]), layers)
+        self.assertEqual(len(info["pp_stage_layers"]), pp)
+        return info
+
+    def test_pp2_matches_single_process_and_drains_on_sigterm(self):
+        batch, ref, ref_text = single_reference(BUNDLED, *CHUNKING)
+        srv = Server("--model", BUNDLED, *CHUNKING, "--pp", "2", "--drain-timeout-s", "30", threads=1,
+                     launcher=mpirun(2))
+        try:
+            t0 = time.time()
+            got = generate_all(srv, batch)
+            took = time.time() - t0
+            self.assertEqual(got, ref)
+            info = self.check_info(srv, 2, None, 4)
+            # Text routes go through the same engine: the greedy completion equals the single process's too.
+            st, _, out = srv.post("/v1/completions", COMPLETION)
+            self.assertEqual(st, 200, out)
+            self.assertEqual(out["choices"][0]["text"], ref_text)
+            # SIGTERM to rank 0 with a request in flight: readiness 503, the request completes, every rank exits 0.
+            result = {}
+
+            def run():
+                result["out"] = srv.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": {
+                    "max_new_tokens": 200, "ignore_eos": True}}, timeout=120)
+
+            t = threading.Thread(target=run)
+            t.start()
+            srv.wait_metric("penstock_num_running_reqs", lambda v: v > 0)
+            os.kill(srv.pid, signal.SIGTERM)
+            code, t1 = 200, time.time()
+            while time.time() - t1 < 2.0 and code == 200:
+                code = srv.request("GET", "/health")[0]
+            self.assertEqual(code, 503)
+            t.join(120)
+            st, _, out = result["out"]
+            self.assertEqual(st, 200, out)
+            self.assertEqual(len(out["output_ids"]), 200)
+            self.assertEqual(srv.proc.wait(timeout=60), 0)
+            check_clean_stop(self, rest_of_output(srv), 2)
+            report("serve pp=2", partition=info["pp_layer_partition"], requests=len(batch),
+                   identical_to_single=True, wall_s=round(took, 2), sigterm_drain="in-flight request completed",
+                   mpirun_rc=0)
+        finally:
+            srv.stop()
+
+    def test_pp3_uneven_partition_stops_on_mpirun_sigterm(self):
+        batch, ref, _ = single_reference(BUNDLED, *CHUNKING)
+        # Open MPI forwards a SIGTERM sent to mpirun to every rank and kills survivors after odls_base_sigkill_timeout
+        # (1 s by default): raised here so that the drain completes.
+        srv = Server("--model", BUNDLED, *CHUNKING, "--pp", "3", "--pp-layer-partition", "2,1,1", threads=1,
+                     launcher=mpirun(3, "--mca", "odls_base_sigkill_timeout", "30"))
+        try:
+            self.assertEqual(generate_all(srv, batch), ref)
+            info = self.check_info(srv, 3, [2, 1, 1], 4)
+            self.assertEqual(info["pp_stage_layers"], [[0, 2], [2, 3], [3, 4]])
+            srv.proc.send_signal(signal.SIGTERM)
+            rc = srv.proc.wait(timeout=60)
+            check_clean_stop(self, rest_of_output(srv), 3)
+            report("serve pp=3 partition 2,1,1", requests=len(batch), identical_to_single=True,
+                   stop="SIGTERM to mpirun", mpirun_rc=rc)
+        finally:
+            srv.stop()
+
+    def test_k3_pp3_matches_single_process(self):
+        flags = ("--skip-tokenizer-init", *CHUNKING)
+        batch, ref, _ = single_reference(K3, *flags)
+        srv = Server("--model", K3, *flags, "--pp", "3", "--pp-eager-bank-forward", threads=1, launcher=mpirun(3))
+        try:
+            self.assertEqual(generate_all(srv, batch), ref)
+            info = self.check_info(srv, 3, None, 5)
+            self.assertTrue(info["pp_eager_bank_forward"])
+            os.kill(srv.pid, signal.SIGTERM)
+            self.assertEqual(srv.proc.wait(timeout=60), 0)
+            check_clean_stop(self, rest_of_output(srv), 3)
+            report("serve K3 pp=3 eager bank", partition=info["pp_layer_partition"], requests=len(batch),
+                   identical_to_single=True)
+        finally:
+            srv.stop()
+
+    def test_ended_requests_free_pages_on_every_stage(self):
+        # 16 KV pages per stage. A long request (500-token prompt, up to 400 new tokens: 15 pages at admission on
+        # stage 0) is ended early three ways; after each, a request needing 15 pages on every stage must succeed,
+        # which it cannot if stage 1 still holds the ended request's pages (its admission fails and the job dies).
+        srv = Server("--pp", "2", "--max-total-tokens", "1024", "--request-timeout-s", "3", "--test-step-delay-ms",
+                     "20", threads=1, launcher=mpirun(2))
+        long_prompt = [(i * 13 + 7) % 512 for i in range(500)]
+        fill_prompt = [(i * 29 + 3) % 512 for i in range(900)]
+
+        def fill():
+            st, _, out = srv.post("/generate", {"input_ids": fill_prompt, "sampling_params": {
+                "max_new_tokens": 4, "ignore_eos": True}}, timeout=60)
+            self.assertEqual(st, 200, out)
+            self.assertEqual(len(out["output_ids"]), 4)
+            self.assertEqual(srv.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
+
+        def long_body(**extra):
+            return {"input_ids": long_prompt, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}, **extra}
+
+        def decoding():
+            return srv.wait_metric("penstock_generation_tokens_total", lambda v: v >= 3 + generated[0])
+
+        try:
+            generated = [srv.metrics().get("penstock_generation_tokens_total", 0)]
+            # /abort_request mid-decode.
+            result = {}
+            t = threading.Thread(target=lambda: result.update(out=srv.post("/generate", long_body(rid="long"))))
+            t.start()
+            decoding()
+            st, _, out = srv.post("/abort_request", {"rid": "long"})
+            self.assertTrue(out["success"])
+            t.join(60)
+            self.assertEqual(result["out"][2]["meta_info"]["finish_reason"]["type"], "abort")
+            fill()
+            # The client disconnects mid-decode.
+            generated = [srv.metrics().get("penstock_generation_tokens_total", 0)]
+            body = json.dumps(long_body()).encode()
+            sock = srv.raw(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+                           read=False)
+            decoding()
+            sock.close()
+            self.assertEqual(srv.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
+            fill()
+            # The deadline passes (3 s; 400 steps of >= 20 ms would take 8 s).
+            st, _, out = srv.post("/generate", long_body(), timeout=60)
+            self.assertEqual(st, 504, out)
+            fill()
+            m = srv.metrics()
+            aborted = {k: v for k, v in m.items() if k.startswith("penstock_requests_aborted_total")}
+            os.kill(srv.pid, signal.SIGTERM)
+            self.assertEqual(srv.proc.wait(timeout=60), 0)
+            check_clean_stop(self, rest_of_output(srv), 2)
+            report("serve pp=2 ended requests", pool_pages=16, aborted=aborted, refills_ok=3, leaked_pages=0)
+        finally:
+            srv.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
