@@ -132,9 +132,9 @@ public:
     // bad scheduler config.
     [[nodiscard]] static Result<std::unique_ptr<Engine>> create(std::unique_ptr<runtime::ModelRunner> runner,
                                                                 const Tokenizer* tokenizer, EngineOptions options);
-    // The same with the steps run by `executor` (e.g. PipelineExecutor); the runner holds the first layers (the
-    // scheduler's pages live in its pool) and must outlive nothing else: the executor, which may point at it, is
-    // destroyed first. The executor's stop() runs when the engine thread ends, so start() the engine.
+    // The same with the steps run by `executor` (e.g. PipelineExecutor). The runner holds the model's first layers
+    // (pipeline stage 0; the scheduler's pages live in its pool); the executor may point at it (the engine destroys
+    // the executor first). The executor's stop() runs when the engine thread ends, so start() the engine.
     [[nodiscard]] static Result<std::unique_ptr<Engine>> create(std::unique_ptr<runtime::ModelRunner> runner,
                                                                 std::unique_ptr<StepExecutor> executor,
                                                                 const Tokenizer* tokenizer, EngineOptions options);
