@@ -8,7 +8,7 @@
 # Everything goes to $OUT (JSON + logs); tools/perf_layer_table.py turns it into the docs/perf table.
 #   PKG=build-h6/layerpkg CONFIGS=build-h6/layerpkg/configs OUT=/tmp/o tools/perf_layer_run.sh
 # PKG holds bin/, lib/ and configs/ (tools/perf_layer_pack.sh packs it); TOKENS overrides 4096,16384; GLM=0 skips
-# the GLM-5.3 run.
+# the GLM-5.3 run; SKIP_OPS=1 times only the layer and its two parts on the Penstock side (e.g. TOKENS=32768).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-./out}"
@@ -32,14 +32,15 @@ step() { echo "+ $* ($(date -u +%H:%M:%S))" | tee -a "${LOG}"; }
 BIN="${PKG}/bin/penstock_layer_bench"
 step penstock_layer_bench deepseek-v3 "${TOKENS}"
 LD_LIBRARY_PATH="${BINLIB}" "${BIN}" --config "${CONFIGS}/deepseek-v3.json" --model-name deepseek-v3 --tokens "${TOKENS}" \
-  --json "${OUT}/penstock_deepseek-v3.json" 2>&1 | tee -a "${LOG}"
+  ${SKIP_OPS:+--skip-ops} --json "${OUT}/penstock_deepseek-v3.json" 2>&1 | tee -a "${LOG}"
 step op_baselines deepseek-v3 "${TOKENS}"
 python3 "${ROOT}/tools/op_baselines.py" --config "${CONFIGS}/deepseek-v3.json" --model-name deepseek-v3 \
   --tokens "${TOKENS}" --json "${OUT}/torch_ops_deepseek-v3.json" 2>&1 | tee -a "${LOG}"
-step torch_layer_baseline T=16384 "(eager, torch.compile, GLM-5.3 indexer)"
-PENSTOCK_T=16384 python3 "${ROOT}/tools/torch_layer_baseline.py" 2>&1 | tee -a "${LOG}"
-step torch_layer_baseline T=4096 "(eager, torch.compile)"
-PENSTOCK_T=4096 PENSTOCK_SKIP_INDEXER=1 python3 "${ROOT}/tools/torch_layer_baseline.py" 2>&1 | tee -a "${LOG}"
+for t in ${TOKENS//,/ }; do
+  skip=1; [ "${t}" = 16384 ] && skip=0  # the GLM-5.3 indexer baseline (16K and 64K) runs once, with the 16K layer
+  step torch_layer_baseline T=${t} "(eager, torch.compile; indexer skipped=${skip})"
+  PENSTOCK_T=${t} PENSTOCK_SKIP_INDEXER=${skip} python3 "${ROOT}/tools/torch_layer_baseline.py" 2>&1 | tee -a "${LOG}"
+done
 if [ "${GLM:-1}" = 1 ]; then
   step penstock_layer_bench glm-5.3 4096
   LD_LIBRARY_PATH="${BINLIB}" "${BIN}" --config "${CONFIGS}/glm-5.3.json" --model-name glm-5.3-dense-mla --tokens 4096 \
