@@ -70,9 +70,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                     "layers per stage, e.g. 2,1,1 (default: balanced by the cost model)");
     cmd->add_flag("--pp-eager-bank-forward", a->pp_eager_bank_forward,
                   "forward inherited AttnRes bank rows before a stage's layers (two-ended: stage 0 wins)");
-    cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks (1 in serve for now)");
+    cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks per stage");
     cmd->add_option("--ep-size,--ep", a->ep, "expert-parallel ranks (1 in serve for now)");
-    cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (1 in serve for now)");
+    cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (interleave split of every chunk)");
 }
 
 namespace {
@@ -128,9 +128,6 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     ServeSetup setup;
     setup.sizes = parallel::ParallelSizes{.pp = args.pp, .tp = args.tp, .ep = args.ep, .cp = args.cp};
     PENSTOCK_RETURN_IF_ERROR(parallel::validate_sizes(setup.sizes, 0));
-    if (args.tp != 1 || args.ep != 1 || args.cp != 1) {
-        return unimplemented("serve runs pipeline parallelism only for now: --tp/--ep/--cp must be 1");
-    }
     if (!args.pp_layer_partition.empty() && args.pp == 1) {
         return invalid_argument("--pp-layer-partition needs --pp > 1");
     }
@@ -150,13 +147,14 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
 }
 
 Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args, const ServeSetup& setup,
-                                                                const loader::LayerRange& range) {
+                                                                const loader::LayerRange& range,
+                                                                parallel::Communicator* cp) {
     PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint ckpt, loader::Checkpoint::open(fs::path(args.model)));
     loader::LoadStats stats;
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                               models::load_model(setup.config, ckpt, range, setup.model_options, &stats));
     return std::make_unique<runtime::ModelRunner>(
-        std::move(model), runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads});
+        std::move(model), runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads, .cp = cp});
 }
 
 Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs& args) {

@@ -30,9 +30,12 @@ struct ServeSetup {
 [[nodiscard]] Result<ServeSetup> check_serve_args(const ServeArgs& args);
 
 // Loads `range` of the model with the KV pool of setup.n_pages pages.
+// `cp`: the context-parallel group (RunnerOptions::cp), null without CP; tensor parallelism comes with
+// setup.model_options.tp.
 [[nodiscard]] Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args,
                                                                               const ServeSetup& setup,
-                                                                              const loader::LayerRange& range);
+                                                                              const loader::LayerRange& range,
+                                                                              parallel::Communicator* cp = nullptr);
 
 // Null with --skip-tokenizer-init.
 [[nodiscard]] Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs& args);
@@ -48,7 +51,7 @@ void install_stop_signal_handlers();
                                 std::unique_ptr<engine::StepExecutor> executor,
                                 std::unique_ptr<engine::Tokenizer> tokenizer, const nlohmann::json& parallel_info);
 
-// `penstock serve --pp N` under mpirun (serve_pipeline.cc; Unimplemented in a build without MPI).
+// `penstock serve` with pp x tp x cp > 1 ranks under mpirun (serve_pipeline.cc; Unimplemented in a build without MPI).
 [[nodiscard]] Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup);
 
 }  // namespace penstock::server

@@ -1,5 +1,5 @@
-// `penstock serve --pp N` under `mpirun -np N`: every rank checks the arguments alike, agrees on the two-ended
-// settings and loads its stage; start-up failures are agreed on (all-reduce) so that no rank waits on one that gave up.
+// `penstock serve --pp P --tp T --cp C` under `mpirun -np P*T*C`: every rank checks the arguments alike, agrees on
+// the two-ended settings (over its pipeline lane) and loads its stage's share; start-up failures are agreed on (all-reduce) so that no rank waits on one that gave up.
 // Global rank 0 then serves HTTP with the engine driving stage 0 through a PipelineExecutor; the other ranks run
 // PipelineStage::serve() until the engine, stopping at the end of the drain, sends the stop plan. Every rank exits 0.
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "parallel/pipeline.h"
 #include "server/serve_internal.h"
 #if PENSTOCK_ENABLE_MPI
+#include "engine/lane_executor.h"
 #include "engine/pipeline_executor.h"
 #include "parallel/mpi_communicator.h"
 #endif
@@ -62,6 +63,9 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
                               parallel::MpiSession::init(/*argc=*/nullptr, /*argv=*/nullptr));
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, setup.sizes));
     const int stage = groups.coords.pp_rank;
+    // Tensor/expert parallelism inside every stage; context parallelism splits every chunk's rows over cp ranks.
+    // Each (cp, tp) coordinate is a pipeline lane: its own pp group, its own stage messages.
+    setup.model_options.tp = models::TensorParallel{.tp = groups.tp.get(), .ep_size = groups.sizes.ep};
     bool eager_bank = false;
     PENSTOCK_RETURN_IF_ERROR(agree_serve_settings(*groups.pp, args, &setup, &eager_bank));
 
@@ -70,8 +74,9 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     Result<std::unique_ptr<runtime::ModelRunner>> runner = failed_precondition("not loaded");
     Result<std::unique_ptr<engine::Tokenizer>> tok = std::unique_ptr<engine::Tokenizer>();
     if (counts.ok()) {
-        runner = load_serve_runner(args, setup, parallel::partition_ranges(*counts)[static_cast<size_t>(stage)]);
-        if (stage == 0) tok = load_serve_tokenizer(args);
+        runner = load_serve_runner(args, setup, parallel::partition_ranges(*counts)[static_cast<size_t>(stage)],
+                                   groups.cp.get());
+        if (groups.coords.world_rank == 0) tok = load_serve_tokenizer(args);
     }
     const Status local = !counts.ok() ? counts.status() : !runner.ok() ? runner.status() : tok.status();
     Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
@@ -94,6 +99,24 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         std::fflush(stdout);
         return ok_status();
     }
+    // Stage 0's ranks: the engine's executor runs each step through this rank's lane (the pipeline when pp > 1, else
+    // the whole model); rank 0 broadcasts every command to the other stage-0 ranks, which follow.
+    const bool lanes = groups.sizes.tp * groups.sizes.cp > 1;
+    auto lane_inner = [&]() -> std::unique_ptr<engine::StepExecutor> {
+        if (groups.sizes.pp > 1) return std::make_unique<engine::PipelineExecutor>(runner->get(), groups.pp.get(), eager_bank);
+        return std::make_unique<engine::LocalExecutor>(runner->get());
+    };
+    if (groups.coords.world_rank != 0) {
+        std::unique_ptr<engine::StepExecutor> inner = lane_inner();
+        const Status followed = engine::run_lane_follower(runner->get(), inner.get(), groups.cp.get(), groups.tp.get());
+        PENSTOCK_CHECK(followed.ok()) << "stage-0 lane (cp " << groups.coords.cp_rank << ", tp " << groups.coords.tp_rank
+                                      << ") failed: " << followed.to_string();
+        std::printf("penstock serve: stage 0 lane cp %d tp %d stopped; KV pages in use: %lld of %lld\n",
+                    groups.coords.cp_rank, groups.coords.tp_rank,
+                    static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages));
+        std::fflush(stdout);
+        return ok_status();
+    }
     json partition = json::array(), layers = json::array();
     for (const loader::LayerRange& r : parallel::partition_ranges(*counts)) {
         partition.push_back(r.end - r.begin);
@@ -104,8 +127,10 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
                                 {"ep_size", groups.sizes.ep},         {"cp_size", groups.sizes.cp},
                                 {"pp_layer_partition", partition},    {"pp_stage_layers", layers},
                                 {"pp_eager_bank_forward", eager_bank}};
-    runtime::ModelRunner* stage0 = runner->get();
-    auto executor = std::make_unique<engine::PipelineExecutor>(stage0, groups.pp.get(), eager_bank);
+    std::unique_ptr<engine::StepExecutor> executor = lane_inner();
+    if (lanes) {
+        executor = std::make_unique<engine::LaneLeaderExecutor>(std::move(executor), groups.cp.get(), groups.tp.get());
+    }
     return serve_http(args, setup, std::move(runner).value(), std::move(executor), std::move(tok).value(),
                       parallel_info);
 }

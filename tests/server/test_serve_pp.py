@@ -86,20 +86,21 @@ def rest_of_output(srv):
     return "".join(srv.head) + srv.proc.stdout.read() + srv.proc.stderr.read()
 
 
-def check_clean_stop(test, output, n_stages):
-    """Every stage printed its stop line with no KV page in use."""
+def check_clean_stop(test, output, n_stages, lanes=1):
+    """Every rank (n_stages x lanes of tp x cp) printed its stop line with no KV page in use."""
     lines = re.findall(r"(stage \d+)[^\n]*KV pages in use: (\d+) of", output)
-    test.assertEqual(sorted(s for s, _ in lines), [f"stage {s}" for s in range(n_stages)], output)
+    test.assertEqual(sorted(s for s, _ in lines), sorted(f"stage {s}" for s in range(n_stages) for _ in range(lanes)),
+                     output)
     test.assertTrue(all(n == "0" for _, n in lines), output)
 
 
 class PipelineServe(unittest.TestCase):
-    def check_info(self, srv, pp, partition, layers):
+    def check_info(self, srv, pp, partition, layers, tp=1, ep=1, cp=1):
         st, _, body = srv.request("GET", "/get_server_info")
         self.assertEqual(st, 200)
         info = json.loads(body)
         self.assertEqual(info["pp_size"], pp)
-        self.assertEqual((info["tp_size"], info["ep_size"], info["cp_size"]), (1, 1, 1))
+        self.assertEqual((info["tp_size"], info["ep_size"], info["cp_size"]), (tp, ep, cp))
         if partition is not None:
             self.assertEqual(info["pp_layer_partition"], partition)
         self.assertEqual(sum(info["pp_layer_partition"]), layers)
@@ -146,6 +147,40 @@ class PipelineServe(unittest.TestCase):
                    mpirun_rc=0)
         finally:
             srv.stop()
+
+    def check_lanes(self, pp, tp, ep, cp):
+        """Tensor / expert / context parallel lanes (with pp stages): the same greedy outputs as one process
+        (the logits differ by reduction order only, ~1e-6), /get_server_info reports the layout, SIGTERM stops every
+        rank with no page in use."""
+        batch, ref, ref_text = single_reference(BUNDLED, *CHUNKING)
+        n = pp * tp * cp
+        srv = Server("--model", BUNDLED, *CHUNKING, "--pp", str(pp), "--tp", str(tp), "--ep", str(ep), "--cp", str(cp),
+                     threads=1, launcher=mpirun(n))
+        try:
+            t0 = time.time()
+            got = generate_all(srv, batch)
+            took = time.time() - t0
+            self.assertEqual(got, ref)
+            self.check_info(srv, pp, None, 4, tp=tp, ep=ep, cp=cp)
+            st, _, out = srv.post("/v1/completions", COMPLETION)
+            self.assertEqual(st, 200, out)
+            self.assertEqual(out["choices"][0]["text"], ref_text)
+            os.kill(srv.pid, signal.SIGTERM)
+            self.assertEqual(srv.proc.wait(timeout=60), 0)
+            check_clean_stop(self, rest_of_output(srv), pp, lanes=tp * cp)
+            report(f"serve pp={pp} tp={tp} ep={ep} cp={cp}", ranks=n, requests=len(batch), identical_to_single=True,
+                   wall_s=round(took, 2))
+        finally:
+            srv.stop()
+
+    def test_tp2_ep2_matches_single_process(self):
+        self.check_lanes(pp=1, tp=2, ep=2, cp=1)
+
+    def test_cp2_matches_single_process(self):
+        self.check_lanes(pp=1, tp=1, ep=1, cp=2)
+
+    def test_pp2_tp2_matches_single_process(self):
+        self.check_lanes(pp=2, tp=2, ep=1, cp=1)
 
     def test_pp3_uneven_partition_stops_on_mpirun_sigterm(self):
         batch, ref, _ = single_reference(BUNDLED, *CHUNKING)
