@@ -92,14 +92,8 @@ class SweepE2E(unittest.TestCase):
         layouts = sorted({x["layout"] for x in rows})
         self.assertEqual(len(rows), len(layouts) * 2 * 2)  # layouts x C {2, 4} x 2 repeats, failed ones included
         self.assertIn("pp1_tp1_ep1_cp1", layouts)
-        pending = set()  # layouts refused by a serve that cannot run PP > 1 yet (see the e2e note in bench.md)
-        for layout in layouts:
-            log = open(os.path.join(out, layout, "server.stderr.log")).read()
-            if ("serve runs one rank for now" in log or "pp-layer-partition" in log) and not layout.startswith("pp1_"):
-                pending.add(layout)
-        if pending:
-            print(f"NOTE: serve --pp > 1 not available yet; layouts recorded as failed: {sorted(pending)}",
-                  file=sys.stderr)
+        self.assertEqual(layouts, ["pp1_tp1_ep1_cp1", "pp1_tp2_ep2_cp1", "pp2_tp1_ep1_cp1", "pp4_tp1_ep1_cp1"])
+        pending = set()  # every layout must serve: PP, TP/EP lanes under mpirun
         for x in rows:
             if x["layout"] in pending:
                 self.assertEqual(x["status"], "server_start_failed", x)
