@@ -279,6 +279,22 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     PENSTOCK_RETURN_IF_ERROR(groups.world->all_reduce(failed, parallel::ReduceOp::kMax));
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
+    // What each rank read (SPEC §4: a stage opens only the shards holding its layers and reads only their tensors).
+    Tensor mine = Tensor::empty({1, 3}, DType::kI64);
+    mine.ptr<int64_t>()[0] = stats.n_tensors;
+    mine.ptr<int64_t>()[1] = static_cast<int64_t>(stats.bytes_read);
+    mine.ptr<int64_t>()[2] = static_cast<int64_t>(stats.files_opened.size());
+    Tensor all_loads = Tensor::empty({groups.world->size(), 3}, DType::kI64);
+    PENSTOCK_RETURN_IF_ERROR(groups.world->all_gather(all_loads, mine));
+    if (groups.coords.world_rank == 0) {
+        for (int r = 0; r < groups.world->size(); ++r) {
+            const parallel::RankCoords c = parallel::coords_of(args.parallel, r);
+            const int64_t* l = all_loads.ptr<const int64_t>() + 3 * r;
+            std::printf("rank %d (stage %d, cp %d, tp %d): loaded %lld tensors, %.2f MB read from %lld file(s)\n", r,
+                        c.pp_rank, c.cp_rank, c.tp_rank, static_cast<long long>(l[0]), static_cast<double>(l[1]) / 1e6,
+                        static_cast<long long>(l[2]));
+        }
+    }
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
     if (args.parallel.pp == 1) {  // one stage split over tp ranks: every rank runs the same batches

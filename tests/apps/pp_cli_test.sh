@@ -29,6 +29,7 @@ run_case glm_moe_dsa_tiny 4 0 "1,1,3,1"   # stage 1 at full layer 1, stage 3 at 
 run_case glm_moe_dsa_tiny 2 5 ""          # balanced, wherever the cut falls
 run_case kimi_linear_tiny 2 17 ""
 run_case kimi_linear_tiny 3 5 "3,2,3"
+run_case kimi_linear_tiny 4 64 ""
 k3=$(dirname "$0")/../data/variants_k3
 for d in "$k3"/*/; do run_case "$(realpath --relative-to="$fixtures" "$d")" 3 7 ""; done
 
@@ -75,3 +76,21 @@ for d in "$k3"/*/; do
     echo "ok: $(basename "$d") pp=4 ${eager:-(eager off)} bit-identical; stage 1 $bank"
   done
 done
+
+# Each stage opens only the shards that hold its layers and reads only its tensors (17-shard checkpoint, 3 stages):
+# every rank opens fewer than the 17 shards, and together they read no more than one whole-model load.
+sharded=$(dirname "$0")/../data/variants/dsv3_groups_sharded
+whole=$("$bin" forward --model "$sharded" --input-ids 1,2,3 | grep -o "([0-9.]* MB read from [0-9]* file" | grep -o "[0-9.]* MB" | grep -o "[0-9.]*")
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 3 "$bin" forward --model "$sharded" --input-ids 1,2,3 --pp 3 2>&1)
+grep "^rank" <<<"$out"
+OUT="$out" python3 - "$whole" <<'PY' || { echo "FAIL: per-stage reads: $out"; exit 1; }
+import os, re, sys
+whole = float(sys.argv[1])
+rows = re.findall(r"^rank \d+ \(stage (\d+).*loaded (\d+) tensors, ([\d.]+) MB read from (\d+) file", os.environ["OUT"], re.M)
+assert len(rows) == 3, rows
+assert all(int(f) < 17 for *_, f in rows), rows
+total = sum(float(mb) for _, _, mb, _ in rows)
+assert total <= whole + 0.1, (total, whole)  # plus the headers of the shards each stage opens
+print(f"ok: stages read {', '.join(mb + ' MB' for _, _, mb, _ in rows)} (sum {total:.2f} MB, one process {whole} MB), "
+      f"opening {', '.join(f for *_, f in rows)} of 17 shards")
+PY
