@@ -9,9 +9,14 @@ set -euo pipefail
 build=$1; fixtures=$2; dest=$3
 rm -rf "${dest}"
 mkdir -p "${dest}/bin" "${dest}/lib" "${dest}/fixtures"
+# penstock is required; the test binaries are packed when built (tools/gpu_forward_check.py needs only penstock).
 for b in penstock nccl_communicator_test logits_diff; do
   f=$(find "${build}" -name "${b}" -type f -perm -u+x | head -1)
-  [ -n "${f}" ] || { echo "pack: ${b} not built in ${build}" >&2; exit 1; }
+  if [ -z "${f}" ]; then
+    [ "${b}" = penstock ] && { echo "pack: ${b} not built in ${build}" >&2; exit 1; }
+    echo "pack: ${b} not built in ${build}: left out" >&2
+    continue
+  fi
   cp "${f}" "${dest}/bin/"
 done
 # OpenMPI's own files (Debian packages), without documentation, Java and Fortran bindings.

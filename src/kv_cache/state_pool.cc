@@ -4,13 +4,21 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 
 namespace penstock::kv_cache {
 
-KdaStatePool::KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape)
-    : n_slots_(n_slots), shape_(shape) {
+KdaStatePool::KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape, Allocator& alloc,
+                           StateMemoryOps ops)
+    : n_slots_(n_slots), shape_(shape), alloc_(&alloc), ops_(std::move(ops)) {
+    if (!ops_.copy) {
+        ops_.copy = [](const TensorView& dst, const TensorView& src) {
+            std::memcpy(dst.data, src.data, src.nbytes());
+        };
+    }
+    if (!ops_.zero) ops_.zero = [](const TensorView& dst) { std::memset(dst.data, 0, dst.nbytes()); };
     PENSTOCK_CHECK_GE(n_slots, 0);
     PENSTOCK_CHECK_GE(n_layers, 0);
     PENSTOCK_CHECK_GE(shape.conv_kernel, 1);
@@ -22,11 +30,11 @@ KdaStatePool::KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShap
 void KdaStatePool::grow(int64_t new_capacity) {
     const KdaStateShape& s = shape_;
     for (size_t l = 0; l < recurrent_.size(); ++l) {
-        Tensor rec = Tensor::empty({new_capacity, s.n_heads, s.k_dim, s.v_dim}, DType::kF32);
-        Tensor cnv = Tensor::empty({new_capacity, s.conv_kernel - 1, s.conv_channels}, DType::kF32);
+        Tensor rec = Tensor::empty({new_capacity, s.n_heads, s.k_dim, s.v_dim}, DType::kF32, *alloc_);
+        Tensor cnv = Tensor::empty({new_capacity, s.conv_kernel - 1, s.conv_channels}, DType::kF32, *alloc_);
         if (capacity_ > 0) {  // keep the live slots' state
-            std::memcpy(rec.ptr<float>(), recurrent_[l].ptr<const float>(), recurrent_[l].nbytes());
-            std::memcpy(cnv.ptr<float>(), conv_[l].ptr<const float>(), conv_[l].nbytes());
+            ops_.copy(rec.view().slice(0, 0, capacity_), recurrent_[l].view());
+            ops_.copy(cnv.view().slice(0, 0, capacity_), conv_[l].view());
         }
         recurrent_[l] = std::move(rec);
         conv_[l] = std::move(cnv);
@@ -62,11 +70,9 @@ Result<int32_t> KdaStatePool::allocate() {
 void KdaStatePool::reset(int32_t slot) {
     PENSTOCK_CHECK(slot >= 0 && slot < capacity_ && in_use_[static_cast<size_t>(slot)] == 1)
         << "reset of unallocated state slot " << slot;
-    const auto rec = static_cast<size_t>(shape_.n_heads * shape_.k_dim * shape_.v_dim);
-    const auto cnv = static_cast<size_t>((shape_.conv_kernel - 1) * shape_.conv_channels);
     for (size_t l = 0; l < recurrent_.size(); ++l) {
-        std::memset(recurrent_[l].ptr<float>() + slot * rec, 0, rec * sizeof(float));
-        std::memset(conv_[l].ptr<float>() + slot * cnv, 0, cnv * sizeof(float));
+        ops_.zero(recurrent_[l].view().slice(0, slot, slot + 1));
+        ops_.zero(conv_[l].view().slice(0, slot, slot + 1));
     }
 }
 

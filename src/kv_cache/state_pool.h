@@ -4,10 +4,12 @@
 // exactly the state a new sequence starts from. Same discipline as PagePool: all-or-nothing, ResourceExhausted when
 // all n_slots are taken (a normal scheduler outcome), abort on double free. Storage grows with admissions (doubling,
 // up to n_slots; a K3 slot is ~0.4 GB), so memory follows the peak number of live requests, not the limit. Host
-// memory; not thread-safe (scheduler thread).
+// memory by default, or an allocator's device with the StateMemoryOps that reach it; not thread-safe (scheduler
+// thread).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -24,10 +26,19 @@ struct KdaStateShape {
     int64_t conv_channels = 0;  // channels of the (fused q|k|v) short conv
 };
 
+// How a pool writes its storage: a contiguous byte copy (same nbytes) and a zero fill of a contiguous f32 view. Unset
+// members mean the host (memcpy / memset); a device pool passes its device's (kernels::transfer / kernels::fill).
+struct StateMemoryOps {
+    std::function<void(const TensorView& dst, const TensorView& src)> copy;
+    std::function<void(const TensorView& dst)> zero;
+};
+
 class KdaStatePool final {
 public:
-    // n_layers state tensors of each kind, for at most n_slots slots (no storage until the first admission).
-    KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape);
+    // n_layers state tensors of each kind, for at most n_slots slots (no storage until the first admission), on
+    // `alloc`'s device.
+    KdaStatePool(int64_t n_slots, int64_t n_layers, const KdaStateShape& shape, Allocator& alloc = cpu_allocator(),
+                 StateMemoryOps ops = {});
 
     int64_t n_slots() const { return n_slots_; }
     int64_t capacity() const { return capacity_; }  // slots backed by storage now (<= n_slots)
@@ -60,6 +71,8 @@ private:
     std::vector<Tensor> recurrent_;
     std::vector<Tensor> conv_;
     std::vector<int32_t> free_;  // stack of free slot ids below capacity_
+    Allocator* alloc_;
+    StateMemoryOps ops_;
     std::vector<uint8_t> in_use_;
 };
 

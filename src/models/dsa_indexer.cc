@@ -1,9 +1,8 @@
-// DSA lightning indexer and index-K cache (CPU reference composition over kernels/ops.h + kernels/ops_dsa.h).
+// DSA lightning indexer and index-K cache, device-agnostic over kernels/ops.h + kernels/ops_dsa.h.
 #include "models/dsa_indexer.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/ops_dsa.h"
 
@@ -23,12 +22,14 @@ int64_t dsa_rows_per_slice(int64_t budget_bytes, int64_t n_keys) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-DsaIndexKCache::DsaIndexKCache(int64_t n_pages, int64_t head_dim, const std::vector<int64_t>& full_layers, bool fp8)
+DsaIndexKCache::DsaIndexKCache(int64_t n_pages, int64_t head_dim, const std::vector<int64_t>& full_layers, bool fp8,
+                               Allocator& alloc)
     : head_dim_(head_dim), fp8_(fp8), layers_(full_layers) {
     PENSTOCK_CHECK(std::is_sorted(layers_.begin(), layers_.end()));
     for (int64_t l : layers_) {
-        caches_.push_back(fp8 ? std::make_unique<kv_cache::PagedRowCache>(n_pages, head_dim + 4, l, l + 1, DType::kU8)
-                              : std::make_unique<kv_cache::PagedRowCache>(n_pages, head_dim, l, l + 1, DType::kF32));
+        caches_.push_back(std::make_unique<kv_cache::PagedRowCache>(n_pages, head_dim, l, l + 1,
+                                                                    fp8 ? DType::kF8E4M3 : DType::kF32, alloc));
+        if (fp8) scales_.push_back(std::make_unique<kv_cache::PagedRowCache>(n_pages, 1, l, l + 1, DType::kF32, alloc));
     }
 }
 
@@ -40,53 +41,55 @@ size_t DsaIndexKCache::row_bytes() const {
     return fp8_ ? static_cast<size_t>(head_dim_) + sizeof(float) : static_cast<size_t>(head_dim_) * sizeof(float);
 }
 
-kv_cache::PagedRowCache& DsaIndexKCache::layer_cache(int64_t layer) const {
+size_t DsaIndexKCache::index(int64_t layer) const {
     const auto it = std::lower_bound(layers_.begin(), layers_.end(), layer);
     PENSTOCK_CHECK(it != layers_.end() && *it == layer) << "layer " << layer << " has no index-K cache (not full)";
-    return *caches_[static_cast<size_t>(it - layers_.begin())];
+    return static_cast<size_t>(it - layers_.begin());
 }
 
-uint8_t* DsaIndexKCache::row_ptr(int64_t layer, const kv_cache::PageTable& table, int64_t pos) const {
-    PENSTOCK_CHECK(pos >= 0 && pos < table.capacity_tokens()) << "position " << pos;
-    const kv_cache::PagedRowCache& c = layer_cache(layer);
-    const int32_t page = table.pages[static_cast<size_t>(pos / kv_cache::kPageSize)];
-    PENSTOCK_CHECK(page >= 0 && page < c.n_pages()) << "page id " << page;
-    const int64_t slot = static_cast<int64_t>(page) * kv_cache::kPageSize + pos % kv_cache::kPageSize;
-    return static_cast<uint8_t*>(c.layer_view(layer).data) + static_cast<size_t>(slot) * row_bytes();
-}
-
-void DsaIndexKCache::write(int64_t layer, const kv_cache::PageTable& table, int64_t pos0, const TensorView& k,
-                           const kernels::Context& ctx) {
+void DsaIndexKCache::write(int64_t layer, const BatchLayout& layout, const TensorView& k, const kernels::Context& ctx) {
     PENSTOCK_CHECK_EQ(k.ndim, 2);
     PENSTOCK_CHECK_EQ(k.size(1), head_dim_);
+    const size_t i = index(layer);
     const int64_t n = k.size(0);
+    auto write_rows = [&](const kv_cache::PagedRowCache& cache, const TensorView& rows) {
+        kernels::paged_write({.cache = cache.layer_view(layer),
+                              .rows = rows,
+                              .page_table = layout.page_table,
+                              .cu_rows = layout.cu_seqlens_q,
+                              .pos0 = layout.q_pos0},
+                             ctx);
+    };
     if (!fp8_) {
-        layer_cache(layer).write(layer, table, pos0, k);
+        write_rows(*caches_[i], k);
         return;
     }
-    Tensor q8 = Tensor::empty({n, head_dim_}, DType::kF8E4M3);
-    Tensor scale = Tensor::empty({n}, DType::kF32);
-    kernels::dsa_quantize_fp8({.out = q8, .scale = scale, .in = k, .rotate = true, .ue8m0 = true}, ctx);
-    for (int64_t i = 0; i < n; ++i) {
-        uint8_t* row = row_ptr(layer, table, pos0 + i);
-        std::memcpy(row, q8.ptr<const uint8_t>() + i * head_dim_, static_cast<size_t>(head_dim_));
-        std::memcpy(row + head_dim_, scale.ptr<const float>() + i, sizeof(float));
-    }
+    Tensor q8 = scratch(ctx, {n, head_dim_}, DType::kF8E4M3);
+    Tensor scale = scratch(ctx, {n, 1}, DType::kF32);
+    kernels::dsa_quantize_fp8(
+        {.out = q8, .scale = scale.view().reshape({n}), .in = k, .rotate = true, .ue8m0 = true}, ctx);
+    write_rows(*caches_[i], q8);
+    write_rows(*scales_[i], scale);
 }
 
-DsaIndexKCache::Keys DsaIndexKCache::gather(int64_t layer, const kv_cache::PageTable& table, int64_t n) const {
+DsaIndexKCache::Keys DsaIndexKCache::gather(int64_t layer, const BatchLayout& layout,
+                                            const kernels::Context& ctx) const {
+    const size_t i = index(layer);
+    const int64_t total = layout.total_keys;
+    auto gather_rows = [&](const kv_cache::PagedRowCache& cache, const TensorView& out) {
+        kernels::paged_gather({.out = out,
+                               .cache = cache.layer_view(layer),
+                               .page_table = layout.page_table,
+                               .cu_rows = layout.cu_seqlens_k,
+                               .pos0 = layout.k_pos0},
+                              ctx);
+    };
     Keys keys;
-    if (!fp8_) {
-        keys.k = Tensor::empty({n, head_dim_}, DType::kF32);
-        layer_cache(layer).gather(layer, table, 0, keys.k);
-        return keys;
-    }
-    keys.k = Tensor::empty({n, head_dim_}, DType::kF8E4M3);
-    keys.scale = Tensor::empty({n}, DType::kF32);
-    for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* row = row_ptr(layer, table, i);
-        std::memcpy(keys.k.ptr<uint8_t>() + i * head_dim_, row, static_cast<size_t>(head_dim_));
-        std::memcpy(keys.scale.ptr<float>() + i, row + head_dim_, sizeof(float));
+    keys.k = scratch(ctx, {total, head_dim_}, fp8_ ? DType::kF8E4M3 : DType::kF32);
+    gather_rows(*caches_[i], keys.k);
+    if (fp8_) {
+        keys.scale = scratch(ctx, {total}, DType::kF32);
+        gather_rows(*scales_[i], keys.scale.view().reshape({total, 1}));
     }
     return keys;
 }
@@ -103,12 +106,11 @@ Result<DsaIndexer> DsaIndexer::load(WeightReader& r, const std::string& prefix, 
     return ix;
 }
 
-void DsaIndexer::write_keys(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x,
-                            const RopeTable& rope, int64_t layer, DsaIndexKCache* cache,
-                            const kernels::Context& ctx) const {
+void DsaIndexer::write_keys(const BatchLayout& layout, const TensorView& x, const RopeTable& rope, int64_t layer,
+                            DsaIndexKCache* cache, const kernels::Context& ctx) const {
     const int64_t n = layout.n_tokens;
     const int64_t hd = dims_.head_dim;
-    Tensor k = linear_new(wk_, x, ctx);  // [n, head_dim]
+    Tensor k = linear_new_f32(wk_, x, ctx);  // [n, head_dim]
     kernels::layer_norm({.out = k, .in = k, .weight = k_norm_weight_, .bias = k_norm_bias_, .eps = kIndexKNormEps},
                         ctx);
     kernels::rope({.x = k.view().as_strided(0, {n, 1, dims_.rope_dim}, {hd, hd, 1}),
@@ -117,12 +119,7 @@ void DsaIndexer::write_keys(const ForwardBatch& batch, const BatchLayout& layout
                    .attention_factor = rope.attention_factor,
                    .interleaved = dims_.rope_interleaved},
                   ctx);
-    int64_t row = 0;
-    for (const SeqChunk& s : batch.seqs) {
-        const auto len = static_cast<int64_t>(s.token_ids.size());
-        cache->write(layer, *s.pages, s.prefix_len, k.view().slice(0, row, row + len), ctx);
-        row += len;
-    }
+    cache->write(layer, layout, k, ctx);
 }
 
 Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x,
@@ -132,24 +129,25 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
     const int64_t n_heads = dims_.n_heads;
     const int64_t hd = dims_.head_dim;
     const int64_t top_k = dims_.top_k;
-    Tensor positions = Tensor::empty({n, top_k}, DType::kI32);
+    Tensor positions = scratch(ctx, {n, top_k}, DType::kI32);
 
-    // q [n, n_heads, head_dim] with RoPE on the first rope_dim dims of every head; w = weights_proj(x) * n_heads^-0.5.
-    Tensor q = linear_new(wq_b_, cq, ctx).reshape({n, n_heads, hd});
+    // q [n, n_heads, head_dim] with RoPE on the first rope_dim dims of every head; w = weights_proj(x) * n_heads^-0.5
+    // (the scale applied by the GEMM's alpha to the fp32 accumulator).
+    Tensor q = linear_new_f32(wq_b_, cq, ctx).reshape({n, n_heads, hd});
     kernels::rope({.x = q.view().slice(2, 0, dims_.rope_dim),
                    .positions = layout.positions,
                    .inv_freq = rope.inv_freq,
                    .attention_factor = rope.attention_factor,
                    .interleaved = dims_.rope_interleaved},
                   ctx);
-    Tensor w = linear_new(weights_proj_, x, ctx);
     const auto head_norm = static_cast<float>(std::pow(static_cast<double>(n_heads), -0.5));
-    for (int64_t i = 0; i < w.numel(); ++i) w.ptr<float>()[i] *= head_norm;
+    Tensor w = scratch(ctx, {n, n_heads}, DType::kF32);
+    kernels::gemm({.out = w, .a = x, .b = weights_proj_.weight, .trans_b = true, .alpha = head_norm}, ctx);
     Tensor q8;
     Tensor q_scale;
     if (cache.fp8()) {
-        q8 = Tensor::empty({n, n_heads, hd}, DType::kF8E4M3);
-        q_scale = Tensor::empty({n, n_heads}, DType::kF32);
+        q8 = scratch(ctx, {n, n_heads, hd}, DType::kF8E4M3);
+        q_scale = scratch(ctx, {n, n_heads}, DType::kF32);
         kernels::dsa_quantize_fp8({.out = q8.view().reshape({n * n_heads, hd}),
                                    .scale = q_scale.view().reshape({n * n_heads}),
                                    .in = q.view().reshape({n * n_heads, hd}),
@@ -159,27 +157,39 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
     }
     const auto softmax_scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
 
+    // The cached keys of every sequence (rows [cu_seqlens_k[s], +prefix + chunk)), when some row is scored.
+    bool scored = false;
+    for (const SeqChunk& s : batch.seqs) {
+        scored = scored || s.prefix_len + static_cast<int64_t>(s.token_ids.size()) > top_k;
+    }
+    const DsaIndexKCache::Keys keys = scored ? cache.gather(layer, layout, ctx) : DsaIndexKCache::Keys{};
+
     int64_t row = 0;
+    int64_t key0 = 0;  // the sequence's first row in `keys`
     for (const SeqChunk& s : batch.seqs) {
         const auto len = static_cast<int64_t>(s.token_ids.size());
         const int64_t n_keys = s.prefix_len + len;
-        // Rows that see <= top_k keys take all of them; only the others are scored.
+        // Rows that see <= top_k keys take all of them (built here, one transfer); only the others are scored.
         const int64_t dense_rows = std::clamp<int64_t>(top_k - s.prefix_len, 0, len);
-        for (int64_t r = 0; r < dense_rows; ++r) {
-            int32_t* out = positions.ptr<int32_t>() + (row + r) * top_k;
-            const int64_t visible = s.prefix_len + r + 1;
-            for (int64_t j = 0; j < top_k; ++j) out[j] = j < visible ? static_cast<int32_t>(j) : -1;
+        if (dense_rows > 0) {
+            Tensor dense = Tensor::empty({dense_rows, top_k}, DType::kI32);
+            for (int64_t r = 0; r < dense_rows; ++r) {
+                int32_t* out = dense.ptr<int32_t>() + r * top_k;
+                const int64_t visible = s.prefix_len + r + 1;
+                for (int64_t j = 0; j < top_k; ++j) out[j] = j < visible ? static_cast<int32_t>(j) : -1;
+            }
+            kernels::transfer({.out = positions.view().slice(0, row, row + dense_rows), .in = dense}, ctx);
         }
         if (dense_rows < len) {
-            const DsaIndexKCache::Keys keys = cache.gather(layer, *s.pages, n_keys);
+            const TensorView k_seq = keys.k.view().slice(0, key0, key0 + n_keys);
             const int64_t slice = dsa_rows_per_slice(logits_budget_bytes, n_keys);
-            Tensor logits = Tensor::empty({std::min(slice, len - dense_rows), n_keys}, DType::kF32);
+            Tensor logits = scratch(ctx, {std::min(slice, len - dense_rows), n_keys}, DType::kF32);
             for (int64_t r0 = row + dense_rows; r0 < row + len; r0 += slice) {
                 const int64_t r1 = std::min(r0 + slice, row + len);
                 const TensorView lg = logits.view().slice(0, 0, r1 - r0);
                 kernels::DsaIndexerLogitsParams lp{.logits = lg,
                                                    .q = q.view().slice(0, r0, r1),
-                                                   .k = keys.k,
+                                                   .k = k_seq,
                                                    .weights = w.view().slice(0, r0, r1),
                                                    .q_scale = {},
                                                    .k_scale = {},
@@ -187,7 +197,7 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
                 if (cache.fp8()) {
                     lp.q = q8.view().slice(0, r0, r1);
                     lp.q_scale = q_scale.view().slice(0, r0, r1);
-                    lp.k_scale = keys.scale;
+                    lp.k_scale = keys.scale.view().slice(0, key0, key0 + n_keys);
                 }
                 kernels::dsa_indexer_logits(lp, ctx);
                 kernels::dsa_topk({.indices = positions.view().slice(0, r0, r1),
@@ -198,6 +208,7 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
             }
         }
         row += len;
+        key0 += n_keys;
     }
     return positions;
 }

@@ -28,11 +28,17 @@ int64_t dsa_gpu_logits_budget_bytes(int64_t free_outside_pool_bytes, int64_t dev
 // Query rows per logits slice for n_keys keys: the most rows whose [rows, n_keys] f32 logits fit the budget, >= 1.
 int64_t dsa_rows_per_slice(int64_t budget_bytes, int64_t n_keys);
 
-// Index keys of a stage's `full` indexer layers (shared layers store nothing), one PagedRowCache per layer on the
-// request page tables: f32 rows [head_dim], or in FP8 mode byte rows [head_dim e4m3 | f32 scale].
+// The default logits budget of the CUDA backend (bytes of one row slice of [rows, L] f32 logits).
+// TODO(#6): dsa_gpu_logits_budget_bytes(free memory outside the static pool, device memory), per forward.
+inline constexpr int64_t kDsaCudaLogitsBudgetBytes = int64_t{1} << 30;
+
+// Index keys of a stage's `full` indexer layers (shared layers store nothing), paged on the request page tables, on
+// the cache allocator's device: f32 rows [head_dim], or in FP8 mode e4m3 rows [head_dim] plus one f32 scale per row
+// (two paged caches with the same slots).
 class DsaIndexKCache final {
 public:
-    DsaIndexKCache(int64_t n_pages, int64_t head_dim, const std::vector<int64_t>& full_layers, bool fp8);
+    DsaIndexKCache(int64_t n_pages, int64_t head_dim, const std::vector<int64_t>& full_layers, bool fp8,
+                   Allocator& alloc = cpu_allocator());
 
     bool fp8() const { return fp8_; }
     int64_t head_dim() const { return head_dim_; }
@@ -40,26 +46,26 @@ public:
     // Bytes per token per full layer (4 * head_dim, or head_dim + 4 in FP8 mode).
     size_t row_bytes() const;
 
-    // k: [n, head_dim] f32 roped index keys of positions pos0 + i of the request owning `table` (FP8 mode: rotated
-    // and quantised here).
-    void write(int64_t layer, const kv_cache::PageTable& table, int64_t pos0, const TensorView& k,
-               const kernels::Context& ctx);
+    // k: [layout.n_tokens, head_dim] f32 roped index keys of the layout's chunk rows (sequence s: positions q_pos0[s]
+    // + i). FP8 mode: rotated and quantised here.
+    void write(int64_t layer, const BatchLayout& layout, const TensorView& k, const kernels::Context& ctx);
 
     struct Keys {
-        Tensor k;      // [n, head_dim] f32, or f8e4m3 in FP8 mode
-        Tensor scale;  // [n] f32 (FP8 mode), else undefined
+        Tensor k;      // [layout.total_keys, head_dim] f32, or f8e4m3 in FP8 mode
+        Tensor scale;  // [layout.total_keys] f32 (FP8 mode), else undefined
     };
-    // The keys of positions [0, n).
-    Keys gather(int64_t layer, const kv_cache::PageTable& table, int64_t n) const;
+    // Every sequence's keys of positions [0, prefix + chunk): rows [cu_seqlens_k[s], cu_seqlens_k[s+1]) are sequence
+    // s's (one paged gather for the batch).
+    Keys gather(int64_t layer, const BatchLayout& layout, const kernels::Context& ctx) const;
 
 private:
-    kv_cache::PagedRowCache& layer_cache(int64_t layer) const;
-    uint8_t* row_ptr(int64_t layer, const kv_cache::PageTable& table, int64_t pos) const;
+    size_t index(int64_t layer) const;
 
     int64_t head_dim_;
     bool fp8_;
     std::vector<int64_t> layers_;                                   // absolute layer ids, ascending
-    std::vector<std::unique_ptr<kv_cache::PagedRowCache>> caches_;  // one per entry of layers_
+    std::vector<std::unique_ptr<kv_cache::PagedRowCache>> caches_;  // one per entry of layers_: the keys
+    std::vector<std::unique_ptr<kv_cache::PagedRowCache>> scales_;  // FP8 mode: [1] f32 rows, one per entry
 };
 
 struct DsaIndexerDims {
@@ -78,14 +84,19 @@ public:
     [[nodiscard]] static Result<DsaIndexer> load(WeightReader& reader, const std::string& prefix,
                                                  const DsaIndexerDims& dims);
 
-    // Computes the batch's index keys from x [n_tokens, hidden] (the attention input) and writes them to `layer`.
-    void write_keys(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
-                    int64_t layer, DsaIndexKCache* cache, const kernels::Context& ctx) const;
+    // The indexer runs in f32 whatever the activation dtype (its ops are f32-only): its projections of bf16
+    // activations produce f32 directly (bf16 weights, fp32 accumulation).
 
-    // Key positions [n_tokens, top_k] i32 each query row attends to (ascending, -1 padded): every visible key when a
-    // row sees <= top_k of them, else the indexer's causal top-k over the sequence's cached keys (write_keys first).
-    // cq: [n_tokens, q_lora_rank] f32, the MLA q latent. Exact ties are broken as torch.topk does on a row of the
-    // sequence's prompt_len keys (when known, else prefix + chunk), i.e. as the unchunked transformers forward does.
+    // Computes the batch's index keys from x [n_tokens, hidden] (the attention input, f32 or bf16) and writes them to
+    // `layer`.
+    void write_keys(const BatchLayout& layout, const TensorView& x, const RopeTable& rope, int64_t layer,
+                    DsaIndexKCache* cache, const kernels::Context& ctx) const;
+
+    // Key positions [n_tokens, top_k] i32 on ctx's device each query row attends to (ascending, -1 padded): every
+    // visible key when a row sees <= top_k of them (rows filled from the host, once per sequence), else the indexer's
+    // causal top-k over the sequence's cached keys (write_keys first). cq: [n_tokens, q_lora_rank], the MLA q latent.
+    // Exact ties are broken as torch.topk does on a row of the sequence's prompt_len keys (when known, else prefix +
+    // chunk), i.e. as the unchunked transformers forward does.
     Tensor select(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, const TensorView& cq,
                   const RopeTable& rope, int64_t layer, const DsaIndexKCache& cache, int64_t logits_budget_bytes,
                   const kernels::Context& ctx) const;

@@ -164,9 +164,7 @@ int64_t logits_budget_bytes(const ModelOptions& options, const kernels::Context&
         case Device::kCPU:
             return kDsaCpuLogitsBudgetBytes;
         case Device::kCUDA:
-            // TODO(#6): dsa_gpu_logits_budget_bytes(free memory outside the static pool, device memory), per forward.
-            PENSTOCK_CHECK(false) << "DSA on CUDA: not yet";
-            return 0;
+            return kDsaCudaLogitsBudgetBytes;
     }
     return 0;
 }
@@ -203,7 +201,12 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         checkpoint.load(
             [&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
             loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
-    WeightReader r(&weights);
+    if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
+        return invalid_argument(
+            "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
+    }
+    WeightReader r(&weights, options.placement, options.dtype);
+    m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;
     PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));
@@ -241,12 +244,13 @@ std::unique_ptr<ModelCache> GlmDsaModel::create_cache(int64_t n_pages) const {
         if (dsa_.full_indexer[static_cast<size_t>(l)]) full.push_back(l);
     }
     return std::make_unique<DsaModelCache>(n_pages, config_.kv_lora_rank + config_.qk_rope_head_dim, range_.begin,
-                                           range_.end, dsa_.index_head_dim, full, options_.dsa_fp8_indexer);
+                                           range_.end, dsa_.index_head_dim, full, options_.dsa_fp8_indexer,
+                                           kernels::allocator_of(options_.placement), options_.dtype);
 }
 
 void GlmDsaModel::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
     PENSTOCK_CHECK(io_.embed.defined()) << "embed() called on a stage without the embedding";
-    act->hidden = Tensor::empty({layout.n_tokens, config_.hidden_size}, DType::kF32);
+    act->hidden = scratch(ctx, {layout.n_tokens, config_.hidden_size}, options_.dtype);
     kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
 }
 
@@ -275,8 +279,8 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     const bool dense = !sparse(batch);
     const int64_t budget = logits_budget_bytes(options_, ctx);
 
-    Tensor normed = Tensor::empty({n, h}, DType::kF32);
-    Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
+    Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
+    Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
     // Context parallelism: the attention block (MLA latents, index keys, top-k, sparse MLA) runs on the whole batch
     // on every cp rank (the input rows gathered, this rank's output rows kept); the FFN runs on this rank's rows.
     // TODO(#7): split the indexer and the sparse attention natively (all-gather only the chunk's index K).
@@ -289,23 +293,21 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
         const Tensor attn_in = layout.cp ? cp_gather_rows(layout, normed, ctx) : normed;
-        const Tensor attn_out = layout.cp ? Tensor::empty({whole.n_tokens, h}, DType::kF32) : sub_out;
+        const Tensor attn_out = layout.cp ? scratch(ctx, {whole.n_tokens, h}, act->hidden.dtype()) : sub_out;
         if (dense) {
             layer.attn->forward(batch, whole, attn_in, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
                                 attn_out, ctx);
-            if (layer.indexer) {
-                layer.indexer->write_keys(batch, whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
-            }
+            if (layer.indexer) layer.indexer->write_keys(whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
         } else {
             const MlaAttention::Projection proj = layer.attn->project(whole, attn_in, rope_, ctx);
-            int64_t row = 0;
-            for (const SeqChunk& s : batch.seqs) {  // the chunk's latents join the cache first
-                const auto len = static_cast<int64_t>(s.token_ids.size());
-                dsa_cache->latent.write(index, *s.pages, s.prefix_len, proj.kv.view().slice(0, row, row + len));
-                row += len;
-            }
+            kernels::paged_write({.cache = dsa_cache->latent.layer_view(index),  // the chunk's latents join first
+                                  .rows = proj.kv,
+                                  .page_table = whole.page_table,
+                                  .cu_rows = whole.cu_seqlens_q,
+                                  .pos0 = whole.q_pos0},
+                                 ctx);
             if (layer.indexer) {
-                layer.indexer->write_keys(batch, whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
+                layer.indexer->write_keys(whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
                 key_pos = layer.indexer->select(batch, whole, attn_in, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
             }
@@ -327,40 +329,47 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
                                 const kernels::Context& ctx) const {
     const MlaDims& d = layer.attn->dims();
     const int64_t n = layout.n_tokens;
-    const int64_t top_k = key_pos.size(1);
-    // Key positions -> rows of the paged latent cache viewed as [n_pages * page_size, latent_dim].
-    Tensor slots = Tensor::empty({n, top_k}, DType::kI32);
+    const DType act = x.dtype;
+    // Every sequence's latent rows of positions [0, prefix + chunk) (one paged gather, like the absorbed dense form):
+    // sequence s's key position p is row cu_seqlens_k[s] + p, so each sequence's selection indexes its own slice of
+    // the rows directly. sparse_mla_attention is f32-only: bf16 rows and queries are widened (exactly) first.
+    Tensor latent = scratch(ctx, {layout.total_keys, d.latent_dim()}, cache->latent.layer_view(index).dtype);
+    kernels::paged_gather({.out = latent,
+                           .cache = cache->latent.layer_view(index),
+                           .page_table = layout.page_table,
+                           .cu_rows = layout.cu_seqlens_k,
+                           .pos0 = layout.k_pos0},
+                          ctx);
+    const Tensor kv = to_f32_scratch(latent, ctx);
+    const Tensor q_abs = to_f32_scratch(layer.attn->absorb_q(proj.q, ctx), ctx);
+    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, DType::kF32);
+    Tensor lse = scratch(ctx, {n, d.n_heads}, DType::kF32);
     int64_t row = 0;
+    int64_t key0 = 0;
     for (const SeqChunk& s : batch.seqs) {
         const auto len = static_cast<int64_t>(s.token_ids.size());
-        for (int64_t r = row; r < row + len; ++r) {
-            for (int64_t j = 0; j < top_k; ++j) {
-                const int32_t pos = *key_pos.at<const int32_t>({r, j});
-                slots.ptr<int32_t>()[r * top_k + j] =
-                    pos < 0 ? -1
-                            : static_cast<int32_t>(
-                                  static_cast<int64_t>(s.pages->pages[static_cast<size_t>(pos / kv_cache::kPageSize)]) *
-                                      kv_cache::kPageSize +
-                                  pos % kv_cache::kPageSize);
-            }
+        const int64_t n_keys = s.prefix_len + len;
+        if (len > 0) {
+            const TensorView kv_seq = kv.view().slice(0, key0, key0 + n_keys);
+            kernels::sparse_mla_attention({.out = o_lat.view().slice(0, row, row + len),
+                                           .lse = lse.view().slice(0, row, row + len),
+                                           .q = q_abs.view().slice(0, row, row + len),
+                                           .kv = kv_seq,
+                                           .v = kv_seq.slice(1, 0, d.kv_lora_rank),
+                                           .indices = key_pos.slice(0, row, row + len),
+                                           .scale = softmax_scale_},
+                                          ctx);
         }
         row += len;
+        key0 += n_keys;
     }
-    const TensorView& layer_view = cache->latent.layer_view(index);  // [n_pages, page_size, latent_dim]
-    const TensorView kv = layer_view.reshape({layer_view.size(0) * layer_view.size(1), d.latent_dim()});
-    const Tensor q_abs = layer.attn->absorb_q(proj.q, ctx);
-    Tensor o_lat = Tensor::empty({n, d.n_heads, d.kv_lora_rank}, DType::kF32);
-    Tensor lse = Tensor::empty({n, d.n_heads}, DType::kF32);
-    kernels::sparse_mla_attention({.out = o_lat,
-                                   .lse = lse,
-                                   .q = q_abs,
-                                   .kv = kv,
-                                   .v = kv.slice(1, 0, d.kv_lora_rank),
-                                   .indices = slots,
-                                   .scale = softmax_scale_},
-                                  ctx);
-    Tensor attn_out = Tensor::empty({n, d.n_heads * d.v_head_dim}, DType::kF32);
-    layer.attn->absorb_out(o_lat, attn_out, ctx);
+    Tensor o_act = o_lat;
+    if (act != DType::kF32) {
+        o_act = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, act);
+        kernels::copy({.out = o_act, .in = o_lat}, ctx);
+    }
+    Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, act);
+    layer.attn->absorb_out(o_act, attn_out, ctx);
     layer.attn->output(x, attn_out, out, ctx);
 }
 

@@ -34,13 +34,15 @@ struct DsaConfig {
 // list, else first_k_dense_replace dense layers then sparse. Errors name the field.
 [[nodiscard]] Result<DsaConfig> parse_dsa_config(const loader::ModelConfig& config);
 
-// A DSA stage's cache: the MLA latent rows of every layer and the index keys of its full layers.
+// A DSA stage's cache on `alloc`'s device: the MLA latent rows of every layer (`dtype`, the activation dtype) and the
+// index keys of its full layers (f32, or FP8).
 class DsaModelCache final : public ModelCache {
 public:
     DsaModelCache(int64_t n_pages, int64_t latent_dim, int64_t layer_begin, int64_t layer_end, int64_t index_head_dim,
-                  const std::vector<int64_t>& full_layers, bool fp8_indexer)
-        : latent(n_pages, latent_dim, layer_begin, layer_end, DType::kF32),
-          index_k(n_pages, index_head_dim, full_layers, fp8_indexer) {}
+                  const std::vector<int64_t>& full_layers, bool fp8_indexer, Allocator& alloc = cpu_allocator(),
+                  DType dtype = DType::kF32)
+        : latent(n_pages, latent_dim, layer_begin, layer_end, dtype, alloc),
+          index_k(n_pages, index_head_dim, full_layers, fp8_indexer, alloc) {}
     kv_cache::PagedRowCache latent;
     DsaIndexKCache index_k;
 };

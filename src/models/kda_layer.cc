@@ -81,7 +81,7 @@ Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& pref
         conv_k = host_rows(ck, cols);
         conv_v = host_rows(cv, cols);
     }
-    a.conv_weight_ = r.place(stack_rows({&conv_q, &conv_k, &conv_v}));
+    a.conv_weight_ = r.place_f32(stack_rows({&conv_q, &conv_k, &conv_v}));  // short_conv reads it in f32
 
     PENSTOCK_ASSIGN_OR_RETURN(
         a.f_a_proj_,
@@ -90,8 +90,9 @@ Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& pref
                                                             qkv, d.head_dim, cols, false));
     const std::string a_log_name = pick(r, prefix, "A_log", "forget_gate.A_log", "");
     if (r.shape_of(a_log_name) == Shape{1, 1, d.n_heads, 1}) {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, r.take_slice(a_log_name, {1, 1, d.n_heads, 1}, 2, heads.begin, heads.end));
-        a.a_log_ = t.reshape({heads.size()});
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor t,
+                                  r.take_host_slice(a_log_name, {1, 1, d.n_heads, 1}, 2, heads.begin, heads.end));
+        a.a_log_ = r.place_f32(t.reshape({heads.size()}));
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(a.a_log_, r.take_slice(a_log_name, {d.n_heads}, 0, heads.begin, heads.end));
     }
@@ -117,9 +118,11 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     const int64_t qkv = d.qkv_dim();
     const int64_t hd = d.head_dim;
 
+    // The KDA ops are f32-only: every projection feeding them produces f32 (bf16 activations and weights multiply
+    // with fp32 accumulation), the layer runs in f32 and only o_proj's input returns to the activation dtype.
     // [n, 3 qkv] = short_conv_silu(x @ [Wq; Wk; Wv]^T), continuing each request's conv window.
-    Tensor mixed = linear_new(qkv_proj_, x, ctx);
-    Tensor conv = Tensor::empty({n, 3 * qkv}, DType::kF32);
+    Tensor mixed = linear_new_f32(qkv_proj_, x, ctx);
+    Tensor conv = scratch(ctx, {n, 3 * qkv}, DType::kF32);
     kernels::short_conv({.out = conv,
                          .in = mixed,
                          .weight = conv_weight_,
@@ -134,7 +137,7 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     kernels::l2norm({.out = k, .in = k, .eps = 1e-6f}, ctx);
 
     // g [n, n_heads, head_dim] from the low-rank forget gate; beta [n, n_heads].
-    Tensor f = linear_new(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
+    Tensor f = linear_new_f32(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
     const TensorView f3 = f.view().reshape({n, d.n_heads, hd});
     kernels::kda_gate({.out = f3,
                        .f = f3,
@@ -143,10 +146,10 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                        .form = options_.gate_form,
                        .lower_bound = options_.gate_lower_bound},
                       ctx);
-    Tensor beta = linear_new(b_proj_, x, ctx);
+    Tensor beta = linear_new_f32(b_proj_, x, ctx);
     kernels::sigmoid({.out = beta, .in = beta}, ctx);
 
-    Tensor o = Tensor::empty({n, d.n_heads, hd}, DType::kF32);
+    Tensor o = scratch(ctx, {n, d.n_heads, hd}, DType::kF32);
     kernels::gated_delta_rule_chunk({.out = o,
                                      .q = q,
                                      .k = k,
@@ -160,8 +163,8 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                                      .chunk_size = options_.chunk_size},
                                     ctx);
 
-    Tensor gate = g_proj_.weight.defined() ? linear_new(g_proj_, x, ctx)
-                                           : linear_new(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
+    Tensor gate = g_proj_.weight.defined() ? linear_new_f32(g_proj_, x, ctx)
+                                           : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
     const TensorView o_rows = o.view().reshape({n * d.n_heads, hd});
     kernels::gated_rms_norm({.out = o_rows,
                              .in = o_rows,
@@ -169,7 +172,13 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                              .weight = o_norm_,
                              .eps = options_.norm_eps},
                             ctx);
-    linear_forward(o_proj_, o.view().reshape({n, qkv}), out, ctx);
+    if (out.dtype == DType::kF32) {
+        linear_forward(o_proj_, o.view().reshape({n, qkv}), out, ctx);
+    } else {
+        Tensor o_act = scratch(ctx, {n, qkv}, out.dtype);
+        kernels::copy({.out = o_act, .in = o.view().reshape({n, qkv})}, ctx);
+        linear_forward(o_proj_, o_act, out, ctx);
+    }
     tp_.all_reduce_sum(out, ctx);
 }
 

@@ -170,10 +170,19 @@ int64_t KimiConfig::n_bank_rows(int64_t n_layers) const {
 }
 
 KimiLinearCache::KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::vector<int64_t>& mla_layers,
-                                 int64_t latent_dim, int64_t n_kda_layers, const kv_cache::KdaStateShape& shape)
-    : states_(n_slots, n_kda_layers, shape), slots_(&states_) {
+                                 int64_t latent_dim, int64_t n_kda_layers, const kv_cache::KdaStateShape& shape,
+                                 const kernels::Context& placement, DType dtype)
+    : states_(n_slots, n_kda_layers, shape, kernels::allocator_of(placement),
+              placement.device == Device::kCPU
+                  ? kv_cache::StateMemoryOps{}
+                  : kv_cache::StateMemoryOps{
+                        .copy = [placement](const TensorView& dst,
+                                            const TensorView& src) { kernels::transfer({.out = dst, .in = src}, placement); },
+                        .zero = [placement](const TensorView& dst) { kernels::fill({.out = dst, .value = 0.0f}, placement); }}),
+      slots_(&states_) {
     for (int64_t l : mla_layers) {
-        latent_[l] = std::make_unique<kv_cache::PagedRowCache>(n_pages, latent_dim, l, l + 1, DType::kF32);
+        latent_[l] = std::make_unique<kv_cache::PagedRowCache>(n_pages, latent_dim, l, l + 1, dtype,
+                                                               kernels::allocator_of(placement));
     }
 }
 
@@ -183,14 +192,18 @@ kv_cache::PagedRowCache* KimiLinearCache::latent(int64_t layer) {
     return it->second.get();
 }
 
-Tensor KimiLinearCache::slots_for(const ForwardBatch& batch) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(batch.seqs.size())}, DType::kI32);
+Tensor KimiLinearCache::slots_for(const ForwardBatch& batch, const kernels::Context& ctx) {
+    const auto n_seqs = static_cast<int64_t>(batch.seqs.size());
+    Tensor t = Tensor::empty({n_seqs}, DType::kI32);
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
         const int32_t slot = slots_.slot(batch.seqs[s].request_id);
         if (batch.seqs[s].prefix_len == 0) states_.reset(slot);
         t.ptr<int32_t>()[s] = slot;
     }
-    return t;
+    if (ctx.device == Device::kCPU) return t;
+    Tensor d = scratch(ctx, {n_seqs}, DType::kI32);
+    kernels::transfer({.out = d, .in = t}, ctx);
+    return d;
 }
 
 Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& config,
@@ -231,14 +244,18 @@ Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& 
         checkpoint.load(wanted, loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
     loader::WeightMap weights;
     for (auto& [name, tensor] : loaded) weights.emplace(std::string(strip(name)), std::move(tensor));
-    WeightReader r(&weights);
+    if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
+        return invalid_argument(
+            "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
+    }
+    WeightReader r(&weights, options.placement, options.dtype);
     const int64_t h = config.hidden_size;
     const bool attn_res = m->kimi_.attn_res_block_size > 0;
     PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));
     if (m->is_last_stage()) {
         if (attn_res) {
-            PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take("model.output_attn_res_proj.weight", {1, h}));
-            m->output_res_.query = q.reshape({h});
+            PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take_host("model.output_attn_res_proj.weight", {1, h}));
+            m->output_res_.query = r.place_f32(q.reshape({h}));
             PENSTOCK_ASSIGN_OR_RETURN(m->output_res_.norm, r.take("model.output_attn_res_norm.weight", {h}));
         }
     }
@@ -288,8 +305,8 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
     }
     if (kimi_.attn_res_block_size > 0) {
         for (auto [site, res] : {std::pair{"self_attention", &layer.attn_res}, std::pair{"mlp", &layer.mlp_res}}) {
-            PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take(p + "." + site + "_res_proj.weight", {1, h}));
-            res->query = q.reshape({h});
+            PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take_host(p + "." + site + "_res_proj.weight", {1, h}));
+            res->query = r.place_f32(q.reshape({h}));
             PENSTOCK_ASSIGN_OR_RETURN(res->norm, r.take(p + "." + site + "_res_norm.weight", {h}));
         }
     }
@@ -307,16 +324,17 @@ std::unique_ptr<ModelCache> KimiLinearModel::create_cache(int64_t n_pages) const
                                         .conv_channels = d.conv_channels()};
     const int64_t n_slots = std::min(n_pages, options_.max_state_slots);
     return std::make_unique<KimiLinearCache>(n_pages, n_slots, mla_layers_,
-                                             config_.kv_lora_rank + config_.qk_rope_head_dim, n_kda_layers_, shape);
+                                             config_.kv_lora_rank + config_.qk_rope_head_dim, n_kda_layers_, shape,
+                                             options_.placement, options_.dtype);
 }
 
 void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const kernels::Context& ctx) const {
     PENSTOCK_CHECK(io_.embed.defined()) << "embed() called on a stage without the embedding";
     const int64_t h = config_.hidden_size;
-    act->hidden = Tensor::empty({layout.n_tokens, h}, DType::kF32);
+    act->hidden = scratch(ctx, {layout.n_tokens, h}, options_.dtype);
     kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
-    if (kimi_.attn_res_block_size > 0) {
-        act->bank = Tensor::zeros({layout.n_tokens, kimi_.n_bank_rows(config_.num_hidden_layers), h}, DType::kF32);
+    if (kimi_.attn_res_block_size > 0) {  // f32 whatever the activation dtype: attn_res_mix reads it in f32
+        act->bank = scratch_filled(ctx, {layout.n_tokens, kimi_.n_bank_rows(config_.num_hidden_layers), h}, 0.0f);
     }
 }
 
@@ -328,7 +346,7 @@ void KimiLinearModel::attention(const Layer& layer, int64_t index, const Forward
         // layer on the gathered rows (identical state updates everywhere) and keeps its own output rows.
         const BatchLayout& whole = layout.cp->full;
         const Tensor x_all = cp_gather_rows(layout, x, ctx);
-        Tensor out_all = Tensor::empty({whole.n_tokens, out.size(1)}, DType::kF32);
+        Tensor out_all = scratch(ctx, {whole.n_tokens, out.size(1)}, out.dtype);
         layer.kda->forward(whole, x_all, cache->states().recurrent(layer.kda_slot_layer),
                            cache->states().conv(layer.kda_slot_layer), slots, out_all, ctx);
         kernels::copy({.out = out, .in = cp_own_rows(layout, out_all, ctx)}, ctx);
@@ -344,7 +362,7 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
                                      ModelCache* cache, const kernels::Context& ctx) const {
     auto* kc = dynamic_cast<KimiLinearCache*>(cache);
     PENSTOCK_CHECK(kc != nullptr) << "kimi_linear needs the cache it created";
-    const Tensor slots = kc->slots_for(batch);
+    const Tensor slots = kc->slots_for(batch, ctx);
     if (kimi_.attn_res_block_size > 0) {
         forward_layers_attn_res(batch, layout, act, kc, slots, ctx);
         return;
@@ -352,8 +370,8 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
     const int64_t n = layout.n_tokens;
     const int64_t h = config_.hidden_size;
     const auto eps = static_cast<float>(config_.rms_norm_eps);
-    Tensor normed = Tensor::empty({n, h}, DType::kF32);
-    Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
+    Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
+    Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
@@ -372,13 +390,19 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
 
 void KimiLinearModel::attn_res_read(const Activations& act, int64_t n_rows, const ResidualQuery& q,
                                     const TensorView& out, const kernels::Context& ctx) const {
-    kernels::attn_res_mix({.out = out,
+    // attn_res_mix is f32-only: with bf16 activations the partial sum goes in and the mix comes out through f32.
+    const bool f32 = act.hidden.dtype() == DType::kF32;
+    const Tensor partial = to_f32_scratch(act.hidden, ctx);
+    Tensor mixed;
+    if (!f32) mixed = scratch(ctx, out.shape_vec(), DType::kF32);
+    kernels::attn_res_mix({.out = f32 ? out : mixed.view(),
                            .bank = act.bank.view().slice(1, 0, n_rows),
-                           .partial = act.hidden,
+                           .partial = partial,
                            .query = q.query,
                            .norm_weight = q.norm,
                            .eps = static_cast<float>(config_.rms_norm_eps)},
                           ctx);
+    if (!f32) kernels::copy({.out = out, .in = mixed}, ctx);
 }
 
 // Block AttnRes (MODELS.md §3.6): act->hidden is the partial block sum p, act->bank the completed block rows.
@@ -390,23 +414,20 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
     const int64_t block = kimi_.attn_res_block_size;
     const auto eps = static_cast<float>(config_.rms_norm_eps);
     PENSTOCK_CHECK(act->bank.defined()) << "AttnRes needs the bank from embed() / the previous stage";
-    Tensor mixed = Tensor::empty({n, h}, DType::kF32);
-    Tensor sub_out = Tensor::empty({n, h}, DType::kF32);
+    Tensor mixed = scratch(ctx, {n, h}, act->hidden.dtype());
+    Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         int64_t rows = kimi_.n_bank_rows(index);  // completed rows before this layer
         if (rows == 0) {
-            std::memcpy(mixed.ptr<float>(), act->hidden.ptr<const float>(), act->hidden.nbytes());
+            kernels::copy({.out = mixed, .in = act->hidden}, ctx);
         } else {
             attn_res_read(*act, rows, layer.attn_res, mixed, ctx);
         }
         if (index % block == 0) {  // the partial sum becomes a completed block row; a new block starts at 0
-            for (int64_t t = 0; t < n; ++t) {
-                std::memcpy(act->bank.view().at<float>({t, rows}), act->hidden.ptr<const float>() + t * h,
-                            static_cast<size_t>(h) * sizeof(float));
-            }
-            std::memset(act->hidden.ptr<float>(), 0, act->hidden.nbytes());
+            kernels::copy({.out = act->bank.view().select(1, rows), .in = act->hidden}, ctx);
+            kernels::fill({.out = act->hidden, .value = 0.0f}, ctx);
             ++rows;
         }
         kernels::rms_norm({.out = mixed, .in = mixed, .weight = layer.input_norm, .eps = eps}, ctx);
@@ -428,7 +449,7 @@ Tensor KimiLinearModel::compute_logits(const BatchLayout& layout, const Activati
     const int64_t h = config_.hidden_size;
     Tensor final_hidden;  // [n_tokens, hidden]: the stream, or the AttnRes output read
     if (kimi_.attn_res_block_size > 0) {
-        final_hidden = Tensor::empty({layout.n_tokens, h}, DType::kF32);
+        final_hidden = scratch(ctx, {layout.n_tokens, h}, act.hidden.dtype());
         attn_res_read(act, kimi_.n_bank_rows(config_.num_hidden_layers), output_res_, final_hidden, ctx);
     } else {
         final_hidden = act.hidden;

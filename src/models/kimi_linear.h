@@ -40,8 +40,10 @@ struct KimiConfig {
 // the KDA state pool (one slot per admitted request, every KDA layer).
 class KimiLinearCache final : public ModelCache {
 public:
+    // Latent rows (`dtype`) and KDA states (f32) on `placement`'s device.
     KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::vector<int64_t>& mla_layers, int64_t latent_dim,
-                    int64_t n_kda_layers, const kv_cache::KdaStateShape& shape);
+                    int64_t n_kda_layers, const kv_cache::KdaStateShape& shape,
+                    const kernels::Context& placement = kernels::Context{}, DType dtype = DType::kF32);
 
     [[nodiscard]] Status admit(int64_t request_id) override { return slots_.acquire(request_id); }
     void release(int64_t request_id) override { slots_.release(request_id); }
@@ -49,9 +51,10 @@ public:
 
     kv_cache::PagedRowCache* latent(int64_t layer);
     kv_cache::KdaStatePool& states() { return states_; }
-    // [n_seqs] i32: each batch sequence's state slot (every request must have been admitted). A sequence whose chunk
-    // starts at position 0 gets its state zeroed first: it starts over, as its KV positions do.
-    Tensor slots_for(const ForwardBatch& batch);
+    // [n_seqs] i32 on ctx's device: each batch sequence's state slot (every request must have been admitted), built
+    // on the host from the batch and transferred once per forward. A sequence whose chunk starts at position 0 gets
+    // its state zeroed first: it starts over, as its KV positions do.
+    Tensor slots_for(const ForwardBatch& batch, const kernels::Context& ctx);
 
 private:
     std::map<int64_t, std::unique_ptr<kv_cache::PagedRowCache>> latent_;

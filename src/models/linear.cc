@@ -65,6 +65,19 @@ Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Conte
     return out;
 }
 
+Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx) {
+    Tensor out = scratch(ctx, {x.size(0), layer.out_features()}, DType::kF32);
+    linear_forward(layer, x, out, ctx);
+    return out;
+}
+
+Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx) {
+    if (x.dtype() == DType::kF32) return x;
+    Tensor out = scratch(ctx, x.view().shape_vec(), DType::kF32);
+    kernels::copy({.out = out, .in = x}, ctx);
+    return out;
+}
+
 Result<EmbedHead> EmbedHead::load(WeightReader& r, const loader::ModelConfig& config, bool first_stage,
                                   bool last_stage, const TensorParallel& tp) {
     EmbedHead e;

@@ -141,8 +141,15 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
 void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
                           const kernels::Context& ctx) const {
     if (variant_.output_gate) {
-        Tensor gate = linear_new(g_proj_, x, ctx);
-        kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
+        Tensor gate = linear_new_f32(g_proj_, x, ctx);
+        if (attn_out.dtype == DType::kF32) {
+            kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
+        } else {  // sigmoid_gate is f32-only: gate the output in f32 and round it once (bf16 activations)
+            Tensor o = scratch(ctx, attn_out.shape_vec(), DType::kF32);
+            kernels::copy({.out = o, .in = attn_out}, ctx);
+            kernels::sigmoid_gate({.out = o, .in = o, .gate = gate}, ctx);
+            kernels::copy({.out = attn_out, .in = o}, ctx);
+        }
     }
     linear_forward(o_proj_, attn_out, out, ctx);
     tp_.all_reduce_sum(out, ctx);

@@ -40,7 +40,7 @@ struct ModelOptions {
     // allocates min(n_pages, max_state_slots) slots).
     int64_t max_state_slots = 256;
     // Where the weights and caches live and the context used to place them (its device, allocator and stream).
-    // Default: the host. Families whose ops are not yet on CUDA refuse a CUDA placement at load (Unimplemented).
+    // Default: the host. Every family runs on either device.
     kernels::Context placement{};
     // Activations, KV cache and matrix weights on the placement device: kF32, or kBF16 (CUDA only; norms, router
     // bias, RoPE tables, attention LSE and routing weights stay fp32; router logits and lm_head output are fp32).

@@ -16,10 +16,6 @@ Result<std::unique_ptr<Model>> load_model(const loader::ModelConfig& config, con
                                           loader::LoadStats* stats) {
     PENSTOCK_RETURN_IF_ERROR(options.tp.validate());
     if (config.model_type == "deepseek_v3") return DeepseekV3Model::load(config, checkpoint, range, options, stats);
-    if (options.placement.device != Device::kCPU && is_supported_model_type(config.model_type)) {
-        // TODO(#6): the DSA indexer / sparse MLA and KDA ops have no CUDA kernels yet.
-        return unimplemented("model_type '" + config.model_type + "' runs on the cpu backend only in this build");
-    }
     if (config.model_type == "glm_moe_dsa" || config.model_type == "deepseek_v32") {
         return load_glm_dsa_model(config, checkpoint, range, options, stats);
     }

@@ -22,7 +22,11 @@ Tensor WeightReader::place(Tensor host) const {
         for (int64_t i = 0; i < host.numel(); ++i) b.ptr<uint16_t>()[i] = float_to_bf16(host.ptr<const float>()[i]);
         host = std::move(b);
     }
-    if (placement_.device == Device::kCPU) return host;
+    return place_f32(std::move(host));
+}
+
+Tensor WeightReader::place_f32(Tensor host) const {
+    if (!host.defined() || placement_.device == Device::kCPU) return host;
     Tensor d = Tensor::empty(host.view().shape_vec(), host.dtype(), kernels::allocator_of(placement_));
     kernels::transfer({.out = d, .in = host}, placement_);
     return d;

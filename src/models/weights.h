@@ -31,6 +31,9 @@ public:
                                                  int64_t end);
     // A host tensor moved to the placement device (the same tensor on the CPU).
     Tensor place(Tensor host) const;
+    // Like place() but never converts to the matrix dtype: for weights that f32-only ops read whatever the
+    // activation dtype (e.g. the KDA short-conv kernel [channels, kernel]).
+    Tensor place_f32(Tensor host) const;
     // Like take() but absent is fine (returns an undefined Tensor).
     [[nodiscard]] Result<Tensor> take_optional(const std::string& name, const Shape& shape);
     bool contains(const std::string& name) const { return weights_->count(name) != 0; }

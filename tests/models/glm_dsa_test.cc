@@ -284,9 +284,19 @@ TEST(GlmDsa, IndexKCacheRows) {
         EXPECT_EQ(cache.row_bytes(), fp8 ? 132u : 512u);
         EXPECT_TRUE(cache.has_layer(3));
         EXPECT_FALSE(cache.has_layer(1));
-        cache.write(3, table, 0, k.view().slice(0, 0, 70), ctx);  // two chunks, crossing a page boundary
-        cache.write(3, table, 70, k.view().slice(0, 70, n), ctx);
-        const auto keys = cache.gather(3, table, n);
+        // Two chunks, crossing a page boundary; the second chunk's layout gathers all n keys.
+        auto layout_of = [&](int64_t prefix, int64_t len) {
+            models::ForwardBatch batch;
+            batch.seqs.push_back(models::SeqChunk{.request_id = 7,
+                                                  .token_ids = std::vector<int32_t>(static_cast<size_t>(len), 1),
+                                                  .prefix_len = prefix,
+                                                  .pages = &table});
+            return models::BatchLayout::build(batch);
+        };
+        cache.write(3, layout_of(0, 70), k.view().slice(0, 0, 70), ctx);
+        const models::BatchLayout second = layout_of(70, n - 70);
+        cache.write(3, second, k.view().slice(0, 70, n), ctx);
+        const auto keys = cache.gather(3, second, ctx);
         if (!fp8) {
             EXPECT_EQ(std::memcmp(keys.k.ptr<const float>(), vals.data(), vals.size() * sizeof(float)), 0);
             continue;
