@@ -43,9 +43,10 @@ public:
                                                    const KdaOptions& options,
                                                    const TensorParallel& tp = TensorParallel{});
 
-    // out[n_tokens, hidden] = KDA(x) for the batch. x: [n_tokens, hidden] f32 (input-normalised). Sequence s reads and
-    // updates slot state_slots[s] of recurrent_state [n_slots, n_heads, head_dim, head_dim] and conv_state
-    // [n_slots, conv_kernel - 1, 3 qkv] (a new request's slot is zero).
+    // out[n_tokens, hidden] = KDA(x) for the batch. x: [n_tokens, hidden] (input-normalised) and out in the
+    // activation dtype (f32 or bf16; the layer computes in f32 between its projections). Sequence s reads and updates
+    // slot state_slots[s] ([n_seqs] i32 on ctx's device) of recurrent_state [n_slots, n_heads, head_dim, head_dim] f32
+    // and conv_state [n_slots, conv_kernel - 1, 3 qkv] f32 (a new request's slot is zero).
     void forward(const BatchLayout& layout, const TensorView& x, const TensorView& recurrent_state,
                  const TensorView& conv_state, const TensorView& state_slots, const TensorView& out,
                  const kernels::Context& ctx) const;
