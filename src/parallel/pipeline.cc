@@ -375,6 +375,12 @@ Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, Pipel
     std::deque<std::vector<Piece>> pending;  // per in-flight micro-batch: where its logit rows go
     const auto drain_one = [&]() -> Status {
         PENSTOCK_ASSIGN_OR_RETURN(Tensor out, pipe->collect());
+        int64_t expected = 0;
+        for (const Piece& p : pending.front()) expected += p.len;
+        if (out.ndim() != 2 || out.size(0) != expected || out.size(1) != vocab) {
+            return data_loss("pipeline: the last stage returned logits " + out.view().shape_string() + " for " +
+                             std::to_string(expected) + " rows");
+        }
         int64_t row = 0;
         for (const Piece& p : pending.front()) {
             std::memcpy(logits[static_cast<size_t>(p.prompt)].ptr<float>() + p.offset * vocab,
