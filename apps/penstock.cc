@@ -205,18 +205,14 @@ Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
 Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& args, ForwardSetup* setup) {
     using parallel::Agreement;
     const loader::ModelConfig& c = setup->config;
-    const std::vector<parallel::TwoEndedSetting> settings = {
-        {"stage message protocol", parallel::kStageVersion, Agreement::kFatal},
-        {"--model (type, hidden size, layers, vocab)",
-         parallel::fingerprint(c.model_type + "/" + std::to_string(c.hidden_size) + "/" +
-                               std::to_string(c.num_hidden_layers) + "/" + std::to_string(c.vocab_size)),
-         Agreement::kFatal},
+    std::vector<parallel::TwoEndedSetting> settings = parallel::pipeline_identity_settings(c);
+    settings.insert(settings.end(), {
         {"--dtype", static_cast<int64_t>(setup->options.dtype), Agreement::kFatal},
         {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
         {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
         {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
         {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
-    };
+    });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->options.mla_form = static_cast<models::MlaForm>(agreed.values[4]);

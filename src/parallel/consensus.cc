@@ -1,6 +1,8 @@
 // Two-ended settings consensus over a communicator.
 #include "parallel/consensus.h"
 
+#include "parallel/pipeline.h"
+
 namespace penstock::parallel {
 
 int64_t fingerprint(const std::string& text) {
@@ -54,6 +56,14 @@ Result<ConsensusResult> agree_settings(Communicator& group, const std::vector<Tw
         out.values.push_back(stage0);
     }
     return out;
+}
+
+std::vector<TwoEndedSetting> pipeline_identity_settings(const loader::ModelConfig& c) {
+    return {{"stage message protocol", kStageVersion, Agreement::kFatal},
+            {"--model (type, hidden size, layers, vocab)",
+             fingerprint(c.model_type + "/" + std::to_string(c.hidden_size) + "/" + std::to_string(c.num_hidden_layers) +
+                         "/" + std::to_string(c.vocab_size)),
+             Agreement::kFatal}};
 }
 
 }  // namespace penstock::parallel

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "loader/model_config.h"
 #include "parallel/communicator.h"
 
 namespace penstock::parallel {
@@ -31,5 +32,9 @@ struct ConsensusResult {
 
 // A stable 63-bit fingerprint of a string (FNV-1a), for settings such as the model identity.
 int64_t fingerprint(const std::string& text);
+
+// The settings every pipeline start-up agrees on first, both fatal on mismatch: the stage message protocol version and
+// the model's identity (type, hidden size, layers, vocabulary).
+std::vector<TwoEndedSetting> pipeline_identity_settings(const loader::ModelConfig& config);
 
 }  // namespace penstock::parallel

@@ -28,17 +28,13 @@ using json = nlohmann::json;
 Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, ServeSetup* setup, bool* eager_bank) {
     using parallel::Agreement;
     const loader::ModelConfig& c = setup->config;
-    const std::vector<parallel::TwoEndedSetting> settings = {
-        {"stage message protocol", parallel::kStageVersion, Agreement::kFatal},
-        {"--model (type, hidden size, layers, vocab)",
-         parallel::fingerprint(c.model_type + "/" + std::to_string(c.hidden_size) + "/" +
-                               std::to_string(c.num_hidden_layers) + "/" + std::to_string(c.vocab_size)),
-         Agreement::kFatal},
+    std::vector<parallel::TwoEndedSetting> settings = parallel::pipeline_identity_settings(c);
+    settings.insert(settings.end(), {
         {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
         {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
         {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
         {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
-    };
+    });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[3]);
