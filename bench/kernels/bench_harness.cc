@@ -18,11 +18,13 @@ BenchContext::BenchContext(const BenchOptions& options, cuda::DeviceProperties p
     flush_ = Tensor::empty({static_cast<int64_t>(flush_bytes)}, DType::kU8, alloc_);
 }
 
-Timing BenchContext::time(const std::function<void()>& op) {
-    for (int i = 0; i < options_.warmup; ++i) op();
+Timing BenchContext::time(const std::function<void()>& op) { return time(op, options_.warmup, options_.reps); }
+
+Timing BenchContext::time(const std::function<void()>& op, int warmup, int reps) {
+    for (int i = 0; i < warmup; ++i) op();
     std::vector<double> us;
-    us.reserve(static_cast<size_t>(options_.reps));
-    for (int i = 0; i < options_.reps; ++i) {
+    us.reserve(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
         cuda::fill_bytes_async(flush_, i & 0xff, stream_);
         start_.record(stream_);
         op();
@@ -32,7 +34,7 @@ Timing BenchContext::time(const std::function<void()>& op) {
     }
     std::sort(us.begin(), us.end());
     Timing t;
-    t.reps = options_.reps;
+    t.reps = reps;
     if (us.empty()) return t;
     t.median_us = us[us.size() / 2];
     t.min_us = us.front();

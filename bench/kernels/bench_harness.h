@@ -21,7 +21,7 @@ struct BenchOptions {
     int device = 0;
     int warmup = 10;
     int reps = 100;
-    std::string only;  // run only this benchmark ("copy", "rms_norm", "gemm", "attention"); empty runs all
+    std::string only;  // run only this benchmark ("copy", "rms_norm", "gemm", "attention", "mla"); empty runs all
 };
 
 struct Timing {
@@ -39,6 +39,8 @@ public:
     // Runs `op` (which enqueues on stream()) options.warmup times, then options.reps timed times with an L2 flush
     // before each. The flush is outside the timed interval.
     Timing time(const std::function<void()>& op);
+    // The same with this call's own warm-up and rep counts (slow baselines).
+    Timing time(const std::function<void()>& op, int warmup, int reps);
     // A JSON object with the fields every result line carries (bench, gpu, cc, driver, runtime, commit).
     nlohmann::json base_record(const std::string& bench) const;
     // Adds time, bandwidth for `bytes` moved and % of kH200CopyGBps to `record` and prints it as one line.
@@ -62,5 +64,6 @@ void run_copy_bench(BenchContext& ctx);
 void run_rms_norm_bench(BenchContext& ctx);
 void run_gemm_bench(BenchContext& ctx);
 void run_attention_bench(BenchContext& ctx);
+void run_mla_bench(BenchContext& ctx);
 
 }  // namespace penstock::bench

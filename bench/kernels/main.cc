@@ -1,5 +1,5 @@
-// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention]: runs the per-op
-// GPU benchmarks and prints one JSON line per config. Exits 2 with a message when there is no usable GPU.
+// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla]: runs the
+// per-op GPU benchmarks and prints one JSON line per config. Exits 2 with a message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,7 +11,7 @@
 namespace {
 
 int usage(const char* argv0) {
-    std::fprintf(stderr, "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention]\n",
+    std::fprintf(stderr, "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla]\n",
                  argv0);
     return 1;
 }
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     }
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
-        options.only != "attention")
+        options.only != "attention" && options.only != "mla")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -51,5 +51,6 @@ int main(int argc, char** argv) {
     if (options.only.empty() || options.only == "rms_norm") penstock::bench::run_rms_norm_bench(ctx);
     if (options.only.empty() || options.only == "gemm") penstock::bench::run_gemm_bench(ctx);
     if (options.only.empty() || options.only == "attention") penstock::bench::run_attention_bench(ctx);
+    if (options.only.empty() || options.only == "mla") penstock::bench::run_mla_bench(ctx);
     return 0;
 }

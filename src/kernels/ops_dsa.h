@@ -62,6 +62,8 @@ struct DsaQuantizeFp8Params {
 // kv is typically a paged latent cache layer viewed as [n_pages * page_size, latent_dim] with indices = slots, and v
 // the first d_v columns of the same rows. A row with no index gets out = 0, lse = -inf. With indices = every visible
 // key in ascending order this is exactly (bit for bit, in the reference) the causal kernels::attention over those rows.
+// The reference is f32 only. On CUDA, q / kv / v may also be bf16 (out bf16 or f32, lse f32): a tensor-core kernel
+// (kernels/cuda/mla_tc.h) that needs d_qk 576 / d_v 512, v = kv[:, :512] and 16-byte aligned rows.
 struct SparseMlaAttentionParams {
     TensorView out;      // [n_rows, n_heads, d_v] f32 (out)
     TensorView lse;      // [n_rows, n_heads] f32 (out)

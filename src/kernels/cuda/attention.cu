@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/mla_tc.h"
 
 namespace penstock::cuda {
 
@@ -230,6 +231,11 @@ void attention(const kernels::AttentionParams& p, void* stream) {
     check_meta(p.k_pos0, n_seqs, "k_pos0");
     PENSTOCK_CHECK(total_q < (int64_t{1} << 31) && total_k < (int64_t{1} << 31)) << "attention: sizes";
     if (total_q == 0 || n_heads == 0 || n_seqs == 0) return;
+    // The bf16 MLA absorbed form (one 576-wide latent head, v = its first 512 columns) runs on tensor cores.
+    if (mla_tc_attention_supported(p)) {
+        mla_tc_attention(p, stream);
+        return;
+    }
 
     AttnArgs args{};
     args.q = p.q.data;

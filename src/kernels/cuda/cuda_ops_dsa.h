@@ -25,7 +25,8 @@ bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p);
 void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);
 // Bit-exact with the reference (same butterflies, IEEE f32 arithmetic, same e4m3 rounding).
 void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream);
-// Online softmax in fp32 over the gathered rows; d_qk <= 576, d_v <= 512.
+// Online softmax in fp32 over the gathered rows. f32: CUDA cores, d_qk <= 576, d_v <= 512. bf16 q / kv / v (out bf16
+// or f32): bf16 tensor cores (mla_tc.h: d_qk 576, d_v 512, v = kv[:, :512], 16-byte aligned rows, else CHECK-fails).
 void sparse_mla_attention(const kernels::SparseMlaAttentionParams& p, void* stream);
 
 }  // namespace penstock::cuda

@@ -1,7 +1,8 @@
 // DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
 // logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
-// Correct-first versions; the fp8 indexer runs on tensor cores (mma.sync), the rest on CUDA cores. The speed path
-// (wgmma / TMA indexer fused with the top-k, FlashMLA-style sparse attention) is TODO(#7).
+// Correct-first versions; the fp8 indexer runs on tensor cores (mma.sync), the rest on CUDA cores, except bf16 sparse
+// MLA (bf16 tensor cores, mla_tc.cu). The speed path (wgmma / TMA indexer fused with the top-k, wgmma sparse
+// attention) is TODO(#7).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "kernels/cuda/cuda_ops_dsa.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/mla_tc.h"
 
 namespace penstock::cuda {
 
@@ -542,6 +544,10 @@ void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream) {
 
 void sparse_mla_attention(const kernels::SparseMlaAttentionParams& p, void* stream) {
     const char* op = "sparse_mla_attention";
+    if (p.q.dtype == DType::kBF16) {  // bf16: the tensor-core kernel (mla_tc.cu); f32 stays on the kernel below
+        mla_tc_sparse_attention(p, stream);
+        return;
+    }
     PENSTOCK_CHECK_EQ(p.q.ndim, 3) << op << ": q " << p.q.shape_string();
     const int64_t n_rows = p.q.size(0), n_heads = p.q.size(1), d_qk = p.q.size(2);
     const int64_t n_slots = p.kv.size(0), d_v = p.v.size(1);
