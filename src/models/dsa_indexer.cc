@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/ops_dsa.h"
+#include "models/tensor_parallel.h"
 
 namespace penstock::models {
 
@@ -119,7 +120,13 @@ void DsaIndexer::write_keys(const BatchLayout& layout, const TensorView& x, cons
                    .attention_factor = rope.attention_factor,
                    .interleaved = dims_.rope_interleaved},
                   ctx);
-    cache->write(layer, layout, k, ctx);
+    // Context parallelism: each rank projected its own rows; the chunk's index K is all-gathered so that every rank
+    // caches the whole chunk (SPEC §4: the one collective of a full DSA layer besides the MLA latents).
+    if (layout.cp) {
+        cache->write(layer, layout.cp->full, cp_gather_rows(layout, k, ctx), ctx);
+    } else {
+        cache->write(layer, layout, k, ctx);
+    }
 }
 
 Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x,
@@ -164,18 +171,24 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
     }
     const DsaIndexKCache::Keys keys = scored ? cache.gather(layer, layout, ctx) : DsaIndexKCache::Keys{};
 
+    // This layout's rows only: under context parallelism a rank scores its own rows (row r of sequence s at position
+    // seq_pos0[s] + r * q_pos_step) against the whole cached key set.
+    const int64_t step = layout.q_pos_step;
     int64_t row = 0;
     int64_t key0 = 0;  // the sequence's first row in `keys`
-    for (const SeqChunk& s : batch.seqs) {
-        const auto len = static_cast<int64_t>(s.token_ids.size());
-        const int64_t n_keys = s.prefix_len + len;
-        // Rows that see <= top_k keys take all of them (built here, one transfer); only the others are scored.
-        const int64_t dense_rows = std::clamp<int64_t>(top_k - s.prefix_len, 0, len);
+    for (size_t si = 0; si < batch.seqs.size(); ++si) {
+        const SeqChunk& s = batch.seqs[si];
+        const int64_t len = layout.seq_rows[si];
+        const int64_t pos0 = layout.seq_pos0[si];
+        const int64_t n_keys = s.prefix_len + static_cast<int64_t>(s.token_ids.size());
+        // Rows that see <= top_k keys (position < top_k) take all of them (built here, one transfer); only the
+        // others are scored.
+        const int64_t dense_rows = std::clamp<int64_t>((top_k - pos0 + step - 1) / step, 0, len);
         if (dense_rows > 0) {
             Tensor dense = Tensor::empty({dense_rows, top_k}, DType::kI32);
             for (int64_t r = 0; r < dense_rows; ++r) {
                 int32_t* out = dense.ptr<int32_t>() + r * top_k;
-                const int64_t visible = s.prefix_len + r + 1;
+                const int64_t visible = pos0 + r * step + 1;
                 for (int64_t j = 0; j < top_k; ++j) out[j] = j < visible ? static_cast<int32_t>(j) : -1;
             }
             kernels::transfer({.out = positions.view().slice(0, row, row + dense_rows), .in = dense}, ctx);

@@ -62,6 +62,8 @@ BatchLayout BatchLayout::build(const ForwardBatch& batch) {
         ck[s + 1] = static_cast<int32_t>(ck[s] + c.prefix_len + n);
         l.q_pos0.ptr<int32_t>()[s] = static_cast<int32_t>(c.prefix_len);
         l.k_pos0.ptr<int32_t>()[s] = 0;
+        l.seq_rows.push_back(n);
+        l.seq_pos0.push_back(c.prefix_len);
     }
     l.total_keys = ck[l.n_seqs];
     size_t max_pages = 1;
@@ -129,7 +131,9 @@ BatchLayout BatchLayout::build_cp(const ForwardBatch& batch, parallel::Communica
         full_row += len;
         l.cu_seqlens_q.ptr<int32_t>()[s + 1] = static_cast<int32_t>(next[static_cast<size_t>(rank)]);
         l.q_pos0.ptr<int32_t>()[s] = static_cast<int32_t>(c.prefix_len + rank);
-        }
+        l.seq_rows.push_back(rows_of(len, rank));
+        l.seq_pos0.push_back(c.prefix_len + rank);
+    }
     l.cp = std::move(cp);
     return l;
 }

@@ -53,6 +53,10 @@ struct BatchLayout {
     Tensor logit_index;   // [n_logit_rows] i32: logit_rows as a tensor
     std::vector<int64_t> logit_rows;  // rows (into n_tokens) whose logits are produced, in batch order
     int64_t total_keys = 0;           // cu_seqlens_k[n_seqs]
+    // Host copies of this layout's per-sequence query rows and the position of each sequence's first row (both differ
+    // from the batch under context parallelism: rows = ceil((len - rank) / cp), first position = prefix_len + rank).
+    std::vector<int64_t> seq_rows;
+    std::vector<int64_t> seq_pos0;
     // Query row i of sequence s is at position q_pos0[s] + i * q_pos_step (> 1 only for a context-parallel layout).
     int32_t q_pos_step = 1;
     // Context parallelism (SPEC §4, interleave split): when set, this layout describes only this rank's rows: row i
@@ -81,8 +85,9 @@ struct CpLayout {
 struct Activations {
     Tensor hidden;  // [n_tokens, hidden] f32: the residual stream
     Tensor bank;    // [n_tokens, n_blocks, hidden] f32, K3 only: AttnRes completed block sums (rows in layer order)
-    // DSA sparse path only: the key positions [n_tokens of the whole batch, index_topk] i32 selected by the latest
-    // full indexer layer, carried to a pipeline stage that starts at a `shared` indexer layer.
+    // DSA sparse path only: the key positions [n_tokens, index_topk] i32 (this layout's rows: a cp rank's own rows
+    // under context parallelism) selected by the latest full indexer layer, carried to a pipeline stage that starts
+    // at a `shared` indexer layer.
     Tensor dsa_topk;
 };
 

@@ -281,40 +281,38 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
 
     Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
     Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
-    // Context parallelism: the attention block (MLA latents, index keys, top-k, sparse MLA) runs on the whole batch
-    // on every cp rank (the input rows gathered, this rank's output rows kept); the FFN runs on this rank's rows.
-    // TODO(#7): split the indexer and the sparse attention natively (all-gather only the chunk's index K).
+    // Context parallelism (SPEC §4): every op runs on this rank's rows; the chunk's MLA latents and index K are
+    // all-gathered so that each rank caches the whole chunk, and the indexer scores and the sparse attention read
+    // the whole cached prefix + chunk for this rank's rows only.
     const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
-    // [n_whole, index_topk] i32: the latest full layer's selection (sparse path); a stage starting at a shared layer
-    // gets the previous stage's from the pipeline.
+    // [n, index_topk] i32: the latest full layer's selection for this layout's rows (sparse path); a stage starting
+    // at a shared layer gets the previous stage's from the pipeline.
     Tensor key_pos = act->dsa_topk;
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
-        const Tensor attn_in = layout.cp ? cp_gather_rows(layout, normed, ctx) : normed;
-        const Tensor attn_out = layout.cp ? scratch(ctx, {whole.n_tokens, h}, act->hidden.dtype()) : sub_out;
         if (dense) {
-            layer.attn->forward(batch, whole, attn_in, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
-                                attn_out, ctx);
-            if (layer.indexer) layer.indexer->write_keys(whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
+            layer.attn->forward(batch, layout, normed, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
+                                sub_out, ctx);
+            if (layer.indexer) layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
         } else {
-            const MlaAttention::Projection proj = layer.attn->project(whole, attn_in, rope_, ctx);
+            const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx);
+            const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, proj.kv, ctx) : proj.kv;
             kernels::paged_write({.cache = dsa_cache->latent.layer_view(index),  // the chunk's latents join first
-                                  .rows = proj.kv,
+                                  .rows = kv_rows,
                                   .page_table = whole.page_table,
                                   .cu_rows = whole.cu_seqlens_q,
                                   .pos0 = whole.q_pos0},
                                  ctx);
             if (layer.indexer) {
-                layer.indexer->write_keys(whole, attn_in, rope_, index, &dsa_cache->index_k, ctx);
-                key_pos = layer.indexer->select(batch, whole, attn_in, proj.cq, rope_, index, dsa_cache->index_k,
+                layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+                key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
             }
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";
-            attend_sparse(batch, whole, layer, index, attn_in, key_pos, dsa_cache, attn_out, proj, ctx);
+            attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
         }
-        if (layout.cp) kernels::copy({.out = sub_out, .in = cp_own_rows(layout, attn_out, ctx)}, ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
         layer.ffn->forward(normed, sub_out, ctx);
@@ -346,9 +344,10 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
     Tensor lse = scratch(ctx, {n, d.n_heads}, DType::kF32);
     int64_t row = 0;
     int64_t key0 = 0;
-    for (const SeqChunk& s : batch.seqs) {
-        const auto len = static_cast<int64_t>(s.token_ids.size());
-        const int64_t n_keys = s.prefix_len + len;
+    for (size_t si = 0; si < batch.seqs.size(); ++si) {
+        const SeqChunk& s = batch.seqs[si];
+        const int64_t len = layout.seq_rows[si];  // this layout's rows (a cp rank's own rows)
+        const int64_t n_keys = s.prefix_len + static_cast<int64_t>(s.token_ids.size());
         if (len > 0) {
             const TensorView kv_seq = kv.view().slice(0, key0, key0 + n_keys);
             kernels::sparse_mla_attention({.out = o_lat.view().slice(0, row, row + len),

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "models/tensor_parallel.h"
+
 namespace penstock::models {
 
 namespace {
@@ -120,27 +122,12 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
 
     // The KDA ops are f32-only: every projection feeding them produces f32 (bf16 activations and weights multiply
     // with fp32 accumulation), the layer runs in f32 and only o_proj's input returns to the activation dtype.
-    // [n, 3 qkv] = short_conv_silu(x @ [Wq; Wk; Wv]^T), continuing each request's conv window.
+    // Per-row work (the input projections, the gates, the output gate, norm and o_proj) runs on this layout's rows.
+    // [n, 3 qkv] = x @ [Wq; Wk; Wv]^T; f [n, qkv] = the low-rank forget gate; beta [n, n_heads].
     Tensor mixed = linear_new_f32(qkv_proj_, x, ctx);
-    Tensor conv = scratch(ctx, {n, 3 * qkv}, DType::kF32);
-    kernels::short_conv({.out = conv,
-                         .in = mixed,
-                         .weight = conv_weight_,
-                         .conv_state = conv_state,
-                         .cu_seqlens = layout.cu_seqlens_q,
-                         .state_slots = state_slots,
-                         .silu = true},
-                        ctx);
-    auto heads = [&](int64_t part) { return conv.view().as_strided(part * qkv, {n, d.n_heads, hd}, {3 * qkv, hd, 1}); };
-    const TensorView q = heads(0), k = heads(1), v = heads(2);
-    kernels::l2norm({.out = q, .in = q, .eps = 1e-6f}, ctx);
-    kernels::l2norm({.out = k, .in = k, .eps = 1e-6f}, ctx);
-
-    // g [n, n_heads, head_dim] from the low-rank forget gate; beta [n, n_heads].
     Tensor f = linear_new_f32(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
-    const TensorView f3 = f.view().reshape({n, d.n_heads, hd});
-    kernels::kda_gate({.out = f3,
-                       .f = f3,
+    kernels::kda_gate({.out = f.view().reshape({n, d.n_heads, hd}),
+                       .f = f.view().reshape({n, d.n_heads, hd}),
                        .a_log = a_log_,
                        .dt_bias = dt_bias_,
                        .form = options_.gate_form,
@@ -149,19 +136,61 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     Tensor beta = linear_new_f32(b_proj_, x, ctx);
     kernels::sigmoid({.out = beta, .in = beta}, ctx);
 
-    Tensor o = scratch(ctx, {n, d.n_heads, hd}, DType::kF32);
+    // Context parallelism: the short conv and the delta rule are recurrences along each sequence, so the cp ranks
+    // all-gather the projected rows (one packed gather of [3 qkv | qkv | n_heads] f32 per row), run both on the
+    // whole chunk (identical state updates on every rank) and keep their own output rows for the rest.
+    const BatchLayout& seq = layout.cp ? layout.cp->full : layout;
+    const int64_t n_seq = seq.n_tokens;
+    if (layout.cp) {
+        const int64_t width = 4 * qkv + d.n_heads;
+        Tensor packed = scratch(ctx, {n, width}, DType::kF32);
+        if (n > 0) {
+            kernels::copy({.out = packed.view().slice(1, 0, 3 * qkv), .in = mixed}, ctx);
+            kernels::copy({.out = packed.view().slice(1, 3 * qkv, 4 * qkv), .in = f}, ctx);
+            kernels::copy({.out = packed.view().slice(1, 4 * qkv, width), .in = beta}, ctx);
+        }
+        const Tensor all = cp_gather_rows(layout, packed, ctx);
+        mixed = scratch(ctx, {n_seq, 3 * qkv}, DType::kF32);
+        f = scratch(ctx, {n_seq, qkv}, DType::kF32);
+        beta = scratch(ctx, {n_seq, d.n_heads}, DType::kF32);
+        if (n_seq > 0) {
+            kernels::copy({.out = mixed, .in = all.view().slice(1, 0, 3 * qkv)}, ctx);
+            kernels::copy({.out = f, .in = all.view().slice(1, 3 * qkv, 4 * qkv)}, ctx);
+            kernels::copy({.out = beta, .in = all.view().slice(1, 4 * qkv, width)}, ctx);
+        }
+    }
+
+    // [n_seq, 3 qkv] = short_conv_silu(mixed), continuing each request's conv window.
+    Tensor conv = scratch(ctx, {n_seq, 3 * qkv}, DType::kF32);
+    kernels::short_conv({.out = conv,
+                         .in = mixed,
+                         .weight = conv_weight_,
+                         .conv_state = conv_state,
+                         .cu_seqlens = seq.cu_seqlens_q,
+                         .state_slots = state_slots,
+                         .silu = true},
+                        ctx);
+    auto heads = [&](int64_t part) {
+        return conv.view().as_strided(part * qkv, {n_seq, d.n_heads, hd}, {3 * qkv, hd, 1});
+    };
+    const TensorView q = heads(0), k = heads(1), v = heads(2);
+    kernels::l2norm({.out = q, .in = q, .eps = 1e-6f}, ctx);
+    kernels::l2norm({.out = k, .in = k, .eps = 1e-6f}, ctx);
+
+    Tensor o = scratch(ctx, {n_seq, d.n_heads, hd}, DType::kF32);
     kernels::gated_delta_rule_chunk({.out = o,
                                      .q = q,
                                      .k = k,
                                      .v = v,
-                                     .g = f3,
+                                     .g = f.view().reshape({n_seq, d.n_heads, hd}),
                                      .beta = beta,
                                      .state = recurrent_state,
-                                     .cu_seqlens = layout.cu_seqlens_q,
+                                     .cu_seqlens = seq.cu_seqlens_q,
                                      .state_slots = state_slots,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                                      .chunk_size = options_.chunk_size},
                                     ctx);
+    if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 
     Tensor gate = g_proj_.weight.defined() ? linear_new_f32(g_proj_, x, ctx)
                                            : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);

@@ -341,16 +341,7 @@ void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const k
 void KimiLinearModel::attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                                 const TensorView& x, KimiLinearCache* cache, const TensorView& slots,
                                 const TensorView& out, const kernels::Context& ctx) const {
-    if (layer.kda && layout.cp) {
-        // Context parallelism: the delta rule is a recurrence over the whole chunk, so every cp rank runs the KDA
-        // layer on the gathered rows (identical state updates everywhere) and keeps its own output rows.
-        const BatchLayout& whole = layout.cp->full;
-        const Tensor x_all = cp_gather_rows(layout, x, ctx);
-        Tensor out_all = scratch(ctx, {whole.n_tokens, out.size(1)}, out.dtype);
-        layer.kda->forward(whole, x_all, cache->states().recurrent(layer.kda_slot_layer),
-                           cache->states().conv(layer.kda_slot_layer), slots, out_all, ctx);
-        kernels::copy({.out = out, .in = cp_own_rows(layout, out_all, ctx)}, ctx);
-    } else if (layer.kda) {
+    if (layer.kda) {  // context parallelism: KdaAttention gathers what its recurrences need
         layer.kda->forward(layout, x, cache->states().recurrent(layer.kda_slot_layer),
                            cache->states().conv(layer.kda_slot_layer), slots, out, ctx);
     } else {

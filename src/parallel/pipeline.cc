@@ -301,9 +301,10 @@ Status PipelineStage::send_topk(const models::Activations& act, const StagePlan&
     return ok_status();
 }
 
-Status PipelineStage::recv_topk(const StagePlan& plan, models::Activations* act) {
+// rows: this stage's layout rows (a cp rank's own rows under context parallelism).
+Status PipelineStage::recv_topk(const StagePlan& plan, int64_t rows, models::Activations* act) {
     const kernels::Context ctx = runner_->context();
-    Tensor host = Tensor::empty({plan.batch.n_tokens(), static_cast<int64_t>(plan.topk_cols)}, DType::kI32);
+    Tensor host = Tensor::empty({rows, static_cast<int64_t>(plan.topk_cols)}, DType::kI32);
     PENSTOCK_RETURN_IF_ERROR(pp_->recv(host, pp_->rank() - 1, kTagTopk));
     if (ctx.device == Device::kCPU) {
         act->dsa_topk = std::move(host);
@@ -510,7 +511,7 @@ Status PipelineStage::serve() {
             if (!last && out.eager_bank)
                 PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, in.bank_valid, kTagBankInherited));
         }
-        if (in.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(recv_topk(in, &act));
+        if (in.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(recv_topk(in, layout.n_tokens, &act));
         t0 = std::chrono::steady_clock::now();
         runner_->run_layers(in.batch, layout, &act);
         if (last) {

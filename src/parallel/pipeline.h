@@ -139,7 +139,7 @@ private:
     [[nodiscard]] Result<StagePlan> recv_plan();
     [[nodiscard]] Status send_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
     [[nodiscard]] Status send_topk(const models::Activations& act, const StagePlan& plan);
-    [[nodiscard]] Status recv_topk(const StagePlan& plan, models::Activations* act);
+    [[nodiscard]] Status recv_topk(const StagePlan& plan, int64_t rows, models::Activations* act);
     [[nodiscard]] Status recv_rows(const Tensor& bank, uint32_t begin, uint32_t end, int tag);
     // One activation message on the data link: f32 and contiguous on the wire, staged through the host when the link
     // works there and `t` does not. `t` lives on the runner's device, any f32/bf16 layout.

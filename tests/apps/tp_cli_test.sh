@@ -39,6 +39,11 @@ run_case "$fixtures/deepseek_v3_tiny" 17 3 --tp 3              # 4 heads over 3 
 data=$(dirname "$0")/../data
 run_case "$data/variants_dsa/glm_h3_freq_topk8_sharded" 17 4 --tp 2 --cp 2   # 3 heads, sparse top-8, sharded
 run_case "$data/variants_dsa/v32_yarn_groups" 0 2 --tp 2 --ep 2              # V3.2: YaRN, n_group > 1
+# CP-native DSA: the top-k crosses a cut at a shared indexer layer (layers 2 and 4 of the freq-2 pattern) as each
+# cp rank's own rows.
+run_case "$data/variants_dsa/glm_h3_freq_topk8_sharded" 17 4 --pp 2 --cp 2 --pp-layer-partition 2,4
+run_case "$data/variants_dsa/glm_h3_freq_topk8_sharded" 0 6 --pp 2 --cp 3 --pp-layer-partition 4,2
+run_case "$data/variants_dsa/glm_pattern_topk24" 17 3 --cp 3
 run_case "$data/variants_kda/kda_h3_qlora_layers" 5 2 --tp 2                 # 3 KDA heads split 2 + 1
 run_case "$data/variants_kda/kda_conv3_sharded" 0 4 --cp 2 --tp 2
 for d in "$k3"/*/; do
