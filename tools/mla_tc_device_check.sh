@@ -26,20 +26,39 @@ bin=/tmp/mlapkg/bin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "${out}/gpu.txt"
 git log -1 --format='commit %H' 2>/dev/null | tee -a "${out}/gpu.txt"
 echo "== conformance"
-timeout 150 "${bin}/cuda_kernels_test" \
+timeout 60 "${bin}/cuda_kernels_test" \
   --gtest_filter='MlaTcOpTest.*:AttentionOpTest.*:DsaOpTest.SparseMla*' 2>&1 | tee "${out}/conformance.log" |
-  grep -E '^\[conf\]|FAILED|PASSED|Failure|error' | head -200
+  grep -E '\| FAIL$|FAILED|PASSED|Failure|error' | head -60
+for v in dispatch mma.sync wgmma; do
+  echo "variant ${v}: pass $(grep -E "\[${v}[],]" "${out}/conformance.log" | grep -c '| PASS$') fail $(grep -E "\[${v}[],]" "${out}/conformance.log" | grep -c '| FAIL$') worst $(grep -E "\[${v}[],]" "${out}/conformance.log" | grep ' out |' | awk -F'max\\|d\\| ' '{split($2,a," "); if (a[1]+0 > m) m = a[1]+0} END {print m}')"
+done
 echo "conf lines: $(grep -c '^\[conf\]' "${out}/conformance.log") pass: $(grep -c '| PASS$' "${out}/conformance.log") fail: $(grep -c '| FAIL$' "${out}/conformance.log")"
 echo "== bench"
-timeout 150 "${bin}/penstock_bench_kernels" --only mla --warmup 3 --reps 15 2>&1 | tee "${out}/bench.jsonl"
+timeout 60 "${bin}/penstock_bench_kernels" --only mla --warmup 3 --reps 15 > "${out}/bench.jsonl" 2>&1
+grep -v '^{' "${out}/bench.jsonl" | head -20
 echo "== sass"
 if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-sass "${bin}/cuda_kernels_test" 2>/dev/null |
-    awk '/Function : /{p = ($0 ~ /mla_tc_kernel/)} p' > "${out}/sass_mla_tc.txt"
-  echo "mla_tc kernels (3 instances) SASS lines $(wc -l < "${out}/sass_mla_tc.txt"): HMMA $(grep -c HMMA "${out}/sass_mla_tc.txt") LDSM $(grep -c LDSM "${out}/sass_mla_tc.txt") LDGSTS $(grep -c LDGSTS "${out}/sass_mla_tc.txt") LDL/STL $(grep -c -E 'LDL|STL' "${out}/sass_mla_tc.txt")"
+    awk '/Function : /{p = ($0 ~ /mla_(tc|wgmma)_kernel/)} p' > "${out}/sass_mla_tc.txt"
+  for k in mla_tc_kernel mla_wgmma_kernel; do
+    awk -v k="$k" '/Function : /{p = ($0 ~ k)} p' "${out}/sass_mla_tc.txt" > /tmp/sass_k.txt
+    echo "$k (3 instances): SASS lines $(wc -l < /tmp/sass_k.txt) HMMA $(grep -c HMMA /tmp/sass_k.txt) HGMMA $(grep -c HGMMA /tmp/sass_k.txt) LDSM $(grep -c LDSM /tmp/sass_k.txt) LDGSTS $(grep -c LDGSTS /tmp/sass_k.txt) LDL/STL $(grep -c -E 'LDL|STL' /tmp/sass_k.txt)"
+  done
 fi
-echo "== racecheck (sparse cases, 45 s cap)"
+echo "== racecheck (sparse cases: dispatch, mma.sync, wgmma; 30 s cap)"
 if command -v compute-sanitizer >/dev/null; then
-  timeout 45 compute-sanitizer --tool racecheck --racecheck-report hazard "${bin}/cuda_kernels_test" \
-    --gtest_filter='MlaTcOpTest.SparseMatchesReference' 2>&1 | tail -n 25 | tee "${out}/racecheck.log"
+  timeout 30 compute-sanitizer --tool racecheck --racecheck-report all "${bin}/cuda_kernels_test" \
+    --gtest_filter='MlaTcOpTest.SparseMatchesReference' > "${out}/racecheck_full.log" 2>&1
+  head -c 1500000 "${out}/racecheck_full.log" > "${out}/racecheck.log"; rm -f "${out}/racecheck_full.log"
+  grep -E "Race reported|Error|RACECHECK SUMMARY|mla_(tc|wgmma).cu:[0-9]+" "${out}/racecheck.log" | sort | uniq -c | sort -rn | head -30
 fi
+echo "== summary"
+python3 - "${out}/bench.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"): continue
+    r = json.loads(line)
+    print(f"{r['bench']:10s} {r['kernel']:24s} H{r['heads']:<4d} prefix {r.get('prefix', 0):>6} "
+          f"{r['time_us']:>10.1f} us {r['tflops']:7.1f} TFLOP/s ({r['pct_of_bf16_peak']:.1f}%) "
+          f"diff {r.get('max_abs_diff_vs_old', float('nan')):.2e} speedup {r.get('speedup_vs_old', float('nan')):.1f}")
+PY

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/kernels/bench_harness.h"
@@ -30,6 +31,10 @@ constexpr int64_t kDv = 512;
 constexpr double kBf16PeakTflops = 989.0;
 constexpr int kOldWarmup = 1;
 constexpr int kOldReps = 3;
+
+using cuda::MlaTcVariant;
+const std::pair<const char*, MlaTcVariant> kVariants[] = {{"mla_tc mma.sync", MlaTcVariant::kMmaSync},
+                                                          {"mla_tc wgmma", MlaTcVariant::kWgmma}};
 
 Tensor dev_i32(const std::vector<int32_t>& v, const Shape& shape, Allocator& alloc, const cuda::Stream& stream) {
     const Tensor h = Tensor::from_i32(shape, v);
@@ -90,46 +95,49 @@ void sparse_case(BenchContext& ctx, int64_t prefix, int64_t heads, bool with_old
                                               .v = kv.view().slice(1, 0, kDv), .indices = idx_d, .scale = scale};
     const double flops = 2.0 * static_cast<double>(T * heads * top_k) * static_cast<double>(kDqk + kDv);
     const double gathered = static_cast<double>(T * ((heads + 63) / 64) * top_k * kDqk * 2);
-    const Timing t = ctx.time([&] { cuda::sparse_mla_attention(p, ctx.stream().handle()); });
-    nlohmann::json rec = ctx.base_record("mla_sparse");
-    rec["kernel"] = "mla_tc (bf16 mma.sync)";
-    rec["dtype"] = "bf16";
-    rec["tokens"] = T;
-    rec["heads"] = heads;
-    rec["prefix"] = prefix;
-    rec["top_k"] = top_k;
-    add_rate(rec, flops, t);
+    nlohmann::json base = ctx.base_record("mla_sparse");
+    base["dtype"] = "bf16";
+    base["tokens"] = T;
+    base["heads"] = heads;
+    base["prefix"] = prefix;
+    base["top_k"] = top_k;
+    Timing to{};
+    Tensor out32, lse32, out_new32;
     if (with_old) {
         // The CUDA-core kernel (f32 only) on f32 copies of the same values; outputs compared in f32.
         const Tensor q32 = to_f32_dev(q, ctx), kv32 = to_f32_dev(kv, ctx);
-        const Tensor out32 = Tensor::empty({T, heads, kDv}, DType::kF32, ctx.alloc());
-        const Tensor out_new32 = Tensor::empty({T, heads, kDv}, DType::kF32, ctx.alloc());
-        const Tensor lse32 = Tensor::empty({T, heads}, DType::kF32, ctx.alloc());
+        out32 = Tensor::empty({T, heads, kDv}, DType::kF32, ctx.alloc());
+        out_new32 = Tensor::empty({T, heads, kDv}, DType::kF32, ctx.alloc());
+        lse32 = Tensor::empty({T, heads}, DType::kF32, ctx.alloc());
         const kernels::SparseMlaAttentionParams po{.out = out32, .lse = lse32, .q = q32, .kv = kv32,
                                                    .v = kv32.view().slice(1, 0, kDv), .indices = idx_d,
                                                    .scale = scale};
-        const Timing to = ctx.time([&] { cuda::sparse_mla_attention(po, ctx.stream().handle()); }, kOldWarmup,
-                                   kOldReps);
-        kernels::SparseMlaAttentionParams pn = p;
-        pn.out = out_new32;
-        cuda::sparse_mla_attention(pn, ctx.stream().handle());
-        const auto [d, m] = max_diff(out_new32, out32, ctx.stream());
-        const auto [dl, ml] = max_diff(lse, lse32, ctx.stream());
-        rec["max_abs_diff_vs_old"] = d;
-        rec["max_abs_old"] = m;
-        rec["lse_max_abs_diff_vs_old"] = dl;
-        nlohmann::json old = ctx.base_record("mla_sparse");
+        to = ctx.time([&] { cuda::sparse_mla_attention(po, ctx.stream().handle()); }, kOldWarmup, kOldReps);
+        nlohmann::json old = base;
         old["kernel"] = "old (f32 CUDA cores)";
         old["dtype"] = "f32";
-        old["tokens"] = T;
-        old["heads"] = heads;
-        old["prefix"] = prefix;
-        old["top_k"] = top_k;
         add_rate(old, flops, to);
-        rec["speedup_vs_old"] = to.median_us / t.median_us;
         ctx.report(old, to, gathered * 2);
     }
-    ctx.report(rec, t, gathered + static_cast<double>(T * heads * (kDqk + kDv) * 2));
+    for (const auto& [name, variant] : kVariants) {
+        const MlaTcVariant v = variant;
+        const Timing t = ctx.time([&] { cuda::mla_tc_sparse_attention(p, v, ctx.stream().handle()); });
+        nlohmann::json rec = base;
+        rec["kernel"] = name;
+        add_rate(rec, flops, t);
+        if (with_old) {
+            kernels::SparseMlaAttentionParams pn = p;
+            pn.out = out_new32;
+            cuda::mla_tc_sparse_attention(pn, v, ctx.stream().handle());
+            const auto [d, m] = max_diff(out_new32, out32, ctx.stream());
+            const auto [dl, ml] = max_diff(lse, lse32, ctx.stream());
+            rec["max_abs_diff_vs_old"] = d;
+            rec["max_abs_old"] = m;
+            rec["lse_max_abs_diff_vs_old"] = dl;
+            rec["speedup_vs_old"] = to.median_us / t.median_us;
+        }
+        ctx.report(rec, t, gathered + static_cast<double>(T * heads * (kDqk + kDv) * 2));
+    }
 }
 
 void dense_case(BenchContext& ctx, int64_t heads, bool with_old, uint64_t seed) {
@@ -156,40 +164,45 @@ void dense_case(BenchContext& ctx, int64_t heads, bool with_old, uint64_t seed) 
     const double flops = static_cast<double>(T) * static_cast<double>(T + 1) / 2.0 * static_cast<double>(heads) * 2.0 *
                          static_cast<double>(kDqk + kDv);
     const double bytes = static_cast<double>(T * heads * (kDqk + kDv) * 2 + T * kDqk * 2);
-    const Timing t = ctx.time([&] { cuda::attention(p, ctx.stream().handle()); });
-    nlohmann::json rec = ctx.base_record("mla_dense");
-    rec["kernel"] = "mla_tc (bf16 mma.sync)";
-    rec["dtype"] = "bf16";
-    rec["tokens"] = T;
-    rec["heads"] = heads;
-    add_rate(rec, flops, t);
+    nlohmann::json base = ctx.base_record("mla_dense");
+    base["dtype"] = "bf16";
+    base["tokens"] = T;
+    base["heads"] = heads;
+    Timing to{};
+    Tensor out_old, lse_old;
     if (with_old) {
         // Same values; v a separate [T, 1, 512] copy, which the tensor-core dispatch declines.
         const Tensor v = Tensor::empty({T, 1, kDv}, DType::kBF16, ctx.alloc());
         cuda::copy({.out = v, .in = latent.view().slice(2, 0, kDv)}, ctx.stream().handle());
-        const Tensor out_old = Tensor::empty({T, heads, kDv}, DType::kBF16, ctx.alloc());
-        const Tensor lse_old = Tensor::empty({T, heads}, DType::kF32, ctx.alloc());
+        out_old = Tensor::empty({T, heads, kDv}, DType::kBF16, ctx.alloc());
+        lse_old = Tensor::empty({T, heads}, DType::kF32, ctx.alloc());
         kernels::AttentionParams po = p;
         po.out = out_old;
         po.lse = lse_old;
         po.v = v;
         PENSTOCK_CHECK(!cuda::mla_tc_attention_supported(po)) << "mla bench: the old path must stay on CUDA cores";
-        const Timing to = ctx.time([&] { cuda::attention(po, ctx.stream().handle()); }, kOldWarmup, kOldReps);
-        const auto [d, m] = max_diff(out, out_old, ctx.stream());
-        const auto [dl, ml] = max_diff(lse, lse_old, ctx.stream());
-        rec["max_abs_diff_vs_old"] = d;
-        rec["max_abs_old"] = m;
-        rec["lse_max_abs_diff_vs_old"] = dl;
-        rec["speedup_vs_old"] = to.median_us / t.median_us;
-        nlohmann::json old = ctx.base_record("mla_dense");
+        to = ctx.time([&] { cuda::attention(po, ctx.stream().handle()); }, kOldWarmup, kOldReps);
+        nlohmann::json old = base;
         old["kernel"] = "old (bf16 CUDA cores)";
-        old["dtype"] = "bf16";
-        old["tokens"] = T;
-        old["heads"] = heads;
         add_rate(old, flops, to);
         ctx.report(old, to, bytes);
     }
-    ctx.report(rec, t, bytes);
+    for (const auto& [name, variant] : kVariants) {
+        const MlaTcVariant v = variant;
+        const Timing t = ctx.time([&] { cuda::mla_tc_attention(p, v, ctx.stream().handle()); });
+        nlohmann::json rec = base;
+        rec["kernel"] = name;
+        add_rate(rec, flops, t);
+        if (with_old) {
+            const auto [d, m] = max_diff(out, out_old, ctx.stream());
+            const auto [dl, ml] = max_diff(lse, lse_old, ctx.stream());
+            rec["max_abs_diff_vs_old"] = d;
+            rec["max_abs_old"] = m;
+            rec["lse_max_abs_diff_vs_old"] = dl;
+            rec["speedup_vs_old"] = to.median_us / t.median_us;
+        }
+        ctx.report(rec, t, bytes);
+    }
 }
 
 }  // namespace

@@ -27,18 +27,15 @@
 
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
+#include "kernels/cuda/mla_tc_common.cuh"
 
 namespace penstock::cuda {
 
+namespace mla_detail {
+
 namespace {
 
-constexpr int kM = 64;                       // query rows per CTA
-constexpr int kN = 64;                       // keys per tile
-constexpr int kDqk = 576;                    // latent + rope
-constexpr int kDv = 512;                     // latent (the value columns)
-constexpr int kChunks = kDqk / 8;            // 16-byte chunks per row (72)
 constexpr int kRowBytes = kDqk * 2;          // 1152
-constexpr int kThreads = 256;                // 8 warps
 constexpr int kTileBytes = kN * kRowBytes;   // 73728
 constexpr int kQOff = 0;
 constexpr int kKvOff = kM * kRowBytes;       // two stages
@@ -49,44 +46,10 @@ constexpr int kSmemBytes = kOkOff + 2 * kN * 4;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 static_assert(kChunks % 8 == 0, "swizzle groups");
 
-struct MlaTcArgs {
-    const bf16* q;
-    const bf16* kv;
-    void* out;
-    float* lse;
-    int64_t q0, q1, kv0, o0, o1, l0, l1;
-    // sparse
-    const int32_t* indices;
-    int64_t i0;
-    int top_k, n_slots;
-    // dense
-    const int32_t* cu_q;
-    const int32_t* cu_k;
-    const int32_t* q_pos0;
-    const int32_t* k_pos0;
-    int n_seqs, q_pos_step;
-    bool causal;
-    int n_heads;
-    int n_head_blocks;  // sparse: ceil(n_heads / 64)
-    float scale_log2;   // softmax scale * log2(e): S is taken to base-2 logits before the max
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kChunks] bf16 tile.
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
     return static_cast<uint32_t>(row * kRowBytes + ((((chunk & ~7) | ((chunk ^ row) & 7))) << 4));
 }
-
-// 16-byte async copy; when !ok the destination is zero-filled (src-size 0) and src is not read.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
-    const int n = ok ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -112,28 +75,6 @@ __device__ __forceinline__ void group_sync(int grp) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(grp + 1) : "memory");
 }
 
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-template <class OutT>
-__device__ __forceinline__ void store2(OutT* p, float x, float y);
-template <>
-__device__ __forceinline__ void store2<bf16>(bf16* p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
-    *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
-
 template <bool kSparse, class OutT>
 __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
     extern __shared__ __align__(128) uint8_t smem[];
@@ -150,60 +91,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
     const int x7 = lane & 7;  // the swizzle key of every row this lane addresses in ldmatrix
 
     // ---------------------------------------------------------------- work unit
-    // Row i of the CTA (range [0, n_valid)) is (token tok_base + tok_of(i), head head_of(i)).
-    int64_t tok_base = 0;
-    int row_flat0 = 0;  // dense: flat (token-major) index of row 0 within its sequence; sparse: first head
-    int n_valid = 0;
-    int n_tiles = 0;
-    // dense only
-    int k_begin = 0, len_k = 0;
-    int64_t qp0 = 0, kp0 = 0;
-    int block_keys = 0;
-    if constexpr (kSparse) {
-        const int hb = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.n_head_blocks));
-        tok_base = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(a.n_head_blocks));
-        row_flat0 = hb * kM;
-        n_valid = min(kM, a.n_heads - row_flat0);
-        n_tiles = (a.top_k + kN - 1) / kN;
-    } else {
-        // Heaviest tiles (the ends of sequences) first: walk the tile list from the back.
-        int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-        int s = 0;
-        for (; s < a.n_seqs; ++s) {
-            const int len = a.cu_q[s + 1] - a.cu_q[s];
-            const int tiles = (len * a.n_heads + kM - 1) / kM;
-            if (tile < tiles) break;
-            tile -= tiles;
-        }
-        if (s >= a.n_seqs) return;  // a spare CTA of the upper bound (uniform across the CTA)
-        tok_base = a.cu_q[s];
-        const int len_q = a.cu_q[s + 1] - a.cu_q[s];
-        row_flat0 = tile * kM;
-        n_valid = min(kM, len_q * a.n_heads - row_flat0);
-        k_begin = a.cu_k[s];
-        len_k = a.cu_k[s + 1] - k_begin;
-        qp0 = a.q_pos0[s];
-        kp0 = a.k_pos0[s];
-    }
-    // Dense: keys visible to CTA row i: a prefix [0, n) of the sequence's keys.
-    auto visible = [&](int i) -> int {
-        if (!a.causal) return len_k;
-        const int tok = (row_flat0 + i) / a.n_heads;
-        const int64_t n = qp0 + static_cast<int64_t>(tok) * a.q_pos_step - kp0 + 1;
-        return static_cast<int>(n < 0 ? 0 : (n > len_k ? len_k : n));
-    };
-    auto row_token = [&](int i) -> int64_t {
-        if constexpr (kSparse) return tok_base;
-        return tok_base + (row_flat0 + i) / a.n_heads;
-    };
-    auto row_head = [&](int i) -> int {
-        if constexpr (kSparse) return row_flat0 + i;
-        return (row_flat0 + i) % a.n_heads;
-    };
-    if constexpr (!kSparse) {
-        block_keys = visible(n_valid - 1);  // visibility grows with the row
-        n_tiles = (block_keys + kN - 1) / kN;
-    }
+    const MlaWork w = mla_work<kSparse>(a);
+    if (!w.active) return;  // a spare CTA of the dense grid (uniform across the CTA)
+    const int64_t tok_base = w.tok_base;
+    const int n_valid = w.n_valid;
+    const int n_tiles = w.n_tiles;
+    auto visible = [&](int i) { return mla_visible(a, w, i); };
+    auto row_token = [&](int i) { return mla_row_token<kSparse>(a, w, i); };
+    auto row_head = [&](int i) { return mla_row_head<kSparse>(a, w, i); };
 
     // ---------------------------------------------------------------- loaders
     // Thread tid copies rows tid / 8 and tid / 8 + 32 of a [64 x 576] tile, chunks tid % 8 + 8 j (128 contiguous
@@ -245,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
                 if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
             } else {
                 const int key = kt * kN + row;
-                ok = key < block_keys;
-                if (ok) src = a.kv + static_cast<int64_t>(k_begin + key) * a.kv0;
+                ok = key < w.block_keys;
+                if (ok) src = a.kv + static_cast<int64_t>(w.k_begin + key) * a.kv0;
             }
 #pragma unroll
             for (int j = 0; j < kChunks / 8; ++j) {
@@ -502,15 +397,49 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
     }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <bool kSparse, class OutT>
 void launch(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
     PENSTOCK_CUDA_CHECK(
         cudaFuncSetAttribute(mla_tc_kernel<kSparse, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    PENSTOCK_CHECK(n_ctas > 0 && n_ctas < (int64_t{1} << 31)) << "mla_tc: grid " << n_ctas;
     mla_tc_kernel<kSparse, OutT><<<static_cast<unsigned>(n_ctas), kThreads, kSmemBytes, stream>>>(args);
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_mma_sync(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
+    if (!sparse) {
+        launch<false, bf16>(a, n_ctas, stream);
+    } else if (out_f32) {
+        launch<true, float>(a, n_ctas, stream);
+    } else {
+        launch<true, bf16>(a, n_ctas, stream);
+    }
+}
+
+}  // namespace mla_detail
+
+namespace {
+
+using mla_detail::kDqk;
+using mla_detail::kDv;
+using mla_detail::kM;
+using mla_detail::MlaTcArgs;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, MlaTcVariant variant,
+                    cudaStream_t stream) {
+    PENSTOCK_CHECK(n_ctas > 0 && n_ctas < (int64_t{1} << 31)) << "mla_tc: grid " << n_ctas;
+    switch (variant) {
+        case MlaTcVariant::kAuto:
+        case MlaTcVariant::kMmaSync:
+            mla_detail::launch_mma_sync(a, sparse, out_f32, n_ctas, stream);
+            return;
+        case MlaTcVariant::kWgmma:
+            mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
+            return;
+    }
 }
 
 }  // namespace
@@ -535,6 +464,10 @@ bool mla_tc_attention_supported(const kernels::AttentionParams& p) {
 }
 
 void mla_tc_attention(const kernels::AttentionParams& p, void* stream) {
+    mla_tc_attention(p, MlaTcVariant::kAuto, stream);
+}
+
+void mla_tc_attention(const kernels::AttentionParams& p, MlaTcVariant variant, void* stream) {
     PENSTOCK_CHECK(mla_tc_attention_supported(p)) << "mla_tc_attention: unsupported layout";
     const int64_t total_q = p.q.size(0);
     const int64_t n_heads = p.q.size(1);
@@ -565,7 +498,7 @@ void mla_tc_attention(const kernels::AttentionParams& p, void* stream) {
     a.scale_log2 = p.scale * 1.4426950408889634f;
     // sum_s ceil(len_s * H / 64) <= ceil(total_q * H / 64) + n_seqs; spare CTAs exit at once.
     const int64_t n_ctas = (total_q * n_heads + kM - 1) / kM + n_seqs;
-    launch<false, bf16>(a, n_ctas, static_cast<cudaStream_t>(stream));
+    launch_variant(a, /*sparse=*/false, /*out_f32=*/false, n_ctas, variant, static_cast<cudaStream_t>(stream));
 }
 
 bool mla_tc_sparse_supported(const kernels::SparseMlaAttentionParams& p) {
@@ -594,6 +527,10 @@ bool mla_tc_sparse_supported(const kernels::SparseMlaAttentionParams& p) {
 }
 
 void mla_tc_sparse_attention(const kernels::SparseMlaAttentionParams& p, void* stream) {
+    mla_tc_sparse_attention(p, MlaTcVariant::kAuto, stream);
+}
+
+void mla_tc_sparse_attention(const kernels::SparseMlaAttentionParams& p, MlaTcVariant variant, void* stream) {
     const char* op = "sparse_mla_attention (bf16 tensor cores)";
     PENSTOCK_CHECK(p.q.ndim == 3 && p.kv.ndim == 2 && p.out.ndim == 3 && p.indices.ndim == 2 && p.lse.ndim == 2)
         << op << ": ranks";
@@ -631,12 +568,8 @@ void mla_tc_sparse_attention(const kernels::SparseMlaAttentionParams& p, void* s
     a.n_head_blocks = static_cast<int>((n_heads + kM - 1) / kM);
     a.scale_log2 = p.scale * 1.4426950408889634f;
     const int64_t n_ctas = n_rows * a.n_head_blocks;
-    const auto s = static_cast<cudaStream_t>(stream);
-    if (p.out.dtype == DType::kF32) {
-        launch<true, float>(a, n_ctas, s);
-    } else {
-        launch<true, bf16>(a, n_ctas, s);
-    }
+    launch_variant(a, /*sparse=*/true, /*out_f32=*/p.out.dtype == DType::kF32, n_ctas, variant,
+                   static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace penstock::cuda

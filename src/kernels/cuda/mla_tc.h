@@ -8,10 +8,16 @@
 // softmax, P rounded to bf16 before P V. Host-compilable (no CUDA headers).
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/ops.h"
 #include "kernels/ops_dsa.h"
 
 namespace penstock::cuda {
+
+// Kernel variants (tests and benchmarks run each; kAuto is the shipped one): kMmaSync (mla_tc.cu: mma.sync m16n8k16
+// fed by ldmatrix), kWgmma (mla_wgmma.cu: sm_90a warpgroup MMA reading its operands from shared memory).
+enum class MlaTcVariant : uint8_t { kAuto, kMmaSync, kWgmma };
 
 // Whether the dense tensor-core path takes `p`: q, k, v, out bf16 and lse f32; n_kv_heads == 1; d_qk == 576 and
 // d_v == 512; v the first 512 columns of k's rows (same data pointer and row stride); last dims contiguous;
@@ -21,6 +27,7 @@ bool mla_tc_attention_supported(const kernels::AttentionParams& p);
 // Enqueues the dense kernel on `stream` (a cudaStream_t). Precondition: mla_tc_attention_supported(p) and the shape
 // checks of cuda::attention.
 void mla_tc_attention(const kernels::AttentionParams& p, void* stream);
+void mla_tc_attention(const kernels::AttentionParams& p, MlaTcVariant variant, void* stream);
 
 // Whether the sparse tensor-core path takes `p`: q, kv, v bf16; out bf16 or f32; lse f32; d_qk == 576, d_v == 512;
 // v the first 512 columns of kv's rows; 16-byte aligned q / kv rows (strides multiples of 8 elements); out strides
@@ -29,5 +36,6 @@ bool mla_tc_sparse_supported(const kernels::SparseMlaAttentionParams& p);
 // Checks shapes and enqueues; CHECK-fails (naming the unmet condition) when !mla_tc_sparse_supported(p).
 // Indices outside [0, n_slots) count as -1 (skipped).
 void mla_tc_sparse_attention(const kernels::SparseMlaAttentionParams& p, void* stream);
+void mla_tc_sparse_attention(const kernels::SparseMlaAttentionParams& p, MlaTcVariant variant, void* stream);
 
 }  // namespace penstock::cuda

@@ -7,7 +7,8 @@
 //  - sparse: kernels::sparse_mla_attention with bf16 q / kv (v = kv[:, :512]), out bf16 and f32; top-k 1 / 7 / 64 /
 //    65 / 127 / 2048 with -1 holes and -1 tail padding, an all -1 row, slots on page edges (64 p - 1, 64 p, 64 p + 1),
 //    causal-prefix rows (every visible key, then -1), heads 1 / 3 / 16 / 64 / 96 / 128.
-// Outputs are compared to kBF16Tol (P is rounded to bf16 before P V); one "[conf]" line per output with max|d|.
+// Each case runs through the op's dispatch and through every variant (mma.sync, wgmma) explicitly. Outputs are
+// compared to kBF16Tol (P is rounded to bf16 before P V); one "[conf]" line per output with max|d|.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,6 +57,19 @@ Pair poisoned_corner(const Shape& shape, const Shape& padded, DType dtype, cuda:
                          stream);
     cuda::fill_bytes_async(p.dev, 0xff, stream);
     return p;
+}
+
+// Every kernel variant, and the op's own dispatch (kAuto).
+struct Variant {
+    const char* name;
+    cuda::MlaTcVariant variant;
+    bool dispatch;
+};
+
+std::vector<Variant> variants() {
+    return {{"dispatch", cuda::MlaTcVariant::kAuto, true},
+            {"mma.sync", cuda::MlaTcVariant::kMmaSync, false},
+            {"wgmma", cuda::MlaTcVariant::kWgmma, false}};
 }
 
 class MlaTcOpTest : public CudaTest {
@@ -136,7 +150,6 @@ TEST_F(MlaTcOpTest, DenseAbsorbedMatchesReference) {
                                           .causal = c.causal,
                                           .q_pos_step = c.q_pos_step};
         EXPECT_TRUE(cuda::mla_tc_attention_supported(gp)) << "the tensor-core path must take this case";
-        cuda::attention(gp, raw_stream());
         ref::attention({.out = out.hv,
                         .lse = lse.hv,
                         .q = q.hv,
@@ -150,9 +163,18 @@ TEST_F(MlaTcOpTest, DenseAbsorbedMatchesReference) {
                         .causal = c.causal,
                         .q_pos_step = c.q_pos_step},
                        &pool());
-        const std::string name = std::string(c.name) + " [tc]";
-        conf_pair("mla_tc dense", name + " out", out, out.hv, kBF16Tol, stream());
-        conf_pair("mla_tc dense", name + " lse", lse, lse.hv, kBF16Tol, stream());
+        for (const Variant& v : variants()) {
+            cuda::fill_bytes_async(out.dev, 0xff, stream());
+            cuda::fill_bytes_async(lse.dev, 0xff, stream());
+            if (v.dispatch) {
+                cuda::attention(gp, raw_stream());
+            } else {
+                cuda::mla_tc_attention(gp, v.variant, raw_stream());
+            }
+            const std::string name = std::string(c.name) + " [" + v.name + "]";
+            conf_pair("mla_tc dense", name + " out", out, out.hv, kBF16Tol, stream());
+            conf_pair("mla_tc dense", name + " lse", lse, lse.hv, kBF16Tol, stream());
+        }
     }
 }
 
@@ -268,13 +290,22 @@ TEST_F(MlaTcOpTest, SparseMatchesReference) {
         const kernels::SparseMlaAttentionParams gp{.out = out.dv, .lse = lse.dv, .q = q.dv, .kv = kv.dv,
                                                    .v = kv.dv.slice(1, 0, kDv), .indices = idx_d, .scale = scale};
         EXPECT_TRUE(cuda::mla_tc_sparse_supported(gp));
-        kernels::sparse_mla_attention(gp, gpu);
         kernels::sparse_mla_attention({.out = out.hv, .lse = lse.hv, .q = q.hv, .kv = kv.hv,
                                        .v = kv.hv.slice(1, 0, kDv), .indices = idx_h, .scale = scale},
                                       kernels::Context{.device = Device::kCPU, .pool = &pool()});
-        const std::string name = std::string(c.name) + " [tc, out " + std::string(dtype_name(c.out_dtype)) + "]";
-        conf_pair("mla_tc sparse", name + " out", out, out.hv, kBF16Tol, stream());
-        conf_pair("mla_tc sparse", name + " lse", lse, lse.hv, kBF16Tol, stream());
+        for (const Variant& v : variants()) {
+            cuda::fill_bytes_async(out.dev, 0xff, stream());
+            cuda::fill_bytes_async(lse.dev, 0xff, stream());
+            if (v.dispatch) {
+                kernels::sparse_mla_attention(gp, gpu);
+            } else {
+                cuda::mla_tc_sparse_attention(gp, v.variant, raw_stream());
+            }
+            const std::string name =
+                std::string(c.name) + " [" + v.name + ", out " + std::string(dtype_name(c.out_dtype)) + "]";
+            conf_pair("mla_tc sparse", name + " out", out, out.hv, kBF16Tol, stream());
+            conf_pair("mla_tc sparse", name + " lse", lse, lse.hv, kBF16Tol, stream());
+        }
     }
 }
 

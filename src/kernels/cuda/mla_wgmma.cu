@@ -1,0 +1,400 @@
+// The wgmma variant of the MLA absorbed-form tensor-core kernel (MlaTcVariant::kWgmma; contract kernels/cuda/mla_tc.h,
+// shared pieces mla_tc_common.cuh). sm_90a only.
+//
+// Mapping: one CTA = 2 warpgroups (256 threads) = 64 query rows (the same work units as the mma.sync variant). Key
+// tiles of 64 latent rows (72 KiB) are gathered by cp.async into two shared-memory stages as in mla_tc.cu, but laid
+// out for the tensor cores' 128-byte swizzle: a tile is 9 column blocks of [64 rows][64 bf16 = 128 B], 16-byte chunk c
+// of row r stored at chunk c ^ (r & 7) (the hardware's 128B swizzle of a 1024-byte aligned atom of 8 rows). Q (64 x
+// 576) and P (64 x 64, bf16) use the same layout.
+// Per tile, warpgroup j (0, 1):
+//   S_j = Q K_j^T over keys [32 j, 32 j + 32): 36 wgmma.m64n32k16 (A = Q, B = K rows, both K-major in shared memory);
+//   row maxima exchanged with the other warpgroup through shared memory; P_j = exp2(S_j - m) written as bf16 into
+//   the P tile (columns [32 j, +32)); after a barrier (and fence.proxy.async: P is written by ordinary stores and read
+//   by the tensor cores' async proxy) O_j[64, 256 j .. 256 j + 256) += P V_j: 4 wgmma.m64n256k16 with A = P (K-major)
+//   and B = the tile's first 512 columns read N-major (transposed; LBO = 8 KiB between 64-column blocks, SBO = 1 KiB
+//   between 8-key groups). The accumulator of a warpgroup's 64 x 256 O block is 128 fp32 registers per thread.
+// Numerics as mla_tc.cu (fp32 accumulation, base-2 online softmax, P rounded to bf16 for P V).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/mla_tc_common.cuh"
+
+namespace penstock::cuda::mla_detail {
+
+namespace {
+
+constexpr int kBlockBytes = 64 * 128;                 // one 64-column block of a 64-row tile
+constexpr int kTileBytes = (kDqk / 64) * kBlockBytes;  // 73728: 9 blocks
+constexpr int kQOff = 0;
+constexpr int kKvOff = kTileBytes;  // two stages
+constexpr int kPOff = kKvOff + 2 * kTileBytes;
+constexpr int kRedOff = kPOff + kBlockBytes;  // [64 rows][2 warpgroups] f32
+constexpr int kOkOff = kRedOff + kM * 2 * 4;  // [2 stages][64] i32
+constexpr int kSmemUsed = kOkOff + 2 * kN * 4;
+constexpr int kSmemBytes = kSmemUsed + 1024;  // + slack to align the base to 1024 bytes
+static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+
+// Byte offset of 16-byte chunk `chunk` (range [0, 72)) of row `row` (range [0, 64)) in a swizzled tile.
+__device__ __forceinline__ uint32_t swz128(int row, int chunk) {
+    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk ^ row) & 7) << 4));
+}
+
+// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4);
+    d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16;
+    d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32;
+    d |= uint64_t{1} << 62;  // swizzle mode 1: 128B
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// D[64 x 32] (+)= A[64 x 16] B[16 x 32], A and B from shared memory (descriptors), f32 accumulate;
+// scale_d 0 overwrites D. B K-major.
+__device__ __forceinline__ void wgmma_m64n32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, "
+        "%16, %17, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 256] (+)= A[64 x 16] B[16 x 256], A and B from shared memory (descriptors), f32 accumulate;
+// scale_d 0 overwrites D. B N-major (transposed).
+__device__ __forceinline__ void wgmma_m64n256_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "%128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]),
+          "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]),
+          "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]),
+          "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// Keeps the compiler from moving accumulator reads / writes across the asynchronous wgmma window.
+template <int kN_>
+__device__ __forceinline__ void reg_fence(float (&d)[kN_]) {
+#pragma unroll
+    for (int i = 0; i < kN_; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <bool kSparse, class OutT>
+__global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    // Align the working base to 1024 bytes (the swizzle atom) whatever the dynamic base is.
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    uint8_t* smem = smem_raw + pad;
+    const uint32_t sbase = raw + pad;
+    float* red_s = reinterpret_cast<float*>(smem + kRedOff);
+    int* ok_s = reinterpret_cast<int*>(smem + kOkOff);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32;
+    const int wg = tid / 128;          // warpgroup: S keys [32 wg, +32); O columns [256 wg, +256)
+    const int wr = (tid / 32) % 4;     // warp in the warpgroup: rows [16 wr, 16 wr + 16)
+    const int g = lane / 4;
+    const int t = lane % 4;
+
+    const MlaWork w = mla_work<kSparse>(a);
+    if (!w.active) return;  // uniform across the CTA
+    const int n_valid = w.n_valid;
+    const int n_tiles = w.n_tiles;
+
+    // ---------------------------------------------------------------- loaders (as mla_tc.cu, swizzled for wgmma)
+    const int ld_row = tid / 8;
+    const int ld_c = tid % 8;
+    for (int pass = 0; pass < 2; ++pass) {
+        const int row = ld_row + 32 * pass;
+        const bool ok = row < n_valid;
+        const bf16* src = ok ? a.q + mla_row_token<kSparse>(a, w, row) * a.q0 +
+                                   static_cast<int64_t>(mla_row_head<kSparse>(a, w, row)) * a.q1
+                             : a.q;
+#pragma unroll
+        for (int j = 0; j < kChunks / 8; ++j) {
+            const int c = ld_c + 8 * j;
+            cp_async_16(sbase + kQOff + swz128(row, c), src + 8 * c, ok);
+        }
+    }
+    const int32_t* idx_row = kSparse ? a.indices + w.tok_base * a.i0 : nullptr;
+    int next_slot[2] = {-1, -1};
+    auto fetch_slots = [&](int kt) {
+        for (int pass = 0; pass < 2; ++pass) {
+            const int key = kt * kN + ld_row + 32 * pass;
+            int s = -1;
+            if (key < a.top_k) s = idx_row[key];
+            next_slot[pass] = (s >= 0 && s < a.n_slots) ? s : -1;
+        }
+    };
+    auto issue_tile = [&](int kt, int st) {
+        const uint32_t dst0 = sbase + kKvOff + st * kTileBytes;
+        for (int pass = 0; pass < 2; ++pass) {
+            const int row = ld_row + 32 * pass;
+            bool ok;
+            const bf16* src = a.kv;
+            if constexpr (kSparse) {
+                ok = next_slot[pass] >= 0;
+                if (ok) src = a.kv + static_cast<int64_t>(next_slot[pass]) * a.kv0;
+                if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
+            } else {
+                const int key = kt * kN + row;
+                ok = key < w.block_keys;
+                if (ok) src = a.kv + static_cast<int64_t>(w.k_begin + key) * a.kv0;
+            }
+#pragma unroll
+            for (int j = 0; j < kChunks / 8; ++j) {
+                const int c = ld_c + 8 * j;
+                cp_async_16(dst0 + swz128(row, c), src + 8 * c, ok);
+            }
+        }
+    };
+    if (n_tiles > 0) {
+        if constexpr (kSparse) fetch_slots(0);
+        issue_tile(0, 0);
+        if constexpr (kSparse) {
+            if (n_tiles > 1) fetch_slots(1);
+        }
+    }
+    cp_async_commit();
+
+    // ---------------------------------------------------------------- per-thread rows: r(hf) = 16 wr + 8 hf + g
+    int n_vis[2] = {0, 0};
+    if constexpr (!kSparse) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = 16 * wr + 8 * hf + g;
+            n_vis[hf] = r < n_valid ? mla_visible(a, w, r) : 0;
+        }
+    }
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+
+    constexpr uint32_t kLboUnused = 16;  // K-major swizzled: not used ("assumed 1")
+    uint8_t* p_tile = smem + kPOff;
+
+    for (int kt = 0; kt < n_tiles; ++kt) {
+        cp_async_wait_all();
+        fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores' async proxy
+        __syncthreads();      // tile kt landed everywhere; both warpgroups are done with tile kt - 1 (and P, red)
+        if (kt + 1 < n_tiles) {
+            issue_tile(kt + 1, (kt + 1) & 1);
+            if constexpr (kSparse) {
+                if (kt + 2 < n_tiles) fetch_slots(kt + 2);
+            }
+        }
+        cp_async_commit();
+        const int st = kt & 1;
+        const uint32_t kv_base = sbase + kKvOff + st * kTileBytes;
+        // CTA-uniform skips: a sparse tile with no valid index; a dense tile past every row's causal limit.
+        if constexpr (kSparse) {
+            if (!__syncthreads_or(tid < kN && ok_s[st * kN + tid] != 0)) continue;
+        } else {
+            if (kt * kN >= w.block_keys) continue;
+        }
+
+        // ---- S_j = Q K_j^T (64 x 32)
+        float s[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) s[i] = 0.0f;  // overwritten (scale_d 0); defined for the compiler
+        wgmma_fence();
+#pragma unroll
+        for (int kb = 0; kb < kDqk / 64; ++kb) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                const uint64_t da = make_desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
+                const uint64_t db =
+                    make_desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
+                wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        reg_fence(s);
+
+        // ---- mask, base-2 logits, row max over the tile's 64 keys (exchange with the other warpgroup)
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int hf = e >> 1;
+                const int col = 32 * wg + 8 * i + 2 * t + (e & 1);
+                bool ok;
+                if constexpr (kSparse) {
+                    ok = ok_s[st * kN + col] != 0;
+                } else {
+                    ok = kt * kN + col < n_vis[hf];
+                }
+                float& x = s[4 * i + e];
+                x = ok ? x * a.scale_log2 : -INFINITY;
+                mx[hf] = fmaxf(mx[hf], x);
+            }
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float v = mx[hf];
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+            if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+        }
+        __syncthreads();
+        float corr[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+            const float m_new = fmaxf(m_run[hf], fmaxf(rs[0], rs[1]));
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            corr[hf] = ex2(m_run[hf] - m_use);
+            m_run[hf] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[4 * i + 2 * hf + e];
+                    x = ex2(x - m_use);
+                    sum += x;
+                }
+            }
+            l_run[hf] = l_run[hf] * corr[hf] + sum;
+        }
+        // ---- P_j (bf16) into the P tile: row 16 wr + 8 hf + g, key chunk 4 wg + i (swizzled by the row)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = 16 * wr + 8 * hf + g;
+                const int chunk = (4 * wg + i) ^ (r & 7);
+                *reinterpret_cast<uint32_t*>(p_tile + r * 128 + chunk * 16 + 4 * t) =
+                    pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            o[4 * i + 0] *= corr[0];
+            o[4 * i + 1] *= corr[0];
+            o[4 * i + 2] *= corr[1];
+            o[4 * i + 3] *= corr[1];
+        }
+        fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
+        __syncthreads();
+
+        // ---- O_j += P V_j: K = 64 keys in 4 steps of 16; N = columns [256 wg, +256) (4 blocks of 64)
+        reg_fence(o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint64_t da = make_desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
+            const uint64_t db = make_desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+            wgmma_m64n256_tb(o, da, db, 1);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        reg_fence(o);
+    }
+    cp_async_wait_all();
+
+    // ---------------------------------------------------------------- epilogue
+    // Row sums: this thread's keys -> the quad -> both warpgroups (red_s is free: every thread passed the last
+    // computed tile's final barrier after its reads of red_s).
+    float l_tot[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float v = l_run[hf];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+        l_tot[hf] = rs[0] + rs[1];
+    }
+    OutT* out = static_cast<OutT*>(a.out);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wr + 8 * hf + g;
+        if (r >= n_valid) continue;
+        const int64_t tok = mla_row_token<kSparse>(a, w, r);
+        const int64_t h = mla_row_head<kSparse>(a, w, r);
+        const float l = l_tot[hf];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) store2<OutT>(orow + 8 * i, o[4 * i + 2 * hf] * inv, o[4 * i + 2 * hf + 1] * inv);
+        if (wg == 0 && t == 0) {
+            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+}
+
+template <bool kSparse, class OutT>
+void launch(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(mla_wgmma_kernel<kSparse, OutT>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    mla_wgmma_kernel<kSparse, OutT><<<static_cast<unsigned>(n_ctas), kThreads, kSmemBytes, stream>>>(args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_wgmma(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
+    if (!sparse) {
+        launch<false, bf16>(a, n_ctas, stream);
+    } else if (out_f32) {
+        launch<true, float>(a, n_ctas, stream);
+    } else {
+        launch<true, bf16>(a, n_ctas, stream);
+    }
+}
+
+}  // namespace penstock::cuda::mla_detail
