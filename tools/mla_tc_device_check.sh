@@ -45,12 +45,17 @@ if command -v cuobjdump >/dev/null; then
     echo "$k (3 instances): SASS lines $(wc -l < /tmp/sass_k.txt) HMMA $(grep -c HMMA /tmp/sass_k.txt) HGMMA $(grep -c HGMMA /tmp/sass_k.txt) LDSM $(grep -c LDSM /tmp/sass_k.txt) LDGSTS $(grep -c LDGSTS /tmp/sass_k.txt) LDL/STL $(grep -c -E 'LDL|STL' /tmp/sass_k.txt)"
   done
 fi
-echo "== racecheck (sparse cases: dispatch, mma.sync, wgmma; 30 s cap)"
+echo "== racecheck (per kernel, capped)"
 if command -v compute-sanitizer >/dev/null; then
-  timeout 30 compute-sanitizer --tool racecheck --racecheck-report all "${bin}/cuda_kernels_test" \
-    --gtest_filter='MlaTcOpTest.SparseMatchesReference' > "${out}/racecheck_full.log" 2>&1
-  head -c 1500000 "${out}/racecheck_full.log" > "${out}/racecheck.log"; rm -f "${out}/racecheck_full.log"
-  grep -E "Race reported|Error|RACECHECK SUMMARY|mla_(tc|wgmma).cu:[0-9]+" "${out}/racecheck.log" | sort | uniq -c | sort -rn | head -30
+  for spec in "mla_wgmma_kernel Sparse 35" "mla_wgmma_kernel Dense 25" "mla_tc_kernel Sparse 20"; do
+    set -- ${spec}
+    log="${out}/racecheck_${1}_${2}.log"
+    timeout "$3" compute-sanitizer --tool racecheck --racecheck-report all --kernel-name "kns=$1" \
+      "${bin}/cuda_kernels_test" --gtest_filter="MlaTcOpTest.${2}*" > "${log}.full" 2>&1
+    head -c 1000000 "${log}.full" > "${log}"; rm -f "${log}.full"
+    echo "racecheck $1 $2: conf lines $(grep -c '^\[conf\]' "${log}"), hazards $(grep -c 'hazard detected' "${log}"), $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "${log}" | tail -1)"
+    grep -E "mla_(tc|wgmma).cu:[0-9]+" "${log}" | sed 's/.* in //' | sort | uniq -c | head -6
+  done
 fi
 echo "== summary"
 python3 - "${out}/bench.jsonl" <<'PY'

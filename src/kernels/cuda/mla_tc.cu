@@ -217,11 +217,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
         const int st = kt & 1;
         const uint32_t kv_base = sbase + kKvOff + st * kTileBytes;
 
-        // Uniform skips: a group with no rows / no visible key in this tile; a sparse tile with no valid index.
-        if (!group_has_rows) continue;
+        // Uniform skips: a sparse tile with no valid index (CTA-wide); a group with no rows / no visible key in
+        // this tile.
         if constexpr (kSparse) {
-            if (!__any_sync(0xffffffffu, (ok_s[st * kN + lane] | ok_s[st * kN + lane + 32]) != 0)) continue;
-        } else {
+            if (!__syncthreads_or(tid < kN && ok_s[st * kN + tid] != 0)) continue;
+        }
+        if (!group_has_rows) continue;
+        if constexpr (!kSparse) {
             if (kt * kN >= group_keys) continue;
         }
 
@@ -432,10 +434,10 @@ void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_cta
                     cudaStream_t stream) {
     PENSTOCK_CHECK(n_ctas > 0 && n_ctas < (int64_t{1} << 31)) << "mla_tc: grid " << n_ctas;
     switch (variant) {
-        case MlaTcVariant::kAuto:
         case MlaTcVariant::kMmaSync:
             mla_detail::launch_mma_sync(a, sparse, out_f32, n_ctas, stream);
             return;
+        case MlaTcVariant::kAuto:  // wgmma: 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md)
         case MlaTcVariant::kWgmma:
             mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             return;

@@ -1,5 +1,5 @@
-// Tensor-core (bf16 mma.sync) attention for the MLA absorbed form: one shared latent KV head of d_qk = 576
-// (kv_lora 512 + rope 64) whose first d_v = 512 columns are the values. Two entry points share one kernel:
+// Tensor-core (bf16 wgmma / mma.sync) attention for the MLA absorbed form: one shared latent KV head of d_qk = 576
+// (kv_lora 512 + rope 64) whose first d_v = 512 columns are the values. Two entry points share the kernels:
 //  - dense: kernels::AttentionParams (varlen, causal in absolute positions, q_pos_step), dispatched from
 //    cuda::attention when mla_tc_attention_supported(p);
 //  - sparse (DSA): kernels::SparseMlaAttentionParams (per-row key index lists, -1 = unused), dispatched from
@@ -15,8 +15,8 @@
 
 namespace penstock::cuda {
 
-// Kernel variants (tests and benchmarks run each; kAuto is the shipped one): kMmaSync (mla_tc.cu: mma.sync m16n8k16
-// fed by ldmatrix), kWgmma (mla_wgmma.cu: sm_90a warpgroup MMA reading its operands from shared memory).
+// Kernel variants (tests and benchmarks run each; kAuto is the shipped one, = kWgmma): kMmaSync (mla_tc.cu: mma.sync
+// m16n8k16 fed by ldmatrix), kWgmma (mla_wgmma.cu: sm_90a warpgroup MMA reading its operands from shared memory).
 enum class MlaTcVariant : uint8_t { kAuto, kMmaSync, kWgmma };
 
 // Whether the dense tensor-core path takes `p`: q, k, v, out bf16 and lse f32; n_kv_heads == 1; d_qk == 576 and
