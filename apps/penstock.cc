@@ -55,6 +55,8 @@ struct ForwardArgs {
     int64_t pp_max_micro_batch_size = 0;
     int64_t max_running_requests = 256;
     int64_t pp_async_batch_depth = 0;
+    // Decision pinning (models/decision_pins.h): at most one of the three.
+    std::string record_decisions, compare_decisions, pin_decisions;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -121,6 +123,15 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     if (!args.pp_layer_partition.empty() && args.parallel.pp == 1) {
         return invalid_argument("--pp-layer-partition needs --pp > 1");
     }
+    const int n_decision_flags = static_cast<int>(!args.record_decisions.empty()) +
+                                 static_cast<int>(!args.compare_decisions.empty()) +
+                                 static_cast<int>(!args.pin_decisions.empty());
+    if (n_decision_flags > 1) {
+        return invalid_argument("--record-decisions, --compare-decisions and --pin-decisions exclude each other");
+    }
+    if (n_decision_flags > 0 && args.parallel.world() > 1) {
+        return invalid_argument("decision recording and pinning run in one process (no --pp, --tp or --cp)");
+    }
     PENSTOCK_ASSIGN_OR_RETURN(setup.ids, parse_ids(args.input_ids));
     PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::load_model_config(std::filesystem::path(args.model)));
     if (!models::is_supported_model_type(setup.config.model_type)) {
@@ -183,9 +194,26 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
     return ok_status();
 }
 
-Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
+// The DecisionPins of --record-decisions / --compare-decisions / --pin-decisions, or null.
+Result<std::unique_ptr<models::DecisionPins>> open_decisions(const ForwardArgs& args, const ForwardSetup& setup) {
+    using Mode = models::DecisionPins::Mode;
+    if (!args.record_decisions.empty()) {
+        return std::make_unique<models::DecisionPins>(models::DecisionPins::recorder(setup.config));
+    }
+    const bool pin = !args.pin_decisions.empty();
+    if (!pin && args.compare_decisions.empty()) return std::unique_ptr<models::DecisionPins>();
+    PENSTOCK_ASSIGN_OR_RETURN(models::DecisionPins d,
+                              models::DecisionPins::load(pin ? args.pin_decisions : args.compare_decisions,
+                                                         setup.config, pin ? Mode::kPin : Mode::kCompare));
+    return std::make_unique<models::DecisionPins>(std::move(d));
+}
+
+Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup_in) {
     const auto t0 = std::chrono::steady_clock::now();
     loader::LoadStats stats;
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::DecisionPins> decisions, open_decisions(args, setup_in));
+    ForwardSetup setup = setup_in;
+    setup.options.decisions = decisions.get();
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::make_backend(args.backend, 0));
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
                               load_runner(args, setup, {0, setup.config.num_hidden_layers}, backend.get(), &stats));
@@ -193,6 +221,11 @@ Status run_forward_single(const ForwardArgs& args, const ForwardSetup& setup) {
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.concurrency), setup.ids);
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<Tensor> logits, runner->prefill_all_logits(prompts, args.chunk_size));
     const auto t2 = std::chrono::steady_clock::now();
+    if (decisions) {
+        PENSTOCK_RETURN_IF_ERROR(decisions->status());
+        if (!args.record_decisions.empty()) PENSTOCK_RETURN_IF_ERROR(decisions->save(args.record_decisions));
+        std::printf("decisions %s\n", decisions->summary().c_str());
+    }
     return report(args, setup, logits[0], stats, std::chrono::duration<double, std::milli>(t1 - t0).count(),
                   std::chrono::duration<double, std::milli>(t2 - t1).count());
 }
@@ -394,6 +427,13 @@ int main(int argc, char** argv) {
         "forward inherited AttnRes bank rows before running the stage's layers (two-ended: stage 0 wins)");
     forward->add_option("--pp-layer-partition", fwd.pp_layer_partition,
                         "layers per stage, e.g. 7,5,... (default: balanced by the cost model)");
+    forward->add_option("--record-decisions", fwd.record_decisions,
+                        "write every MoE expert and DSA top-k choice, by (layer, request, position), to this file");
+    forward->add_option("--compare-decisions", fwd.compare_decisions,
+                        "count the choices that differ from this recording (flips); change nothing");
+    forward->add_option("--pin-decisions", fwd.pin_decisions,
+                        "replace every MoE expert and DSA top-k choice with this recording's (routing weights from "
+                        "this run's own scores); counts the flips");
 
     server::ServeArgs serve_args;
     serve_args.model = PENSTOCK_DEFAULT_MODEL_DIR;

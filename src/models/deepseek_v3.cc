@@ -85,7 +85,7 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
                             ctx);
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        layer.ffn->forward(normed, sub_out, ctx);
+        layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
     }
 }

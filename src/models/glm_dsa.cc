@@ -309,13 +309,14 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                 layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
                 key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
+                if (options_.decisions) options_.decisions->dsa_topk(batch, index, key_pos, ctx);  // test hook
             }
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";
             attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
         }
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        layer.ffn->forward(normed, sub_out, ctx);
+        layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
     }
     act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer

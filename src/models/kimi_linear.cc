@@ -371,7 +371,7 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
         kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
         kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
         if (layer.moe) {
-            layer.moe->forward(normed, sub_out, ctx);
+            layer.moe->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
         } else {
             layer.mlp->forward(normed, sub_out, ctx);
         }
@@ -427,7 +427,7 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
         attn_res_read(*act, rows, layer.mlp_res, mixed, ctx);
         kernels::rms_norm({.out = mixed, .in = mixed, .weight = layer.post_norm, .eps = eps}, ctx);
         if (layer.moe) {
-            layer.moe->forward(mixed, sub_out, ctx);
+            layer.moe->forward(mixed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
         } else {
             layer.mlp->forward(mixed, sub_out, ctx);
         }

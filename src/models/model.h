@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
+#include "models/decision_pins.h"
 #include "models/forward_batch.h"
 #include "models/tensor_parallel.h"
 
@@ -49,6 +50,9 @@ struct ModelOptions {
     TensorParallel tp{};
     // Context parallelism (SPEC §4, interleave split): the cp group, null = one rank. Set by the runner.
     parallel::Communicator* cp = nullptr;
+    // Test / diagnostic: records, compares or pins the MoE expert and DSA top-k choices (models/decision_pins.h);
+    // not owned, must outlive the model; null = off. One process, no tp / cp (the hooks see every row of the batch).
+    DecisionPins* decisions = nullptr;
 };
 
 // Per-request state of a family (KV pages, index-K pages, recurrent state): created by the model for its layer range.

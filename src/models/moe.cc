@@ -133,7 +133,8 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     return m;
 }
 
-void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                       const DecisionSite& site) const {
     const int64_t n = x.size(0);
     const bool latent = latent_down_.weight.defined();
     Tensor z;  // latent MoE: the experts' input
@@ -147,16 +148,17 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     linear_forward(router_, x, logits, ctx);
     Tensor ids = scratch(ctx, {n, top_k_}, DType::kI32);
     Tensor weights = scratch(ctx, {n, top_k_});
-    kernels::moe_routing({.topk_ids = ids,
-                          .topk_weights = weights,
-                          .logits = logits,
-                          .bias = score_bias_.defined() ? score_bias_.view() : TensorView{},
-                          .n_group = n_group_,
-                          .topk_group = topk_group_,
-                          .routed_scaling_factor = routed_scaling_factor_,
-                          .norm_topk_prob = norm_topk_prob_,
-                          .scoring = scoring_},
-                         ctx);
+    const kernels::MoeRoutingParams routing{.topk_ids = ids,
+                                            .topk_weights = weights,
+                                            .logits = logits,
+                                            .bias = score_bias_.defined() ? score_bias_.view() : TensorView{},
+                                            .n_group = n_group_,
+                                            .topk_group = topk_group_,
+                                            .routed_scaling_factor = routed_scaling_factor_,
+                                            .norm_topk_prob = norm_topk_prob_,
+                                            .scoring = scoring_};
+    kernels::moe_routing(routing, ctx);
+    if (site.pins != nullptr) site.pins->moe(site, routing, ctx);  // test / diagnostic hook (models/decision_pins.h)
 
     // Expert order over this rank's experts; pairs routed elsewhere (expert parallelism) are dropped by the align.
     const int64_t n_local = local_experts_.size();
@@ -224,9 +226,10 @@ Result<FeedForward> FeedForward::load(WeightReader& reader, const std::string& p
     return f;
 }
 
-void FeedForward::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+void FeedForward::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                          const DecisionSite& site) const {
     if (moe_) {
-        moe_->forward(x, out, ctx);
+        moe_->forward(x, out, ctx, site);
     } else {
         mlp_->forward(x, out, ctx);
     }

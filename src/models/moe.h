@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loader/model_config.h"
+#include "models/decision_pins.h"
 #include "models/linear.h"
 
 namespace penstock::models {
@@ -69,8 +70,10 @@ public:
                                                const loader::ModelConfig& config,
                                                const MoeLoadOptions& options = MoeLoadOptions{},
                                                const TensorParallel& tp = TensorParallel{});
-    // out[n, hidden] = sum_k w_k E_k(x) + shared(x), summed over the tp group; out may not alias x.
-    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+    // out[n, hidden] = sum_k w_k E_k(x) + shared(x), summed over the tp group; out may not alias x. With site.pins
+    // set, the routing passes through DecisionPins::moe (record / compare / pin) before the experts run.
+    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                 const DecisionSite& site = DecisionSite{}) const;
 
 private:
     Linear router_;      // [n_experts, hidden]
@@ -101,8 +104,9 @@ public:
     [[nodiscard]] static Result<FeedForward> load(WeightReader& reader, const std::string& prefix,
                                                   const loader::ModelConfig& config, bool is_moe, int64_t dense_width,
                                                   const TensorParallel& tp = TensorParallel{});
-    // out[n, hidden] = ffn(x[n, hidden]); out may not alias x.
-    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+    // out[n, hidden] = ffn(x[n, hidden]); out may not alias x. `site` reaches the MoE's routing (MoeBlock::forward).
+    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                 const DecisionSite& site = DecisionSite{}) const;
 
 private:
     std::unique_ptr<MoeBlock> moe_;
