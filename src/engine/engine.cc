@@ -1,4 +1,5 @@
-// Engine loop: inbox -> scheduler -> ForwardBatch -> forward -> sample -> on_step_done -> events.
+// Engine loop: inbox -> scheduler -> StepInput -> executor submit ... collect (sampled tokens) -> on_step_done ->
+// events.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -54,7 +55,7 @@ void Histogram::observe(double v) {
 struct Engine::Live {
     std::shared_ptr<RequestHandle> handle;
     GenerateParams params;
-    Rng rng{0};
+    uint64_t seed = 0;  // the sampling RNG key (runtime/sampling.h)
     std::unique_ptr<DecodeStream> detok;
     std::string held;  // decoded text not yet published (it may be the start of a stop string)
     std::string rid;
@@ -268,7 +269,7 @@ bool Engine::absorb_inbox() {
         auto l = std::make_unique<Live>();
         l->handle = p.handle;
         l->params = p.request.params;
-        l->rng = Rng(l->params.sampling.seed.value_or(options_.seed * 0x9e3779b97f4a7c15ULL + seed_counter_++));
+        l->seed = l->params.sampling.seed.value_or(derive_seed(options_.seed, p.id));
         if (tokenizer_ != nullptr)
             l->detok = std::make_unique<DecodeStream>(*tokenizer_, l->params.skip_special_tokens);
         l->rid = p.request.rid;
@@ -320,17 +321,37 @@ void Engine::loop() {
             std::lock_guard<std::mutex> lock(metrics_mu_);
             ++metrics_.aborted_by_phase[live_.at(id)->first_token ? "decode" : "queued_or_prefill"];
         }
-        const scheduler::BatchPlan plan = sched_->schedule_step();
-        if (!plan.empty()) run_step(plan);
+        // Ended requests are freed on every rank before the next step is planned (their pages may be reused by it).
+        publish_finished();
+        // Fill the executor's slots (pipeline: stage 0 runs step k+1 while step k is in later stages). Requests with a
+        // step in flight are not planned again until its result is back, except a long prompt's next chunk.
+        bool worked = false;
+        while (executor_->in_flight() < executor_->slots()) {
+            const scheduler::BatchPlan plan = sched_->schedule_step();
+            if (plan.empty()) break;
+            submit_step(plan);
+            worked = true;
+        }
+        if (!in_flight_.empty()) {
+            {
+                // What is in flight while this thread waits for the oldest result (the gauge's usual reading).
+                const ExecutorStats x = executor_->stats();
+                std::lock_guard<std::mutex> lock(metrics_mu_);
+                metrics_.executor = x;
+            }
+            collect_step();
+            worked = true;
+        }
         publish_finished();
         update_gauges();
         heartbeat_ns_ = Clock::now().time_since_epoch().count();
-        if (plan.empty()) {
+        if (!worked) {
             std::unique_lock<std::mutex> lock(mu_);
             cv_.wait_for(lock, std::chrono::milliseconds(20),
                          [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
         }
     }
+    while (!in_flight_.empty()) collect_step();  // steps still in flight finish (every stage must be idle at stop)
     shutdown_all();
     const Status stopped = executor_->stop();
     if (!stopped.ok()) PENSTOCK_LOG_ERROR("stopping the other ranks failed: {}", stopped.to_string());
@@ -361,45 +382,43 @@ void Engine::fail_request(int64_t id, const Status& error) {
     if (sched_->find(id) != nullptr) (void)sched_->abort(id);
 }
 
-Status Engine::run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits) {
+struct Engine::InFlightStep {
+    int64_t step_id = 0;
+    int64_t admitted_tokens = 0;
+    bool failed = false;  // the step failed as a whole and its sequences were re-submitted one by one
+    // Executor submissions holding the step's sequences, in submission order: the request id of each sampled
+    // sequence (= each logit row: engine steps sample every kLast row).
+    std::vector<std::vector<int64_t>> parts;
+};
+
+Status Engine::submit_part(const StepInput& in, const scheduler::BatchPlan& plan, InFlightStep* step) {
     if (options_.step_fault) PENSTOCK_RETURN_IF_ERROR(options_.step_fault(plan));
-    if (batch.seqs.empty()) return ok_status();
+    if (in.batch.seqs.empty()) return ok_status();
     Status st;
     try {
-        Result<Tensor> out = executor_->step(batch);
-        if (out.ok()) {
-            *logits = std::move(out).value();
-        } else {
-            st = out.status();
-        }
+        st = executor_->submit(in);
     } catch (const std::exception& ex) {
         st = internal_error(std::string("forward step failed: ") + ex.what());
     }
     PENSTOCK_CHECK(st.ok() || executor_->isolates_failures())
         << "step " << plan.step_id << " failed on a multi-rank executor, which cannot recover: " << st.to_string();
-    return st;
-}
-
-void Engine::sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result) {
-    const int64_t vocab = runner_->model().config().vocab_size;
-    int64_t row = 0;
-    for (const models::SeqChunk& c : batch.seqs) {
-        if (c.logits != models::LogitsMode::kLast) continue;
-        const std::span<const float> r(logits.ptr<const float>() + row * vocab, static_cast<size_t>(vocab));
-        ++row;
-        if (options_.logits_observer) options_.logits_observer(c.request_id, r);
-        Live& l = *live_.at(c.request_id);
-        result->tokens.push_back({.request_id = c.request_id, .token_id = sample_token(r, l.params.sampling, &l.rng)});
+    if (!st.ok()) return st;
+    std::vector<int64_t> sampled;
+    for (size_t i = 0; i < in.batch.seqs.size(); ++i) {
+        if (in.sampling[i].sample) sampled.push_back(in.batch.seqs[i].request_id);
     }
+    step->parts.push_back(std::move(sampled));
+    return ok_status();
 }
 
-void Engine::run_step(const scheduler::BatchPlan& plan) {
-    models::ForwardBatch batch;
+void Engine::submit_step(const scheduler::BatchPlan& plan) {
+    StepInput in;
+    in.return_logits = static_cast<bool>(options_.logits_observer);
     std::vector<const scheduler::PlanEntry*> entry_of;  // plan entry of each batch sequence
-    int64_t admitted_tokens = 0;
+    InFlightStep step{.step_id = plan.step_id, .admitted_tokens = 0, .failed = false, .parts = {}};
     for (const scheduler::PlanEntry& e : plan.entries) {
         if (e.admitted) {
-            admitted_tokens += e.prompt_len;
+            step.admitted_tokens += e.prompt_len;
             if (Status st = runner_->cache().admit(e.request_id); !st.ok()) {
                 fail_request(e.request_id, st);
                 continue;
@@ -412,40 +431,64 @@ void Engine::run_step(const scheduler::BatchPlan& plan) {
         c.prompt_len = e.prompt_len;
         c.pages = &sched_->page_table(e.request_id);
         c.logits = e.logits == scheduler::ChunkLogits::kLast ? models::LogitsMode::kLast : models::LogitsMode::kNone;
-        batch.seqs.push_back(std::move(c));
+        // The token this row yields is the request's n_generated-th output (a request whose final chunk or decode is
+        // in flight is not planned again, so the count is final).
+        const Live& l = *live_.at(e.request_id);
+        in.sampling.push_back(c.logits == models::LogitsMode::kLast
+                                  ? seq_sampling(l.params.sampling, l.seed, sched_->find(e.request_id)->n_generated())
+                                  : runtime::SeqSampling{});
+        in.batch.seqs.push_back(std::move(c));
         entry_of.push_back(&e);
     }
-    scheduler::StepResult result{.step_id = plan.step_id, .tokens = {}};
-    Tensor logits;
-    const Status fault = run_forward(batch, plan, &logits);
-    if (fault.ok()) {
-        sample_rows(batch, logits, &result);
-    } else {
-        // Isolate the failure: re-run each sequence alone (its KV positions are rewritten with the same values), so
+    const Status fault = submit_part(in, plan, &step);
+    if (!fault.ok()) {
+        // Isolate the failure: submit each sequence alone (its KV positions are rewritten with the same values), so
         // only the requests whose own forward fails are failed (RELIABILITY T3).
         PENSTOCK_LOG_WARN("step {} failed ({}); re-running its {} sequence(s) one by one", plan.step_id,
-                          fault.to_string(), batch.seqs.size());
-        for (size_t k = 0; k < batch.seqs.size(); ++k) {
-            models::ForwardBatch one;
-            one.seqs.push_back(batch.seqs[k]);
+                          fault.to_string(), in.batch.seqs.size());
+        step.failed = true;
+        for (size_t k = 0; k < in.batch.seqs.size(); ++k) {
+            StepInput one{.batch = {}, .sampling = {in.sampling[k]}, .return_logits = in.return_logits};
+            one.batch.seqs.push_back(in.batch.seqs[k]);
             scheduler::BatchPlan sub;
             sub.step_id = plan.step_id;
             sub.entries.push_back(*entry_of[k]);
-            Tensor solo;
-            const Status st = batch.seqs.size() > 1 ? run_forward(one, sub, &solo) : fault;
-            if (st.ok()) {
-                sample_rows(one, solo, &result);
-            } else {
-                fail_request(batch.seqs[k].request_id, st);
+            const Status st = in.batch.seqs.size() > 1 ? submit_part(one, sub, &step) : fault;
+            if (!st.ok()) fail_request(in.batch.seqs[k].request_id, st);
+        }
+    }
+    in_flight_.push_back(std::move(step));
+}
+
+void Engine::collect_step() {
+    InFlightStep step = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    const int64_t vocab = runner_->model().config().vocab_size;
+    scheduler::StepResult result{.step_id = step.step_id, .tokens = {}};
+    for (const std::vector<int64_t>& ids : step.parts) {
+        Result<runtime::StepOutput> out = executor_->collect();
+        PENSTOCK_CHECK(out.ok()) << "collecting step " << step.step_id << " failed: " << out.status().to_string();
+        PENSTOCK_CHECK_EQ(out->tokens.size(), ids.size()) << "step " << step.step_id;
+        if (options_.logits_observer && out->logits.defined()) {
+            PENSTOCK_CHECK_EQ(out->logits.size(0), static_cast<int64_t>(ids.size()));
+            for (size_t i = 0; i < ids.size(); ++i) {
+                options_.logits_observer(
+                    ids[i], std::span<const float>(out->logits.ptr<const float>() + static_cast<int64_t>(i) * vocab,
+                                                   static_cast<size_t>(vocab)));
             }
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+            // A request that ended while its step was in flight (abort, deadline, stop string) drops its token.
+            if (sched_->find(ids[i]) == nullptr) continue;
+            result.tokens.push_back({.request_id = ids[i], .token_id = out->tokens[i]});
         }
     }
     sched_->on_step_done(result);
     for (const scheduler::SampledToken& t : result.tokens) on_token(t.request_id, t.token_id);
     std::lock_guard<std::mutex> lock(metrics_mu_);
     ++metrics_.steps_total;
-    if (!fault.ok()) ++metrics_.step_failures_total;
-    metrics_.prompt_tokens_total += admitted_tokens;
+    if (step.failed) ++metrics_.step_failures_total;
+    metrics_.prompt_tokens_total += step.admitted_tokens;
     metrics_.generation_tokens_total += static_cast<int64_t>(result.tokens.size());
 }
 
@@ -590,6 +633,7 @@ void Engine::update_gauges() {
     metrics_.waiting = sched_->n_waiting() + inbox;
     metrics_.running = sched_->n_running();
     metrics_.kv_pages_used = runner_->page_pool().n_used();
+    metrics_.executor = executor_->stats();
 }
 
 }  // namespace penstock::engine

@@ -1,8 +1,9 @@
 // Engine: the generation loop. One engine thread owns the Scheduler, the ModelRunner, the StepExecutor and every live
 // request's sampling/detokenization state; each iteration admits new requests, turns the scheduler's BatchPlan into a
-// ForwardBatch, runs it through the executor (this process, or down a pipeline), samples one token per
-// final-chunk/decode row, feeds the results back and publishes events to RequestHandles. Other threads (HTTP, tests)
-// only call submit/abort/metrics, which are thread-safe.
+// ForwardBatch with each sequence's sampling parameters and submits it to the executor (this process, or down a
+// pipeline, where up to pp + async-depth steps are in flight and the last stage samples); collected results (one
+// token per final-chunk/decode row) go back to the scheduler and out as events to RequestHandles. Other threads
+// (HTTP, tests) only call submit/abort/metrics, which are thread-safe.
 // Contract (threads, ownership, limits): docs/design/engine.md, "Engine loop".
 #pragma once
 
@@ -110,6 +111,8 @@ struct EngineMetrics {
     std::map<std::string, int64_t> aborted_by_phase;    // queued, prefill, decode (RELIABILITY T7)
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram e2e_s{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
+    // The step executor's view: micro-batch slots, in flight now / at most, submitted, active time, per-stage counters.
+    ExecutorStats executor;
 };
 
 struct EngineOptions {
@@ -179,15 +182,18 @@ private:
 
     Engine(std::unique_ptr<runtime::ModelRunner> runner, std::unique_ptr<StepExecutor> executor,
            const Tokenizer* tokenizer, EngineOptions options, std::unique_ptr<scheduler::Scheduler> sched);
+    struct InFlightStep;
     void loop();
     // Moves submissions and aborts into the scheduler; false once stop() was called.
     bool absorb_inbox();
-    void run_step(const scheduler::BatchPlan& plan);
-    // One forward (after the step_fault hook); a thrown exception becomes Internal. A failed executor step that does
-    // not isolate failures is fatal.
-    Status run_forward(const models::ForwardBatch& batch, const scheduler::BatchPlan& plan, Tensor* logits);
-    // Samples one token per kLast sequence of `batch` from `logits` (batch logit-row order).
-    void sample_rows(const models::ForwardBatch& batch, const Tensor& logits, scheduler::StepResult* result);
+    // Builds the step's StepInput and submits it; a step that fails before running is re-submitted one sequence at a
+    // time where the executor isolates failures (RELIABILITY T3). Records the step in in_flight_.
+    void submit_step(const scheduler::BatchPlan& plan);
+    // One executor submission (after the step_fault hook); a thrown exception becomes Internal. A failed submission
+    // on an executor that does not isolate failures is fatal.
+    Status submit_part(const StepInput& in, const scheduler::BatchPlan& plan, InFlightStep* step);
+    // Waits for the oldest step's results and applies them (scheduler, events, metrics).
+    void collect_step();
     void fail_request(int64_t id, const Status& error);
     void count_abort_phase(const scheduler::Request& r);
     void on_token(int64_t id, int32_t token);
@@ -206,7 +212,7 @@ private:
 
     // Engine-thread state.
     std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
-    uint64_t seed_counter_ = 0;
+    std::deque<InFlightStep> in_flight_;  // submitted steps, oldest first
 
     // Shared with other threads.
     mutable std::mutex mu_;

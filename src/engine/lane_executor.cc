@@ -10,7 +10,7 @@ namespace penstock::engine {
 
 namespace {
 
-enum class Command : uint8_t { kStep = 1, kRelease = 2, kStop = 3 };
+enum class Command : uint8_t { kSubmit = 1, kRelease = 2, kStop = 3, kCollect = 4 };
 constexpr int64_t kMaxCommandBytes = int64_t{256} << 20;
 
 TensorView bytes_view(std::vector<uint8_t>* v) {
@@ -52,12 +52,20 @@ LaneLeaderExecutor::LaneLeaderExecutor(std::unique_ptr<StepExecutor> inner, para
         << "the lane leader is cp rank 0, tp rank 0";
 }
 
-Result<Tensor> LaneLeaderExecutor::step(const models::ForwardBatch& batch) {
+Status LaneLeaderExecutor::submit(const StepInput& in) {
     parallel::StagePlan plan;
-    plan.batch = batch;
-    std::vector<uint8_t> bytes = encode(Command::kStep, parallel::encode_plan(plan));
+    plan.batch = in.batch;
+    plan.sampling = in.sampling;
+    plan.return_logits = in.return_logits;
+    std::vector<uint8_t> bytes = encode(Command::kSubmit, parallel::encode_plan(plan));
     PENSTOCK_RETURN_IF_ERROR(relay(cp_, tp_, &bytes));
-    return inner_->step(batch);
+    return inner_->submit(in);
+}
+
+Result<runtime::StepOutput> LaneLeaderExecutor::collect() {
+    std::vector<uint8_t> bytes = encode(Command::kCollect, {});
+    PENSTOCK_RETURN_IF_ERROR(relay(cp_, tp_, &bytes));
+    return inner_->collect();
 }
 
 Status LaneLeaderExecutor::release(std::span<const int64_t> request_ids) {
@@ -82,12 +90,19 @@ Status run_lane_follower(runtime::ModelRunner* runner, StepExecutor* inner, para
         const auto kind = static_cast<Command>(bytes[0]);
         const std::span<const uint8_t> payload(bytes.data() + 1, bytes.size() - 1);
         switch (kind) {
-            case Command::kStep: {
+            case Command::kSubmit: {
                 PENSTOCK_ASSIGN_OR_RETURN(parallel::StagePlan plan, parallel::decode_plan(payload));
                 PENSTOCK_RETURN_IF_ERROR(runner->bind(&plan.batch));
-                PENSTOCK_RETURN_IF_ERROR(inner->step(plan.batch).status());
+                StepInput in{.batch = std::move(plan.batch),
+                             .sampling = std::move(plan.sampling),
+                             .return_logits = plan.return_logits};
+                PENSTOCK_RETURN_IF_ERROR(inner->submit(in));
                 break;
             }
+            case Command::kCollect:
+                if (inner->in_flight() == 0) return data_loss("lane collect command with nothing in flight");
+                PENSTOCK_RETURN_IF_ERROR(inner->collect().status());
+                break;
             case Command::kRelease: {
                 if (payload.size() % sizeof(int64_t) != 0) return data_loss("lane release command of odd length");
                 std::vector<int64_t> ids(payload.size() / sizeof(int64_t));

@@ -1,7 +1,10 @@
-// PipelineExecutor: the engine's StepExecutor on pipeline stage 0 (global rank 0 under mpirun): each step goes down
-// the pipeline (parallel::PipelineStage::step) and the logit rows come back from the last stage; requests are freed on
-// the other stages only when the engine ends them (ReleasePolicy::kExplicit: a request lives on through its decode
-// steps), by release-only plans ordered with the steps. The other stages run PipelineStage::serve() until stop().
+// PipelineExecutor: the engine's StepExecutor on pipeline stage 0 (global rank 0 under mpirun). submit() runs stage 0's
+// layers and sends the micro-batch down the pipeline (plan with each sequence's sampling parameters, then the hidden);
+// the last stage samples and sends the token ids back; collect() returns them in submission order. Up to
+// pp + async_depth micro-batches are in flight (SPEC §4), so stage 0 works on step k+1 while step k is in later
+// stages. Requests are freed on the other stages only when the engine ends them (ReleasePolicy::kExplicit: a request
+// lives on through its decode steps), by release-only plans ordered with the steps. The other stages run
+// PipelineStage::serve() until stop().
 #pragma once
 
 #include <cstdint>
@@ -13,22 +16,32 @@
 
 namespace penstock::engine {
 
+struct PipelineExecutorOptions {
+    bool eager_bank = false;  // --pp-eager-bank-forward (agreed across the stages)
+    int64_t async_depth = 0;  // --pp-async-batch-depth: micro-batch slots beyond pp
+    // Test hook (hidden --test-pp-slots): > 0 replaces pp + async_depth, e.g. 1 runs one step at a time through every
+    // stage (the behaviour before steps overlapped), for A/B figures. 0 in production.
+    int64_t slots_override = 0;
+};
+
 class PipelineExecutor final : public StepExecutor {
 public:
     // `runner` holds stage 0's layers (the engine's runner); `pp` is the pipeline group with this rank as stage 0.
-    // Both must outlive the executor. eager_bank: --pp-eager-bank-forward (agreed across the stages).
-    PipelineExecutor(runtime::ModelRunner* runner, parallel::Communicator* pp, bool eager_bank);
+    // Both must outlive the executor.
+    PipelineExecutor(runtime::ModelRunner* runner, parallel::Communicator* pp, const PipelineExecutorOptions& options);
 
-    [[nodiscard]] Result<Tensor> step(const models::ForwardBatch& batch) override { return stage_.step(batch); }
+    [[nodiscard]] Status submit(const StepInput& in) override;
+    [[nodiscard]] Result<runtime::StepOutput> collect() override { return stage_.collect(); }
+    int64_t in_flight() const override { return static_cast<int64_t>(stage_.in_flight()); }
+    int64_t slots() const override { return slots_; }
     [[nodiscard]] Status release(std::span<const int64_t> request_ids) override { return stage_.release(request_ids); }
     [[nodiscard]] Status stop() override { return stage_.stop(); }
     bool isolates_failures() const override { return false; }
-
-    // Stage 0's counters (read after the engine thread has stopped).
-    const parallel::StageStats& stats() const { return stage_.stats(); }
+    ExecutorStats stats() const override;
 
 private:
     parallel::PipelineStage stage_;
+    int64_t slots_;
 };
 
 }  // namespace penstock::engine

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -17,10 +18,11 @@ constexpr int kTagLogits = 103;
 constexpr int kTagBank = 104;
 constexpr int kTagBankInherited = 105;
 constexpr int kTagTopk = 106;
-constexpr uint32_t kMaxTopkCols = 1u << 20;
-constexpr uint32_t kMaxBankRows = 4096;
+constexpr int kTagTokens = 107;
+constexpr int kTagLogprobs = 108;
+constexpr int kTagCounters = 109;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
-constexpr uint32_t kMaxSeqs = 1u << 20;
+constexpr int64_t kCounterFields = 5;
 
 struct Envelope {
     uint32_t magic;
@@ -28,115 +30,18 @@ struct Envelope {
     uint64_t plan_bytes;
 };
 
-template <class T>
-void put(std::vector<uint8_t>* out, T v) {
-    const size_t at = out->size();
-    out->resize(at + sizeof(T));
-    std::memcpy(out->data() + at, &v, sizeof(T));
-}
-
-class Reader final {
-public:
-    explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-    template <class T>
-    bool get(T* v) {
-        if (b_.size() - pos_ < sizeof(T)) return false;
-        std::memcpy(v, b_.data() + pos_, sizeof(T));
-        pos_ += sizeof(T);
-        return true;
-    }
-    size_t left() const { return b_.size() - pos_; }
-
-private:
-    std::span<const uint8_t> b_;
-    size_t pos_ = 0;
-};
-
 TensorView bytes_view(std::vector<uint8_t>* v) {
     const int64_t n = static_cast<int64_t>(v->size());
     return TensorView::contiguous(v->data(), DType::kU8, std::span<const int64_t>(&n, 1));
 }
 
+int64_t n_sampled(std::span<const runtime::SeqSampling> sampling) {
+    int64_t n = 0;
+    for (const runtime::SeqSampling& s : sampling) n += s.sample ? 1 : 0;
+    return n;
+}
+
 }  // namespace
-
-std::vector<uint8_t> encode_plan(const StagePlan& plan) {
-    std::vector<uint8_t> out;
-    put<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u));
-    put<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
-    put<uint32_t>(&out, plan.bank_total);
-    put<uint32_t>(&out, plan.bank_inherited);
-    put<uint32_t>(&out, plan.bank_valid);
-    put<uint32_t>(&out, plan.topk_cols);
-    put<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
-    for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
-        const models::SeqChunk& c = plan.batch.seqs[i];
-        put<int64_t>(&out, c.request_id);
-        put<int64_t>(&out, c.prefix_len);
-        put<int64_t>(&out, c.prompt_len);
-        put<uint32_t>(&out, static_cast<uint32_t>(c.token_ids.size()));
-        put<uint8_t>(&out, static_cast<uint8_t>(c.logits));
-        put<uint8_t>(&out, i < plan.release.size() ? plan.release[i] : 0);
-        put<uint16_t>(&out, 0);
-    }
-    for (const models::SeqChunk& c : plan.batch.seqs) {
-        for (int32_t t : c.token_ids) put<int32_t>(&out, t);
-    }
-    for (int64_t id : plan.free_ids) put<int64_t>(&out, id);
-    return out;
-}
-
-Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
-    Reader r(bytes);
-    StagePlan plan;
-    uint32_t flags = 0, n_seqs = 0, n_free = 0;
-    if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
-        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols) || !r.get(&n_free)) {
-        return data_loss("stage plan: truncated header");
-    }
-    if (flags > 3) return data_loss("stage plan: unknown flags " + std::to_string(flags));
-    if (plan.topk_cols > kMaxTopkCols) return data_loss("stage plan: " + std::to_string(plan.topk_cols) + " top-k columns");
-    if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
-    if (n_free > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_free) + " requests to free");
-    if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
-        return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
-                         std::to_string(plan.bank_valid) + ", total " + std::to_string(plan.bank_total));
-    }
-    plan.stop = flags & 1u;
-    plan.eager_bank = flags & 2u;
-    std::vector<uint32_t> lens;
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n_seqs; ++i) {
-        models::SeqChunk c;
-        uint32_t n = 0;
-        uint8_t mode = 0, release = 0;
-        uint16_t pad = 0;
-        if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
-            !r.get(&release) || !r.get(&pad)) {
-            return data_loss("stage plan: truncated sequence " + std::to_string(i));
-        }
-        if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || pad != 0 || c.prefix_len < 0 ||
-            c.prompt_len < 0) {
-            return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
-        }
-        c.logits = static_cast<models::LogitsMode>(mode);
-        total += n;
-        lens.push_back(n);
-        plan.batch.seqs.push_back(std::move(c));
-        plan.release.push_back(release);
-    }
-    if (r.left() != total * sizeof(int32_t) + uint64_t{n_free} * sizeof(int64_t)) {
-        return data_loss("stage plan: " + std::to_string(r.left()) + " bytes for " + std::to_string(total) +
-                         " tokens and " + std::to_string(n_free) + " requests to free");
-    }
-    for (uint32_t i = 0; i < n_seqs; ++i) {
-        auto& ids = plan.batch.seqs[i].token_ids;
-        ids.resize(lens[i]);
-        for (uint32_t k = 0; k < lens[i]; ++k) r.get(&ids[k]);
-    }
-    plan.free_ids.resize(n_free);
-    for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);
-    return plan;
-}
 
 PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, const StageOptions& options)
     : runner_(runner),
@@ -261,17 +166,41 @@ Status PipelineStage::recv_rows(const Tensor& bank, uint32_t begin, uint32_t end
     return recv_tensor(bank.view().slice(1, begin, end), pp_->rank() - 1, tag);
 }
 
-Status PipelineStage::submit(const models::ForwardBatch& batch) {
+Status PipelineStage::submit(const models::ForwardBatch& batch, std::span<const runtime::SeqSampling> sampling,
+                             bool return_logits) {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
     PENSTOCK_CHECK_GT(pp_->size(), 1) << "submit() needs a pipeline of at least two stages";
+    PENSTOCK_CHECK(sampling.empty() || sampling.size() == batch.seqs.size())
+        << sampling.size() << " sampling entries for " << batch.seqs.size() << " sequences";
     const models::BatchLayout layout = runner_->make_layout(batch);
-    const StagePlan plan = make_plan(batch, /*bank_inherited=*/0);
+    StagePlan plan = make_plan(batch, /*bank_inherited=*/0);
+    plan.sampling.assign(sampling.begin(), sampling.end());
+    plan.return_logits = return_logits;
+    // The result receives go first, so the last stage's sends always find them posted (no ring deadlock).
+    const int last = pp_->size() - 1;
     InFlight f;
-    f.logits = Tensor::empty({static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size},
-                             DType::kF32);
-    PENSTOCK_ASSIGN_OR_RETURN(f.recv, pp_->irecv(f.logits, pp_->size() - 1, kTagLogits));
+    f.counters = Tensor::empty({last, kCounterFields}, DType::kI64);
+    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op, pp_->irecv(f.counters, last, kTagCounters));
+    f.recvs.push_back(std::move(op));
+    const int64_t n = n_sampled(sampling);
+    f.tokens = Tensor::empty({n}, DType::kI32);
+    f.logprobs = Tensor::empty({n}, DType::kF32);
+    if (n > 0) {
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.tokens, last, kTagTokens));
+        f.recvs.push_back(std::move(op));
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.logprobs, last, kTagLogprobs));
+        f.recvs.push_back(std::move(op));
+    }
+    if (return_logits) {
+        f.logits = Tensor::empty({static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size},
+                                 DType::kF32);
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.logits, last, kTagLogits));
+        f.recvs.push_back(std::move(op));
+    }
+    if (in_flight_.empty()) active_since_ = std::chrono::steady_clock::now();
     in_flight_.push_back(std::move(f));
     max_in_flight_ = std::max(max_in_flight_, in_flight_.size());
+    ++submitted_;
     PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
     models::Activations act;
     const auto t0 = std::chrono::steady_clock::now();
@@ -315,17 +244,61 @@ Status PipelineStage::recv_topk(const StagePlan& plan, int64_t rows, models::Act
     return ok_status();
 }
 
-Result<Tensor> PipelineStage::collect() {
+Result<runtime::StepOutput> PipelineStage::collect() {
     PENSTOCK_CHECK(!in_flight_.empty()) << "collect() with nothing in flight";
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
     const auto t0 = std::chrono::steady_clock::now();
-    PENSTOCK_RETURN_IF_ERROR(f.recv->wait());
+    Status waited;
+    for (std::unique_ptr<PendingOp>& op : f.recvs) {
+        const Status st = op->wait();
+        if (waited.ok() && !st.ok()) waited = st;
+    }
     stats_.stall_ms += ms_since(t0);
-    return f.logits;
+    if (in_flight_.empty()) active_ms_ += ms_since(active_since_);
+    PENSTOCK_RETURN_IF_ERROR(waited);
+    const int64_t vocab = runner_->model().config().vocab_size;
+    runtime::StepOutput out;
+    const int32_t* tokens = f.tokens.ptr<const int32_t>();
+    const float* logprobs = f.logprobs.ptr<const float>();
+    for (int64_t i = 0; i < f.tokens.size(0); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= vocab) {
+            return data_loss("pipeline: the last stage returned token id " + std::to_string(tokens[i]) +
+                             " outside the vocabulary");
+        }
+        out.tokens.push_back(tokens[i]);
+        out.logprobs.push_back(logprobs[i]);
+    }
+    const int64_t* c = f.counters.ptr<const int64_t>();
+    std::vector<StageStats> remote;
+    for (int64_t s = 0; s < f.counters.size(0); ++s, c += kCounterFields) {
+        if (c[0] < 0 || c[1] < 0 || c[2] < 0 || c[3] < 0 || c[4] < 0) {
+            return data_loss("pipeline: negative counters of stage " + std::to_string(s + 1));
+        }
+        remote.push_back(StageStats{.steps = c[0],
+                                    .busy_ms = static_cast<double>(c[1]) / 1000.0,
+                                    .stall_ms = static_cast<double>(c[2]) / 1000.0,
+                                    .bytes_sent = c[3],
+                                    .bank_bytes_sent = c[4]});
+    }
+    remote_stats_ = std::move(remote);
+    out.logits = std::move(f.logits);
+    return out;
 }
 
-Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
+double PipelineStage::active_ms() const { return active_ms_ + (in_flight_.empty() ? 0.0 : ms_since(active_since_)); }
+
+std::vector<StageStats> PipelineStage::pipeline_stats() const {
+    std::vector<StageStats> all{stats_};
+    for (int s = 1; s < pp_->size(); ++s) {
+        all.push_back(static_cast<size_t>(s) <= remote_stats_.size() ? remote_stats_[static_cast<size_t>(s - 1)]
+                                                                     : StageStats{});
+    }
+    return all;
+}
+
+Result<runtime::StepOutput> PipelineStage::step(const models::ForwardBatch& batch,
+                                                std::span<const runtime::SeqSampling> sampling, bool return_logits) {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
     if (pp_->size() == 1) {
         const models::BatchLayout layout = runner_->make_layout(batch);
@@ -335,120 +308,13 @@ Result<Tensor> PipelineStage::step(const models::ForwardBatch& batch) {
         Tensor logits = runner_->logits(layout, act);
         stats_.busy_ms += ms_since(t0);
         ++stats_.steps;
-        return logits;
+        std::vector<runtime::SeqSampling> none;
+        if (sampling.empty()) none.resize(batch.seqs.size());
+        return runtime::sample_step(batch, sampling.empty() ? std::span<const runtime::SeqSampling>(none) : sampling,
+                                    std::move(logits), runner_->model().config().vocab_size, return_logits);
     }
-    PENSTOCK_RETURN_IF_ERROR(submit(batch));
+    PENSTOCK_RETURN_IF_ERROR(submit(batch, sampling, return_logits));
     return collect();
-}
-
-Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, PipelineStage* pipe,
-                                             std::span<const std::vector<int32_t>> prompts,
-                                             const MicroBatchOptions& options) {
-    const int64_t vocab = runner->model().config().vocab_size;
-    const auto n = static_cast<int64_t>(prompts.size());
-    const int64_t max_running = std::max<int64_t>(1, options.micro_batch_size);
-    const int64_t slots = std::max<int64_t>(1, options.slots);
-    std::vector<Tensor> logits;
-    for (int64_t i = 0; i < n; ++i) {
-        const auto len = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
-        if (len == 0) return invalid_argument("prompt " + std::to_string(i) + " is empty");
-        for (int32_t id : prompts[static_cast<size_t>(i)]) {
-            if (id < 0 || id >= vocab)
-                return invalid_argument("token id " + std::to_string(id) + " outside the vocabulary");
-        }
-        logits.push_back(Tensor::empty({len, vocab}, DType::kF32));
-    }
-    // Request state: waiting (not admitted), running and ready for its next chunk, running with a chunk in flight,
-    // finished (pages freed here; the other stages free theirs after the step that ends the prompt).
-    enum class State : uint8_t { kWaiting, kReady, kInFlight, kFinished };
-    std::vector<State> state(static_cast<size_t>(n), State::kWaiting);
-    std::vector<int64_t> done(static_cast<size_t>(n), 0);     // tokens scheduled so far
-    std::vector<int64_t> arrived(static_cast<size_t>(n), 0);  // tokens whose logits came back
-    int64_t next_waiting = 0, running = 0;
-    const auto release_all = [&] {
-        for (int64_t i = 0; i < n; ++i) {
-            if (state[static_cast<size_t>(i)] != State::kWaiting) runner->release(i);
-        }
-    };
-    struct Piece {
-        int64_t prompt, offset, len;
-    };
-    std::deque<std::vector<Piece>> pending;  // per in-flight micro-batch: where its logit rows go
-    const auto drain_one = [&]() -> Status {
-        PENSTOCK_ASSIGN_OR_RETURN(Tensor out, pipe->collect());
-        int64_t expected = 0;
-        for (const Piece& p : pending.front()) expected += p.len;
-        if (out.ndim() != 2 || out.size(0) != expected || out.size(1) != vocab) {
-            return data_loss("pipeline: the last stage returned logits " + out.view().shape_string() + " for " +
-                             std::to_string(expected) + " rows");
-        }
-        int64_t row = 0;
-        for (const Piece& p : pending.front()) {
-            std::memcpy(logits[static_cast<size_t>(p.prompt)].ptr<float>() + p.offset * vocab,
-                        out.ptr<const float>() + row * vocab, static_cast<size_t>(p.len * vocab) * sizeof(float));
-            row += p.len;
-            auto& a = arrived[static_cast<size_t>(p.prompt)];
-            a += p.len;
-            if (a == static_cast<int64_t>(prompts[static_cast<size_t>(p.prompt)].size())) {
-                state[static_cast<size_t>(p.prompt)] = State::kFinished;
-                runner->release(p.prompt);
-                --running;
-            } else {
-                state[static_cast<size_t>(p.prompt)] = State::kReady;
-            }
-        }
-        pending.pop_front();
-        return ok_status();
-    };
-    const auto fail = [&](Status st) {
-        release_all();
-        return st;
-    };
-    while (true) {
-        // Admission (SPEC §4): at most pp_max_micro_batch_size requests run at once.
-        while (running < max_running && next_waiting < n) {
-            const int64_t i = next_waiting++;
-            const Status st = runner->admit(i, static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()));
-            if (!st.ok()) return fail(st);
-            state[static_cast<size_t>(i)] = State::kReady;
-            ++running;
-        }
-        // A micro-batch: the next chunk of every ready request, in admission order, within the token budget.
-        models::ForwardBatch batch;
-        std::vector<Piece> pieces;
-        if (pipe->in_flight() < static_cast<size_t>(slots)) {
-            int64_t budget = options.chunk_size > 0 ? options.chunk_size : INT64_MAX;
-            for (int64_t i = 0; i < n && budget > 0; ++i) {
-                if (state[static_cast<size_t>(i)] != State::kReady) continue;
-                const std::vector<int32_t>& p = prompts[static_cast<size_t>(i)];
-                const auto len = static_cast<int64_t>(p.size());
-                int64_t& d = done[static_cast<size_t>(i)];
-                const int64_t take = std::min(budget, len - d);
-                models::SeqChunk c;
-                c.request_id = i;
-                c.token_ids.assign(p.begin() + d, p.begin() + d + take);
-                c.prefix_len = d;
-                c.prompt_len = len;
-                c.logits = models::LogitsMode::kAll;
-                batch.seqs.push_back(std::move(c));
-                pieces.push_back({i, d, take});
-                d += take;
-                budget -= take;
-                state[static_cast<size_t>(i)] = State::kInFlight;
-            }
-        }
-        if (!batch.seqs.empty()) {
-            Status st = runner->bind(&batch);
-            if (st.ok()) st = pipe->submit(batch);
-            if (!st.ok()) return fail(st);
-            pending.push_back(std::move(pieces));
-            continue;
-        }
-        if (pending.empty()) break;  // nothing in flight and nothing ready: every prompt is done
-        const Status st = drain_one();
-        if (!st.ok()) return fail(st);
-    }
-    return logits;
 }
 
 Status PipelineStage::release(std::span<const int64_t> request_ids) {
@@ -465,6 +331,45 @@ Status PipelineStage::stop() {
     StagePlan plan;
     plan.stop = true;
     return send_plan(plan);
+}
+
+// The last stage: the head, sampling, then the results to stage 0 (counters first, in the order stage 0 posted).
+Status PipelineStage::send_results(const StagePlan& plan, const models::BatchLayout& layout,
+                                   const models::Activations& act, std::chrono::steady_clock::time_point t0) {
+    Tensor logits = runner_->logits(layout, act);
+    PENSTOCK_ASSIGN_OR_RETURN(runtime::StepOutput out,
+                              runtime::sample_step(plan.batch, plan.sampling, std::move(logits),
+                                                   runner_->model().config().vocab_size, plan.return_logits));
+    stats_.busy_ms += ms_since(t0);
+    ++stats_.steps;
+    std::vector<StageStats> all = plan.counters;
+    all.push_back(stats_);
+    Tensor counters = Tensor::empty({static_cast<int64_t>(all.size()), kCounterFields}, DType::kI64);
+    int64_t* c = counters.ptr<int64_t>();
+    for (const StageStats& st : all) {
+        *c++ = st.steps;
+        *c++ = static_cast<int64_t>(std::llround(st.busy_ms * 1000.0));
+        *c++ = static_cast<int64_t>(std::llround(st.stall_ms * 1000.0));
+        *c++ = st.bytes_sent;
+        *c++ = st.bank_bytes_sent;
+    }
+    PENSTOCK_RETURN_IF_ERROR(pp_->send(counters, 0, kTagCounters));
+    int64_t bytes = static_cast<int64_t>(counters.nbytes());
+    if (!out.tokens.empty()) {
+        const auto n = static_cast<int64_t>(out.tokens.size());
+        const int64_t shape[1] = {n};
+        PENSTOCK_RETURN_IF_ERROR(
+            pp_->send(TensorView::contiguous(out.tokens.data(), DType::kI32, shape), 0, kTagTokens));
+        PENSTOCK_RETURN_IF_ERROR(
+            pp_->send(TensorView::contiguous(out.logprobs.data(), DType::kF32, shape), 0, kTagLogprobs));
+        bytes += n * 8;
+    }
+    if (plan.return_logits) {
+        PENSTOCK_RETURN_IF_ERROR(pp_->send(out.logits, 0, kTagLogits));
+        bytes += static_cast<int64_t>(out.logits.nbytes());
+    }
+    stats_.bytes_sent += bytes;
+    return ok_status();
 }
 
 Status PipelineStage::serve() {
@@ -486,6 +391,10 @@ Status PipelineStage::serve() {
             if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
             continue;
         }
+        if (in.counters.size() != static_cast<size_t>(pp_->rank() - 1)) {
+            return data_loss("stage plan: counters of " + std::to_string(in.counters.size()) + " stages at stage " +
+                             std::to_string(pp_->rank()));
+        }
         PENSTOCK_RETURN_IF_ERROR(runner_->bind(&in.batch));
         const models::BatchLayout layout = runner_->make_layout(in.batch);
         models::Activations act;
@@ -498,6 +407,10 @@ Status PipelineStage::serve() {
         StagePlan out = make_plan(in.batch, /*bank_inherited=*/in.bank_valid);
         out.release = in.release;
         out.free_ids = in.free_ids;
+        out.sampling = in.sampling;
+        out.return_logits = in.return_logits;
+        out.counters = in.counters;
+        out.counters.push_back(stats_);
         if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));
         if (in.bank_total > 0 && in.eager_bank) {
             PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited));
@@ -515,11 +428,9 @@ Status PipelineStage::serve() {
         t0 = std::chrono::steady_clock::now();
         runner_->run_layers(in.batch, layout, &act);
         if (last) {
-            Tensor logits = runner_->logits(layout, act);
-            stats_.busy_ms += ms_since(t0);
-            PENSTOCK_RETURN_IF_ERROR(pp_->send(logits, 0, kTagLogits));
-            stats_.bytes_sent += static_cast<int64_t>(logits.nbytes());
+            PENSTOCK_RETURN_IF_ERROR(send_results(in, layout, act, t0));
         } else {
+            ++stats_.steps;
             stats_.busy_ms += ms_since(t0);
             PENSTOCK_RETURN_IF_ERROR(send_tensor(act.hidden, pp_->rank() + 1, kTagHidden));
             if (out.bank_total > 0) {
@@ -528,7 +439,6 @@ Status PipelineStage::serve() {
             }
             if (out.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(send_topk(act, out));
         }
-        ++stats_.steps;
         for (size_t i = 0; i < in.batch.seqs.size(); ++i) {
             if (in.release[i]) runner_->release(in.batch.seqs[i].request_id);
         }

@@ -1,16 +1,20 @@
 // Pipeline-parallel execution over a Communicator: stage 0 owns the plan; every step's plan travels with the
-// activations (hidden [n_tokens, hidden] f32) down the pipeline; the last stage computes the logit rows and returns
-// them to stage 0. Messages are plain data validated on receipt (magic, version, bounded sizes): a malformed or
+// activations (hidden [n_tokens, hidden] f32) down the pipeline and carries each sequence's sampling parameters; the
+// last stage computes the logit rows, samples, and returns the token ids (and the logit rows only when stage 0 asked
+// for them) to stage 0. Messages are plain data validated on receipt (magic, version, bounded sizes): a malformed or
 // foreign message is a DataLoss Status, never executed or trusted.
 //
 // Wire format per step on the link stage s -> s+1 (the plan goes first, before s computes, so s+1 can admit the batch
 // while s works):
 //   envelope (kTagEnvelope): u32 magic 'PSTK', u32 version, u64 plan bytes
-//   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank), u32 n_seqs, u32 bank_total, u32 bank_inherited,
-//                     u32 bank_valid, u32 topk_cols, u32 n_free, then per sequence: i64 request_id, i64 prefix_len,
-//                     i64 prompt_len, u32 n_tokens, u8 logits mode, u8 release_after, u16 0; then all token ids (i32)
-//                     in sequence order; then n_free request ids (i64) to free before the batch. A plan with no
-//                     sequences only frees: nothing else follows it on the link and no logits come back.
+//   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank, bit 2: return logits), u32 n_seqs, u32 bank_total,
+//                     u32 bank_inherited, u32 bank_valid, u32 topk_cols, u32 n_free, u32 n_counters, then per
+//                     sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens, u8 logits mode,
+//                     u8 release_after, u8 sample, u8 0, f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
+//                     i64 token_index; then all token ids (i32) in sequence order; then n_free request ids (i64) to
+//                     free before the batch; then n_counters x 5 i64 (steps, busy us, stall us, bytes sent, bank bytes
+//                     sent) of stages 1..s, each appended by its stage as it forwards the plan. A plan with no
+//                     sequences only frees: nothing else follows it on the link and nothing comes back.
 //   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
 //                     the moment s has them (before its own layers); an empty message when there are none
 //   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
@@ -18,18 +22,22 @@
 //                     rows [0, valid) without. Either way the same bytes cross the link.
 //   DSA top-k (kTagTopk), when topk_cols > 0: i32 [n_tokens, topk_cols] = the key positions the sender's last full
 //                     indexer layer selected, for a receiver whose first layer is a `shared` indexer layer (host link).
-// last stage -> stage 0 (kTagLogits): f32 [n_logit_rows, vocab].
+// last stage -> stage 0, per step with sequences: i64 [pp - 1, 5] counters of stages 1..pp-1 (kTagCounters; the last
+// stage's after this step, the others' as of this step's plan), i32 [n_sampled] token ids (kTagTokens) and f32
+// [n_sampled] their log-probabilities (kTagLogprobs) when n_sampled > 0, and f32 [n_logit_rows, vocab] (kTagLogits)
+// only with the return-logits flag. Stage 0 knows every size from the plan it sent.
 // bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
 //
 // Two links per stage pair (StageOptions): the control link (host tensors, MPI) carries the envelope, the plan, the
-// returning logits and the stats; the data link carries the hidden and bank rows. With a CUDA backend the data link is
-// the NCCL pp group and those tensors go device to device, stream-ordered on the backend's stream (a send returns
-// once enqueued; the receiver's layers, enqueued after its recv, see the data). With a host data link (MPI) device
-// activations are staged through host memory. The logits go back on the control link so that stage 0's receive,
-// posted at submit, never sits on its compute stream ahead of the layers the last stage is waiting for.
+// returning tokens and logits and the stats; the data link carries the hidden and bank rows. With a CUDA backend the
+// data link is the NCCL pp group and those tensors go device to device, stream-ordered on the backend's stream (a send
+// returns once enqueued; the receiver's layers, enqueued after its recv, see the data). With a host data link (MPI)
+// device activations are staged through host memory. The results go back on the control link so that stage 0's
+// receives, posted at submit, never sit on its compute stream ahead of the layers the last stage is waiting for.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -39,11 +47,13 @@
 #include "models/forward_batch.h"
 #include "parallel/communicator.h"
 #include "runtime/model_runner.h"
+#include "runtime/sampling.h"
 
 namespace penstock::parallel {
 
 inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
-inline constexpr uint32_t kStageVersion = 3;
+// 4: per-sequence sampling parameters, last-stage sampling (tokens back instead of logits), stage counters.
+inline constexpr uint32_t kStageVersion = 4;
 
 // When the stages after stage 0 free a request's pages and non-paged state.
 enum class ReleasePolicy : uint8_t {
@@ -51,25 +61,30 @@ enum class ReleasePolicy : uint8_t {
     kExplicit,     // only when stage 0 calls release() (serving: a request lives on through its decode steps)
 };
 
-struct StagePlan {
-    models::ForwardBatch batch;     // page tables unset
-    std::vector<uint8_t> release;   // per sequence: free its state after this step
-    std::vector<int64_t> free_ids;  // requests to free before this step's batch
-    uint32_t bank_total = 0;        // rows of the AttnRes bank tensor (0: no bank)
-    uint32_t bank_inherited = 0;    // rows the sender received from upstream
-    uint32_t bank_valid = 0;        // rows valid after the sender's layers
-    uint32_t topk_cols = 0;         // DSA: columns of the top-k key positions that follow the hidden (0: none)
-    bool eager_bank = false;
-    bool stop = false;
-};
-
 // Per-stage counters (host wall time).
 struct StageStats {
     int64_t steps = 0;
     double busy_ms = 0;      // running this stage's layers (and the head on the last stage)
     double stall_ms = 0;     // blocked receiving from the previous stage (boundary stall)
-    int64_t bytes_sent = 0;  // to the next stage (and logits to stage 0)
+    int64_t bytes_sent = 0;  // to the next stage (and results to stage 0)
     int64_t bank_bytes_sent = 0;
+};
+
+struct StagePlan {
+    models::ForwardBatch batch;     // page tables unset
+    std::vector<uint8_t> release;   // per sequence: free its state after this step
+    std::vector<int64_t> free_ids;  // requests to free before this step's batch
+    // Per sequence (empty: none is sampled): how the last stage samples its next token.
+    std::vector<runtime::SeqSampling> sampling;
+    // Counters of stages 1..s (microsecond resolution on the wire), appended by each stage as it forwards the plan.
+    std::vector<StageStats> counters;
+    uint32_t bank_total = 0;        // rows of the AttnRes bank tensor (0: no bank)
+    uint32_t bank_inherited = 0;    // rows the sender received from upstream
+    uint32_t bank_valid = 0;        // rows valid after the sender's layers
+    uint32_t topk_cols = 0;         // DSA: columns of the top-k key positions that follow the hidden (0: none)
+    bool eager_bank = false;
+    bool return_logits = false;  // the last stage also returns the logit rows
+    bool stop = false;
 };
 
 // Stage 0's driver for a pipeline prefill, with the scheduling rules of SPEC §4 (as SGLang's PP scheduler): every
@@ -78,12 +93,23 @@ struct StageStats {
 // come back, in admission order, within a token budget of `chunk_size` (0 = unlimited); up to `slots` micro-batches
 // are in flight (pp_size + pp_async_batch_depth). A request's chunks are therefore sequential, and only different
 // requests keep several stages busy: micro_batch_size = 1 leaves one chunk in flight (the starved pipeline).
-// Returns every position's logits per prompt; frees the requests' pages.
+// The last stage samples each prompt's next token (after its last position) with `sampling` (seed as given,
+// token_index 0); every position's logits come back only with `return_logits`. Frees the requests' pages.
 struct MicroBatchOptions {
     int64_t chunk_size = 0;
     int64_t micro_batch_size = 1;
     int64_t slots = 1;
+    runtime::SeqSampling sampling = {.sample = true};  // greedy by default
+    bool return_logits = true;
 };
+struct PrefillOutput {
+    std::vector<Tensor> logits;          // per prompt [len, vocab] f32 (empty without return_logits)
+    std::vector<runtime::Sampled> next;  // per prompt: the token the last stage sampled after the prompt
+};
+[[nodiscard]] Result<PrefillOutput> pipeline_prefill_sampled(runtime::ModelRunner* runner, class PipelineStage* pipe,
+                                                             std::span<const std::vector<int32_t>> prompts,
+                                                             const MicroBatchOptions& options);
+// The same, returning only the logits (penstock forward: every position's logits are its output).
 [[nodiscard]] Result<std::vector<Tensor>> pipeline_prefill(runtime::ModelRunner* runner, class PipelineStage* pipe,
                                                            std::span<const std::vector<int32_t>> prompts,
                                                            const MicroBatchOptions& options);
@@ -111,17 +137,28 @@ public:
     PipelineStage(runtime::ModelRunner* runner, Communicator* pp, bool eager_bank = false)
         : PipelineStage(runner, pp, StageOptions{.eager_bank = eager_bank}) {}
 
-    // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage and returns the logit rows.
-    // With kAtPromptEnd, sequences whose chunk ends their prompt are released on the other stages after the step.
-    [[nodiscard]] Result<Tensor> step(const models::ForwardBatch& batch);
+    // Stage 0: runs one step of `batch` (bound to stage 0's pages) through every stage: the last stage samples every
+    // sequence with sampling[i].sample (`sampling` has one entry per sequence, or none) and returns the tokens, and the
+    // logit rows [n_logit_rows, vocab] f32 when `return_logits`. With kAtPromptEnd, sequences whose chunk ends their
+    // prompt are released on the other stages after the step. With one stage, the whole model runs here.
+    [[nodiscard]] Result<runtime::StepOutput> step(const models::ForwardBatch& batch,
+                                                   std::span<const runtime::SeqSampling> sampling, bool return_logits);
     // Stage 0, micro-batched: submit() runs stage 0's layers on `batch`, sends it downstream and returns with the
-    // micro-batch in flight (its logits receive is posted first, so the last stage never blocks on stage 0);
-    // collect() waits for the oldest in-flight micro-batch and returns its logit rows (submission order).
-    [[nodiscard]] Status submit(const models::ForwardBatch& batch);
-    [[nodiscard]] Result<Tensor> collect();
+    // micro-batch in flight (its result receives are posted first, so the last stage never blocks on stage 0);
+    // collect() waits for the oldest in-flight micro-batch and returns its result (submission order). A result whose
+    // token ids fall outside the vocabulary is DataLoss. Needs two stages or more.
+    [[nodiscard]] Status submit(const models::ForwardBatch& batch, std::span<const runtime::SeqSampling> sampling,
+                                bool return_logits);
+    [[nodiscard]] Result<runtime::StepOutput> collect();
     size_t in_flight() const { return in_flight_.size(); }
     // Stage 0: the most micro-batches that were in flight at once (how full the pipeline was kept).
     size_t max_in_flight() const { return max_in_flight_; }
+    // Stage 0: micro-batches submitted so far, and the wall time during which at least one was in flight.
+    int64_t submitted() const { return submitted_; }
+    double active_ms() const;
+    // Stage 0: every stage's counters as last reported with a result (stage 0's own are current; stage s > 0's as of
+    // its latest plan, so they may lag by one step).
+    std::vector<StageStats> pipeline_stats() const;
     // Stage 0: frees these requests' pages and state on every other stage (ids a stage never saw are ignored). Ordered
     // with the steps on each link, so a later step never finds the pages still taken. No-op with one stage.
     [[nodiscard]] Status release(std::span<const int64_t> request_ids);
@@ -148,10 +185,17 @@ private:
     // This stage's outgoing plan for `batch` (bank fields from the model's layer range).
     StagePlan make_plan(const models::ForwardBatch& batch, uint32_t bank_inherited) const;
 
+    // Stage 0: one micro-batch whose results have not come back (buffers filled by the posted receives).
     struct InFlight {
-        Tensor logits;  // [n_logit_rows, vocab] f32, filled by `recv`
-        std::unique_ptr<PendingOp> recv;
+        Tensor counters;  // [pp - 1, 5] i64
+        Tensor tokens;    // [n_sampled] i32
+        Tensor logprobs;  // [n_sampled] f32
+        Tensor logits;    // [n_logit_rows, vocab] f32, with return_logits only
+        std::vector<std::unique_ptr<PendingOp>> recvs;
     };
+    // The last stage: the head and sampling (busy since t0), then this step's results to stage 0.
+    [[nodiscard]] Status send_results(const StagePlan& plan, const models::BatchLayout& layout,
+                                      const models::Activations& act, std::chrono::steady_clock::time_point t0);
 
     runtime::ModelRunner* runner_;
     Communicator* pp_;
@@ -162,6 +206,10 @@ private:
     StageStats stats_;
     std::deque<InFlight> in_flight_;
     size_t max_in_flight_ = 0;
+    int64_t submitted_ = 0;
+    double active_ms_ = 0;                                  // closed intervals with micro-batches in flight
+    std::chrono::steady_clock::time_point active_since_{};  // start of the open one (in_flight_ non-empty)
+    std::vector<StageStats> remote_stats_;                  // stages 1..pp-1, from the latest result
 };
 
 }  // namespace penstock::parallel

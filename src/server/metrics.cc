@@ -71,6 +71,38 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
     for (const auto& [k, v] : m.aborted_by_phase) {
         line(&out, "penstock_requests_aborted_by_phase_total", "phase=\"" + k + "\"", static_cast<double>(v));
     }
+    // Step executor (pipeline micro-batches; one slot in one process).
+    const engine::ExecutorStats& x = m.executor;
+    gauge("penstock_pp_micro_batch_slots", "Micro-batch slots (pp + async depth; 1 in one process)",
+          static_cast<double>(x.slots));
+    gauge("penstock_pp_micro_batches_in_flight", "Micro-batches submitted and not yet collected",
+          static_cast<double>(x.in_flight));
+    gauge("penstock_pp_max_micro_batches_in_flight", "The most micro-batches in flight at once",
+          static_cast<double>(x.max_in_flight));
+    counter("penstock_pp_micro_batches_total", "Micro-batches submitted", static_cast<double>(x.submitted));
+    counter("penstock_pp_active_seconds_total", "Wall time with at least one micro-batch in flight", x.active_ms / 1e3);
+    head(&out, "penstock_pp_stage_busy_seconds_total", "counter", "Time each pipeline stage spent running its layers");
+    for (size_t s = 0; s < x.stages.size(); ++s) {
+        line(&out, "penstock_pp_stage_busy_seconds_total", "stage=\"" + std::to_string(s) + "\"",
+             x.stages[s].busy_ms / 1e3);
+    }
+    head(&out, "penstock_pp_stage_busy_fraction", "gauge",
+         "Stage busy time / time with a micro-batch in flight (above 1/pp for several stages: they overlap)");
+    for (size_t s = 0; s < x.stages.size(); ++s) {
+        line(&out, "penstock_pp_stage_busy_fraction", "stage=\"" + std::to_string(s) + "\"",
+             x.active_ms > 0 ? x.stages[s].busy_ms / x.active_ms : 0.0);
+    }
+    head(&out, "penstock_pp_stage_stall_seconds_total", "counter",
+         "Time each pipeline stage waited on the previous one (stage 0: on the last stage's results)");
+    for (size_t s = 0; s < x.stages.size(); ++s) {
+        line(&out, "penstock_pp_stage_stall_seconds_total", "stage=\"" + std::to_string(s) + "\"",
+             x.stages[s].stall_ms / 1e3);
+    }
+    head(&out, "penstock_pp_stage_steps_total", "counter", "Micro-batches each pipeline stage ran");
+    for (size_t s = 0; s < x.stages.size(); ++s) {
+        line(&out, "penstock_pp_stage_steps_total", "stage=\"" + std::to_string(s) + "\"",
+             static_cast<double>(x.stages[s].steps));
+    }
     histogram(&out, "penstock_time_to_first_token_seconds", "Time to first token", m.ttft_s);
     histogram(&out, "penstock_e2e_request_latency_seconds", "End-to-end request latency", m.e2e_s);
     return out;

@@ -65,11 +65,16 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--watchdog-timeout", s.watchdog_timeout_s, "/health is 503 when the engine loop stalls longer");
     cmd->add_option("--retry-after-s", s.retry_after_s, "Retry-After of a 429");
     cmd->add_option("--test-step-delay-ms", a->test_step_delay_ms)->group("");
+    cmd->add_option("--test-pp-slots", a->test_pp_slots)->group("");
     cmd->add_option("--pp-size,--pp", a->pp, "pipeline stages (run under mpirun -np N)");
     cmd->add_option("--pp-layer-partition", a->pp_layer_partition,
                     "layers per stage, e.g. 2,1,1 (default: balanced by the cost model)");
     cmd->add_flag("--pp-eager-bank-forward", a->pp_eager_bank_forward,
                   "forward inherited AttnRes bank rows before a stage's layers (two-ended: stage 0 wins)");
+    cmd->add_option("--pp-max-micro-batch-size", a->pp_max_micro_batch_size,
+                    "requests per pipeline micro-batch (0: max(max-running-requests / pp, 1))");
+    cmd->add_option("--pp-async-batch-depth", a->pp_async_batch_depth,
+                    "pipeline micro-batches in flight beyond pp (slots = pp + depth)");
     cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks per stage");
     cmd->add_option("--ep-size,--ep", a->ep, "expert-parallel ranks (1 in serve for now)");
     cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (interleave split of every chunk)");
@@ -110,6 +115,12 @@ Result<scheduler::SchedulerConfig> scheduler_config(const ServeArgs& a) {
     c.max_queue_size = a.max_queue_size;
     c.max_context_len = a.context_length;
     c.enable_dynamic_chunking = a.enable_dynamic_chunking;
+    c.pp_size = a.pp;
+    if (a.pp_max_micro_batch_size < 0) return invalid_argument("--pp-max-micro-batch-size must be >= 0");
+    if (a.pp_max_micro_batch_size > 0) c.pp_max_micro_batch_size = a.pp_max_micro_batch_size;
+    if (a.pp_async_batch_depth < 0 || a.pp_async_batch_depth > 64) {
+        return invalid_argument("--pp-async-batch-depth must be in [0, 64]");
+    }
     if (a.dynamic_chunking_budget_tokens > 0) c.dynamic_chunking_budget_tokens = a.dynamic_chunking_budget_tokens;
     if (a.schedule_policy == "fcfs") {
         c.policy = scheduler::Policy::kFcfs;
@@ -200,6 +211,11 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     }
     for (const std::string& msg : scheduler::describe_ineffective_options(sc)) {
         std::fprintf(stderr, "penstock serve: note: %s\n", msg.c_str());
+    }
+    if (args.pp_async_batch_depth > 0 && args.pp == 1) {
+        std::fprintf(stderr,
+                     "penstock serve: note: --pp-async-batch-depth has no effect with --pp 1 (one step at a "
+                     "time)\n");
     }
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                               engine::Engine::create(std::move(runner), std::move(executor), tok.get(), std::move(eo)));

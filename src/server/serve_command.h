@@ -31,9 +31,14 @@ struct ServeArgs {
     int pp = 1, tp = 1, ep = 1, cp = 1;
     std::string pp_layer_partition;  // layers per stage ("" = balanced by the cost model)
     bool pp_eager_bank_forward = false;
+    int64_t pp_max_micro_batch_size = 0;  // requests per micro-batch (0: max(max_running_requests / pp, 1))
+    int64_t pp_async_batch_depth = 0;     // micro-batch slots beyond pp (slots = pp + depth)
     // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
     // /health tests (RELIABILITY T14). 0 in production.
     int64_t test_step_delay_ms = 0;
+    // Test hook (hidden flag --test-pp-slots): > 0 caps the pipeline's micro-batches in flight (1 = one engine step at
+    // a time through every stage), for overlap A/B figures. 0 in production: pp + --pp-async-batch-depth.
+    int64_t test_pp_slots = 0;
 };
 
 // Registers the subcommand's options on `cmd`, writing into `args`.

@@ -1,7 +1,9 @@
 // `penstock serve --pp P --tp T --cp C` under `mpirun -np P*T*C`: every rank checks the arguments alike, agrees on
-// the two-ended settings (over its pipeline lane) and loads its stage's share; start-up failures are agreed on (all-reduce) so that no rank waits on one that gave up.
-// Global rank 0 then serves HTTP with the engine driving stage 0 through a PipelineExecutor; the other ranks run
-// PipelineStage::serve() until the engine, stopping at the end of the drain, sends the stop plan. Every rank exits 0.
+// the two-ended settings (over its pipeline lane) and loads its stage's share; start-up failures are agreed on
+// (all-reduce) so that no rank waits on one that gave up. Global rank 0 then serves HTTP with the engine driving stage
+// 0 through a PipelineExecutor (up to pp + async depth micro-batches in flight; the last stage samples); the other
+// ranks run PipelineStage::serve() until the engine, stopping at the end of the drain, sends the stop plan. Every rank
+// exits 0.
 #include <cstdio>
 #include <string>
 
@@ -99,7 +101,13 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     // the whole model); rank 0 broadcasts every command to the other stage-0 ranks, which follow.
     const bool lanes = groups.sizes.tp * groups.sizes.cp > 1;
     auto lane_inner = [&]() -> std::unique_ptr<engine::StepExecutor> {
-        if (groups.sizes.pp > 1) return std::make_unique<engine::PipelineExecutor>(runner->get(), groups.pp.get(), eager_bank);
+        if (groups.sizes.pp > 1) {
+            return std::make_unique<engine::PipelineExecutor>(
+                runner->get(), groups.pp.get(),
+                engine::PipelineExecutorOptions{.eager_bank = eager_bank,
+                                                .async_depth = args.pp_async_batch_depth,
+                                                .slots_override = args.test_pp_slots});
+        }
         return std::make_unique<engine::LocalExecutor>(runner->get());
     };
     if (groups.coords.world_rank != 0) {
@@ -119,10 +127,17 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         layers.push_back({r.begin, r.end});
     }
     // Sizes from the parsed layout (every rank's communicators were built from it).
-    const json parallel_info = {{"pp_size", groups.sizes.pp},         {"tp_size", groups.sizes.tp},
-                                {"ep_size", groups.sizes.ep},         {"cp_size", groups.sizes.cp},
-                                {"pp_layer_partition", partition},    {"pp_stage_layers", layers},
-                                {"pp_eager_bank_forward", eager_bank}};
+    const json parallel_info = {
+        {"pp_size", groups.sizes.pp},
+        {"tp_size", groups.sizes.tp},
+        {"ep_size", groups.sizes.ep},
+        {"cp_size", groups.sizes.cp},
+        {"pp_layer_partition", partition},
+        {"pp_stage_layers", layers},
+        {"pp_eager_bank_forward", eager_bank},
+        {"pp_async_batch_depth", args.pp_async_batch_depth},
+        {"pp_micro_batch_slots",
+         args.test_pp_slots > 0 ? args.test_pp_slots : groups.sizes.pp + args.pp_async_batch_depth}};
     std::unique_ptr<engine::StepExecutor> executor = lane_inner();
     if (lanes) {
         executor = std::make_unique<engine::LaneLeaderExecutor>(std::move(executor), groups.cp.get(), groups.tp.get());

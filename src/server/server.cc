@@ -474,6 +474,18 @@ std::string Server::server_info() const {
     j["dynamic_chunking_budget_tokens"] =
         sc.dynamic_chunking_budget_tokens ? json(*sc.dynamic_chunking_budget_tokens) : json(nullptr);
     j["pp_max_micro_batch_size"] = scheduler::effective_pp_max_micro_batch_size(sc);
+    {
+        // The step executor's live counters (also in /metrics): how full the pipeline has been kept.
+        const engine::ExecutorStats x = engine_->metrics().executor;
+        json busy = json::array();
+        for (const auto& st : x.stages) busy.push_back(x.active_ms > 0 ? st.busy_ms / x.active_ms : 0.0);
+        j["pipeline"] = {{"micro_batch_slots", x.slots},
+                         {"micro_batches_in_flight", x.in_flight},
+                         {"max_micro_batches_in_flight", x.max_in_flight},
+                         {"micro_batches_submitted", x.submitted},
+                         {"active_s", x.active_ms / 1e3},
+                         {"stage_busy_fraction", busy}};
+    }
     j["watermark"] = sc.watermark;
     j["kv_pages"] = engine_->n_pages();
     j["page_size"] = kv_cache::kPageSize;

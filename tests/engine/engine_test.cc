@@ -1,7 +1,8 @@
 // Engine loop tests on the embedded tiny DeepSeek-V3 model: first-token logits through the engine equal
 // ModelRunner::prefill_all_logits for several chunk sizes and concurrent mixes; finish reasons (length, stop token,
 // stop string); aborts and timeouts return KV pages to baseline; an injected step failure fails only the requests
-// of that step; queue bound. Sampling: distributions and edge cases (engine/sampling.h).
+// of that step; queue bound; seeded sampling reproducible across batching and engines (the sampler itself:
+// sampling_test.cc).
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -307,51 +309,47 @@ TEST(Engine, BoundedQueue) {
 
 // ---- sampling ----
 
-TEST(Sampling, GreedyTakesLowestIdOnTiesAndSkipsNonFinite) {
-    Rng rng(1);
-    const std::vector<float> l = {1.0f, std::nanf(""), 3.0f, 3.0f, INFINITY};
-    EXPECT_EQ(sample_token(l, {.temperature = 0}, &rng), 2);
-    EXPECT_EQ(sample_token(l, {.temperature = 1, .top_k = 1}, &rng), 2);
-    const std::vector<float> none = {NAN, -INFINITY};
-    EXPECT_EQ(sample_token(none, {.temperature = 0}, &rng), 0);
-    EXPECT_EQ(sample_token(none, {.temperature = 1}, &rng), 0);
-}
-
-TEST(Sampling, DistributionsMatchFilters) {
-    const std::vector<float> l = {2.0f, 1.0f, 0.0f, -1.0f};
-    std::vector<double> p(4);
-    sampling_distribution(l, {.temperature = 1}, p);
-    const double z = std::exp(2.0) + std::exp(1.0) + 1 + std::exp(-1.0);
-    EXPECT_NEAR(p[0], std::exp(2.0) / z, 1e-12);
-    EXPECT_NEAR(p[3], std::exp(-1.0) / z, 1e-12);
-    sampling_distribution(l, {.temperature = 1, .top_k = 2}, p);
-    EXPECT_NEAR(p[0], std::exp(1.0) / (std::exp(1.0) + 1), 1e-12);
-    EXPECT_EQ(p[2], 0.0);
-    sampling_distribution(l, {.temperature = 1, .top_p = 0.5f}, p);  // p0 ~ 0.64 >= 0.5: only token 0
-    EXPECT_EQ(p[0], 1.0);
-    sampling_distribution(l, {.temperature = 0.5f}, p);
-    const double z2 = std::exp(4.0) + std::exp(2.0) + 1 + std::exp(-2.0);
-    EXPECT_NEAR(p[1], std::exp(2.0) / z2, 1e-12);
-    sampling_distribution(l, {.temperature = 1, .min_p = 0.3f}, p);  // p1/p0 = e^-1 ~ 0.37 stays, p2 goes
-    EXPECT_GT(p[1], 0.0);
-    EXPECT_EQ(p[2], 0.0);
-}
-
-TEST(Sampling, EmpiricalFrequenciesAndSeedDeterminism) {
-    const std::vector<float> l = {0.5f, 1.5f, -0.3f, 1.0f, 0.0f};
-    const SamplingOptions o{.temperature = 0.8f, .top_p = 0.95f, .top_k = 4};
-    std::vector<double> p(l.size());
-    sampling_distribution(l, o, p);
-    Rng rng(42);
-    const int n = 200000;
-    std::vector<int> count(l.size(), 0);
-    for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(sample_token(l, o, &rng))];
-    for (size_t v = 0; v < l.size(); ++v) {
-        const double sd = std::sqrt(p[v] * (1 - p[v]) / n);
-        EXPECT_NEAR(count[v] / static_cast<double>(n), p[v], 5 * sd + 1e-9) << "token " << v;
+// Seeded sampling is reproducible: the same seeded request gives the same tokens on a fresh engine, alone or among
+// other requests (batching and step boundaries never matter), and requests without a seed repeat with the same
+// engine seed.
+TEST(Engine, SeededSamplingIsReproducible) {
+    const auto sampled = [](std::vector<int32_t> prompt, std::optional<uint64_t> seed) {
+        GenerateRequest r = greedy(std::move(prompt), 12);
+        r.params.sampling = {.temperature = 0.9f, .top_p = 0.9f, .top_k = 50, .seed = seed};
+        return r;
+    };
+    const std::vector<int32_t> p = seeded_prompt(40, 11);
+    std::vector<int32_t> alone;
+    {
+        auto eng = make_engine({});
+        eng->start();
+        auto h = eng->submit(sampled(p, 1234));
+        ASSERT_TRUE(h.ok());
+        alone = collect(**h).ids;
     }
-    Rng a(7), b(7);
-    for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(l, o, &a), sample_token(l, o, &b));
+    ASSERT_EQ(alone.size(), 12u);
+    EngineOptions o;
+    o.scheduler.chunked_prefill_size = 64;
+    o.scheduler.max_prefill_tokens = 64;
+    o.seed = 99;
+    auto eng = make_engine(std::move(o));
+    std::vector<std::shared_ptr<RequestHandle>> others;
+    for (int i = 0; i < 3; ++i)
+        others.push_back(*eng->submit(sampled(seeded_prompt(50 + 20 * i, 60 + i), std::nullopt)));
+    auto h = eng->submit(sampled(p, 1234));
+    ASSERT_TRUE(h.ok());
+    eng->start();
+    EXPECT_EQ(collect(**h).ids, alone);
+    std::vector<std::vector<int32_t>> unseeded;
+    for (auto& x : others) unseeded.push_back(collect(*x).ids);
+    // The same unseeded requests, in the same submission order, on a fresh engine with the same engine seed.
+    EngineOptions o2;
+    o2.seed = 99;
+    auto again = make_engine(std::move(o2));
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < 3; ++i) hs.push_back(*again->submit(sampled(seeded_prompt(50 + 20 * i, 60 + i), std::nullopt)));
+    again->start();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(collect(*hs[static_cast<size_t>(i)]).ids, unseeded[static_cast<size_t>(i)]);
 }
 
 TEST(Sampling, ValidateRejectsBadValues) {

@@ -1,8 +1,9 @@
 // Micro-batched pipeline prefill under `mpirun -np N`: C concurrent prompts in micro-batches with up to
 // pp + async-depth in flight give the single-process logits (within 1e-4: GEMM shapes differ, so rounding may),
 // for the DeepSeek-V3 and Kimi Linear fixtures (a 4-stage GLM fixture split would start a stage at a shared indexer
-// layer; its pipeline runs are in tests/apps/pp_cli_test.sh); every stage does work and reports its counters; pages
-// return to baseline.
+// layer; its pipeline runs are in tests/apps/pp_cli_test.sh); the last stage samples each prompt's next token
+// (greedy: the single process's argmax; seeded temperature/top-p: the same token the sampler draws from the single
+// process's logits); every stage does work and reports its counters; pages return to baseline.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,11 +75,18 @@ TEST(MpiPipeline, MicroBatchedPrefillMatchesSingleProcess) {
             ASSERT_TRUE(stats.ok());
             continue;
         }
-        auto got = pipeline_prefill(
-            runner.get(), &pipe, prompts,
-            MicroBatchOptions{.chunk_size = c.chunk, .micro_batch_size = c.micro_batch, .slots = pp + c.depth});
+        const MicroBatchOptions greedy{.chunk_size = c.chunk, .micro_batch_size = c.micro_batch, .slots = pp + c.depth};
+        auto out = pipeline_prefill_sampled(runner.get(), &pipe, prompts, greedy);
+        // The same prompts again, sampled at temperature 0.9 / top-p 0.95 with a seed, no logits coming back.
+        MicroBatchOptions seeded = greedy;
+        seeded.sampling = runtime::SeqSampling{.sample = true, .temperature = 0.9f, .top_p = 0.95f, .seed = 4242};
+        seeded.return_logits = false;
+        auto sampled = pipeline_prefill_sampled(runner.get(), &pipe, prompts, seeded);
         ASSERT_TRUE(pipe.stop().ok());
-        ASSERT_TRUE(got.ok()) << got.status().to_string();
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        ASSERT_TRUE(sampled.ok()) << sampled.status().to_string();
+        EXPECT_TRUE(sampled->logits.empty());
+        const std::vector<Tensor>* got = &out->logits;
         auto stats = pipe.gather_stats();
         ASSERT_TRUE(stats.ok());
         for (size_t s = 0; s < stats->size(); ++s) EXPECT_GT((*stats)[s].steps, 0) << "stage " << s << " idle";
@@ -92,6 +100,16 @@ TEST(MpiPipeline, MicroBatchedPrefillMatchesSingleProcess) {
             const float* b = (*want)[p].ptr<const float>();
             for (int64_t i = 0; i < (*want)[p].numel(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
             EXPECT_LE(worst, 1e-4) << "prompt " << p;
+            // The last stage sampled the next token: greedy = the single process's argmax; seeded = the sampler run
+            // here on the single process's last row (same seed, token index 0), and on the pipeline's own row.
+            const int64_t vocab = (*want)[p].size(1);
+            const int64_t last = (*want)[p].size(0) - 1;
+            const std::span<const float> want_row(b + last * vocab, static_cast<size_t>(vocab));
+            const std::span<const float> got_row(a + last * vocab, static_cast<size_t>(vocab));
+            EXPECT_EQ(out->next[p].token, runtime::sample_token(want_row, greedy.sampling).token) << "prompt " << p;
+            EXPECT_EQ(sampled->next[p].token, runtime::sample_token(got_row, seeded.sampling).token) << "prompt " << p;
+            EXPECT_EQ(sampled->next[p].token, runtime::sample_token(want_row, seeded.sampling).token) << "prompt " << p;
+            EXPECT_NEAR(sampled->next[p].logprob, runtime::sample_token(want_row, seeded.sampling).logprob, 1e-4);
         }
     }
 }

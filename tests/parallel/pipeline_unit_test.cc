@@ -1,5 +1,6 @@
 // Pipeline partitions and stage-message encoding: validation errors name the setting; the balanced partition is
-// contiguous, complete and no worse than an even split; decode_plan round-trips and rejects malformed frames.
+// contiguous, complete and no worse than an even split; decode_plan round-trips (sampling parameters and stage
+// counters included) and rejects malformed frames.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -68,8 +69,18 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         c.logits = s == 1 ? models::LogitsMode::kAll : models::LogitsMode::kLast;
         plan.batch.seqs.push_back(c);
         plan.release.push_back(s == 2 ? 1 : 0);
+        plan.sampling.push_back(runtime::SeqSampling{.sample = s != 0,
+                                                     .temperature = 0.25f * s,
+                                                     .top_p = 0.9f,
+                                                     .top_k = 5 * s - 1,
+                                                     .min_p = 0.01f,
+                                                     .seed = 0xfeedface00000000ull + s,
+                                                     .token_index = 3 * s});
     }
     plan.free_ids = {7, 9};
+    plan.return_logits = true;
+    plan.counters = {
+        StageStats{.steps = 4, .busy_ms = 1.5, .stall_ms = 0.25, .bytes_sent = 1000, .bank_bytes_sent = 7}};
     const std::vector<uint8_t> bytes = encode_plan(plan);
     auto back = decode_plan(bytes);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -79,6 +90,31 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     EXPECT_EQ(back->batch.seqs[2].token_ids, plan.batch.seqs[2].token_ids);
     EXPECT_EQ(back->release, plan.release);
     EXPECT_EQ(back->free_ids, plan.free_ids);
+    EXPECT_TRUE(back->return_logits);
+    ASSERT_EQ(back->sampling.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        const runtime::SeqSampling &a = back->sampling[i], &b = plan.sampling[i];
+        EXPECT_EQ(a.sample, b.sample);
+        EXPECT_EQ(a.temperature, b.temperature);
+        EXPECT_EQ(a.top_p, b.top_p);
+        EXPECT_EQ(a.top_k, b.top_k);
+        EXPECT_EQ(a.min_p, b.min_p);
+        EXPECT_EQ(a.seed, b.seed);
+        EXPECT_EQ(a.token_index, b.token_index);
+    }
+    ASSERT_EQ(back->counters.size(), 1u);
+    EXPECT_EQ(back->counters[0].steps, 4);
+    EXPECT_EQ(back->counters[0].busy_ms, 1.5);
+    EXPECT_EQ(back->counters[0].bank_bytes_sent, 7);
+    // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
+    for (int variant = 0; variant < 3; ++variant) {
+        StagePlan bad = plan;
+        if (variant == 0) bad.batch.seqs[1].logits = models::LogitsMode::kNone;
+        if (variant == 1) bad.sampling[1].temperature = -1;
+        if (variant == 2) bad.sampling[2].top_p = 0;
+        auto r = decode_plan(encode_plan(bad));
+        EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "variant " << variant;
+    }
     // Every truncation and seeded random corruption is either decoded consistently or a DataLoss, never a crash.
     for (size_t n = 0; n < bytes.size(); ++n) {
         auto r = decode_plan(std::span<const uint8_t>(bytes.data(), n));
@@ -96,7 +132,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (r.ok()) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 28 + 32 * r->batch.seqs.size() + 8 * r->free_ids.size(),
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 64 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+                          40 * r->counters.size(),
                       m.size());
         } else {
             EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);

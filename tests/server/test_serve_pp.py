@@ -5,7 +5,11 @@ greedy /generate requests (input_ids, max_new_tokens 4, prompt lengths around pa
 requires identical output_ids; checks /get_server_info (pp size, layer partition, tp/ep/cp 1); stops the pipeline
 with SIGTERM (to rank 0, or to mpirun) and requires every rank to stop cleanly with no KV page in use. An abort case
 fills the KV pool after an aborted, a disconnected and a timed-out request: a stage that had not freed the ended
-request's pages could not admit the next one.
+request's pages could not admit the next one. The last stage samples: seeded temperature / top-p / top-k requests
+give the single process's tokens under PP 2, 3 and 4. Stages overlap across engine steps: with 8 concurrent requests
+and 2 per micro-batch, PP 4 keeps several micro-batches in flight (/get_server_info and /metrics report it) with the
+single process's greedy outputs, and requests aborted or disconnected while their micro-batches are in flight free
+their pages on every stage.
 
 Run: PENSTOCK_BINARY=build/penstock PENSTOCK_MPIEXEC=mpirun python3 tests/server/test_serve_pp.py (ctest does this)."""
 import json
@@ -46,13 +50,16 @@ def prompts(vocab):
     return [[(i * 37 + 11 * k + 5) % vocab for i in range(n)] for k, n in enumerate(lens)]
 
 
-def generate_all(srv, batch):
-    """Sends every prompt at once (one thread each); returns the output_ids in prompt order."""
+GREEDY = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
+
+
+def generate_all(srv, batch, params=lambda k: GREEDY):
+    """Sends every prompt at once (one thread each) with sampling_params params(k); returns the output_ids in prompt
+    order."""
     out = [None] * len(batch)
 
     def run(k):
-        st, _, body = srv.post("/generate", {"input_ids": batch[k], "sampling_params": {
-            "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}, timeout=120)
+        st, _, body = srv.post("/generate", {"input_ids": batch[k], "sampling_params": params(k)}, timeout=120)
         out[k] = body["output_ids"] if st == 200 else (st, body)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(len(batch))]
@@ -220,8 +227,9 @@ class PipelineServe(unittest.TestCase):
         # 16 KV pages per stage. A long request (500-token prompt, up to 400 new tokens: 15 pages at admission on
         # stage 0) is ended early three ways; after each, a request needing 15 pages on every stage must succeed,
         # which it cannot if stage 1 still holds the ended request's pages (its admission fails and the job dies).
-        srv = Server("--pp", "2", "--max-total-tokens", "1024", "--request-timeout-s", "3", "--test-step-delay-ms",
-                     "20", threads=1, launcher=mpirun(2))
+        # The deadline leaves the refills (a 900-token prefill, ~2 s on a loaded 2-core box) room to finish.
+        srv = Server("--pp", "2", "--max-total-tokens", "1024", "--request-timeout-s", "6", "--test-step-delay-ms",
+                     "40", threads=1, launcher=mpirun(2))
         long_prompt = [(i * 13 + 7) % 512 for i in range(500)]
         fill_prompt = [(i * 29 + 3) % 512 for i in range(900)]
 
@@ -259,7 +267,7 @@ class PipelineServe(unittest.TestCase):
             sock.close()
             self.assertEqual(srv.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
             fill()
-            # The deadline passes (3 s; 400 steps of >= 20 ms would take 8 s).
+            # The deadline passes (6 s; 400 steps of >= 40 ms would take 16 s).
             st, _, out = srv.post("/generate", long_body(), timeout=60)
             self.assertEqual(st, 504, out)
             fill()
@@ -271,6 +279,131 @@ class PipelineServe(unittest.TestCase):
             report("serve pp=2 ended requests", pool_pages=16, aborted=aborted, refills_ok=3, leaked_pages=0)
         finally:
             srv.stop()
+
+    def test_seeded_sampling_matches_single_process_pp2_pp3_pp4(self):
+        """The last stage samples with the counter-based RNG keyed by (seed, token index): seeded non-greedy requests
+        give exactly the single process's tokens whichever rank samples."""
+        def seeded(k):
+            if k % 3 == 0:
+                return {**GREEDY, "max_new_tokens": 8}
+            return {"max_new_tokens": 8, "temperature": 0.6 + 0.2 * (k % 4), "top_p": 0.9 if k % 2 else 1.0,
+                    "top_k": 40 if k % 4 == 1 else -1, "seed": 1000 + k, "ignore_eos": True}
+
+        single = Server("--model", BUNDLED, *CHUNKING, threads=1)
+        try:
+            vocab = json.loads(single.request("GET", "/get_server_info")[2])["vocab_size"]
+            batch = prompts(vocab) + [[(i * 53 + 3) % vocab for i in range(n)] for n in (12, 90)]
+            ref = generate_all(single, batch, seeded)
+            greedy = generate_all(single, batch, lambda k: {**GREEDY, "max_new_tokens": 8})
+            self.assertEqual(generate_all(single, batch, seeded), ref)  # reproducible on the same server
+        finally:
+            self.assertEqual(single.stop(), 0)
+        self.assertTrue(all(isinstance(x, list) and len(x) == 8 for x in ref), ref)
+        differs = sum(ref[k] != greedy[k] for k in range(len(batch)) if k % 3)
+        self.assertGreater(differs, 0, "the seeded requests sampled the greedy tokens: the test would prove nothing")
+        for pp, partition in ((2, None), (3, "2,1,1"), (4, None)):
+            extra = ("--pp-layer-partition", partition) if partition else ()
+            srv = Server("--model", BUNDLED, *CHUNKING, "--pp", str(pp), *extra, threads=1, launcher=mpirun(pp))
+            try:
+                self.assertEqual(generate_all(srv, batch, seeded), ref, f"pp {pp}")
+                os.kill(srv.pid, signal.SIGTERM)
+                self.assertEqual(srv.proc.wait(timeout=60), 0)
+                check_clean_stop(self, rest_of_output(srv), pp)
+            finally:
+                srv.stop()
+        report("serve seeded sampling pp=2/3/4", requests=len(batch), seeded=len(batch) - len(batch[::3]),
+               seeded_differing_from_greedy=differs, identical_to_single=True)
+
+    def test_pp4_overlaps_micro_batches_and_frees_pages_of_in_flight_aborts(self):
+        """Stage 0 submits micro-batch k+1 while k is in later stages: 8 concurrent requests with 2 per micro-batch (the
+        default cap with --max-running-requests 8) keep several in flight at PP 4, with the single process's greedy
+        outputs; requests aborted or disconnected while in flight free their pages on every stage (a pool-filling
+        request then succeeds). Busy fractions and wall time against one step at a time are reported, not asserted
+        (CPU timings of oversubscribed ranks)."""
+        flags = (*CHUNKING, "--max-running-requests", "8", "--max-total-tokens", "2048")
+        lens = [1, 7, 63, 64, 65, 130, 20, 40]
+        params = lambda k: {**GREEDY, "max_new_tokens": 24}  # noqa: E731
+        single = Server("--model", BUNDLED, *flags, threads=1)
+        try:
+            vocab = json.loads(single.request("GET", "/get_server_info")[2])["vocab_size"]
+            batch = [[(i * 37 + 11 * k + 5) % vocab for i in range(n)] for k, n in enumerate(lens)]
+            ref = generate_all(single, batch, params)
+        finally:
+            self.assertEqual(single.stop(), 0)
+        figures = {}
+        # Overlapped (pp + async depth = 4 slots) against one engine step at a time through every stage (the hidden
+        # test hook --test-pp-slots 1, the behaviour before steps overlapped): same outputs, and the figures.
+        for slots in (4, 1):
+            extra = ("--test-pp-slots", "1") if slots == 1 else ()
+            srv = Server("--model", BUNDLED, *flags, "--pp", "4", *extra, threads=1, launcher=mpirun(4))
+            try:
+                t0 = time.time()
+                self.assertEqual(generate_all(srv, batch, params), ref, f"{slots} slots")
+                took = time.time() - t0
+                info = json.loads(srv.request("GET", "/get_server_info")[2])
+                pipe = info["pipeline"]
+                self.assertEqual(info["pp_max_micro_batch_size"], 2)  # default: max(8 running / 4 stages, 1)
+                self.assertEqual(pipe["micro_batch_slots"], slots)
+                m = srv.metrics()
+                self.assertEqual(m["penstock_pp_max_micro_batches_in_flight"], pipe["max_micro_batches_in_flight"])
+                self.assertTrue(all(m[f'penstock_pp_stage_steps_total{{stage="{s}"}}'] > 0 for s in range(4)), m)
+                busy = [round(b, 2) for b in pipe["stage_busy_fraction"]]
+                self.assertEqual(len(busy), 4)
+                figures[slots] = dict(max_in_flight=pipe["max_micro_batches_in_flight"],
+                                      micro_batches=pipe["micro_batches_submitted"], stage_busy_fraction=busy,
+                                      busy_sum=round(sum(busy), 2), wall_s=round(took, 2))
+                if slots == 4:
+                    # 8 decoding requests, 2 per micro-batch: up to 4 micro-batches for 4 slots.
+                    self.assertGreater(pipe["max_micro_batches_in_flight"], 1, pipe)
+                    self.check_in_flight_aborts(srv, vocab)
+                else:
+                    self.assertEqual(pipe["max_micro_batches_in_flight"], 1, pipe)
+                os.kill(srv.pid, signal.SIGTERM)
+                self.assertEqual(srv.proc.wait(timeout=60), 0)
+                check_clean_stop(self, rest_of_output(srv), 4)
+            finally:
+                srv.stop()
+        report("serve pp=4 overlapped (4 slots)", requests=len(batch), identical_to_single=True, **figures[4])
+        report("serve pp=4 one step at a time (1 slot)", requests=len(batch), identical_to_single=True, **figures[1])
+
+    def check_in_flight_aborts(self, srv, vocab):
+        """4 long requests decode 2 per micro-batch (both micro-batches in flight most of the time); two are aborted
+        with /abort_request and one disconnects; after they end, a request that needs 31 of the 32 pages on every
+        stage must succeed (a stage still holding an ended request's pages could not admit it: the job would die)."""
+        prompt = [(i * 13 + 7) % vocab for i in range(30)]
+        results = {}
+
+        def run(k):
+            results[k] = srv.post("/generate", {"input_ids": prompt, "rid": f"long{k}", "sampling_params": {
+                "max_new_tokens": 400, "ignore_eos": True}}, timeout=120)
+
+        generated = srv.metrics().get("penstock_generation_tokens_total", 0)
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        body = json.dumps({"input_ids": prompt, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+        sock = srv.raw(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" %
+                       (len(body), body.encode()), read=False)
+        srv.wait_metric("penstock_generation_tokens_total", lambda v: v >= generated + 40)
+        in_flight = srv.metrics()["penstock_pp_micro_batches_in_flight"]
+        for k in (0, 1):
+            self.assertTrue(srv.post("/abort_request", {"rid": f"long{k}"})[2]["success"])
+        sock.close()
+        threads[0].join(60)
+        threads[1].join(60)
+        for k in (0, 1):
+            self.assertEqual(results[k][2]["meta_info"]["finish_reason"]["type"], "abort", results[k])
+        threads[2].join(120)
+        self.assertEqual(results[2][0], 200, results[2])
+        self.assertEqual(len(results[2][2]["output_ids"]), 400)
+        self.assertEqual(srv.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
+        fill = [(i * 29 + 3) % vocab for i in range(1980)]
+        st, _, out = srv.post("/generate", {"input_ids": fill, "sampling_params": {
+            "max_new_tokens": 4, "ignore_eos": True}}, timeout=120)
+        self.assertEqual(st, 200, out)
+        self.assertEqual(len(out["output_ids"]), 4)
+        report("serve pp=4 in-flight aborts", aborted=2, disconnected=1, completed=1,
+               micro_batches_in_flight_at_abort=in_flight, refill_pages=31, leaked_pages=0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,169 @@
+// The stage plan's wire codec (format in pipeline.h). Decoding trusts nothing: every count is bounded, every field
+// range-checked and the byte count must match exactly, else DataLoss.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "parallel/pipeline.h"
+
+namespace penstock::parallel {
+
+namespace {
+
+constexpr uint32_t kMaxTopkCols = 1u << 20;
+constexpr uint32_t kMaxBankRows = 4096;
+constexpr uint32_t kMaxSeqs = 1u << 20;
+constexpr uint32_t kMaxCounters = 1u << 12;  // stages
+constexpr uint32_t kKnownFlags = 7;          // stop | eager bank | return logits
+
+template <class T>
+void put(std::vector<uint8_t>* out, T v) {
+    const size_t at = out->size();
+    out->resize(at + sizeof(T));
+    std::memcpy(out->data() + at, &v, sizeof(T));
+}
+
+class Reader final {
+public:
+    explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+    template <class T>
+    bool get(T* v) {
+        if (b_.size() - pos_ < sizeof(T)) return false;
+        std::memcpy(v, b_.data() + pos_, sizeof(T));
+        pos_ += sizeof(T);
+        return true;
+    }
+    size_t left() const { return b_.size() - pos_; }
+
+private:
+    std::span<const uint8_t> b_;
+    size_t pos_ = 0;
+};
+
+int64_t to_us(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)); }
+
+}  // namespace
+
+std::vector<uint8_t> encode_plan(const StagePlan& plan) {
+    std::vector<uint8_t> out;
+    put<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u) | (plan.return_logits ? 4u : 0u));
+    put<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
+    put<uint32_t>(&out, plan.bank_total);
+    put<uint32_t>(&out, plan.bank_inherited);
+    put<uint32_t>(&out, plan.bank_valid);
+    put<uint32_t>(&out, plan.topk_cols);
+    put<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
+    put<uint32_t>(&out, static_cast<uint32_t>(plan.counters.size()));
+    for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
+        const models::SeqChunk& c = plan.batch.seqs[i];
+        const runtime::SeqSampling s = i < plan.sampling.size() ? plan.sampling[i] : runtime::SeqSampling{};
+        put<int64_t>(&out, c.request_id);
+        put<int64_t>(&out, c.prefix_len);
+        put<int64_t>(&out, c.prompt_len);
+        put<uint32_t>(&out, static_cast<uint32_t>(c.token_ids.size()));
+        put<uint8_t>(&out, static_cast<uint8_t>(c.logits));
+        put<uint8_t>(&out, i < plan.release.size() ? plan.release[i] : 0);
+        put<uint8_t>(&out, s.sample ? 1 : 0);
+        put<uint8_t>(&out, 0);
+        put<float>(&out, s.temperature);
+        put<float>(&out, s.top_p);
+        put<int32_t>(&out, s.top_k);
+        put<float>(&out, s.min_p);
+        put<uint64_t>(&out, s.seed);
+        put<int64_t>(&out, s.token_index);
+    }
+    for (const models::SeqChunk& c : plan.batch.seqs) {
+        for (int32_t t : c.token_ids) put<int32_t>(&out, t);
+    }
+    for (int64_t id : plan.free_ids) put<int64_t>(&out, id);
+    for (const StageStats& st : plan.counters) {
+        put<int64_t>(&out, st.steps);
+        put<int64_t>(&out, to_us(st.busy_ms));
+        put<int64_t>(&out, to_us(st.stall_ms));
+        put<int64_t>(&out, st.bytes_sent);
+        put<int64_t>(&out, st.bank_bytes_sent);
+    }
+    return out;
+}
+
+Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
+    Reader r(bytes);
+    StagePlan plan;
+    uint32_t flags = 0, n_seqs = 0, n_free = 0, n_counters = 0;
+    if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
+        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols) || !r.get(&n_free) || !r.get(&n_counters)) {
+        return data_loss("stage plan: truncated header");
+    }
+    if ((flags & ~kKnownFlags) != 0) return data_loss("stage plan: unknown flags " + std::to_string(flags));
+    if (plan.topk_cols > kMaxTopkCols)
+        return data_loss("stage plan: " + std::to_string(plan.topk_cols) + " top-k columns");
+    if (n_seqs > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_seqs) + " sequences");
+    if (n_free > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_free) + " requests to free");
+    if (n_counters > kMaxCounters)
+        return data_loss("stage plan: counters of " + std::to_string(n_counters) + " stages");
+    if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
+        return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
+                         std::to_string(plan.bank_valid) + ", total " + std::to_string(plan.bank_total));
+    }
+    plan.stop = flags & 1u;
+    plan.eager_bank = flags & 2u;
+    plan.return_logits = flags & 4u;
+    std::vector<uint32_t> lens;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        models::SeqChunk c;
+        runtime::SeqSampling s;
+        uint32_t n = 0;
+        uint8_t mode = 0, release = 0, sample = 0, pad = 0;
+        if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
+            !r.get(&release) || !r.get(&sample) || !r.get(&pad) || !r.get(&s.temperature) || !r.get(&s.top_p) ||
+            !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index)) {
+            return data_loss("stage plan: truncated sequence " + std::to_string(i));
+        }
+        if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 1 || pad != 0 ||
+            c.prefix_len < 0 || c.prompt_len < 0) {
+            return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
+        }
+        c.logits = static_cast<models::LogitsMode>(mode);
+        s.sample = sample != 0;
+        if (s.sample && (c.logits == models::LogitsMode::kNone || n == 0)) {
+            return data_loss("stage plan: sequence " + std::to_string(i) + " is sampled but produces no logits");
+        }
+        if (const Status v = runtime::validate(s); !v.ok()) {
+            return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
+        }
+        total += n;
+        lens.push_back(n);
+        plan.batch.seqs.push_back(std::move(c));
+        plan.release.push_back(release);
+        plan.sampling.push_back(s);
+    }
+    const uint64_t counter_bytes = uint64_t{n_counters} * 5 * sizeof(int64_t);
+    if (r.left() != total * sizeof(int32_t) + uint64_t{n_free} * sizeof(int64_t) + counter_bytes) {
+        return data_loss("stage plan: " + std::to_string(r.left()) + " bytes for " + std::to_string(total) +
+                         " tokens, " + std::to_string(n_free) + " requests to free and " + std::to_string(n_counters) +
+                         " stage counters");
+    }
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        auto& ids = plan.batch.seqs[i].token_ids;
+        ids.resize(lens[i]);
+        for (uint32_t k = 0; k < lens[i]; ++k) r.get(&ids[k]);
+    }
+    plan.free_ids.resize(n_free);
+    for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);
+    for (uint32_t k = 0; k < n_counters; ++k) {
+        int64_t v[5] = {0, 0, 0, 0, 0};
+        for (int64_t& x : v) r.get(&x);
+        if (v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0) {
+            return data_loss("stage plan: negative counters of stage " + std::to_string(k + 1));
+        }
+        plan.counters.push_back(StageStats{.steps = v[0],
+                                           .busy_ms = static_cast<double>(v[1]) / 1000.0,
+                                           .stall_ms = static_cast<double>(v[2]) / 1000.0,
+                                           .bytes_sent = v[3],
+                                           .bank_bytes_sent = v[4]});
+    }
+    return plan;
+}
+
+}  // namespace penstock::parallel

@@ -1,0 +1,201 @@
+// The sampler (runtime/sampling.h) and the engine's translation of request options (engine/sampling.h): Philox4x32-10
+// against Random123's known-answer vectors; a draw depends only on (logits, parameters, seed, token index), so the
+// same token comes out whichever process samples, in whatever batch and order; greedy ties and non-finite logits;
+// distributions after top-k / top-p / min-p; empirical frequencies over token indices; log-probabilities;
+// sample_step's row mapping and its refusals.
+#include "engine/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "runtime/sampling.h"
+
+namespace penstock::runtime {
+namespace {
+
+TEST(Philox, KnownAnswerVectors) {
+    // Random123 kat_vectors, philox4x32 with 10 rounds.
+    EXPECT_EQ(philox4x32_10({0, 0, 0, 0}, {0, 0}),
+              (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+    EXPECT_EQ(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
+              (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+    EXPECT_EQ(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+              (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Philox, UniformIsAPureFunctionOfSeedAndIndex) {
+    std::set<double> seen;
+    for (uint64_t seed : {0ull, 1ull, 0xdeadbeefcafef00dull}) {
+        for (int64_t i = 0; i < 1000; ++i) {
+            const double u = sampling_uniform(seed, i);
+            EXPECT_GE(u, 0.0);
+            EXPECT_LT(u, 1.0);
+            EXPECT_EQ(u, sampling_uniform(seed, i));  // no hidden state
+            seen.insert(u);
+        }
+    }
+    EXPECT_EQ(seen.size(), 3000u);  // distinct across seeds and indices
+    // The index's high word matters too.
+    EXPECT_NE(sampling_uniform(5, 1), sampling_uniform(5, (int64_t{1} << 32) + 1));
+}
+
+SeqSampling params(float t, float top_p = 1.0f, int32_t top_k = -1, float min_p = 0.0f) {
+    return SeqSampling{.sample = true, .temperature = t, .top_p = top_p, .top_k = top_k, .min_p = min_p};
+}
+
+TEST(Sampler, GreedyTakesLowestIdOnTiesAndSkipsNonFinite) {
+    const std::vector<float> l = {1.0f, std::nanf(""), 3.0f, 3.0f, INFINITY};
+    EXPECT_EQ(sample_token(l, params(0)).token, 2);
+    EXPECT_EQ(sample_token(l, params(1, 1.0f, 1)).token, 2);
+    const std::vector<float> none = {NAN, -INFINITY};
+    EXPECT_EQ(sample_token(none, params(0)).token, 0);
+    EXPECT_EQ(sample_token(none, params(1)).token, 0);
+    EXPECT_EQ(sample_token(none, params(1)).logprob, -INFINITY);
+}
+
+TEST(Sampler, DistributionsMatchFilters) {
+    const std::vector<float> l = {2.0f, 1.0f, 0.0f, -1.0f};
+    std::vector<double> p(4);
+    sampling_distribution(l, params(1), p);
+    const double z = std::exp(2.0) + std::exp(1.0) + 1 + std::exp(-1.0);
+    EXPECT_NEAR(p[0], std::exp(2.0) / z, 1e-12);
+    EXPECT_NEAR(p[3], std::exp(-1.0) / z, 1e-12);
+    sampling_distribution(l, params(1, 1.0f, 2), p);
+    EXPECT_NEAR(p[0], std::exp(1.0) / (std::exp(1.0) + 1), 1e-12);
+    EXPECT_EQ(p[2], 0.0);
+    sampling_distribution(l, params(1, 0.5f), p);  // p0 ~ 0.64 >= 0.5: only token 0
+    EXPECT_EQ(p[0], 1.0);
+    sampling_distribution(l, params(0.5f), p);
+    const double z2 = std::exp(4.0) + std::exp(2.0) + 1 + std::exp(-2.0);
+    EXPECT_NEAR(p[1], std::exp(2.0) / z2, 1e-12);
+    sampling_distribution(l, params(1, 1.0f, -1, 0.3f), p);  // p1/p0 = e^-1 ~ 0.37 stays, p2 goes
+    EXPECT_GT(p[1], 0.0);
+    EXPECT_EQ(p[2], 0.0);
+}
+
+// One request's token stream: token_index 0, 1, 2, ... with one seed. Frequencies over 200k indices match the
+// distribution within 5 sigma; the same (seed, index) gives the same token in any order.
+TEST(Sampler, EmpiricalFrequenciesOverTokenIndices) {
+    const std::vector<float> l = {0.5f, 1.5f, -0.3f, 1.0f, 0.0f};
+    SeqSampling o = params(0.8f, 0.95f, 4);
+    o.seed = 42;
+    std::vector<double> p(l.size());
+    sampling_distribution(l, o, p);
+    const int n = 200000;
+    std::vector<int> count(l.size(), 0);
+    std::vector<int32_t> forward;
+    for (int i = 0; i < n; ++i) {
+        o.token_index = i;
+        const int32_t t = sample_token(l, o).token;
+        ++count[static_cast<size_t>(t)];
+        if (i < 1000) forward.push_back(t);
+    }
+    for (size_t v = 0; v < l.size(); ++v) {
+        const double sd = std::sqrt(p[v] * (1 - p[v]) / n);
+        EXPECT_NEAR(count[v] / static_cast<double>(n), p[v], 5 * sd + 1e-9) << "token " << v;
+    }
+    for (int i = 999; i >= 0; --i) {  // backwards: no state carried between draws
+        o.token_index = i;
+        EXPECT_EQ(sample_token(l, o).token, forward[static_cast<size_t>(i)]) << "index " << i;
+    }
+}
+
+TEST(Sampler, LogprobIsTheRawLogSoftmax) {
+    const std::vector<float> l = {2.0f, 1.0f, NAN, -1.0f};
+    const double z = std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+    EXPECT_NEAR(sample_token(l, params(0)).logprob, 2.0 - std::log(z), 1e-6);
+    SeqSampling o = params(5.0f);  // the temperature does not change the reported log-probability
+    for (int64_t i = 0; i < 50; ++i) {
+        o.token_index = i;
+        const Sampled s = sample_token(l, o);
+        EXPECT_NE(s.token, 2);
+        EXPECT_NEAR(s.logprob, l[static_cast<size_t>(s.token)] - std::log(z), 1e-6);
+    }
+}
+
+models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
+    models::SeqChunk c;
+    c.request_id = id;
+    c.token_ids.assign(static_cast<size_t>(n_tokens), 1);
+    c.prompt_len = n_tokens;
+    c.logits = mode;
+    return c;
+}
+
+// Seeded random logits; a batch of sequences with kNone / kLast / kAll rows. Each sampled sequence's token equals
+// sample_token on its own last row, whatever the batch composition and order: the last pipeline stage, a single
+// process and a re-batched step all agree.
+TEST(Sampler, SampleStepUsesEachSequencesLastRowAndIgnoresBatching) {
+    const int64_t vocab = 97;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    models::ForwardBatch batch;
+    batch.seqs = {chunk(10, 5, models::LogitsMode::kNone), chunk(11, 3, models::LogitsMode::kLast),
+                  chunk(12, 4, models::LogitsMode::kAll), chunk(13, 2, models::LogitsMode::kLast)};
+    std::vector<SeqSampling> s(4);
+    s[1] = params(0.7f, 0.9f, 20);
+    s[1].seed = 1;
+    s[1].token_index = 3;
+    s[2] = params(0);
+    s[3] = params(1.3f, 1.0f, -1, 0.05f);
+    s[3].seed = 1;  // same seed and index as s[1], different logits
+    s[3].token_index = 3;
+    Tensor logits = Tensor::empty({batch.n_logit_rows(), vocab}, DType::kF32);
+    ASSERT_EQ(logits.size(0), 6);
+    for (int64_t i = 0; i < logits.numel(); ++i) logits.ptr<float>()[i] = normal(rng);
+    const float* l = logits.ptr<const float>();
+    auto out = sample_step(batch, s, logits, vocab, /*keep_logits=*/false);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ(out->tokens.size(), 3u);
+    EXPECT_FALSE(out->logits.defined());
+    const auto row = [&](int64_t r) { return std::span<const float>(l + r * vocab, static_cast<size_t>(vocab)); };
+    EXPECT_EQ(out->tokens[0], sample_token(row(0), s[1]).token);  // kLast of seq 1: row 0
+    EXPECT_EQ(out->tokens[1], sample_token(row(4), s[2]).token);  // kAll of seq 2: rows 1..4, the last is 4
+    EXPECT_EQ(out->tokens[2], sample_token(row(5), s[3]).token);
+    EXPECT_EQ(out->logprobs[1], sample_token(row(4), s[2]).logprob);
+    // The same sequence alone in a step of its own.
+    models::ForwardBatch alone;
+    alone.seqs = {batch.seqs[3]};
+    Tensor one = Tensor::empty({1, vocab}, DType::kF32);
+    std::copy(l + 5 * vocab, l + 6 * vocab, one.ptr<float>());
+    auto solo = sample_step(alone, std::span(&s[3], 1), one, vocab, /*keep_logits=*/true);
+    ASSERT_TRUE(solo.ok());
+    EXPECT_EQ(solo->tokens[0], out->tokens[2]);
+    EXPECT_TRUE(solo->logits.defined());
+    // Refusals: parameters for the wrong number of sequences, a sampled sequence without logit rows, bad shapes,
+    // parameters out of range.
+    EXPECT_FALSE(sample_step(batch, std::span(s.data(), 3), logits, vocab, false).ok());
+    std::vector<SeqSampling> bad = s;
+    bad[0] = params(0);
+    EXPECT_FALSE(sample_step(batch, bad, logits, vocab, false).ok());
+    EXPECT_FALSE(sample_step(batch, s, logits, vocab + 1, false).ok());
+    bad = s;
+    bad[1].top_p = 0;
+    EXPECT_FALSE(sample_step(batch, bad, logits, vocab, false).ok());
+}
+
+TEST(EngineSampling, RequestOptionsBecomeStepParameters) {
+    const engine::SamplingOptions o{.temperature = 0.5f, .top_p = 0.8f, .top_k = 7, .min_p = 0.1f, .seed = 3};
+    const SeqSampling s = engine::seq_sampling(o, 77, 4);
+    EXPECT_TRUE(s.sample);
+    EXPECT_EQ(s.temperature, 0.5f);
+    EXPECT_EQ(s.top_p, 0.8f);
+    EXPECT_EQ(s.top_k, 7);
+    EXPECT_EQ(s.min_p, 0.1f);
+    EXPECT_EQ(s.seed, 77u);
+    EXPECT_EQ(s.token_index, 4);
+    // Derived seeds: a pure function of (engine seed, request id), distinct across ids and engine seeds.
+    EXPECT_EQ(engine::derive_seed(5, 1), engine::derive_seed(5, 1));
+    std::set<uint64_t> seeds;
+    for (uint64_t e = 0; e < 4; ++e) {
+        for (int64_t id = 1; id <= 100; ++id) seeds.insert(engine::derive_seed(e, id));
+    }
+    EXPECT_EQ(seeds.size(), 400u);
+}
+
+}  // namespace
+}  // namespace penstock::runtime
