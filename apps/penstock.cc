@@ -349,10 +349,13 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     const parallel::MicroBatchOptions mb{.chunk_size = args.chunk_size,
                                          .micro_batch_size = micro_batch,
                                          .slots = args.parallel.pp + args.pp_async_batch_depth};
-    auto logits = parallel::pipeline_prefill(runner->get(), &pipe, prompts, mb);
+    // Every position's logits come back (the --out dump and the report); the last stage also samples (greedy) the
+    // token after each prompt, as it does when serving.
+    auto out = parallel::pipeline_prefill_sampled(runner->get(), &pipe, prompts, mb);
     const Status stopped = pipe.stop();
-    if (!logits.ok()) return logits.status();
+    if (!out.ok()) return out.status();
     PENSTOCK_RETURN_IF_ERROR(stopped);
+    const std::vector<Tensor>* logits = &out->logits;
     const auto t2 = std::chrono::steady_clock::now();
     PENSTOCK_ASSIGN_OR_RETURN(std::vector<parallel::StageStats> stage_stats, pipe.gather_stats());
     if (groups.coords.world_rank != 0) return ok_status();  // other tp lanes of stage 0 computed the same logits
@@ -360,6 +363,8 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     PENSTOCK_RETURN_IF_ERROR(report(args, setup, (*logits)[0], stats,
                                     std::chrono::duration<double, std::milli>(t1 - t0).count(),
                                     std::chrono::duration<double, std::milli>(t2 - t1).count()));
+    std::printf("last stage sampled (greedy): token %lld (logprob %.4f)\n", static_cast<long long>(out->next[0].token),
+                static_cast<double>(out->next[0].logprob));
     std::printf("pp_max_micro_batch_size %lld (running requests), %lld slots (at most %zu in flight), %lld concurrent "
                 "prompts: %.1f input tok/s\n",
                 static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots), pipe.max_in_flight(),

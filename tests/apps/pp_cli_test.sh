@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `penstock forward --pp N` under mpirun: logits bit-identical to the single-process run for every family fixture,
-# explicit and balanced partitions, chunked; bad partitions fail on every rank with exit code 2 (no hang).
+# explicit and balanced partitions, chunked, and the token the last stage sampled is their argmax; bad partitions fail
+# on every rank with exit code 2 (no hang).
 # usage: pp_cli_test.sh PENSTOCK MPIEXEC FIXTURES_DIR
 set -euo pipefail
 bin=$1; mpiexec=$2; fixtures=$3
@@ -13,11 +14,18 @@ run_case() {  # model np chunk partition
   local extra=()
   [ -n "$part" ] && extra=(--pp-layer-partition "$part")
   timeout 120 "$mpiexec" --oversubscribe -np "$np" "$bin" forward --model "$fixtures/$model" --input-ids "$ids" \
-      --chunk-size "$chunk" --pp "$np" "${extra[@]}" --out "$tmp/pp.safetensors" >/dev/null
+      --chunk-size "$chunk" --pp "$np" "${extra[@]}" --out "$tmp/pp.safetensors" >"$tmp/pp.log"
   if ! cmp -s "$tmp/ref.safetensors" "$tmp/pp.safetensors"; then
     echo "FAIL: $model pp=$np chunk=$chunk partition='$part' differs from the single-process logits"; exit 1
   fi
-  echo "ok: $model pp=$np chunk=$chunk partition='${part:-balanced}' bit-identical"
+  # The last stage sampled the next token itself (greedy): the argmax of the last position's logits.
+  local argmax sampled
+  argmax=$(grep -o "last position: argmax [0-9]*" "$tmp/pp.log" | grep -o "[0-9]*$")
+  sampled=$(grep -o "last stage sampled (greedy): token [0-9]*" "$tmp/pp.log" | grep -o "[0-9]*$")
+  if [ -z "$argmax" ] || [ "$argmax" != "$sampled" ]; then
+    echo "FAIL: $model pp=$np: the last stage sampled '$sampled', the logits' argmax is '$argmax'"; exit 1
+  fi
+  echo "ok: $model pp=$np chunk=$chunk partition='${part:-balanced}' bit-identical, last stage sampled $sampled"
 }
 run_case deepseek_v3_tiny 2 0 ""
 run_case deepseek_v3_tiny 4 17 "1,1,1,1"
