@@ -33,6 +33,7 @@ Allocator& allocator_of(const Context& ctx) {
 void transfer(const TransferParams& p, const Context& ctx) { PENSTOCK_DISPATCH(transfer, p, ctx); }
 void copy(const CopyParams& p, const Context& ctx) { PENSTOCK_DISPATCH(copy, p, ctx); }
 void fill(const FillParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fill, p, ctx); }
+void fill_random(const FillRandomParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fill_random, p, ctx); }
 void gather_rows(const GatherRowsParams& p, const Context& ctx) { PENSTOCK_DISPATCH(gather_rows, p, ctx); }
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(grouped_gemm, p, ctx); }
 void paged_write(const PagedWriteParams& p, const Context& ctx) { PENSTOCK_DISPATCH(paged_write, p, ctx); }

@@ -199,6 +199,16 @@ struct FillParams {
     float value = 0.0f;
 };
 
+// Seeded random values (dummy weights, benchmarks): out[i] = mean + stddev * u(seed, i) for the flat index i of the
+// contiguous out (f32, or bf16 rounded to nearest even), u uniform in [-sqrt(3), sqrt(3)) from a counter hash
+// (kernels/random_hash.h): unit variance, the same bits on every backend.
+struct FillRandomParams {
+    TensorView out;  // [...] f32 or bf16, contiguous
+    uint64_t seed = 0;
+    float mean = 0.0f;
+    float stddev = 1.0f;
+};
+
 // out[i] = in[index[i]] (row gather). index entries must be in [0, in.size(0)).
 struct GatherRowsParams {
     TensorView out;    // [n, d] f32/bf16
@@ -238,6 +248,7 @@ struct PagedGatherParams {
 void transfer(const TransferParams& p, const Context& ctx);
 void copy(const CopyParams& p, const Context& ctx);
 void fill(const FillParams& p, const Context& ctx);
+void fill_random(const FillRandomParams& p, const Context& ctx);
 void gather_rows(const GatherRowsParams& p, const Context& ctx);
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx);
 void paged_write(const PagedWriteParams& p, const Context& ctx);

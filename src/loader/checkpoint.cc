@@ -154,6 +154,12 @@ std::vector<std::string> Checkpoint::shard_files() const {
     return {s.begin(), s.end()};
 }
 
+Checkpoint Checkpoint::none() {
+    Checkpoint c;
+    c.indexed_ = true;  // an empty index: nothing to open
+    return c;
+}
+
 Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& filter, const LoadOptions& options,
                                    int64_t fp8_block_n, int64_t fp8_block_k, LoadStats* stats) const {
     if (options.target != DType::kF32 && options.target != DType::kBF16) {

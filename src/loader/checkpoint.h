@@ -52,6 +52,9 @@ public:
     // Opens NO shard file yet (an index-less checkpoint opens its single file lazily too), and does not require
     // shards it will never load to exist (a stage's host may hold only its own shards).
     [[nodiscard]] static Result<Checkpoint> open(const std::filesystem::path& model_dir);
+    // A checkpoint with no tensors (load() returns an empty map, opening nothing): `--load-format dummy`, where the
+    // model generates its weights (models::ModelOptions::dummy_weights_seed).
+    static Checkpoint none();
 
     const std::filesystem::path& dir() const { return dir_; }
     bool indexed() const { return indexed_; }

@@ -37,7 +37,7 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
         return invalid_argument(
             "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
-    WeightReader r(&weights, options.placement, options.dtype);
+    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed);
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;

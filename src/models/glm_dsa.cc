@@ -205,7 +205,7 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         return invalid_argument(
             "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
-    WeightReader r(&weights, options.placement, options.dtype);
+    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed);
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;
@@ -331,7 +331,8 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
     const DType act = x.dtype;
     // Every sequence's latent rows of positions [0, prefix + chunk) (one paged gather, like the absorbed dense form):
     // sequence s's key position p is row cu_seqlens_k[s] + p, so each sequence's selection indexes its own slice of
-    // the rows directly. sparse_mla_attention is f32-only: bf16 rows and queries are widened (exactly) first.
+    // the rows directly. bf16 activations with the 576 = 512 + 64 latent take sparse_mla_attention's bf16 tensor-core
+    // kernel on the rows as they are (ops_dsa.h); otherwise the f32 kernel on exactly widened copies.
     Tensor latent = scratch(ctx, {layout.total_keys, d.latent_dim()}, cache->latent.layer_view(index).dtype);
     kernels::paged_gather({.out = latent,
                            .cache = cache->latent.layer_view(index),
@@ -339,9 +340,12 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
                            .cu_rows = layout.cu_seqlens_k,
                            .pos0 = layout.k_pos0},
                           ctx);
-    const Tensor kv = to_f32_scratch(latent, ctx);
-    const Tensor q_abs = to_f32_scratch(layer.attn->absorb_q(proj.q, ctx), ctx);
-    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, DType::kF32);
+    const bool native = act == DType::kBF16 && latent.dtype() == DType::kBF16 && d.kv_lora_rank == 512 &&
+                        d.latent_dim() == 576;
+    const Tensor kv = native ? latent : to_f32_scratch(latent, ctx);
+    Tensor q_abs = layer.attn->absorb_q(proj.q, ctx);
+    if (!native) q_abs = to_f32_scratch(q_abs, ctx);
+    Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, native ? act : DType::kF32);
     Tensor lse = scratch(ctx, {n, d.n_heads}, DType::kF32);
     int64_t row = 0;
     int64_t key0 = 0;
@@ -364,7 +368,7 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
         key0 += n_keys;
     }
     Tensor o_act = o_lat;
-    if (act != DType::kF32) {
+    if (o_lat.dtype() != act) {
         o_act = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, act);
         kernels::copy({.out = o_act, .in = o_lat}, ctx);
     }

@@ -248,7 +248,7 @@ Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& 
         return invalid_argument(
             "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
-    WeightReader r(&weights, options.placement, options.dtype);
+    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed);
     const int64_t h = config.hidden_size;
     const bool attn_res = m->kimi_.attn_res_block_size > 0;
     PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));

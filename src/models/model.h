@@ -48,6 +48,9 @@ struct ModelOptions {
     DType dtype = DType::kF32;
     // Tensor / expert parallelism of this rank's stage (models/tensor_parallel.h): the tp group and ep size.
     TensorParallel tp{};
+    // `--load-format dummy` (non-zero): every weight is generated with seeded random values at the config's
+    // dimensions instead of read (models/weights.h WeightReader); pair it with loader::Checkpoint::none().
+    uint64_t dummy_weights_seed = 0;
     // Context parallelism (SPEC §4, interleave split): the cp group, null = one rank. Set by the runner.
     parallel::Communicator* cp = nullptr;
     // Test / diagnostic: records, compares or pins the MoE expert and DSA top-k choices (models/decision_pins.h);

@@ -88,11 +88,14 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     const int64_t n_local = m.local_experts_.size();
     const int64_t il = cols.size();
     m.inter_ = il;
-    Tensor gate_up = Tensor::empty({n_local, 2 * il, h}, DType::kF32);
-    Tensor down = Tensor::empty({n_local, h, il}, DType::kF32);
+    Tensor gate_up = r.dummy() ? Tensor() : Tensor::empty({n_local, 2 * il, h}, DType::kF32);
+    Tensor down = r.dummy() ? Tensor() : Tensor::empty({n_local, h, il}, DType::kF32);
     const kernels::Context host{};
     auto put = [&](const TensorView& src, const TensorView& dst) { kernels::copy({.out = dst, .in = src}, host); };
-    if (r.contains(prefix + ".experts.gate_up_proj")) {
+    if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement device
+        PENSTOCK_ASSIGN_OR_RETURN(m.experts_gate_up_, r.take(prefix + ".experts.local_gate_up", {n_local, 2 * il, h}));
+        PENSTOCK_ASSIGN_OR_RETURN(m.experts_down_, r.take(prefix + ".experts.local_down", {n_local, h, il}));
+    } else if (r.contains(prefix + ".experts.gate_up_proj")) {
         PENSTOCK_ASSIGN_OR_RETURN(Tensor gu, r.take_host(prefix + ".experts.gate_up_proj", {n_experts, 2 * inter, h}));
         PENSTOCK_ASSIGN_OR_RETURN(Tensor dn, r.take_host(prefix + ".experts.down_proj", {n_experts, h, inter}));
         const TensorView gu_local = gu.view().slice(0, m.local_experts_.begin, m.local_experts_.end);
@@ -112,8 +115,10 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
             put(dn.view().slice(1, cols.begin, cols.end), down.view().select(0, le));
         }
     }
-    m.experts_gate_up_ = r.place(std::move(gate_up));
-    m.experts_down_ = r.place(std::move(down));
+    if (!r.dummy()) {
+        m.experts_gate_up_ = r.place(std::move(gate_up));
+        m.experts_down_ = r.place(std::move(down));
+    }
     if (c.n_shared_experts > 0) {
         PENSTOCK_ASSIGN_OR_RETURN(
             DenseMlp shared,

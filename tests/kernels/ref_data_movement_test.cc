@@ -2,9 +2,11 @@
 // paged write/gather round trips across page boundaries with interleaved page tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/ref/ref_ops.h"
 #include "ref_test_util.h"
 
@@ -30,6 +32,43 @@ TEST(RefCopy, StridedBroadcastAndBf16RoundTrip) {
     for (int64_t i = 0; i < back.numel(); ++i) {
         ASSERT_EQ(back.ptr<float>()[i], bf16_to_float(float_to_bf16(out.ptr<float>()[i])));
     }
+}
+
+TEST(RefFillRandom, DeterministicUnitVarianceAndBf16IsRoundedF32) {
+    const int64_t n = 200001;
+    Tensor a = Tensor::empty({n}, DType::kF32);
+    Tensor b = Tensor::empty({n}, DType::kF32);
+    ref::fill_random({.out = a, .seed = 7, .mean = 0.5f, .stddev = 2.0f}, nullptr);
+    ref::fill_random({.out = b, .seed = 7, .mean = 0.5f, .stddev = 2.0f}, nullptr);
+    double sum = 0.0, sq = 0.0;
+    float lo = 1e30f, hi = -1e30f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = a.ptr<float>()[i];
+        ASSERT_EQ(v, b.ptr<float>()[i]) << i;  // same seed, same bits
+        sum += v;
+        sq += static_cast<double>(v) * v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    const double mean = sum / n;
+    const double var = sq / n - mean * mean;
+    EXPECT_NEAR(mean, 0.5, 0.02);
+    EXPECT_NEAR(var, 4.0, 0.05);
+    EXPECT_GE(lo, 0.5f - 2.0f * 1.7320508f);  // uniform support [mean - sqrt(3) sd, mean + sqrt(3) sd)
+    EXPECT_LT(hi, 0.5f + 2.0f * 1.7320508f);
+    // Another seed: another stream.
+    ref::fill_random({.out = b, .seed = 8, .mean = 0.5f, .stddev = 2.0f}, nullptr);
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i) same += a.ptr<float>()[i] == b.ptr<float>()[i];
+    EXPECT_LT(same, n / 1000);
+    // bf16 = the f32 values rounded to nearest even; the thread pool does not change the bits.
+    Tensor h = Tensor::empty({n}, DType::kBF16);
+    ThreadPool pool(2);
+    ref::fill_random({.out = h, .seed = 7, .mean = 0.5f, .stddev = 2.0f}, &pool);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(h.ptr<uint16_t>()[i], float_to_bf16(a.ptr<float>()[i])) << i;
+    // stddev 0: exactly the mean (norm weights of dummy checkpoints).
+    ref::fill_random({.out = b, .seed = 9, .mean = 1.0f, .stddev = 0.0f}, nullptr);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(b.ptr<float>()[i], 1.0f);
 }
 
 TEST(RefFill, StridedViewLeavesPaddingAlone) {

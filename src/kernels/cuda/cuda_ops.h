@@ -51,6 +51,7 @@ void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 void transfer(const kernels::TransferParams& p, void* stream);  // cudaMemcpyAsync, any direction
 void copy(const kernels::CopyParams& p, void* stream);
 void fill(const kernels::FillParams& p, void* stream);
+void fill_random(const kernels::FillRandomParams& p, void* stream);
 void gather_rows(const kernels::GatherRowsParams& p, void* stream);
 void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
 void paged_write(const kernels::PagedWriteParams& p, void* stream);

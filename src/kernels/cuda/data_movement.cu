@@ -2,10 +2,12 @@
 // embedding. Same contracts as kernels/ref/data_movement.cc and ref/embedding.cc. Row ops move bytes (16-byte
 // accesses when aligned), so they take any dtype; index tensors are i32 on the device and are not validated there
 // (an out-of-range index skips the row instead of aborting: the host cannot see device data without a sync).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/random_hash.h"
 
 namespace penstock::cuda {
 
@@ -35,6 +37,20 @@ __global__ void fill_kernel(E* out, StridedDesc od, E value, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         out[strided_offset(od, i)] = value;
+    }
+}
+
+// Contiguous out: element i = kernels::random_value(seed, i, mean, stddev), as the CPU reference computes it.
+template <bool kBf16>
+__global__ void fill_random_kernel(void* out, int64_t n, uint64_t seed, float mean, float stddev) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float v = kernels::random_value(seed, static_cast<uint64_t>(i), mean, stddev);
+        if constexpr (kBf16) {
+            static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+        } else {
+            static_cast<float*>(out)[i] = v;
+        }
     }
 }
 
@@ -252,6 +268,26 @@ void fill(const kernels::FillParams& p, void* stream) {
             break;
         default:
             PENSTOCK_CHECK(false) << "fill: unsupported dtype " << dtype_name(p.out.dtype);
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void fill_random(const kernels::FillRandomParams& p, void* stream) {
+    check_on_gpu(p.out, "fill_random", "out");
+    PENSTOCK_CHECK(p.out.is_contiguous()) << "fill_random: " << p.out.shape_string() << " is not contiguous";
+    const int64_t n = p.out.numel();
+    if (n == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    const unsigned blocks = blocks_for(n, kThreads);
+    switch (p.out.dtype) {
+        case DType::kF32:
+            fill_random_kernel<false><<<blocks, kThreads, 0, s>>>(p.out.data, n, p.seed, p.mean, p.stddev);
+            break;
+        case DType::kBF16:
+            fill_random_kernel<true><<<blocks, kThreads, 0, s>>>(p.out.data, n, p.seed, p.mean, p.stddev);
+            break;
+        default:
+            PENSTOCK_CHECK(false) << "fill_random: f32 or bf16, got " << dtype_name(p.out.dtype);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

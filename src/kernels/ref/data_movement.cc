@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
+#include "kernels/random_hash.h"
 #include "kernels/ref/ref_ops.h"
 
 namespace penstock::ref {
@@ -103,6 +105,22 @@ void copy(const kernels::CopyParams& p, ThreadPool* /*pool*/) {
 
 void fill(const kernels::FillParams& p, ThreadPool* /*pool*/) {
     for_each_index(p.out, nullptr, [&](int64_t oo, int64_t) { store(p.out, oo, p.value); });
+}
+
+void fill_random(const kernels::FillRandomParams& p, ThreadPool* pool) {
+    PENSTOCK_CHECK(p.out.is_contiguous()) << "fill_random: " << p.out.shape_string() << " is not contiguous";
+    PENSTOCK_CHECK(p.out.dtype == DType::kF32 || p.out.dtype == DType::kBF16) << "fill_random: f32 or bf16";
+    const bool bf16 = p.out.dtype == DType::kBF16;
+    parallel_for(pool, p.out.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const float v = kernels::random_value(p.seed, static_cast<uint64_t>(i), p.mean, p.stddev);
+            if (bf16) {
+                static_cast<uint16_t*>(p.out.data)[i] = float_to_bf16(v);
+            } else {
+                static_cast<float*>(p.out.data)[i] = v;
+            }
+        }
+    });
 }
 
 void gather_rows(const kernels::GatherRowsParams& p, ThreadPool* /*pool*/) {

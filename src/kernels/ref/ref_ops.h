@@ -9,6 +9,7 @@ namespace penstock::ref {
 void transfer(const kernels::TransferParams& p, ThreadPool* pool);
 void copy(const kernels::CopyParams& p, ThreadPool* pool);
 void fill(const kernels::FillParams& p, ThreadPool* pool);
+void fill_random(const kernels::FillRandomParams& p, ThreadPool* pool);
 void gather_rows(const kernels::GatherRowsParams& p, ThreadPool* pool);
 void grouped_gemm(const kernels::GroupedGemmParams& p, ThreadPool* pool);
 void paged_write(const kernels::PagedWriteParams& p, ThreadPool* pool);

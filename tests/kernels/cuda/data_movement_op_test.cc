@@ -68,6 +68,22 @@ TEST_F(DataMovementOpTest, FillStrided) {
     for (int32_t v : read_i32(ints, stream())) ASSERT_EQ(v, -7);
 }
 
+TEST_F(DataMovementOpTest, FillRandomBitExactWithReference) {
+    for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{1} << 20}) {
+        for (DType d : kDtypes) {
+            SCOPED_TRACE(::testing::Message() << "n=" << n << " " << dtype_name(d));
+            Pair out = poisoned_pair({n}, d, false, alloc(), stream());
+            cuda::fill_random({.out = out.dv, .seed = 0x1234567ull + static_cast<uint64_t>(n), .mean = -0.25f,
+                               .stddev = 0.75f},
+                              raw_stream());
+            ref::fill_random({.out = out.hv, .seed = 0x1234567ull + static_cast<uint64_t>(n), .mean = -0.25f,
+                              .stddev = 0.75f},
+                             nullptr);
+            expect_pair_close(out, out.hv, kExact, stream());
+        }
+    }
+}
+
 TEST_F(DataMovementOpTest, GatherRows) {
     const int64_t kDims[] = {1, 7, 64, 1000};
     uint32_t seed = 200;

@@ -1,0 +1,258 @@
+// penstock_model_bench: the engine's own forward (models/ + runtime::ModelRunner, the code `penstock forward` and
+// `penstock serve` run) on a slice of layers [A, B) of a real-dimension config (../shared/configs), with
+// `--load-format dummy` weights generated on the GPU (models::ModelOptions::dummy_weights_seed): the per-layer numbers
+// of PERF.md for every family, including the GLM-5.3 DSA layer and the Kimi K3 KDA and MLA layers, measured on exactly
+// what serves requests (no hand-composed copy of the layer).
+//
+// One request; for each --tokens T: the prefix (--prefix P tokens, built by untimed chunks of at most T) is written
+// first, then the chunk of T tokens at prefix P runs --warmup + --reps times (the paged caches rewrite the same
+// positions, so every rep does the same work) with a device synchronise around each; a stage that does not start at
+// layer 0 gets seeded random hidden rows (and, for K3, AttnRes bank rows) instead of the embedding. Prints one JSON
+// line per (T, P): median / min ms, input tokens/s, per-layer ms, and the peak device memory.
+//
+//   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
+//                        [--warmup 1] [--mla-form mha|absorbed] [--json out.json] [--model-name NAME]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/allocator.h"
+#include "kernels/random_hash.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+#include "models/model.h"
+#include "runtime/model_runner.h"
+
+#include <cuda_runtime.h>
+
+namespace penstock::bench {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+    std::string config;
+    std::string model_name;
+    int64_t layer_begin = 0;
+    int64_t layer_end = 1;
+    std::vector<int64_t> tokens{4096};
+    std::vector<int64_t> prefixes{0};
+    int reps = 5;
+    int warmup = 1;
+    std::string mla_form = "mha";
+    std::string json_path;
+    uint64_t seed = 20261130;
+};
+
+std::vector<int64_t> parse_list(const std::string& s) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+    return out;
+}
+
+int usage(const char* argv0) {
+    std::fprintf(stderr,
+                 "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
+                 "          [--warmup 1] [--mla-form mha|absorbed] [--json OUT] [--model-name NAME] [--seed S]\n",
+                 argv0);
+    return 2;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int run(const Options& o) {
+    std::ifstream in(o.config);
+    if (!in) {
+        std::fprintf(stderr, "cannot read %s\n", o.config.c_str());
+        return 2;
+    }
+    Result<json> doc = loader::parse_json_text(
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), o.config);
+    if (!doc.ok()) {
+        std::fprintf(stderr, "%s\n", doc.status().to_string().c_str());
+        return 2;
+    }
+    Result<loader::ModelConfig> config = loader::parse_model_config(*doc);
+    if (!config.ok()) {
+        std::fprintf(stderr, "%s: %s\n", o.config.c_str(), config.status().to_string().c_str());
+        return 2;
+    }
+    Result<std::unique_ptr<kernels::Backend>> backend = kernels::make_backend("cuda", 0);
+    if (!backend.ok()) {
+        std::fprintf(stderr, "%s\n", backend.status().to_string().c_str());
+        return 2;
+    }
+    const kernels::Context placement = (*backend)->context(nullptr);
+    models::ModelOptions mo;
+    mo.placement = placement;
+    mo.dtype = DType::kBF16;
+    mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
+    mo.dummy_weights_seed = o.seed;
+    const loader::LayerRange range{o.layer_begin, o.layer_end};
+    const auto t_load = std::chrono::steady_clock::now();
+    Result<std::unique_ptr<models::Model>> model =
+        models::load_model(*config, loader::Checkpoint::none(), range, mo, nullptr);
+    if (!model.ok()) {
+        std::fprintf(stderr, "load: %s\n", model.status().to_string().c_str());
+        return 2;
+    }
+    (*backend)->synchronize();
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    const int64_t longest = *std::max_element(o.tokens.begin(), o.tokens.end()) +
+                            *std::max_element(o.prefixes.begin(), o.prefixes.end());
+    runtime::RunnerOptions ro;
+    ro.n_pages = longest / kv_cache::kPageSize + 2;
+    ro.backend = backend->get();
+    runtime::ModelRunner runner(std::move(*model), ro);
+    const models::Model& m = runner.model();
+    const int64_t hidden = config->hidden_size;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    std::fprintf(stderr, "# %s layers [%lld, %lld) loaded (dummy weights) in %.1f s; device memory used %.1f GiB\n",
+                 o.model_name.c_str(), static_cast<long long>(o.layer_begin), static_cast<long long>(o.layer_end),
+                 load_s, static_cast<double>(total_b - free_b) / (1 << 30));
+
+    json all = json::array();
+    int64_t request = 0;
+    for (int64_t prefix : o.prefixes) {
+        for (int64_t T : o.tokens) {
+            const int64_t id = request++;
+            auto chunk = [&](int64_t p0, int64_t n) {
+                models::ForwardBatch b;
+                models::SeqChunk c;
+                c.request_id = id;
+                c.prefix_len = p0;
+                c.prompt_len = prefix + T;
+                c.logits = models::LogitsMode::kNone;
+                c.token_ids.resize(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) {
+                    c.token_ids[static_cast<size_t>(i)] =
+                        static_cast<int32_t>((p0 + i) * 7919 % std::max<int64_t>(config->vocab_size, 1));
+                }
+                b.seqs.push_back(std::move(c));
+                return b;
+            };
+            auto run_chunk = [&](models::ForwardBatch* b) -> Status {
+                PENSTOCK_RETURN_IF_ERROR(runner.bind(b));
+                const models::BatchLayout layout = runner.make_layout(*b);
+                models::Activations act;
+                const kernels::Context ctx = runner.context();
+                const int64_t n = layout.n_tokens;
+                if (!m.is_first_stage()) {
+                    act.hidden = Tensor::empty({n, hidden}, DType::kBF16, kernels::allocator_of(ctx));
+                    kernels::fill_random({.out = act.hidden, .seed = o.seed + 1, .mean = 0.0f, .stddev = 1.0f}, ctx);
+                    const int64_t bank = m.bank_rows_before(config->num_hidden_layers);
+                    if (bank > 0) {
+                        act.bank = Tensor::empty({n, bank, hidden}, DType::kF32, kernels::allocator_of(ctx));
+                        kernels::fill_random({.out = act.bank, .seed = o.seed + 2, .mean = 0.0f, .stddev = 1.0f}, ctx);
+                    }
+                }
+                runner.run_layers(*b, layout, &act);
+                runner.synchronize();
+                return ok_status();
+            };
+            // The prefix, in chunks of at most T tokens (untimed).
+            for (int64_t p0 = 0; p0 < prefix; p0 += T) {
+                models::ForwardBatch b = chunk(p0, std::min(T, prefix - p0));
+                const Status st = run_chunk(&b);
+                if (!st.ok()) {
+                    std::fprintf(stderr, "prefix chunk at %lld: %s\n", static_cast<long long>(p0), st.to_string().c_str());
+                    return 1;
+                }
+            }
+            std::vector<double> ms;
+            for (int r = 0; r < o.warmup + o.reps; ++r) {
+                models::ForwardBatch b = chunk(prefix, T);
+                const auto t0 = std::chrono::steady_clock::now();
+                const Status st = run_chunk(&b);
+                const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                if (!st.ok()) {
+                    std::fprintf(stderr, "chunk: %s\n", st.to_string().c_str());
+                    return 1;
+                }
+                if (r >= o.warmup) ms.push_back(dt);
+            }
+            runner.release(id);
+            cudaMemGetInfo(&free_b, &total_b);
+            const double med = median(ms);
+            const int64_t n_layers = o.layer_end - o.layer_begin;
+            json row{{"model", o.model_name},
+                     {"layers", {o.layer_begin, o.layer_end}},
+                     {"tokens", T},
+                     {"prefix", prefix},
+                     {"mla_form", o.mla_form},
+                     {"median_ms", med},
+                     {"min_ms", *std::min_element(ms.begin(), ms.end())},
+                     {"ms_per_layer", med / static_cast<double>(n_layers)},
+                     {"input_tok_per_s", static_cast<double>(T) / (med / 1e3)},
+                     {"reps", o.reps},
+                     {"device_mem_used_gib", static_cast<double>(total_b - free_b) / (1 << 30)},
+                     {"load_s", load_s},
+                     {"commit", PENSTOCK_GIT_COMMIT}};
+            std::printf("%s\n", row.dump().c_str());
+            std::fflush(stdout);
+            all.push_back(row);
+        }
+    }
+    if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(1) << "\n";
+    return 0;
+}
+
+}  // namespace
+}  // namespace penstock::bench
+
+int main(int argc, char** argv) {
+    penstock::bench::Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--config") {
+            o.config = next();
+        } else if (a == "--layers") {
+            const std::string v = next();
+            const size_t c = v.find(':');
+            if (c == std::string::npos) return penstock::bench::usage(argv[0]);
+            o.layer_begin = std::stoll(v.substr(0, c));
+            o.layer_end = std::stoll(v.substr(c + 1));
+        } else if (a == "--tokens") {
+            o.tokens = penstock::bench::parse_list(next());
+        } else if (a == "--prefix") {
+            o.prefixes = penstock::bench::parse_list(next());
+        } else if (a == "--reps") {
+            o.reps = std::max(1, std::atoi(next().c_str()));
+        } else if (a == "--warmup") {
+            o.warmup = std::max(0, std::atoi(next().c_str()));
+        } else if (a == "--mla-form") {
+            o.mla_form = next();
+        } else if (a == "--json") {
+            o.json_path = next();
+        } else if (a == "--model-name") {
+            o.model_name = next();
+        } else if (a == "--seed") {
+            o.seed = std::strtoull(next().c_str(), nullptr, 10);
+        } else {
+            return penstock::bench::usage(argv[0]);
+        }
+    }
+    if (o.config.empty() || o.tokens.empty() || o.prefixes.empty()) return penstock::bench::usage(argv[0]);
+    if (o.model_name.empty()) o.model_name = o.config;
+    return penstock::bench::run(o);
+}
