@@ -19,8 +19,17 @@ mkdir -p "${OUT}"
 OUT="$(cd "${OUT}" && pwd)"
 LOG="${OUT}/perf_layer.log"
 export PYTHONUNBUFFERED=1
-# The binary alone gets the packed libstdc++ and CUDA 13's libraries (python keeps its own environment).
-BINLIB="${PKG}/lib:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+# The binary alone gets the packed libstdc++, CUDA 13's libraries and, for a build with the cuDNN SDPA path
+# (PENSTOCK_CUDNN), the machine's torch cuDNN (python keeps its own environment).
+CUDNN_LIB="$(python3 - 2>/dev/null <<'PY'
+import glob, os, site
+pattern = os.path.join("nvidia", "**", "libcudnn.so.9")
+hits = [f for r in site.getsitepackages() for f in glob.glob(os.path.join(r, pattern), recursive=True)]
+print(os.path.dirname(hits[0]) if hits else "")
+PY
+)"
+BINLIB="${PKG}/lib:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${CUDNN_LIB}"
+BINLIB="${BINLIB}:${LD_LIBRARY_PATH:-}"
 step() { echo "+ $* ($(date -u +%H:%M:%S))" | tee -a "${LOG}"; }
 {
   echo "# perf_layer_run $(date -u +%Y-%m-%dT%H:%M:%SZ)"

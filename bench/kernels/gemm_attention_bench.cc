@@ -1,12 +1,17 @@
-// cuda::gemm (cuBLASLt, bf16, fp32 accumulation) and cuda::attention (the correct-first CUDA-core flash kernel) timed
-// at model shapes; reported as TFLOP/s (and the bytes field as the operands' size). Baselines for the gap:
-// PERF.md's cuBLAS bf16 754 TFLOP/s (8192^3) and cuDNN SDPA 620-655 TFLOP/s (causal, d 128 / 192-128).
+// cuda::gemm (cuBLASLt, bf16, fp32 accumulation) and cuda::attention (cuDNN's SDPA path and the CUDA-core flash kernel)
+// timed at model shapes; reported as TFLOP/s (and the bytes field as the operands' size). Baselines for the gap:
+// PERF.md's cuBLAS bf16 754 TFLOP/s (8192^3) and cuDNN SDPA 620-655 TFLOP/s (causal, d 128 / 192-128); the same-run
+// torch SDPA of the attention shapes: tools/sdpa_baseline.py.
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/kernels/bench_harness.h"
 #include "core/dtype.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace penstock::bench {
@@ -17,6 +22,25 @@ Tensor random_bf16(const Shape& shape, std::mt19937& rng, Allocator& alloc, cons
     Tensor t = Tensor::empty(shape, DType::kBF16);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int64_t i = 0; i < t.numel(); ++i) t.ptr<uint16_t>()[i] = float_to_bf16(normal(rng));
+    Tensor d = cuda::to_device(t, alloc, stream);
+    stream.synchronize();
+    return d;
+}
+
+// As random_bf16 for tensors of up to billions of values: 4M values are drawn and the tensor is tiled from them at
+// rotating offsets (drawing every value on the host would take longer than the benchmark).
+Tensor random_bf16_tiled(const Shape& shape, std::mt19937& rng, Allocator& alloc, const cuda::Stream& stream) {
+    constexpr int64_t kDrawn = int64_t{1} << 22;
+    constexpr int64_t kChunk = kDrawn / 2;
+    std::vector<uint16_t> drawn(static_cast<size_t>(kDrawn));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (uint16_t& x : drawn) x = float_to_bf16(normal(rng));
+    Tensor t = Tensor::empty(shape, DType::kBF16);
+    uint16_t* dst = t.ptr<uint16_t>();
+    for (int64_t i = 0, tile = 0; i < t.numel(); i += kChunk, ++tile) {
+        const int64_t off = (tile * 7919) % kChunk;
+        std::copy_n(drawn.data() + off, std::min(kChunk, t.numel() - i), dst + i);
+    }
     Tensor d = cuda::to_device(t, alloc, stream);
     stream.synchronize();
     return d;
@@ -54,47 +78,105 @@ void run_gemm_bench(BenchContext& ctx) {
     }
 }
 
+// Times `op` with CUDA events: `warmup` untimed calls, then the median of `reps` (no L2 flush: attention at these
+// shapes is compute-bound, and the old kernel's seconds-long calls leave nothing of the flush to matter).
+Timing time_events(BenchContext& ctx, const std::function<void()>& op, int warmup, int reps) {
+    for (int i = 0; i < warmup; ++i) op();
+    cuda::Event start(ctx.stream().device()), end(ctx.stream().device());
+    std::vector<double> us;
+    for (int i = 0; i < reps; ++i) {
+        start.record(ctx.stream());
+        op();
+        end.record(ctx.stream());
+        end.synchronize();
+        us.push_back(1000.0 * static_cast<double>(cuda::Event::elapsed_ms(start, end)));
+    }
+    std::sort(us.begin(), us.end());
+    return Timing{.median_us = us[us.size() / 2], .min_us = us.front(), .max_us = us.back(), .reps = reps};
+}
+
+// Causal attention, one sequence of `seq` tokens, bf16, through both paths of cuda::attention: "cudnn_sdpa" (the
+// caller's mask promise, as models/mla.cc sets it: kernels/cuda/attention_cudnn.h) and "cuda_core" (no promise: the
+// CUDA-core flash kernel). The MLA shapes use models/mla.cc's layout: q [T, H, 192], k [T, H, 192] contiguous, v a
+// view of kv_b's output [T, H, 128 + 128] (columns 128..255 of each head). DeepSeek-V3's MHA form is 128 heads.
+// The same shapes' torch baseline: tools/sdpa_baseline.py (PERF.md: cuDNN SDPA through F.scaled_dot_product_attention).
 void run_attention_bench(BenchContext& ctx) {
     std::mt19937 rng(/*seed=*/43);
     struct A {
         const char* name;
         int64_t heads, kv_heads, seq, d_qk, d_v;
+        bool mla_layout;
+        bool ragged;  // described as two sequences (the second empty): cuDNN's ragged flavour, cudnn_sdpa only
     };
-    const A kShapes[] = {{"mha_d128", 32, 32, 4096, 128, 128}, {"mla_mha_192_128", 16, 16, 4096, 192, 128}};
+    const A kShapes[] = {{"mha_d128", 32, 32, 4096, 128, 128, false, false},
+                         {"mla_mha_192_128", 16, 16, 4096, 192, 128, true, false},
+                         {"dsv3_mha_h128", 128, 128, 4096, 192, 128, true, false},
+                         {"dsv3_mha_h128", 128, 128, 16384, 192, 128, true, false},
+                         {"dsv3_mha_h128_ragged", 128, 128, 4096, 192, 128, true, true},
+                         {"dsv3_mha_h128_ragged", 128, 128, 16384, 192, 128, true, true}};
     for (const A& s : kShapes) {
-        const Tensor q = random_bf16({s.seq, s.heads, s.d_qk}, rng, ctx.alloc(), ctx.stream());
-        const Tensor k = random_bf16({s.seq, s.kv_heads, s.d_qk}, rng, ctx.alloc(), ctx.stream());
-        const Tensor v = random_bf16({s.seq, s.kv_heads, s.d_v}, rng, ctx.alloc(), ctx.stream());
+        const Tensor q = random_bf16_tiled({s.seq, s.heads, s.d_qk}, rng, ctx.alloc(), ctx.stream());
+        const Tensor k = random_bf16_tiled({s.seq, s.kv_heads, s.d_qk}, rng, ctx.alloc(), ctx.stream());
+        const int64_t v_row = s.mla_layout ? s.d_qk - 64 + s.d_v : s.d_v;  // kv_b's per-head row: nope + d_v
+        const Tensor v_store = random_bf16_tiled({s.seq, s.kv_heads, v_row}, rng, ctx.alloc(), ctx.stream());
+        const TensorView v = v_store.view().slice(2, v_row - s.d_v, v_row);
         const Tensor out = Tensor::empty({s.seq, s.heads, s.d_v}, DType::kBF16, ctx.alloc());
         const Tensor lse = Tensor::empty({s.seq, s.heads}, DType::kF32, ctx.alloc());
         const auto len = static_cast<int32_t>(s.seq);
-        const Tensor cu = dev_i32({0, len}, ctx.alloc(), ctx.stream());
-        const Tensor pos0 = dev_i32({0}, ctx.alloc(), ctx.stream());
-        const kernels::AttentionParams p{.out = out,
-                                         .lse = lse,
-                                         .q = q,
-                                         .k = k,
-                                         .v = v,
-                                         .cu_seqlens_q = cu,
-                                         .cu_seqlens_k = cu,
-                                         .q_pos0 = pos0,
-                                         .k_pos0 = pos0,
-                                         .scale = 0.08f,
-                                         .causal = true};
-        const Timing t = ctx.time([&] { cuda::attention(p, ctx.stream().handle()); });
+        const Tensor cu =
+            s.ragged ? dev_i32({0, len, len}, ctx.alloc(), ctx.stream()) : dev_i32({0, len}, ctx.alloc(), ctx.stream());
+        const Tensor pos0 =
+            s.ragged ? dev_i32({0, 0}, ctx.alloc(), ctx.stream()) : dev_i32({0}, ctx.alloc(), ctx.stream());
+        kernels::AttentionParams p{.out = out,
+                                   .lse = lse,
+                                   .q = q,
+                                   .k = k,
+                                   .v = v,
+                                   .cu_seqlens_q = cu,
+                                   .cu_seqlens_k = cu,
+                                   .q_pos0 = pos0,
+                                   .k_pos0 = pos0,
+                                   .scale = 0.08f,
+                                   .causal = true,
+                                   .max_seqlen_q = len,
+                                   .max_seqlen_k = len};
         // Causal: half of the 2 * seq^2 * heads * (d_qk + d_v) FLOPs of the full score and value products.
         const double flops = static_cast<double>(s.seq) * static_cast<double>(s.seq) * static_cast<double>(s.heads) *
                              static_cast<double>(s.d_qk + s.d_v);
-        nlohmann::json record = ctx.base_record("attention");
-        record["shape"] = s.name;
-        record["dtype"] = "bf16";
-        record["heads"] = s.heads;
-        record["seq"] = s.seq;
-        record["d_qk"] = s.d_qk;
-        record["d_v"] = s.d_v;
-        record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
-        ctx.report(record, t,
-                   static_cast<double>(s.seq * (s.heads * (s.d_qk + s.d_v) + s.kv_heads * (s.d_qk + s.d_v)) * 2));
+        // cudnn_sdpa (cuDNN's heuristic choice), cudnn_sdpa_autotuned (PENSTOCK_CUDNN_AUTOTUNE=1: the fastest engine
+        // config, timed on the first call), cuda_core.
+        for (const int variant : {0, 1, 2}) {
+            const bool cudnn = variant < 2;
+            if ((!cudnn || variant == 1) && s.ragged) continue;
+            if (variant == 1) setenv("PENSTOCK_CUDNN_AUTOTUNE", "1", /*overwrite=*/1);
+            p.mask_kind = cudnn ? kernels::AttentionMaskKind::kCausalBottomRight : kernels::AttentionMaskKind::kGeneral;
+            bool taken = false;
+            if (cudnn) {
+                taken = cuda::attention_cudnn(p, ctx.stream().handle());  // also builds the plan (outside timing)
+                ctx.stream().synchronize();
+            }
+            // The CUDA-core kernel runs ~5 TFLOP/s: seconds per call at 16K, so few reps there.
+            const bool slow = !taken && flops > 1e12;
+            const Timing t = time_events(
+                ctx, [&] { cuda::attention(p, ctx.stream().handle()); }, slow ? 1 : 5, slow ? 2 : (taken ? 30 : 5));
+            nlohmann::json record = ctx.base_record("attention");
+            record["shape"] = s.name;
+            unsetenv("PENSTOCK_CUDNN_AUTOTUNE");
+            record["impl"] = !cudnn         ? "cuda_core"
+                             : s.ragged     ? "cudnn_sdpa_ragged"
+                             : variant == 1 ? "cudnn_sdpa_autotuned"
+                                            : "cudnn_sdpa";
+            record["cudnn_taken"] = taken;
+            record["dtype"] = "bf16";
+            record["heads"] = s.heads;
+            record["seq"] = s.seq;
+            record["d_qk"] = s.d_qk;
+            record["d_v"] = s.d_v;
+            record["time_ms"] = t.median_us * 1e-3;
+            record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
+            ctx.report(record, t,
+                       static_cast<double>(s.seq * (s.heads * (s.d_qk + s.d_v) + s.kv_heads * (s.d_qk + s.d_v)) * 2));
+        }
     }
 }
 

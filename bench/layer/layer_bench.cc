@@ -328,7 +328,12 @@ public:
                          .q_pos0 = b().pos0,
                          .k_pos0 = b().pos0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(d_.qk())),
-                         .causal = true},
+                         .causal = true,
+                         .max_seqlen_q = static_cast<int32_t>(T_),
+                         .max_seqlen_k = static_cast<int32_t>(T_),
+                         // One sequence, no prefix: the MLA caller's hint (models/mla.cc), so cuDNN's SDPA runs it
+                         // where the build has cuDNN (kernels/cuda/attention_cudnn.h).
+                         .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight},
                         st());
     }
     void attn_epilogue_pre() {

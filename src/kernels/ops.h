@@ -101,6 +101,19 @@ struct SoftmaxParams {
     TensorView in;   // [n_rows, dim] f32
 };
 
+// A host-side promise about an attention call's mask, for backends that plan on the host (the CUDA backend's cuDNN
+// SDPA path: docs/design/kernels.md). It applies to every sequence s with len_q(s) > 0 and len_k(s) > 0 (rows of a
+// sequence without keys always get out = 0, lse = -inf). The result never depends on it; the CPU reference checks it.
+enum class AttentionMaskKind : uint8_t {
+    kGeneral,  // no promise
+    // causal, q_pos_step == 1, and the last query and the last key share a position:
+    // q_pos0[s] + len_q(s) == k_pos0[s] + len_k(s), so query i sees keys j <= i + len_k(s) - len_q(s) (bottom-right
+    // aligned diagonal; rows i < len_q(s) - len_k(s) see none).
+    kCausalBottomRight,
+    // every key is visible to every query row: causal == false, or k_pos0[s] + len_k(s) - 1 <= q_pos0[s].
+    kAllVisible,
+};
+
 // Variable-length attention with a causal mask in absolute positions, GQA/MQA by head groups
 // (query head h reads kv head h / (n_heads / n_kv_heads)). Sequence s owns query rows
 // [cu_seqlens_q[s], cu_seqlens_q[s+1]) at positions q_pos0[s] + i, and key rows [cu_seqlens_k[s], cu_seqlens_k[s+1])
@@ -123,6 +136,12 @@ struct AttentionParams {
     // Query row i of sequence s sits at position q_pos0[s] + i * q_pos_step (context parallelism's interleave split
     // gives each rank every cp-th row; 1 otherwise).
     int32_t q_pos_step = 1;
+    // Optional host-known hints (the metadata above lives on the device): upper bounds on every sequence's query and
+    // key count (0 = unknown) and a promise about the mask. Callers that know their pieces set them so that a backend
+    // can plan without reading device memory (which would break CUDA-graph capture); wrong hints are a caller bug.
+    int32_t max_seqlen_q = 0;
+    int32_t max_seqlen_k = 0;
+    AttentionMaskKind mask_kind = AttentionMaskKind::kGeneral;
 };
 
 // Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:

@@ -182,9 +182,13 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     Tensor k_pos0 = scratch(ctx, {n_seqs}, DType::kI32);
 
     for (int64_t r = 0; r < n_rounds; ++r) {
-        // Key range of each sequence in this round: [r * piece, min((r + 1) * piece, keys)).
+        // Key range of each sequence in this round: [r * piece, min((r + 1) * piece, keys)). The attention hints
+        // (kernels/ops.h) say what holds for every sequence with keys in this round: the piece ends at the chunk's
+        // last position (bottom-right causal, not under context parallelism) or lies wholly before the chunk.
         int32_t* cu = cu_k_host.ptr<int32_t>();
         cu[0] = 0;
+        bool bottom_right = layout.q_pos_step == 1, all_visible = true;
+        int64_t max_q = 0, max_k = 0;
         for (int64_t s = 0; s < n_seqs; ++s) {
             const SeqChunk& sc = batch.seqs[static_cast<size_t>(s)];
             const int64_t keys = sc.prefix_len + static_cast<int64_t>(sc.token_ids.size());
@@ -192,6 +196,12 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
             const int64_t end = std::min(keys, (r + 1) * piece);
             cu[s + 1] = static_cast<int32_t>(cu[s] + (end - begin));
             k_pos0_host.ptr<int32_t>()[s] = static_cast<int32_t>(r * piece);
+            if (end > begin && !sc.token_ids.empty()) {
+                bottom_right = bottom_right && end == keys;
+                all_visible = all_visible && end <= sc.prefix_len;
+            }
+            max_q = std::max(max_q, static_cast<int64_t>(sc.token_ids.size()));
+            max_k = std::max(max_k, end - begin);
         }
         const int64_t total = cu[n_seqs];
         if (total == 0) continue;
@@ -227,7 +237,12 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                             .k_pos0 = k_pos0,
                             .scale = softmax_scale,
                             .causal = true,
-                            .q_pos_step = layout.q_pos_step},
+                            .q_pos_step = layout.q_pos_step,
+                            .max_seqlen_q = static_cast<int32_t>(max_q),
+                            .max_seqlen_k = static_cast<int32_t>(max_k),
+                            .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
+                                         : all_visible ? kernels::AttentionMaskKind::kAllVisible
+                                                       : kernels::AttentionMaskKind::kGeneral},
                            ctx);
         kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
     }

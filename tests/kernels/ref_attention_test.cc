@@ -1,7 +1,7 @@
 // CPU reference attention tests: varlen causal attention in absolute positions against a naive double computation
 // (GQA ratios 1/3/4, MQA with v a strided view of k's first d_v columns, cached prefixes, rows with no visible key,
-// non-causal), merge_attention against a naive log-sum-exp merge, split-keys + merge == one-shot, and thread-count
-// independence.
+// non-causal), merge_attention against a naive log-sum-exp merge, split-keys + merge == one-shot, thread-count
+// independence, and the host-side hints (checked, never used).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -325,6 +325,62 @@ TEST(RefAttention, ThreadCountIndependent) {
     }
     EXPECT_TRUE(same_bits(results[0], results[1]));
     EXPECT_TRUE(same_bits(results[0], results[2]));
+}
+
+// The host-side hints (max_seqlen_q/k, mask_kind) never change the reference's result, and a hint the metadata
+// contradicts aborts (a backend that plans from it would compute something else).
+TEST(RefAttention, HintsAreCheckedNeverUsed) {
+    constexpr uint32_t kSeed = 1616;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    // Sequence 0: the last piece of a prefix (bottom-right); 1: no keys (exempt from the promise); 2: no prefix.
+    const AttnCase c{"hints", 4, 2, 16, 8, {{5, 12, 7, 0}, {3, 0, 9, 0}, {6, 6, 0, 0}}};
+    const AttnInputs in = make_inputs(rng, c);
+    const AttnOutputs plain = run_ref(c, in, nullptr);
+    auto run_hinted = [&](int32_t max_q, int32_t max_k, kernels::AttentionMaskKind mask, bool causal = true) {
+        AttnOutputs o{Tensor::from_f32({in.total_q, c.n_heads, c.d_v},
+                                       std::vector<float>(size_t(in.total_q * c.n_heads * c.d_v), NAN)),
+                      Tensor::from_f32({in.total_q, c.n_heads}, std::vector<float>(size_t(in.total_q * c.n_heads)))};
+        ref::attention({.out = o.out,
+                        .lse = o.lse,
+                        .q = in.q.view,
+                        .k = in.k.view,
+                        .v = in.v_view,
+                        .cu_seqlens_q = in.cu_q,
+                        .cu_seqlens_k = in.cu_k,
+                        .q_pos0 = in.q_pos0,
+                        .k_pos0 = in.k_pos0,
+                        .scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk)),
+                        .causal = causal,
+                        .max_seqlen_q = max_q,
+                        .max_seqlen_k = max_k,
+                        .mask_kind = mask},
+                       nullptr);
+        return o;
+    };
+    const AttnOutputs hinted = run_hinted(6, 12, kernels::AttentionMaskKind::kCausalBottomRight);
+    EXPECT_TRUE(same_bits(read_f32(plain.out), read_f32(hinted.out)));
+    EXPECT_TRUE(same_bits(read_f32(plain.lse), read_f32(hinted.lse)));
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(run_hinted(5, 12, kernels::AttentionMaskKind::kGeneral), "max_seqlen_q");
+    EXPECT_DEATH(run_hinted(0, 11, kernels::AttentionMaskKind::kGeneral), "max_seqlen_k");
+    EXPECT_DEATH(run_hinted(0, 0, kernels::AttentionMaskKind::kAllVisible), "kAllVisible");
+    EXPECT_DEATH(run_hinted(0, 0, kernels::AttentionMaskKind::kCausalBottomRight, /*causal=*/false),
+                 "kCausalBottomRight");
+    // All keys before every row: kAllVisible holds (and kCausalBottomRight does not).
+    const AttnCase prefix{"prefix", 2, 2, 8, 8, {{4, 10, 10, 0}, {2, 3, 3, 0}}};
+    const AttnInputs pin = make_inputs(rng, prefix);
+    ref::attention({.out = Tensor::from_f32({6, 2, 8}, std::vector<float>(96)),
+                    .lse = Tensor::from_f32({6, 2}, std::vector<float>(12)),
+                    .q = pin.q.view,
+                    .k = pin.k.view,
+                    .v = pin.v_view,
+                    .cu_seqlens_q = pin.cu_q,
+                    .cu_seqlens_k = pin.cu_k,
+                    .q_pos0 = pin.q_pos0,
+                    .k_pos0 = pin.k_pos0,
+                    .mask_kind = kernels::AttentionMaskKind::kAllVisible},
+                   nullptr);
 }
 
 }  // namespace

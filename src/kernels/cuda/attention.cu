@@ -11,9 +11,12 @@
 // memory as fp32 (K rows padded by one float so lane j reading key j is conflict free); lane j computes the score of
 // key j of the tile, the warp updates the running max / sum, and each lane accumulates d_v / 32 output columns.
 // CUDA cores only: correct first.
-// TODO(#7): cuDNN SDPA (MHA form) and a wgmma kernel for the MLA absorbed form are the speed path.
+// Calls whose mask the caller promised (AttentionParams::mask_kind) go to cuDNN's SDPA first when the build has it
+// (attention_cudnn.h); this kernel runs whatever that path declines.
+// TODO(#7): a wgmma kernel for the MLA absorbed form.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
@@ -200,6 +203,9 @@ void launch(const AttnArgs& args, int64_t total_q, cudaStream_t stream) {
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, void* stream) {
+    // Dense bf16 attention whose mask the caller promised (mask_kind) goes to cuDNN's SDPA when it takes the case
+    // (attention_cudnn.h); everything else, and everything in a build without cuDNN, runs the kernel below.
+    if (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream)) return;
     PENSTOCK_CHECK(p.q.ndim == 3 && p.k.ndim == 3 && p.v.ndim == 3) << "attention: q, k, v must be 3-d";
     const int64_t total_q = p.q.size(0);
     const int64_t n_heads = p.q.size(1);

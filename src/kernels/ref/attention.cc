@@ -1,7 +1,8 @@
 // Reference varlen attention (causal in absolute positions, GQA/MQA) and the log-sum-exp merge of partial results.
 // attention: one task per (query row, head), range [0, total_q * n_heads). Scores, the max-subtracted softmax, lse and
 // the weighted sum of v accumulate in double and are rounded to f32 once on write, so results never depend on the
-// thread count. A row that sees no key writes out = 0 and lse = -inf.
+// thread count. A row that sees no key writes out = 0 and lse = -inf. The host-side hints (max_seqlen_q/k, mask_kind)
+// are checked against the metadata, never used.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -48,6 +49,34 @@ void check_cu_seqlens(const std::vector<int64_t>& cu, int64_t total, const char*
     PENSTOCK_CHECK_EQ(cu.back(), total) << name;
 }
 
+// Checks p's host-side hints (kernels/ops.h) against the metadata. They never change the result here, but a backend
+// that plans from a wrong one would compute something else, so a wrong hint aborts as the caller bug it is.
+void check_hints(const kernels::AttentionParams& p, const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
+                 const std::vector<int64_t>& q_pos0, const std::vector<int64_t>& k_pos0) {
+    PENSTOCK_CHECK(p.max_seqlen_q >= 0 && p.max_seqlen_k >= 0) << "attention: max_seqlen hints must be >= 0";
+    for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
+        const int64_t len_q = cu_q[s + 1] - cu_q[s];
+        const int64_t len_k = cu_k[s + 1] - cu_k[s];
+        if (p.max_seqlen_q > 0) PENSTOCK_CHECK_LE(len_q, p.max_seqlen_q) << "attention: max_seqlen_q hint, seq " << s;
+        if (p.max_seqlen_k > 0) PENSTOCK_CHECK_LE(len_k, p.max_seqlen_k) << "attention: max_seqlen_k hint, seq " << s;
+        if (len_q == 0 || len_k == 0) continue;  // the mask promise covers sequences with rows and keys only
+        switch (p.mask_kind) {
+            case kernels::AttentionMaskKind::kGeneral:
+                break;
+            case kernels::AttentionMaskKind::kCausalBottomRight:
+                PENSTOCK_CHECK(p.causal && p.q_pos_step == 1)
+                    << "attention: kCausalBottomRight needs causal and q_pos_step 1";
+                PENSTOCK_CHECK_EQ(q_pos0[s] + len_q, k_pos0[s] + len_k)
+                    << "attention: kCausalBottomRight promise broken by sequence " << s;
+                break;
+            case kernels::AttentionMaskKind::kAllVisible:
+                PENSTOCK_CHECK(!p.causal || k_pos0[s] + len_k - 1 <= q_pos0[s])
+                    << "attention: kAllVisible promise broken by sequence " << s;
+                break;
+        }
+    }
+}
+
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
@@ -76,6 +105,7 @@ void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
     const std::vector<int64_t> k_pos0 = read_i32(p.k_pos0, n_seqs, "k_pos0");
     check_cu_seqlens(cu_q, total_q, "cu_seqlens_q");
     check_cu_seqlens(cu_k, total_k, "cu_seqlens_k");
+    check_hints(p, cu_q, cu_k, q_pos0, k_pos0);
 
     // Sequence of each query row.
     std::vector<int64_t> row_seq(static_cast<size_t>(total_q));

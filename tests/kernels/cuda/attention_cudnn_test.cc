@@ -1,0 +1,279 @@
+// cuda::attention_cudnn (the cuDNN SDPA path) against the CPU reference, bf16 to kBF16Tol for out and lse, one
+// "[conf] attention_cudnn | case | ..." line per output. Grid: the MLA MHA form d_qk 192 / d_v 128 at 3, 16 and 128
+// heads and d 64/64; ragged batches (lengths 1, 17, 63, 64, 65, 300); a cached prefix whose keys are all visible
+// (kAllVisible) and the last piece of a prefix (kCausalBottomRight); an MLA key piece that starts inside the chunk
+// (rows with no visible key) and a sequence with no keys; non-causal; GQA; q/k/v/out strided on dims 0/1 the way
+// models/mla.cc lays them out (v a view into kv_b's output); hints exact and unknown (0); single sequences (cuDNN's
+// dense flavour, or ragged when rows lack keys) and batches (ragged). Also: the calls the path must decline (no mask
+// promise, f32, misaligned strides), and cuda::attention's dispatch. Skips without a GPU, and the conformance cases
+// skip when the build has no cuDNN.
+#include "kernels/cuda/attention_cudnn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "tests/kernels/cuda/conformance_log.h"
+#include "tests/kernels/cuda/op_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+using kernels::AttentionMaskKind;
+
+struct Seq {
+    int32_t len_q, len_k, q_pos0, k_pos0;
+};
+
+enum class Layout {
+    kDense,       // q, k, v, out contiguous
+    kPadded,      // q, k, v, out with an extra head and 8 extra columns per head: strided dims 0/1, 16-byte aligned
+    kMlaMha,      // models/mla.cc: k contiguous, v = columns [nope, nope + d_v) of a [T, H, nope + d_v] kv_b output
+    kMisaligned,  // op_test_util's +3 padding: strides not multiples of 8 elements (the path must decline)
+};
+
+struct Case {
+    std::string name;
+    int64_t n_heads, n_kv_heads, d_qk, d_v;
+    std::vector<Seq> seqs;
+    AttentionMaskKind mask;
+    bool causal = true;
+    Layout layout = Layout::kDense;
+    bool exact_hints = true;  // max_seqlen_q/k = the longest sequence; false: 0 (unknown)
+};
+
+// A Pair over `shape` padded by one head (dim 1) and `pad` columns (dim 2), the view starting `pad` columns in.
+Pair padded_pair(std::mt19937& rng, const Shape& shape, int64_t pad, DType dt, bool poison,
+                 cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream) {
+    Shape padded = shape;
+    padded[1] += 1;
+    padded[2] += pad;
+    std::vector<float> values =
+        poison ? std::vector<float>(static_cast<size_t>(numel_of(padded)), 0.0f) : random_floats(rng, numel_of(padded));
+    Pair p = make_pair_from(values, padded, dt, /*strided=*/false, alloc, stream);
+    if (poison) cuda::fill_bytes_async(p.dev, 0xff, stream);
+    p.hv = p.hv.slice(1, 0, shape[1]).slice(2, pad, pad + shape[2]);
+    p.dv = p.dv.slice(1, 0, shape[1]).slice(2, pad, pad + shape[2]);
+    return p;
+}
+
+class AttentionCudnnTest : public CudaTest {
+protected:
+    Pair input(std::mt19937& rng, const Shape& shape, DType dt, Layout layout) {
+        switch (layout) {
+            case Layout::kDense:
+            case Layout::kMlaMha:
+                return random_pair(rng, shape, dt, /*strided=*/false, alloc(), stream());
+            case Layout::kPadded:
+                return padded_pair(rng, shape, /*pad=*/8, dt, /*poison=*/false, alloc(), stream());
+            case Layout::kMisaligned:
+                return random_pair(rng, shape, dt, /*strided=*/true, alloc(), stream());
+        }
+        return {};
+    }
+    Pair output(const Shape& shape, DType dt, Layout layout) {
+        std::mt19937 unused(0);
+        switch (layout) {
+            case Layout::kDense:
+            case Layout::kMlaMha:
+                return poisoned_pair(shape, dt, /*strided=*/false, alloc(), stream());
+            case Layout::kPadded:
+                return padded_pair(unused, shape, /*pad=*/8, dt, /*poison=*/true, alloc(), stream());
+            case Layout::kMisaligned:
+                return poisoned_pair(shape, dt, /*strided=*/true, alloc(), stream());
+        }
+        return {};
+    }
+
+    // Runs the case through `run` (device params) and the reference; compares when `compare`. Returns run's answer.
+    template <class Run>
+    bool check(const Case& c, DType dt, uint32_t seed, Run&& run, bool compare = true) {
+        SCOPED_TRACE(::testing::Message() << c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed);
+        std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
+        int32_t max_q = 0, max_k = 0;
+        for (const Seq& s : c.seqs) {
+            cu_q.push_back(cu_q.back() + s.len_q);
+            cu_k.push_back(cu_k.back() + s.len_k);
+            qp.push_back(s.q_pos0);
+            kp.push_back(s.k_pos0);
+            max_q = std::max(max_q, s.len_q);
+            max_k = std::max(max_k, s.len_k);
+        }
+        const int64_t total_q = cu_q.back(), total_k = cu_k.back();
+        const Pair q = input(rng, {total_q, c.n_heads, c.d_qk}, dt, c.layout);
+        const Pair k = input(rng, {total_k, c.n_kv_heads, c.d_qk}, dt, c.layout);
+        Pair v_own;
+        TensorView v_dev, v_host;
+        if (c.layout == Layout::kMlaMha) {  // kv_b output [T, H, nope + d_v]; v is its last d_v columns per head
+            const int64_t nope = c.d_qk - 64;
+            v_own = random_pair(rng, {total_k, c.n_kv_heads, nope + c.d_v}, dt, /*strided=*/false, alloc(), stream());
+            v_dev = v_own.dv.slice(2, nope, nope + c.d_v);
+            v_host = v_own.hv.slice(2, nope, nope + c.d_v);
+        } else {
+            v_own = input(rng, {total_k, c.n_kv_heads, c.d_v}, dt, c.layout);
+            v_dev = v_own.dv;
+            v_host = v_own.hv;
+        }
+        Pair out = output({total_q, c.n_heads, c.d_v}, dt, c.layout);
+        Pair lse = poisoned_pair({total_q, c.n_heads}, DType::kF32, /*strided=*/false, alloc(), stream());
+        const Tensor cu_q_d = dev_i32(cu_q, alloc(), stream()), cu_k_d = dev_i32(cu_k, alloc(), stream());
+        const Tensor qp_d = dev_i32(qp, alloc(), stream()), kp_d = dev_i32(kp, alloc(), stream());
+        const Tensor cu_q_h = i32_tensor(cu_q), cu_k_h = i32_tensor(cu_k);
+        const Tensor qp_h = i32_tensor(qp), kp_h = i32_tensor(kp);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk)) * 2.0f;  // sharper than uniform
+        kernels::AttentionParams dp{.out = out.dv,
+                                    .lse = lse.dv,
+                                    .q = q.dv,
+                                    .k = k.dv,
+                                    .v = v_dev,
+                                    .cu_seqlens_q = cu_q_d,
+                                    .cu_seqlens_k = cu_k_d,
+                                    .q_pos0 = qp_d,
+                                    .k_pos0 = kp_d,
+                                    .scale = scale,
+                                    .causal = c.causal,
+                                    .max_seqlen_q = c.exact_hints ? max_q : 0,
+                                    .max_seqlen_k = c.exact_hints ? max_k : 0,
+                                    .mask_kind = c.mask};
+        const bool taken = run(dp);
+        if (!compare) return taken;
+        kernels::AttentionParams hp = dp;
+        hp.out = out.hv;
+        hp.lse = lse.hv;
+        hp.q = q.hv;
+        hp.k = k.hv;
+        hp.v = v_host;
+        hp.cu_seqlens_q = cu_q_h;
+        hp.cu_seqlens_k = cu_k_h;
+        hp.q_pos0 = qp_h;
+        hp.k_pos0 = kp_h;
+        ref::attention(hp, nullptr);  // also checks that the case's hints hold
+        conf_pair("attention_cudnn", c.name + " out", out, out.hv, kBF16Tol, stream());
+        conf_pair("attention_cudnn", c.name + " lse", lse, lse.hv, kBF16Tol, stream());
+        return taken;
+    }
+};
+
+std::vector<Case> conformance_cases() {
+    using M = AttentionMaskKind;
+    const std::vector<Seq> ragged = {{1, 1, 0, 0},   {17, 17, 0, 0}, {63, 63, 0, 0},
+                                     {64, 64, 0, 0}, {65, 65, 0, 0}, {300, 300, 0, 0}};
+    return {
+        {"mha_192_128_h16_ragged", 16, 16, 192, 128, ragged, M::kCausalBottomRight},
+        {"mha_192_128_h16_ragged_nohints", 16, 16, 192, 128, ragged, M::kCausalBottomRight, true, Layout::kDense,
+         false},
+        {"mha_192_128_h128_300", 128, 128, 192, 128, {{300, 300, 0, 0}}, M::kCausalBottomRight},
+        {"mha_192_128_h3_ragged", 3, 3, 192, 128, ragged, M::kCausalBottomRight},
+        {"mha_64_64_h3_ragged", 3, 3, 64, 64, ragged, M::kCausalBottomRight},
+        {"mha_64_64_h16_one_token", 16, 16, 64, 64, {{1, 1, 0, 0}}, M::kCausalBottomRight},
+        // Prefix pieces of a chunk at positions [prefix, prefix + len): a piece of keys all before the chunk ...
+        {"prefix_piece_all_visible",
+         16,
+         16,
+         192,
+         128,
+         {{17, 40, 40, 0}, {65, 100, 100, 0}, {1, 64, 64, 0}},
+         M::kAllVisible},
+        // ... and the last piece, which ends at the chunk's last position.
+        {"prefix_last_piece",
+         16,
+         16,
+         192,
+         128,
+         {{17, 30, 13, 0}, {65, 165, 100, 0}, {1, 64, 63, 0}},
+         M::kCausalBottomRight},
+        // A key piece [256, 400) of a chunk at [100, 400): rows before position 256 see no key.
+        {"piece_inside_chunk_empty_rows",
+         16,
+         16,
+         192,
+         128,
+         {{300, 144, 100, 256}, {17, 17, 0, 0}},
+         M::kCausalBottomRight},
+        {"single_piece_inside_chunk_empty_rows", 16, 16, 192, 128, {{300, 144, 100, 256}}, M::kCausalBottomRight},
+        {"single_prefix_piece_all_visible", 16, 16, 192, 128, {{65, 100, 100, 0}}, M::kAllVisible},
+        {"seq_without_keys", 4, 4, 64, 64, {{5, 0, 3, 0}, {9, 9, 0, 0}}, M::kCausalBottomRight},
+        {"non_causal", 3, 3, 64, 64, {{17, 40, 0, 0}, {2, 70, 0, 0}}, M::kAllVisible, false},
+        {"gqa_8_2", 8, 2, 128, 128, {{33, 33, 0, 0}, {64, 100, 36, 0}}, M::kCausalBottomRight},
+        {"padded_strides",
+         16,
+         16,
+         192,
+         128,
+         {{63, 63, 0, 0}, {65, 80, 15, 0}},
+         M::kCausalBottomRight,
+         true,
+         Layout::kPadded},
+        {"mla_mha_layout_h16",
+         16,
+         16,
+         192,
+         128,
+         {{63, 63, 0, 0}, {64, 64, 0, 0}, {65, 65, 0, 0}},
+         M::kCausalBottomRight,
+         true,
+         Layout::kMlaMha},
+        {"mla_mha_layout_h128_prefix",
+         128,
+         128,
+         192,
+         128,
+         {{65, 129, 64, 0}},
+         M::kCausalBottomRight,
+         true,
+         Layout::kMlaMha},
+    };
+}
+
+TEST_F(AttentionCudnnTest, MatchesReference) {
+    if (!cuda::attention_cudnn_built()) GTEST_SKIP() << "built without cuDNN (PENSTOCK_CUDNN)";
+    uint32_t seed = 2600;
+    int taken = 0, n = 0;
+    for (const Case& c : conformance_cases()) {
+        const bool t = check(c, DType::kBF16, seed++,
+                             [&](const kernels::AttentionParams& p) { return cuda::attention_cudnn(p, raw_stream()); });
+        EXPECT_TRUE(t) << c.name << ": the cuDNN path declined a case it covers";
+        taken += t ? 1 : 0;
+        ++n;
+        if (HasFatalFailure()) return;
+    }
+    std::printf("[conf] attention_cudnn | cases taken by cuDNN | %d of %d\n", taken, n);
+}
+
+// cuda::attention with a mask promise gives the reference's result whichever path runs it.
+TEST_F(AttentionCudnnTest, DispatchMatchesReference) {
+    uint32_t seed = 2700;
+    for (const Case& c : conformance_cases()) {
+        check(c, DType::kBF16, seed++, [&](const kernels::AttentionParams& p) {
+            cuda::attention(p, raw_stream());
+            return true;
+        });
+        if (HasFatalFailure()) return;
+    }
+}
+
+TEST_F(AttentionCudnnTest, DeclinesWhatItDoesNotCover) {
+    using M = AttentionMaskKind;
+    const std::vector<Seq> seqs = {{17, 17, 0, 0}};
+    auto declines = [&](const Case& c, DType dt) {
+        return !check(
+            c, dt, 2800, [&](const kernels::AttentionParams& p) { return cuda::attention_cudnn(p, raw_stream()); },
+            /*compare=*/false);
+    };
+    EXPECT_TRUE(declines({"no_promise", 4, 4, 64, 64, seqs, M::kGeneral}, DType::kBF16));
+    EXPECT_TRUE(declines({"f32", 4, 4, 64, 64, seqs, M::kCausalBottomRight}, DType::kF32));
+    EXPECT_TRUE(
+        declines({"misaligned", 4, 4, 64, 64, seqs, M::kCausalBottomRight, true, Layout::kMisaligned}, DType::kBF16));
+    EXPECT_TRUE(declines({"bottom_right_not_causal", 4, 4, 64, 64, seqs, M::kCausalBottomRight, false}, DType::kBF16));
+    EXPECT_TRUE(declines({"d_qk_not_multiple_of_8", 4, 4, 60, 64, seqs, M::kCausalBottomRight}, DType::kBF16));
+}
+
+}  // namespace
+}  // namespace penstock::test
