@@ -13,7 +13,7 @@
 // CUDA cores only: correct first.
 // Calls whose mask the caller promised (AttentionParams::mask_kind) go to cuDNN's SDPA first when the build has it
 // (attention_cudnn.h); this kernel runs whatever that path declines.
-// TODO(#7): a wgmma kernel for the MLA absorbed form.
+// The bf16 MLA absorbed form goes to the tensor-core kernel of mla_tc.h (after the shape checks below).
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention_cudnn.h"
