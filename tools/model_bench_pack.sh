@@ -6,7 +6,9 @@ build=$1; configs=$2; dest=$3
 rm -rf "${dest}"; mkdir -p "${dest}/bin" "${dest}/lib" "${dest}/configs"
 cp "${build}/bench/penstock_model_bench" "${dest}/bin/"
 strip "${dest}/bin/penstock_model_bench"
-cp -L "$(ldd "${build}/bench/penstock_model_bench" | awk '/libstdc\+\+/{print $3}')" "${dest}/lib/"
+# Its shared libraries except glibc's and CUDA's own (the GPU machine has those): libstdc++, spdlog, fmt, OpenBLAS, ...
+skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia'
+ldd "${build}/bench/penstock_model_bench" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done
 cp "${configs}"/*.json "${dest}/configs/"
 git -C "$(dirname "${BASH_SOURCE[0]}")/.." rev-parse --short=12 HEAD >"${dest}/COMMIT"
 du -sh "${dest}"
