@@ -10,7 +10,12 @@ PKG="${PKG:?PKG=folder from tools/model_bench_pack.sh}"
 TOKENS="${TOKENS:-4096,16384}"
 LOG="${OUT}/model_bench.log"
 export PYTHONUNBUFFERED=1
-BINLIB="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuDNN (the MHA-form attention path): the directory of torch's libcudnn.so.9 (its engine libraries sit beside it).
+CUDNN_LIB="$(python3 -c "import glob, os, site, torch
+roots = site.getsitepackages() + [os.path.dirname(os.path.dirname(torch.__file__))]
+hits = [f for r in roots for f in glob.glob(os.path.join(r, 'nvidia', '**', 'libcudnn.so.9'), recursive=True)]
+print(os.path.dirname(hits[0]) if hits else '')" 2>/dev/null)"
+BINLIB="${PKG}/lib:${CUDNN_LIB}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 BIN="${PKG}/bin/penstock_model_bench"
 step() { echo "+ $* ($(date -u +%H:%M:%S))" | tee -a "${LOG}"; }
 {
