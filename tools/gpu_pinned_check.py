@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -115,7 +116,7 @@ def check(binary, pindir, outdir, models):
         model, k, ids, want, pinned, chunk, form = case
         name = os.path.basename(model)
         pin = os.path.join(pindir, name, f"prompt{k}.safetensors")
-        out = os.path.join(outdir, f"{name}_{k}_{chunk}_{form}_{int(pinned)}.safetensors")
+        out = os.path.join(tempfile.gettempdir(), f"pinned_{name}_{k}_{chunk}_{form}_{int(pinned)}.safetensors")
         got, flips, err = forward(binary, model, ids, out,
                                   ["--backend", BACKEND, "--dtype", DTYPE, "--chunk-size", str(chunk), "--mla-form",
                                    form, "--pin-decisions" if pinned else "--compare-decisions", pin])
