@@ -1,5 +1,6 @@
-// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla]: runs the
-// per-op GPU benchmarks and prints one JSON line per config. Exits 2 with a message when there is no usable GPU.
+// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped]:
+// runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
+// of expert weights). Exits 2 with a message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,10 +9,15 @@
 
 #include "bench/kernels/bench_harness.h"
 
+namespace penstock::bench {
+void run_grouped_gemm_bench(BenchContext& ctx);  // grouped_gemm_bench.cc
+}  // namespace penstock::bench
+
 namespace {
 
 int usage(const char* argv0) {
-    std::fprintf(stderr, "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla]\n",
+    std::fprintf(stderr,
+                 "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped]\n",
                  argv0);
     return 1;
 }
@@ -38,7 +44,7 @@ int main(int argc, char** argv) {
     }
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
-        options.only != "attention" && options.only != "mla")
+        options.only != "attention" && options.only != "mla" && options.only != "grouped")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -52,5 +58,7 @@ int main(int argc, char** argv) {
     if (options.only.empty() || options.only == "gemm") penstock::bench::run_gemm_bench(ctx);
     if (options.only.empty() || options.only == "attention") penstock::bench::run_attention_bench(ctx);
     if (options.only.empty() || options.only == "mla") penstock::bench::run_mla_bench(ctx);
+    // Not part of the default run (it allocates ~90 GB of expert weights): --only grouped.
+    if (options.only == "grouped") penstock::bench::run_grouped_gemm_bench(ctx);
     return 0;
 }

@@ -43,7 +43,8 @@ void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 //  - gather_rows, paged_write, paged_gather, moe_permute: byte copies of rows (any dtype).
 //  - embedding: table f32 or bf16, out f32 or bf16.
 //  - gemm, grouped_gemm: cuBLASLt, CUBLAS_COMPUTE_32F; a and b both f32 or both bf16; out a's dtype or f32.
-//    grouped_gemm reads offsets back to the host (one copy + stream sync; TODO(#7): device-side grouped GEMM).
+//    grouped_gemm: bf16 calls with small groups (or under stream capture) run the device-side kernel (offsets read on
+//    the device, no sync; grouped_gemm.h); the rest read the offsets back to the host (copy + stream sync).
 //  - attention: q, k, v, out one dtype; d_qk <= 576, d_v <= 512. The bf16 MLA absorbed form (n_kv_heads 1, d_qk 576,
 //    v = k[..., :512], aligned rows: mla_tc.h) runs on tensor cores; everything else on the CUDA-core kernel.
 //  - moe_routing: logits f32 or bf16; n_group <= 64, n_experts such that 4 warps' scores fit 48 KiB (<= ~1500).

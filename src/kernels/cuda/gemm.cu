@@ -5,12 +5,15 @@
 // Supported: a and b both f32 or both bf16; out the same dtype as a, or f32.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
 
 #include "kernels/cuda/cublas_handles.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
 
 namespace penstock::cuda {
@@ -230,6 +233,10 @@ void gemm(const kernels::GemmParams& p, void* stream) {
 }
 
 void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream) {
+    grouped_gemm_variant(p, GroupedGemmVariant::kAuto, stream);
+}
+
+void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVariant variant, void* stream) {
     const char* op = "grouped_gemm";
     check_on_gpu(p.b, op, "b");
     PENSTOCK_CHECK_EQ(p.b.ndim, 3) << op << ": b " << p.b.shape_string();
@@ -246,8 +253,38 @@ void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream) {
                    p.offsets.is_contiguous())
         << op << ": offsets [n_groups + 1] i32";
     if (n_groups == 0 || n == 0) return;
+    // The device kernel (grouped_gemm.cu): offsets read on the device, no host sync. kAuto takes it when it is
+    // supported and either the stream is being captured (the cuBLASLt path cannot be) or the groups are small
+    // (n_rows / n_groups <= kDeviceMaxAvgRows: there it beat cuBLASLt and torch._grouped_mm on the H200, while
+    // cuBLASLt's per-group GEMMs were faster on groups of ~300+ rows; docs/perf/2026-11-30-grouped-gemm.md).
+    // PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto.
+    constexpr int64_t kDeviceMaxAvgRows = 192;
+    static const int env_mode = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
+        if (e == nullptr) return 0;
+        if (std::strcmp(e, "cublaslt") == 0) return 1;
+        if (std::strcmp(e, "device") == 0) return 2;
+        return 0;
+    }();
+    if (variant == GroupedGemmVariant::kDevice) {
+        PENSTOCK_CHECK(grouped_gemm_device_supported(p)) << op << ": the device kernel does not support this call";
+        grouped_gemm_device(p, stream);
+        return;
+    }
+    if (variant == GroupedGemmVariant::kAuto && env_mode != 1 && grouped_gemm_device_supported(p)) {
+        bool use_device = env_mode == 2 || n_rows <= kDeviceMaxAvgRows * n_groups;
+        if (!use_device) {
+            cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+            PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+            use_device = capture != cudaStreamCaptureStatusNone;
+        }
+        if (use_device) {
+            grouped_gemm_device(p, stream);
+            return;
+        }
+    }
     const auto s = static_cast<cudaStream_t>(stream);
-    // TODO(#7): device-side grouped GEMM (CUTLASS / cublasLt grouped): this host copy + sync is not graph capturable.
+    // The cuBLASLt path: this host copy + sync is not graph capturable.
     std::vector<int32_t> off(static_cast<size_t>(n_groups + 1));
     PENSTOCK_CUDA_CHECK(
         cudaMemcpyAsync(off.data(), p.offsets.data, sizeof(int32_t) * off.size(), cudaMemcpyDeviceToHost, s));

@@ -1,0 +1,402 @@
+// The device-side bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; issue #7). sm_90a: wgmma.
+//
+// out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); b [n_groups, n, k] row-major, fp32
+// accumulation, bf16 or f32 out. The offsets never leave the device: the launch is a persistent grid (one CTA per SM)
+// whose CTAs each read the offsets into shared memory and scan the per-group tile counts
+// (ceil(rows_g / 128) * ceil(n / 256)) into a prefix; tile t (CTA b takes t = b, b + grid, ...) is found by a binary
+// search over the prefix. Tiles are ordered group-major, then n-tile, then m-tile, so CTAs running at the same time
+// share one expert's weight tile (B read once from DRAM) and its rows (A) stay in L2 across the n-tiles.
+//
+// CTA tile 128 x 256 x 64, 256 threads = 2 warpgroups; warpgroup j computes rows [64 j, +64) x 256 columns with
+// wgmma.m64n256k16 (A and B K-major from shared memory, 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r & 7)
+// of a 128-byte row, 1024-byte aligned atoms), 128 fp32 accumulators per thread. Operands arrive by cp.async (all
+// threads load; rows past the group / columns past n / k past the end are zero-filled) into a 4-stage ring, two
+// k-steps ahead of the tensor cores; one wgmma batch stays in flight (wait_group 1) while the next is issued. The
+// pipeline runs across tile boundaries: the loads of the next tile start while the current one finishes, and the
+// epilogue stores the accumulators straight from registers (bf16x2 / float2).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kBM = 128;
+constexpr int kBN = 256;
+constexpr int kBK = 64;
+constexpr int kStages = 4;
+constexpr int kDist = 2;  // k-steps loaded ahead of the one computed (kStages - 2: one more is still being read)
+constexpr int kThreads = 256;
+constexpr int kABytes = kBM * kBK * 2;  // 16 KiB
+constexpr int kBBytes = kBN * kBK * 2;  // 32 KiB
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
+constexpr int kMaxGroups = 4096;
+
+int smem_bytes(int n_groups) { return kPipeBytes + 1024 + 8 * (n_groups + 1); }
+static_assert(kPipeBytes + 1024 + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
+
+struct GgArgs {
+    const bf16* a;
+    const bf16* b;
+    void* out;
+    const int32_t* offsets;
+    int64_t lda, ldo;
+    int n_rows, n, k, n_groups, n_tiles_n, k_steps;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
+    const int n = ok ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr) {
+    uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4);
+    d |= static_cast<uint64_t>(16u >> 4) << 16;    // LBO: unused for K-major swizzled ("assumed 1")
+    d |= static_cast<uint64_t>(1024u >> 4) << 32;  // SBO: 8 rows x 128 B
+    d |= uint64_t{1} << 62;                        // 128B swizzle
+    return d;
+}
+
+// D[64 x 256] (+)= A[64 x 16] B[16 x 256]^T..., A and B K-major in shared memory; scale_d 0 overwrites D.
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "%128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+          "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
+          "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <int kN_>
+__device__ __forceinline__ void reg_fence(float (&d)[kN_]) {
+#pragma unroll
+    for (int i = 0; i < kN_; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <class OutT>
+__device__ __forceinline__ void store2(OutT* p, float x, float y);
+template <>
+__device__ __forceinline__ void store2<bf16>(bf16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+
+struct Tile {
+    int group;
+    int row0;  // first row of a / out
+    int rows;  // valid rows, [1, kBM]
+    int n0;
+};
+
+// Tile t (< prefix[n_groups]): the group g with prefix[g] <= t < prefix[g + 1], then n-tile, then m-tile.
+__device__ __forceinline__ Tile decode(int t, const int* prefix, const int* offs, int n_groups) {
+    int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (prefix[mid] <= t) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    const int local = t - prefix[lo];
+    const int mg = offs[lo + 1] - offs[lo];
+    const int mt_count = (mg + kBM - 1) / kBM;
+    const int nt = local / mt_count;
+    const int mt = local - nt * mt_count;
+    Tile tl;
+    tl.group = lo;
+    tl.row0 = offs[lo] + mt * kBM;
+    tl.rows = min(kBM, mg - mt * kBM);
+    tl.n0 = nt * kBN;
+    return tl;
+}
+
+template <class OutT>
+__global__ void __launch_bounds__(kThreads, 1) grouped_gemm_kernel(GgArgs p) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    uint8_t* smem = smem_raw + pad;
+    const uint32_t sbase = raw + pad;
+    const int G = p.n_groups;
+    int* prefix = reinterpret_cast<int*>(smem + kPipeBytes);
+    int* offs = prefix + (G + 1);
+    int* scan = reinterpret_cast<int*>(smem);  // the pipeline's first bytes, before any load is issued
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+
+    // ---------------------------------------------------------------- the tile prefix over the device offsets
+    for (int i = tid; i <= G; i += kThreads) {
+        int v = p.offsets[i];
+        v = v < 0 ? 0 : (v > p.n_rows ? p.n_rows : v);
+        offs[i] = v;
+    }
+    __syncthreads();
+    const int per = (G + kThreads - 1) / kThreads;
+    const int g0 = min(G, tid * per);
+    const int g1 = min(G, g0 + per);
+    auto tiles_of = [&](int g) {
+        const int mg = max(0, offs[g + 1] - offs[g]);
+        return ((mg + kBM - 1) / kBM) * p.n_tiles_n;
+    };
+    int local = 0;
+    for (int g = g0; g < g1; ++g) local += tiles_of(g);
+    int x = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) scan[warp] = x;
+    __syncthreads();
+    int run = x - local;
+    for (int w = 0; w < warp; ++w) run += scan[w];
+    for (int g = g0; g < g1; ++g) {
+        prefix[g] = run;
+        run += tiles_of(g);
+    }
+    if (tid == kThreads - 1) prefix[G] = run;
+    __syncthreads();
+    const int total = prefix[G];
+    const int bid = static_cast<int>(blockIdx.x);
+    const int grid = static_cast<int>(gridDim.x);
+    const int my_tiles = total > bid ? (total - 1 - bid) / grid + 1 : 0;
+    const int KT = p.k_steps;
+    const int64_t steps = static_cast<int64_t>(my_tiles) * KT;
+    if (steps == 0) return;
+
+    // ---------------------------------------------------------------- loader (all threads)
+    const int ld_c = tid & 7;
+    const int ld_r = tid >> 3;  // 0..31; rows ld_r + 32 pass; (row & 7) == (ld_r & 7)
+    const uint32_t swz = static_cast<uint32_t>(ld_r * 128 + ((ld_c ^ (ld_r & 7)) << 4));
+    int l_i = 0, l_kt = 0;
+    // Per tile: this thread's 4 A-row and 8 B-row source pointers (the row's start; a valid dummy when the row is
+    // past the group / n), and which are valid (bits 0-3: A, 4-11: B). A k-step then only adds its column.
+    const bf16* a_src[kBM / 32];
+    const bf16* b_src[kBN / 32];
+    uint32_t row_ok = 0;
+    auto load_next = [&](int64_t s) {
+        if (l_kt == 0) {
+            const Tile lt = decode(bid + l_i * grid, prefix, offs, G);
+            const bf16* lb = p.b + static_cast<int64_t>(lt.group) * p.n * p.k;
+            row_ok = 0;
+#pragma unroll
+            for (int pass = 0; pass < kBM / 32; ++pass) {
+                const int row = ld_r + 32 * pass;
+                const bool ok = row < lt.rows;
+                a_src[pass] = (ok ? p.a + static_cast<int64_t>(lt.row0 + row) * p.lda : p.a) + 8 * ld_c;
+                row_ok |= ok ? 1u << pass : 0u;
+            }
+#pragma unroll
+            for (int pass = 0; pass < kBN / 32; ++pass) {
+                const int nrow = lt.n0 + ld_r + 32 * pass;
+                const bool ok = nrow < p.n;
+                b_src[pass] = (ok ? lb + static_cast<int64_t>(nrow) * p.k : p.b) + 8 * ld_c;
+                row_ok |= ok ? 1u << (4 + pass) : 0u;
+            }
+        }
+        const uint32_t sa = sbase + static_cast<uint32_t>(s % kStages) * kStageBytes;
+        const uint32_t sb = sa + kABytes;
+        const int k0 = l_kt * kBK;
+        const uint32_t kmask = k0 + 8 * ld_c < p.k ? 0xFFFu : 0u;
+        const uint32_t ok = row_ok & kmask;
+#pragma unroll
+        for (int pass = 0; pass < kBM / 32; ++pass) {
+            cp_async_16(sa + swz + pass * 32 * 128, a_src[pass] + k0, (ok >> pass) & 1u);
+        }
+#pragma unroll
+        for (int pass = 0; pass < kBN / 32; ++pass) {
+            cp_async_16(sb + swz + pass * 32 * 128, b_src[pass] + k0, (ok >> (4 + pass)) & 1u);
+        }
+        if (++l_kt == KT) {
+            l_kt = 0;
+            ++l_i;
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < kDist; ++s) {
+        if (s < steps) load_next(s);
+        cp_async_commit();
+    }
+
+    // ---------------------------------------------------------------- tensor cores + epilogue
+    const int wg = tid >> 7;
+    const int wr = (tid >> 5) & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    OutT* out = static_cast<OutT*>(p.out);
+    int64_t s = 0;  // the flattened (tile, k-step) counter; loads run kDist steps ahead, across tiles
+    // The k-loop holds no accumulator reads outside wgmma (a branch that reads them in the loop makes ptxas wait for
+    // every batch at the back edge); the epilogue follows it.
+    for (int c_i = 0; c_i < my_tiles; ++c_i) {
+        for (int kt = 0; kt < KT; ++kt, ++s) {
+            cp_async_wait<kDist - 1>();  // step s landed (this thread's copies)
+            fence_proxy_async();         // ... visible to the tensor cores' async proxy
+            __syncthreads();             // everyone's copies of step s; every wgmma of step s - 2 retired
+            if (s + kDist < steps) load_next(s + kDist);  // into the stage of step s - 2
+            cp_async_commit();
+            const uint32_t sa = sbase + static_cast<uint32_t>(s % kStages) * kStageBytes;
+            const uint32_t sb = sa + kABytes;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < kBK / 16; ++ks) {
+                const uint64_t da = make_desc(sa + wg * 64 * 128 + ks * 32);
+                const uint64_t db = make_desc(sb + ks * 32);
+                wgmma_m64n256(acc, da, db, (kt | ks) != 0 ? 1 : 0);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+        }
+        wgmma_wait<0>();
+        reg_fence(acc);
+        const Tile ct = decode(bid + c_i * grid, prefix, offs, G);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = 64 * wg + 16 * wr + 8 * hf + g;
+            if (r < ct.rows) {
+                OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
+                const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim (n % 8 == 0)
+#pragma unroll
+                for (int i = 0; i < 32; ++i) {
+                    if (8 * i < lim) store2<OutT>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
+                }
+            }
+        }
+        reg_fence(acc);
+    }
+    cp_async_wait<0>();
+}
+
+struct DeviceInfo {
+    int major = 0;
+    int sms = 0;
+};
+
+const DeviceInfo& device_info() {
+    static thread_local DeviceInfo cache[16];
+    int dev = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    DeviceInfo& d = cache[dev & 15];
+    if (d.sms == 0) {
+        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return d;
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p) {
+    if (p.a.dtype != DType::kBF16 || p.b.dtype != DType::kBF16) return false;
+    if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF32) return false;
+    if (p.b.ndim != 3 || p.a.ndim != 2 || p.out.ndim != 2) return false;
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    if (n_groups < 1 || n_groups > kMaxGroups) return false;
+    if (k <= 0 || k % 8 != 0 || n <= 0 || n % 8 != 0) return false;
+    if (n_rows >= (int64_t{1} << 30) || n >= (int64_t{1} << 30) || k >= (int64_t{1} << 30)) return false;
+    // Tile count bound (int): (rows / 128 + groups) * n-tiles.
+    if ((n_rows / kBM + n_groups + 1) * ((n + kBN - 1) / kBN) >= (int64_t{1} << 30)) return false;
+    if (!aligned(p.a.data, 16) || !aligned(p.b.data, 16)) return false;
+    if (n_rows > 1 && (p.a.stride(0) % 8 != 0 || p.out.stride(0) % 2 != 0)) return false;
+    if (p.a.stride(1) != 1 || p.out.stride(1) != 1) return false;
+    if (!aligned(p.out.data, p.out.dtype == DType::kF32 ? 8 : 4)) return false;
+    return device_info().major == 9;
+}
+
+void grouped_gemm_device(const kernels::GroupedGemmParams& p, void* stream) {
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    if (n_rows == 0) return;
+    GgArgs args{};
+    args.a = p.a.ptr<bf16>();
+    args.b = p.b.ptr<bf16>();
+    args.out = p.out.data;
+    args.offsets = p.offsets.ptr<int32_t>();
+    args.lda = n_rows > 1 ? p.a.stride(0) : k;
+    args.ldo = n_rows > 1 ? p.out.stride(0) : n;
+    args.n_rows = static_cast<int>(n_rows);
+    args.n = static_cast<int>(n);
+    args.k = static_cast<int>(k);
+    args.n_groups = static_cast<int>(n_groups);
+    args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
+    args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
+    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
+    const int grid = static_cast<int>(tile_bound < device_info().sms ? tile_bound : device_info().sms);
+    const int smem = smem_bytes(args.n_groups);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (p.out.dtype == DType::kF32) {
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(grouped_gemm_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        grouped_gemm_kernel<float><<<grid, kThreads, smem, s>>>(args);
+    } else {
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(grouped_gemm_kernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        grouped_gemm_kernel<bf16><<<grid, kThreads, smem, s>>>(args);
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda

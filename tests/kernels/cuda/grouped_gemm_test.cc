@@ -1,0 +1,143 @@
+// The device-side bf16 grouped GEMM (kernels/cuda/grouped_gemm.h, issue #7) against the CPU reference
+// (ref::grouped_gemm) with the gemm tests' bf16 tolerances: empty groups, 1-row groups, rows not a multiple of the
+// 128-row tile, n not a multiple of the 256-column tile, k not a multiple of 64, n_groups 1 / 7 / 256 / 896, the
+// MoE shapes' n / k (DeepSeek-V3 7168 -> 4096, 2048 -> 7168; Kimi K3 3584 -> 6144, 3072 -> 3584) with few groups,
+// bf16 and f32 out; rows past offsets[n_groups] keep the poison; the call is captured in a CUDA graph (no host sync).
+// Each case prints its max abs / rel error. Skips without a GPU (CudaTest) or without an sm_90 device.
+#include "kernels/cuda/grouped_gemm.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "tests/kernels/cuda/op_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+class GroupedGemmDeviceTest : public CudaTest {};
+
+struct Case {
+    const char* name;
+    int64_t n_rows, n, k;
+    std::vector<int32_t> sizes;  // rows per group; sum <= n_rows
+    DType out_dt = DType::kBF16;
+    bool graph = false;
+};
+
+std::vector<int32_t> random_sizes(std::mt19937& rng, int n_groups, int mean, double empty_frac) {
+    std::vector<int32_t> s(static_cast<size_t>(n_groups));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::poisson_distribution<int> pois(mean);
+    for (int32_t& x : s) x = u(rng) < empty_frac ? 0 : std::max(1, pois(rng));
+    return s;
+}
+
+void run_case(GroupedGemmDeviceTest& t, const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc,
+              const cuda::Stream& stream, void* raw) {
+    SCOPED_TRACE(::testing::Message() << c.name << ": rows=" << c.n_rows << " n=" << c.n << " k=" << c.k
+                                      << " groups=" << c.sizes.size() << " out=" << dtype_name(c.out_dt));
+    (void)t;
+    std::mt19937 rng(seed);
+    const auto n_groups = static_cast<int64_t>(c.sizes.size());
+    std::vector<int32_t> off(1, 0);
+    for (int32_t s : c.sizes) off.push_back(off.back() + s);
+    ASSERT_LE(off.back(), c.n_rows);
+    const Pair a = random_pair(rng, {c.n_rows, c.k}, DType::kBF16, false, alloc, stream);
+    const Pair b = random_pair(rng, {n_groups, c.n, c.k}, DType::kBF16, false, alloc, stream);
+    Pair out = poisoned_pair({c.n_rows, c.n}, c.out_dt, false, alloc, stream);
+    const Tensor off_dev = dev_i32(off, alloc, stream);
+    const Tensor off_host = i32_tensor(off);
+    const kernels::GroupedGemmParams p{.out = out.dv, .a = a.dv, .b = b.dv, .offsets = off_dev};
+    ASSERT_TRUE(cuda::grouped_gemm_device_supported(p));
+    if (c.graph) {
+        const auto s = static_cast<cudaStream_t>(raw);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        cuda::grouped_gemm(p, raw);  // the default dispatch: must not sync while capturing
+        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        (void)cudaGraphExecDestroy(exec);
+        (void)cudaGraphDestroy(graph);
+    } else {
+        cuda::grouped_gemm_variant(p, cuda::GroupedGemmVariant::kDevice, raw);
+    }
+    ref::grouped_gemm({.out = out.hv, .a = a.hv, .b = b.hv, .offsets = off_host}, nullptr);
+    const Readback all = read_pair(out, stream, false);
+    const std::vector<float> expect = read_f32(out.hv);
+    const int64_t used = off.back();
+    double max_abs = 0.0, max_rel = 0.0, max_ref = 0.0;
+    for (int64_t i = 0; i < used * c.n; ++i) {
+        const double e = expect[static_cast<size_t>(i)];
+        const double d = std::fabs(static_cast<double>(all.values[static_cast<size_t>(i)]) - e);
+        max_abs = std::max(max_abs, std::isnan(d) ? INFINITY : d);
+        max_rel = std::max(max_rel, d / std::max(1.0, std::fabs(e)));
+        max_ref = std::max(max_ref, std::fabs(e));
+    }
+    std::printf(
+        "[grouped_gemm device] %-28s rows %6lld used %6lld n %5lld k %5lld groups %4lld out %s: "
+        "max|err| %.3g, max rel %.3g (max|ref| %.3g)\n",
+        c.name, static_cast<long long>(c.n_rows), static_cast<long long>(used), static_cast<long long>(c.n),
+        static_cast<long long>(c.k), static_cast<long long>(n_groups), c.out_dt == DType::kF32 ? "f32" : "bf16",
+        max_abs, max_rel, max_ref);
+    if (used > 0) {
+        Pair head = out;
+        head.hv = out.hv.slice(0, 0, used);
+        head.dv = out.dv.slice(0, 0, used);
+        const Tolerance tol = c.out_dt == DType::kF32 ? kF32Gemm : kBF16Tol;
+        expect_pair_close(head, head.hv, tol, stream, false);
+    }
+    int64_t written_tail = 0;
+    for (int64_t i = used * c.n; i < c.n_rows * c.n; ++i)
+        written_tail += !std::isnan(all.values[static_cast<size_t>(i)]);
+    EXPECT_EQ(written_tail, 0) << "rows past offsets[n_groups] were written";
+}
+
+TEST_F(GroupedGemmDeviceTest, MatchesReference) {
+    {
+        int dev = 0, major = 0;
+        ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+        if (major != 9) GTEST_SKIP() << "the device grouped GEMM needs sm_90";
+    }
+    std::mt19937 srng(1300);
+    std::vector<Case> cases = {
+        {"one row", 1, 64, 64, {1}},
+        {"1-row groups + empties", 40, 256, 128, {1, 0, 1, 1, 0, 0, 1}},
+        {"tile edges", 400, 512, 192, {127, 128, 129, 0, 15}},
+        {"n,k not tile multiples", 300, 200, 72, {17, 100, 0, 0, 183}},
+        {"f32 out", 300, 264, 136, {129, 0, 150}, DType::kF32},
+        {"single group 1000 rows", 1000, 384, 256, {1000}},
+        {"trailing rows untouched", 120, 64, 64, {1, 33, 0, 60}},
+        {"256 groups", 1600, 128, 64, random_sizes(srng, 256, 6, 0.2)},
+        {"896 groups", 4000, 64, 128, random_sizes(srng, 896, 4, 0.3)},
+        {"896 groups graph", 4000, 72, 64, random_sizes(srng, 896, 4, 0.3), DType::kBF16, true},
+        {"large groups graph", 1100, 128, 64, {600, 0, 500}, DType::kBF16, true},  // kAuto's capture rule
+        {"DSV3 gate_up 7168->4096", 300, 4096, 7168, {0, 130, 161}},
+        {"DSV3 down 2048->7168", 300, 7168, 2048, {200, 0, 1}},
+        {"K3 gate_up 3584->6144", 300, 6144, 3584, {37, 0, 250}},
+        {"K3 down 3072->3584", 300, 3584, 3072, {129, 128, 0}},
+    };
+    // n_groups 7 with random sizes.
+    cases.push_back({"7 groups", 700, 320, 256, random_sizes(srng, 7, 90, 0.15)});
+    uint32_t seed = 1400;
+    for (Case& c : cases) {
+        int64_t sum = 0;
+        for (int32_t s : c.sizes) sum += s;
+        if (sum > c.n_rows) c.n_rows = sum + 3;
+        run_case(*this, c, seed++, alloc(), stream(), raw_stream());
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test
