@@ -35,6 +35,9 @@ bench kimi-k3.kda-moe kimi-k3 1:2
 bench kimi-k3.mla-moe kimi-k3 3:4
 if [ "${PREFIX_RUN:-1}" = 1 ]; then  # DSA at long prefixes: a 4K chunk after 16K / 60K of context
   TOKENS=4096 bench glm-5.3.dsa-moe.prefix glm-5.3 6:7 --prefix 16384,61440
+  # ... and with the FP8 indexer (e4m3 index K + per-row scales, tensor-core logits; DeepSeek-V3.2's reference indexer)
+  TOKENS=4096 bench glm-5.3.dsa-moe.prefix.fp8idx glm-5.3 6:7 --prefix 16384,61440 --dsa-fp8-indexer
+  bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer
 fi
 if [ "${TORCH:-1}" = 1 ]; then
   step torch_layer_baseline T=16384

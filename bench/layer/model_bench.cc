@@ -11,7 +11,7 @@
 // line per (T, P): median / min ms, input tokens/s, per-layer ms, and the peak device memory.
 //
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
-//                        [--warmup 1] [--mla-form mha|absorbed] [--json out.json] [--model-name NAME]
+//                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--json out.json] [--model-name NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +47,7 @@ struct Options {
     int reps = 5;
     int warmup = 1;
     std::string mla_form = "mha";
+    bool dsa_fp8_indexer = false;
     std::string json_path;
     uint64_t seed = 20261130;
 };
@@ -62,7 +63,8 @@ std::vector<int64_t> parse_list(const std::string& s) {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
-                 "          [--warmup 1] [--mla-form mha|absorbed] [--json OUT] [--model-name NAME] [--seed S]\n",
+                 "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--json OUT] [--model-name NAME]\n"
+                 "          [--seed S]\n",
                  argv0);
     return 2;
 }
@@ -100,6 +102,7 @@ int run(const Options& o) {
     mo.dtype = DType::kBF16;
     mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
     mo.dummy_weights_seed = o.seed;
+    mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
     const loader::LayerRange range{o.layer_begin, o.layer_end};
     const auto t_load = std::chrono::steady_clock::now();
     Result<std::unique_ptr<models::Model>> model =
@@ -193,6 +196,7 @@ int run(const Options& o) {
                      {"tokens", T},
                      {"prefix", prefix},
                      {"mla_form", o.mla_form},
+                     {"dsa_fp8_indexer", o.dsa_fp8_indexer},
                      {"median_ms", med},
                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
                      {"ms_per_layer", med / static_cast<double>(n_layers)},
@@ -242,6 +246,8 @@ int main(int argc, char** argv) {
             o.warmup = std::max(0, std::atoi(next().c_str()));
         } else if (a == "--mla-form") {
             o.mla_form = next();
+        } else if (a == "--dsa-fp8-indexer") {
+            o.dsa_fp8_indexer = true;
         } else if (a == "--json") {
             o.json_path = next();
         } else if (a == "--model-name") {
