@@ -1,6 +1,7 @@
-// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped]:
+// penstock_bench_kernels [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped|kda]:
 // runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
-// of expert weights). Exits 2 with a message when there is no usable GPU.
+// of expert weights; kda only when asked for: ~23 GB of f32 tensors at T = 65536). Exits 2 with a message when there
+// is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,6 +12,7 @@
 
 namespace penstock::bench {
 void run_grouped_gemm_bench(BenchContext& ctx);  // grouped_gemm_bench.cc
+void run_kda_bench(BenchContext& ctx);           // kda_bench.cc
 }  // namespace penstock::bench
 
 namespace {
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     }
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
-        options.only != "attention" && options.only != "mla" && options.only != "grouped")
+        options.only != "attention" && options.only != "mla" && options.only != "grouped" &&
+        options.only != "kda")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -60,5 +63,6 @@ int main(int argc, char** argv) {
     if (options.only.empty() || options.only == "mla") penstock::bench::run_mla_bench(ctx);
     // Not part of the default run (it allocates ~90 GB of expert weights): --only grouped.
     if (options.only == "grouped") penstock::bench::run_grouped_gemm_bench(ctx);
+    if (options.only == "kda") penstock::bench::run_kda_bench(ctx);
     return 0;
 }

@@ -1,0 +1,126 @@
+// KDA gated delta rule (kernels/ops_kda.h GatedDeltaRuleParams) at Kimi K3 dims: 96 heads, head_dim 128 (k = v),
+// one sequence of T = 4096, 16384, 65536 tokens, fresh (zero) state, chunk 64, scale 128^-0.5, f32 as the op requires.
+// Inputs seeded random on the device (random_fill.h): q, k uniform then L2-normalised per head (cuda::l2norm, as the
+// model does), v uniform (unit variance), g = log decay uniform in [-0.5, 0) per channel (the op's convention: log
+// space, <= 0), beta uniform in about [0.015, 0.985). The state is zeroed inside the timed op (a 6 MB memset, a few
+// us) so every rep starts fresh. Also times the recurrent (token-by-token) form and reports the max |chunk -
+// recurrent| over 16 sampled rows as a sanity check. tools/fla_kda_baseline.py times fla's chunk_kda at the same
+// shapes.
+//
+// FLOP model (the chunked WY/UT algorithm of kda_delta_rule.cu, matmul-equivalent, dense counts, per chunk of C rows
+// and head, K = V = head_dim): L = (K e^G)(K e^-G)^T 2C^2K, A = (Q e^G)(K e^-G)^T 2C^2K, W = T(beta K e^G) 2C^2K,
+// U = T(beta V) 2C^2V, A V' 2C^2V, V' = U - W S 2CKV, Q S 2CKV, S += K^T V' 2CKV
+//   => per token and head: 2C(3K + 2V) + 6KV = 180,224 FLOP at C = 64, K = V = 128.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/kernels/bench_harness.h"
+#include "bench/layer/random_fill.h"
+#include "kernels/cuda/cuda_ops_kda.h"
+
+namespace penstock::bench {
+
+namespace {
+
+std::vector<float> read_row(const Tensor& t, int64_t row, const cuda::Stream& stream) {
+    const Tensor h = cuda::to_host(t.view().slice(0, row, row + 1), stream);
+    return std::vector<float>(h.ptr<float>(), h.ptr<float>() + h.numel());
+}
+
+}  // namespace
+
+void run_kda_bench(BenchContext& ctx) {
+    constexpr int64_t kHeads = 96, kDim = 128, kChunk = 64;
+    const int64_t kTokens[] = {4096, 16384, 65536};
+    const double flop_per_token_head =
+        2.0 * kChunk * (3.0 * kDim + 2.0 * kDim) + 6.0 * static_cast<double>(kDim) * kDim;
+    uint64_t seed = 700;
+    for (const int64_t T : kTokens) {
+        const Tensor q = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor k = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor v = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor g = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor beta = Tensor::empty({T, kHeads}, DType::kF32, ctx.alloc());
+        const Tensor out = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor out_rec = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor state = Tensor::empty({1, kHeads, kDim, kDim}, DType::kF32, ctx.alloc());
+        void* s = ctx.stream().handle();
+        fill_uniform(q.view(), seed++, 0.0f, 1.0f, s);
+        fill_uniform(k.view(), seed++, 0.0f, 1.0f, s);
+        fill_uniform(v.view(), seed++, 0.0f, 1.0f, s);
+        // u in [-sqrt(3), sqrt(3)): mean -0.25, stddev 0.25 / sqrt(3) spans [-0.5, 0).
+        fill_uniform(g.view(), seed++, -0.25f, 0.25f / std::sqrt(3.0f), s);
+        fill_uniform(beta.view(), seed++, 0.5f, 0.97f * 0.5f / std::sqrt(3.0f), s);
+        cuda::l2norm({.out = q.view(), .in = q.view(), .eps = 1e-6f}, s);
+        cuda::l2norm({.out = k.view(), .in = k.view(), .eps = 1e-6f}, s);
+        const std::vector<int32_t> cu = {0, static_cast<int32_t>(T)};
+        const std::vector<int32_t> slots = {0};
+        const Tensor cu_dev = cuda::to_device(Tensor::from_i32({2}, cu).view(), ctx.alloc(), ctx.stream());
+        const Tensor slots_dev = cuda::to_device(Tensor::from_i32({1}, slots).view(), ctx.alloc(), ctx.stream());
+        kernels::GatedDeltaRuleParams p{.out = out.view(),
+                                        .q = q.view(),
+                                        .k = k.view(),
+                                        .v = v.view(),
+                                        .g = g.view(),
+                                        .beta = beta.view(),
+                                        .state = state.view(),
+                                        .cu_seqlens = cu_dev.view(),
+                                        .state_slots = slots_dev.view(),
+                                        .scale = 1.0f / std::sqrt(static_cast<float>(kDim)),
+                                        .chunk_size = kChunk};
+        kernels::GatedDeltaRuleParams pr = p;
+        pr.out = out_rec.view();
+        ctx.stream().synchronize();
+        const int reps = T >= 65536 ? 3 : 5;
+        const Timing tc = ctx.time(
+            [&] {
+                cuda::fill_bytes_async(state.view(), 0, ctx.stream());
+                cuda::gated_delta_rule_chunk(p, s);
+            },
+            1, reps);
+        const Timing tr = ctx.time(
+            [&] {
+                cuda::fill_bytes_async(state.view(), 0, ctx.stream());
+                cuda::gated_delta_rule_recurrent(pr, s);
+            },
+            1, reps);
+        ctx.stream().synchronize();
+        double max_diff = 0.0, max_ref = 0.0;
+        for (int i = 0; i < 16; ++i) {
+            const int64_t r = (T - 1) * i / 15;
+            const std::vector<float> x = read_row(out, r, ctx.stream()), y = read_row(out_rec, r, ctx.stream());
+            for (size_t j = 0; j < x.size(); ++j) {
+                max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[j] - y[j])));
+                max_ref = std::max(max_ref, static_cast<double>(std::fabs(y[j])));
+                if (std::isnan(x[j])) max_diff = INFINITY;
+            }
+        }
+        const double flops = flop_per_token_head * static_cast<double>(T) * kHeads;
+        // Bytes: q, k, v, g, out (f32 [T, H, D]) + beta + state read and written.
+        const double bytes = 4.0 * (5.0 * T * kHeads * kDim + T * kHeads + 2.0 * kHeads * kDim * kDim);
+        for (int variant = 0; variant < 2; ++variant) {
+            const Timing& t = variant == 0 ? tc : tr;
+            nlohmann::json record = ctx.base_record("kda_delta_rule");
+            record["variant"] = variant == 0 ? "chunk" : "recurrent";
+            record["dtype"] = "f32";
+            record["tokens"] = T;
+            record["heads"] = kHeads;
+            record["head_dim"] = kDim;
+            record["chunk"] = kChunk;
+            record["ms"] = t.median_us * 1e-3;
+            record["tokens_per_s"] = static_cast<double>(T) / (t.median_us * 1e-6);
+            record["flop_model"] = "T*H*(2C(3K+2V)+6KV), C=64";
+            record["tflops_chunk_model"] = flops / (t.median_us * 1e-6) / 1e12;
+            if (variant == 0) {
+                record["max_abs_diff_vs_recurrent_16rows"] = max_diff;
+                record["max_abs_ref_16rows"] = max_ref;
+            }
+            ctx.report(record, t, bytes);
+        }
+    }
+}
+
+}  // namespace penstock::bench
