@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace penstock::cuda::mla_detail {
 
@@ -43,22 +44,6 @@ __device__ __forceinline__ uint32_t swz128(int row, int chunk) {
     return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk ^ row) & 7) << 4));
 }
 
-// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets, 128-byte swizzle.
-__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4);
-    d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16;
-    d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32;
-    d |= uint64_t{1} << 62;  // swizzle mode 1: 128B
-    return d;
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // D[64 x 32] (+)= A[64 x 16] B[16 x 32], A and B from shared memory (descriptors), f32 accumulate;
 // scale_d 0 overwrites D. B K-major.
 __device__ __forceinline__ void wgmma_m64n32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -77,52 +62,6 @@ __device__ __forceinline__ void wgmma_m64n32(float (&d)[16], uint64_t desc_a, ui
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// D[64 x 256] (+)= A[64 x 16] B[16 x 256], A and B from shared memory (descriptors), f32 accumulate;
-// scale_d 0 overwrites D. B N-major (transposed).
-__device__ __forceinline__ void wgmma_m64n256_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, "
-        "%128, %129, p, 1, 1, 0, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
-          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]),
-          "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]),
-          "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]),
-          "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
-// Keeps the compiler from moving accumulator reads / writes across the asynchronous wgmma window.
-template <int kN_>
-__device__ __forceinline__ void reg_fence(float (&d)[kN_]) {
-#pragma unroll
-    for (int i = 0; i < kN_; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 template <bool kSparse, class OutT>
 __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
@@ -222,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
 
     for (int kt = 0; kt < n_tiles; ++kt) {
         cp_async_wait_all();
-        fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores' async proxy
+        wgmma::fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores' async proxy
         __syncthreads();      // tile kt landed everywhere; both warpgroups are done with tile kt - 1 (and P, red)
         if (kt + 1 < n_tiles) {
             issue_tile(kt + 1, (kt + 1) & 1);
@@ -244,20 +183,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
         float s[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) s[i] = 0.0f;  // overwritten (scale_d 0); defined for the compiler
-        wgmma_fence();
+        wgmma::fence();
 #pragma unroll
         for (int kb = 0; kb < kDqk / 64; ++kb) {
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) {
-                const uint64_t da = make_desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
+                const uint64_t da = wgmma::desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
                 const uint64_t db =
-                    make_desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
+                    wgmma::desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
                 wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
             }
         }
-        wgmma_commit();
-        wgmma_wait0();
-        reg_fence(s);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::reg_fence(s);
 
         // ---- mask, base-2 logits, row max over the tile's 64 keys (exchange with the other warpgroup)
         float mx[2] = {-INFINITY, -INFINITY};
@@ -324,21 +263,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
             o[4 * i + 2] *= corr[1];
             o[4 * i + 3] *= corr[1];
         }
-        fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
+        wgmma::fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
         __syncthreads();
 
         // ---- O_j += P V_j: K = 64 keys in 4 steps of 16; N = columns [256 wg, +256) (4 blocks of 64)
-        reg_fence(o);
-        wgmma_fence();
+        wgmma::reg_fence(o);
+        wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            const uint64_t da = make_desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
-            const uint64_t db = make_desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
-            wgmma_m64n256_tb(o, da, db, 1);
+            const uint64_t da = wgmma::desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
+            const uint64_t db = wgmma::desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+            wgmma::m64n256k16_bf16<1>(o, da, db, 1);
         }
-        wgmma_commit();
-        wgmma_wait0();
-        reg_fence(o);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::reg_fence(o);
     }
     cp_async_wait_all();
 
