@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -64,17 +62,6 @@ struct ForwardArgs {
     std::string load_format = "auto";
     uint64_t dummy_seed = 20261130;
 };
-
-// --model's config: DIR/config.json, or (with --load-format dummy, where no checkpoint is read) a config .json file.
-Result<loader::ModelConfig> load_config(const std::string& model, bool dummy) {
-    const std::filesystem::path path(model);
-    if (!dummy || !std::filesystem::is_regular_file(path)) return loader::load_model_config(path);
-    std::ifstream in(path);
-    if (!in) return invalid_argument("cannot read config file " + model);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    PENSTOCK_ASSIGN_OR_RETURN(nlohmann::json j, loader::parse_json_text(text, model));
-    return loader::parse_model_config(j);
-}
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
     std::vector<int32_t> ids;
@@ -157,7 +144,9 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
         if (args.dummy_seed == 0) return invalid_argument("--dummy-seed must be non-zero");
         setup.options.dummy_weights_seed = args.dummy_seed;
     }
-    PENSTOCK_ASSIGN_OR_RETURN(setup.config, load_config(args.model, args.load_format == "dummy"));
+    PENSTOCK_ASSIGN_OR_RETURN(setup.config, args.load_format == "dummy"
+                                                ? loader::load_model_config_dir_or_file(args.model)
+                                                : loader::load_model_config(std::filesystem::path(args.model)));
     if (!models::is_supported_model_type(setup.config.model_type)) {
         return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
     }

@@ -452,6 +452,22 @@ Result<nlohmann::json> parse_json_text(std::string_view text, const std::string&
     }
 }
 
+namespace {
+Result<ModelConfig> load_config_file(const std::filesystem::path& path) {
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
+    PENSTOCK_ASSIGN_OR_RETURN(const json j, parse_json_text(text, path.string()));
+    Result<ModelConfig> c = parse_model_config(j);
+    if (!c.ok()) return c.status().with_context(path.string());
+    return c;
+}
+}  // namespace
+
+Result<ModelConfig> load_model_config_dir_or_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) return load_config_file(path);
+    return load_model_config(path);
+}
+
 Result<ModelConfig> load_model_config(const std::filesystem::path& model_dir) {
     const std::filesystem::path path = model_dir / "config.json";
     PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));

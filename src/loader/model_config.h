@@ -61,6 +61,9 @@ struct ModelConfig {
 // Reads and parses model_dir/config.json. Unreadable file or bad JSON text -> error naming the file (and the byte
 // position of a JSON syntax error).
 [[nodiscard]] Result<ModelConfig> load_model_config(const std::filesystem::path& model_dir);
+// Like load_model_config, but `path` may also be a config .json file itself (`--load-format dummy`, where no
+// checkpoint directory is needed).
+[[nodiscard]] Result<ModelConfig> load_model_config_dir_or_file(const std::filesystem::path& path);
 
 // Parses JSON text (file contents) into a document; errors name `what` and the byte position. Never throws.
 [[nodiscard]] Result<nlohmann::json> parse_json_text(std::string_view text, const std::string& what);

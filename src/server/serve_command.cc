@@ -32,6 +32,10 @@ using json = nlohmann::json;
 void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     ServerConfig& s = a->server;
     cmd->add_option("--model,--model-path", a->model, "Hugging Face checkpoint directory (default: the bundled model)");
+    cmd->add_option("--load-format", a->load_format,
+                    "auto (read the checkpoint) or dummy (seeded random weights at the config's dimensions; --model may "
+                    "be a config .json file)");
+    cmd->add_option("--dummy-seed", a->dummy_seed, "seed of --load-format dummy weights (non-zero)");
     cmd->add_option("--host", s.host, "address to bind (default 127.0.0.1)");
     cmd->add_option("--port", s.port, "port (0: ephemeral, printed at start)");
     cmd->add_option("--served-model-name", s.served_model_name, "model id reported by /v1/models");
@@ -144,7 +148,14 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     }
     if (args.max_total_tokens < kv_cache::kPageSize) return invalid_argument("--max-total-tokens must be >= 64");
     PENSTOCK_ASSIGN_OR_RETURN(setup.scheduler, scheduler_config(args));
-    PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::load_model_config(fs::path(args.model)));
+    if (args.load_format != "auto" && args.load_format != "dummy") {
+        return invalid_argument("--load-format must be auto or dummy, got '" + args.load_format + "'");
+    }
+    const bool dummy = args.load_format == "dummy";
+    if (dummy && args.dummy_seed == 0) return invalid_argument("--dummy-seed must be non-zero");
+    if (dummy) setup.model_options.dummy_weights_seed = args.dummy_seed;
+    PENSTOCK_ASSIGN_OR_RETURN(setup.config, dummy ? loader::load_model_config_dir_or_file(fs::path(args.model))
+                                                  : loader::load_model_config(fs::path(args.model)));
     if (!models::is_supported_model_type(setup.config.model_type)) {
         return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
     }
@@ -160,7 +171,10 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
 Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args, const ServeSetup& setup,
                                                                 const loader::LayerRange& range,
                                                                 parallel::Communicator* cp) {
-    PENSTOCK_ASSIGN_OR_RETURN(loader::Checkpoint ckpt, loader::Checkpoint::open(fs::path(args.model)));
+    loader::Checkpoint ckpt = loader::Checkpoint::none();  // --load-format dummy: the model generates its weights
+    if (args.load_format != "dummy") {
+        PENSTOCK_ASSIGN_OR_RETURN(ckpt, loader::Checkpoint::open(fs::path(args.model)));
+    }
     loader::LoadStats stats;
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                               models::load_model(setup.config, ckpt, range, setup.model_options, &stats));
@@ -229,6 +243,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"vocab_size", mc.vocab_size},
                  {"num_hidden_layers", mc.num_hidden_layers},
                  {"mla_form", args.mla_form},
+                 {"load_format", args.load_format},
                  {"backend", "cpu"},
                  {"threads", args.threads},
                  {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},

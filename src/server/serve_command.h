@@ -33,6 +33,11 @@ struct ServeArgs {
     bool pp_eager_bank_forward = false;
     int64_t pp_max_micro_batch_size = 0;  // requests per micro-batch (0: max(max_running_requests / pp, 1))
     int64_t pp_async_batch_depth = 0;     // micro-batch slots beyond pp (slots = pp + depth)
+    // "auto": read the checkpoint; "dummy": seeded random weights at the config's dimensions, each rank generating
+    // its own layers and shard (models::ModelOptions::dummy_weights_seed); --model may then be a config .json file
+    // (serve token ids with --skip-tokenizer-init when it has no tokenizer beside it).
+    std::string load_format = "auto";
+    uint64_t dummy_seed = 20261130;
     // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
     // /health tests (RELIABILITY T14). 0 in production.
     int64_t test_step_delay_ms = 0;

@@ -223,6 +223,33 @@ class PipelineServe(unittest.TestCase):
         finally:
             srv.stop()
 
+    def test_dummy_weights_from_a_config_file_pp2_matches_single_process(self):
+        # --load-format dummy: no checkpoint, only a config .json (the bundled model's); each stage generates its own
+        # layers, so PP 2 serves the single process's greedy outputs.
+        import shutil
+        import tempfile
+        tmp = tempfile.mkdtemp()
+        try:
+            cfg = os.path.join(tmp, "tiny-config.json")
+            shutil.copy(os.path.join(BUNDLED, "config.json"), cfg)
+            with open(cfg) as f:
+                layers = json.load(f)["num_hidden_layers"]
+            flags = ("--load-format", "dummy", "--skip-tokenizer-init", *CHUNKING)
+            batch, ref, _ = single_reference(cfg, *flags)
+            srv = Server("--model", cfg, *flags, "--pp", "2", threads=1, launcher=mpirun(2))
+            try:
+                self.assertEqual(generate_all(srv, batch), ref)
+                info = self.check_info(srv, 2, None, layers)
+                self.assertEqual(info["load_format"], "dummy")
+                os.kill(srv.pid, signal.SIGTERM)
+                self.assertEqual(srv.proc.wait(timeout=60), 0)
+                check_clean_stop(self, rest_of_output(srv), 2)
+                report("serve --load-format dummy pp=2", requests=len(batch), identical_to_single=True)
+            finally:
+                srv.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_ended_requests_free_pages_on_every_stage(self):
         # 16 KV pages per stage. A long request (500-token prompt, up to 400 new tokens: 15 pages at admission on
         # stage 0) is ended early three ways; after each, a request needing 15 pages on every stage must succeed,
