@@ -19,7 +19,7 @@ namespace {
 
 int usage(const char* argv0) {
     std::fprintf(stderr,
-                 "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped]\n",
+                 "usage: %s [--device N] [--warmup N] [--reps N] [--only copy|rms_norm|gemm|attention|mla|grouped|kda]\n",
                  argv0);
     return 1;
 }

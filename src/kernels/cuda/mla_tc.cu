@@ -118,46 +118,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
         }
     }
     const int32_t* idx_row = kSparse ? a.indices + tok_base * a.i0 : nullptr;
-    // Sparse: the slots of this thread's two rows of the next tile to issue (prefetched one tile ahead).
-    int next_slot[2] = {-1, -1};
-    auto fetch_slots = [&](int kt) {
-        for (int pass = 0; pass < 2; ++pass) {
-            const int key = kt * kN + ld_row + 32 * pass;
-            int s = -1;
-            if (key < a.top_k) s = idx_row[key];
-            next_slot[pass] = (s >= 0 && s < a.n_slots) ? s : -1;
-        }
-    };
-    auto issue_tile = [&](int kt, int st) {
-        const uint32_t dst0 = sbase + kKvOff + st * kTileBytes;
-        for (int pass = 0; pass < 2; ++pass) {
-            const int row = ld_row + 32 * pass;
-            bool ok;
-            const bf16* src = a.kv;
-            if constexpr (kSparse) {
-                ok = next_slot[pass] >= 0;
-                if (ok) src = a.kv + static_cast<int64_t>(next_slot[pass]) * a.kv0;
-                if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
-            } else {
-                const int key = kt * kN + row;
-                ok = key < w.block_keys;
-                if (ok) src = a.kv + static_cast<int64_t>(w.k_begin + key) * a.kv0;
-            }
-#pragma unroll
-            for (int j = 0; j < kChunks / 8; ++j) {
-                const int c = ld_c + 8 * j;
-                cp_async_16(dst0 + swz(row, c), src + 8 * c, ok);
-            }
-        }
-    };
-    if (n_tiles > 0) {
-        if constexpr (kSparse) fetch_slots(0);
-        issue_tile(0, 0);
-        if constexpr (kSparse) {
-            if (n_tiles > 1) fetch_slots(1);
-        }
-    }
-    cp_async_commit();
+    // K/V tiles: tile 0 now, then one tile ahead inside the loop (sparse slots two ahead).
+    auto swz_fn = [](int row, int chunk) { return swz(row, chunk); };
+    MlaKvLoader<kSparse, decltype(swz_fn)> kv{a, w, idx_row, ok_s, sbase + kKvOff, kTileBytes, ld_row, ld_c, swz_fn};
+    kv.prologue(n_tiles);
 
     // ---------------------------------------------------------------- per-thread row state
     // This thread's rows: r(mt, hf) = 32 grp + 16 mt + 8 hf + g, for S fragments and O fragments alike.
@@ -208,9 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_tc_kernel(MlaTcArgs a) {
         cp_async_wait_all();
         __syncthreads();  // tile kt landed for every thread; every warp is done with tile kt - 1
         if (kt + 1 < n_tiles) {
-            issue_tile(kt + 1, (kt + 1) & 1);
+            kv.issue(kt + 1, (kt + 1) & 1);
             if constexpr (kSparse) {
-                if (kt + 2 < n_tiles) fetch_slots(kt + 2);
+                if (kt + 2 < n_tiles) kv.fetch_slots(kt + 2);
             }
         }
         cp_async_commit();

@@ -1,5 +1,5 @@
 // Pieces shared by the two tensor-core MLA kernels (mla_tc.cu: mma.sync; mla_wgmma.cu: wgmma): the kernel argument
-// block, the CTA work unit (which 64 query rows, which keys), cp.async / ex2 / bf16 helpers, and the launchers'
+// block, the CTA work unit (which 64 query rows, which keys), the K/V tile loader, cp.async / ex2 / bf16 helpers, and the launchers'
 // declarations. Internal to kernels/cuda (namespace mla_detail); the contract is kernels/cuda/mla_tc.h.
 #pragma once
 
@@ -135,6 +135,66 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
 }
+
+// The K/V tile producer of both kernels. A 64-key tile of 576-wide latent rows is copied by cp.async into shared stage
+// `st` (base kv_base + st * stage_bytes, 16-byte chunks placed by `swz(row, chunk)`): each thread issues rows ld_row
+// and ld_row + 32, chunks ld_c + 8 j. Sparse: the rows are the token's selected slots, fetched one tile ahead into
+// next_slot (invalid or -1 entries load zeros), and ok_s[st][row] records which rows hold a key; dense: keys
+// [kt * 64, +64) of the block, past block_keys zero-filled.
+template <bool kSparse, class Swz>
+struct MlaKvLoader {
+    const MlaTcArgs& a;
+    const MlaWork& w;
+    const int32_t* idx_row;  // sparse: the token's index list
+    int* ok_s;               // sparse: [2 stages][kN] row-holds-a-key flags
+    uint32_t kv_base;
+    int stage_bytes;
+    int ld_row, ld_c;
+    Swz swz;
+    int next_slot[2] = {-1, -1};
+
+    __device__ __forceinline__ void fetch_slots(int kt) {
+        for (int pass = 0; pass < 2; ++pass) {
+            const int key = kt * kN + ld_row + 32 * pass;
+            int s = -1;
+            if (key < a.top_k) s = idx_row[key];
+            next_slot[pass] = (s >= 0 && s < a.n_slots) ? s : -1;
+        }
+    }
+    __device__ __forceinline__ void issue(int kt, int st) {
+        const uint32_t dst0 = kv_base + static_cast<uint32_t>(st * stage_bytes);
+        for (int pass = 0; pass < 2; ++pass) {
+            const int row = ld_row + 32 * pass;
+            bool ok;
+            const bf16* src = a.kv;
+            if constexpr (kSparse) {
+                ok = next_slot[pass] >= 0;
+                if (ok) src = a.kv + static_cast<int64_t>(next_slot[pass]) * a.kv0;
+                if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
+            } else {
+                const int key = kt * kN + row;
+                ok = key < w.block_keys;
+                if (ok) src = a.kv + static_cast<int64_t>(w.k_begin + key) * a.kv0;
+            }
+#pragma unroll
+            for (int j = 0; j < kChunks / 8; ++j) {
+                const int c = ld_c + 8 * j;
+                cp_async_16(dst0 + swz(row, c), src + 8 * c, ok);
+            }
+        }
+    }
+    // Tile 0 into stage 0 (and, sparse, tile 1's slots), one commit group.
+    __device__ __forceinline__ void prologue(int n_tiles) {
+        if (n_tiles > 0) {
+            if constexpr (kSparse) fetch_slots(0);
+            issue(0, 0);
+            if constexpr (kSparse) {
+                if (n_tiles > 1) fetch_slots(1);
+            }
+        }
+        cp_async_commit();
+    }
+};
 
 template <class OutT>
 __device__ __forceinline__ void store2(OutT* p, float x, float y);
