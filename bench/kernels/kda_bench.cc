@@ -4,8 +4,9 @@
 // model does), v uniform (unit variance), g = log decay uniform in [-0.5, 0) per channel (the op's convention: log
 // space, <= 0), beta uniform in about [0.015, 0.985). The state is zeroed inside the timed op (a 6 MB memset, a few
 // us) so every rep starts fresh. Also times the recurrent (token-by-token) form and reports the max |chunk -
-// recurrent| over 16 sampled rows as a sanity check. tools/fla_kda_baseline.py times fla's chunk_kda at the same
-// shapes.
+// recurrent| over 16 sampled rows as a sanity check. The chunk form runs twice: fp32 on CUDA cores (precision kF32)
+// and on tensor cores (kTensorCore: tf32 products, kda_chunk_tc.cu). tools/fla_kda_baseline.py times fla's chunk_kda
+// at the same shapes.
 //
 // FLOP model (the chunked WY/UT algorithm of kda_delta_rule.cu, matmul-equivalent, dense counts, per chunk of C rows
 // and head, K = V = head_dim): L = (K e^G)(K e^-G)^T 2C^2K, A = (Q e^G)(K e^-G)^T 2C^2K, W = T(beta K e^G) 2C^2K,
@@ -46,6 +47,7 @@ void run_kda_bench(BenchContext& ctx) {
         const Tensor beta = Tensor::empty({T, kHeads}, DType::kF32, ctx.alloc());
         const Tensor out = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
         const Tensor out_rec = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor out_tc = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
         const Tensor state = Tensor::empty({1, kHeads, kDim, kDim}, DType::kF32, ctx.alloc());
         void* s = ctx.stream().handle();
         fill_uniform(q.view(), seed++, 0.0f, 1.0f, s);
@@ -73,6 +75,9 @@ void run_kda_bench(BenchContext& ctx) {
                                         .chunk_size = kChunk};
         kernels::GatedDeltaRuleParams pr = p;
         pr.out = out_rec.view();
+        kernels::GatedDeltaRuleParams pt = p;
+        pt.out = out_tc.view();
+        pt.precision = kernels::DeltaRulePrecision::kTensorCore;
         ctx.stream().synchronize();
         const int reps = T >= 65536 ? 3 : 5;
         const Timing tc = ctx.time(
@@ -87,25 +92,38 @@ void run_kda_bench(BenchContext& ctx) {
                 cuda::gated_delta_rule_recurrent(pr, s);
             },
             1, reps);
+        const Timing tt = ctx.time(
+            [&] {
+                cuda::fill_bytes_async(state.view(), 0, ctx.stream());
+                cuda::gated_delta_rule_chunk(pt, s);
+            },
+            2, reps);
         ctx.stream().synchronize();
-        double max_diff = 0.0, max_ref = 0.0;
-        for (int i = 0; i < 16; ++i) {
-            const int64_t r = (T - 1) * i / 15;
-            const std::vector<float> x = read_row(out, r, ctx.stream()), y = read_row(out_rec, r, ctx.stream());
-            for (size_t j = 0; j < x.size(); ++j) {
-                max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[j] - y[j])));
-                max_ref = std::max(max_ref, static_cast<double>(std::fabs(y[j])));
-                if (std::isnan(x[j])) max_diff = INFINITY;
+        // max |variant - recurrent| over 16 sampled rows (the recurrent form is fp32 on CUDA cores)
+        auto sampled_diff = [&](const Tensor& x_out, double* max_ref) {
+            double max_diff = 0.0;
+            for (int i = 0; i < 16; ++i) {
+                const int64_t r = (T - 1) * i / 15;
+                const std::vector<float> x = read_row(x_out, r, ctx.stream()), y = read_row(out_rec, r, ctx.stream());
+                for (size_t j = 0; j < x.size(); ++j) {
+                    max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[j] - y[j])));
+                    *max_ref = std::max(*max_ref, static_cast<double>(std::fabs(y[j])));
+                    if (std::isnan(x[j])) max_diff = INFINITY;
+                }
             }
-        }
+            return max_diff;
+        };
+        double max_ref = 0.0;
+        const double max_diff = sampled_diff(out, &max_ref);
+        const double max_diff_tc = sampled_diff(out_tc, &max_ref);
         const double flops = flop_per_token_head * static_cast<double>(T) * kHeads;
         // Bytes: q, k, v, g, out (f32 [T, H, D]) + beta + state read and written.
         const double bytes = 4.0 * (5.0 * T * kHeads * kDim + T * kHeads + 2.0 * kHeads * kDim * kDim);
-        for (int variant = 0; variant < 2; ++variant) {
-            const Timing& t = variant == 0 ? tc : tr;
+        for (int variant = 0; variant < 3; ++variant) {
+            const Timing& t = variant == 0 ? tc : variant == 1 ? tr : tt;
             nlohmann::json record = ctx.base_record("kda_delta_rule");
-            record["variant"] = variant == 0 ? "chunk" : "recurrent";
-            record["dtype"] = "f32";
+            record["variant"] = variant == 0 ? "chunk" : variant == 1 ? "recurrent" : "chunk_tensor_core";
+            record["dtype"] = variant == 2 ? "f32 io, tf32 products" : "f32";
             record["tokens"] = T;
             record["heads"] = kHeads;
             record["head_dim"] = kDim;
@@ -114,8 +132,8 @@ void run_kda_bench(BenchContext& ctx) {
             record["tokens_per_s"] = static_cast<double>(T) / (t.median_us * 1e-6);
             record["flop_model"] = "T*H*(2C(3K+2V)+6KV), C=64";
             record["tflops_chunk_model"] = flops / (t.median_us * 1e-6) / 1e12;
-            if (variant == 0) {
-                record["max_abs_diff_vs_recurrent_16rows"] = max_diff;
+            if (variant != 1) {
+                record["max_abs_diff_vs_recurrent_16rows"] = variant == 0 ? max_diff : max_diff_tc;
                 record["max_abs_ref_16rows"] = max_ref;
             }
             ctx.report(record, t, bytes);

@@ -69,6 +69,15 @@ struct KdaGateParams {
 // here). The recurrent form walks tokens one by one (the oracle); the chunkwise form processes `chunk_size` tokens at a
 // time in the WY/UT representation (MODELS.md §3.3) and agrees with it up to rounding. A zero-length sequence leaves
 // its state untouched.
+// Arithmetic of the chunkwise delta rule on a GPU. The CPU reference always computes in double/f32 and is the
+// specification of both.
+enum class DeltaRulePrecision : uint8_t {
+    kF32,  // every product in fp32 on CUDA cores (agrees with the reference to f32 rounding)
+    // the intra-chunk and state products on tensor cores with tf32 operands (10-bit mantissa, round to nearest) and
+    // fp32 accumulation; the state, cumulative decays and exponentials stay fp32. Used by the bf16 model path.
+    kTensorCore,
+};
+
 struct GatedDeltaRuleParams {
     TensorView out;           // [n_tokens, n_heads, v_dim] f32 (must not alias the inputs)
     TensorView q;             // [n_tokens, n_heads, k_dim] f32, strided on dims 0 and 1
@@ -81,6 +90,7 @@ struct GatedDeltaRuleParams {
     TensorView state_slots;   // [n_seqs] i32: index into dim 0 of state
     float scale = 1.0f;       // applied to q (k_dim^-0.5 in KDA)
     int64_t chunk_size = 64;  // chunkwise form only
+    DeltaRulePrecision precision = DeltaRulePrecision::kF32;  // chunkwise form on a GPU only
 };
 
 // out = weight * (x * rsqrt(mean(x^2) + eps)) * sigmoid(gate), per row, fp32 (FusedRMSNormGated, sigmoid). out may

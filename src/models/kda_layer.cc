@@ -188,7 +188,10 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                                      .cu_seqlens = seq.cu_seqlens_q,
                                      .state_slots = state_slots,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
-                                     .chunk_size = options_.chunk_size},
+                                     .chunk_size = options_.chunk_size,
+                                     // the bf16 path takes tensor-core products; fp32 mode stays exact
+                                     .precision = out.dtype == DType::kF32 ? kernels::DeltaRulePrecision::kF32
+                                                                           : kernels::DeltaRulePrecision::kTensorCore},
                                     ctx);
     if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 

@@ -2,11 +2,12 @@
 // the token-by-token recurrent form and the chunkwise WY/UT form. fp32 throughout (state, products, exps); the
 // reference keeps the state in double inside a call. Both read state[slot] at the start of a sequence and write it
 // back at its end; zero-length sequences leave it untouched.
-// Correct-first versions on CUDA cores. TODO(#7): tensor-core chunk kernel (fla chunk_kda / FlashKDA layout: one CTA
-// per (sequence, head, value tile), the intra-chunk products on wgmma) to reach the PERF.md goal.
+// fp32 versions on CUDA cores; the chunk form with precision kTensorCore (chunk 64, dims <= 128) runs the tensor-core
+// kernel of kda_chunk_tc.cu instead.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops_kda.h"
+#include "kernels/cuda/kda_chunk_tc.h"
 #include "kernels/cuda/launch_util.cuh"
 
 namespace penstock::cuda {
@@ -350,6 +351,11 @@ void gated_delta_rule_chunk(const kernels::GatedDeltaRuleParams& p, void* stream
     PENSTOCK_CHECK(p.chunk_size >= 1 && p.chunk_size <= kMaxChunk) << op << ": chunk_size " << p.chunk_size;
     PENSTOCK_CHECK(a.v_dim <= kMaxVDimChunk) << op << ": v_dim " << a.v_dim << " (<= " << kMaxVDimChunk << ")";
     if (n_seqs == 0 || a.n_heads == 0 || a.v_dim == 0) return;
+    if (p.precision == kernels::DeltaRulePrecision::kTensorCore &&
+        delta_rule_chunk_tc_supported(a.k_dim, a.v_dim, a.chunk)) {
+        delta_rule_chunk_tc(p, n_seqs, stream);
+        return;
+    }
     const ChunkSmem layout{.kp = a.k_dim + 1, .vp = a.v_dim, .lp = a.chunk + 1};
     const size_t smem = sizeof(float) * layout.floats(a.k_dim, a.v_dim, a.chunk);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -235,6 +235,8 @@ struct DeltaCase {
     int64_t n_heads, k_dim, v_dim, chunk;
     KdaGateForm form;
     bool chunked;
+    kernels::DeltaRulePrecision precision = kernels::DeltaRulePrecision::kF32;
+    float f_hi = 3.0f;  // gate pre-activations uniform in [-f_hi, f_hi]: larger values decay faster
 };
 
 // Inputs as the model makes them (and as tests/kernels/ref_kda_test.cc does): q, k, v strided views of one fused
@@ -247,6 +249,8 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
     const int64_t T = cu.back(), H = c.n_heads, K = c.k_dim, V = c.v_dim, n_slots = n_seqs + 1;
     std::string name = std::string(c.chunked ? "chunk" : "recurrent") + dims("_H_K_V", {H, K, V});
     if (c.chunked) name.append("_C").append(std::to_string(c.chunk));
+    if (c.precision == kernels::DeltaRulePrecision::kTensorCore) name += "_tc";
+    if (c.f_hi != 3.0f) name.append("_fhi").append(std::to_string(static_cast<int>(c.f_hi)));
     name += c.form == KdaGateForm::kSoftplus ? "_softplus_lens" : "_lowerbound_lens";
     for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
     SCOPED_TRACE(name);
@@ -262,7 +266,7 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
         kernels::l2norm({.out = q, .in = q}, cpu);
         kernels::l2norm({.out = k, .in = k}, cpu);
     }
-    Tensor f = Tensor::from_f32({T, H, K}, random_floats(rng, T * H * K, -3, 3));
+    Tensor f = Tensor::from_f32({T, H, K}, random_floats(rng, T * H * K, -c.f_hi, c.f_hi));
     Tensor a_log = Tensor::from_f32({H}, random_floats(rng, H, -1.0f, 1.5f));
     Tensor dt = Tensor::from_f32({H * K}, random_floats(rng, H * K, -2, 1));
     Tensor g = Tensor::empty({T, H, K}, DType::kF32);
@@ -291,7 +295,8 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
                                            .cu_seqlens = cu_d,
                                            .state_slots = slots_d,
                                            .scale = scale,
-                                           .chunk_size = c.chunk};
+                                           .chunk_size = c.chunk,
+                                           .precision = c.precision};
     kernels::GatedDeltaRuleParams ph = pd;
     ph.out = out_h;
     ph.q = q;
@@ -310,10 +315,11 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
         kernels::gated_delta_rule_recurrent(ph, cpu);
     }
     const char* op = c.chunked ? "gated_delta_rule_chunk" : "gated_delta_rule_recurrent";
+    const Tolerance tol = c.precision == kernels::DeltaRulePrecision::kTensorCore ? kTf32DeltaRule : kF32DeltaRule;
     const Tensor out_g = cuda::to_host(out_d, stream);
-    conf_close(op, name + " out", read_f32(out_g.view()), read_f32(out_h.view()), kF32DeltaRule, {T, H, V});
+    conf_close(op, name + " out", read_f32(out_g.view()), read_f32(out_h.view()), tol, {T, H, V});
     const Tensor st_g = cuda::to_host(state_d, stream);
-    conf_close(op, name + " state", read_f32(st_g.view()), read_f32(state_h.view()), kF32DeltaRule);
+    conf_close(op, name + " state", read_f32(st_g.view()), read_f32(state_h.view()), tol);
     (void)self;
 }
 
@@ -343,6 +349,25 @@ TEST_F(KdaOpTest, DeltaRuleRecurrentMatchesReference) {
 TEST_F(KdaOpTest, DeltaRuleChunkMatchesReference) {
     uint32_t seed = 5700;
     for (const DeltaCase& c : delta_cases(true)) {
+        run_delta(this, c, seed++, alloc(), stream(), gpu());
+        if (HasFatalFailure()) return;
+    }
+}
+
+// The tensor-core chunk kernel (precision kTensorCore): the shapes above (chunk 16 falls back to the fp32 kernel),
+// plus k/v dims that are not multiples of 8, a 1000-token sequence (16 chunks of state carried in registers), many
+// short sequences, and fast decays (f up to 8: every diagonal block exceeds the factored form's span bound and is
+// computed exactly; the lower-bound gate, g >= -5, never does).
+TEST_F(KdaOpTest, DeltaRuleChunkTensorCoreMatchesReference) {
+    uint32_t seed = 5750;
+    std::vector<DeltaCase> cases = delta_cases(true);
+    cases.push_back({{1000}, 2, 128, 128, 64, KdaGateForm::kLowerBound, true});
+    cases.push_back({{1, 2, 3, 64, 127, 17, 0, 300}, 3, 100, 72, 64, KdaGateForm::kSoftplus, true});
+    cases.push_back({{77}, 5, 64, 128, 64, KdaGateForm::kLowerBound, true});
+    cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kSoftplus, true, {}, 8.0f});
+    cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kLowerBound, true, {}, 8.0f});
+    for (DeltaCase& c : cases) {
+        c.precision = kernels::DeltaRulePrecision::kTensorCore;
         run_delta(this, c, seed++, alloc(), stream(), gpu());
         if (HasFatalFailure()) return;
     }

@@ -1,0 +1,598 @@
+// Chunkwise KDA gated delta rule on tensor cores (mma.sync m16n8k8, tf32 operands rounded to nearest, fp32
+// accumulation). Same contract and formulas as the fp32 chunk kernel in kda_delta_rule.cu and the reference
+// (kernels/ref/kda.cc); design notes in docs/design/kernels.md ("KDA chunk kernel on tensor cores").
+//
+// One CTA of 8 warps per (sequence, head) walks the sequence's chunks of C = 64 rows. The state S [K][V] never leaves
+// registers: warp w owns the 16 value columns j in [16w, 16w + 16) of S^T (16 x 128 fp32 accumulators), so every
+// state product (V' = U - W S, Q S, S += K^T V') runs on the warp's own rows and an accumulator tile is fed straight
+// back as an A operand (the k index of every fragment is permuted the same way on both operands: column 2t / 2t+1 of
+// an 8-wide slab sits where mma expects t / t+4, which leaves the products unchanged).
+//
+// Per chunk, with G the inclusive cumulative log decay from the chunk start (padded rows have g = 0, k = q = v = 0):
+//   the 64 rows form four 16-row blocks b with reference rows 16b; R(b+1) = 16(b+1) (R(4) = 63).
+//   Ksc_i = k_i e^{G_i - G_16b},  Qsc_i = scale q_i e^{G_i - G_16b},  F_m = k_m e^{G_R(bm+1) - G_m}  (all <= |k|, |q|)
+//   off-diagonal blocks bi > bm:  sum_d k_i k_m e^{G_i - G_m} = sum_d Ksc_i e^{G_16bi - G_R(bm+1)} F_m  (factors <= 1)
+//   diagonal blocks: reference row 16b + 8, A = Ksc_i e^{G_16b - G_16b+8}, B = F_m e^{G_16b+8 - G_R(b+1)}; the
+//     factors reach e^{span} with span = max_d (G_16b - G_R(b+1)); a block whose span exceeds kMaxSpan (no f32
+//     overflow or underflow below it) is computed exactly on CUDA cores instead (per-element exponentials).
+//   L = beta (K K^T) strictly lower, A = (scale Q) K^T lower with the diagonal; T_bb = (I + L_bb)^-1 per block;
+//   [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution (warp-local columns);
+//   V' = U - W S;  O = (Q e^G) S + A V';  S = e^{G_63} S + (K e^{G_63 - G})^T V'.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kda_chunk_tc.h"
+#include "kernels/cuda/mla_tc_common.cuh"  // cp.async helpers
+
+namespace penstock::cuda {
+
+namespace {
+
+using mla_detail::cp_async_16;
+using mla_detail::cp_async_commit;
+using mla_detail::cp_async_wait_all;
+using mla_detail::smem_u32;
+
+constexpr int kC = 64;         // chunk rows
+constexpr int kD = 128;        // padded k_dim and v_dim
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kP = 136;        // pitch (floats) of the [row][d] buffers K, Q, G: = 8 mod 32
+constexpr int kPV = 132;       // pitch of the [row][j] V / U buffer: = 4 mod 32
+constexpr int kPL = 72;        // pitch of the 64 x 64 L and A buffers
+constexpr int kPT = 24;        // pitch of the 16 x 16 T_bb blocks
+constexpr float kMaxSpan = 80.0f;  // e^80 = 5.5e34 < FLT_MAX, e^-80 = 1.8e-35 > FLT_MIN
+
+// Per-column vectors kept for the chunk (index into vec[kVecs][kD]).
+enum Vec : int {
+    kV1 = 0,    // 4: e^{G_16b - G_16b+8}
+    kV2 = 4,    // 4: e^{G_16b+8 - G_R(b+1)}
+    kD02 = 8,   // e^{G_32 - G_16}   (bm 0 -> bi 2)
+    kD03 = 9,   // e^{G_48 - G_16}   (bm 0 -> bi 3)
+    kD13 = 10,  // e^{G_48 - G_32}   (bm 1 -> bi 3)
+    kEG = 11,   // 4: e^{G_16b}
+    kKdF = 15,  // 3: e^{G_63 - G_R(b+1)}, b < 3
+    kGn = 18,   // e^{G_63}
+    kGr = 19,   // 5: G_0, G_16, G_32, G_48, G_63 (the reference rows 16b and R(b+1))
+    kScan = 24,  // the cumulative sum of rows 0..31 (scan carry)
+    kVecs = 25,
+};
+
+struct Smem {
+    float k[kC * kP];   // k -> Ksc -> beta K e^G -> W
+    float q[kC * kP];   // q -> Qsc -> scale Q e^G
+    float g[kC * kP];   // g -> G -> F -> K e^{G_63 - G}
+    float v[kC * kPV];  // v -> beta V -> U
+    float l[kC * kPL];  // L (strictly lower, beta-scaled)
+    float a[kC * kPL];  // A (lower with the diagonal)
+    float t[4 * 16 * kPT];
+    float vec[kVecs * kD];
+    float beta[kC];
+    int span_bad[4];
+};
+
+struct TcArgs {
+    float* out;
+    const float* q;
+    const float* k;
+    const float* v;
+    const float* g;
+    const float* beta;
+    float* state;
+    const int32_t* cu;
+    const int32_t* slots;
+    int64_t o0, o1, q0, q1, k0, k1, v0, v1, g0, g1, b0;
+    int n_heads, k_dim, v_dim;
+    float scale;
+};
+
+__device__ __forceinline__ uint32_t tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Fragments with the permuted k index (lane = 4 g + t): A[g][2t], A[g+8][2t], A[g][2t+1], A[g+8][2t+1];
+// B[k = 2t][n = g], B[k = 2t+1][n = g]. p points at element [0][0] of the 16 x 8 (A) or 8 x 8 (B) slab.
+struct FragA {
+    uint32_t x[4];
+};
+__device__ __forceinline__ FragA load_a(const float* p, int pitch, int g, int t) {
+    const float2 lo = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
+    const float2 hi = *reinterpret_cast<const float2*>(p + (g + 8) * pitch + 2 * t);
+    return {{tf32(lo.x), tf32(hi.x), tf32(lo.y), tf32(hi.y)}};
+}
+// A whose columns are scaled by a per-k vector s (s points at the slab's first k).
+__device__ __forceinline__ FragA load_a_scaled(const float* p, int pitch, const float* s, int g, int t, float sign) {
+    const float2 lo = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
+    const float2 hi = *reinterpret_cast<const float2*>(p + (g + 8) * pitch + 2 * t);
+    const float s0 = sign * s[2 * t], s1 = sign * s[2 * t + 1];
+    return {{tf32(lo.x * s0), tf32(hi.x * s0), tf32(lo.y * s1), tf32(hi.y * s1)}};
+}
+// B stored as B^T, i.e. [n][k] rows (p at [n0][k0]).
+__device__ __forceinline__ void load_b_nk(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
+    const float2 x = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
+    b0 = tf32(x.x);
+    b1 = tf32(x.y);
+}
+__device__ __forceinline__ void load_b_nk_scaled(const float* p, int pitch, const float* s, int g, int t,
+                                                 uint32_t& b0, uint32_t& b1) {
+    const float2 x = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
+    b0 = tf32(x.x * s[2 * t]);
+    b1 = tf32(x.y * s[2 * t + 1]);
+}
+// B stored [k][n] (p at [k0][n0]).
+__device__ __forceinline__ void load_b_kn(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
+    b0 = tf32(p[(2 * t) * pitch + g]);
+    b1 = tf32(p[(2 * t + 1) * pitch + g]);
+}
+// An accumulator tile (rows g / g+8, columns 2t / 2t+1) as the A operand of the next product.
+__device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
+    return {{tf32(sign * c[0]), tf32(sign * c[2]), tf32(sign * c[1]), tf32(sign * c[3])}};
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs a) {
+    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+    Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
+    const int seq = static_cast<int>(blockIdx.x) / a.n_heads;
+    const int h = static_cast<int>(blockIdx.x) % a.n_heads;
+    const int row0 = a.cu[seq];
+    const int row1 = a.cu[seq + 1];
+    if (row1 <= row0) return;  // block-uniform
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int K = a.k_dim, V = a.v_dim;
+    const int kd_slabs = (K + 7) / 8;
+    const int j0 = 16 * warp;  // this warp's value columns
+    const bool owns_cols = j0 < V;
+    float* st = a.state + ((static_cast<int64_t>(a.slots[seq]) * a.n_heads + h) * K) * V;
+
+    // S^T rows j0 + g (+8), columns d = 8 nd + 2t (+1): S[nd] = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+    float S[16][4];
+#pragma unroll
+    for (int nd = 0; nd < 16; ++nd) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            S[nd][e] = (j < V && d < K) ? st[static_cast<int64_t>(d) * V + j] : 0.0f;
+        }
+    }
+
+    for (int c0 = row0; c0 < row1; c0 += kC) {
+        const int n = min(kC, row1 - c0);
+        __syncthreads();  // the previous chunk's readers are done
+        // 1. stage the chunk (zero-padded rows and columns): 16-byte cp.async when every row is 16-byte aligned
+        if constexpr (kVec) {
+            for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+                const int i = e >> 5, d = 4 * (e & 31);
+                const bool row_ok = i < n;
+                const int64_t r = c0 + (row_ok ? i : 0);
+                const bool k_ok = row_ok && d < K, v_ok = row_ok && d < V;
+                const int64_t dk = k_ok ? d : 0, dv = v_ok ? d : 0;
+                cp_async_16(smem_u32(&sm.k[i * kP + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
+                cp_async_16(smem_u32(&sm.q[i * kP + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
+                cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
+                cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
+            }
+            cp_async_commit();
+        } else {
+        for (int e = tid; e < kC * kD; e += kThreads) {
+            const int i = e >> 7, d = e & (kD - 1);
+            float kv = 0.0f, qv = 0.0f, gv = 0.0f, vv = 0.0f;
+            if (i < n) {
+                const int64_t r = c0 + i;
+                if (d < K) {
+                    kv = a.k[r * a.k0 + static_cast<int64_t>(h) * a.k1 + d];
+                    qv = a.q[r * a.q0 + static_cast<int64_t>(h) * a.q1 + d];
+                    gv = a.g[r * a.g0 + static_cast<int64_t>(h) * a.g1 + d];
+                }
+                if (d < V) vv = a.v[r * a.v0 + static_cast<int64_t>(h) * a.v1 + d];
+            }
+            sm.k[i * kP + d] = kv;
+            sm.q[i * kP + d] = qv;
+            sm.g[i * kP + d] = gv;
+            sm.v[i * kPV + d] = vv;
+        }
+        }
+        if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
+        if (tid < 4) sm.span_bad[tid] = 0;
+        if constexpr (kVec) cp_async_wait_all();
+        __syncthreads();
+
+        // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
+        {
+            // two threads per column: each scans 32 rows in registers; the upper half then adds the lower's total
+            const int d = tid & (kD - 1), r0 = 32 * (tid >> 7);
+            float x[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) x[i] = sm.g[(r0 + i) * kP + d];
+#pragma unroll
+            for (int i = 1; i < 32; ++i) x[i] += x[i - 1];
+            if (r0 == 0) sm.vec[kScan * kD + d] = x[31];
+            __syncthreads();
+            const float carry = r0 == 0 ? 0.0f : sm.vec[kScan * kD + d];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sm.g[(r0 + i) * kP + d] = x[i] + carry;
+        }
+        __syncthreads();
+        if (tid < kD) {
+            const int d = tid;
+            auto G = [&](int i) { return sm.g[i * kP + d]; };
+            const float g16 = G(16), g32 = G(32), g48 = G(48), g63 = G(63);
+            const float R[4] = {g16, g32, g48, g63};
+            bool bad[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const float gb = G(16 * b), gm = G(16 * b + 8);
+                sm.vec[(kV1 + b) * kD + d] = expf(gb - gm);
+                sm.vec[(kV2 + b) * kD + d] = expf(gm - R[b]);
+                sm.vec[(kEG + b) * kD + d] = expf(gb);
+                bad[b] = !(gb - R[b] <= kMaxSpan);  // NaN-safe
+            }
+            sm.vec[kD02 * kD + d] = expf(g32 - g16);
+            sm.vec[kD03 * kD + d] = expf(g48 - g16);
+            sm.vec[kD13 * kD + d] = expf(g48 - g32);
+            sm.vec[(kKdF + 0) * kD + d] = expf(g63 - g16);
+            sm.vec[(kKdF + 1) * kD + d] = expf(g63 - g32);
+            sm.vec[(kKdF + 2) * kD + d] = expf(g63 - g48);
+            sm.vec[kGn * kD + d] = expf(g63);
+            sm.vec[(kGr + 0) * kD + d] = G(0);
+            sm.vec[(kGr + 1) * kD + d] = g16;
+            sm.vec[(kGr + 2) * kD + d] = g32;
+            sm.vec[(kGr + 3) * kD + d] = g48;
+            sm.vec[(kGr + 4) * kD + d] = g63;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                if (__any_sync(0xffffffffu, bad[b]) && lane == 0) sm.span_bad[b] = 1;
+            }
+        }
+        __syncthreads();
+        const bool any_bad = sm.span_bad[0] | sm.span_bad[1] | sm.span_bad[2] | sm.span_bad[3];
+
+        // 2b. diagonal blocks whose decay span is too wide for the factored form: exact, per-element exponentials
+        if (any_bad) {
+            for (int e = tid; e < 4 * 256; e += kThreads) {
+                const int b = e >> 8;
+                if (!sm.span_bad[b]) continue;
+                const int il = (e >> 4) & 15, ml = e & 15;
+                const int i = 16 * b + il, m = 16 * b + ml;
+                float kk = 0.0f, qk = 0.0f;
+                if (ml <= il) {
+                    for (int d = 0; d < kD; ++d) {
+                        const float x = expf(sm.g[i * kP + d] - sm.g[m * kP + d]) * sm.k[m * kP + d];
+                        kk = fmaf(sm.k[i * kP + d], x, kk);
+                        qk = fmaf(sm.q[i * kP + d], x, qk);
+                    }
+                }
+                sm.l[i * kPL + m] = ml < il ? sm.beta[i] * kk : 0.0f;
+                sm.a[i * kPL + m] = ml <= il ? a.scale * qk : 0.0f;
+            }
+            __syncthreads();
+        }
+
+        // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
+        //    F over G, Ksc over k, Qsc over q; beta V over v
+        for (int e = tid; e < kC * kD; e += kThreads) {
+            const int i = e >> 7, d = e & (kD - 1), b = i >> 4;
+            const float gi = sm.g[i * kP + d];
+            const float gr = sm.vec[(kGr + b) * kD + d];
+            const float gR = sm.vec[(kGr + b + 1) * kD + d];
+            const float ki = sm.k[i * kP + d];
+            const float ei = expf(gi - gr);
+            sm.k[i * kP + d] = ki * ei;
+            sm.q[i * kP + d] *= a.scale * ei;
+            sm.g[i * kP + d] = ki * expf(gR - gi);
+            sm.v[i * kPV + d] *= sm.beta[i];
+        }
+        __syncthreads();
+
+        // 4. L and A on tensor cores: 20 16 x 16 outputs (6 off-diagonal block pairs and 4 diagonal blocks, for each
+        //    of L and A) = 40 8-column tiles, 5 per warp; K = 128 (kd_slabs used).
+        for (int job = warp; job < 40; job += 8) {
+            const int which = job / 20;  // 0: L (K K^T), 1: A (Q K^T)
+            const int pair = (job % 20) >> 1, half = job & 1;
+            int bi, bm;
+            if (pair < 6) {  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+                bi = pair < 1 ? 1 : pair < 3 ? 2 : 3;
+                bm = pair - bi * (bi - 1) / 2;
+            } else {
+                bi = bm = pair - 6;
+                if (sm.span_bad[bi]) continue;  // warp-uniform: done exactly in 2b
+            }
+            const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kP;
+            const float* brow = sm.g + (16 * bm + 8 * half) * kP;
+            const float* avec = nullptr;
+            const float* bvec = nullptr;
+            if (bi == bm) {
+                avec = sm.vec + (kV1 + bi) * kD;
+                bvec = sm.vec + (kV2 + bi) * kD;
+            } else if (bm + 1 < bi) {
+                avec = sm.vec + (bm == 0 ? (bi == 2 ? kD02 : kD03) : kD13) * kD;
+            }
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int s = 0; s < kd_slabs; ++s) {
+                const FragA fa = avec ? load_a_scaled(arow + 8 * s, kP, avec + 8 * s, g, t, 1.0f)
+                                      : load_a(arow + 8 * s, kP, g, t);
+                uint32_t b0, b1;
+                if (bvec) {
+                    load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
+                } else {
+                    load_b_nk(brow + 8 * s, kP, g, t, b0, b1);
+                }
+                mma(acc, fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
+                const int m = 16 * bm + 8 * half + 2 * t + (e & 1);
+                if (which == 0) {
+                    sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
+                } else {
+                    sm.a[i * kPL + m] = (m <= i) ? acc[e] : 0.0f;
+                }
+            }
+        }
+        __syncthreads();
+
+        // 5. T_bb = (I + L_bb)^-1 (warps 0-1: thread per block column); meanwhile the other warps finish the
+        //    operands in place: beta K e^G over Ksc, scale Q e^G over Qsc, K e^{G_63 - G} over F.
+        if (tid < 64) {
+            const int b = tid >> 4, c = tid & 15;
+            const float* L = sm.l + (16 * b) * kPL + 16 * b;
+            float x[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                float acc = (r == c) ? 1.0f : 0.0f;
+#pragma unroll
+                for (int m = 0; m < r; ++m) acc = fmaf(-L[r * kPL + m], x[m], acc);
+                x[r] = (r < c) ? 0.0f : acc;
+            }
+            float* T = sm.t + b * 16 * kPT;
+#pragma unroll
+            for (int r = 0; r < 16; ++r) T[r * kPT + c] = x[r];
+        } else {
+            for (int e = tid - 64; e < kC * kD; e += kThreads - 64) {
+                const int i = e >> 7, d = e & (kD - 1), b = i >> 4;
+                const float eg = sm.vec[(kEG + b) * kD + d];
+                sm.k[i * kP + d] *= sm.beta[i] * eg;
+                sm.q[i * kP + d] *= eg;
+                if (b < 3) sm.g[i * kP + d] *= sm.vec[(kKdF + b) * kD + d];
+            }
+        }
+        __syncthreads();
+
+        // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V]: warp w owns W columns and U columns [16 w, 16 w + 16),
+        //    block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c), in place.
+        {
+            const bool w_on = j0 < K, u_on = j0 < V;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                float acc[4][4];
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
+                    const int pitch = nt < 2 ? kP : kPV;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
+                        acc[nt][e] = base[i * pitch + col];
+                    }
+                }
+                for (int c = 0; c < b; ++c) {
+#pragma unroll
+                    for (int s = 0; s < 2; ++s) {
+                        const float2 lo = *reinterpret_cast<const float2*>(sm.l + (16 * b + g) * kPL + 16 * c + 8 * s +
+                                                                            2 * t);
+                        const float2 hi = *reinterpret_cast<const float2*>(sm.l + (16 * b + g + 8) * kPL + 16 * c +
+                                                                            8 * s + 2 * t);
+                        const uint32_t a0 = tf32(-lo.x), a1 = tf32(-hi.x), a2 = tf32(-lo.y), a3 = tf32(-hi.y);
+#pragma unroll
+                        for (int nt = 0; nt < 4; ++nt) {
+                            if (!(nt < 2 ? w_on : u_on)) continue;
+                            const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
+                            const int pitch = nt < 2 ? kP : kPV;
+                            uint32_t b0, b1;
+                            load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
+                            mma(acc[nt], a0, a1, a2, a3, b0, b1);
+                        }
+                    }
+                }
+                // R'_b back to its rows, then X_b = T_bb R'_b
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
+                    const int pitch = nt < 2 ? kP : kPV;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
+                        base[i * pitch + col] = acc[nt][e];
+                    }
+                }
+                __syncwarp();
+                float x[4][4] = {};
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    const FragA fa = load_a(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        if (!(nt < 2 ? w_on : u_on)) continue;
+                        const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
+                        const int pitch = nt < 2 ? kP : kPV;
+                        uint32_t b0, b1;
+                        load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
+                        mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                    }
+                }
+                __syncwarp();
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
+                    const int pitch = nt < 2 ? kP : kPV;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
+                        base[i * pitch + col] = x[nt][e];
+                    }
+                }
+                __syncwarp();
+            }
+        }
+        __syncthreads();  // W (all columns) is read by every warp below
+
+        // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
+        //    V'^T (K e^{G_63 - G}).
+        if (owns_cols) {
+            const int i_tiles = (n + 7) / 8;
+            float vp[8][4];
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 8 * ni + 2 * t + (e & 1), j = j0 + g + ((e & 2) ? 8 : 0);
+                    vp[ni][e] = sm.v[i * kPV + j];
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (s >= kd_slabs) continue;
+                const FragA fa = acc_as_a(S[s], -1.0f);
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) {
+                    if (ni >= i_tiles) continue;
+                    uint32_t b0, b1;
+                    load_b_nk(sm.k + (8 * ni) * kP + 8 * s, kP, g, t, b0, b1);
+                    mma(vp[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                }
+            }
+            float o[8][4] = {};
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (s >= kd_slabs) continue;
+                const FragA fa = acc_as_a(S[s], 1.0f);
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) {
+                    if (ni >= i_tiles) continue;
+                    uint32_t b0, b1;
+                    load_b_nk(sm.q + (8 * ni) * kP + 8 * s, kP, g, t, b0, b1);
+                    mma(o[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                }
+            }
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                if (ks >= i_tiles) continue;
+                const FragA fa = acc_as_a(vp[ks], 1.0f);
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) {
+                    if (ni < ks || ni >= i_tiles) continue;
+                    uint32_t b0, b1;
+                    load_b_nk(sm.a + (8 * ni) * kPL + 8 * ks, kPL, g, t, b0, b1);
+                    mma(o[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 8 * ni + 2 * t + (e & 1), j = j0 + g + ((e & 2) ? 8 : 0);
+                    if (i < n && j < V) {
+                        a.out[static_cast<int64_t>(c0 + i) * a.o0 + static_cast<int64_t>(h) * a.o1 + j] = o[ni][e];
+                    }
+                }
+            }
+            // state
+#pragma unroll
+            for (int nd = 0; nd < 16; ++nd) {
+                const float g0 = sm.vec[kGn * kD + 8 * nd + 2 * t], g1 = sm.vec[kGn * kD + 8 * nd + 2 * t + 1];
+                S[nd][0] *= g0;
+                S[nd][1] *= g1;
+                S[nd][2] *= g0;
+                S[nd][3] *= g1;
+            }
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                if (ks >= i_tiles) continue;
+                const FragA fa = acc_as_a(vp[ks], 1.0f);
+#pragma unroll
+                for (int nd = 0; nd < 16; ++nd) {
+                    if (nd >= kd_slabs) continue;
+                    uint32_t b0, b1;
+                    load_b_kn(sm.g + (8 * ks) * kP + 8 * nd, kP, g, t, b0, b1);
+                    mma(S[nd], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int nd = 0; nd < 16; ++nd) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            if (j < V && d < K) st[static_cast<int64_t>(d) * V + j] = S[nd][e];
+        }
+    }
+}
+
+}  // namespace
+
+bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk) {
+    return chunk == kC && k_dim >= 1 && k_dim <= kD && v_dim >= 1 && v_dim <= kD;
+}
+
+void delta_rule_chunk_tc(const kernels::GatedDeltaRuleParams& p, int64_t n_seqs, void* stream) {
+    const TcArgs a{.out = p.out.ptr<float>(),
+                   .q = p.q.ptr<const float>(),
+                   .k = p.k.ptr<const float>(),
+                   .v = p.v.ptr<const float>(),
+                   .g = p.g.ptr<const float>(),
+                   .beta = p.beta.ptr<const float>(),
+                   .state = p.state.ptr<float>(),
+                   .cu = p.cu_seqlens.ptr<const int32_t>(),
+                   .slots = p.state_slots.ptr<const int32_t>(),
+                   .o0 = p.out.stride(0),
+                   .o1 = p.out.stride(1),
+                   .q0 = p.q.stride(0),
+                   .q1 = p.q.stride(1),
+                   .k0 = p.k.stride(0),
+                   .k1 = p.k.stride(1),
+                   .v0 = p.v.stride(0),
+                   .v1 = p.v.stride(1),
+                   .g0 = p.g.stride(0),
+                   .g1 = p.g.stride(1),
+                   .b0 = p.beta.stride(0),
+                   .n_heads = static_cast<int>(p.q.size(1)),
+                   .k_dim = static_cast<int>(p.q.size(2)),
+                   .v_dim = static_cast<int>(p.v.size(2)),
+                   .scale = p.scale};
+    if (n_seqs == 0 || a.n_heads == 0) return;
+    // 16-byte rows: every base pointer and row / head stride a multiple of 4 floats, and k_dim, v_dim too
+    auto al = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+    const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.g) && a.k_dim % 4 == 0 && a.v_dim % 4 == 0 &&
+                     (a.q0 | a.q1 | a.k0 | a.k1 | a.v0 | a.v1 | a.g0 | a.g1) % 4 == 0;
+    constexpr size_t kSmem = sizeof(Smem);
+    auto launch = [&](auto kernel) {
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+        kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    };
+    if (vec) {
+        launch(delta_rule_chunk_tc_kernel<true>);
+    } else {
+        launch(delta_rule_chunk_tc_kernel<false>);
+    }
+}
+
+}  // namespace penstock::cuda
