@@ -14,13 +14,17 @@
 
 namespace penstock::kernels {
 
+class Profiler;  // kernels/profile.h
+
 // Where an op runs. CPU: `pool` may be null (single-threaded). CUDA: `stream` is a cudaStream_t. `alloc` provides
-// memory for temporaries on `device` (null: the host allocator; must be set for CUDA).
+// memory for temporaries on `device` (null: the host allocator; must be set for CUDA). `profiler`: opt-in named-scope
+// timing of the ops issued under this context (kernels/profile.h ProfileScope); null = off (ops never read it).
 struct Context {
     Device device = Device::kCPU;
     ThreadPool* pool = nullptr;
     void* stream = nullptr;
     Allocator* alloc = nullptr;
+    Profiler* profiler = nullptr;
 };
 
 // The allocator for temporaries of ctx's device.

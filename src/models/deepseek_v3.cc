@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/profile.h"
+
 namespace penstock::models {
 
 Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& config,
@@ -80,13 +82,20 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
-        layer.attn->forward(batch, layout, normed, index, &mla_cache->latent, rope_, softmax_scale_, options_, sub_out,
-                            ctx);
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        const kernels::ProfileScope layer_scope(ctx, "layer");
+        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
+        {
+            const kernels::ProfileScope scope(ctx, "attn");
+            layer.attn->forward(batch, layout, normed, index, &mla_cache->latent, rope_, softmax_scale_, options_,
+                                sub_out, ctx);
+        }
+        residual_add(act->hidden, sub_out, ctx);
+        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
+        {
+            const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
+            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+        }
+        residual_add(act->hidden, sub_out, ctx);
     }
 }
 

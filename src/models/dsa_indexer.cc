@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kernels/ops_dsa.h"
+#include "kernels/profile.h"
 #include "models/tensor_parallel.h"
 
 namespace penstock::models {
@@ -140,6 +142,7 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
 
     // q [n, n_heads, head_dim] with RoPE on the first rope_dim dims of every head; w = weights_proj(x) * n_heads^-0.5
     // (the scale applied by the GEMM's alpha to the fp32 accumulator).
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "q_proj");
     Tensor q = linear_new_f32(wq_b_, cq, ctx).reshape({n, n_heads, hd});
     kernels::rope({.x = q.view().slice(2, 0, dims_.rope_dim),
                    .positions = layout.positions,
@@ -169,7 +172,9 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
     for (const SeqChunk& s : batch.seqs) {
         scored = scored || s.prefix_len + static_cast<int64_t>(s.token_ids.size()) > top_k;
     }
+    scope.emplace(ctx, "k_gather");
     const DsaIndexKCache::Keys keys = scored ? cache.gather(layer, layout, ctx) : DsaIndexKCache::Keys{};
+    scope.reset();
 
     // This layout's rows only: under context parallelism a rank scores its own rows (row r of sequence s at position
     // seq_pos0[s] + r * q_pos_step) against the whole cached key set.
@@ -185,6 +190,7 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
         // others are scored.
         const int64_t dense_rows = std::clamp<int64_t>((top_k - pos0 + step - 1) / step, 0, len);
         if (dense_rows > 0) {
+            const kernels::ProfileScope dense_scope(ctx, "dense_rows");
             Tensor dense = Tensor::empty({dense_rows, top_k}, DType::kI32);
             for (int64_t r = 0; r < dense_rows; ++r) {
                 int32_t* out = dense.ptr<int32_t>() + r * top_k;
@@ -212,7 +218,11 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
                     lp.q_scale = q_scale.view().slice(0, r0, r1);
                     lp.k_scale = keys.scale.view().slice(0, key0, key0 + n_keys);
                 }
-                kernels::dsa_indexer_logits(lp, ctx);
+                {
+                    const kernels::ProfileScope step(ctx, "logits");
+                    kernels::dsa_indexer_logits(lp, ctx);
+                }
+                const kernels::ProfileScope step(ctx, "topk");
                 kernels::dsa_topk({.indices = positions.view().slice(0, r0, r1),
                                    .logits = lg,
                                    .q_pos = layout.positions.view().slice(0, r0, r1),

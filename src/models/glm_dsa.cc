@@ -2,9 +2,11 @@
 #include "models/glm_dsa.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "kernels/ops_dsa.h"
+#include "kernels/profile.h"
 
 namespace penstock::models {
 
@@ -291,22 +293,35 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
+        const kernels::ProfileScope layer_scope(ctx, "layer");
+        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
+        std::optional<kernels::ProfileScope> attn_scope(std::in_place, ctx, "attn");
         if (dense) {
             layer.attn->forward(batch, layout, normed, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
                                 sub_out, ctx);
-            if (layer.indexer) layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+            if (layer.indexer) {
+                const kernels::ProfileScope scope(ctx, "indexer");
+                const kernels::ProfileScope keys_scope(ctx, "k_write");
+                layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+            }
         } else {
             const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx);
-            const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, proj.kv, ctx) : proj.kv;
-            kernels::paged_write({.cache = dsa_cache->latent.layer_view(index),  // the chunk's latents join first
-                                  .rows = kv_rows,
-                                  .page_table = whole.page_table,
-                                  .cu_rows = whole.cu_seqlens_q,
-                                  .pos0 = whole.q_pos0},
-                                 ctx);
+            {
+                const kernels::ProfileScope scope(ctx, "kv_write");
+                const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, proj.kv, ctx) : proj.kv;
+                kernels::paged_write({.cache = dsa_cache->latent.layer_view(index),  // the chunk's latents join first
+                                      .rows = kv_rows,
+                                      .page_table = whole.page_table,
+                                      .cu_rows = whole.cu_seqlens_q,
+                                      .pos0 = whole.q_pos0},
+                                     ctx);
+            }
             if (layer.indexer) {
-                layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+                const kernels::ProfileScope scope(ctx, "indexer");
+                {
+                    const kernels::ProfileScope keys_scope(ctx, "k_write");
+                    layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
+                }
                 key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
                                                 budget, ctx);
                 if (options_.decisions) options_.decisions->dsa_topk(batch, index, key_pos, ctx);  // test hook
@@ -314,10 +329,14 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";
             attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
         }
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        attn_scope.reset();
+        residual_add(act->hidden, sub_out, ctx);
+        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
+        {
+            const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
+            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+        }
+        residual_add(act->hidden, sub_out, ctx);
     }
     act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer
 }
@@ -329,6 +348,8 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
     const MlaDims& d = layer.attn->dims();
     const int64_t n = layout.n_tokens;
     const DType act = x.dtype;
+    std::optional<kernels::ProfileScope> core_scope(std::in_place, ctx, "core");
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gather");
     // Every sequence's latent rows of positions [0, prefix + chunk) (one paged gather, like the absorbed dense form):
     // sequence s's key position p is row cu_seqlens_k[s] + p, so each sequence's selection indexes its own slice of
     // the rows directly. bf16 activations with the 576 = 512 + 64 latent take sparse_mla_attention's bf16 tensor-core
@@ -343,8 +364,10 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
     const bool native = act == DType::kBF16 && latent.dtype() == DType::kBF16 && d.kv_lora_rank == 512 &&
                         d.latent_dim() == 576;
     const Tensor kv = native ? latent : to_f32_scratch(latent, ctx);
+    scope.emplace(ctx, "absorb_q");
     Tensor q_abs = layer.attn->absorb_q(proj.q, ctx);
     if (!native) q_abs = to_f32_scratch(q_abs, ctx);
+    scope.emplace(ctx, "sparse_mla");
     Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, native ? act : DType::kF32);
     Tensor lse = scratch(ctx, {n, d.n_heads}, DType::kF32);
     int64_t row = 0;
@@ -367,6 +390,7 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
         row += len;
         key0 += n_keys;
     }
+    scope.emplace(ctx, "absorb_out");
     Tensor o_act = o_lat;
     if (o_lat.dtype() != act) {
         o_act = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, act);
@@ -374,6 +398,8 @@ void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& la
     }
     Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, act);
     layer.attn->absorb_out(o_act, attn_out, ctx);
+    scope.reset();
+    core_scope.reset();
     layer.attn->output(x, attn_out, out, ctx);
 }
 

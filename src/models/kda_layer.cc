@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
+#include "kernels/profile.h"
 #include "models/tensor_parallel.h"
 
 namespace penstock::models {
@@ -124,7 +126,9 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     // with fp32 accumulation), the layer runs in f32 and only o_proj's input returns to the activation dtype.
     // Per-row work (the input projections, the gates, the output gate, norm and o_proj) runs on this layout's rows.
     // [n, 3 qkv] = x @ [Wq; Wk; Wv]^T; f [n, qkv] = the low-rank forget gate; beta [n, n_heads].
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "qkv_proj");
     Tensor mixed = linear_new_f32(qkv_proj_, x, ctx);
+    scope.emplace(ctx, "gates");
     Tensor f = linear_new_f32(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
     kernels::kda_gate({.out = f.view().reshape({n, d.n_heads, hd}),
                        .f = f.view().reshape({n, d.n_heads, hd}),
@@ -141,7 +145,9 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     // whole chunk (identical state updates on every rank) and keep their own output rows for the rest.
     const BatchLayout& seq = layout.cp ? layout.cp->full : layout;
     const int64_t n_seq = seq.n_tokens;
+    scope.reset();
     if (layout.cp) {
+        const kernels::ProfileScope cp_scope(ctx, "cp_gather");
         const int64_t width = 4 * qkv + d.n_heads;
         Tensor packed = scratch(ctx, {n, width}, DType::kF32);
         if (n > 0) {
@@ -161,6 +167,7 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     }
 
     // [n_seq, 3 qkv] = short_conv_silu(mixed), continuing each request's conv window.
+    scope.emplace(ctx, "conv");
     Tensor conv = scratch(ctx, {n_seq, 3 * qkv}, DType::kF32);
     kernels::short_conv({.out = conv,
                          .in = mixed,
@@ -174,9 +181,11 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
         return conv.view().as_strided(part * qkv, {n_seq, d.n_heads, hd}, {3 * qkv, hd, 1});
     };
     const TensorView q = heads(0), k = heads(1), v = heads(2);
+    scope.emplace(ctx, "l2norm");
     kernels::l2norm({.out = q, .in = q, .eps = 1e-6f}, ctx);
     kernels::l2norm({.out = k, .in = k, .eps = 1e-6f}, ctx);
 
+    scope.emplace(ctx, "recurrence");
     Tensor o = scratch(ctx, {n_seq, d.n_heads, hd}, DType::kF32);
     kernels::gated_delta_rule_chunk({.out = o,
                                      .q = q,
@@ -195,15 +204,18 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                                     ctx);
     if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 
+    scope.emplace(ctx, "out_gate");
     Tensor gate = g_proj_.weight.defined() ? linear_new_f32(g_proj_, x, ctx)
                                            : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
     const TensorView o_rows = o.view().reshape({n * d.n_heads, hd});
+    scope.emplace(ctx, "o_norm");
     kernels::gated_rms_norm({.out = o_rows,
                              .in = o_rows,
                              .gate = gate.view().reshape({n * d.n_heads, hd}),
                              .weight = o_norm_,
                              .eps = options_.norm_eps},
                             ctx);
+    scope.emplace(ctx, "o_proj");
     if (out.dtype == DType::kF32) {
         linear_forward(o_proj_, o.view().reshape({n, qkv}), out, ctx);
     } else {

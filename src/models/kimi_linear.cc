@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/ops_kda.h"
+#include "kernels/profile.h"
 
 namespace penstock::models {
 
@@ -341,11 +342,22 @@ void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const k
 void KimiLinearModel::attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                                 const TensorView& x, KimiLinearCache* cache, const TensorView& slots,
                                 const TensorView& out, const kernels::Context& ctx) const {
+    const kernels::ProfileScope scope(ctx, layer.kda ? "kda" : "attn");
     if (layer.kda) {  // context parallelism: KdaAttention gathers what its recurrences need
         layer.kda->forward(layout, x, cache->states().recurrent(layer.kda_slot_layer),
                            cache->states().conv(layer.kda_slot_layer), slots, out, ctx);
     } else {
         layer.mla->forward(batch, layout, x, index, cache->latent(index), no_rope_, softmax_scale_, options_, out, ctx);
+    }
+}
+
+void KimiLinearModel::ffn(const Layer& layer, int64_t index, const ForwardBatch& batch, const TensorView& x,
+                          const TensorView& out, const kernels::Context& ctx) const {
+    const kernels::ProfileScope scope(ctx, layer.moe ? "moe" : "mlp");
+    if (layer.moe) {
+        layer.moe->forward(x, out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+    } else {
+        layer.mlp->forward(x, out, ctx);
     }
 }
 
@@ -366,16 +378,13 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.input_norm, .eps = eps}, ctx);
+        const kernels::ProfileScope layer_scope(ctx, "layer");
+        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
         attention(layer, index, batch, layout, normed, kc, slots, sub_out, ctx);
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
-        kernels::rms_norm({.out = normed, .in = act->hidden, .weight = layer.post_norm, .eps = eps}, ctx);
-        if (layer.moe) {
-            layer.moe->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
-        } else {
-            layer.mlp->forward(normed, sub_out, ctx);
-        }
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        residual_add(act->hidden, sub_out, ctx);
+        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
+        ffn(layer, index, batch, normed, sub_out, ctx);
+        residual_add(act->hidden, sub_out, ctx);
     }
 }
 
@@ -410,28 +419,31 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
+        const kernels::ProfileScope layer_scope(ctx, "layer");
         int64_t rows = kimi_.n_bank_rows(index);  // completed rows before this layer
-        if (rows == 0) {
-            kernels::copy({.out = mixed, .in = act->hidden}, ctx);
-        } else {
-            attn_res_read(*act, rows, layer.attn_res, mixed, ctx);
+        {
+            const kernels::ProfileScope scope(ctx, "attn_res");
+            if (rows == 0) {
+                kernels::copy({.out = mixed, .in = act->hidden}, ctx);
+            } else {
+                attn_res_read(*act, rows, layer.attn_res, mixed, ctx);
+            }
+            if (index % block == 0) {  // the partial sum becomes a completed block row; a new block starts at 0
+                kernels::copy({.out = act->bank.view().select(1, rows), .in = act->hidden}, ctx);
+                kernels::fill({.out = act->hidden, .value = 0.0f}, ctx);
+                ++rows;
+            }
         }
-        if (index % block == 0) {  // the partial sum becomes a completed block row; a new block starts at 0
-            kernels::copy({.out = act->bank.view().select(1, rows), .in = act->hidden}, ctx);
-            kernels::fill({.out = act->hidden, .value = 0.0f}, ctx);
-            ++rows;
-        }
-        kernels::rms_norm({.out = mixed, .in = mixed, .weight = layer.input_norm, .eps = eps}, ctx);
+        block_rms_norm(layer.input_norm, mixed, mixed, eps, ctx);
         attention(layer, index, batch, layout, mixed, cache, slots, sub_out, ctx);
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
-        attn_res_read(*act, rows, layer.mlp_res, mixed, ctx);
-        kernels::rms_norm({.out = mixed, .in = mixed, .weight = layer.post_norm, .eps = eps}, ctx);
-        if (layer.moe) {
-            layer.moe->forward(mixed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
-        } else {
-            layer.mlp->forward(mixed, sub_out, ctx);
+        residual_add(act->hidden, sub_out, ctx);
+        {
+            const kernels::ProfileScope scope(ctx, "attn_res");
+            attn_res_read(*act, rows, layer.mlp_res, mixed, ctx);
         }
-        kernels::add({.out = act->hidden, .a = act->hidden, .b = sub_out}, ctx);
+        block_rms_norm(layer.post_norm, mixed, mixed, eps, ctx);
+        ffn(layer, index, batch, mixed, sub_out, ctx);
+        residual_add(act->hidden, sub_out, ctx);
     }
 }
 

@@ -104,6 +104,9 @@ private:
     void attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                    const TensorView& x, KimiLinearCache* cache, const TensorView& slots, const TensorView& out,
                    const kernels::Context& ctx) const;
+    // out = the layer's MoE or dense MLP of x (profiling scope "moe" / "mlp").
+    void ffn(const Layer& layer, int64_t index, const ForwardBatch& batch, const TensorView& x, const TensorView& out,
+             const kernels::Context& ctx) const;
 
     loader::ModelConfig config_;
     KimiConfig kimi_;

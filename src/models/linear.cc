@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/profile.h"
+
 namespace penstock::models {
 
 Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features, int64_t in_features,
@@ -76,6 +78,17 @@ Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx) {
     Tensor out = scratch(ctx, x.view().shape_vec(), DType::kF32);
     kernels::copy({.out = out, .in = x}, ctx);
     return out;
+}
+
+void block_rms_norm(const TensorView& weight, const TensorView& in, const TensorView& out, float eps,
+                    const kernels::Context& ctx) {
+    const kernels::ProfileScope scope(ctx, "norm");
+    kernels::rms_norm({.out = out, .in = in, .weight = weight, .eps = eps}, ctx);
+}
+
+void residual_add(const TensorView& hidden, const TensorView& sub_out, const kernels::Context& ctx) {
+    const kernels::ProfileScope scope(ctx, "residual");
+    kernels::add({.out = hidden, .a = hidden, .b = sub_out}, ctx);
 }
 
 Result<EmbedHead> EmbedHead::load(WeightReader& r, const loader::ModelConfig& config, bool first_stage,

@@ -65,4 +65,10 @@ Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::C
 // x as f32 on ctx's device: x itself (aliased) when it already is f32, else a converted copy.
 Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx);
 
+// The two steps around a decoder layer's blocks, under their profiling scopes (kernels/profile.h): out = RMSNorm(in)
+// * weight ("norm"; out may alias in), and hidden += sub_out ("residual").
+void block_rms_norm(const TensorView& weight, const TensorView& in, const TensorView& out, float eps,
+                    const kernels::Context& ctx);
+void residual_add(const TensorView& hidden, const TensorView& sub_out, const kernels::Context& ctx);
+
 }  // namespace penstock::models

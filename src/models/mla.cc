@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "kernels/ops_kda.h"
+#include "kernels/profile.h"
 
 namespace penstock::models {
 
@@ -75,24 +77,31 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     Projection p;
 
     // q: [n, n_heads, qk_head_dim]
-    if (d.q_lora_rank > 0) {
-        p.cq = linear_new(q_a_proj_, x, ctx);
-        kernels::rms_norm({.out = p.cq, .in = p.cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
-        p.q = linear_new(q_b_proj_, p.cq, ctx);
-    } else {
-        p.q = linear_new(q_proj_, x, ctx);
+    {
+        const kernels::ProfileScope scope(ctx, "q_proj");
+        if (d.q_lora_rank > 0) {
+            p.cq = linear_new(q_a_proj_, x, ctx);
+            kernels::rms_norm({.out = p.cq, .in = p.cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
+            p.q = linear_new(q_b_proj_, p.cq, ctx);
+        } else {
+            p.q = linear_new(q_proj_, x, ctx);
+        }
     }
     p.q = p.q.reshape({n, d.n_heads, qk});
     const TensorView q3 = p.q.view();
 
     // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
-    p.kv = linear_new(kv_a_proj_, x, ctx);
+    {
+        const kernels::ProfileScope scope(ctx, "kv_proj");
+        p.kv = linear_new(kv_a_proj_, x, ctx);
+        const TensorView c = p.kv.view().slice(1, 0, d.kv_lora_rank);
+        kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
+    }
     const Tensor& kv = p.kv;
-    const TensorView c = kv.view().slice(1, 0, d.kv_lora_rank);
-    kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
     const TensorView k_pe =
         kv.view().as_strided(d.kv_lora_rank, {n, 1, d.qk_rope_head_dim}, {d.latent_dim(), d.qk_rope_head_dim, 1});
     if (variant_.rope) {
+        const kernels::ProfileScope scope(ctx, "rope");
         const TensorView q_pe = q3.slice(2, d.qk_nope_head_dim, qk);
         const kernels::RopeParams rope_q{.x = q_pe,
                                          .positions = layout.positions,
@@ -117,23 +126,30 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
 
     // The chunk's latents join the cache before attention reads prefix + chunk from it. Under context parallelism
     // each rank projected its own rows; every rank caches the whole chunk (one all-gather of the latent rows).
-    const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, p.kv, ctx) : p.kv;
-    const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
-    kernels::paged_write({.cache = cache->layer_view(layer),
-                          .rows = kv_rows,
-                          .page_table = whole.page_table,
-                          .cu_rows = whole.cu_seqlens_q,
-                          .pos0 = whole.q_pos0},
-                         ctx);
+    {
+        const kernels::ProfileScope scope(ctx, "kv_write");
+        const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, p.kv, ctx) : p.kv;
+        const BatchLayout& whole = layout.cp ? layout.cp->full : layout;
+        kernels::paged_write({.cache = cache->layer_view(layer),
+                              .rows = kv_rows,
+                              .page_table = whole.page_table,
+                              .cu_rows = whole.cu_seqlens_q,
+                              .pos0 = whole.q_pos0},
+                             ctx);
+    }
 
     Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, x.dtype);
-    switch (options.mla_form) {
-        case MlaForm::kMha:
-            attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out, ctx);
-            break;
-        case MlaForm::kAbsorbed:
-            attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
-            break;
+    {
+        const kernels::ProfileScope scope(ctx, "core");
+        switch (options.mla_form) {
+            case MlaForm::kMha:
+                attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out,
+                           ctx);
+                break;
+            case MlaForm::kAbsorbed:
+                attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
+                break;
+        }
     }
     output(x, attn_out, out, ctx);
 }
@@ -141,6 +157,7 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
 void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
                           const kernels::Context& ctx) const {
     if (variant_.output_gate) {
+        const kernels::ProfileScope scope(ctx, "out_gate");
         Tensor gate = linear_new_f32(g_proj_, x, ctx);
         if (attn_out.dtype == DType::kF32) {
             kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
@@ -151,6 +168,7 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
             kernels::copy({.out = attn_out, .in = o}, ctx);
         }
     }
+    const kernels::ProfileScope scope(ctx, "o_proj");
     linear_forward(o_proj_, attn_out, out, ctx);
     tp_.all_reduce_sum(out, ctx);
 }
@@ -205,6 +223,7 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         }
         const int64_t total = cu[n_seqs];
         if (total == 0) continue;
+        std::optional<kernels::ProfileScope> expand_scope(std::in_place, ctx, "kv_expand");
         kernels::transfer({.out = cu_k, .in = cu_k_host}, ctx);
         kernels::transfer({.out = k_pos0, .in = k_pos0_host}, ctx);
         // This round's latent rows of every sequence, from its pages: [total, kv_lora + rope].
@@ -226,6 +245,8 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                       ctx);
         const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
                                                    {kvb_row, head_stride, 1});
+        expand_scope.reset();
+        const kernels::ProfileScope attention_scope(ctx, "attention");
         kernels::attention({.out = piece_out,
                             .lse = piece_lse,
                             .q = q,
@@ -291,7 +312,10 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t latent_dim = d.latent_dim();
+    std::optional<kernels::ProfileScope> absorb_scope(std::in_place, ctx, "absorb_q");
     const Tensor q_abs = absorb_q(q, ctx);
+    absorb_scope.reset();
+    std::optional<kernels::ProfileScope> attention_scope(std::in_place, ctx, "attention");
 
     // Every sequence's whole context (prefix + chunk) as one varlen key set: K = latent (1 head), V = its c part.
     const int64_t total = layout.total_keys;
@@ -319,6 +343,8 @@ void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout&
                         .causal = true,
                         .q_pos_step = layout.q_pos_step},
                        ctx);
+    attention_scope.reset();
+    const kernels::ProfileScope out_scope(ctx, "absorb_out");
     absorb_out(o_lat, attn_out, ctx);
 }
 

@@ -2,8 +2,10 @@
 #include "models/moe.h"
 
 #include <cstring>
+#include <optional>
 
 #include "kernels/ops_kda.h"
+#include "kernels/profile.h"
 
 namespace penstock::models {
 
@@ -47,9 +49,12 @@ void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const
         kernels::fill({.out = out, .value = 0.0f}, ctx);
         return;
     }
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gate_up");
     Tensor g = linear_new(gate_, x, ctx);
     Tensor u = linear_new(up_, x, ctx);
+    scope.emplace(ctx, "act");
     glu_apply(act_, g, u, ctx);
+    scope.emplace(ctx, "down");
     linear_forward(down_, g, out, ctx);
 }
 
@@ -143,12 +148,16 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const int64_t n = x.size(0);
     const bool latent = latent_down_.weight.defined();
     Tensor z;  // latent MoE: the experts' input
-    if (latent) z = linear_new(latent_down_, x, ctx);
+    if (latent) {
+        const kernels::ProfileScope scope(ctx, "latent_down");
+        z = linear_new(latent_down_, x, ctx);
+    }
     const TensorView expert_in = latent ? z.view() : x;
     const int64_t width = expert_in.size(1);
 
     // Router logits in fp32 whatever the activation dtype (transformers computes the router in fp32). The router is
     // replicated: every tp rank routes every token the same way.
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "router");
     Tensor logits = scratch(ctx, {n, router_.out_features()});
     linear_forward(router_, x, logits, ctx);
     Tensor ids = scratch(ctx, {n, top_k_}, DType::kI32);
@@ -166,6 +175,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     if (site.pins != nullptr) site.pins->moe(site, routing, ctx);  // test / diagnostic hook (models/decision_pins.h)
 
     // Expert order over this rank's experts; pairs routed elsewhere (expert parallelism) are dropped by the align.
+    scope.emplace(ctx, "align");
     const int64_t n_local = local_experts_.size();
     Tensor offsets = scratch(ctx, {n_local + 1}, DType::kI32);
     Tensor sorted = scratch(ctx, {n * top_k_}, DType::kI32);
@@ -185,20 +195,34 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
     if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
     if (n_rows > 0 && inter_ > 0) {
+        scope.emplace(ctx, "permute");
         Tensor permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
         kernels::moe_permute(
             {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
+        scope.emplace(ctx, "experts");
         Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
-        kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
-        const TensorView gate = gate_up.view().slice(1, 0, inter_);
-        glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
         Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
-        kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
+        const TensorView gate = gate_up.view().slice(1, 0, inter_);
+        {
+            const kernels::ProfileScope step(ctx, "gate_up");
+            kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
+        }
+        {
+            const kernels::ProfileScope step(ctx, "act");
+            glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
+        }
+        {
+            const kernels::ProfileScope step(ctx, "down");
+            kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
+        }
+        scope.emplace(ctx, "unpermute");
         kernels::moe_unpermute(
             {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
     }
+    scope.reset();
     if (latent) {
+        const kernels::ProfileScope latent_scope(ctx, "latent_up");
         // The latent norm is not linear: the routed sum is completed over the tp group first, then every rank has
         // the same latent output and tp rank 0 alone adds it to the sum below.
         tp_.all_reduce_sum(zo, ctx);
@@ -209,6 +233,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         if (tp_.rank() != 0) kernels::fill({.out = out, .value = 0.0f}, ctx);
     }
     if (!shared_.empty()) {
+        const kernels::ProfileScope shared_scope(ctx, "shared");
         Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
         shared_[0].forward_partial(x, s, ctx);
         kernels::add({.out = out, .a = out, .b = s}, ctx);

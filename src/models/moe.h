@@ -107,6 +107,7 @@ public:
     // out[n, hidden] = ffn(x[n, hidden]); out may not alias x. `site` reaches the MoE's routing (MoeBlock::forward).
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
                  const DecisionSite& site = DecisionSite{}) const;
+    bool is_moe() const { return moe_ != nullptr; }
 
 private:
     std::unique_ptr<MoeBlock> moe_;

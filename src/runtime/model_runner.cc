@@ -17,8 +17,10 @@ ModelRunner::ModelRunner(std::unique_ptr<models::Model> model, const RunnerOptio
       tables_(&pool_) {}
 
 kernels::Context ModelRunner::context() const {
-    if (backend_ == nullptr) return kernels::Context{.device = Device::kCPU, .pool = threads_.get()};
-    return backend_->context(threads_.get());
+    kernels::Context ctx = backend_ == nullptr ? kernels::Context{.device = Device::kCPU, .pool = threads_.get()}
+                                               : backend_->context(threads_.get());
+    ctx.profiler = profiler_;
+    return ctx;
 }
 
 models::BatchLayout ModelRunner::make_layout(const models::ForwardBatch& batch) const {

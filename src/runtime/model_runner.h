@@ -35,6 +35,9 @@ public:
     kv_cache::RequestTables& tables() { return tables_; }
     models::ModelCache& cache() { return *cache_; }
     kernels::Context context() const;
+    // Opt-in per-scope timing (kernels/profile.h) of everything run through context() from now on; null = off (the
+    // default). Not owned; its device must be this runner's; the caller reads it after synchronize().
+    void set_profiler(kernels::Profiler* profiler) { profiler_ = profiler; }
     // Blocks until the work queued on this runner's device stream has finished (no-op on the host).
     void synchronize() const {
         if (backend_ != nullptr) backend_->synchronize();
@@ -77,6 +80,7 @@ private:
     std::unique_ptr<ThreadPool> threads_;
     const kernels::Backend* backend_;
     parallel::Communicator* cp_;
+    kernels::Profiler* profiler_ = nullptr;
     kv_cache::PagePool pool_;
     kv_cache::RequestTables tables_;
 };
