@@ -10,13 +10,21 @@
 // layer 0 gets seeded random hidden rows (and, for K3, AttnRes bank rows) instead of the embedding. Prints one JSON
 // line per (T, P): median / min ms, input tokens/s, per-layer ms, and the peak device memory.
 //
+// --breakdown: after the timed reps, --reps more reps run with a kernels::Profiler on the runner (kernels/profile.h:
+// CUDA events around the named scopes of each layer's forward, read after the rep's synchronise), so the headline
+// times above are never profiled. Per scope path ("layer.attn.core", summed over its instances in the rep, e.g. every
+// layer of the range): the median over reps of ms, its share of the "layer" scope, and "(other)" rows for the time
+// of a scope outside its children. Printed as a table and added to the JSON row as "breakdown".
+//
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
-//                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--json out.json] [--model-name NAME]
+//                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
+//                        [--model-name NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -24,6 +32,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/allocator.h"
+#include "kernels/profile.h"
 #include "kernels/random_hash.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -48,6 +57,7 @@ struct Options {
     int warmup = 1;
     std::string mla_form = "mha";
     bool dsa_fp8_indexer = false;
+    bool breakdown = false;
     std::string json_path;
     uint64_t seed = 20261130;
 };
@@ -63,8 +73,8 @@ std::vector<int64_t> parse_list(const std::string& s) {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
-                 "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--json OUT] [--model-name NAME]\n"
-                 "          [--seed S]\n",
+                 "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json OUT]\n"
+                 "          [--model-name NAME] [--seed S]\n",
                  argv0);
     return 2;
 }
@@ -72,6 +82,55 @@ int usage(const char* argv0) {
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One scope path's medians over the profiled reps (ms: the path's instances summed within a rep).
+struct ScopeRow {
+    std::string path;  // "layer.moe.experts", or "<parent>.(other)" for a parent's time outside its children
+    int depth = 0;
+    int64_t count = 0;  // instances per rep
+    double median_ms = 0.0;
+};
+
+// Per-rep totals (kernels::aggregate of each profiled rep) -> rows in tree order (a parent, its "(other)" row, then
+// its children, each child in order of first appearance), medians over reps.
+std::vector<ScopeRow> breakdown_rows(const std::vector<std::vector<kernels::ProfileTotal>>& reps) {
+    std::vector<std::string> order;  // paths by first appearance
+    std::map<std::string, int> depth;
+    std::map<std::string, std::vector<double>> ms;
+    std::map<std::string, int64_t> count;
+    std::map<std::string, std::vector<std::string>> children;
+    auto parent_of = [](const std::string& path) {
+        const size_t dot = path.rfind('.');
+        return dot == std::string::npos ? std::string() : path.substr(0, dot);
+    };
+    for (const auto& rep : reps) {
+        std::map<std::string, double> child_sum;
+        for (const kernels::ProfileTotal& t : rep) {
+            if (!depth.contains(t.path)) {
+                order.push_back(t.path);
+                depth[t.path] = t.depth;
+                count[t.path] = t.count;
+                children[parent_of(t.path)].push_back(t.path);
+            }
+            ms[t.path].push_back(t.ms);
+            if (t.depth > 0) child_sum[parent_of(t.path)] += t.ms;
+        }
+        for (const kernels::ProfileTotal& t : rep) {
+            if (child_sum.contains(t.path)) ms[t.path + ".(other)"].push_back(t.ms - child_sum[t.path]);
+        }
+    }
+    std::vector<ScopeRow> rows;
+    auto visit = [&](auto&& self, const std::string& path) -> void {
+        rows.push_back({.path = path, .depth = depth[path], .count = count[path], .median_ms = median(ms[path])});
+        const auto kids = children.find(path);
+        if (kids == children.end()) return;
+        const std::string other = path + ".(other)";
+        rows.push_back({.path = other, .depth = depth[path] + 1, .count = count[path], .median_ms = median(ms[other])});
+        for (const std::string& child : kids->second) self(self, child);
+    };
+    for (const std::string& root : children[std::string()]) visit(visit, root);
+    return rows;
 }
 
 int run(const Options& o) {
@@ -187,6 +246,25 @@ int run(const Options& o) {
                 }
                 if (r >= o.warmup) ms.push_back(dt);
             }
+            // Profiled reps (--breakdown): the same chunk with the runner's context carrying a profiler.
+            std::vector<ScopeRow> scopes;
+            if (o.breakdown) {
+                kernels::Profiler profiler(Device::kCUDA);
+                runner.set_profiler(&profiler);
+                std::vector<std::vector<kernels::ProfileTotal>> per_rep;
+                for (int r = 0; r < o.reps; ++r) {
+                    models::ForwardBatch b = chunk(prefix, T);
+                    profiler.clear();
+                    const Status st = run_chunk(&b);  // synchronises before returning
+                    if (!st.ok()) {
+                        std::fprintf(stderr, "profiled chunk: %s\n", st.to_string().c_str());
+                        return 1;
+                    }
+                    per_rep.push_back(kernels::aggregate(profiler.collect()));
+                }
+                runner.set_profiler(nullptr);
+                scopes = breakdown_rows(per_rep);
+            }
             runner.release(id);
             cudaMemGetInfo(&free_b, &total_b);
             const double med = median(ms);
@@ -205,6 +283,31 @@ int run(const Options& o) {
                      {"device_mem_used_gib", static_cast<double>(total_b - free_b) / (1 << 30)},
                      {"load_s", load_s},
                      {"commit", PENSTOCK_GIT_COMMIT}};
+            if (o.breakdown) {
+                double layer_ms = 0.0;
+                for (const ScopeRow& s : scopes) {
+                    if (s.path == "layer") layer_ms = s.median_ms;
+                }
+                json rows = json::array();
+                std::fprintf(stderr, "# breakdown %s T=%lld prefix=%lld: \"layer\" scopes %.2f ms (wall %.2f ms)\n",
+                             o.model_name.c_str(), static_cast<long long>(T), static_cast<long long>(prefix),
+                             layer_ms, med);
+                std::fprintf(stderr, "#   %-44s %6s %10s %7s\n", "scope", "count", "ms", "share");
+                for (const ScopeRow& s : scopes) {
+                    const double share = layer_ms > 0.0 ? s.median_ms / layer_ms : 0.0;
+                    const size_t dot = s.path.rfind('.');
+                    const std::string leaf = dot == std::string::npos ? s.path : s.path.substr(dot + 1);
+                    std::fprintf(stderr, "#   %*s%-*s %6lld %10.3f %6.1f%%\n", 2 * s.depth, "", 44 - 2 * s.depth,
+                                 leaf.c_str(), static_cast<long long>(s.count), s.median_ms, 100.0 * share);
+                    rows.push_back({{"scope", s.path},
+                                    {"depth", s.depth},
+                                    {"count", s.count},
+                                    {"median_ms", s.median_ms},
+                                    {"share", share}});
+                }
+                row["breakdown"] = rows;
+                row["breakdown_layer_ms"] = layer_ms;
+            }
             std::printf("%s\n", row.dump().c_str());
             std::fflush(stdout);
             all.push_back(row);
@@ -248,6 +351,8 @@ int main(int argc, char** argv) {
             o.mla_form = next();
         } else if (a == "--dsa-fp8-indexer") {
             o.dsa_fp8_indexer = true;
+        } else if (a == "--breakdown") {
+            o.breakdown = true;
         } else if (a == "--json") {
             o.json_path = next();
         } else if (a == "--model-name") {
