@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The engine's own forward per layer at real dimensions (bench/layer/model_bench.cc, dummy weights on the GPU) for
-# every family, beside PERF.md's torch layer baseline (tools/torch_layer_baseline.py: DeepSeek-V3 layer eager and
-# torch.compile'd, and the GLM-5.3 indexer) in the same run, on one GPU machine.
-#   PKG=DIR OUT=DIR tools/model_bench_run.sh      # PKG from tools/model_bench_pack.sh; TOKENS (default 4096,16384)
+# every family, beside the torch compositions of the same layers (tools/torch_layer_baseline.py: DeepSeek-V3, GLM-5.3
+# DSA, Kimi K3 KDA and MLA, eager and torch.compile'd) in the same run, on one GPU machine.
+#   PKG=DIR OUT=DIR tools/model_bench_run.sh      # PKG from tools/model_bench_pack.sh
+# Knobs: TOKENS (default 4096,16384); REPS (3); BREAKDOWN=1 adds --breakdown (per-scope times, kernels/profile.h);
+# PREFIX_RUN (1: the DSA prefix rows); TORCH (1); TORCH_MODELS (default "deepseek-v3 glm-5.3 kimi-k3-mla
+# kimi-k3-kda"); TORCH_TOKENS (default TOKENS); TORCH_TIMEOUT (s per model, 240); WHEELS=DIR of fla wheels
+# (fla-core, flash-linear-attention) installed into a scratch site-packages first when fla is missing.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-./out}"; mkdir -p "${OUT}"; OUT="$(cd "${OUT}" && pwd)"
@@ -22,11 +26,14 @@ step() { echo "+ $* ($(date -u +%H:%M:%S))" | tee -a "${LOG}"; }
   echo "# model_bench_run $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(cat "${PKG}/COMMIT" 2>/dev/null)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
 } | tee -a "${LOG}"
+EXTRA=()
+if [ "${BREAKDOWN:-0}" = 1 ]; then EXTRA+=(--breakdown); fi
 bench() {  # name config layers [extra args]
   local name=$1 cfg=$2 layers=$3; shift 3
-  step "${name} layers ${layers} tokens ${TOKENS} $*"
+  step "${name} layers ${layers} tokens ${TOKENS} $* ${EXTRA[*]}"
   LD_LIBRARY_PATH="${BINLIB}" timeout 240 "${BIN}" --config "${PKG}/configs/${cfg}.json" --model-name "${name}" \
-    --layers "${layers}" --tokens "${TOKENS}" --reps "${REPS:-3}" --json "${OUT}/${name}.json" "$@" 2>&1 | tee -a "${LOG}"
+    --layers "${layers}" --tokens "${TOKENS}" --reps "${REPS:-3}" --json "${OUT}/${name}.json" "${EXTRA[@]}" "$@" \
+    2>&1 | tee -a "${LOG}"
 }
 bench deepseek-v3.mla-moe deepseek-v3 3:4
 bench deepseek-v3.mla-moe.absorbed deepseek-v3 3:4 --mla-form absorbed
@@ -37,10 +44,19 @@ if [ "${PREFIX_RUN:-1}" = 1 ]; then  # DSA at long prefixes: a 4K chunk after 16
   TOKENS=4096 bench glm-5.3.dsa-moe.prefix glm-5.3 6:7 --prefix 16384,61440
   # ... and with the FP8 indexer (e4m3 index K + per-row scales, tensor-core logits; DeepSeek-V3.2's reference indexer)
   TOKENS=4096 bench glm-5.3.dsa-moe.prefix.fp8idx glm-5.3 6:7 --prefix 16384,61440 --dsa-fp8-indexer
-  bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer
 fi
+bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer
 if [ "${TORCH:-1}" = 1 ]; then
-  step torch_layer_baseline T=16384
-  PENSTOCK_T=16384 timeout 300 python3 "${ROOT}/tools/torch_layer_baseline.py" 2>&1 | tee -a "${LOG}"
+  if [ -n "${WHEELS:-}" ] && ! python3 -c "import fla" 2>/dev/null; then
+    step "fla wheels from ${WHEELS}"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fla-site \
+      "${WHEELS}"/*.whl 2>&1 | tee -a "${LOG}"
+    export PYTHONPATH="/tmp/fla-site${PYTHONPATH:+:${PYTHONPATH}}"
+  fi
+  for m in ${TORCH_MODELS:-deepseek-v3 glm-5.3 kimi-k3-mla kimi-k3-kda}; do
+    step "torch_layer_baseline ${m} T=${TORCH_TOKENS:-${TOKENS}}"
+    timeout "${TORCH_TIMEOUT:-240}" python3 "${ROOT}/tools/torch_layer_baseline.py" --model "${m}" \
+      --configs "${PKG}/configs" --tokens "${TORCH_TOKENS:-${TOKENS}}" 2>&1 | tee -a "${LOG}"
+  done
 fi
 step done
