@@ -435,6 +435,9 @@ def kimi_k3_kda(cfg, T):
                          output_final_state=True, use_qk_l2norm_in_kernel=True, safe_gate=True)
         return o[0]
 
+    if dev == "cuda":  # torch.compile compiles the torch ops around fla's Triton call, not into it
+        kda_core = torch.compiler.disable(kda_core)
+
     def attn(h):
         mixed = short_conv_silu(h @ Wqkv.t())                                       # [T, 3C]
         q, k, v = (mixed[:, i * C:(i + 1) * C].reshape(T, NHk, D) for i in range(3))
