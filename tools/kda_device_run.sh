@@ -22,6 +22,10 @@ for l in open(sys.argv[1]):
         print(f"{r['variant']:>18} T {r['tokens']:>6}: {r['ms']:9.3f} ms  {r['tflops_chunk_model']:6.1f} TFLOP/s  "
               f"diff {r.get('max_abs_diff_vs_recurrent_16rows', '-')}")
 PY
+if [ "${PROFILE:-0}" = 1 ]; then  # CTA 0's cycles per phase of the tensor-core kernel (kda_chunk_tc.cu)
+  PENSTOCK_KDA_TC_PROFILE=1 timeout 100 "${PKG}/bin/penstock_bench_kernels" --only kda --reps 1 --warmup 0 \
+    2>&1 >/dev/null | grep "kda_tc profile" | head -3
+fi
 if [ "${NCU:-0}" = 1 ]; then  # the 1000-token, 2-head tensor-core case (the 8th tensor-core launch)
   timeout 150 ncu --clock-control none --set full --import-source yes -k regex:delta_rule_chunk_tc --launch-skip 7 \
     --launch-count 1 -o "${OUT}/kda_tc" "${PKG}/bin/cuda_kernels_test" \

@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda_chunk_tc.h"
@@ -38,7 +40,8 @@ using mla_detail::smem_u32;
 constexpr int kC = 64;         // chunk rows
 constexpr int kD = 128;        // padded k_dim and v_dim
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kP = 136;        // pitch (floats) of the [row][d] buffers K, Q, G: = 8 mod 32
+constexpr int kP = 136;        // pitch (floats) of the [row][d] buffer G: = 8 mod 32
+constexpr int kPW = 144;       // pitch of K and Q (W, Q e^G are read as 16-byte B fragments): = 16 mod 32
 constexpr int kPV = 132;       // pitch of the [row][j] V / U buffer: = 4 mod 32
 constexpr int kPL = 72;        // pitch of the 64 x 64 L and A buffers
 constexpr int kPT = 24;        // pitch of the 16 x 16 T_bb blocks
@@ -56,12 +59,13 @@ enum Vec : int {
     kGn = 18,   // e^{G_63}
     kGr = 19,   // 5: G_0, G_16, G_32, G_48, G_63 (the reference rows 16b and R(b+1))
     kScan = 24,  // the cumulative sum of rows 0..31 (scan carry)
-    kVecs = 25,
+    kOnes = 25,  // 1.0 (an unscaled operand)
+    kVecs = 26,
 };
 
 struct Smem {
-    float k[kC * kP];   // k -> Ksc -> beta K e^G -> W
-    float q[kC * kP];   // q -> Qsc -> scale Q e^G
+    float k[kC * kPW];  // k -> Ksc -> beta K e^G -> W
+    float q[kC * kPW];  // q -> Qsc -> scale Q e^G
     float g[kC * kP];   // g -> G -> F -> K e^{G_63 - G}
     float v[kC * kPV];  // v -> beta V -> U
     float l[kC * kPL];  // L (strictly lower, beta-scaled)
@@ -85,6 +89,7 @@ struct TcArgs {
     int64_t o0, o1, q0, q1, k0, k1, v0, v1, g0, g1, b0;
     int n_heads, k_dim, v_dim;
     float scale;
+    unsigned long long* prof;  // developer profile (PENSTOCK_KDA_TC_PROFILE=1): CTA 0's cycles per phase, else null
 };
 
 __device__ __forceinline__ uint32_t tf32(float x) {
@@ -92,6 +97,14 @@ __device__ __forceinline__ uint32_t tf32(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
+
+// e^x through the SFU (ex2.approx, relative error ~2^-22): the factors feed tf32 operands (2^-11) anyway.
+__device__ __forceinline__ float fexp(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+}
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(tf32(x)); }
 
 __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1) {
@@ -119,23 +132,29 @@ __device__ __forceinline__ FragA load_a_scaled(const float* p, int pitch, const 
     const float s0 = sign * s[2 * t], s1 = sign * s[2 * t + 1];
     return {{tf32(lo.x * s0), tf32(hi.x * s0), tf32(lo.y * s1), tf32(hi.y * s1)}};
 }
-// B stored as B^T, i.e. [n][k] rows (p at [n0][k0]).
-__device__ __forceinline__ void load_b_nk(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
-    const float2 x = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
-    b0 = tf32(x.x);
-    b1 = tf32(x.y);
-}
+// B stored as B^T, i.e. [n][k] rows (p at [n0][k0]), columns scaled by a per-k vector s.
 __device__ __forceinline__ void load_b_nk_scaled(const float* p, int pitch, const float* s, int g, int t,
                                                  uint32_t& b0, uint32_t& b1) {
     const float2 x = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
     b0 = tf32(x.x * s[2 * t]);
     b1 = tf32(x.y * s[2 * t + 1]);
 }
+// The same for operands already rounded to tf32 in shared memory.
+__device__ __forceinline__ void load_b_nk_raw(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
+    const float2 x = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
+    b0 = __float_as_uint(x.x);
+    b1 = __float_as_uint(x.y);
+}
 // B stored [k][n] (p at [k0][n0]).
 __device__ __forceinline__ void load_b_kn(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
     b0 = tf32(p[(2 * t) * pitch + g]);
     b1 = tf32(p[(2 * t + 1) * pitch + g]);
 }
+// The state's column order: S^T n-tile nd (16 of them over d), column c (0..7) holds d = dmap(nd, c). Pairs of tiles
+// (2p, 2p+1) cover d in [16p, 16p + 16) so that lane t's four k values of two consecutive slabs, d = 16p + 4t .. +3,
+// are contiguous: one 16-byte load gives the B fragments of both slabs.
+__device__ __forceinline__ int dmap(int nd, int c) { return 16 * (nd >> 1) + 4 * (c >> 1) + 2 * (nd & 1) + (c & 1); }
+
 // An accumulator tile (rows g / g+8, columns 2t / 2t+1) as the A operand of the next product.
 __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
     return {{tf32(sign * c[0]), tf32(sign * c[2]), tf32(sign * c[1]), tf32(sign * c[3])}};
@@ -158,6 +177,15 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
     const int j0 = 16 * warp;  // this warp's value columns
     const bool owns_cols = j0 < V;
     float* st = a.state + ((static_cast<int64_t>(a.slots[seq]) * a.n_heads + h) * K) * V;
+    const bool prof = a.prof != nullptr && blockIdx.x == 0 && tid == 0;
+    long long t_prev = prof ? clock64() : 0;
+    auto mark = [&](int phase) {
+        if (prof) {
+            const long long now = clock64();
+            a.prof[phase] += static_cast<unsigned long long>(now - t_prev);
+            t_prev = now;
+        }
+    };
 
     // S^T rows j0 + g (+8), columns d = 8 nd + 2t (+1): S[nd] = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
     float S[16][4];
@@ -165,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
     for (int nd = 0; nd < 16; ++nd) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = dmap(nd, 2 * t + (e & 1));
             S[nd][e] = (j < V && d < K) ? st[static_cast<int64_t>(d) * V + j] : 0.0f;
         }
     }
@@ -173,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
     for (int c0 = row0; c0 < row1; c0 += kC) {
         const int n = min(kC, row1 - c0);
         __syncthreads();  // the previous chunk's readers are done
+        mark(6);
         // 1. stage the chunk (zero-padded rows and columns): 16-byte cp.async when every row is 16-byte aligned
         if constexpr (kVec) {
             for (int e = tid; e < kC * (kD / 4); e += kThreads) {
@@ -181,8 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 const int64_t r = c0 + (row_ok ? i : 0);
                 const bool k_ok = row_ok && d < K, v_ok = row_ok && d < V;
                 const int64_t dk = k_ok ? d : 0, dv = v_ok ? d : 0;
-                cp_async_16(smem_u32(&sm.k[i * kP + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
-                cp_async_16(smem_u32(&sm.q[i * kP + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
+                cp_async_16(smem_u32(&sm.k[i * kPW + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
+                cp_async_16(smem_u32(&sm.q[i * kPW + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
                 cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
                 cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
             }
@@ -200,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 }
                 if (d < V) vv = a.v[r * a.v0 + static_cast<int64_t>(h) * a.v1 + d];
             }
-            sm.k[i * kP + d] = kv;
-            sm.q[i * kP + d] = qv;
+            sm.k[i * kPW + d] = kv;
+            sm.q[i * kPW + d] = qv;
             sm.g[i * kP + d] = gv;
             sm.v[i * kPV + d] = vv;
         }
@@ -210,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
         if (tid < 4) sm.span_bad[tid] = 0;
         if constexpr (kVec) cp_async_wait_all();
         __syncthreads();
+        mark(0);
 
         // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
         {
@@ -236,29 +266,31 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
                 const float gb = G(16 * b), gm = G(16 * b + 8);
-                sm.vec[(kV1 + b) * kD + d] = expf(gb - gm);
-                sm.vec[(kV2 + b) * kD + d] = expf(gm - R[b]);
-                sm.vec[(kEG + b) * kD + d] = expf(gb);
+                sm.vec[(kV1 + b) * kD + d] = fexp(gb - gm);
+                sm.vec[(kV2 + b) * kD + d] = fexp(gm - R[b]);
+                sm.vec[(kEG + b) * kD + d] = fexp(gb);
                 bad[b] = !(gb - R[b] <= kMaxSpan);  // NaN-safe
             }
-            sm.vec[kD02 * kD + d] = expf(g32 - g16);
-            sm.vec[kD03 * kD + d] = expf(g48 - g16);
-            sm.vec[kD13 * kD + d] = expf(g48 - g32);
-            sm.vec[(kKdF + 0) * kD + d] = expf(g63 - g16);
-            sm.vec[(kKdF + 1) * kD + d] = expf(g63 - g32);
-            sm.vec[(kKdF + 2) * kD + d] = expf(g63 - g48);
-            sm.vec[kGn * kD + d] = expf(g63);
+            sm.vec[kD02 * kD + d] = fexp(g32 - g16);
+            sm.vec[kD03 * kD + d] = fexp(g48 - g16);
+            sm.vec[kD13 * kD + d] = fexp(g48 - g32);
+            sm.vec[(kKdF + 0) * kD + d] = fexp(g63 - g16);
+            sm.vec[(kKdF + 1) * kD + d] = fexp(g63 - g32);
+            sm.vec[(kKdF + 2) * kD + d] = fexp(g63 - g48);
+            sm.vec[kGn * kD + d] = fexp(g63);
             sm.vec[(kGr + 0) * kD + d] = G(0);
             sm.vec[(kGr + 1) * kD + d] = g16;
             sm.vec[(kGr + 2) * kD + d] = g32;
             sm.vec[(kGr + 3) * kD + d] = g48;
             sm.vec[(kGr + 4) * kD + d] = g63;
+            sm.vec[kOnes * kD + d] = 1.0f;
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
                 if (__any_sync(0xffffffffu, bad[b]) && lane == 0) sm.span_bad[b] = 1;
             }
         }
         __syncthreads();
+        mark(1);
         const bool any_bad = sm.span_bad[0] | sm.span_bad[1] | sm.span_bad[2] | sm.span_bad[3];
 
         // 2b. diagonal blocks whose decay span is too wide for the factored form: exact, per-element exponentials
@@ -271,33 +303,39 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 float kk = 0.0f, qk = 0.0f;
                 if (ml <= il) {
                     for (int d = 0; d < kD; ++d) {
-                        const float x = expf(sm.g[i * kP + d] - sm.g[m * kP + d]) * sm.k[m * kP + d];
-                        kk = fmaf(sm.k[i * kP + d], x, kk);
-                        qk = fmaf(sm.q[i * kP + d], x, qk);
+                        const float x = expf(sm.g[i * kP + d] - sm.g[m * kP + d]) * sm.k[m * kPW + d];
+                        kk = fmaf(sm.k[i * kPW + d], x, kk);
+                        qk = fmaf(sm.q[i * kPW + d], x, qk);
                     }
                 }
                 sm.l[i * kPL + m] = ml < il ? sm.beta[i] * kk : 0.0f;
-                sm.a[i * kPL + m] = ml <= il ? a.scale * qk : 0.0f;
+                sm.a[i * kPL + m] = ml <= il ? round_tf32(a.scale * qk) : 0.0f;
             }
             __syncthreads();
         }
 
         // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
         //    F over G, Ksc over k, Qsc over q; beta V over v
-        for (int e = tid; e < kC * kD; e += kThreads) {
-            const int i = e >> 7, d = e & (kD - 1), b = i >> 4;
-            const float gi = sm.g[i * kP + d];
-            const float gr = sm.vec[(kGr + b) * kD + d];
-            const float gR = sm.vec[(kGr + b + 1) * kD + d];
-            const float ki = sm.k[i * kP + d];
-            const float ei = expf(gi - gr);
-            sm.k[i * kP + d] = ki * ei;
-            sm.q[i * kP + d] *= a.scale * ei;
-            sm.g[i * kP + d] = ki * expf(gR - gi);
-            sm.v[i * kPV + d] *= sm.beta[i];
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+            const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
+            float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
+            float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
+            float4& gr4 = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
+            float4& vr = *reinterpret_cast<float4*>(&sm.v[i * kPV + d]);
+            const float4 gi = gr4, ki = kr, qi = qr, vi = vr;
+            const float4 gr = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b) * kD + d]);
+            const float4 gR = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b + 1) * kD + d]);
+            const float bs = sm.beta[i], sc = a.scale;
+            const float e0 = fexp(gi.x - gr.x), e1 = fexp(gi.y - gr.y), e2 = fexp(gi.z - gr.z), e3 = fexp(gi.w - gr.w);
+            kr = make_float4(ki.x * e0, ki.y * e1, ki.z * e2, ki.w * e3);
+            qr = make_float4(qi.x * sc * e0, qi.y * sc * e1, qi.z * sc * e2, qi.w * sc * e3);
+            gr4 = make_float4(ki.x * fexp(gR.x - gi.x), ki.y * fexp(gR.y - gi.y), ki.z * fexp(gR.z - gi.z),
+                              ki.w * fexp(gR.w - gi.w));
+            vr = make_float4(vi.x * bs, vi.y * bs, vi.z * bs, vi.w * bs);
         }
         __syncthreads();
 
+        mark(2);
         // 4. L and A on tensor cores: 20 16 x 16 outputs (6 off-diagonal block pairs and 4 diagonal blocks, for each
         //    of L and A) = 40 8-column tiles, 5 per warp; K = 128 (kd_slabs used).
         for (int job = warp; job < 40; job += 8) {
@@ -311,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 bi = bm = pair - 6;
                 if (sm.span_bad[bi]) continue;  // warp-uniform: done exactly in 2b
             }
-            const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kP;
+            const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kPW;
             const float* brow = sm.g + (16 * bm + 8 * half) * kP;
             const float* avec = nullptr;
             const float* bvec = nullptr;
@@ -321,18 +359,21 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
             } else if (bm + 1 < bi) {
                 avec = sm.vec + (bm == 0 ? (bi == 2 ? kD02 : kD03) : kD13) * kD;
             }
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int s = 0; s < kd_slabs; ++s) {
-                const FragA fa = avec ? load_a_scaled(arow + 8 * s, kP, avec + 8 * s, g, t, 1.0f)
-                                      : load_a(arow + 8 * s, kP, g, t);
+            if (avec == nullptr) avec = sm.vec + kOnes * kD;
+            if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
+            // four independent accumulation chains (slab s feeds part[s % 4]) so loads and mma overlap
+            float part[4][4] = {};
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (s >= kd_slabs) continue;
+                const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
                 uint32_t b0, b1;
-                if (bvec) {
-                    load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
-                } else {
-                    load_b_nk(brow + 8 * s, kP, g, t, b0, b1);
-                }
-                mma(acc, fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
+                mma(part[s & 3], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
             }
+            float acc[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
@@ -340,12 +381,13 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 if (which == 0) {
                     sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
                 } else {
-                    sm.a[i * kPL + m] = (m <= i) ? acc[e] : 0.0f;
+                    sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc[e]) : 0.0f;
                 }
             }
         }
         __syncthreads();
 
+        mark(3);
         // 5. T_bb = (I + L_bb)^-1 (warps 0-1: thread per block column); meanwhile the other warps finish the
         //    operands in place: beta K e^G over Ksc, scale Q e^G over Qsc, K e^{G_63 - G} over F.
         if (tid < 64) {
@@ -363,16 +405,26 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
             for (int r = 0; r < 16; ++r) T[r * kPT + c] = x[r];
         } else {
-            for (int e = tid - 64; e < kC * kD; e += kThreads - 64) {
-                const int i = e >> 7, d = e & (kD - 1), b = i >> 4;
-                const float eg = sm.vec[(kEG + b) * kD + d];
-                sm.k[i * kP + d] *= sm.beta[i] * eg;
-                sm.q[i * kP + d] *= eg;
-                if (b < 3) sm.g[i * kP + d] *= sm.vec[(kKdF + b) * kD + d];
+            for (int e = tid - 64; e < kC * (kD / 4); e += kThreads - 64) {
+                const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
+                const float4 eg = *reinterpret_cast<const float4*>(&sm.vec[(kEG + b) * kD + d]);
+                const float bs = sm.beta[i];
+                float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
+                float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
+                float4& fr = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
+                const float4 k4 = kr, q4 = qr, f4 = fr;
+                kr = make_float4(k4.x * bs * eg.x, k4.y * bs * eg.y, k4.z * bs * eg.z, k4.w * bs * eg.w);
+                qr = make_float4(round_tf32(q4.x * eg.x), round_tf32(q4.y * eg.y), round_tf32(q4.z * eg.z),
+                                 round_tf32(q4.w * eg.w));
+                float4 kd = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                if (b < 3) kd = *reinterpret_cast<const float4*>(&sm.vec[(kKdF + b) * kD + d]);
+                fr = make_float4(round_tf32(f4.x * kd.x), round_tf32(f4.y * kd.y), round_tf32(f4.z * kd.z),
+                                 round_tf32(f4.w * kd.w));
             }
         }
         __syncthreads();
 
+        mark(4);
         // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V]: warp w owns W columns and U columns [16 w, 16 w + 16),
         //    block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c), in place.
         {
@@ -383,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
                     float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kP : kPV;
+                    const int pitch = nt < 2 ? kPW : kPV;
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -402,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                         for (int nt = 0; nt < 4; ++nt) {
                             if (!(nt < 2 ? w_on : u_on)) continue;
                             const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                            const int pitch = nt < 2 ? kP : kPV;
+                            const int pitch = nt < 2 ? kPW : kPV;
                             uint32_t b0, b1;
                             load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
                             mma(acc[nt], a0, a1, a2, a3, b0, b1);
@@ -413,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
                     float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kP : kPV;
+                    const int pitch = nt < 2 ? kPW : kPV;
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -429,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                     for (int nt = 0; nt < 4; ++nt) {
                         if (!(nt < 2 ? w_on : u_on)) continue;
                         const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                        const int pitch = nt < 2 ? kP : kPV;
+                        const int pitch = nt < 2 ? kPW : kPV;
                         uint32_t b0, b1;
                         load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
                         mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
@@ -439,17 +491,18 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
                     float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kP : kPV;
+                    const int pitch = nt < 2 ? kPW : kPV;
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
-                        base[i * pitch + col] = x[nt][e];
+                        base[i * pitch + col] = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
                     }
                 }
                 __syncwarp();
             }
         }
         __syncthreads();  // W (all columns) is read by every warp below
+        mark(5);
 
         // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
         //    V'^T (K e^{G_63 - G}).
@@ -464,29 +517,31 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                     vp[ni][e] = sm.v[i * kPV + j];
                 }
             }
+            // slab pairs: one 16-byte load per (row, pair) gives both slabs' B fragments (dmap)
+            const int kd_pairs = (kd_slabs + 1) / 2;
 #pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (s >= kd_slabs) continue;
-                const FragA fa = acc_as_a(S[s], -1.0f);
+            for (int p = 0; p < 8; ++p) {
+                if (p >= kd_pairs) continue;
+                const FragA f0 = acc_as_a(S[2 * p], -1.0f), f1 = acc_as_a(S[2 * p + 1], -1.0f);
 #pragma unroll
                 for (int ni = 0; ni < 8; ++ni) {
                     if (ni >= i_tiles) continue;
-                    uint32_t b0, b1;
-                    load_b_nk(sm.k + (8 * ni) * kP + 8 * s, kP, g, t, b0, b1);
-                    mma(vp[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                    const float4 w = *reinterpret_cast<const float4*>(sm.k + (8 * ni + g) * kPW + 16 * p + 4 * t);
+                    mma(vp[ni], f0.x[0], f0.x[1], f0.x[2], f0.x[3], __float_as_uint(w.x), __float_as_uint(w.y));
+                    mma(vp[ni], f1.x[0], f1.x[1], f1.x[2], f1.x[3], __float_as_uint(w.z), __float_as_uint(w.w));
                 }
             }
             float o[8][4] = {};
 #pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (s >= kd_slabs) continue;
-                const FragA fa = acc_as_a(S[s], 1.0f);
+            for (int p = 0; p < 8; ++p) {
+                if (p >= kd_pairs) continue;
+                const FragA f0 = acc_as_a(S[2 * p], 1.0f), f1 = acc_as_a(S[2 * p + 1], 1.0f);
 #pragma unroll
                 for (int ni = 0; ni < 8; ++ni) {
                     if (ni >= i_tiles) continue;
-                    uint32_t b0, b1;
-                    load_b_nk(sm.q + (8 * ni) * kP + 8 * s, kP, g, t, b0, b1);
-                    mma(o[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                    const float4 w = *reinterpret_cast<const float4*>(sm.q + (8 * ni + g) * kPW + 16 * p + 4 * t);
+                    mma(o[ni], f0.x[0], f0.x[1], f0.x[2], f0.x[3], __float_as_uint(w.x), __float_as_uint(w.y));
+                    mma(o[ni], f1.x[0], f1.x[1], f1.x[2], f1.x[3], __float_as_uint(w.z), __float_as_uint(w.w));
                 }
             }
 #pragma unroll
@@ -497,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 for (int ni = 0; ni < 8; ++ni) {
                     if (ni < ks || ni >= i_tiles) continue;
                     uint32_t b0, b1;
-                    load_b_nk(sm.a + (8 * ni) * kPL + 8 * ks, kPL, g, t, b0, b1);
+                    load_b_nk_raw(sm.a + (8 * ni) * kPL + 8 * ks, kPL, g, t, b0, b1);
                     mma(o[ni], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
                 }
             }
@@ -514,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
             // state
 #pragma unroll
             for (int nd = 0; nd < 16; ++nd) {
-                const float g0 = sm.vec[kGn * kD + 8 * nd + 2 * t], g1 = sm.vec[kGn * kD + 8 * nd + 2 * t + 1];
+                const float g0 = sm.vec[kGn * kD + dmap(nd, 2 * t)], g1 = sm.vec[kGn * kD + dmap(nd, 2 * t + 1)];
                 S[nd][0] *= g0;
                 S[nd][1] *= g1;
                 S[nd][2] *= g0;
@@ -526,10 +581,10 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 const FragA fa = acc_as_a(vp[ks], 1.0f);
 #pragma unroll
                 for (int nd = 0; nd < 16; ++nd) {
-                    if (nd >= kd_slabs) continue;
-                    uint32_t b0, b1;
-                    load_b_kn(sm.g + (8 * ks) * kP + 8 * nd, kP, g, t, b0, b1);
-                    mma(S[nd], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                    if (nd >= 2 * kd_pairs) continue;
+                    // B (k = i, n = g) = Kd[8 ks + 2t (+1)][dmap(nd, g)]
+                    const float* kd = sm.g + (8 * ks + 2 * t) * kP + dmap(nd, g);
+                    mma(S[nd], fa.x[0], fa.x[1], fa.x[2], fa.x[3], __float_as_uint(kd[0]), __float_as_uint(kd[kP]));
                 }
             }
         }
@@ -539,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
     for (int nd = 0; nd < 16; ++nd) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = dmap(nd, 2 * t + (e & 1));
             if (j < V && d < K) st[static_cast<int64_t>(d) * V + j] = S[nd][e];
         }
     }
@@ -575,23 +630,54 @@ void delta_rule_chunk_tc(const kernels::GatedDeltaRuleParams& p, int64_t n_seqs,
                    .n_heads = static_cast<int>(p.q.size(1)),
                    .k_dim = static_cast<int>(p.q.size(2)),
                    .v_dim = static_cast<int>(p.v.size(2)),
-                   .scale = p.scale};
+                   .scale = p.scale,
+                   .prof = nullptr};
     if (n_seqs == 0 || a.n_heads == 0) return;
     // 16-byte rows: every base pointer and row / head stride a multiple of 4 floats, and k_dim, v_dim too
     auto al = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
     const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.g) && a.k_dim % 4 == 0 && a.v_dim % 4 == 0 &&
                      (a.q0 | a.q1 | a.k0 | a.k1 | a.v0 | a.v1 | a.g0 | a.g1) % 4 == 0;
     constexpr size_t kSmem = sizeof(Smem);
+    // Developer profile: PENSTOCK_KDA_TC_PROFILE=1 prints CTA 0's cycles per phase (synchronises the stream).
+    static const bool kProfile = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_TC_PROFILE");
+        return e != nullptr && e[0] == '1';
+    }();
+    constexpr int kPhases = 7;
+    unsigned long long* prof = nullptr;
+    if (kProfile) {
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&prof), kPhases * sizeof(unsigned long long),
+                                            static_cast<cudaStream_t>(stream)));
+        PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long),
+                                            static_cast<cudaStream_t>(stream)));
+    }
+    TcArgs args = a;
+    args.prof = prof;
     auto launch = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-        kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
+        kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(
+            args);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (vec) {
         launch(delta_rule_chunk_tc_kernel<true>);
     } else {
         launch(delta_rule_chunk_tc_kernel<false>);
+    }
+    if (prof != nullptr) {
+        unsigned long long h[kPhases];
+        PENSTOCK_CUDA_CHECK(cudaMemcpyAsync(h, prof, sizeof(h), cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(prof, static_cast<cudaStream_t>(stream)));
+        PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+        const char* names[kPhases] = {"load", "scan", "operands", "L/A", "T/finish", "solve", "state/out"};
+        unsigned long long total = 0;
+        for (unsigned long long x : h) total += x;
+        std::fprintf(stderr, "[kda_tc profile] CTA 0 cycles:");
+        for (int i = 0; i < kPhases; ++i) {
+            std::fprintf(stderr, " %s %llu (%.1f%%)", names[i], h[i], total ? 100.0 * h[i] / total : 0.0);
+        }
+        std::fprintf(stderr, "\n");
     }
 }
 
