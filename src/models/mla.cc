@@ -190,9 +190,16 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     }
 
     const DType act = q.dtype;
-    Tensor acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
-    Tensor acc_lse = scratch_filled(ctx, {n, d.n_heads}, -std::numeric_limits<float>::infinity());
-    Tensor piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim}, act);
+    // One round (every sequence's keys fit the capacity): attention writes attn_out itself, with no merge buffers
+    // (merging one piece into an empty accumulator returns the piece unchanged, so the result is the same).
+    const TensorView out3 = attn_out.reshape({n, d.n_heads, d.v_head_dim});
+    const bool direct = n_rounds == 1 && attn_out.dtype == act;
+    Tensor acc_out, acc_lse, piece_out;
+    if (!direct) {
+        acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
+        acc_lse = scratch_filled(ctx, {n, d.n_heads}, -std::numeric_limits<float>::infinity());
+        piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim}, act);
+    }
     Tensor piece_lse = scratch(ctx, {n, d.n_heads});
     Tensor cu_k_host = Tensor::empty({n_seqs + 1}, DType::kI32);
     Tensor k_pos0_host = Tensor::empty({n_seqs}, DType::kI32);
@@ -247,7 +254,7 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                                    {kvb_row, head_stride, 1});
         expand_scope.reset();
         const kernels::ProfileScope attention_scope(ctx, "attention");
-        kernels::attention({.out = piece_out,
+        kernels::attention({.out = direct ? out3 : piece_out.view(),
                             .lse = piece_lse,
                             .q = q,
                             .k = k,
@@ -265,9 +272,17 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                          : all_visible ? kernels::AttentionMaskKind::kAllVisible
                                                        : kernels::AttentionMaskKind::kGeneral},
                            ctx);
-        kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
+        if (!direct) {
+            kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
+        }
     }
-    kernels::copy({.out = attn_out.reshape({n, d.n_heads, d.v_head_dim}), .in = acc_out}, ctx);
+    if (direct) {
+        if (cu_k_host.ptr<int32_t>()[n_seqs] == 0) {
+            kernels::fill({.out = out3, .value = 0.0f}, ctx);  // no keys at all: the empty accumulator
+        }
+        return;
+    }
+    kernels::copy({.out = out3, .in = acc_out}, ctx);
 }
 
 Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {

@@ -32,6 +32,52 @@ __global__ void copy_raw_kernel(E* out, const E* in, StridedDesc od, StridedDesc
     }
 }
 
+// Copies whose last dim is contiguous on both sides, by rows: up to kMaxDims - 1 outer dims (byte strides; a 0 stride
+// broadcasts), `words` W-byte words per row. Thread per word; the outer index is decomposed once per word in 32-bit
+// arithmetic (the launcher guarantees every count fits).
+struct RowCopyDesc {
+    int n_outer = 0;
+    uint32_t shape[kMaxDims] = {};
+    int64_t ostride[kMaxDims] = {};
+    int64_t istride[kMaxDims] = {};
+    uint32_t words = 0;
+};
+
+template <class W>
+__global__ void copy_rows_kernel(char* out, const char* in, RowCopyDesc d, uint32_t n_words) {
+    for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n_words; idx += gridDim.x * blockDim.x) {
+        uint32_t row = idx / d.words;
+        const uint32_t col = idx - row * d.words;
+        int64_t oo = static_cast<int64_t>(col) * sizeof(W), io = oo;
+        for (int i = d.n_outer - 1; i >= 0; --i) {
+            const uint32_t q = row / d.shape[i];
+            const uint32_t r = row - q * d.shape[i];
+            oo += r * d.ostride[i];
+            io += r * d.istride[i];
+            row = q;
+        }
+        *reinterpret_cast<W*>(out + oo) = *reinterpret_cast<const W*>(in + io);
+    }
+}
+
+// The same walk for a dtype-converting copy, element by element (strides in elements).
+template <class TO, class TI>
+__global__ void copy_rows_convert_kernel(TO* out, const TI* in, RowCopyDesc d, uint32_t n) {
+    for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        uint32_t row = idx / d.words;
+        const uint32_t col = idx - row * d.words;
+        int64_t oo = col, io = col;
+        for (int i = d.n_outer - 1; i >= 0; --i) {
+            const uint32_t q = row / d.shape[i];
+            const uint32_t r = row - q * d.shape[i];
+            oo += r * d.ostride[i];
+            io += r * d.istride[i];
+            row = q;
+        }
+        out[oo] = from_f32<TO>(to_f32(in[io]));
+    }
+}
+
 template <class E>
 __global__ void fill_kernel(E* out, StridedDesc od, E value, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -220,6 +266,45 @@ void copy(const kernels::CopyParams& p, void* stream) {
                 return;
             }
         }
+        // Contiguous last dim on both sides (strided or broadcast outer dims): whole words per thread, the widest
+        // that the row length, both base pointers and every outer stride allow.
+        if (elem > 0 && od.stride[od.ndim - 1] == 1 && id.stride[id.ndim - 1] == 1) {
+            const int64_t row_bytes = od.shape[od.ndim - 1] * static_cast<int64_t>(elem);
+            uint64_t a = reinterpret_cast<uintptr_t>(p.out.data) | reinterpret_cast<uintptr_t>(p.in.data) |
+                         static_cast<uint64_t>(row_bytes);
+            RowCopyDesc rd;
+            rd.n_outer = od.ndim - 1;
+            bool fits = n <= INT32_MAX;
+            for (int i = 0; i < rd.n_outer; ++i) {
+                rd.shape[i] = static_cast<uint32_t>(od.shape[i]);
+                rd.ostride[i] = od.stride[i] * static_cast<int64_t>(elem);
+                rd.istride[i] = id.stride[i] * static_cast<int64_t>(elem);
+                a |= static_cast<uint64_t>(rd.ostride[i]) | static_cast<uint64_t>(rd.istride[i]);
+                fits = fits && od.shape[i] <= INT32_MAX;
+            }
+            if (fits) {
+                auto launch = [&](auto word) {
+                    using W = decltype(word);
+                    rd.words = static_cast<uint32_t>(row_bytes / static_cast<int64_t>(sizeof(W)));
+                    const auto n_words = static_cast<uint32_t>(n * static_cast<int64_t>(elem) / static_cast<int64_t>(sizeof(W)));
+                    copy_rows_kernel<W><<<blocks_for(n_words, kThreads), kThreads, 0, s>>>(
+                        static_cast<char*>(p.out.data), static_cast<const char*>(p.in.data), rd, n_words);
+                };
+                if (a % 16 == 0) {
+                    launch(uint4{});
+                } else if (a % 8 == 0) {
+                    launch(uint2{});
+                } else if (a % 4 == 0) {
+                    launch(uint32_t{});
+                } else if (a % 2 == 0) {
+                    launch(uint16_t{});
+                } else {
+                    launch(uint8_t{});
+                }
+                PENSTOCK_CUDA_LAUNCH_CHECK();
+                return;
+            }
+        }
         switch (dtype_bits(p.out.dtype)) {
             case 8:
                 copy_raw_kernel<uint8_t>
@@ -236,6 +321,23 @@ void copy(const kernels::CopyParams& p, void* stream) {
             default:
                 PENSTOCK_CHECK(false) << "copy: unsupported dtype " << dtype_name(p.out.dtype);
         }
+    } else if (od.stride[od.ndim - 1] == 1 && id.stride[id.ndim - 1] == 1 && n <= INT32_MAX) {
+        RowCopyDesc rd;
+        rd.n_outer = od.ndim - 1;
+        rd.words = static_cast<uint32_t>(od.shape[od.ndim - 1]);
+        for (int i = 0; i < rd.n_outer; ++i) {
+            rd.shape[i] = static_cast<uint32_t>(od.shape[i]);
+            rd.ostride[i] = od.stride[i];
+            rd.istride[i] = id.stride[i];
+        }
+        dispatch_float(p.out.dtype, "copy out", [&](auto to) {
+            dispatch_float(p.in.dtype, "copy in", [&](auto ti) {
+                using TO = decltype(to);
+                using TI = decltype(ti);
+                copy_rows_convert_kernel<TO, TI><<<blocks, kThreads, 0, s>>>(p.out.ptr<TO>(), p.in.ptr<const TI>(), rd,
+                                                                              static_cast<uint32_t>(n));
+            });
+        });
     } else {
         dispatch_float(p.out.dtype, "copy out", [&](auto to) {
             dispatch_float(p.in.dtype, "copy in", [&](auto ti) {
