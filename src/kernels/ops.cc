@@ -38,6 +38,11 @@ void gather_rows(const GatherRowsParams& p, const Context& ctx) { PENSTOCK_DISPA
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(grouped_gemm, p, ctx); }
 void paged_write(const PagedWriteParams& p, const Context& ctx) { PENSTOCK_DISPATCH(paged_write, p, ctx); }
 void paged_gather(const PagedGatherParams& p, const Context& ctx) { PENSTOCK_DISPATCH(paged_gather, p, ctx); }
+void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fp8_act_quant, p, ctx); }
+void fp8_gemm(const Fp8GemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fp8_gemm, p, ctx); }
+void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(fp8_grouped_gemm, p, ctx);
+}
 void embedding(const EmbeddingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(embedding, p, ctx); }
 void rms_norm(const RmsNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rms_norm, p, ctx); }
 void layer_norm(const LayerNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(layer_norm, p, ctx); }

@@ -249,6 +249,50 @@ struct GroupedGemmParams {
     TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
 };
 
+// DeepSeek-style block-scaled FP8 (kernels/ref/fp8.cc; CUDA: kernels/cuda/fp8_gemm.h). Block size 128 along k for
+// activations (one scale per token per 128 columns) and 128 x 128 for weights (the checkpoints' `weight_scale_inv`).
+// Scales are multipliers: value = e4m3_to_float(q) * scale.
+inline constexpr int64_t kFp8Block = 128;
+
+// Per-token, per-128-column activation quantisation, DeepSeek-V3's inference `act_quant` (kernel.py):
+//   for row r and group g (columns [128 g, min(128 g + 128, k))), in fp32 with IEEE division (round to nearest):
+//     amax = max(max_j |x[r, j]|, 1e-4)            (the 1e-4 floor keeps all-zero groups finite)
+//     s    = amax / 448
+//     out[r, j] = e4m3(x[r, j] / s)                 (penstock::float_to_e4m3: torch's .to(torch.float8_e4m3fn))
+//     scale[r, g] = s
+// bf16 input is widened to f32 exactly first. k need not be a multiple of 128 (the last group is shorter).
+// `scale` may be strided on both dims: [m, kb] row major, or the transposed layout (stride(0) == 1,
+// stride(1) == m) that the cuBLASLt FP8 GEMM wants for its activation scales (Fp8GemmParams::a_scale).
+struct Fp8ActQuantParams {
+    TensorView out;    // [m, k] f8e4m3, rows may be strided
+    TensorView scale;  // [m, ceil(k / 128)] f32, strided on dims 0 and 1
+    TensorView in;     // [m, k] f32 or bf16, rows may be strided
+};
+
+// Block-scaled FP8 GEMM (a torch Linear with a DeepSeek FP8 weight on quantised activations):
+//   out[i, j] = sum_kb (a_scale[i, kb] * b_scale[j / 128, kb]) * sum_{k in block kb} e4m3(a[i, k]) * e4m3(b[j, k])
+// fp32 accumulation; bf16 out rounded once. The reference dequantises both operands per block to f32 and runs an
+// fp32 GEMM (the same sum up to fp32 reassociation). k > 0.
+struct Fp8GemmParams {
+    TensorView out;      // [m, n] f32 or bf16, rows may be strided
+    TensorView a;        // [m, k] f8e4m3, rows may be strided
+    TensorView a_scale;  // [m, ceil(k / 128)] f32, strided on dims 0 and 1 (see Fp8ActQuantParams::scale)
+    TensorView b;        // [n, k] f8e4m3 (torch Linear weight), rows may be strided
+    TensorView b_scale;  // [ceil(n / 128), ceil(k / 128)] f32 (weight_scale_inv), rows may be strided
+};
+
+// The MoE form of Fp8GemmParams, with GroupedGemmParams' row groups: rows [offsets[g], offsets[g+1]) of out are
+// the same rows of a (and a_scale) times expert g's weight b[g] with its scales b_scale[g]. Rows at or past
+// offsets[n_groups] are left untouched.
+struct Fp8GroupedGemmParams {
+    TensorView out;      // [n_rows, n] f32 or bf16, rows may be strided
+    TensorView a;        // [n_rows, k] f8e4m3, rows may be strided
+    TensorView a_scale;  // [n_rows, ceil(k / 128)] f32, strided on dims 0 and 1
+    TensorView b;        // [n_groups, n, k] f8e4m3, contiguous
+    TensorView b_scale;  // [n_groups, ceil(n / 128), ceil(k / 128)] f32, contiguous
+    TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
+};
+
 // Paged row cache write: for sequence s, rows [cu_rows[s], cu_rows[s+1]) go to positions pos0[s], pos0[s] + 1, ...
 // of that sequence; position p lives in page page_table[s, p / page_size], slot p % page_size.
 struct PagedWriteParams {
@@ -276,6 +320,9 @@ void gather_rows(const GatherRowsParams& p, const Context& ctx);
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx);
 void paged_write(const PagedWriteParams& p, const Context& ctx);
 void paged_gather(const PagedGatherParams& p, const Context& ctx);
+void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx);
+void fp8_gemm(const Fp8GemmParams& p, const Context& ctx);
+void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx);
 
 void embedding(const EmbeddingParams& p, const Context& ctx);
 void rms_norm(const RmsNormParams& p, const Context& ctx);

@@ -47,6 +47,8 @@ void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 //    the device, no sync; grouped_gemm.h); the rest read the offsets back to the host (copy + stream sync).
 //  - attention: q, k, v, out one dtype; d_qk <= 576, d_v <= 512. The bf16 MLA absorbed form (n_kv_heads 1, d_qk 576,
 //    v = k[..., :512], aligned rows: mla_tc.h) runs on tensor cores; everything else on the CUDA-core kernel.
+//  - fp8_act_quant, fp8_gemm, fp8_grouped_gemm: kernels/cuda/fp8_gemm.h (cuBLASLt block scaling for dense calls,
+//    a wgmma kernel with device offsets for grouped ones, CUDA-core fallbacks for the rest).
 //  - moe_routing: logits f32 or bf16; n_group <= 64, n_experts such that 4 warps' scores fit 48 KiB (<= ~1500).
 //  - moe_align / moe_unpermute take stream-ordered scratch (cudaMallocAsync). TODO(#7): from the Workspace.
 void transfer(const kernels::TransferParams& p, void* stream);  // cudaMemcpyAsync, any direction
@@ -57,6 +59,9 @@ void gather_rows(const kernels::GatherRowsParams& p, void* stream);
 void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
 void paged_write(const kernels::PagedWriteParams& p, void* stream);
 void paged_gather(const kernels::PagedGatherParams& p, void* stream);
+void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream);
+void fp8_gemm(const kernels::Fp8GemmParams& p, void* stream);
+void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, void* stream);
 void embedding(const kernels::EmbeddingParams& p, void* stream);
 void layer_norm(const kernels::LayerNormParams& p, void* stream);
 void rope(const kernels::RopeParams& p, void* stream);

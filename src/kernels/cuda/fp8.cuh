@@ -1,6 +1,6 @@
 // float -> float8_e4m3fn on the GPU, bit-exact with penstock::float_to_e4m3 (core/dtype.h, PyTorch's
 // Tensor.to(torch.float8_e4m3fn)): round to nearest even on the e4m3 grid; |x| > 464, +-inf and NaN give the signed
-// NaN pattern 0x7f / 0xff. Not the hardware cvt.rn.satfinite.e4m3x2 (which saturates to 448). Integer arithmetic
+// NaN pattern 0x7f / 0xff (and the exact inverse, e4m3_to_f32_exact). Not the hardware cvt.rn.satfinite.e4m3x2 (which saturates to 448). Integer arithmetic
 // only, so the result does not depend on -ftz / fast-math. Host-callable too (tests check it against core).
 #pragma once
 
@@ -39,6 +39,33 @@ PENSTOCK_HOST_DEVICE uint8_t e4m3_from_f32_bits(uint32_t bits) {
     const uint32_t half = 1u << (shift - 1u);
     const uint32_t up = (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
     return static_cast<uint8_t>(sign | (q + up));
+}
+
+// float8_e4m3fn -> float, exact (penstock::e4m3_to_float): S.EEEE.MMM, bias 7, subnormals at exponent 0, and
+// S.1111.111 is NaN (there is no infinity).
+PENSTOCK_HOST_DEVICE float e4m3_to_f32_exact(uint8_t v) {
+    const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+    const uint32_t exp = (v >> 3) & 0xfu;
+    const uint32_t man = v & 0x7u;
+    uint32_t bits;
+    if ((v & 0x7fu) == 0x7fu) {
+        bits = sign | 0x7fc00000u;
+    } else if (exp == 0) {
+        // man * 2^-9: exact in f32 (man < 8), built from its own normal pattern.
+        if (man == 0) {
+            bits = sign;
+        } else {
+            const uint32_t lz = man >= 4 ? 0u : (man >= 2 ? 1u : 2u);  // leading zeros in the 3-bit mantissa
+            const uint32_t e = 127u - 9u + 2u - lz;                    // value = 1.f * 2^(2 - lz - 9)
+            const uint32_t f = (man << (lz + 1u)) & 0x7u;              // drop the leading one
+            bits = sign | (e << 23) | (f << 20);
+        }
+    } else {
+        bits = sign | ((exp + 120u) << 23) | (man << 20);
+    }
+    float out;
+    __builtin_memcpy(&out, &bits, sizeof(out));
+    return out;
 }
 
 #if defined(__CUDACC__)

@@ -1,0 +1,132 @@
+// fp8_act_quant on the GPU (kernels/ops.h Fp8ActQuantParams): DeepSeek-V3's per-token, per-128-column quantiser,
+// bit-exact with ref::fp8_act_quant. Parallel mapping: one warp per (row, 128-column group), warp index
+// w = row * kb + group over [0, m * kb); lane l holds columns 4 l .. 4 l + 3 of the group (one 8- or 16-byte load and
+// one 4-byte store when rows are aligned and k % 4 == 0, else 4 strided scalar accesses). Numerics: amax by a warp
+// max (exact, order-free), s = amax / 448 and x / s by __fdiv_rn (IEEE round to nearest, independent of fast-math
+// flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+using kernels::kFp8Block;
+
+struct QuantArgs {
+    uint8_t* out;
+    float* scale;
+    const void* in;
+    int64_t m, k, kb, ld_in, ld_out, ss_row, ss_col;
+};
+
+template <class In, bool kVec>
+__global__ void fp8_act_quant_kernel(QuantArgs p) {
+    const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;  // range [0, m * kb)
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    if (w >= p.m * p.kb) return;  // uniform across the warp
+    const int64_t r = w / p.kb;
+    const int64_t gi = w - r * p.kb;
+    const In* in = static_cast<const In*>(p.in) + r * p.ld_in;
+    uint8_t* out = p.out + r * p.ld_out;
+    float v[4];
+    if constexpr (kVec) {
+        const int64_t c = gi * kFp8Block + 4 * lane;
+        if (c < p.k) {
+            const Pack<In, 4> x = *reinterpret_cast<const Pack<In, 4>*>(in + c);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = to_f32(x.v[j]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t c = gi * kFp8Block + lane + 32 * j;
+            v[j] = c < p.k ? to_f32(in[c]) : 0.0f;
+        }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    amax = fmaxf(warp_reduce_max(amax), 1e-4f);
+    const float s = __fdiv_rn(amax, 448.0f);
+    uint8_t q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = e4m3_from_f32_bits(__float_as_uint(__fdiv_rn(v[j], s)));
+    if constexpr (kVec) {
+        const int64_t c = gi * kFp8Block + 4 * lane;
+        if (c < p.k) {
+            *reinterpret_cast<uint32_t*>(out + c) = static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 8) |
+                                                    (static_cast<uint32_t>(q[2]) << 16) |
+                                                    (static_cast<uint32_t>(q[3]) << 24);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t c = gi * kFp8Block + lane + 32 * j;
+            if (c < p.k) out[c] = q[j];
+        }
+    }
+    if (lane == 0) p.scale[r * p.ss_row + gi * p.ss_col] = s;
+}
+
+void check_2d(const TensorView& v, int64_t rows, int64_t cols, const char* name) {
+    check_on_gpu(v, "fp8_act_quant", name);
+    PENSTOCK_CHECK(v.ndim == 2 && v.size(0) == rows && v.size(1) == cols)
+        << "fp8_act_quant: " << name << " " << v.shape_string() << ", expected [" << rows << ", " << cols << "]";
+}
+
+}  // namespace
+
+void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << "fp8_act_quant: in " << p.in.shape_string();
+    const int64_t m = p.in.size(0), k = p.in.size(1), kb = (k + kFp8Block - 1) / kFp8Block;
+    check_2d(p.in, m, k, "in");
+    check_2d(p.out, m, k, "out");
+    check_2d(p.scale, m, kb, "scale");
+    PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
+        << "fp8_act_quant: in must be f32 or bf16, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << "fp8_act_quant: out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    PENSTOCK_CHECK(p.scale.dtype == DType::kF32) << "fp8_act_quant: scale must be f32, got " << dtype_name(p.scale.dtype);
+    PENSTOCK_CHECK((p.in.stride(1) == 1 || k <= 1) && (p.out.stride(1) == 1 || k <= 1))
+        << "fp8_act_quant: last dims must be contiguous";
+    if (m == 0 || k == 0) return;
+    QuantArgs a{};
+    a.out = p.out.ptr<uint8_t>();
+    a.scale = p.scale.ptr<float>();
+    a.in = p.in.data;
+    a.m = m;
+    a.k = k;
+    a.kb = kb;
+    a.ld_in = m > 1 ? p.in.stride(0) : k;
+    a.ld_out = m > 1 ? p.out.stride(0) : k;
+    a.ss_row = p.scale.stride(0);
+    a.ss_col = p.scale.stride(1);
+    const int64_t in_bytes = p.in.dtype == DType::kF32 ? 4 : 2;
+    const auto addr = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr); };
+    const bool vec = k % 4 == 0 && addr(p.in.data) % static_cast<uintptr_t>(4 * in_bytes) == 0 &&
+                     (a.ld_in * in_bytes) % (4 * in_bytes) == 0 && addr(p.out.data) % 4 == 0 && a.ld_out % 4 == 0;
+    constexpr int kThreads = 256;
+    PENSTOCK_CHECK_LE(m * kb, (int64_t{1} << 31) - 1) << "fp8_act_quant: m * ceil(k / 128) warps, m " << m << " k " << k;
+    const auto blocks = static_cast<unsigned>((m * kb * 32 + kThreads - 1) / kThreads);
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.in.dtype, "fp8_act_quant", [&](auto tag) {
+        using In = decltype(tag);
+        if (vec) {
+            fp8_act_quant_kernel<In, true><<<blocks, kThreads, 0, s>>>(a);
+        } else {
+            fp8_act_quant_kernel<In, false><<<blocks, kThreads, 0, s>>>(a);
+        }
+    });
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda

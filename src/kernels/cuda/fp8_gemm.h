@@ -1,0 +1,42 @@
+// Block-scaled FP8 GEMMs on the CUDA backend (kernels/ops.h Fp8GemmParams / Fp8GroupedGemmParams; docs/design/kernels.md
+// "FP8 GEMM"). Three implementations behind one variant switch, each tested against ref::fp8_gemm:
+//  - kCublasLt (dense only): cublasLtMatmul with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weight and
+//    VEC128_32F on the activations (cuBLAS 12.9+, Hopper only). Needs: an sm_90 device; k and n multiples of 16; rows
+//    of a / b 16-byte aligned (row strides multiples of 16); out rows 16-byte aligned; a_scale in the transposed
+//    layout (stride(0) == 1, stride(1) == m: what fp8_act_quant writes into a [kb, m] buffer viewed as [m, kb]);
+//    b_scale rows contiguous with a row stride that is a multiple of 4 floats (16 bytes; the checkpoint's
+//    [nb, kb] layout whenever kb % 4 == 0); and cuBLASLt's heuristic must offer an algorithm.
+//  - kWgmma: Penstock's kernel (fp8_grouped_gemm.cu): persistent grid, offsets read on the device (no host sync,
+//    graph capturable), CTA tile 128 x 128 x 128, e4m3 wgmma m64n128k32, each 128-wide k block accumulated in its
+//    own registers and promoted into f32 accumulators with a_scale[row, kb] * b_scale[n / 128, kb] (DeepSeek-V3's
+//    recipe). Needs: sm_90; k % 16 == 0; n % 8 == 0; 16-byte aligned a / b rows; out rows 8-byte (f32) / 4-byte
+//    (bf16) aligned with even row strides; n_groups <= 4096.
+//  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
+// kAuto: dense -> kCublasLt, else kWgmma, else kCudaCore; grouped -> kWgmma, else kCudaCore.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace penstock::cuda {
+
+enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kCudaCore };
+
+const char* fp8_gemm_variant_name(Fp8GemmVariant v);
+
+// Runs `p` with variant `v` on `stream`. Returns false, with nothing enqueued, when that variant cannot take the
+// call (its layout / device conditions above, or cuBLASLt's heuristic has no algorithm); kAuto and kCudaCore always
+// run. Shapes and dtypes are checked first (a bad call aborts with the shapes, whatever the variant).
+[[nodiscard]] bool fp8_gemm_variant(const kernels::Fp8GemmParams& p, Fp8GemmVariant v, void* stream);
+// The same for the grouped form (kCublasLt: false, not offered for groups).
+[[nodiscard]] bool fp8_grouped_gemm_variant(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream);
+
+// The kernels' common form (fp8_gemm.cu, fp8_grouped_gemm.cu): a grouped call whose `offsets.data == nullptr`
+// means one group of all rows (the dense GEMM), and whose b [G, n, k] / b_scale [G, nb, kb] may be strided on dims
+// 0 and 1 (last dim contiguous). Validated by the callers above.
+bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
+void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);
+void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream);
+
+}  // namespace penstock::cuda

@@ -1,0 +1,146 @@
+// Reference block-scaled FP8 ops (kernels/ops.h: Fp8ActQuantParams, Fp8GemmParams, Fp8GroupedGemmParams): the
+// DeepSeek-V3 activation quantiser, and GEMMs that dequantise both operands per block to f32 (value = e4m3 * scale)
+// and run the f32 reference GEMM (OpenBLAS sgemm, fp32 accumulation). Host tensors only.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "kernels/ref/ref_ops.h"
+
+namespace penstock::ref {
+
+namespace {
+
+using kernels::kFp8Block;
+
+int64_t blocks_of(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
+void check_2d(const TensorView& v, int64_t rows, int64_t cols, const char* op, const char* name) {
+    PENSTOCK_CHECK(v.device == Device::kCPU) << op << ": " << name << " must be a host tensor";
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << op << ": " << name << " " << v.shape_string();
+    PENSTOCK_CHECK(v.size(0) == rows && v.size(1) == cols)
+        << op << ": " << name << " " << v.shape_string() << ", expected [" << rows << ", " << cols << "]";
+}
+
+void check_rows(const TensorView& v, const char* op, const char* name) {
+    PENSTOCK_CHECK(v.stride(1) == 1 || v.size(1) <= 1) << op << ": " << name << " last dim must be contiguous";
+}
+
+// e4m3 [rows, cols] (row strided) times per-block scales -> a new contiguous f32 [rows, cols].
+// scale(r, c) is the multiplier of element (r, c).
+template <class ScaleAt>
+Tensor dequantize(const TensorView& q, ScaleAt&& scale_at) {
+    const int64_t rows = q.size(0), cols = q.size(1);
+    Tensor out = Tensor::empty({rows, cols}, DType::kF32);
+    float lut[256];
+    for (int i = 0; i < 256; ++i) lut[i] = e4m3_to_float(static_cast<uint8_t>(i));
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* src = q.at<const uint8_t>({r});
+        float* dst = out.ptr<float>() + r * cols;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = lut[src[c]] * scale_at(r, c);
+    }
+    return out;
+}
+
+void check_fp8_gemm(const TensorView& out, const TensorView& a, const TensorView& a_scale, const TensorView& b,
+                    int64_t n_rows, int64_t n, int64_t k, const char* op) {
+    check_2d(a, n_rows, k, op, "a");
+    check_rows(a, op, "a");
+    PENSTOCK_CHECK(a.dtype == DType::kF8E4M3) << op << ": a must be f8e4m3, got " << dtype_name(a.dtype);
+    PENSTOCK_CHECK(b.dtype == DType::kF8E4M3) << op << ": b must be f8e4m3, got " << dtype_name(b.dtype);
+    check_2d(a_scale, n_rows, blocks_of(k), op, "a_scale");
+    PENSTOCK_CHECK(a_scale.dtype == DType::kF32) << op << ": a_scale must be f32";
+    check_2d(out, n_rows, n, op, "out");
+    check_rows(out, op, "out");
+    PENSTOCK_CHECK(out.dtype == DType::kF32) << op << ": the reference writes f32 out, got " << dtype_name(out.dtype);
+    PENSTOCK_CHECK_GT(k, 0) << op << ": k";
+}
+
+// out[rows] = dequant(a rows) @ dequant(b)^T through ref::gemm.
+void dequant_gemm(const TensorView& out, const TensorView& a, const TensorView& a_scale, const TensorView& b,
+                  const TensorView& b_scale) {
+    const Tensor a_f = dequantize(a, [&](int64_t r, int64_t c) { return *a_scale.at<const float>({r, c / kFp8Block}); });
+    const Tensor b_f =
+        dequantize(b, [&](int64_t r, int64_t c) { return *b_scale.at<const float>({r / kFp8Block, c / kFp8Block}); });
+    gemm({.out = out, .a = a_f, .b = b_f, .trans_b = true, .alpha = 1.0f, .beta = 0.0f}, nullptr);
+}
+
+}  // namespace
+
+void fp8_act_quant(const kernels::Fp8ActQuantParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_act_quant";
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << op << ": in " << p.in.shape_string();
+    const int64_t m = p.in.size(0), k = p.in.size(1);
+    check_2d(p.in, m, k, op, "in");
+    check_rows(p.in, op, "in");
+    check_2d(p.out, m, k, op, "out");
+    check_rows(p.out, op, "out");
+    check_2d(p.scale, m, blocks_of(k), op, "scale");
+    PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
+        << op << ": in must be f32 or bf16, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    PENSTOCK_CHECK(p.scale.dtype == DType::kF32) << op << ": scale must be f32, got " << dtype_name(p.scale.dtype);
+    std::vector<float> x(static_cast<size_t>(kFp8Block));
+    for (int64_t r = 0; r < m; ++r) {
+        for (int64_t g = 0; g < blocks_of(k); ++g) {
+            const int64_t c0 = g * kFp8Block, c1 = std::min(k, c0 + kFp8Block);
+            float amax = 0.0f;
+            for (int64_t c = c0; c < c1; ++c) {
+                const float v = p.in.dtype == DType::kF32 ? *p.in.at<const float>({r, c})
+                                                          : bf16_to_float(*p.in.at<const uint16_t>({r, c}));
+                x[static_cast<size_t>(c - c0)] = v;
+                amax = std::max(amax, std::fabs(v));  // NaN inputs are ignored by the max (fmax semantics)
+            }
+            amax = std::max(amax, 1e-4f);
+            const float s = amax / 448.0f;
+            for (int64_t c = c0; c < c1; ++c) {
+                *p.out.at<uint8_t>({r, c}) = float_to_e4m3(x[static_cast<size_t>(c - c0)] / s);
+            }
+            *p.scale.at<float>({r, g}) = s;
+        }
+    }
+}
+
+void fp8_gemm(const kernels::Fp8GemmParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_gemm";
+    PENSTOCK_CHECK_EQ(p.a.ndim, 2) << op << ": a " << p.a.shape_string();
+    PENSTOCK_CHECK_EQ(p.b.ndim, 2) << op << ": b " << p.b.shape_string();
+    const int64_t m = p.a.size(0), k = p.a.size(1), n = p.b.size(0);
+    check_fp8_gemm(p.out, p.a, p.a_scale, p.b, m, n, k, op);
+    check_2d(p.b, n, k, op, "b");
+    check_rows(p.b, op, "b");
+    check_2d(p.b_scale, blocks_of(n), blocks_of(k), op, "b_scale");
+    PENSTOCK_CHECK(p.b_scale.dtype == DType::kF32) << op << ": b_scale must be f32";
+    if (m == 0 || n == 0) return;
+    dequant_gemm(p.out, p.a, p.a_scale, p.b, p.b_scale);
+}
+
+void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_grouped_gemm";
+    PENSTOCK_CHECK_EQ(p.b.ndim, 3) << op << ": b " << p.b.shape_string();
+    PENSTOCK_CHECK(p.b.is_contiguous()) << op << ": b must be contiguous";
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    PENSTOCK_CHECK_EQ(p.a.ndim, 2) << op << ": a " << p.a.shape_string();
+    check_fp8_gemm(p.out, p.a, p.a_scale, p.b, n_rows, n, k, op);
+    PENSTOCK_CHECK(p.b_scale.ndim == 3 && p.b_scale.size(0) == n_groups && p.b_scale.size(1) == blocks_of(n) &&
+                   p.b_scale.size(2) == blocks_of(k) && p.b_scale.is_contiguous() && p.b_scale.dtype == DType::kF32)
+        << op << ": b_scale " << p.b_scale.shape_string() << ", expected contiguous f32 [" << n_groups << ", "
+        << blocks_of(n) << ", " << blocks_of(k) << "]";
+    PENSTOCK_CHECK(p.offsets.dtype == DType::kI32 && p.offsets.ndim == 1 && p.offsets.numel() == n_groups + 1)
+        << op << ": offsets " << p.offsets.shape_string() << ", expected [" << n_groups + 1 << "] i32";
+    const int32_t* off = p.offsets.ptr<const int32_t>();
+    PENSTOCK_CHECK_EQ(off[0], 0) << op << ": offsets[0]";
+    PENSTOCK_CHECK_LE(static_cast<int64_t>(off[n_groups]), n_rows) << op << ": offsets[n_groups] past the rows";
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t r0 = off[g], r1 = off[g + 1];
+        PENSTOCK_CHECK_LE(r0, r1) << op << ": offsets decrease at group " << g;
+        if (r0 == r1 || n == 0) continue;
+        dequant_gemm(p.out.slice(0, r0, r1), p.a.slice(0, r0, r1), p.a_scale.slice(0, r0, r1), p.b.select(0, g),
+                     p.b_scale.select(0, g));
+    }
+}
+
+}  // namespace penstock::ref
