@@ -1,0 +1,182 @@
+// CPU reference of the block-scaled FP8 ops (kernels/ref/fp8.cc) against definitions written here: the activation
+// quantiser's formula (scale = max(amax, 1e-4) / 448, out = e4m3(x / scale)), hand-computed values, the group
+// maximum landing exactly on +-448, bf16 input, the transposed scale layout, ragged k; fp8_gemm / fp8_grouped_gemm
+// against a double-precision sum over the dequantised blocks, empty and 1-row groups, rows past offsets[n_groups]
+// untouched. Seeds are fixed and printed on failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ref/ref_ops.h"
+#include "ref_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+using kernels::kFp8Block;
+
+int64_t blocks_of(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
+Tensor f8_tensor(const std::vector<uint8_t>& bytes, const Shape& shape) {
+    Tensor t = Tensor::empty(shape, DType::kF8E4M3);
+    PENSTOCK_CHECK_EQ(t.numel(), static_cast<int64_t>(bytes.size()));
+    std::memcpy(t.ptr<uint8_t>(), bytes.data(), bytes.size());
+    return t;
+}
+
+TEST(RefFp8ActQuantTest, HandComputedValues) {
+    // Group max 2 -> s = 2 / 448; x / s = 224 x: 1 -> 224, -2 -> -448, 0.5 -> 112, 0.001 -> 0.224 = 1.792 * 2^-3,
+    // which rounds to 1.75 * 2^-3 = 0.21875 on e4m3's 3-bit mantissa.
+    std::vector<float> x(130, 0.0f);
+    x[0] = 1.0f;
+    x[1] = -2.0f;
+    x[2] = 0.5f;
+    x[3] = 0.001f;
+    x[128] = 3e-5f;  // second group (2 columns): amax below the 1e-4 floor -> s = 1e-4 / 448
+    Tensor in = Tensor::from_f32({1, 130}, x);
+    Tensor out = Tensor::empty({1, 130}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({1, 2}, DType::kF32);
+    ref::fp8_act_quant({.out = out, .scale = scale, .in = in}, nullptr);
+    EXPECT_EQ(scale.ptr<float>()[0], 2.0f / 448.0f);
+    EXPECT_EQ(scale.ptr<float>()[1], 1e-4f / 448.0f);
+    const uint8_t* q = out.ptr<uint8_t>();
+    EXPECT_EQ(e4m3_to_float(q[0]), 224.0f);
+    EXPECT_EQ(e4m3_to_float(q[1]), -448.0f);
+    EXPECT_EQ(e4m3_to_float(q[2]), 112.0f);
+    EXPECT_EQ(q[3], float_to_e4m3(0.001f / (2.0f / 448.0f)));
+    EXPECT_EQ(e4m3_to_float(q[3]), 0.21875f);
+    for (int c = 4; c < 128; ++c) EXPECT_EQ(q[c], 0) << c;
+    EXPECT_EQ(q[128], float_to_e4m3(3e-5f / (1e-4f / 448.0f)));  // 134.4 -> 128 (e4m3 step 16 in [128, 256))
+    EXPECT_EQ(e4m3_to_float(q[128]), 128.0f);
+    EXPECT_EQ(q[129], 0);
+}
+
+TEST(RefFp8ActQuantTest, FormulaLayoutsAndBf16) {
+    const uint32_t seed = 801;
+    PENSTOCK_SEEDED(seed);
+    std::mt19937 rng(seed);
+    for (const auto& [m, k] : {std::pair<int64_t, int64_t>{1, 128}, {5, 200}, {3, 7168}, {4, 1}}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k);
+        std::vector<float> x = random_floats(rng, m * k, -3.0f, 3.0f);
+        for (float& v : x) v = bf16_to_float(float_to_bf16(v));  // bf16-representable: both inputs are equal
+        if (m > 1) std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);  // an all-zero row
+        const int64_t kb = blocks_of(k);
+        Tensor in = Tensor::from_f32({m, k}, x);
+        Tensor in_bf16 = Tensor::empty({m, k}, DType::kBF16);
+        for (int64_t i = 0; i < m * k; ++i) in_bf16.ptr<uint16_t>()[i] = float_to_bf16(x[static_cast<size_t>(i)]);
+        Tensor out = Tensor::empty({m, k}, DType::kF8E4M3);
+        Tensor out2 = Tensor::empty({m, k}, DType::kF8E4M3);
+        Tensor scale = Tensor::empty({m, kb}, DType::kF32);
+        Tensor scale_t = Tensor::empty({kb, m}, DType::kF32);  // the cuBLASLt layout, viewed as [m, kb]
+        ref::fp8_act_quant({.out = out, .scale = scale, .in = in}, nullptr);
+        ref::fp8_act_quant({.out = out2, .scale = scale_t.view().as_strided(0, {m, kb}, {1, m}), .in = in_bf16},
+                           nullptr);
+        for (int64_t r = 0; r < m; ++r) {
+            for (int64_t g = 0; g < kb; ++g) {
+                const int64_t c0 = g * kFp8Block, c1 = std::min(k, c0 + kFp8Block);
+                float amax = 0.0f;
+                for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * k + c)]));
+                const float s = std::max(amax, 1e-4f) / 448.0f;
+                ASSERT_EQ(scale.ptr<float>()[r * kb + g], s) << "row " << r << " group " << g;
+                ASSERT_EQ(scale_t.ptr<float>()[g * m + r], s) << "transposed layout, row " << r << " group " << g;
+                bool hit_max = amax < 1e-4f;
+                for (int64_t c = c0; c < c1; ++c) {
+                    const float v = x[static_cast<size_t>(r * k + c)];
+                    const uint8_t q = out.ptr<uint8_t>()[r * k + c];
+                    ASSERT_EQ(q, float_to_e4m3(v / s)) << "row " << r << " col " << c;
+                    ASSERT_EQ(q, out2.ptr<uint8_t>()[r * k + c]) << "bf16 input, row " << r << " col " << c;
+                    // Dequantised error: half an e4m3 step (2^-4 relative) or half the subnormal step (2^-10 s).
+                    ASSERT_LE(std::fabs(e4m3_to_float(q) * s - v), std::max(std::fabs(v) / 16, s / 1024) * 1.0001f);
+                    if (std::fabs(e4m3_to_float(q)) == 448.0f) hit_max = true;
+                }
+                EXPECT_TRUE(hit_max) << "the group maximum maps to +-448 (row " << r << " group " << g << ")";
+            }
+        }
+    }
+}
+
+// sum over k of dequantised a * b in double.
+double dot_dequant(const Tensor& a, const Tensor& a_scale, int64_t r, const Tensor& b, const Tensor& b_scale,
+                   int64_t b_off, int64_t bs_off, int64_t j, int64_t k) {
+    const int64_t kb = blocks_of(k);
+    double acc = 0.0;
+    for (int64_t c = 0; c < k; ++c) {
+        const double av = e4m3_to_float(a.ptr<uint8_t>()[r * k + c]) * a_scale.ptr<float>()[r * kb + c / kFp8Block];
+        const double bv = e4m3_to_float(b.ptr<uint8_t>()[b_off + j * k + c]) *
+                          b_scale.ptr<float>()[bs_off + (j / kFp8Block) * kb + c / kFp8Block];
+        acc += av * bv;
+    }
+    return acc;
+}
+
+// e4m3 bytes of values in [-448, 448] (no NaN).
+std::vector<uint8_t> random_e4m3(std::mt19937& rng, int64_t n) {
+    const std::vector<float> v = random_floats(rng, n, -448.0f, 448.0f);
+    std::vector<uint8_t> q(v.size());
+    for (size_t i = 0; i < v.size(); ++i) q[i] = float_to_e4m3(v[i]);
+    return q;
+}
+
+std::vector<float> random_scales(std::mt19937& rng, int64_t n, int64_t k) {
+    // Dequantised magnitudes ~ 1 / sqrt(k), so sums over k stay O(1) and kF32Gemm applies.
+    const float base = 1.0f / (448.0f * std::sqrt(static_cast<float>(k)));
+    return random_floats(rng, n, 0.5f * base, 1.5f * base);
+}
+
+TEST(RefFp8GemmTest, MatchesDoubleSumOverDequantisedBlocks) {
+    const uint32_t seed = 802;
+    PENSTOCK_SEEDED(seed);
+    std::mt19937 rng(seed);
+    struct G {
+        int64_t m, n, k;
+    };
+    for (const G g : {G{1, 1, 1}, G{3, 130, 128}, G{7, 200, 200}, G{9, 128, 300}}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << g.m << " n=" << g.n << " k=" << g.k);
+        const int64_t kb = blocks_of(g.k), nb = blocks_of(g.n);
+        const Tensor a = f8_tensor(random_e4m3(rng, g.m * g.k), {g.m, g.k});
+        const Tensor a_scale = Tensor::from_f32({g.m, kb}, random_floats(rng, g.m * kb, 0.5f / 448, 1.5f / 448));
+        const Tensor b = f8_tensor(random_e4m3(rng, g.n * g.k), {g.n, g.k});
+        const Tensor b_scale = Tensor::from_f32({nb, kb}, random_scales(rng, nb * kb, g.k));
+        Tensor out = Tensor::empty({g.m, g.n}, DType::kF32);
+        ref::fp8_gemm({.out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale}, nullptr);
+        std::vector<double> expect;
+        for (int64_t r = 0; r < g.m; ++r)
+            for (int64_t j = 0; j < g.n; ++j) expect.push_back(dot_dequant(a, a_scale, r, b, b_scale, 0, 0, j, g.k));
+        EXPECT_TRUE(all_close(read_f32(out), expect, kF32Gemm, {g.m, g.n}));
+    }
+}
+
+TEST(RefFp8GemmTest, GroupedRowsEmptyGroupsAndUntouchedTail) {
+    const uint32_t seed = 803;
+    PENSTOCK_SEEDED(seed);
+    std::mt19937 rng(seed);
+    const int64_t n = 136, k = 256, kb = blocks_of(k), nb = blocks_of(n), n_rows = 12;
+    const std::vector<int32_t> off = {0, 1, 1, 6, 6, 10};  // groups of 1, 0, 5, 0, 4 rows; rows 10, 11 unused
+    const int64_t n_groups = static_cast<int64_t>(off.size()) - 1;
+    const Tensor a = f8_tensor(random_e4m3(rng, n_rows * k), {n_rows, k});
+    const Tensor a_scale = Tensor::from_f32({n_rows, kb}, random_floats(rng, n_rows * kb, 0.5f / 448, 1.5f / 448));
+    const Tensor b = f8_tensor(random_e4m3(rng, n_groups * n * k), {n_groups, n, k});
+    const Tensor b_scale = Tensor::from_f32({n_groups, nb, kb}, random_scales(rng, n_groups * nb * kb, k));
+    Tensor out = Tensor::from_f32({n_rows, n}, std::vector<float>(static_cast<size_t>(n_rows * n), NAN));
+    ref::fp8_grouped_gemm(
+        {.out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale, .offsets = i32_tensor(off)}, nullptr);
+    std::vector<double> expect;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        int64_t g = 0;
+        while (g < n_groups && off[static_cast<size_t>(g) + 1] <= r) ++g;
+        for (int64_t j = 0; j < n; ++j) {
+            expect.push_back(g == n_groups ? NAN
+                                           : dot_dequant(a, a_scale, r, b, b_scale, g * n * k, g * nb * kb, j, k));
+        }
+    }
+    EXPECT_TRUE(all_close(read_f32(out), expect, kF32Gemm, {n_rows, n}));
+}
+
+}  // namespace
+}  // namespace penstock::test
