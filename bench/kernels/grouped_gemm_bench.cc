@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/kernels/bench_harness.h"
+#include "bench/kernels/moe_route.h"
 #include "bench/layer/random_fill.h"
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -23,26 +24,6 @@
 namespace penstock::bench {
 
 namespace {
-
-std::vector<int32_t> route(int64_t tokens, int experts, int topk, std::mt19937& rng) {
-    std::normal_distribution<double> normal(0.0, 0.5);
-    std::vector<double> w(static_cast<size_t>(experts));
-    for (double& x : w) x = std::exp(normal(rng));
-    std::discrete_distribution<int> pick(w.begin(), w.end());
-    std::vector<int32_t> counts(static_cast<size_t>(experts), 0);
-    std::vector<int> chosen;
-    for (int64_t t = 0; t < tokens; ++t) {
-        chosen.clear();
-        while (static_cast<int>(chosen.size()) < topk) {
-            const int e = pick(rng);
-            if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-        }
-        for (int e : chosen) ++counts[static_cast<size_t>(e)];
-    }
-    std::vector<int32_t> off(1, 0);
-    for (int32_t c : counts) off.push_back(off.back() + c);
-    return off;
-}
 
 std::vector<float> read_row(const Tensor& t, int64_t row, const cuda::Stream& stream) {
     const Tensor h = cuda::to_host(t.view().slice(0, row, row + 1), stream);
@@ -75,7 +56,7 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
             fill_uniform(b.view(), seed++, 0.0f, 1.0f, ctx.stream().handle());
             for (int64_t T : kTokens) {
                 std::mt19937 rrng(static_cast<uint32_t>(1000 + T + m.experts));
-                const std::vector<int32_t> off = route(T, m.experts, m.topk, rrng);
+                const std::vector<int32_t> off = simulate_moe_routing(T, m.experts, m.topk, rrng);
                 const int64_t rows = off.back();
                 if (off_dir != nullptr && std::string(pr.name) == "gate_up") {
                     const std::string path = std::string(off_dir) + "/" + m.name + "_" + std::to_string(T) + ".txt";
