@@ -260,6 +260,9 @@ inline constexpr int64_t kFp8Block = 128;
 //     s    = amax / 448
 //     out[r, j] = e4m3(x[r, j] / s)                 (penstock::float_to_e4m3: torch's .to(torch.float8_e4m3fn))
 //     scale[r, g] = s
+// NaN inputs are ignored by amax; a NaN quotient (a NaN input, or inf / inf when the group holds an infinity) is
+// stored as 0x7f whatever its sign bit: the sign of a generated NaN differs between x86 (negative) and CUDA
+// (positive), and torch on CUDA writes 0x7f.
 // bf16 input is widened to f32 exactly first. k need not be a multiple of 128 (the last group is shorter).
 // `scale` may be strided on both dims: [m, kb] row major, or the transposed layout (stride(0) == 1,
 // stride(1) == m) that the cuBLASLt FP8 GEMM wants for its activation scales (Fp8GemmParams::a_scale).

@@ -1,8 +1,8 @@
 // CPU reference of the block-scaled FP8 ops (kernels/ref/fp8.cc) against definitions written here: the activation
-// quantiser's formula (scale = max(amax, 1e-4) / 448, out = e4m3(x / scale)), hand-computed values, the group
-// maximum landing exactly on +-448, bf16 input, the transposed scale layout, ragged k; fp8_gemm / fp8_grouped_gemm
-// against a double-precision sum over the dequantised blocks, empty and 1-row groups, rows past offsets[n_groups]
-// untouched. Seeds are fixed and printed on failure.
+// quantiser's formula (scale = max(amax, 1e-4) / 448, out = e4m3(x / scale)), hand-computed values, NaN / inf, the
+// group maximum landing exactly on +-448, bf16 input, the transposed scale layout, ragged k; fp8_gemm /
+// fp8_grouped_gemm against a double-precision sum over the dequantised blocks, empty and 1-row groups, rows past
+// offsets[n_groups] untouched. Seeds are fixed and printed on failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +57,27 @@ TEST(RefFp8ActQuantTest, HandComputedValues) {
     EXPECT_EQ(q[129], 0);
 }
 
+TEST(RefFp8ActQuantTest, NanAndInfinity) {
+    // Group 0: a NaN (ignored by amax; quantised to 0x7f) beside 2; group 1: +inf -> s = inf, finite / inf = 0,
+    // inf / inf = NaN -> 0x7f (not x86's negative default NaN 0xff).
+    std::vector<float> x(256, 0.5f);
+    x[3] = -NAN;
+    x[0] = 2.0f;
+    x[130] = INFINITY;
+    Tensor in = Tensor::from_f32({1, 256}, x);
+    Tensor out = Tensor::empty({1, 256}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({1, 2}, DType::kF32);
+    ref::fp8_act_quant({.out = out, .scale = scale, .in = in}, nullptr);
+    EXPECT_EQ(scale.ptr<float>()[0], 2.0f / 448.0f);
+    EXPECT_TRUE(std::isinf(scale.ptr<float>()[1]));
+    const uint8_t* q = out.ptr<uint8_t>();
+    EXPECT_EQ(q[0], 0x7e);  // 448
+    EXPECT_EQ(q[3], 0x7f);
+    EXPECT_EQ(e4m3_to_float(q[1]), 112.0f);
+    EXPECT_EQ(q[130], 0x7f);
+    EXPECT_EQ(q[131], 0x00);
+}
+
 TEST(RefFp8ActQuantTest, FormulaLayoutsAndBf16) {
     const uint32_t seed = 801;
     PENSTOCK_SEEDED(seed);
@@ -64,7 +85,7 @@ TEST(RefFp8ActQuantTest, FormulaLayoutsAndBf16) {
     for (const auto& [m, k] : {std::pair<int64_t, int64_t>{1, 128}, {5, 200}, {3, 7168}, {4, 1}}) {
         SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k);
         std::vector<float> x = random_floats(rng, m * k, -3.0f, 3.0f);
-        for (float& v : x) v = bf16_to_float(float_to_bf16(v));  // bf16-representable: both inputs are equal
+        for (float& v : x) v = bf16_to_float(float_to_bf16(v));        // bf16-representable: both inputs are equal
         if (m > 1) std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);  // an all-zero row
         const int64_t kb = blocks_of(k);
         Tensor in = Tensor::from_f32({m, k}, x);

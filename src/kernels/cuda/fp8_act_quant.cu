@@ -3,7 +3,7 @@
 // w = row * kb + group over [0, m * kb); lane l holds columns 4 l .. 4 l + 3 of the group (one 8- or 16-byte load and
 // one 4-byte store when rows are aligned and k % 4 == 0, else 4 strided scalar accesses). Numerics: amax by a warp
 // max (exact, order-free), s = amax / 448 and x / s by __fdiv_rn (IEEE round to nearest, independent of fast-math
-// flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)).
+// flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)), NaN quotients as 0x7f.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -60,7 +60,10 @@ __global__ void fp8_act_quant_kernel(QuantArgs p) {
     const float s = __fdiv_rn(amax, 448.0f);
     uint8_t q[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = e4m3_from_f32_bits(__float_as_uint(__fdiv_rn(v[j], s)));
+    for (int j = 0; j < 4; ++j) {
+        const float y = __fdiv_rn(v[j], s);
+        q[j] = isnan(y) ? uint8_t{0x7f} : e4m3_from_f32_bits(__float_as_uint(y));  // NaN: 0x7f, any sign (ops.h)
+    }
     if constexpr (kVec) {
         const int64_t c = gi * kFp8Block + 4 * lane;
         if (c < p.k) {
@@ -94,8 +97,10 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
     check_2d(p.scale, m, kb, "scale");
     PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
         << "fp8_act_quant: in must be f32 or bf16, got " << dtype_name(p.in.dtype);
-    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << "fp8_act_quant: out must be f8e4m3, got " << dtype_name(p.out.dtype);
-    PENSTOCK_CHECK(p.scale.dtype == DType::kF32) << "fp8_act_quant: scale must be f32, got " << dtype_name(p.scale.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3)
+        << "fp8_act_quant: out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    PENSTOCK_CHECK(p.scale.dtype == DType::kF32)
+        << "fp8_act_quant: scale must be f32, got " << dtype_name(p.scale.dtype);
     PENSTOCK_CHECK((p.in.stride(1) == 1 || k <= 1) && (p.out.stride(1) == 1 || k <= 1))
         << "fp8_act_quant: last dims must be contiguous";
     if (m == 0 || k == 0) return;
@@ -115,7 +120,8 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
     const bool vec = k % 4 == 0 && addr(p.in.data) % static_cast<uintptr_t>(4 * in_bytes) == 0 &&
                      (a.ld_in * in_bytes) % (4 * in_bytes) == 0 && addr(p.out.data) % 4 == 0 && a.ld_out % 4 == 0;
     constexpr int kThreads = 256;
-    PENSTOCK_CHECK_LE(m * kb, (int64_t{1} << 31) - 1) << "fp8_act_quant: m * ceil(k / 128) warps, m " << m << " k " << k;
+    PENSTOCK_CHECK_LE(m * kb, (int64_t{1} << 31) - 1)
+        << "fp8_act_quant: m * ceil(k / 128) warps, m " << m << " k " << k;
     const auto blocks = static_cast<unsigned>((m * kb * 32 + kThreads - 1) / kThreads);
     const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.in.dtype, "fp8_act_quant", [&](auto tag) {

@@ -67,7 +67,8 @@ void check_dense(const kernels::Fp8GemmParams& p) {
     PENSTOCK_CHECK(p.b.dtype == DType::kF8E4M3) << op << ": b must be f8e4m3, got " << dtype_name(p.b.dtype);
     check_2d(p.b_scale, blocks_of(n), blocks_of(k), op, "b_scale");
     check_rows_contiguous(p.b_scale, op, "b_scale");
-    PENSTOCK_CHECK(p.b_scale.dtype == DType::kF32) << op << ": b_scale must be f32, got " << dtype_name(p.b_scale.dtype);
+    PENSTOCK_CHECK(p.b_scale.dtype == DType::kF32)
+        << op << ": b_scale must be f32, got " << dtype_name(p.b_scale.dtype);
 }
 
 void check_grouped(const kernels::Fp8GroupedGemmParams& p) {
@@ -146,7 +147,8 @@ __global__ void fp8_cuda_core_kernel(CoreArgs p) {
         for (int64_t k0 = 0; k0 < p.k; k0 += kFp8Block) {
             const int64_t k1 = k0 + kFp8Block < p.k ? k0 + kFp8Block : p.k;
             float partial = 0.0f;
-            for (int64_t kk = k0; kk < k1; ++kk) partial = fmaf(e4m3_to_f32_exact(a[kk]), e4m3_to_f32_exact(b[kk]), partial);
+            for (int64_t kk = k0; kk < k1; ++kk)
+                partial = fmaf(e4m3_to_f32_exact(a[kk]), e4m3_to_f32_exact(b[kk]), partial);
             const int64_t kb = k0 / kFp8Block;
             acc = fmaf(partial, p.a_scale[r * p.as_row + kb * p.as_col] * bs[kb], acc);
         }
@@ -191,6 +193,9 @@ bool lt_layout_ok(const kernels::Fp8GemmParams& p) {
     const int64_t lda = stride_or(p.a, 0, k), ldb = stride_or(p.b, 0, k), ldo = stride_or(p.out, 0, n);
     const int64_t out_bytes = p.out.dtype == DType::kF32 ? 4 : 2;
     if (k % 16 != 0 || n % 16 != 0) return false;
+    // m % 4: the activation scales are m-contiguous columns ([kb][m] floats) that cuBLAS reads 16 bytes at a time;
+    // on the H200 (cuBLAS 13.0) its heuristic declined every m % 4 != 0 tried (1, 77, 257) and took 200 and 300.
+    if (m % 4 != 0) return false;
     if (lda % 16 != 0 || ldb % 16 != 0 || (ldo * out_bytes) % 16 != 0) return false;
     if (alignment_of(p.a.data) < 16 || alignment_of(p.b.data) < 16 || alignment_of(p.out.data) < 16) return false;
     if (!(m == 1 || p.a_scale.stride(0) == 1) || !(kb == 1 || p.a_scale.stride(1) == m)) return false;
@@ -213,18 +218,20 @@ bool lt_fp8_gemm(const kernels::Fp8GemmParams& p, cudaStream_t stream) {
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     const int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof(mode_a)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof(mode_b)));
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof(mode_a)));
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof(mode_b)));
     const void* scale_a = p.b_scale.data;
     const void* scale_b = p.a_scale.data;
     PENSTOCK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof(scale_a)));
     PENSTOCK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, static_cast<uint64_t>(k),
-                                                     static_cast<uint64_t>(n), ldb));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(k),
-                                                     static_cast<uint64_t>(m), lda));
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldb));
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda));
     const cudaDataType_t ot = p.out.dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
     PENSTOCK_CUBLAS_CHECK(
         cublasLtMatrixLayoutCreate(&d.c, ot, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldo));
@@ -238,9 +245,8 @@ bool lt_fp8_gemm(const kernels::Fp8GemmParams& p, cudaStream_t stream) {
         cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &n_results);
     if (st != CUBLAS_STATUS_SUCCESS || n_results == 0) return false;
     const float alpha = 1.0f, beta = 0.0f;
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, p.b.data, d.a, p.a.data, d.b, &beta, p.out.data,
-                                         d.c, p.out.data, d.c, &result.algo, ctx.workspace, ctx.workspace_bytes,
-                                         stream));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, p.b.data, d.a, p.a.data, d.b, &beta, p.out.data, d.c,
+                                         p.out.data, d.c, &result.algo, ctx.workspace, ctx.workspace_bytes, stream));
     return true;
 }
 
@@ -248,10 +254,16 @@ bool lt_fp8_gemm(const kernels::Fp8GemmParams& p, cudaStream_t stream) {
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v) {
     switch (v) {
-        case Fp8GemmVariant::kAuto: return "auto";
-        case Fp8GemmVariant::kCublasLt: return "cublaslt";
-        case Fp8GemmVariant::kWgmma: return "wgmma";
-        case Fp8GemmVariant::kCudaCore: return "cuda_core";
+        case Fp8GemmVariant::kAuto:
+            return "auto";
+        case Fp8GemmVariant::kCublasLt:
+            return "cublaslt";
+        case Fp8GemmVariant::kWgmma:
+            return "wgmma";
+        case Fp8GemmVariant::kWgmmaTma:
+            return "wgmma_tma";
+        case Fp8GemmVariant::kCudaCore:
+            return "cuda_core";
     }
     return "?";
 }
@@ -290,52 +302,51 @@ void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
-bool fp8_gemm_variant(const kernels::Fp8GemmParams& p, Fp8GemmVariant v, void* stream) {
-    check_dense(p);
-    if (p.a.size(0) == 0 || p.b.size(0) == 0) return true;
-    const auto s = static_cast<cudaStream_t>(stream);
-    switch (v) {
-        case Fp8GemmVariant::kCublasLt: return lt_fp8_gemm(p, s);
-        case Fp8GemmVariant::kWgmma: {
-            const kernels::Fp8GroupedGemmParams g = as_grouped(p);
-            if (!fp8_wgmma_supported(g)) return false;
-            fp8_wgmma(g, stream);
-            return true;
-        }
-        case Fp8GemmVariant::kCudaCore: fp8_cuda_core(as_grouped(p), stream); return true;
-        case Fp8GemmVariant::kAuto: {
-            if (lt_fp8_gemm(p, s)) return true;
-            const kernels::Fp8GroupedGemmParams g = as_grouped(p);
-            if (fp8_wgmma_supported(g)) {
-                fp8_wgmma(g, stream);
-            } else {
-                fp8_cuda_core(g, stream);
-            }
-            return true;
-        }
-    }
-    return false;
-}
+namespace {
 
-bool fp8_grouped_gemm_variant(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
-    check_grouped(p);
-    if (p.b.size(0) == 0 || p.b.size(1) == 0) return true;
+// The kernels' form (validated): kWgmma / kWgmmaTma when supported (false otherwise), kCudaCore always, kAuto the
+// TMA kernel where supported, else the CUDA-core kernel.
+bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
     switch (v) {
-        case Fp8GemmVariant::kCublasLt: return false;
+        case Fp8GemmVariant::kCublasLt:
+            return false;
         case Fp8GemmVariant::kWgmma:
             if (!fp8_wgmma_supported(p)) return false;
             fp8_wgmma(p, stream);
             return true;
-        case Fp8GemmVariant::kCudaCore: fp8_cuda_core(p, stream); return true;
+        case Fp8GemmVariant::kWgmmaTma:
+            if (!fp8_wgmma_supported(p)) return false;
+            fp8_wgmma_tma(p, stream);
+            return true;
+        case Fp8GemmVariant::kCudaCore:
+            fp8_cuda_core(p, stream);
+            return true;
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
-                fp8_wgmma(p, stream);
+                fp8_wgmma_tma(p, stream);
             } else {
                 fp8_cuda_core(p, stream);
             }
             return true;
     }
     return false;
+}
+
+}  // namespace
+
+bool fp8_gemm_variant(const kernels::Fp8GemmParams& p, Fp8GemmVariant v, void* stream) {
+    check_dense(p);
+    if (p.a.size(0) == 0 || p.b.size(0) == 0) return true;
+    if (v == Fp8GemmVariant::kCublasLt) return lt_fp8_gemm(p, static_cast<cudaStream_t>(stream));
+    if (v == Fp8GemmVariant::kAuto && lt_fp8_gemm(p, static_cast<cudaStream_t>(stream))) return true;
+    return run_grouped_form(as_grouped(p), v, stream);
+}
+
+bool fp8_grouped_gemm_variant(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
+    check_grouped(p);
+    if (p.b.size(0) == 0 || p.b.size(1) == 0) return true;
+    if (v == Fp8GemmVariant::kCublasLt) return false;
+    return run_grouped_form(p, v, stream);
 }
 
 void fp8_gemm(const kernels::Fp8GemmParams& p, void* stream) {

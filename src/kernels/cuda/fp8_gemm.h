@@ -1,18 +1,21 @@
-// Block-scaled FP8 GEMMs on the CUDA backend (kernels/ops.h Fp8GemmParams / Fp8GroupedGemmParams; docs/design/kernels.md
-// "FP8 GEMM"). Three implementations behind one variant switch, each tested against ref::fp8_gemm:
+// Block-scaled FP8 GEMMs on the CUDA backend (kernels/ops.h Fp8GemmParams / Fp8GroupedGemmParams;
+// docs/design/kernels.md "Block-scaled FP8"). Implementations behind one variant switch, each tested against
+// ref::fp8_gemm:
 //  - kCublasLt (dense only): cublasLtMatmul with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weight and
-//    VEC128_32F on the activations (cuBLAS 12.9+, Hopper only). Needs: an sm_90 device; k and n multiples of 16; rows
-//    of a / b 16-byte aligned (row strides multiples of 16); out rows 16-byte aligned; a_scale in the transposed
-//    layout (stride(0) == 1, stride(1) == m: what fp8_act_quant writes into a [kb, m] buffer viewed as [m, kb]);
-//    b_scale rows contiguous with a row stride that is a multiple of 4 floats (16 bytes; the checkpoint's
-//    [nb, kb] layout whenever kb % 4 == 0); and cuBLASLt's heuristic must offer an algorithm.
-//  - kWgmma: Penstock's kernel (fp8_grouped_gemm.cu): persistent grid, offsets read on the device (no host sync,
-//    graph capturable), CTA tile 128 x 128 x 128, e4m3 wgmma m64n128k32, each 128-wide k block accumulated in its
-//    own registers and promoted into f32 accumulators with a_scale[row, kb] * b_scale[n / 128, kb] (DeepSeek-V3's
-//    recipe). Needs: sm_90; k % 16 == 0; n % 8 == 0; 16-byte aligned a / b rows; out rows 8-byte (f32) / 4-byte
-//    (bf16) aligned with even row strides; n_groups <= 4096.
+//    VEC128_32F on the activations (cuBLAS 12.9+, Hopper only). Needs: an sm_90 device; m % 4 == 0; k and n
+//    multiples of 16; rows of a / b 16-byte aligned (row strides multiples of 16); out rows 16-byte aligned; a_scale
+//    in the transposed layout (stride(0) == 1, stride(1) == m: what fp8_act_quant writes into a [kb, m] buffer viewed
+//    as [m, kb]); b_scale rows of round_up(kb, 4) floats (the checkpoint's contiguous [nb, kb] whenever kb % 4 == 0
+//    or nb == 1); and an algorithm from cuBLASLt's heuristic. Otherwise it declines.
+//  - kWgmma / kWgmmaTma: Penstock's kernels: persistent grid, offsets read on the device (no host sync, graph
+//    capturable), CTA tile 128 x 128 x 128, e4m3 wgmma m64n128k32, each 128-wide k block accumulated in its own
+//    registers and promoted into f32 accumulators with a_scale[row, kb] * b_scale[n / 128, kb] (DeepSeek-V3's
+//    recipe). kWgmma (fp8_grouped_gemm.cu): all 256 threads load by cp.async and meet at a barrier every k-step.
+//    kWgmmaTma (fp8_gemm_tma.cu): warp-specialised, a TMA producer and two consumer warpgroups on mbarriers, so one
+//    warpgroup's promotion overlaps the other's wgmma. Needs: sm_90; k % 16 == 0; n % 8 == 0; 16-byte aligned a / b
+//    rows; out rows 8-byte (f32) / 4-byte (bf16) aligned with even row strides; n_groups <= 4096.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
-// kAuto: dense -> kCublasLt, else kWgmma, else kCudaCore; grouped -> kWgmma, else kCudaCore.
+// kAuto: dense -> kCublasLt, else kWgmmaTma, else kCudaCore; grouped -> kWgmmaTma, else kCudaCore.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +24,7 @@
 
 namespace penstock::cuda {
 
-enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kCudaCore };
+enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kCudaCore };
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 
@@ -36,7 +39,8 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 // means one group of all rows (the dense GEMM), and whose b [G, n, k] / b_scale [G, nb, kb] may be strided on dims
 // 0 and 1 (last dim contiguous). Validated by the callers above.
 bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
-void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);
+void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);      // fp8_grouped_gemm.cu
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_gemm_tma.cu
 void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream);
 
 }  // namespace penstock::cuda

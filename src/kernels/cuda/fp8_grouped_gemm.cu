@@ -1,4 +1,5 @@
-// The FP8 block-scaled GEMM kernel on wgmma (contract kernels/cuda/fp8_gemm.h, variant kWgmma). sm_90a.
+// The FP8 block-scaled GEMM kernel on wgmma with cp.async loads (contract kernels/cuda/fp8_gemm.h, variant kWgmma;
+// the warp-specialised TMA version is fp8_gemm_tma.cu). sm_90a.
 //
 // out[r, :] = sum_kb (a_scale[r, kb] * b_scale[g][n / 128, kb]) * (a[r, block kb] . b[g][:, block kb]) for the rows r
 // of group g; one group of all rows when offsets is null (the dense GEMM). Scheduling is grouped_gemm.cu's: a
@@ -20,6 +21,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm.h"
+#include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -27,37 +29,16 @@ namespace penstock::cuda {
 
 namespace {
 
-constexpr int kBM = 128;
-constexpr int kBN = 128;
-constexpr int kBK = 128;  // bytes = e4m3 elements = kernels::kFp8Block
+using namespace fp8;  // NOLINT(google-build-using-namespace): the kernels' shared tiling
+
 constexpr int kStages = 6;
-constexpr int kDist = kStages - 1;
+constexpr int kDist = kStages - 1;  // k-steps loaded ahead (a stage is refilled once its wgmma was waited for)
 constexpr int kThreads = 256;
-constexpr int kABytes = kBM * kBK;  // 16 KiB
-constexpr int kBBytes = kBN * kBK;  // 16 KiB
-constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-constexpr int kMaxGroups = 4096;
-static_assert(kBK == kernels::kFp8Block, "one k-step is one scale block");
 
 int smem_bytes(int n_groups) { return kPipeBytes + 1024 + 8 * (n_groups + 1); }
 static_assert(kPipeBytes + 1024 + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
 
-struct Args {
-    const uint8_t* a;
-    const uint8_t* b;
-    void* out;
-    const float* a_scale;
-    const float* b_scale;
-    const int32_t* offsets;  // null: one group [0, n_rows)
-    int64_t lda, ldo, ldb, b_gstride;
-    int64_t as_row, as_col, bs_row, bs_gstride;
-    int n_rows, n, k, n_groups, n_tiles_n, k_steps;
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
     const int n = ok ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
@@ -71,47 +52,6 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
 template <class OutT>
-__device__ __forceinline__ void store2(OutT* p, float x, float y);
-template <>
-__device__ __forceinline__ void store2<bf16>(bf16* p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
-    *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
-
-struct Tile {
-    int group;
-    int row0;  // first row of a / out
-    int rows;  // valid rows, [1, kBM]
-    int n0;
-};
-
-__device__ __forceinline__ Tile decode(int t, const int* prefix, const int* offs, int n_groups) {
-    int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (prefix[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    const int local = t - prefix[lo];
-    const int mg = offs[lo + 1] - offs[lo];
-    const int mt_count = (mg + kBM - 1) / kBM;
-    const int nt = local / mt_count;
-    const int mt = local - nt * mt_count;
-    Tile tl;
-    tl.group = lo;
-    tl.row0 = offs[lo] + mt * kBM;
-    tl.rows = min(kBM, mg - mt * kBM);
-    tl.n0 = nt * kBN;
-    return tl;
-}
-
-template <class OutT>
 __global__ void __launch_bounds__(kThreads, 1) fp8_gemm_wgmma_kernel(Args p) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -121,44 +61,10 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_gemm_wgmma_kernel(Args p) {
     const int G = p.n_groups;
     int* prefix = reinterpret_cast<int*>(smem + kPipeBytes);
     int* offs = prefix + (G + 1);
-    int* scan = reinterpret_cast<int*>(smem);  // the pipeline's first bytes, before any load is issued
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid & 31;
-    const int warp = tid >> 5;
-
-    // ---------------------------------------------------------------- the tile prefix over the device offsets
-    for (int i = tid; i <= G; i += kThreads) {
-        int v = p.offsets != nullptr ? p.offsets[i] : (i == 0 ? 0 : p.n_rows);
-        v = v < 0 ? 0 : (v > p.n_rows ? p.n_rows : v);
-        offs[i] = v;
-    }
-    __syncthreads();
-    const int per = (G + kThreads - 1) / kThreads;
-    const int g0 = min(G, tid * per);
-    const int g1 = min(G, g0 + per);
-    auto tiles_of = [&](int g) {
-        const int mg = max(0, offs[g + 1] - offs[g]);
-        return ((mg + kBM - 1) / kBM) * p.n_tiles_n;
-    };
-    int local = 0;
-    for (int g = g0; g < g1; ++g) local += tiles_of(g);
-    int x = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) scan[warp] = x;
-    __syncthreads();
-    int run = x - local;
-    for (int w = 0; w < warp; ++w) run += scan[w];
-    for (int g = g0; g < g1; ++g) {
-        prefix[g] = run;
-        run += tiles_of(g);
-    }
-    if (tid == kThreads - 1) prefix[G] = run;
-    __syncthreads();
-    const int total = prefix[G];
+    // scan: the pipeline's first bytes, before any load is issued.
+    const int total = build_tile_prefix(p, prefix, offs, reinterpret_cast<int*>(smem));
     const int bid = static_cast<int>(blockIdx.x);
     const int grid = static_cast<int>(gridDim.x);
     const int my_tiles = total > bid ? (total - 1 - bid) / grid + 1 : 0;
@@ -231,24 +137,19 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_gemm_wgmma_kernel(Args p) {
         acc[i] = 0.0f;
         blk[i] = 0.0f;
     }
-    OutT* out = static_cast<OutT*>(p.out);
     int64_t s = 0;  // the flattened (tile, k-step) counter; loads run kDist steps ahead, across tiles
     for (int c_i = 0; c_i < my_tiles; ++c_i) {
         const Tile ct = decode(bid + c_i * grid, prefix, offs, G);
-        // Scale rows: a row past the tile's valid rows reads row0's scale (any finite value: it is never stored).
-        const float* as_lo = p.a_scale + static_cast<int64_t>(ct.row0 + (r_lo < ct.rows ? r_lo : 0)) * p.as_row;
-        const float* as_hi = p.a_scale + static_cast<int64_t>(ct.row0 + (r_lo + 8 < ct.rows ? r_lo + 8 : 0)) * p.as_row;
-        const float* bs = p.b_scale + static_cast<int64_t>(ct.group) * p.bs_gstride +
-                          static_cast<int64_t>(ct.n0 / kBN) * p.bs_row;
+        const TileScales sc = tile_scales(p, ct, r_lo);
         for (int kt = 0; kt < KT; ++kt, ++s) {
             cp_async_wait<kDist - 1>();  // step s landed (this thread's copies)
             wgmma::fence_proxy_async();  // ... visible to the tensor cores' async proxy
             __syncthreads();             // everyone's copies of step s; every wgmma of step s - 1 retired
             if (s + kDist < steps) load_next(s + kDist);  // into the stage of step s - 1
             cp_async_commit();
-            const float sa_lo = __ldg(as_lo + kt * p.as_col);
-            const float sa_hi = __ldg(as_hi + kt * p.as_col);
-            const float sb = __ldg(bs + kt);
+            const float sb = __ldg(sc.b + kt);
+            const float sa_lo = __ldg(sc.a_lo + kt * p.as_col);
+            const float sa_hi = __ldg(sc.a_hi + kt * p.as_col);
             const uint32_t sa = sbase + static_cast<uint32_t>(s % kStages) * kStageBytes;
             const uint32_t sbb = sa + kABytes;
             wgmma::reg_fence(blk);
@@ -262,30 +163,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_gemm_wgmma_kernel(Args p) {
             wgmma::commit();
             wgmma::wait<0>();
             wgmma::reg_fence(blk);
-            const float s_lo = sa_lo * sb;
-            const float s_hi = sa_hi * sb;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                acc[4 * i + 0] = fmaf(blk[4 * i + 0], s_lo, acc[4 * i + 0]);
-                acc[4 * i + 1] = fmaf(blk[4 * i + 1], s_lo, acc[4 * i + 1]);
-                acc[4 * i + 2] = fmaf(blk[4 * i + 2], s_hi, acc[4 * i + 2]);
-                acc[4 * i + 3] = fmaf(blk[4 * i + 3], s_hi, acc[4 * i + 3]);
-            }
+            promote(acc, blk, sa_lo * sb, sa_hi * sb);
         }
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int r = r_lo + 8 * hf;
-            if (r < ct.rows) {
-                OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
-                const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim (n % 8 == 0)
-#pragma unroll
-                for (int i = 0; i < 16; ++i) {
-                    if (8 * i < lim) store2<OutT>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+        store_tile<OutT>(p, ct, r_lo, t, acc);
     }
     cp_async_wait<0>();
 }
@@ -329,9 +209,10 @@ bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p) {
     return device_info().major == 9;
 }
 
-void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream) {
+namespace fp8 {
+
+Args make_args(const kernels::Fp8GroupedGemmParams& p) {
     const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
-    if (n_rows == 0) return;
     Args args{};
     args.a = p.a.ptr<const uint8_t>();
     args.b = p.b.ptr<const uint8_t>();
@@ -353,18 +234,30 @@ void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     args.n_groups = static_cast<int>(n_groups);
     args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
     args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
+    return args;
+}
+
+int device_sms() { return device_info().sms; }
+int device_major() { return device_info().major; }
+
+}  // namespace fp8
+
+void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream) {
+    const int64_t n_groups = p.b.size(0), n_rows = p.a.size(0);
+    if (n_rows == 0) return;
+    const Args args = make_args(p);
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const int grid = static_cast<int>(tile_bound < device_info().sms ? tile_bound : device_info().sms);
     const int smem = smem_bytes(args.n_groups);
     const auto s = static_cast<cudaStream_t>(stream);
+    auto launch = [&](auto kernel) {
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        kernel<<<grid, kThreads, smem, s>>>(args);
+    };
     if (p.out.dtype == DType::kF32) {
-        PENSTOCK_CUDA_CHECK(
-            cudaFuncSetAttribute(fp8_gemm_wgmma_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        fp8_gemm_wgmma_kernel<float><<<grid, kThreads, smem, s>>>(args);
+        launch(fp8_gemm_wgmma_kernel<float>);
     } else {
-        PENSTOCK_CUDA_CHECK(
-            cudaFuncSetAttribute(fp8_gemm_wgmma_kernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        fp8_gemm_wgmma_kernel<bf16><<<grid, kThreads, smem, s>>>(args);
+        launch(fp8_gemm_wgmma_kernel<bf16>);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

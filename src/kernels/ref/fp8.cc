@@ -62,9 +62,12 @@ void check_fp8_gemm(const TensorView& out, const TensorView& a, const TensorView
 // out[rows] = dequant(a rows) @ dequant(b)^T through ref::gemm.
 void dequant_gemm(const TensorView& out, const TensorView& a, const TensorView& a_scale, const TensorView& b,
                   const TensorView& b_scale) {
-    const Tensor a_f = dequantize(a, [&](int64_t r, int64_t c) { return *a_scale.at<const float>({r, c / kFp8Block}); });
-    const Tensor b_f =
-        dequantize(b, [&](int64_t r, int64_t c) { return *b_scale.at<const float>({r / kFp8Block, c / kFp8Block}); });
+    const Tensor a_f = dequantize(a, [&](int64_t r, int64_t c) {
+        return *a_scale.at<const float>({r, c / kFp8Block});
+    });
+    const Tensor b_f = dequantize(b, [&](int64_t r, int64_t c) {
+        return *b_scale.at<const float>({r / kFp8Block, c / kFp8Block});
+    });
     gemm({.out = out, .a = a_f, .b = b_f, .trans_b = true, .alpha = 1.0f, .beta = 0.0f}, nullptr);
 }
 
@@ -97,7 +100,8 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, ThreadPool* /*pool*/) {
             amax = std::max(amax, 1e-4f);
             const float s = amax / 448.0f;
             for (int64_t c = c0; c < c1; ++c) {
-                *p.out.at<uint8_t>({r, c}) = float_to_e4m3(x[static_cast<size_t>(c - c0)] / s);
+                const float q = x[static_cast<size_t>(c - c0)] / s;
+                *p.out.at<uint8_t>({r, c}) = std::isnan(q) ? uint8_t{0x7f} : float_to_e4m3(q);
             }
             *p.scale.at<float>({r, g}) = s;
         }

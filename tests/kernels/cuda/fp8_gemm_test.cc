@@ -1,12 +1,16 @@
 // The block-scaled FP8 ops on CUDA (kernels/cuda/fp8_gemm.h) against the CPU reference (kernels/ref/fp8.cc) on seeded
 // inputs. fp8_act_quant: bit-exact bytes and scales (f32 / bf16 input, k = 1, 130 (scalar path), 200 (ragged, vector
-// path), 7168, strided rows, both scale layouts, zero / inf / NaN groups). fp8_gemm: every variant (cuBLASLt, wgmma,
-// CUDA core, auto) on m = 1, m not a multiple of the 128-row tile, k = 128 j and ragged k, n not a multiple of 128,
-// the DeepSeek-V3 projection shapes; each variant must take the calls its fp8_gemm.h conditions promise. fp8_grouped
-// _gemm: wgmma and CUDA-core variants on empty and 1-row groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes,
-// rows past offsets[n_groups] untouched, and under CUDA-graph capture (no host sync). Tolerances: bf16 out kBF16Tol,
-// f32 out kFp8GemmF32 (tests/kernels/tolerance.h); inputs are scaled so outputs are O(1). Each case prints its max
-// abs error. Skips without a GPU (CudaTest); the wgmma / cuBLASLt expectations need an sm_90 device.
+// path), 7168, strided rows, both scale layouts, zero / NaN / inf groups). fp8_gemm: every variant on m = 1, m not a
+// multiple of the 128-row tile, k = 128 j and ragged k, n not a multiple of 128, the DeepSeek-V3 projection shapes;
+// each variant must take the calls fp8_gemm.h promises it (cuBLASLt: bf16 out; whether it takes f32 out is printed).
+// fp8_grouped_gemm: empty and 1-row groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes, rows past
+// offsets[n_groups] untouched, and under CUDA-graph capture (no host sync). Fp8Test covers cuBLASLt, the cp.async
+// wgmma kernel and the CUDA-core kernel; Fp8TmaTest the warp-specialised TMA kernel and the default dispatch.
+// Tolerances: bf16 out kBF16Tol, f32 out kFp8GemmF32 (tests/kernels/tolerance.h); inputs are scaled so outputs are
+// O(1). Each case prints its max abs error. Skips without a GPU (CudaTest); the wgmma / cuBLASLt expectations need
+// sm_90.
+#include "kernels/cuda/fp8_gemm.h"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +23,6 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/ref/ref_ops.h"
 #include "tests/kernels/cuda/op_test_util.h"
 
@@ -64,7 +67,8 @@ Activations make_activations(std::mt19937& rng, int64_t rows, int64_t k, bool tr
     if (transposed_scale) {
         x.scale_t_h = Tensor::empty({kb, rows}, DType::kF32);
         for (int64_t r = 0; r < rows; ++r)
-            for (int64_t g = 0; g < kb; ++g) x.scale_t_h.ptr<float>()[g * rows + r] = x.scale_h.ptr<float>()[r * kb + g];
+            for (int64_t g = 0; g < kb; ++g)
+                x.scale_t_h.ptr<float>()[g * rows + r] = x.scale_h.ptr<float>()[r * kb + g];
         x.scale_d = cuda::to_device(x.scale_t_h, alloc, stream);
         x.scale_dv = x.scale_d.view().as_strided(0, {rows, kb}, {1, rows});
     } else {
@@ -105,6 +109,7 @@ void expect_out(const Tensor& out_d, const Tensor& ref_h, int64_t used, const cu
     const std::vector<float> ref_head(ref.begin(), ref.begin() + used * n);
     double max_abs = 0.0, max_ref = 0.0;
     for (size_t i = 0; i < head.size(); ++i) {
+        if (std::isnan(ref_head[i]) && std::isnan(head[i])) continue;  // untouched rows (reference NaN too)
         const double d = std::fabs(static_cast<double>(head[i]) - ref_head[i]);
         max_abs = std::max(max_abs, std::isnan(d) ? INFINITY : d);
         max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref_head[i])));
@@ -117,7 +122,12 @@ void expect_out(const Tensor& out_d, const Tensor& ref_h, int64_t used, const cu
     EXPECT_EQ(written, 0) << what << ": rows past the used rows were written";
 }
 
-class Fp8Test : public CudaTest {};
+class Fp8Test : public CudaTest {
+public:
+    using CudaTest::alloc;
+    using CudaTest::raw_stream;
+    using CudaTest::stream;
+};
 
 TEST_F(Fp8Test, ActQuantBitExact) {
     struct Q {
@@ -140,7 +150,7 @@ TEST_F(Fp8Test, ActQuantBitExact) {
         std::vector<float> x = random_floats(rng, q.m * ld, -5.0f, 5.0f);
         if (q.m > 2) {
             std::fill(x.begin() + ld, x.begin() + ld + q.k, 0.0f);  // an all-zero row: scale 1e-4 / 448
-            x[static_cast<size_t>(2 * ld)] = NAN;                  // NaN: ignored by amax, quantised to 0x7f
+            x[static_cast<size_t>(2 * ld)] = NAN;                   // NaN: ignored by amax, quantised to 0x7f
             if (q.m > 3) x[static_cast<size_t>(3 * ld)] = INFINITY;
         }
         const Pair in = make_pair_from(x, {q.m, ld}, q.dt, false, alloc(), stream());
@@ -171,7 +181,9 @@ TEST_F(Fp8Test, ActQuantBitExact) {
     }
 }
 
-TEST_F(Fp8Test, DenseGemmEveryVariant) {
+using Variants = std::vector<cuda::Fp8GemmVariant>;
+
+void run_dense_cases(Fp8Test& test, const Variants& variants) {
     const bool sm90 = is_sm90();
     struct G {
         const char* name;
@@ -185,7 +197,10 @@ TEST_F(Fp8Test, DenseGemmEveryVariant) {
         {"m=129 f32 out", 129, 256, 384, DType::kF32},
         {"n=200 (not 16-aligned for cuBLASLt)", 129, 200, 384, DType::kBF16},
         {"ragged k=208", 64, 264, 208, DType::kBF16},
-        {"ragged k=400", 77, 256, 400, DType::kBF16},
+        {"ragged k=400 m=77", 77, 256, 400, DType::kBF16},
+        {"ragged k=400 m=76", 76, 256, 400, DType::kBF16},
+        {"m=4", 4, 1536, 7168, DType::kBF16},
+        {"m=256 f32 out k=1024", 256, 512, 1024, DType::kF32},
         {"ragged k=100 (CUDA core only)", 33, 72, 100, DType::kF32},
         {"m=300 o_proj 16384->7168", 300, 7168, 16384, DType::kBF16},
         {"m=257 down 2048->7168 f32", 257, 7168, 2048, DType::kF32},
@@ -197,8 +212,8 @@ TEST_F(Fp8Test, DenseGemmEveryVariant) {
                                               << " out=" << dtype_name(g.out) << " transposed a_scale=" << transposed);
             PENSTOCK_SEEDED(seed);
             std::mt19937 rng(seed++);
-            const Activations x = make_activations(rng, g.m, g.k, transposed, alloc(), stream());
-            const Weights w = make_weights(rng, 1, g.n, g.k, alloc(), stream());
+            const Activations x = make_activations(rng, g.m, g.k, transposed, test.alloc(), test.stream());
+            const Weights w = make_weights(rng, 1, g.n, g.k, test.alloc(), test.stream());
             const TensorView b_h = w.b_h.view().select(0, 0), bs_h = w.scale_h.view().select(0, 0);
             const TensorView b_d = w.b_d.view().select(0, 0), bs_d = w.scale_d.view().select(0, 0);
             Tensor ref_out = Tensor::empty({g.m, g.n}, DType::kF32);
@@ -208,22 +223,22 @@ TEST_F(Fp8Test, DenseGemmEveryVariant) {
             // then take every bf16-out call; whether it offers f32 out is printed, not asserted (the contract lets
             // the variant decline, and kAuto falls back to wgmma).
             const int64_t nb = blocks_of(g.n);
-            const bool lt_layout = sm90 && transposed && g.k % 16 == 0 && g.n % 16 == 0 && (nb == 1 || kb % 4 == 0);
+            const bool lt_layout =
+                sm90 && transposed && g.m % 4 == 0 && g.k % 16 == 0 && g.n % 16 == 0 && (nb == 1 || kb % 4 == 0);
             const bool wgmma_expected = sm90 && g.k % 16 == 0 && g.n % 8 == 0;
-            for (const cuda::Fp8GemmVariant v : {cuda::Fp8GemmVariant::kCublasLt, cuda::Fp8GemmVariant::kWgmma,
-                                                 cuda::Fp8GemmVariant::kCudaCore, cuda::Fp8GemmVariant::kAuto}) {
+            for (const cuda::Fp8GemmVariant v : variants) {
                 if (v == cuda::Fp8GemmVariant::kCudaCore && g.m * g.n * g.k > (int64_t{1} << 34)) continue;
-                Tensor out = Tensor::empty({g.m, g.n}, g.out, alloc());
-                cuda::fill_bytes_async(out, 0xff, stream());
+                Tensor out = Tensor::empty({g.m, g.n}, g.out, test.alloc());
+                cuda::fill_bytes_async(out, 0xff, test.stream());
                 const bool ran = cuda::fp8_gemm_variant(
-                    {.out = out, .a = x.a_d, .a_scale = x.scale_dv, .b = b_d, .b_scale = bs_d}, v, raw_stream());
+                    {.out = out, .a = x.a_d, .a_scale = x.scale_dv, .b = b_d, .b_scale = bs_d}, v, test.raw_stream());
                 const std::string what = std::string(g.name) + " " + cuda::fp8_gemm_variant_name(v) +
                                          (transposed ? " sT" : " sR") + (g.out == DType::kF32 ? " f32" : " bf16");
                 if (v == cuda::Fp8GemmVariant::kCublasLt) {
                     if (!lt_layout || g.out == DType::kBF16) {
                         EXPECT_EQ(ran, lt_layout) << what;
                     }
-                } else if (v == cuda::Fp8GemmVariant::kWgmma) {
+                } else if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma) {
                     EXPECT_EQ(ran, wgmma_expected) << what;
                 } else {
                     EXPECT_TRUE(ran) << what;
@@ -232,7 +247,7 @@ TEST_F(Fp8Test, DenseGemmEveryVariant) {
                     std::printf("[fp8] %-44s not taken\n", what.c_str());
                     continue;
                 }
-                expect_out(out, ref_out, g.m, stream(), what.c_str());
+                expect_out(out, ref_out, g.m, test.stream(), what.c_str());
             }
         }
     }
@@ -254,7 +269,7 @@ std::vector<int32_t> random_sizes(std::mt19937& rng, int n_groups, int mean, dou
     return s;
 }
 
-TEST_F(Fp8Test, GroupedGemmWgmmaAndCudaCore) {
+void run_grouped_cases(Fp8Test& test, const Variants& variants) {
     const bool sm90 = is_sm90();
     std::mt19937 srng(1300);
     std::vector<GroupedCase> cases = {
@@ -282,11 +297,12 @@ TEST_F(Fp8Test, GroupedGemmWgmmaAndCudaCore) {
         const auto n_groups = static_cast<int64_t>(c.sizes.size());
         std::vector<int32_t> off(1, 0);
         for (int32_t s : c.sizes) off.push_back(off.back() + s);
-        const Activations x = make_activations(rng, c.n_rows, c.k, /*transposed_scale=*/seed % 2 == 0, alloc(),
-                                               stream());
-        const Weights w = make_weights(rng, n_groups, c.n, c.k, alloc(), stream());
-        const Tensor off_d = dev_i32(off, alloc(), stream());
-        Tensor ref_out = Tensor::from_f32({c.n_rows, c.n}, std::vector<float>(static_cast<size_t>(c.n_rows * c.n), NAN));
+        const Activations x =
+            make_activations(rng, c.n_rows, c.k, /*transposed_scale=*/seed % 2 == 0, test.alloc(), test.stream());
+        const Weights w = make_weights(rng, n_groups, c.n, c.k, test.alloc(), test.stream());
+        const Tensor off_d = dev_i32(off, test.alloc(), test.stream());
+        Tensor ref_out =
+            Tensor::from_f32({c.n_rows, c.n}, std::vector<float>(static_cast<size_t>(c.n_rows * c.n), NAN));
         ref::fp8_grouped_gemm({.out = ref_out,
                                .a = x.a_h,
                                .a_scale = x.scale_h,
@@ -295,21 +311,19 @@ TEST_F(Fp8Test, GroupedGemmWgmmaAndCudaCore) {
                                .offsets = i32_tensor(off)},
                               nullptr);
         const bool wgmma_expected = sm90 && c.k % 16 == 0 && c.n % 8 == 0;
-        for (const cuda::Fp8GemmVariant v :
-             {cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kCudaCore, cuda::Fp8GemmVariant::kAuto}) {
-            Tensor out = Tensor::empty({c.n_rows, c.n}, c.out, alloc());
-            cuda::fill_bytes_async(out, 0xff, stream());
+        for (const cuda::Fp8GemmVariant v : variants) {
+            Tensor out = Tensor::empty({c.n_rows, c.n}, c.out, test.alloc());
+            cuda::fill_bytes_async(out, 0xff, test.stream());
             const kernels::Fp8GroupedGemmParams p{
                 .out = out, .a = x.a_d, .a_scale = x.scale_dv, .b = w.b_d, .b_scale = w.scale_d, .offsets = off_d};
-            const std::string what = std::string(c.name) + " " + cuda::fp8_gemm_variant_name(v) +
-                                     (c.graph && v == cuda::Fp8GemmVariant::kAuto ? " graph" : "");
+            const std::string what = std::string(c.name) + " " + cuda::fp8_gemm_variant_name(v);
             bool ran = true;
-            if (c.graph && v == cuda::Fp8GemmVariant::kAuto) {
-                const auto s = static_cast<cudaStream_t>(raw_stream());
+            if (c.graph) {
+                const auto s = static_cast<cudaStream_t>(test.raw_stream());
                 cudaGraph_t graph = nullptr;
                 cudaGraphExec_t exec = nullptr;
                 ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-                cuda::fp8_grouped_gemm(p, raw_stream());  // the default dispatch: must not sync while capturing
+                ran = cuda::fp8_grouped_gemm_variant(p, v, test.raw_stream());  // must not sync while capturing
                 ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
                 ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
                 ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
@@ -317,18 +331,36 @@ TEST_F(Fp8Test, GroupedGemmWgmmaAndCudaCore) {
                 (void)cudaGraphExecDestroy(exec);
                 (void)cudaGraphDestroy(graph);
             } else {
-                ran = cuda::fp8_grouped_gemm_variant(p, v, raw_stream());
+                ran = cuda::fp8_grouped_gemm_variant(p, v, test.raw_stream());
             }
-            if (v == cuda::Fp8GemmVariant::kWgmma) {
+            if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma) {
                 EXPECT_EQ(ran, wgmma_expected) << what;
             }
             if (!ran) {
                 std::printf("[fp8] %-44s not taken\n", what.c_str());
                 continue;
             }
-            expect_out(out, ref_out, c.n_rows, stream(), what.c_str());
+            expect_out(out, ref_out, c.n_rows, test.stream(), what.c_str());
         }
     }
+}
+
+// The cuBLASLt, cp.async wgmma and CUDA-core variants.
+TEST_F(Fp8Test, DenseGemmVariants) {
+    run_dense_cases(*this,
+                    {cuda::Fp8GemmVariant::kCublasLt, cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kCudaCore});
+}
+TEST_F(Fp8Test, GroupedGemmVariants) {
+    run_grouped_cases(*this, {cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kCudaCore});
+}
+// The warp-specialised TMA kernel and the default dispatch (which takes it), in their own suite so that a run can
+// tell them apart (tools/fp8_gemm_run.sh runs this suite on its own).
+class Fp8TmaTest : public Fp8Test {};
+TEST_F(Fp8TmaTest, DenseGemm) {
+    run_dense_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kAuto});
+}
+TEST_F(Fp8TmaTest, GroupedGemm) {
+    run_grouped_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kAuto});
 }
 
 }  // namespace

@@ -1,0 +1,181 @@
+// Shared pieces of the FP8 block-scaled GEMM kernels (fp8_grouped_gemm.cu: kWgmma, fp8_gemm_tma.cu: kWgmmaTma;
+// contract kernels/cuda/fp8_gemm.h): the kernel arguments, the 128 x 128 x 128 tiling, the persistent-grid tile
+// scheduler over device offsets (every CTA scans the per-group tile counts into a prefix in shared memory and finds
+// tile t by binary search; tiles run group-major, then n-tile, then m-tile, so CTAs running together share one
+// expert's weight tile), the per-128-k-block promotion and the register epilogue. Device-only; include from .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace penstock::cuda::fp8 {
+
+constexpr int kBM = 128;
+constexpr int kBN = 128;
+constexpr int kBK = 128;            // bytes = e4m3 elements = kernels::kFp8Block: one k-step is one scale block
+constexpr int kABytes = kBM * kBK;  // 16 KiB
+constexpr int kBBytes = kBN * kBK;  // 16 KiB
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kMaxGroups = 4096;
+static_assert(kBK == kernels::kFp8Block, "one k-step is one scale block");
+
+struct Args {
+    const uint8_t* a;
+    const uint8_t* b;
+    void* out;
+    const float* a_scale;
+    const float* b_scale;
+    const int32_t* offsets;  // null: one group [0, n_rows)
+    int64_t lda, ldo, ldb, b_gstride;
+    int64_t as_row, as_col, bs_row, bs_gstride;
+    int n_rows, n, k, n_groups, n_tiles_n, k_steps;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <class OutT>
+__device__ __forceinline__ void store2(OutT* p, float x, float y);
+template <>
+__device__ __forceinline__ void store2<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+
+struct Tile {
+    int group;
+    int row0;  // first row of a / out
+    int rows;  // valid rows, [1, kBM]
+    int n0;
+};
+
+// Tile t (< prefix[n_groups]): the group g with prefix[g] <= t < prefix[g + 1], then n-tile, then m-tile.
+__device__ __forceinline__ Tile decode(int t, const int* prefix, const int* offs, int n_groups) {
+    int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (prefix[mid] <= t) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    const int local = t - prefix[lo];
+    const int mg = offs[lo + 1] - offs[lo];
+    const int mt_count = (mg + kBM - 1) / kBM;
+    const int nt = local / mt_count;
+    const int mt = local - nt * mt_count;
+    Tile tl;
+    tl.group = lo;
+    tl.row0 = offs[lo] + mt * kBM;
+    tl.rows = min(kBM, mg - mt * kBM);
+    tl.n0 = nt * kBN;
+    return tl;
+}
+
+// All blockDim.x threads (a multiple of 32, at most 1024): offs[0..G] = the offsets clamped to [0, n_rows] (or
+// [0, n_rows] when p.offsets is null), prefix[0..G] = the exclusive scan of the per-group tile counts. `scan` is 32
+// ints of shared scratch. Ends with a barrier; returns prefix[G], the tile count.
+__device__ __forceinline__ int build_tile_prefix(const Args& p, int* prefix, int* offs, int* scan) {
+    const int G = p.n_groups;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int n_threads = static_cast<int>(blockDim.x);
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    for (int i = tid; i <= G; i += n_threads) {
+        int v = p.offsets != nullptr ? p.offsets[i] : (i == 0 ? 0 : p.n_rows);
+        v = v < 0 ? 0 : (v > p.n_rows ? p.n_rows : v);
+        offs[i] = v;
+    }
+    __syncthreads();
+    const int per = (G + n_threads - 1) / n_threads;
+    const int g0 = min(G, tid * per);
+    const int g1 = min(G, g0 + per);
+    auto tiles_of = [&](int g) {
+        const int mg = max(0, offs[g + 1] - offs[g]);
+        return ((mg + kBM - 1) / kBM) * p.n_tiles_n;
+    };
+    int local = 0;
+    for (int g = g0; g < g1; ++g) local += tiles_of(g);
+    int x = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) scan[warp] = x;
+    __syncthreads();
+    int run = x - local;
+    for (int w = 0; w < warp; ++w) run += scan[w];
+    for (int g = g0; g < g1; ++g) {
+        prefix[g] = run;
+        run += tiles_of(g);
+    }
+    if (tid == n_threads - 1) prefix[G] = run;
+    __syncthreads();
+    return prefix[G];
+}
+
+// This thread's scale pointers for a tile: rows r_lo and r_lo + 8 of the tile (a row past the valid rows reads
+// row0's scales: any finite value, never stored) and the tile's weight-scale row.
+struct TileScales {
+    const float* a_lo;
+    const float* a_hi;
+    const float* b;
+};
+
+__device__ __forceinline__ TileScales tile_scales(const Args& p, const Tile& ct, int r_lo) {
+    TileScales s;
+    s.a_lo = p.a_scale + static_cast<int64_t>(ct.row0 + (r_lo < ct.rows ? r_lo : 0)) * p.as_row;
+    s.a_hi = p.a_scale + static_cast<int64_t>(ct.row0 + (r_lo + 8 < ct.rows ? r_lo + 8 : 0)) * p.as_row;
+    s.b = p.b_scale + static_cast<int64_t>(ct.group) * p.bs_gstride + static_cast<int64_t>(ct.n0 / kBN) * p.bs_row;
+    return s;
+}
+
+// acc += blk * scale of the row (fmaf), for the m64n128 f32 fragment: blk[4 i + {0, 1}] are row r_lo, columns
+// 8 i + 2 t + {0, 1}; blk[4 i + {2, 3}] the same columns of row r_lo + 8.
+__device__ __forceinline__ void promote(float (&acc)[64], const float (&blk)[64], float s_lo, float s_hi) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        acc[4 * i + 0] = fmaf(blk[4 * i + 0], s_lo, acc[4 * i + 0]);
+        acc[4 * i + 1] = fmaf(blk[4 * i + 1], s_lo, acc[4 * i + 1]);
+        acc[4 * i + 2] = fmaf(blk[4 * i + 2], s_hi, acc[4 * i + 2]);
+        acc[4 * i + 3] = fmaf(blk[4 * i + 3], s_hi, acc[4 * i + 3]);
+    }
+}
+
+// Stores this thread's fragment (rows r_lo, r_lo + 8 of the tile; lane quad t) and zeroes acc. n % 8 == 0.
+template <class OutT>
+__device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_lo, int t, float (&acc)[64]) {
+    OutT* out = static_cast<OutT*>(p.out);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = r_lo + 8 * hf;
+        if (r < ct.rows) {
+            OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
+            const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                if (8 * i < lim) store2<OutT>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+}
+
+// Args from a validated call in the kernels' grouped form (fp8_gemm.h). Host (fp8_grouped_gemm.cu).
+Args make_args(const kernels::Fp8GroupedGemmParams& p);
+// The current device's multiprocessor count and compute-capability major (cached per thread and device).
+int device_sms();
+int device_major();
+
+}  // namespace penstock::cuda::fp8
