@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -54,6 +55,38 @@ TEST_F(DataMovementOpTest, CopyBroadcastsStrideZero) {
     cuda::copy({.out = out.dv, .in = in_dev}, raw_stream());
     ref::copy({.out = out.hv, .in = in_host}, nullptr);
     expect_pair_close(out, out.hv, kExact, stream());
+}
+
+// The MLA MHA-form K build (models/mla.cc): per-head slices of a wider row filled from a strided per-head source and
+// from one row broadcast over the heads (stride 0), at widths that take 16-, 8-, 4- and 2-byte words.
+TEST_F(DataMovementOpTest, CopyRowsIntoSlicesAndBroadcast) {
+    struct Case {
+        int64_t t, h, a, b;  // rows, heads, first part width, second part width
+        DType dtype;
+    };
+    const Case kCases[] = {{5, 3, 128, 64, DType::kBF16}, {4, 96, 12, 4, DType::kBF16}, {3, 5, 6, 2, DType::kBF16},
+                           {7, 3, 5, 3, DType::kBF16},    {4, 96, 13, 7, DType::kF32}};
+    std::mt19937 rng(4242);
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(::testing::Message() << c.t << "x" << c.h << " " << c.a << "+" << c.b << " " << dtype_name(c.dtype));
+        const int64_t w = c.a + c.b;
+        // source rows [t, h * (a + 5)]: the per-head slice of width a sits at the start of each head's stride a + 5
+        const Pair src = random_pair(rng, {c.t, c.h * (c.a + 5)}, c.dtype, false, alloc(), stream());
+        const Pair pe = random_pair(rng, {c.t, c.b}, c.dtype, false, alloc(), stream());
+        Pair out = poisoned_pair({c.t, c.h, w}, c.dtype, false, alloc(), stream());
+        auto views = [&](const Pair& s, const Pair& p, const TensorView& o, bool dev) {
+            const TensorView sv = dev ? s.dv : s.hv, pv = dev ? p.dv : p.hv;
+            return std::array<TensorView, 4>{o.slice(2, 0, c.a), sv.as_strided(0, {c.t, c.h, c.a}, {c.h * (c.a + 5), c.a + 5, 1}),
+                                             o.slice(2, c.a, w), pv.as_strided(0, {c.t, c.h, c.b}, {c.b, 0, 1})};
+        };
+        const auto d = views(src, pe, out.dv, true);
+        const auto hst = views(src, pe, out.hv, false);
+        cuda::copy({.out = d[0], .in = d[1]}, raw_stream());
+        cuda::copy({.out = d[2], .in = d[3]}, raw_stream());
+        ref::copy({.out = hst[0], .in = hst[1]}, nullptr);
+        ref::copy({.out = hst[2], .in = hst[3]}, nullptr);
+        expect_pair_close(out, out.hv, kExact, stream());
+    }
 }
 
 TEST_F(DataMovementOpTest, FillStrided) {
