@@ -76,22 +76,6 @@ struct Smem {
     int span_bad[4];
 };
 
-struct TcArgs {
-    float* out;
-    const float* q;
-    const float* k;
-    const float* v;
-    const float* g;
-    const float* beta;
-    float* state;
-    const int32_t* cu;
-    const int32_t* slots;
-    int64_t o0, o1, q0, q1, k0, k1, v0, v1, g0, g1, b0;
-    int n_heads, k_dim, v_dim;
-    float scale;
-    unsigned long long* prof;  // developer profile (PENSTOCK_KDA_TC_PROFILE=1): CTA 0's cycles per phase, else null
-};
-
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -161,7 +145,7 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaArgs a, unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
     const int seq = static_cast<int>(blockIdx.x) / a.n_heads;
@@ -177,12 +161,13 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
     const int j0 = 16 * warp;  // this warp's value columns
     const bool owns_cols = j0 < V;
     float* st = a.state + ((static_cast<int64_t>(a.slots[seq]) * a.n_heads + h) * K) * V;
-    const bool prof = a.prof != nullptr && blockIdx.x == 0 && tid == 0;
+    // developer profile (PENSTOCK_KDA_TC_PROFILE=1): CTA 0's cycles per phase, else prof_out is null
+    const bool prof = prof_out != nullptr && blockIdx.x == 0 && tid == 0;
     long long t_prev = prof ? clock64() : 0;
     auto mark = [&](int phase) {
         if (prof) {
             const long long now = clock64();
-            a.prof[phase] += static_cast<unsigned long long>(now - t_prev);
+            prof_out[phase] += static_cast<unsigned long long>(now - t_prev);
             t_prev = now;
         }
     };
@@ -429,13 +414,16 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
         //    block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c), in place.
         {
             const bool w_on = j0 < K, u_on = j0 < V;
+            // X's 8-column tiles of this warp: W columns j0 + [0, 16) (tiles 0, 1), then U columns (tiles 2, 3)
+            auto x_col = [&](int nt) { return nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2); };
+            auto x_pitch = [](int nt) { return nt < 2 ? kPW : kPV; };
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
                 float acc[4][4];
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kPW : kPV;
+                    float* base = x_col(nt);
+                    const int pitch = x_pitch(nt);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -453,8 +441,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
                         for (int nt = 0; nt < 4; ++nt) {
                             if (!(nt < 2 ? w_on : u_on)) continue;
-                            const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                            const int pitch = nt < 2 ? kPW : kPV;
+                            const float* base = x_col(nt);
+                            const int pitch = x_pitch(nt);
                             uint32_t b0, b1;
                             load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
                             mma(acc[nt], a0, a1, a2, a3, b0, b1);
@@ -464,8 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 // R'_b back to its rows, then X_b = T_bb R'_b
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kPW : kPV;
+                    float* base = x_col(nt);
+                    const int pitch = x_pitch(nt);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -480,8 +468,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt) {
                         if (!(nt < 2 ? w_on : u_on)) continue;
-                        const float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                        const int pitch = nt < 2 ? kPW : kPV;
+                        const float* base = x_col(nt);
+                        const int pitch = x_pitch(nt);
                         uint32_t b0, b1;
                         load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
                         mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
@@ -490,8 +478,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(TcArgs
                 __syncwarp();
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2);
-                    const int pitch = nt < 2 ? kPW : kPV;
+                    float* base = x_col(nt);
+                    const int pitch = x_pitch(nt);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -606,32 +594,7 @@ bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk) 
     return chunk == kC && k_dim >= 1 && k_dim <= kD && v_dim >= 1 && v_dim <= kD;
 }
 
-void delta_rule_chunk_tc(const kernels::GatedDeltaRuleParams& p, int64_t n_seqs, void* stream) {
-    const TcArgs a{.out = p.out.ptr<float>(),
-                   .q = p.q.ptr<const float>(),
-                   .k = p.k.ptr<const float>(),
-                   .v = p.v.ptr<const float>(),
-                   .g = p.g.ptr<const float>(),
-                   .beta = p.beta.ptr<const float>(),
-                   .state = p.state.ptr<float>(),
-                   .cu = p.cu_seqlens.ptr<const int32_t>(),
-                   .slots = p.state_slots.ptr<const int32_t>(),
-                   .o0 = p.out.stride(0),
-                   .o1 = p.out.stride(1),
-                   .q0 = p.q.stride(0),
-                   .q1 = p.q.stride(1),
-                   .k0 = p.k.stride(0),
-                   .k1 = p.k.stride(1),
-                   .v0 = p.v.stride(0),
-                   .v1 = p.v.stride(1),
-                   .g0 = p.g.stride(0),
-                   .g1 = p.g.stride(1),
-                   .b0 = p.beta.stride(0),
-                   .n_heads = static_cast<int>(p.q.size(1)),
-                   .k_dim = static_cast<int>(p.q.size(2)),
-                   .v_dim = static_cast<int>(p.v.size(2)),
-                   .scale = p.scale,
-                   .prof = nullptr};
+void delta_rule_chunk_tc(const DeltaArgs& a, int64_t n_seqs, void* stream) {
     if (n_seqs == 0 || a.n_heads == 0) return;
     // 16-byte rows: every base pointer and row / head stride a multiple of 4 floats, and k_dim, v_dim too
     auto al = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
@@ -651,13 +614,11 @@ void delta_rule_chunk_tc(const kernels::GatedDeltaRuleParams& p, int64_t n_seqs,
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long),
                                             static_cast<cudaStream_t>(stream)));
     }
-    TcArgs args = a;
-    args.prof = prof;
     auto launch = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
         kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(
-            args);
+            a, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (vec) {

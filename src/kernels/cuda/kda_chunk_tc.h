@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
-#include "kernels/ops_kda.h"
+#include "kernels/cuda/kda_delta_args.h"
 
 namespace penstock::cuda {
 
 // Shapes the kernel takes: chunk 64, k_dim <= 128, v_dim <= 128 (smaller dims are zero-padded inside).
 bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk);
 
-// p already validated by the caller (shapes, dtypes, devices); n_seqs = cu_seqlens.size(0) - 1 > 0.
-void delta_rule_chunk_tc(const kernels::GatedDeltaRuleParams& p, int64_t n_seqs, void* stream);
+// a packed and validated by the caller (cuda::gated_delta_rule_chunk); n_seqs > 0.
+void delta_rule_chunk_tc(const DeltaArgs& a, int64_t n_seqs, void* stream);
 
 }  // namespace penstock::cuda

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/cuda/kda_chunk_tc.h"
+#include "kernels/cuda/kda_delta_args.h"
 #include "kernels/cuda/launch_util.cuh"
 
 namespace penstock::cuda {
@@ -17,21 +18,6 @@ namespace {
 constexpr int kMaxKDim = 128;
 constexpr int kMaxVDimChunk = 128;
 constexpr int kMaxChunk = 64;
-
-struct DeltaArgs {
-    float* out;
-    const float* q;
-    const float* k;
-    const float* v;
-    const float* g;
-    const float* beta;
-    float* state;  // [n_slots, n_heads, k_dim, v_dim]
-    const int32_t* cu;
-    const int32_t* slots;
-    int64_t o0, o1, q0, q1, k0, k1, v0, v1, g0, g1, b0;
-    int n_heads, k_dim, v_dim, chunk;
-    float scale;
-};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Recurrent form. Block = 256 threads = 32 value columns x 8 key groups of one (sequence, head); grid.x = sequence *
@@ -353,7 +339,7 @@ void gated_delta_rule_chunk(const kernels::GatedDeltaRuleParams& p, void* stream
     if (n_seqs == 0 || a.n_heads == 0 || a.v_dim == 0) return;
     if (p.precision == kernels::DeltaRulePrecision::kTensorCore &&
         delta_rule_chunk_tc_supported(a.k_dim, a.v_dim, a.chunk)) {
-        delta_rule_chunk_tc(p, n_seqs, stream);
+        delta_rule_chunk_tc(a, n_seqs, stream);
         return;
     }
     const ChunkSmem layout{.kp = a.k_dim + 1, .vp = a.v_dim, .lp = a.chunk + 1};
