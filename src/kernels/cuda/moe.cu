@@ -2,14 +2,17 @@
 //   moe_routing: one warp per token (logits f32 or bf16; scores, bias and weights f32); scores and selection scores
 //   staged in shared memory; top-k by k rounds of a warp
 //     argmax that breaks ties toward the lower index (the reference's stable descending sort), groups likewise.
-//   moe_align: a device counting sort, stable in the pair index: per-chunk histograms, a per-expert scan over chunks,
-//     a serial scan over experts, then a scatter where one warp walks its chunk in order (ranks within 32 pairs from
-//     __match_any_sync). Integer atomics on shared memory only; the result is deterministic.
+//   moe_align: a device counting sort, stable in the pair index: per-chunk histograms, a per-expert scan over chunks
+//     (one block per expert), a block scan over experts (CUB BlockScan), then a scatter where one warp walks its
+//     chunk in order (ranks within 32 pairs from __match_any_sync). Integer atomics on shared memory only; the
+//     result is deterministic.
 //   moe_permute: row gather. moe_unpermute: an inverse pair -> row map, then one block per token adds its slots in
 //     increasing slot order (no float atomics: deterministic).
 // Scratch for moe_align / moe_unpermute comes from cudaMallocAsync on the stream (stream-ordered, graph capturable).
 // TODO(#7): take that scratch from the forward's Workspace.
 #include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
@@ -175,27 +178,44 @@ __global__ void align_count_kernel(int32_t* counts, const int32_t* topk_ids, int
         counts[blockIdx.x * static_cast<int64_t>(n_experts) + e] = align_smem[e];
 }
 
-// Per expert: counts over chunks -> exclusive prefix (in place); totals[e] = the expert's count.
-__global__ void align_scan_chunks_kernel(int32_t* counts, int32_t* totals, int n_chunks, int n_experts) {
-    const int e = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-    if (e >= n_experts) return;
-    int32_t run = 0;
-    for (int c = 0; c < n_chunks; ++c) {
-        const int32_t v = counts[static_cast<int64_t>(c) * n_experts + e];
-        counts[static_cast<int64_t>(c) * n_experts + e] = run;
-        run += v;
+// Per expert (one block each): its counts over chunks -> exclusive prefix (in place); totals[e] = the expert's count.
+constexpr int kScanThreads = 128;
+__global__ void __launch_bounds__(kScanThreads) align_scan_chunks_kernel(int32_t* counts, int32_t* totals,
+                                                                        int n_chunks, int n_experts) {
+    using Scan = cub::BlockScan<int32_t, kScanThreads>;
+    __shared__ typename Scan::TempStorage tmp;
+    const int e = static_cast<int>(blockIdx.x);
+    int32_t carry = 0;
+    for (int c0 = 0; c0 < n_chunks; c0 += kScanThreads) {
+        const int c = c0 + static_cast<int>(threadIdx.x);
+        int32_t* slot = counts + static_cast<int64_t>(c) * n_experts + e;
+        const int32_t v = c < n_chunks ? *slot : 0;
+        int32_t excl = 0, total = 0;
+        Scan(tmp).ExclusiveSum(v, excl, total);
+        if (c < n_chunks) *slot = carry + excl;
+        carry += total;
+        __syncthreads();  // tmp is reused by the next tile
     }
-    totals[e] = run;
+    if (threadIdx.x == 0) totals[e] = carry;
 }
 
-// One thread: expert_offsets = exclusive scan of totals (n_experts + 1 entries).
-__global__ void align_scan_experts_kernel(int32_t* offsets, const int32_t* totals, int n_experts) {
-    int32_t run = 0;
-    for (int e = 0; e < n_experts; ++e) {
-        offsets[e] = run;
-        run += totals[e];
+// One block: expert_offsets = exclusive scan of totals (n_experts + 1 entries).
+constexpr int kExpertScanThreads = 1024;
+__global__ void __launch_bounds__(kExpertScanThreads) align_scan_experts_kernel(int32_t* offsets,
+                                                                                const int32_t* totals, int n_experts) {
+    using Scan = cub::BlockScan<int32_t, kExpertScanThreads>;
+    __shared__ typename Scan::TempStorage tmp;
+    int32_t carry = 0;
+    for (int e0 = 0; e0 < n_experts; e0 += kExpertScanThreads) {
+        const int e = e0 + static_cast<int>(threadIdx.x);
+        const int32_t v = e < n_experts ? totals[e] : 0;
+        int32_t excl = 0, total = 0;
+        Scan(tmp).ExclusiveSum(v, excl, total);
+        if (e < n_experts) offsets[e] = carry + excl;
+        carry += total;
+        __syncthreads();
     }
-    offsets[n_experts] = run;
+    if (threadIdx.x == 0) offsets[n_experts] = carry;
 }
 
 // One warp per chunk walks its pairs in order, 32 at a time: rank among equal experts from __match_any_sync.
@@ -364,12 +384,12 @@ void moe_align(const kernels::MoeAlignParams& p, void* stream) {
         align_count_kernel<<<static_cast<unsigned>(n_chunks), 256, smem, s>>>(counts, p.topk_ids.ptr<const int32_t>(),
                                                                               n_pairs, ne, p.expert_begin);
         PENSTOCK_CUDA_LAUNCH_CHECK();
-        align_scan_chunks_kernel<<<blocks_for(ne, 128), 128, 0, s>>>(counts, totals, n_chunks, ne);
+        align_scan_chunks_kernel<<<static_cast<unsigned>(ne), kScanThreads, 0, s>>>(counts, totals, n_chunks, ne);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     } else if (ne > 0) {
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(totals, 0, sizeof(int32_t) * static_cast<size_t>(ne), s));
     }
-    align_scan_experts_kernel<<<1, 1, 0, s>>>(p.expert_offsets.ptr<int32_t>(), totals, ne);
+    align_scan_experts_kernel<<<1, kExpertScanThreads, 0, s>>>(p.expert_offsets.ptr<int32_t>(), totals, ne);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     if (n_chunks > 0 && ne > 0) {
         align_scatter_kernel<<<static_cast<unsigned>(n_chunks), 32, smem, s>>>(
