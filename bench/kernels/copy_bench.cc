@@ -1,6 +1,8 @@
 // Device-to-device copy bandwidth (cudaMemcpyAsync), the measured ceiling for memory-bound kernels. Bytes moved
-// count the read and the write.
+// count the read and the write. Also cuda::copy on strided views at real shapes (the MLA MHA-form K build of
+// DeepSeek-V3 / Kimi K3: k_nope per head out of the kv_b output, k_pe broadcast over the heads) against that ceiling.
 #include "bench/kernels/bench_harness.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace penstock::bench {
 
@@ -14,6 +16,27 @@ void run_copy_bench(BenchContext& ctx) {
         nlohmann::json record = ctx.base_record("copy_d2d");
         record["mib"] = mib;
         ctx.report(record, t, 2.0 * static_cast<double>(bytes));
+    }
+    // K [T, H, 192] = [k_nope (128) from kvb [T, H * 256] ; k_pe (64) broadcast from latent [T, 576] column 512], bf16.
+    for (const int64_t heads : {128, 96}) {
+        const int64_t T = 16384, nope = 128, rope = 64, qk = nope + rope, kvb_row = heads * 256;
+        const Tensor kvb = Tensor::empty({T, kvb_row}, DType::kBF16, ctx.alloc());
+        const Tensor latent = Tensor::empty({T, 576}, DType::kBF16, ctx.alloc());
+        const Tensor k = Tensor::empty({T, heads, qk}, DType::kBF16, ctx.alloc());
+        cuda::fill_bytes_async(kvb, 0x3c, ctx.stream());
+        cuda::fill_bytes_async(latent, 0x3c, ctx.stream());
+        void* s = ctx.stream().handle();
+        const Timing t = ctx.time([&] {
+            cuda::copy({.out = k.view().slice(2, 0, nope), .in = kvb.view().as_strided(0, {T, heads, nope}, {kvb_row, 256, 1})},
+                       s);
+            cuda::copy({.out = k.view().slice(2, nope, qk), .in = latent.view().as_strided(512, {T, heads, rope}, {576, 0, 1})},
+                       s);
+        });
+        nlohmann::json record = ctx.base_record("copy_strided_mla_k");
+        record["tokens"] = T;
+        record["heads"] = heads;
+        // written: all of K; read: the k_nope slices (k_pe's 64 columns are read once per row, then cached)
+        ctx.report(record, t, 2.0 * static_cast<double>(T * heads * nope * 2) + static_cast<double>(T * heads * rope * 2));
     }
 }
 

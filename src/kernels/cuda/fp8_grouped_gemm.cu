@@ -39,15 +39,9 @@ constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
 int smem_bytes(int n_groups) { return kPipeBytes + 1024 + 8 * (n_groups + 1); }
 static_assert(kPipeBytes + 1024 + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
 
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
-    const int n = ok ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using tile::cp_async_16;
+using tile::cp_async_commit;
+using tile::cp_async_wait;
 // K-major, 128B-swizzled tile: LBO unused, SBO = 8 rows x 128 B.
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 

@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace penstock::cuda {
@@ -54,61 +55,17 @@ struct GgArgs {
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
-    const int n = ok ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using tile::cp_async_16;
+using tile::cp_async_commit;
+using tile::cp_async_wait;
+using tile::smem_u32;
+using tile::store2;
+using Tile = tile::GroupTile;
 // wgmma shared-memory descriptor of a K-major, 128B-swizzled tile (LBO unused: "assumed 1"; SBO 8 rows x 128 B).
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
-template <class OutT>
-__device__ __forceinline__ void store2(OutT* p, float x, float y);
-template <>
-__device__ __forceinline__ void store2<bf16>(bf16* p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
-    *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
-
-struct Tile {
-    int group;
-    int row0;  // first row of a / out
-    int rows;  // valid rows, [1, kBM]
-    int n0;
-};
-
-// Tile t (< prefix[n_groups]): the group g with prefix[g] <= t < prefix[g + 1], then n-tile, then m-tile.
 __device__ __forceinline__ Tile decode(int t, const int* prefix, const int* offs, int n_groups) {
-    int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (prefix[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    const int local = t - prefix[lo];
-    const int mg = offs[lo + 1] - offs[lo];
-    const int mt_count = (mg + kBM - 1) / kBM;
-    const int nt = local / mt_count;
-    const int mt = local - nt * mt_count;
-    Tile tl;
-    tl.group = lo;
-    tl.row0 = offs[lo] + mt * kBM;
-    tl.rows = min(kBM, mg - mt * kBM);
-    tl.n0 = nt * kBN;
-    return tl;
+    return tile::decode_group_tile<kBM, kBN>(t, prefix, offs, n_groups);
 }
 
 template <class OutT>

@@ -26,16 +26,16 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda_chunk_tc.h"
-#include "kernels/cuda/mla_tc_common.cuh"  // cp.async helpers
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda {
 
 namespace {
 
-using mla_detail::cp_async_16;
-using mla_detail::cp_async_commit;
-using mla_detail::cp_async_wait_all;
-using mla_detail::smem_u32;
+using tile::cp_async_16;
+using tile::cp_async_commit;
+using tile::cp_async_wait_all;
+using tile::smem_u32;
 
 constexpr int kC = 64;         // chunk rows
 constexpr int kD = 128;        // padded k_dim and v_dim

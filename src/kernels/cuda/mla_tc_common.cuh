@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda::mla_detail {
 
@@ -113,17 +114,10 @@ __device__ __forceinline__ MlaWork mla_work(const MlaTcArgs& a) {
     }
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; when !ok the destination is zero-filled (src-size 0) and src is not read.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
-    const int n = ok ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+using tile::cp_async_16;
+using tile::cp_async_commit;
+using tile::cp_async_wait_all;
+using tile::smem_u32;
 
 __device__ __forceinline__ float ex2(float x) {
     float y;
@@ -196,16 +190,7 @@ struct MlaKvLoader {
     }
 };
 
-template <class OutT>
-__device__ __forceinline__ void store2(OutT* p, float x, float y);
-template <>
-__device__ __forceinline__ void store2<bf16>(bf16* p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
-    *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
+using tile::store2;
 
 // Host launchers (grid: n_ctas CTAs of kThreads). out_f32: sparse only.
 void launch_mma_sync(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream);

@@ -1,0 +1,76 @@
+// Device helpers shared by the hand-written tensor-core kernels (MLA, grouped bf16 / FP8 GEMMs, KDA): shared-memory
+// addresses, 16-byte cp.async with zero fill, pairs of outputs, and the tile walk over variable-size row groups.
+// Device-only; include from .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace penstock::cuda::tile {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; when !ok the destination is zero-filled (src-size 0) and src is not read.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
+    const int n = ok ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+
+// Two adjacent outputs (x at p[0], y at p[1]) in OutT.
+template <class OutT>
+__device__ __forceinline__ void store2(OutT* p, float x, float y);
+template <>
+__device__ __forceinline__ void store2<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+
+// One BM x BN output tile of a grouped GEMM.
+struct GroupTile {
+    int group;
+    int row0;  // first row of a / out
+    int rows;  // valid rows, [1, BM]
+    int n0;
+};
+
+// Tile t (< prefix[n_groups]): the group g with prefix[g] <= t < prefix[g + 1] (binary search over the exclusive scan
+// of the per-group tile counts), then its n-tile, then its m-tile. offs: the groups' row offsets.
+template <int BM, int BN>
+__device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix, const int* offs, int n_groups) {
+    int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (prefix[mid] <= t) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    const int local = t - prefix[lo];
+    const int mg = offs[lo + 1] - offs[lo];
+    const int mt_count = (mg + BM - 1) / BM;
+    const int nt = local / mt_count;
+    const int mt = local - nt * mt_count;
+    GroupTile tl;
+    tl.group = lo;
+    tl.row0 = offs[lo] + mt * BM;
+    tl.rows = min(BM, mg - mt * BM);
+    tl.n0 = nt * BN;
+    return tl;
+}
+
+}  // namespace penstock::cuda::tile
