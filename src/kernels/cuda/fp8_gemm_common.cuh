@@ -44,47 +44,9 @@ __device__ __forceinline__ Tile decode(int t, const int* prefix, const int* offs
     return tile::decode_group_tile<kBM, kBN>(t, prefix, offs, n_groups);
 }
 
-// All blockDim.x threads (a multiple of 32, at most 1024): offs[0..G] = the offsets clamped to [0, n_rows] (or
-// [0, n_rows] when p.offsets is null), prefix[0..G] = the exclusive scan of the per-group tile counts. `scan` is 32
-// ints of shared scratch. Ends with a barrier; returns prefix[G], the tile count.
+// The tile prefix over the (clamped) group offsets: tile::build_group_tile_prefix. Ends with a barrier.
 __device__ __forceinline__ int build_tile_prefix(const Args& p, int* prefix, int* offs, int* scan) {
-    const int G = p.n_groups;
-    const int tid = static_cast<int>(threadIdx.x);
-    const int n_threads = static_cast<int>(blockDim.x);
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    for (int i = tid; i <= G; i += n_threads) {
-        int v = p.offsets != nullptr ? p.offsets[i] : (i == 0 ? 0 : p.n_rows);
-        v = v < 0 ? 0 : (v > p.n_rows ? p.n_rows : v);
-        offs[i] = v;
-    }
-    __syncthreads();
-    const int per = (G + n_threads - 1) / n_threads;
-    const int g0 = min(G, tid * per);
-    const int g1 = min(G, g0 + per);
-    auto tiles_of = [&](int g) {
-        const int mg = max(0, offs[g + 1] - offs[g]);
-        return ((mg + kBM - 1) / kBM) * p.n_tiles_n;
-    };
-    int local = 0;
-    for (int g = g0; g < g1; ++g) local += tiles_of(g);
-    int x = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) scan[warp] = x;
-    __syncthreads();
-    int run = x - local;
-    for (int w = 0; w < warp; ++w) run += scan[w];
-    for (int g = g0; g < g1; ++g) {
-        prefix[g] = run;
-        run += tiles_of(g);
-    }
-    if (tid == n_threads - 1) prefix[G] = run;
-    __syncthreads();
-    return prefix[G];
+    return tile::build_group_tile_prefix<kBM>(p.offsets, p.n_rows, p.n_groups, p.n_tiles_n, prefix, offs, scan);
 }
 
 // This thread's scale pointers for a tile: rows r_lo and r_lo + 8 of the tile (a row past the valid rows reads

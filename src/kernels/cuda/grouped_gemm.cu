@@ -81,41 +81,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_kernel(GgArgs p) {
     int* scan = reinterpret_cast<int*>(smem);  // the pipeline's first bytes, before any load is issued
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid & 31;
-    const int warp = tid >> 5;
 
     // ---------------------------------------------------------------- the tile prefix over the device offsets
-    for (int i = tid; i <= G; i += kThreads) {
-        int v = p.offsets[i];
-        v = v < 0 ? 0 : (v > p.n_rows ? p.n_rows : v);
-        offs[i] = v;
-    }
-    __syncthreads();
-    const int per = (G + kThreads - 1) / kThreads;
-    const int g0 = min(G, tid * per);
-    const int g1 = min(G, g0 + per);
-    auto tiles_of = [&](int g) {
-        const int mg = max(0, offs[g + 1] - offs[g]);
-        return ((mg + kBM - 1) / kBM) * p.n_tiles_n;
-    };
-    int local = 0;
-    for (int g = g0; g < g1; ++g) local += tiles_of(g);
-    int x = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) scan[warp] = x;
-    __syncthreads();
-    int run = x - local;
-    for (int w = 0; w < warp; ++w) run += scan[w];
-    for (int g = g0; g < g1; ++g) {
-        prefix[g] = run;
-        run += tiles_of(g);
-    }
-    if (tid == kThreads - 1) prefix[G] = run;
-    __syncthreads();
-    const int total = prefix[G];
+    const int total = tile::build_group_tile_prefix<kBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
     const int bid = static_cast<int>(blockIdx.x);
     const int grid = static_cast<int>(gridDim.x);
     const int my_tiles = total > bid ? (total - 1 - bid) / grid + 1 : 0;

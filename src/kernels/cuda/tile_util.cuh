@@ -73,4 +73,49 @@ __device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix,
     return tl;
 }
 
+// All blockDim.x threads (a multiple of 32, at most 1024): offs[0..G] = the group offsets clamped to [0, n_rows]
+// (offsets null: one group [0, n_rows)), prefix[0..G] = the exclusive scan of the per-group tile counts
+// (ceil(rows / BM) * n_tiles_n). `scan` is 32 ints of shared scratch. Ends with a barrier; returns prefix[G], the
+// tile count.
+template <int BM>
+__device__ __forceinline__ int build_group_tile_prefix(const int32_t* offsets, int n_rows, int G, int n_tiles_n,
+                                                       int* prefix, int* offs, int* scan) {
+    const int tid = static_cast<int>(threadIdx.x);
+    const int n_threads = static_cast<int>(blockDim.x);
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    for (int i = tid; i <= G; i += n_threads) {
+        int v = offsets != nullptr ? offsets[i] : (i == 0 ? 0 : n_rows);
+        v = v < 0 ? 0 : (v > n_rows ? n_rows : v);
+        offs[i] = v;
+    }
+    __syncthreads();
+    const int per = (G + n_threads - 1) / n_threads;
+    const int g0 = min(G, tid * per);
+    const int g1 = min(G, g0 + per);
+    auto tiles_of = [&](int g) {
+        const int mg = max(0, offs[g + 1] - offs[g]);
+        return ((mg + BM - 1) / BM) * n_tiles_n;
+    };
+    int local = 0;
+    for (int g = g0; g < g1; ++g) local += tiles_of(g);
+    int x = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) scan[warp] = x;
+    __syncthreads();
+    int run = x - local;
+    for (int w = 0; w < warp; ++w) run += scan[w];
+    for (int g = g0; g < g1; ++g) {
+        prefix[g] = run;
+        run += tiles_of(g);
+    }
+    if (tid == n_threads - 1) prefix[G] = run;
+    __syncthreads();
+    return prefix[G];
+}
+
 }  // namespace penstock::cuda::tile
