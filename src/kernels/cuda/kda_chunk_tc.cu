@@ -417,18 +417,18 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
             // X's 8-column tiles of this warp: W columns j0 + [0, 16) (tiles 0, 1), then U columns (tiles 2, 3)
             auto x_col = [&](int nt) { return nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2); };
             auto x_pitch = [](int nt) { return nt < 2 ? kPW : kPV; };
+            // accumulator element e of tile nt for block b: row 16 b + g (+8), column 2t (+1)
+            auto x_elem = [&](int nt, int b, int e) -> float& {
+                const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
+                return x_col(nt)[i * x_pitch(nt) + col];
+            };
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
                 float acc[4][4];
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = x_col(nt);
-                    const int pitch = x_pitch(nt);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
-                        acc[nt][e] = base[i * pitch + col];
-                    }
+                    for (int e = 0; e < 4; ++e) acc[nt][e] = x_elem(nt, b, e);
                 }
                 for (int c = 0; c < b; ++c) {
 #pragma unroll
@@ -452,13 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
                 // R'_b back to its rows, then X_b = T_bb R'_b
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = x_col(nt);
-                    const int pitch = x_pitch(nt);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
-                        base[i * pitch + col] = acc[nt][e];
-                    }
+                    for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
                 }
                 __syncwarp();
                 float x[4][4] = {};
@@ -478,12 +473,9 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
                 __syncwarp();
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
-                    float* base = x_col(nt);
-                    const int pitch = x_pitch(nt);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
-                        base[i * pitch + col] = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
+                        x_elem(nt, b, e) = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
                     }
                 }
                 __syncwarp();
