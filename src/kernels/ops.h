@@ -85,11 +85,13 @@ struct GemmParams {
     float beta = 0.0f;
 };
 
-// out = silu(gate) * up, elementwise, fp32. out may alias gate or up. Rows may be strided.
+// out = silu(gate) * up, elementwise, f32 math. out may alias gate or up. Rows may be strided (gate and up may be the
+// two halves of one [n_rows, 2 * dim] GEMM output). f32 or bf16, one dtype for all three: bf16 inputs are widened
+// exactly, the f32 result is rounded once to bf16 at the output (the reference's bf16 contract).
 struct SiluMulParams {
-    TensorView out;   // [n_rows, dim] f32
-    TensorView gate;  // [n_rows, dim] f32
-    TensorView up;    // [n_rows, dim] f32
+    TensorView out;   // [n_rows, dim] f32 or bf16
+    TensorView gate;  // [n_rows, dim] same dtype
+    TensorView up;    // [n_rows, dim] same dtype
 };
 
 // out = a + b, elementwise, fp32; out may alias a or b. Contiguous.

@@ -41,10 +41,11 @@ struct SigmoidParams {
 };
 
 // out = in * sigmoid(gate), elementwise (Kimi K3 gated MLA output). out may alias in or gate. Rows may be strided.
+// bf16 activations: in and out bf16 (gate f32 or bf16), f32 math, rounded once to bf16 at the output.
 struct SigmoidGateParams {
-    TensorView out;   // [n_rows, dim] f32
-    TensorView in;    // [n_rows, dim] f32
-    TensorView gate;  // [n_rows, dim] f32
+    TensorView out;   // [n_rows, dim] f32 or bf16 (in's dtype)
+    TensorView in;    // [n_rows, dim] f32 or bf16
+    TensorView gate;  // [n_rows, dim] f32 or bf16
 };
 
 enum class KdaGateForm : uint8_t {
@@ -105,22 +106,25 @@ struct GatedRmsNormParams {
 
 // Kimi K3 SiTU-GLU, elementwise in fp32:
 //   out = beta * tanh(gate / beta) * sigmoid(gate) * linear_beta * tanh(up / linear_beta)
-// out may alias gate or up. Rows may be strided.
+// out may alias gate or up. Rows may be strided (gate and up may be the two halves of one [n_rows, 2 * dim] GEMM
+// output). f32 or bf16, one dtype for all three: bf16 inputs are widened exactly and the f32 (reference: double)
+// result is rounded once to bf16 at the output.
 struct SituMulParams {
-    TensorView out;             // [n_rows, dim] f32
-    TensorView gate;            // [n_rows, dim] f32
-    TensorView up;              // [n_rows, dim] f32
+    TensorView out;             // [n_rows, dim] f32 or bf16
+    TensorView gate;            // [n_rows, dim] same dtype
+    TensorView up;              // [n_rows, dim] same dtype
     float beta = 4.0f;          // activation_situ_beta
     float linear_beta = 25.0f;  // activation_situ_linear_beta
 };
 
 // Kimi K3 Block Attention Residuals read (MODELS.md §3.6): per token, a softmax over depth of the candidates
 // V = [bank rows 0..n_blocks-1 ; partial] with logits_i = query . RMSNorm_w(V_i) (eps, fp32), returning
-// out = sum_i softmax_i * V_i (the raw rows). Double accumulation. out may alias partial.
+// out = sum_i softmax_i * V_i (the raw rows). Double accumulation. out may alias partial. bf16 activations: partial
+// and out bf16, the bank bf16 or f32; rows are read as f32 (exact), the mix rounded once to bf16 at the output.
 struct AttnResMixParams {
-    TensorView out;          // [n_tokens, hidden] f32
-    TensorView bank;         // [n_tokens, n_blocks, hidden] f32, strided on dims 0 and 1 (n_blocks may be 0)
-    TensorView partial;      // [n_tokens, hidden] f32, rows strided
+    TensorView out;          // [n_tokens, hidden] f32 or bf16 (partial's dtype)
+    TensorView bank;         // [n_tokens, n_blocks, hidden] f32 or bf16, strided on dims 0 and 1 (n_blocks may be 0)
+    TensorView partial;      // [n_tokens, hidden] f32 or bf16, rows strided
     TensorView query;        // [hidden] f32: the sub-layer's pseudo-query (`*_res_proj.weight` row)
     TensorView norm_weight;  // [hidden] f32 (`*_res_norm.weight`)
     float eps = 1e-5f;

@@ -83,8 +83,9 @@ struct CpLayout {
 
 // Activations crossing layer (and pipeline stage) boundaries.
 struct Activations {
-    Tensor hidden;  // [n_tokens, hidden] f32: the residual stream
-    Tensor bank;    // [n_tokens, n_blocks, hidden] f32, K3 only: AttnRes completed block sums (rows in layer order)
+    Tensor hidden;  // [n_tokens, hidden] f32 or bf16 (the model's activation dtype): the residual stream
+    Tensor bank;    // [n_tokens, n_blocks, hidden] hidden's dtype, K3 only: AttnRes completed block sums (rows in layer
+                    // order; copies of the stream, so bf16 storage is exact)
     // DSA sparse path only: the key positions [n_tokens, index_topk] i32 (this layout's rows: a cp rank's own rows
     // under context parallelism) selected by the latest full indexer layer, carried to a pipeline stage that starts
     // at a `shared` indexer layer.

@@ -334,8 +334,9 @@ void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const k
     const int64_t h = config_.hidden_size;
     act->hidden = scratch(ctx, {layout.n_tokens, h}, options_.dtype);
     kernels::embedding({.out = act->hidden, .table = io_.embed, .ids = layout.token_ids}, ctx);
-    if (kimi_.attn_res_block_size > 0) {  // f32 whatever the activation dtype: attn_res_mix reads it in f32
-        act->bank = scratch_filled(ctx, {layout.n_tokens, kimi_.n_bank_rows(config_.num_hidden_layers), h}, 0.0f);
+    if (kimi_.attn_res_block_size > 0) {  // the activation dtype: bank rows are copies of the stream, so bf16 is exact
+        act->bank = scratch_filled(ctx, {layout.n_tokens, kimi_.n_bank_rows(config_.num_hidden_layers), h}, 0.0f,
+                                   options_.dtype);
     }
 }
 
@@ -390,19 +391,14 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
 
 void KimiLinearModel::attn_res_read(const Activations& act, int64_t n_rows, const ResidualQuery& q,
                                     const TensorView& out, const kernels::Context& ctx) const {
-    // attn_res_mix is f32-only: with bf16 activations the partial sum goes in and the mix comes out through f32.
-    const bool f32 = act.hidden.dtype() == DType::kF32;
-    const Tensor partial = to_f32_scratch(act.hidden, ctx);
-    Tensor mixed;
-    if (!f32) mixed = scratch(ctx, out.shape_vec(), DType::kF32);
-    kernels::attn_res_mix({.out = f32 ? out : mixed.view(),
+    // The stream, the bank and the mix share the activation dtype (bf16: rows read as f32, the mix rounded once).
+    kernels::attn_res_mix({.out = out,
                            .bank = act.bank.view().slice(1, 0, n_rows),
-                           .partial = partial,
+                           .partial = act.hidden,
                            .query = q.query,
                            .norm_weight = q.norm,
                            .eps = static_cast<float>(config_.rms_norm_eps)},
                           ctx);
-    if (!f32) kernels::copy({.out = out, .in = mixed}, ctx);
 }
 
 // Block AttnRes (MODELS.md §3.6): act->hidden is the partial block sum p, act->bank the completed block rows.

@@ -158,15 +158,10 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
                           const kernels::Context& ctx) const {
     if (variant_.output_gate) {
         const kernels::ProfileScope scope(ctx, "out_gate");
+        // The gate stays f32 (the GEMM's accumulator, unrounded); attn_out is gated in place in its own dtype (bf16:
+        // f32 math, rounded once).
         Tensor gate = linear_new_f32(g_proj_, x, ctx);
-        if (attn_out.dtype == DType::kF32) {
-            kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
-        } else {  // sigmoid_gate is f32-only: gate the output in f32 and round it once (bf16 activations)
-            Tensor o = scratch(ctx, attn_out.shape_vec(), DType::kF32);
-            kernels::copy({.out = o, .in = attn_out}, ctx);
-            kernels::sigmoid_gate({.out = o, .in = o, .gate = gate}, ctx);
-            kernels::copy({.out = attn_out, .in = o}, ctx);
-        }
+        kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
     }
     const kernels::ProfileScope scope(ctx, "o_proj");
     linear_forward(o_proj_, attn_out, out, ctx);

@@ -14,17 +14,7 @@ void glu_apply(const GluActivation& act, const TensorView& gate, const TensorVie
         case GluActivation::Kind::kSilu:
             kernels::silu_mul({.out = gate, .gate = gate, .up = up}, ctx);
             return;
-        case GluActivation::Kind::kSitu:
-            if (gate.dtype != DType::kF32) {  // situ_mul is f32-only: round trip through f32 (bf16 activations)
-                Tensor g = scratch(ctx, gate.shape_vec(), DType::kF32);
-                Tensor u = scratch(ctx, up.shape_vec(), DType::kF32);
-                kernels::copy({.out = g, .in = gate}, ctx);
-                kernels::copy({.out = u, .in = up}, ctx);
-                kernels::situ_mul(
-                    {.out = g, .gate = g, .up = u, .beta = act.situ_beta, .linear_beta = act.situ_linear_beta}, ctx);
-                kernels::copy({.out = gate, .in = g}, ctx);
-                return;
-            }
+        case GluActivation::Kind::kSitu:  // f32 or bf16 in place (bf16: f32 math, rounded once)
             kernels::situ_mul(
                 {.out = gate, .gate = gate, .up = up, .beta = act.situ_beta, .linear_beta = act.situ_linear_beta}, ctx);
             return;

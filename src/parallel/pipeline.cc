@@ -399,7 +399,8 @@ Status PipelineStage::serve() {
         const models::BatchLayout layout = runner_->make_layout(in.batch);
         models::Activations act;
         if (in.bank_total > 0) {
-            act.bank = Tensor::empty({layout.n_tokens, static_cast<int64_t>(in.bank_total), hidden}, DType::kF32,
+            // The stream's dtype, as the model's own bank (the link carries f32 rows either way).
+            act.bank = Tensor::empty({layout.n_tokens, static_cast<int64_t>(in.bank_total), hidden}, hidden_dtype_,
                                      kernels::allocator_of(ctx));
             kernels::fill({.out = act.bank, .value = 0.0f}, ctx);
         }

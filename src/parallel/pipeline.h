@@ -19,7 +19,8 @@
 //                     the moment s has them (before its own layers); an empty message when there are none
 //   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
 //   bank (kTagBank), when bank_total > 0: f32 [n_tokens, rows, hidden] = rows [inherited, valid) with eager bank,
-//                     rows [0, valid) without. Either way the same bytes cross the link.
+//                     rows [0, valid) without. Either way the same bytes cross the link. (The bank, like the
+//                     stream, is held in the stage's hidden dtype and widened for the link / narrowed back.)
 //   DSA top-k (kTagTopk), when topk_cols > 0: i32 [n_tokens, topk_cols] = the key positions the sender's last full
 //                     indexer layer selected, for a receiver whose first layer is a `shared` indexer layer (host link).
 // last stage -> stage 0, per step with sequences: i64 [pp - 1, 5] counters of stages 1..pp-1 (kTagCounters; the last
@@ -123,7 +124,8 @@ struct StageOptions {
     Communicator* data = nullptr;
     // Forward inherited AttnRes bank rows before running this stage's layers (SPEC §4).
     bool eager_bank = false;
-    // The residual stream's dtype on this stage (--dtype; f32 or bf16): received hidden rows are converted to it.
+    // The residual stream's dtype on this stage (--dtype; f32 or bf16): received hidden and AttnRes bank rows are
+    // converted to it.
     DType hidden_dtype = DType::kF32;
     // Stage 0: when the other stages free a request (the plans stage 0 writes carry it).
     ReleasePolicy release = ReleasePolicy::kAtPromptEnd;

@@ -1,9 +1,11 @@
 // CUDA launchers of the KDA / SiTU ops (kernels/ops_kda.h), namespace penstock::cuda: same Params and semantics as the
-// CPU reference in kernels/ref/kda.cc (f32 tensors; i32 cu_seqlens / state_slots on the device, not validated there:
+// CPU reference in kernels/ref/kda.cc (f32 tensors, bf16 activations where ops_kda.h allows them; i32 cu_seqlens /
+// state_slots on the device, not validated there:
 // the host checks shapes only). Each enqueues on `stream` (a cudaStream_t as void*) and returns without
 // synchronising. Host-compilable (no CUDA headers): kernels/ops_kda.cc includes it for dispatch.
 // Numerics: fp32 arithmetic (the reference uses double), so results agree to rounding; the delta-rule state is fp32
-// inside a call as well as between calls.
+// inside a call as well as between calls. bf16 outputs of sigmoid_gate / situ_mul use fast exp and divide
+// intrinsics (~1e-7 relative before the one bf16 rounding).
 #pragma once
 
 #include "kernels/ops_kda.h"

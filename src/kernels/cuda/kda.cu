@@ -1,11 +1,17 @@
 // KDA / SiTU ops on the GPU, all but the delta rule (kernels/ops_kda.h; reference kernels/ref/kda.cc): short_conv,
 // l2norm, sigmoid, sigmoid_gate, kda_gate, gated_rms_norm, situ_mul, attn_res_mix. Memory-bound; fp32 math except
 // attn_res_mix's reductions (double, as its logits can be large enough that an f32 sum would move the softmax by more
-// than the f32 tolerance). Rows may be strided wherever the reference allows it.
+// than the f32 tolerance). Rows may be strided wherever the reference allows it. sigmoid_gate, situ_mul and
+// attn_res_mix also take bf16 activations: read as bf16 (16-byte vectors where the views allow it, rows_vec.cuh),
+// computed in f32 (fast exp / divide intrinsics for bf16 outputs: error ~1e-7 relative, far below the one bf16
+// rounding at the output), written as bf16.
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/rows_vec.cuh"
 
 namespace penstock::cuda {
 
@@ -14,12 +20,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxConvKernel = 16;
 
-void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, const char* op, const char* name) {
+void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, DType dtype, const char* op, const char* name) {
     check_on_gpu(v, op, name);
-    PENSTOCK_CHECK(v.ndim == 2 && v.dtype == DType::kF32 && v.size(0) == n_rows && v.size(1) == dim &&
+    PENSTOCK_CHECK(v.ndim == 2 && v.dtype == dtype && v.size(0) == n_rows && v.size(1) == dim &&
                    (v.stride(1) == 1 || dim <= 1))
-        << op << ": " << name << " must be [" << n_rows << ", " << dim << "] f32 with contiguous rows, got "
-        << v.shape_string() << " " << dtype_name(v.dtype);
+        << op << ": " << name << " must be [" << n_rows << ", " << dim << "] " << dtype_name(dtype)
+        << " with contiguous rows, got " << v.shape_string() << " " << dtype_name(v.dtype);
+}
+
+void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, const char* op, const char* name) {
+    check_rows(v, n_rows, dim, DType::kF32, op, name);
 }
 
 void check_3d(const TensorView& v, int64_t a, int64_t b, int64_t c, const char* op, const char* name) {
@@ -39,44 +49,77 @@ void check_vec(const TensorView& v, int64_t n, const char* op, const char* name)
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Elementwise ops over [n_rows, dim] views with row strides: grid-stride over the n_rows * dim elements.
-enum class Ew : uint8_t { kSigmoid, kSigmoidGate, kSitu };
-
-struct EwArgs {
-    float* out;
-    const float* a;
-    const float* b;
-    int64_t out0, a0, b0;
-    int64_t n_rows, dim;
-    float beta, linear_beta;
+// Elementwise ops over [n_rows, dim] views with row strides: rows_vec.cuh's binary_rows_kernel with these functors.
+// kFast = the output is bf16 (sigmoid_of's note).
+struct SigmoidOp {
+    __device__ float operator()(float x, float /*unused*/) const { return 1.0f / (1.0f + expf(-x)); }
 };
 
-template <Ew kOp>
-__global__ void elementwise_kernel(EwArgs e) {
-    const int64_t n = e.n_rows * e.dim;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const int64_t r = i / e.dim;
-        const int64_t c = i % e.dim;
-        const float x = e.a[r * e.a0 + c];
-        float y;
-        if constexpr (kOp == Ew::kSigmoid) {
-            y = sigmoidf(x);
-        } else if constexpr (kOp == Ew::kSigmoidGate) {
-            y = x * sigmoidf(e.b[r * e.b0 + c]);
+template <bool kFast>
+struct SigmoidGateOp {
+    __device__ float operator()(float x, float g) const {
+        if constexpr (kFast) {
+            return __fdividef(x, 1.0f + __expf(-g));
         } else {
-            const float u = e.b[r * e.b0 + c];
-            y = e.beta * tanhf(x / e.beta) * sigmoidf(x) * e.linear_beta * tanhf(u / e.linear_beta);
+            return x * sigmoid_of<false>(g);
         }
-        e.out[r * e.out0 + c] = y;
+    }
+};
+
+// tanh(y) as the quotient n / d, so that SiTU's three quotients share one divide. |y| < 1/4: the odd Taylor series to
+// y^7 (truncation < 4e-7 relative), d = 1; otherwise (1 - e) / (1 + e) with e = exp(-2|y|) in (0, 0.61], whose
+// cancellation costs < 5e-7 relative there.
+__device__ __forceinline__ void tanh_fraction(float y, float& n, float& d) {
+    const float y2 = y * y;
+    if (fabsf(y) < 0.25f) {
+        n = y * fmaf(y2, fmaf(y2, fmaf(y2, -17.0f / 315.0f, 2.0f / 15.0f), -1.0f / 3.0f), 1.0f);
+        d = 1.0f;
+    } else {
+        const float e = __expf(-2.0f * fabsf(y));
+        n = copysignf(1.0f - e, y);
+        d = 1.0f + e;
     }
 }
 
-template <Ew kOp>
-void launch_elementwise(const EwArgs& e, void* stream) {
-    if (e.n_rows == 0 || e.dim == 0) return;
-    elementwise_kernel<kOp><<<blocks_for(e.n_rows * e.dim, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        e);
+template <bool kFast>
+struct SituOp {
+    float beta, linear_beta;
+    __device__ float operator()(float g, float u) const {
+        if constexpr (kFast) {
+            // beta * tanh(g / beta) * sigmoid(g) * linear_beta * tanh(u / linear_beta) = (beta * linear_beta) *
+            // n1 * n2 / ((1 + exp(-g)) * d1 * d2): three exponentials and one divide. g < -88 makes the denominator
+            // inf (or > 2^126) and __fdividef returns 0, the limit.
+            float n1, d1, n2, d2;
+            tanh_fraction(g / beta, n1, d1);
+            tanh_fraction(u / linear_beta, n2, d2);
+            return __fdividef(beta * linear_beta * n1 * n2, (1.0f + __expf(-g)) * d1 * d2);
+        } else {
+            return beta * tanhf(g / beta) * sigmoid_of<false>(g) * linear_beta * tanhf(u / linear_beta);
+        }
+    }
+};
+
+// The same op for f32 or bf16 activations: out and a share a dtype; b (gate / up) has `b_dtype` (f32 or bf16).
+template <template <bool> class OpT, class... Args>
+void launch_gated(const TensorView& out, const TensorView& a, const TensorView& b, const char* op, void* stream,
+                  Args... args) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    const bool vec = rows_vectorizable(out) && rows_vectorizable(a) && rows_vectorizable(b);
+    dispatch_float(out.dtype, op, [&](auto to) {
+        using T = decltype(to);
+        dispatch_float(b.dtype, op, [&](auto tb) {
+            using B = decltype(tb);
+            const BinaryRows<T, T, B> e{.out = out.ptr<T>(),
+                                        .a = a.ptr<const T>(),
+                                        .b = b.ptr<const B>(),
+                                        .out0 = out.stride(0),
+                                        .a0 = a.stride(0),
+                                        .b0 = b.stride(0),
+                                        .n_rows = a.size(0),
+                                        .dim = a.size(1)};
+            launch_binary_rows(e, OpT<std::is_same_v<T, bf16>>{args...}, vec, s);
+        });
+    });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
@@ -226,17 +269,21 @@ __global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, 
     }
 }
 
-// attn_res_mix: one block per token (grid-stride). For each candidate row (bank rows, then partial) the block
-// reduces sum(v^2) and sum(query * w * v) in double; softmax over the n_blocks + 1 logits in double; then each thread
-// mixes its hidden columns. Every read of `partial` happens before the first write of `out` (the reductions end in
-// barriers and the mixing thread reads column h before writing it), so out may alias partial.
+// attn_res_mix: one block per token (grid-stride), kMixThreads threads over the row's chunks of kRowVec elements
+// (16-byte loads of bf16, two of f32, when every row allows it; rows_vec.cuh). Pass 1: each thread accumulates
+// sum(v^2) and sum(query * w * v) of every candidate row (bank rows, then partial) in double; warp shuffles, then one
+// barrier and a cross-warp sum per candidate in double; softmax over the n_blocks + 1 logits in double. Pass 2: each
+// thread mixes its chunks (double accumulator, rounded once to the output dtype); the rows it re-reads were read by
+// this block moments before and mostly come from L2. Every read of `partial` in pass 1 precedes the barrier, and in
+// pass 2 a thread reads a chunk of partial before writing the same chunk of out, so out may alias partial.
 constexpr int kMixThreads = 256;
 constexpr int kMaxCandidates = 64;
 
+template <class T, class B>
 struct MixArgs {
-    float* out;
-    const float* bank;
-    const float* partial;
+    T* out;
+    const B* bank;
+    const T* partial;
     const float* query;
     const float* norm_weight;
     int64_t out0, b0, b1, p0;
@@ -245,36 +292,54 @@ struct MixArgs {
     float eps;
 };
 
-__device__ double block_sum_d(double x, double* scratch) {
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-    const int warp = static_cast<int>(threadIdx.x) / 32;
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    if (lane == 0) scratch[warp] = x;
-    __syncthreads();
-    double r = 0.0;
-    for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) r += scratch[w];
-    __syncthreads();
-    return r;
-}
-
-__global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs a) {
-    __shared__ double scratch[32];
+template <class T, class B, bool kVec>
+__global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B> a) {
+    constexpr int V = kRowVec;
+    constexpr int kWarps = kMixThreads / 32;
+    __shared__ double partials[kWarps][2 * kMaxCandidates];  // per warp: (sum v^2, dot) of each candidate
     __shared__ double weights[kMaxCandidates];
     const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
     const int n_cand = a.n_blocks + 1;
+    const int64_t n_chunks = (a.hidden + V - 1) / V;
     for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
         for (int i = 0; i < n_cand; ++i) {
-            const float* v = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
             double ss = 0.0, dot = 0.0;
-            for (int64_t h = tid; h < a.hidden; h += kMixThreads) {
-                const double x = v[h];
-                ss += x * x;
-                dot += static_cast<double>(a.query[h]) * a.norm_weight[h] * x;
+            for (int64_t c = tid; c < n_chunks; c += kMixThreads) {
+                const int64_t c0 = c * V;
+                float x[V], q[V], w[V];
+                if (i < a.n_blocks) {
+                    load_chunk<B, V, kVec>(a.bank + t * a.b0 + i * a.b1, c0, a.hidden, x);
+                } else {
+                    load_chunk<T, V, kVec>(a.partial + t * a.p0, c0, a.hidden, x);
+                }
+                load_chunk<float, V, kVec>(a.query, c0, a.hidden, q);
+                load_chunk<float, V, kVec>(a.norm_weight, c0, a.hidden, w);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {  // out-of-range tail elements load as 0 and add nothing
+                    const double xd = x[j];
+                    ss = fma(xd, xd, ss);
+                    dot = fma(static_cast<double>(q[j]) * w[j], xd, dot);
+                }
             }
-            ss = block_sum_d(ss, scratch);
-            dot = block_sum_d(dot, scratch);
-            if (tid == 0) weights[i] = dot / sqrt(ss / static_cast<double>(a.hidden) + a.eps);
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) {
+                ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            }
+            if (lane == 0) {
+                partials[warp][2 * i] = ss;
+                partials[warp][2 * i + 1] = dot;
+            }
+        }
+        __syncthreads();
+        if (tid < n_cand) {
+            double ss = 0.0, dot = 0.0;
+            for (int w = 0; w < kWarps; ++w) {  // fixed order: the result does not depend on scheduling
+                ss += partials[w][2 * tid];
+                dot += partials[w][2 * tid + 1];
+            }
+            weights[tid] = dot / sqrt(ss / static_cast<double>(a.hidden) + a.eps);
         }
         __syncthreads();
         if (tid == 0) {
@@ -288,15 +353,26 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs a) {
             for (int i = 0; i < n_cand; ++i) weights[i] /= denom;
         }
         __syncthreads();
-        for (int64_t h = tid; h < a.hidden; h += kMixThreads) {
-            double acc = 0.0;
+        for (int64_t c = tid; c < n_chunks; c += kMixThreads) {
+            const int64_t c0 = c * V;
+            double acc[V] = {};
             for (int i = 0; i < n_cand; ++i) {
-                const float* v = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
-                acc += weights[i] * v[h];
+                float x[V];
+                if (i < a.n_blocks) {
+                    load_chunk<B, V, kVec>(a.bank + t * a.b0 + i * a.b1, c0, a.hidden, x);
+                } else {
+                    load_chunk<T, V, kVec>(a.partial + t * a.p0, c0, a.hidden, x);
+                }
+                const double wi = weights[i];
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] = fma(wi, static_cast<double>(x[j]), acc[j]);
             }
-            a.out[t * a.out0 + h] = static_cast<float>(acc);
+            float y[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) y[j] = static_cast<float>(acc[j]);
+            store_chunk<T, V, kVec>(a.out + t * a.out0, c0, a.hidden, y);
         }
-        __syncthreads();  // weights reused by the next token
+        __syncthreads();  // weights and partials are reused by the next token
     }
 }
 
@@ -313,56 +389,43 @@ void sigmoid(const kernels::SigmoidParams& p, void* stream) {
     const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
     check_rows(p.in, n_rows, dim, "sigmoid", "in");
     check_rows(p.out, n_rows, dim, "sigmoid", "out");
-    launch_elementwise<Ew::kSigmoid>({.out = p.out.ptr<float>(),
-                                      .a = p.in.ptr<const float>(),
-                                      .b = nullptr,
-                                      .out0 = p.out.stride(0),
-                                      .a0 = p.in.stride(0),
-                                      .b0 = 0,
-                                      .n_rows = n_rows,
-                                      .dim = dim,
-                                      .beta = 0.0f,
-                                      .linear_beta = 0.0f},
-                                     stream);
+    const BinaryRows<float, float, float> e{.out = p.out.ptr<float>(),
+                                            .a = p.in.ptr<const float>(),
+                                            .b = nullptr,
+                                            .out0 = p.out.stride(0),
+                                            .a0 = p.in.stride(0),
+                                            .b0 = 0,
+                                            .n_rows = n_rows,
+                                            .dim = dim};
+    launch_binary_rows(e, SigmoidOp{}, rows_vectorizable(p.in) && rows_vectorizable(p.out),
+                       static_cast<cudaStream_t>(stream));
+    PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
 void sigmoid_gate(const kernels::SigmoidGateParams& p, void* stream) {
-    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << "sigmoid_gate: in " << p.in.shape_string();
+    const char* op = "sigmoid_gate";
+    PENSTOCK_CHECK_EQ(p.in.ndim, 2) << op << ": in " << p.in.shape_string();
     const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
-    check_rows(p.in, n_rows, dim, "sigmoid_gate", "in");
-    check_rows(p.gate, n_rows, dim, "sigmoid_gate", "gate");
-    check_rows(p.out, n_rows, dim, "sigmoid_gate", "out");
-    launch_elementwise<Ew::kSigmoidGate>({.out = p.out.ptr<float>(),
-                                          .a = p.in.ptr<const float>(),
-                                          .b = p.gate.ptr<const float>(),
-                                          .out0 = p.out.stride(0),
-                                          .a0 = p.in.stride(0),
-                                          .b0 = p.gate.stride(0),
-                                          .n_rows = n_rows,
-                                          .dim = dim,
-                                          .beta = 0.0f,
-                                          .linear_beta = 0.0f},
-                                         stream);
+    PENSTOCK_CHECK(is_float_dtype(p.in.dtype) && is_float_dtype(p.gate.dtype))
+        << op << ": in and gate must be f32 or bf16, got " << dtype_name(p.in.dtype) << " / "
+        << dtype_name(p.gate.dtype);
+    check_rows(p.in, n_rows, dim, p.in.dtype, op, "in");
+    check_rows(p.gate, n_rows, dim, p.gate.dtype, op, "gate");
+    check_rows(p.out, n_rows, dim, p.in.dtype, op, "out");
+    launch_gated<SigmoidGateOp>(p.out, p.in, p.gate, op, stream);
 }
 
 void situ_mul(const kernels::SituMulParams& p, void* stream) {
-    PENSTOCK_CHECK_EQ(p.gate.ndim, 2) << "situ_mul: gate " << p.gate.shape_string();
+    const char* op = "situ_mul";
+    PENSTOCK_CHECK_EQ(p.gate.ndim, 2) << op << ": gate " << p.gate.shape_string();
     const int64_t n_rows = p.gate.size(0), dim = p.gate.size(1);
-    check_rows(p.gate, n_rows, dim, "situ_mul", "gate");
-    check_rows(p.up, n_rows, dim, "situ_mul", "up");
-    check_rows(p.out, n_rows, dim, "situ_mul", "out");
-    PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << "situ_mul: betas must be > 0";
-    launch_elementwise<Ew::kSitu>({.out = p.out.ptr<float>(),
-                                   .a = p.gate.ptr<const float>(),
-                                   .b = p.up.ptr<const float>(),
-                                   .out0 = p.out.stride(0),
-                                   .a0 = p.gate.stride(0),
-                                   .b0 = p.up.stride(0),
-                                   .n_rows = n_rows,
-                                   .dim = dim,
-                                   .beta = p.beta,
-                                   .linear_beta = p.linear_beta},
-                                  stream);
+    PENSTOCK_CHECK(is_float_dtype(p.gate.dtype))
+        << op << ": gate must be f32 or bf16, got " << dtype_name(p.gate.dtype);
+    check_rows(p.gate, n_rows, dim, p.gate.dtype, op, "gate");
+    check_rows(p.up, n_rows, dim, p.gate.dtype, op, "up");
+    check_rows(p.out, n_rows, dim, p.gate.dtype, op, "out");
+    PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << op << ": betas must be > 0";
+    launch_gated<SituOp>(p.out, p.gate, p.up, op, stream, p.beta, p.linear_beta);
 }
 
 void short_conv(const kernels::ShortConvParams& p, void* stream) {
@@ -479,29 +542,53 @@ void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {
     const char* op = "attn_res_mix";
     PENSTOCK_CHECK_EQ(p.partial.ndim, 2) << op << ": partial " << p.partial.shape_string();
     const int64_t n_tokens = p.partial.size(0), hidden = p.partial.size(1);
-    check_rows(p.partial, n_tokens, hidden, op, "partial");
-    check_rows(p.out, n_tokens, hidden, op, "out");
+    PENSTOCK_CHECK(is_float_dtype(p.partial.dtype)) << op << ": partial must be f32 or bf16";
+    check_rows(p.partial, n_tokens, hidden, p.partial.dtype, op, "partial");
+    check_rows(p.out, n_tokens, hidden, p.partial.dtype, op, "out");
     PENSTOCK_CHECK_EQ(p.bank.ndim, 3) << op << ": bank " << p.bank.shape_string();
     const int64_t n_blocks = p.bank.size(1);
-    if (n_blocks > 0) check_3d(p.bank, n_tokens, n_blocks, hidden, op, "bank");
+    PENSTOCK_CHECK(is_float_dtype(p.bank.dtype)) << op << ": bank must be f32 or bf16";
+    if (n_blocks > 0) {
+        check_on_gpu(p.bank, op, "bank");
+        PENSTOCK_CHECK(p.bank.size(0) == n_tokens && p.bank.size(2) == hidden && (p.bank.stride(2) == 1 || hidden <= 1))
+            << op << ": bank must be [" << n_tokens << ", n_blocks, " << hidden << "], last dim contiguous, got "
+            << p.bank.shape_string();
+    }
     check_vec(p.query, hidden, op, "query");
     check_vec(p.norm_weight, hidden, op, "norm_weight");
     PENSTOCK_CHECK_LT(n_blocks, kMaxCandidates) << op << ": n_blocks";
     if (n_tokens == 0) return;
-    const MixArgs a{.out = p.out.ptr<float>(),
-                    .bank = n_blocks > 0 ? p.bank.ptr<const float>() : nullptr,
-                    .partial = p.partial.ptr<const float>(),
-                    .query = p.query.ptr<const float>(),
-                    .norm_weight = p.norm_weight.ptr<const float>(),
-                    .out0 = p.out.stride(0),
-                    .b0 = n_blocks > 0 ? p.bank.stride(0) : 0,
-                    .b1 = n_blocks > 0 ? p.bank.stride(1) : 0,
-                    .p0 = p.partial.stride(0),
-                    .n_tokens = n_tokens,
-                    .hidden = hidden,
-                    .n_blocks = static_cast<int>(n_blocks),
-                    .eps = p.eps};
-    attn_res_mix_kernel<<<row_blocks(n_tokens, 1), kMixThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    const auto es = [](DType d) { return static_cast<int64_t>(dtype_bytes(d, 1)); };
+    const bool bank_vec =
+        n_blocks == 0 || (is_aligned16(p.bank.data) && (p.bank.stride(0) * es(p.bank.dtype)) % 16 == 0 &&
+                          (p.bank.stride(1) * es(p.bank.dtype)) % 16 == 0);
+    const bool vec = bank_vec && rows_vectorizable(p.partial) && rows_vectorizable(p.out) &&
+                     is_aligned16(p.query.data) && is_aligned16(p.norm_weight.data);
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.partial.dtype, op, [&](auto tp) {
+        using T = decltype(tp);
+        dispatch_float(p.bank.dtype, op, [&](auto tb) {
+            using B = decltype(tb);
+            const MixArgs<T, B> a{.out = p.out.ptr<T>(),
+                                  .bank = n_blocks > 0 ? p.bank.ptr<const B>() : nullptr,
+                                  .partial = p.partial.ptr<const T>(),
+                                  .query = p.query.ptr<const float>(),
+                                  .norm_weight = p.norm_weight.ptr<const float>(),
+                                  .out0 = p.out.stride(0),
+                                  .b0 = n_blocks > 0 ? p.bank.stride(0) : 0,
+                                  .b1 = n_blocks > 0 ? p.bank.stride(1) : 0,
+                                  .p0 = p.partial.stride(0),
+                                  .n_tokens = n_tokens,
+                                  .hidden = hidden,
+                                  .n_blocks = static_cast<int>(n_blocks),
+                                  .eps = p.eps};
+            if (vec) {
+                attn_res_mix_kernel<T, B, true><<<row_blocks(n_tokens, 1), kMixThreads, 0, s>>>(a);
+            } else {
+                attn_res_mix_kernel<T, B, false><<<row_blocks(n_tokens, 1), kMixThreads, 0, s>>>(a);
+            }
+        });
+    });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

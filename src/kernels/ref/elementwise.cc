@@ -1,11 +1,15 @@
-// Reference elementwise ops: silu_mul (rows may be strided), add (contiguous, any shape) and row-wise softmax over the
-// last dim (max-subtracted; exp in f32, row sum in double). out may alias an input: every element is read before the
+// Reference elementwise ops: silu_mul (rows may be strided; f32 or bf16 with f32 math, bf16 rounded once at the
+// output), add (contiguous, any shape) and row-wise softmax over the last dim (max-subtracted; exp in f32, row sum in
+// double). out may alias an input: every element is read before the
 // same element is written, and softmax re-reads its input only before the final write pass.
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/ref/ref_ops.h"
+#include "kernels/ref/ref_rows.h"
 
 namespace penstock::ref {
 
@@ -25,18 +29,23 @@ void silu_mul(const kernels::SiluMulParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.gate.ndim, 2);
     const int64_t n_rows = p.gate.size(0);
     const int64_t dim = p.gate.size(1);
-    check_rows(p.gate, n_rows, dim, "silu_mul gate");
-    check_rows(p.up, n_rows, dim, "silu_mul up");
-    check_rows(p.out, n_rows, dim, "silu_mul out");
+    PENSTOCK_CHECK(is_activation_dtype(p.gate.dtype) && p.up.dtype == p.gate.dtype && p.out.dtype == p.gate.dtype)
+        << "silu_mul: gate, up and out must share one dtype, f32 or bf16";
+    for (const auto& [v, name] : {std::pair{&p.gate, "silu_mul gate"}, {&p.up, "silu_mul up"}, {&p.out, "silu_mul out"}}) {
+        PENSTOCK_CHECK_EQ(v->ndim, 2) << name;
+        PENSTOCK_CHECK_EQ(v->size(0), n_rows) << name;
+        PENSTOCK_CHECK_EQ(v->size(1), dim) << name;
+        PENSTOCK_CHECK(v->stride(1) == 1 || dim <= 1) << name << ": last dim must be contiguous";
+    }
     parallel_for(pool, n_rows, /*grain=*/8, [&](int64_t begin, int64_t end) {
+        std::vector<float> gb, ub;
         for (int64_t r = begin; r < end; ++r) {
-            const float* g = p.gate.at<const float>({r});
-            const float* u = p.up.at<const float>({r});
-            float* y = p.out.at<float>({r});
-            for (int64_t i = 0; i < dim; ++i) {
+            const float* g = row_as_f32(element_ptr(p.gate, {r}), p.gate.dtype, dim, gb);
+            const float* u = row_as_f32(element_ptr(p.up, {r}), p.up.dtype, dim, ub);
+            write_row(element_ptr(p.out, {r}), p.out.dtype, dim, [&](int64_t i) {
                 const float silu = g[i] / (1.0f + std::exp(-g[i]));
-                y[i] = silu * u[i];
-            }
+                return silu * u[i];
+            });
         }
     });
 }

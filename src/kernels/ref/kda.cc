@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "kernels/ref/ref_kda.h"
+#include "kernels/ref/ref_rows.h"
 
 namespace penstock::ref {
 
@@ -25,6 +26,16 @@ void check_rows(const TensorView& v, int64_t n_rows, int64_t dim, const char* na
     check_f32(v, 2, name);
     PENSTOCK_CHECK_EQ(v.size(0), n_rows) << name;
     PENSTOCK_CHECK_EQ(v.size(1), dim) << name;
+}
+
+// [n_rows, dim] rows of `dtype` (f32 or bf16), last dim contiguous.
+void check_act_rows(const TensorView& v, int64_t n_rows, int64_t dim, DType dtype, const char* name) {
+    PENSTOCK_CHECK_EQ(v.ndim, 2) << name;
+    PENSTOCK_CHECK(is_activation_dtype(dtype) && v.dtype == dtype)
+        << name << " must be " << dtype_name(dtype) << " (f32 or bf16), got " << dtype_name(v.dtype);
+    PENSTOCK_CHECK_EQ(v.size(0), n_rows) << name;
+    PENSTOCK_CHECK_EQ(v.size(1), dim) << name;
+    PENSTOCK_CHECK(v.stride(1) == 1 || dim <= 1) << name << ": last dim must be contiguous";
 }
 
 void check_3d(const TensorView& v, int64_t a, int64_t b, int64_t c, const char* name) {
@@ -186,15 +197,15 @@ void sigmoid_gate(const kernels::SigmoidGateParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.in.ndim, 2);
     const int64_t n_rows = p.in.size(0);
     const int64_t dim = p.in.size(1);
-    check_rows(p.in, n_rows, dim, "sigmoid_gate in");
-    check_rows(p.gate, n_rows, dim, "sigmoid_gate gate");
-    check_rows(p.out, n_rows, dim, "sigmoid_gate out");
+    check_act_rows(p.in, n_rows, dim, p.in.dtype, "sigmoid_gate in");
+    check_act_rows(p.gate, n_rows, dim, p.gate.dtype, "sigmoid_gate gate");
+    check_act_rows(p.out, n_rows, dim, p.in.dtype, "sigmoid_gate out");
     parallel_for(pool, n_rows, /*grain=*/64, [&](int64_t begin, int64_t end) {
+        std::vector<float> xb, gb;
         for (int64_t r = begin; r < end; ++r) {
-            const float* x = p.in.at<const float>({r});
-            const float* g = p.gate.at<const float>({r});
-            float* y = p.out.at<float>({r});
-            for (int64_t i = 0; i < dim; ++i) y[i] = static_cast<float>(x[i] * sigmoid_d(g[i]));
+            const float* x = row_as_f32(element_ptr(p.in, {r}), p.in.dtype, dim, xb);
+            const float* g = row_as_f32(element_ptr(p.gate, {r}), p.gate.dtype, dim, gb);
+            write_row(element_ptr(p.out, {r}), p.out.dtype, dim, [&](int64_t i) { return x[i] * sigmoid_d(g[i]); });
         }
     });
 }
@@ -382,20 +393,20 @@ void situ_mul(const kernels::SituMulParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.gate.ndim, 2);
     const int64_t n_rows = p.gate.size(0);
     const int64_t dim = p.gate.size(1);
-    check_rows(p.gate, n_rows, dim, "situ_mul gate");
-    check_rows(p.up, n_rows, dim, "situ_mul up");
-    check_rows(p.out, n_rows, dim, "situ_mul out");
+    check_act_rows(p.gate, n_rows, dim, p.gate.dtype, "situ_mul gate");
+    check_act_rows(p.up, n_rows, dim, p.gate.dtype, "situ_mul up");
+    check_act_rows(p.out, n_rows, dim, p.gate.dtype, "situ_mul out");
     PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << "situ betas must be > 0";
     const double b = p.beta, bl = p.linear_beta;
     parallel_for(pool, n_rows, /*grain=*/8, [&](int64_t begin, int64_t end) {
+        std::vector<float> gb, ub;
         for (int64_t r = begin; r < end; ++r) {
-            const float* g = p.gate.at<const float>({r});
-            const float* u = p.up.at<const float>({r});
-            float* y = p.out.at<float>({r});
-            for (int64_t i = 0; i < dim; ++i) {
+            const float* g = row_as_f32(element_ptr(p.gate, {r}), p.gate.dtype, dim, gb);
+            const float* u = row_as_f32(element_ptr(p.up, {r}), p.up.dtype, dim, ub);
+            write_row(element_ptr(p.out, {r}), p.out.dtype, dim, [&](int64_t i) {
                 const double gi = g[i], ui = u[i];
-                y[i] = static_cast<float>(b * std::tanh(gi / b) * sigmoid_d(gi) * bl * std::tanh(ui / bl));
-            }
+                return b * std::tanh(gi / b) * sigmoid_d(gi) * bl * std::tanh(ui / bl);
+            });
         }
     });
 }
@@ -404,11 +415,16 @@ void attn_res_mix(const kernels::AttnResMixParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.partial.ndim, 2);
     const int64_t n_tokens = p.partial.size(0);
     const int64_t hidden = p.partial.size(1);
-    check_rows(p.partial, n_tokens, hidden, "attn_res_mix partial");
-    check_rows(p.out, n_tokens, hidden, "attn_res_mix out");
+    check_act_rows(p.partial, n_tokens, hidden, p.partial.dtype, "attn_res_mix partial");
+    check_act_rows(p.out, n_tokens, hidden, p.partial.dtype, "attn_res_mix out");
     PENSTOCK_CHECK_EQ(p.bank.ndim, 3);
     const int64_t n_blocks = p.bank.size(1);
-    if (n_blocks > 0) check_3d(p.bank, n_tokens, n_blocks, hidden, "attn_res_mix bank");
+    PENSTOCK_CHECK(is_activation_dtype(p.bank.dtype)) << "attn_res_mix bank must be f32 or bf16";
+    if (n_blocks > 0) {
+        PENSTOCK_CHECK_EQ(p.bank.size(0), n_tokens) << "attn_res_mix bank";
+        PENSTOCK_CHECK_EQ(p.bank.size(2), hidden) << "attn_res_mix bank";
+        PENSTOCK_CHECK(p.bank.stride(2) == 1 || hidden <= 1) << "attn_res_mix bank: last dim must be contiguous";
+    }
     check_f32(p.query, 1, "attn_res_mix query");
     check_f32(p.norm_weight, 1, "attn_res_mix norm_weight");
     PENSTOCK_CHECK_EQ(p.query.size(0), hidden);
@@ -416,11 +432,16 @@ void attn_res_mix(const kernels::AttnResMixParams& p, ThreadPool* pool) {
     const float* q = p.query.ptr<const float>();
     const float* w = p.norm_weight.ptr<const float>();
     parallel_for(pool, n_tokens, /*grain=*/4, [&](int64_t begin, int64_t end) {
-        std::vector<const float*> rows(static_cast<size_t>(n_blocks + 1));
-        std::vector<double> logits(static_cast<size_t>(n_blocks + 1)), acc(static_cast<size_t>(hidden));
+        const auto n_cand = static_cast<size_t>(n_blocks + 1);
+        std::vector<const float*> rows(n_cand);
+        std::vector<std::vector<float>> bufs(n_cand);
+        std::vector<double> logits(n_cand), acc(static_cast<size_t>(hidden));
         for (int64_t t = begin; t < end; ++t) {
-            for (int64_t i = 0; i < n_blocks; ++i) rows[static_cast<size_t>(i)] = p.bank.at<const float>({t, i});
-            rows[static_cast<size_t>(n_blocks)] = p.partial.at<const float>({t});
+            for (int64_t i = 0; i < n_blocks; ++i) {
+                const auto k = static_cast<size_t>(i);
+                rows[k] = row_as_f32(element_ptr(p.bank, {t, i}), p.bank.dtype, hidden, bufs[k]);
+            }
+            rows[n_cand - 1] = row_as_f32(element_ptr(p.partial, {t}), p.partial.dtype, hidden, bufs[n_cand - 1]);
             double max_logit = -INFINITY;
             for (int64_t i = 0; i <= n_blocks; ++i) {
                 const float* v = rows[static_cast<size_t>(i)];
@@ -442,8 +463,7 @@ void attn_res_mix(const kernels::AttnResMixParams& p, ThreadPool* pool) {
                 const float* v = rows[static_cast<size_t>(i)];
                 for (int64_t h = 0; h < hidden; ++h) acc[static_cast<size_t>(h)] += a * v[h];
             }
-            float* y = p.out.at<float>({t});
-            for (int64_t h = 0; h < hidden; ++h) y[h] = static_cast<float>(acc[static_cast<size_t>(h)]);
+            write_row(element_ptr(p.out, {t}), p.out.dtype, hidden, [&](int64_t h) { return acc[static_cast<size_t>(h)]; });
         }
     });
 }

@@ -1,4 +1,5 @@
-// The CPU reference of the KDA / SiTU ops in kernels/ops_kda.h: plain loops, fp32 values with double accumulation.
+// The CPU reference of the KDA / SiTU ops in kernels/ops_kda.h: plain loops, fp32 values with double accumulation
+// (sigmoid_gate, situ_mul and attn_res_mix also read and write bf16 activations, rounding once at the output).
 // `pool` may be null; results never depend on the thread count.
 #pragma once
 
