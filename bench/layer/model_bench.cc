@@ -217,7 +217,8 @@ int run(const Options& o) {
                     kernels::fill_random({.out = act.hidden, .seed = o.seed + 1, .mean = 0.0f, .stddev = 1.0f}, ctx);
                     const int64_t bank = m.bank_rows_before(config->num_hidden_layers);
                     if (bank > 0) {
-                        act.bank = Tensor::empty({n, bank, hidden}, DType::kF32, kernels::allocator_of(ctx));
+                        // the stream's dtype, as the model's own bank (models/forward_batch.h)
+                        act.bank = Tensor::empty({n, bank, hidden}, DType::kBF16, kernels::allocator_of(ctx));
                         kernels::fill_random({.out = act.bank, .seed = o.seed + 2, .mean = 0.0f, .stddev = 1.0f}, ctx);
                     }
                 }

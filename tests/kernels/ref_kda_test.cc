@@ -2,11 +2,13 @@
 // forms, random carried-in state, ragged batches with permuted slots, strided q/k/v), one call vs two calls with the
 // carried state, the recurrent form against the paper's matrix form written here in double, the short conv with its
 // state against a zero-padded naive conv (whole and split), and the gate / l2norm / gated norm / SiTU against naive
-// double formulas.
+// double formulas; bf16 SiTU (fused [rows, 2I] gate|up), sigmoid_gate and AttnRes reads equal the f32 result rounded
+// once.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops_kda.h"
@@ -366,6 +368,84 @@ TEST(SituMul, MatchesNaive) {
     Tensor out = Tensor::empty({R, D}, DType::kF32);
     kernels::situ_mul({.out = out, .gate = g, .up = u, .beta = 4.0f, .linear_beta = 25.0f}, kCtx);
     EXPECT_TRUE(all_close(read_f32(out), want, kF32Elementwise, {R, D}));
+}
+
+// bf16 SiTU reads gate and up straight from one [rows, 2I] GEMM output and writes bf16: the f32 result on the same
+// (bf16-valued) inputs rounded once, bit for bit, for I = 1, 3, 40, 2051 (odd rows); in place over the gate half the
+// up half is left untouched.
+TEST(SituMul, Bf16FromFusedGateUpRoundsTheF32ResultOnce) {
+    uint32_t seed = 3400;
+    for (const auto& [R, I] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 3}, {7, 40}, {5, 2051}}) {
+        SCOPED_TRACE(::testing::Message() << "rows=" << R << " I=" << I);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        Buffer gu = random_buffer(rng, {R, 2 * I}, /*strided=*/false, -60, 60);
+        const Buffer gu16 = to_bf16_buffer(gu);
+        Tensor out = Tensor::empty({R, I}, DType::kF32);
+        kernels::situ_mul({.out = out, .gate = gu.view.slice(1, 0, I), .up = gu.view.slice(1, I, 2 * I)}, kCtx);
+        const std::vector<float> want = rounded_bf16(read_f32(out));
+        Tensor out16 = Tensor::empty({R, I}, DType::kBF16);
+        kernels::situ_mul({.out = out16, .gate = gu16.view.slice(1, 0, I), .up = gu16.view.slice(1, I, 2 * I)}, kCtx);
+        EXPECT_TRUE(same_bits(read_bf16(out16), want));
+        const std::vector<float> up_before = read_bf16(gu16.view.slice(1, I, 2 * I));
+        const TensorView gate16 = gu16.view.slice(1, 0, I);
+        kernels::situ_mul({.out = gate16, .gate = gate16, .up = gu16.view.slice(1, I, 2 * I)}, kCtx);
+        EXPECT_TRUE(same_bits(read_bf16(gate16), want));
+        EXPECT_TRUE(same_bits(read_bf16(gu16.view.slice(1, I, 2 * I)), up_before));
+    }
+}
+
+// bf16 sigmoid_gate (strided rows; gate f32 or bf16): the f32 result rounded once, bit for bit.
+TEST(SigmoidGate, Bf16RoundsTheF32ResultOnce) {
+    PENSTOCK_SEEDED(3410);
+    std::mt19937 rng(3410);
+    const int64_t R = 5, D = 37;
+    Buffer x = random_buffer(rng, {R, D}, /*strided=*/true, -4, 4);
+    Buffer g = random_buffer(rng, {R, D}, /*strided=*/true, -30, 30);
+    const Buffer x16 = to_bf16_buffer(x);
+    const Buffer g16 = to_bf16_buffer(g);  // g now holds bf16 values too: both gate dtypes give the same result
+    Tensor out = Tensor::empty({R, D}, DType::kF32);
+    kernels::sigmoid_gate({.out = out, .in = x.view, .gate = g.view}, kCtx);
+    const std::vector<float> want = rounded_bf16(read_f32(out));
+    for (const TensorView& gate : {g.view, g16.view}) {
+        Tensor out16 = Tensor::empty({R, D}, DType::kBF16);
+        kernels::sigmoid_gate({.out = out16, .in = x16.view, .gate = gate}, kCtx);
+        EXPECT_TRUE(same_bits(read_bf16(out16), want)) << "gate " << dtype_name(gate.dtype);
+    }
+    kernels::sigmoid_gate({.out = x16.view, .in = x16.view, .gate = g.view}, kCtx);  // in place
+    EXPECT_TRUE(same_bits(read_bf16(x16.view), want));
+}
+
+// bf16 AttnRes read (bf16 partial and out; bank bf16 or f32, strided): the f32 result on the same values rounded
+// once, bit for bit; in place over the partial rows too.
+TEST(AttnResMix, Bf16RoundsTheF32ResultOnce) {
+    PENSTOCK_SEEDED(3420);
+    std::mt19937 rng(3420);
+    const int64_t T = 3, NB = 3, H = 20;
+    Buffer bank = random_buffer(rng, {T, NB, H}, /*strided=*/true, -2, 2);
+    Buffer partial = random_buffer(rng, {T, H}, /*strided=*/true, -2, 2);
+    const Buffer bank16 = to_bf16_buffer(bank);
+    const Buffer partial16 = to_bf16_buffer(partial);
+    Tensor q = Tensor::from_f32({H}, random_floats(rng, H, -0.5f, 0.5f));
+    Tensor w = Tensor::from_f32({H}, random_floats(rng, H, 0.5f, 1.5f));
+    Tensor out = Tensor::empty({T, H}, DType::kF32);
+    kernels::attn_res_mix({.out = out, .bank = bank.view, .partial = partial.view, .query = q, .norm_weight = w}, kCtx);
+    const std::vector<float> want = rounded_bf16(read_f32(out));
+    for (const TensorView& b : {bank16.view, bank.view}) {
+        Tensor out16 = Tensor::empty({T, H}, DType::kBF16);
+        kernels::attn_res_mix({.out = out16, .bank = b, .partial = partial16.view, .query = q, .norm_weight = w}, kCtx);
+        EXPECT_TRUE(same_bits(read_bf16(out16), want)) << "bank " << dtype_name(b.dtype);
+    }
+    kernels::attn_res_mix(
+        {.out = partial16.view, .bank = bank16.view, .partial = partial16.view, .query = q, .norm_weight = w}, kCtx);
+    EXPECT_TRUE(same_bits(read_bf16(partial16.view), want));
+}
+
+// Mixed activation dtypes are programmer errors that name the operand.
+TEST(SituMulDeathTest, MixedDtypesAbort) {
+    Tensor g = Tensor::zeros({2, 3}, DType::kBF16);
+    Tensor u = Tensor::zeros({2, 3}, DType::kF32);
+    EXPECT_DEATH(kernels::situ_mul({.out = g, .gate = g, .up = u}, kCtx), "situ_mul up");
 }
 
 // AttnRes read: softmax over depth of [bank rows ; partial] with logits query . RMSNorm_w(row), raw rows mixed; an

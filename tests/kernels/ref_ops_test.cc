@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -224,6 +225,25 @@ TEST(RefSiluMul, MatchesNaiveIncludingStridedAndAliased) {
         const std::vector<float> gate_orig = backing_values(gate);
         ref::silu_mul({.out = gate.view, .gate = gate.view, .up = up.view}, nullptr);
         EXPECT_TRUE(all_close(backing_values(gate), expected_backing(gate, gate_orig, expect), kF32Elementwise));
+    }
+}
+
+// bf16 silu_mul from one [rows, 2 dim] GEMM output (dim 1, 3, 2051): the f32 result on the same values rounded once,
+// bit for bit, also in place over the gate half.
+TEST(RefSiluMul, Bf16FromFusedGateUpRoundsTheF32ResultOnce) {
+    uint32_t seed = 515;
+    for (const auto& [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 3}, {3, 2051}}) {
+        SCOPED_TRACE(::testing::Message() << "rows=" << rows << " dim=" << dim);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        Buffer gu = random_buffer(rng, {rows, 2 * dim}, /*strided=*/false, -6.0f, 6.0f);
+        const Buffer gu16 = to_bf16_buffer(gu);
+        Tensor out = Tensor::empty({rows, dim}, DType::kF32);
+        ref::silu_mul({.out = out, .gate = gu.view.slice(1, 0, dim), .up = gu.view.slice(1, dim, 2 * dim)}, nullptr);
+        const std::vector<float> want = rounded_bf16(read_f32(out));
+        const TensorView gate16 = gu16.view.slice(1, 0, dim);
+        ref::silu_mul({.out = gate16, .gate = gate16, .up = gu16.view.slice(1, dim, 2 * dim)}, nullptr);
+        EXPECT_TRUE(same_bits(read_bf16(gate16), want));
     }
 }
 

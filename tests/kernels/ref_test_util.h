@@ -87,6 +87,41 @@ inline std::vector<float> read_f32(const TensorView& v) {
     return out;
 }
 
+// The elements of a (possibly strided) bf16 view, row-major, widened to f32 (exact).
+inline std::vector<float> read_bf16(const TensorView& v) {
+    std::vector<float> out;
+    out.reserve(static_cast<size_t>(v.numel()));
+    for_each_index(v.shape_vec(), [&](const std::vector<int64_t>& idx) {
+        out.push_back(bf16_to_float(v.ptr<uint16_t>()[offset_of(v, idx)]));
+    });
+    return out;
+}
+
+// A bf16 copy of an f32 buffer with the same layout (backing and view), every value rounded to nearest even; and the
+// f32 buffer's values replaced by those rounded values, so both sides hold the same numbers.
+inline Buffer to_bf16_buffer(Buffer& f32) {
+    Buffer b;
+    b.backing = Tensor::empty(f32.backing.view().shape_vec(), DType::kBF16);
+    const int64_t n = f32.backing.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = float_to_bf16(f32.backing.ptr<float>()[i]);
+        b.backing.ptr<uint16_t>()[i] = h;
+        f32.backing.ptr<float>()[i] = bf16_to_float(h);
+    }
+    b.view = f32.view;
+    b.view.dtype = DType::kBF16;
+    b.view.data = b.backing.ptr<uint16_t>() + (f32.view.ptr<float>() - f32.backing.ptr<float>());
+    return b;
+}
+
+// float_to_bf16 of each value, widened back: what one rounding of an f32 result to bf16 gives.
+inline std::vector<float> rounded_bf16(const std::vector<float>& v) {
+    std::vector<float> out;
+    out.reserve(v.size());
+    for (float x : v) out.push_back(bf16_to_float(float_to_bf16(x)));
+    return out;
+}
+
 // Writes row-major `values` into a (possibly strided) f32 view.
 inline void write_f32(const TensorView& v, const std::vector<float>& values) {
     size_t i = 0;
