@@ -14,6 +14,10 @@ struct Tolerance {
 inline constexpr Tolerance kF32Tol{.atol = 1e-5, .rtol = 1e-5};
 // bf16 output (8 significand bits: one rounding is 2^-9 ~ 0.2% relative) vs the fp32 reference.
 inline constexpr Tolerance kBF16Tol{.atol = 1e-2, .rtol = 1.6e-2};
+// A bf16 output vs the bf16 reference on the same inputs: both round an f32 (reference: double) result once, so they
+// differ by at most one bf16 ulp (<= 2^-7 relative), where the unrounded values straddle a rounding boundary. atol
+// covers results below ~1e-30, which the GPU's fast (flush-to-zero) intrinsics may return as 0.
+inline constexpr Tolerance kBF16OneUlp{.atol = 1e-30, .rtol = 0.0078125};
 // f16 output (11 significand bits) vs the fp32 reference.
 inline constexpr Tolerance kF16Tol{.atol = 1e-3, .rtol = 1e-3};
 // fp8 e4m3 output (4 significand bits: one rounding is 2^-4 = 6.25% relative) compared as values, when a kernel

@@ -31,7 +31,8 @@ void silu_mul(const kernels::SiluMulParams& p, ThreadPool* pool) {
     const int64_t dim = p.gate.size(1);
     PENSTOCK_CHECK(is_activation_dtype(p.gate.dtype) && p.up.dtype == p.gate.dtype && p.out.dtype == p.gate.dtype)
         << "silu_mul: gate, up and out must share one dtype, f32 or bf16";
-    for (const auto& [v, name] : {std::pair{&p.gate, "silu_mul gate"}, {&p.up, "silu_mul up"}, {&p.out, "silu_mul out"}}) {
+    for (const auto& [v, name] :
+         {std::pair{&p.gate, "silu_mul gate"}, std::pair{&p.up, "silu_mul up"}, std::pair{&p.out, "silu_mul out"}}) {
         PENSTOCK_CHECK_EQ(v->ndim, 2) << name;
         PENSTOCK_CHECK_EQ(v->size(0), n_rows) << name;
         PENSTOCK_CHECK_EQ(v->size(1), dim) << name;

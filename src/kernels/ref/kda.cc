@@ -463,7 +463,8 @@ void attn_res_mix(const kernels::AttnResMixParams& p, ThreadPool* pool) {
                 const float* v = rows[static_cast<size_t>(i)];
                 for (int64_t h = 0; h < hidden; ++h) acc[static_cast<size_t>(h)] += a * v[h];
             }
-            write_row(element_ptr(p.out, {t}), p.out.dtype, hidden, [&](int64_t h) { return acc[static_cast<size_t>(h)]; });
+            write_row(element_ptr(p.out, {t}), p.out.dtype, hidden,
+                      [&](int64_t h) { return acc[static_cast<size_t>(h)]; });
         }
     });
 }
