@@ -167,7 +167,7 @@ TEST_F(KdaBf16OpTest, SigmoidGateMatchesReference) {
     for (const Case& c : cases) {
         const std::string name = dims("rows_dim", {c.rows, c.dim}) + (c.strided ? "_strided" : "") +
                                  (c.width > c.dim ? "_in_" + std::to_string(c.width) : "") + "_gate_" +
-                                 dtype_name(c.gate) + (c.in_place ? "_inplace" : "");
+                                 std::string(dtype_name(c.gate)) + (c.in_place ? "_inplace" : "");
         SCOPED_TRACE(name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
@@ -187,7 +187,9 @@ TEST_F(KdaBf16OpTest, SigmoidGateMatchesReference) {
                    view_of(ref, out.dv, cut(out.dv)), kBF16OneUlp, {c.rows, c.dim});
         conf_close("sigmoid_gate_bf16", name + "_vs_f32_ref", view_of(got, out.dv, cut(out.dv)), read_f32(want32),
                    kBF16Tol, {c.rows, c.dim});
-        if (!c.in_place) EXPECT_EQ(touched_outside(got, out.dv, cut(out.dv)), 0) << "elements written outside the view";
+        if (!c.in_place) {
+            EXPECT_EQ(touched_outside(got, out.dv, cut(out.dv)), 0) << "elements written outside the view";
+        }
         if (HasFatalFailure()) return;
     }
 }
@@ -210,7 +212,7 @@ TEST_F(KdaBf16OpTest, AttnResMixMatchesReference) {
         const std::string name = dims("T_blocks_hidden", {c.tokens, c.blocks, c.hidden}) +
                                  (c.strided ? "_strided" : "") +
                                  (c.width > c.hidden ? "_in_" + std::to_string(c.width) : "") + "_bank_" +
-                                 dtype_name(c.bank) + (c.in_place ? "_inplace" : "");
+                                 std::string(dtype_name(c.bank)) + (c.in_place ? "_inplace" : "");
         SCOPED_TRACE(name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
@@ -251,8 +253,9 @@ TEST_F(KdaBf16OpTest, AttnResMixMatchesReference) {
                    view_of(ref, out.dv, rows(out.dv)), kBF16OneUlp, {c.tokens, c.hidden});
         conf_close("attn_res_mix_bf16", name + "_vs_f32_ref", view_of(got, out.dv, rows(out.dv)), read_f32(want32),
                    kBF16Tol, {c.tokens, c.hidden});
-        if (!c.in_place)
+        if (!c.in_place) {
             EXPECT_EQ(touched_outside(got, out.dv, rows(out.dv)), 0) << "elements written outside the view";
+        }
         if (HasFatalFailure()) return;
     }
 }
