@@ -95,9 +95,10 @@ struct GatedDeltaRuleParams {
 };
 
 // out = weight * (x * rsqrt(mean(x^2) + eps)) * sigmoid(gate), per row, fp32 (FusedRMSNormGated, sigmoid). out may
-// alias in. Rows may be strided.
+// alias in (then f32). Rows may be strided. A bf16 out (the KDA output feeding a bf16 o_proj) takes the f32 result
+// rounded once.
 struct GatedRmsNormParams {
-    TensorView out;     // [n_rows, dim] f32
+    TensorView out;     // [n_rows, dim] f32 or bf16
     TensorView in;      // [n_rows, dim] f32
     TensorView gate;    // [n_rows, dim] f32
     TensorView weight;  // [dim] f32

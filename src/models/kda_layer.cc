@@ -209,20 +209,18 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                                            : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
     const TensorView o_rows = o.view().reshape({n * d.n_heads, hd});
     scope.emplace(ctx, "o_norm");
-    kernels::gated_rms_norm({.out = o_rows,
+    // f32: normed in place; bf16: the norm writes the o_proj input directly (rounded once, no f32 copy in between).
+    Tensor o_act;
+    if (out.dtype != DType::kF32) o_act = scratch(ctx, {n, qkv}, out.dtype);
+    const TensorView o_normed = out.dtype == DType::kF32 ? o.view().reshape({n, qkv}) : o_act.view();
+    kernels::gated_rms_norm({.out = o_normed.reshape({n * d.n_heads, hd}),
                              .in = o_rows,
                              .gate = gate.view().reshape({n * d.n_heads, hd}),
                              .weight = o_norm_,
                              .eps = options_.norm_eps},
                             ctx);
     scope.emplace(ctx, "o_proj");
-    if (out.dtype == DType::kF32) {
-        linear_forward(o_proj_, o.view().reshape({n, qkv}), out, ctx);
-    } else {
-        Tensor o_act = scratch(ctx, {n, qkv}, out.dtype);
-        kernels::copy({.out = o_act, .in = o.view().reshape({n, qkv})}, ctx);
-        linear_forward(o_proj_, o_act, out, ctx);
-    }
+    linear_forward(o_proj_, o_normed, out, ctx);
     tp_.all_reduce_sum(out, ctx);
 }
 

@@ -441,6 +441,21 @@ TEST(AttnResMix, Bf16RoundsTheF32ResultOnce) {
     EXPECT_TRUE(same_bits(read_bf16(partial16.view), want));
 }
 
+// gated_rms_norm into a bf16 out (the KDA o_proj input): the f32 result rounded once, bit for bit.
+TEST(GatedRmsNorm, Bf16OutRoundsTheF32ResultOnce) {
+    PENSTOCK_SEEDED(3430);
+    std::mt19937 rng(3430);
+    const int64_t R = 7, D = 130;
+    const Buffer x = random_buffer(rng, {R, D}, /*strided=*/true, -3, 3);
+    const Buffer g = random_buffer(rng, {R, D}, /*strided=*/true, -6, 6);
+    Tensor w = Tensor::from_f32({D}, random_floats(rng, D, 0.5f, 1.5f));
+    Tensor out = Tensor::empty({R, D}, DType::kF32);
+    kernels::gated_rms_norm({.out = out, .in = x.view, .gate = g.view, .weight = w, .eps = 1e-5f}, kCtx);
+    Tensor out16 = Tensor::empty({R, D}, DType::kBF16);
+    kernels::gated_rms_norm({.out = out16, .in = x.view, .gate = g.view, .weight = w, .eps = 1e-5f}, kCtx);
+    EXPECT_TRUE(same_bits(read_bf16(out16), rounded_bf16(read_f32(out))));
+}
+
 // Mixed activation dtypes are programmer errors that name the operand.
 TEST(SituMulDeathTest, MixedDtypesAbort) {
     Tensor g = Tensor::zeros({2, 3}, DType::kBF16);

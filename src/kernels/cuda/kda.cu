@@ -1,10 +1,10 @@
 // KDA / SiTU ops on the GPU, all but the delta rule (kernels/ops_kda.h; reference kernels/ref/kda.cc): short_conv,
 // l2norm, sigmoid, sigmoid_gate, kda_gate, gated_rms_norm, situ_mul, attn_res_mix. Memory-bound; fp32 math except
-// attn_res_mix's reductions (double, as its logits can be large enough that an f32 sum would move the softmax by more
-// than the f32 tolerance). Rows may be strided wherever the reference allows it. sigmoid_gate, situ_mul and
-// attn_res_mix also take bf16 activations: read as bf16 (16-byte vectors where the views allow it, rows_vec.cuh),
-// computed in f32 (fast exp / divide intrinsics for bf16 outputs: error ~1e-7 relative, far below the one bf16
-// rounding at the output), written as bf16.
+// attn_res_mix's reductions (double for f32 activations, as its logits can be large enough that an f32 sum would move
+// the softmax by more than the f32 tolerance). Rows may be strided wherever the reference allows it. sigmoid_gate,
+// situ_mul and attn_res_mix also take bf16 activations (gated_rms_norm a bf16 output): read as bf16 (16-byte vectors where the views allow it,
+// rows_vec.cuh), computed in f32 (fast exp / divide intrinsics and a rational tanh for bf16 outputs: error < 1e-6
+// relative, far below the one bf16 rounding at the output), written as bf16.
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -66,33 +66,40 @@ struct SigmoidGateOp {
     }
 };
 
-// tanh(y) as the quotient n / d, so that SiTU's three quotients share one divide. |y| < 1/4: the odd Taylor series to
-// y^7 (truncation < 4e-7 relative), d = 1; otherwise (1 - e) / (1 + e) with e = exp(-2|y|) in (0, 0.61], whose
-// cancellation costs < 5e-7 relative there.
-__device__ __forceinline__ void tanh_fraction(float y, float& n, float& d) {
-    const float y2 = y * y;
-    if (fabsf(y) < 0.25f) {
-        n = y * fmaf(y2, fmaf(y2, fmaf(y2, -17.0f / 315.0f, 2.0f / 15.0f), -1.0f / 3.0f), 1.0f);
-        d = 1.0f;
-    } else {
-        const float e = __expf(-2.0f * fabsf(y));
-        n = copysignf(1.0f - e, y);
-        d = 1.0f + e;
-    }
+// tanh(x) = p / q for SiTU's bf16 path: Eigen's float tanh (a [13/6] rational function of x on [-7.9053, 7.9053],
+// saturated outside: tanh(7.9053) = 1 - 2.4e-7), relative error < 3e-7 against tanh in double (checked on a 1e-5
+// grid of [-30, 30] and down to 1e-30). No exponential and no branch; q >= 4.9e-3, so SiTU can fold both tanh
+// quotients and the sigmoid into one fast divide.
+__device__ __forceinline__ void tanh_rational(float x, float& p, float& q) {
+    constexpr float kClamp = 7.90531110763549805f;
+    x = fminf(fmaxf(x, -kClamp), kClamp);
+    const float x2 = x * x;
+    p = fmaf(x2, -2.76076847742355e-16f, 2.00018790482477e-13f);
+    p = fmaf(x2, p, -8.60467152213735e-11f);
+    p = fmaf(x2, p, 5.12229709037114e-08f);
+    p = fmaf(x2, p, 1.48572235717979e-05f);
+    p = fmaf(x2, p, 6.37261928875436e-04f);
+    p = fmaf(x2, p, 4.89352455891786e-03f);
+    p *= x;
+    q = fmaf(x2, 1.19825839466702e-06f, 1.18534705686654e-04f);
+    q = fmaf(x2, q, 2.26843463243900e-03f);
+    q = fmaf(x2, q, 4.89352518554385e-03f);
 }
 
 template <bool kFast>
 struct SituOp {
     float beta, linear_beta;
+    float inv_beta, inv_linear_beta;  // 1 / beta, 1 / linear_beta (kFast: multiplies instead of divides)
     __device__ float operator()(float g, float u) const {
         if constexpr (kFast) {
-            // beta * tanh(g / beta) * sigmoid(g) * linear_beta * tanh(u / linear_beta) = (beta * linear_beta) *
-            // n1 * n2 / ((1 + exp(-g)) * d1 * d2): three exponentials and one divide. g < -88 makes the denominator
-            // inf (or > 2^126) and __fdividef returns 0, the limit.
-            float n1, d1, n2, d2;
-            tanh_fraction(g / beta, n1, d1);
-            tanh_fraction(u / linear_beta, n2, d2);
-            return __fdividef(beta * linear_beta * n1 * n2, (1.0f + __expf(-g)) * d1 * d2);
+            // beta * tanh(g / beta) * sigmoid(g) * linear_beta * tanh(u / linear_beta)
+            //   = (beta * linear_beta) * p1 * p2 / (q1 * q2 * (1 + exp(-g))): one exponential and one divide (the
+            // MUFU pipe, 16 per clock and SM, bounds this op at bf16 bandwidth otherwise). g < -88 makes the
+            // denominator inf (or > 2^126) and __fdividef returns 0, the limit.
+            float p1, q1, p2, q2;
+            tanh_rational(g * inv_beta, p1, q1);
+            tanh_rational(u * inv_linear_beta, p2, q2);
+            return __fdividef(beta * linear_beta * p1 * p2, q1 * q2 * (1.0f + __expf(-g)));
         } else {
             return beta * tanhf(g / beta) * sigmoid_of<false>(g) * linear_beta * tanhf(u / linear_beta);
         }
@@ -226,8 +233,9 @@ __global__ void l2norm_kernel(L2Args a) {
     }
 }
 
+template <class TO>
 struct GatedNormArgs {
-    float* out;
+    TO* out;
     const float* in;
     const float* gate;
     const float* weight;
@@ -236,18 +244,22 @@ struct GatedNormArgs {
     float eps;
 };
 
-__global__ void gated_rms_norm_kernel(GatedNormArgs a) {
+// bf16 out: the f32 value rounded once (the KDA output feeding a bf16 o_proj, without an f32 copy in between).
+template <class TO>
+__global__ void gated_rms_norm_kernel(GatedNormArgs<TO> a) {
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < a.n_rows; r += warps) {
         const float* x = a.in + r * a.i0;
         const float* g = a.gate + r * a.g0;
-        float* y = a.out + r * a.o0;
+        TO* y = a.out + r * a.o0;
         float ss = 0.0f;
         for (int64_t i = lane; i < a.dim; i += 32) ss = fmaf(x[i], x[i], ss);
         ss = warp_reduce_sum(ss);
         const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(a.dim) + a.eps);
-        for (int64_t i = lane; i < a.dim; i += 32) y[i] = a.weight[i] * (x[i] * inv_rms) * sigmoidf(g[i]);
+        for (int64_t i = lane; i < a.dim; i += 32) {
+            y[i] = from_f32<TO>(a.weight[i] * (x[i] * inv_rms) * sigmoidf(g[i]));
+        }
     }
 }
 
@@ -270,13 +282,17 @@ __global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, 
 }
 
 // attn_res_mix: one block per token (grid-stride), kMixThreads threads over the row's chunks of kRowVec elements
-// (16-byte loads of bf16, two of f32, when every row allows it; rows_vec.cuh). Pass 1: each thread accumulates
-// sum(v^2) and sum(query * w * v) of every candidate row (bank rows, then partial) in double; warp shuffles, then one
-// barrier and a cross-warp sum per candidate in double; softmax over the n_blocks + 1 logits in double. Pass 2: each
-// thread mixes its chunks (double accumulator, rounded once to the output dtype); the rows it re-reads were read by
-// this block moments before and mostly come from L2. Every read of `partial` in pass 1 precedes the barrier, and in
-// pass 2 a thread reads a chunk of partial before writing the same chunk of out, so out may alias partial.
-constexpr int kMixThreads = 256;
+// (16-byte loads of bf16, two of f32, when every row allows it; rows_vec.cuh; 128 threads: K3's hidden 7168 is 896
+// chunks, 7 per thread, none idle). Pass 1: each thread accumulates sum(v^2) and sum(query * w * v) of every
+// candidate row (bank rows, then partial) in Acc; warp shuffles, one barrier and a cross-warp sum per candidate in
+// double; softmax over the n_blocks + 1 logits in double. Pass 2: each thread mixes its chunks in Acc, rounded once
+// to the output dtype; the rows it re-reads were read by this block moments before and mostly come from L2.
+// Acc = double for f32 activations (the f32 tolerance: an f32 sum of large logits would move the softmax too much)
+// and float for bf16 ones (a thread's f32 partial sums over its 56 of 7168 elements are ~1e-6 relative, far below
+// one bf16 rounding; f64 conversions and arithmetic would otherwise bound the kernel well under bandwidth).
+// Every read of `partial` in pass 1 precedes the barrier, and in pass 2 a thread reads a chunk of partial before
+// writing the same chunk of out, so out may alias partial.
+constexpr int kMixThreads = 128;
 constexpr int kMaxCandidates = 64;
 
 template <class T, class B>
@@ -294,6 +310,7 @@ struct MixArgs {
 
 template <class T, class B, bool kVec>
 __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B> a) {
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double, float>;
     constexpr int V = kRowVec;
     constexpr int kWarps = kMixThreads / 32;
     __shared__ double partials[kWarps][2 * kMaxCandidates];  // per warp: (sum v^2, dot) of each candidate
@@ -304,7 +321,7 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     const int64_t n_chunks = (a.hidden + V - 1) / V;
     for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
         for (int i = 0; i < n_cand; ++i) {
-            double ss = 0.0, dot = 0.0;
+            Acc ss = 0, dot = 0;
             for (int64_t c = tid; c < n_chunks; c += kMixThreads) {
                 const int64_t c0 = c * V;
                 float x[V], q[V], w[V];
@@ -317,19 +334,20 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
                 load_chunk<float, V, kVec>(a.norm_weight, c0, a.hidden, w);
 #pragma unroll
                 for (int j = 0; j < V; ++j) {  // out-of-range tail elements load as 0 and add nothing
-                    const double xd = x[j];
-                    ss = fma(xd, xd, ss);
-                    dot = fma(static_cast<double>(q[j]) * w[j], xd, dot);
+                    const Acc xa = x[j];
+                    ss = fma(xa, xa, ss);
+                    dot = fma(static_cast<Acc>(q[j]) * static_cast<Acc>(w[j]), xa, dot);
                 }
             }
+            double ssd = ss, dotd = dot;
 #pragma unroll
             for (int o = 16; o > 0; o /= 2) {
-                ss += __shfl_xor_sync(0xffffffffu, ss, o);
-                dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                ssd += __shfl_xor_sync(0xffffffffu, ssd, o);
+                dotd += __shfl_xor_sync(0xffffffffu, dotd, o);
             }
             if (lane == 0) {
-                partials[warp][2 * i] = ss;
-                partials[warp][2 * i + 1] = dot;
+                partials[warp][2 * i] = ssd;
+                partials[warp][2 * i + 1] = dotd;
             }
         }
         __syncthreads();
@@ -355,7 +373,7 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
         __syncthreads();
         for (int64_t c = tid; c < n_chunks; c += kMixThreads) {
             const int64_t c0 = c * V;
-            double acc[V] = {};
+            Acc acc[V] = {};
             for (int i = 0; i < n_cand; ++i) {
                 float x[V];
                 if (i < a.n_blocks) {
@@ -363,9 +381,9 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
                 } else {
                     load_chunk<T, V, kVec>(a.partial + t * a.p0, c0, a.hidden, x);
                 }
-                const double wi = weights[i];
+                const auto wi = static_cast<Acc>(weights[i]);
 #pragma unroll
-                for (int j = 0; j < V; ++j) acc[j] = fma(wi, static_cast<double>(x[j]), acc[j]);
+                for (int j = 0; j < V; ++j) acc[j] = fma(wi, static_cast<Acc>(x[j]), acc[j]);
             }
             float y[V];
 #pragma unroll
@@ -425,7 +443,7 @@ void situ_mul(const kernels::SituMulParams& p, void* stream) {
     check_rows(p.up, n_rows, dim, p.gate.dtype, op, "up");
     check_rows(p.out, n_rows, dim, p.gate.dtype, op, "out");
     PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << op << ": betas must be > 0";
-    launch_gated<SituOp>(p.out, p.gate, p.up, op, stream, p.beta, p.linear_beta);
+    launch_gated<SituOp>(p.out, p.gate, p.up, op, stream, p.beta, p.linear_beta, 1.0f / p.beta, 1.0f / p.linear_beta);
 }
 
 void short_conv(const kernels::ShortConvParams& p, void* stream) {
@@ -521,20 +539,25 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
     const int64_t n_rows = p.in.size(0), dim = p.in.size(1);
     check_rows(p.in, n_rows, dim, op, "in");
     check_rows(p.gate, n_rows, dim, op, "gate");
-    check_rows(p.out, n_rows, dim, op, "out");
+    PENSTOCK_CHECK(is_float_dtype(p.out.dtype)) << op << ": out must be f32 or bf16";
+    check_rows(p.out, n_rows, dim, p.out.dtype, op, "out");
     check_vec(p.weight, dim, op, "weight");
     if (n_rows == 0) return;
-    const GatedNormArgs a{.out = p.out.ptr<float>(),
-                          .in = p.in.ptr<const float>(),
-                          .gate = p.gate.ptr<const float>(),
-                          .weight = p.weight.ptr<const float>(),
-                          .o0 = p.out.stride(0),
-                          .i0 = p.in.stride(0),
-                          .g0 = p.gate.stride(0),
-                          .n_rows = n_rows,
-                          .dim = dim,
-                          .eps = p.eps};
-    gated_rms_norm_kernel<<<row_blocks(n_rows, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    dispatch_float(p.out.dtype, op, [&](auto to) {
+        using TO = decltype(to);
+        const GatedNormArgs<TO> a{.out = p.out.ptr<TO>(),
+                                  .in = p.in.ptr<const float>(),
+                                  .gate = p.gate.ptr<const float>(),
+                                  .weight = p.weight.ptr<const float>(),
+                                  .o0 = p.out.stride(0),
+                                  .i0 = p.in.stride(0),
+                                  .g0 = p.gate.stride(0),
+                                  .n_rows = n_rows,
+                                  .dim = dim,
+                                  .eps = p.eps};
+        gated_rms_norm_kernel<TO>
+            <<<row_blocks(n_rows, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

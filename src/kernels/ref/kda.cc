@@ -370,7 +370,7 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, ThreadPool* pool) {
     const int64_t dim = p.in.size(1);
     check_rows(p.in, n_rows, dim, "gated_rms_norm in");
     check_rows(p.gate, n_rows, dim, "gated_rms_norm gate");
-    check_rows(p.out, n_rows, dim, "gated_rms_norm out");
+    check_act_rows(p.out, n_rows, dim, p.out.dtype, "gated_rms_norm out");
     check_f32(p.weight, 1, "gated_rms_norm weight");
     PENSTOCK_CHECK_EQ(p.weight.size(0), dim);
     const float* w = p.weight.ptr<const float>();
@@ -378,13 +378,12 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, ThreadPool* pool) {
         for (int64_t r = begin; r < end; ++r) {
             const float* x = p.in.at<const float>({r});
             const float* gate = p.gate.at<const float>({r});
-            float* y = p.out.at<float>({r});
             double sum_sq = 0.0;
             for (int64_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
             const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(dim) + static_cast<double>(p.eps));
-            for (int64_t i = 0; i < dim; ++i) {
-                y[i] = static_cast<float>(static_cast<double>(w[i]) * (x[i] * inv_rms) * sigmoid_d(gate[i]));
-            }
+            write_row(element_ptr(p.out, {r}), p.out.dtype, dim, [&](int64_t i) {
+                return static_cast<double>(w[i]) * (x[i] * inv_rms) * sigmoid_d(gate[i]);
+            });
         }
     });
 }

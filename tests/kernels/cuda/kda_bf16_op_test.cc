@@ -5,6 +5,7 @@
 //    I = 1, 3, 8, 2048, 2059, 3072 at 1 to 999 rows; the up half and the padding must come back bit-identical.
 //  - sigmoid_gate: bf16 in / out, gate f32 or bf16, in place and not, every row shape of kda_op_test plus aligned
 //    widths 2056 and 12288 (vector path) and a width-2051 view of 2056-wide rows (vector path with a tail).
+//  - gated_rms_norm: f32 in / gate, bf16 out (1 to 1001 rows of 1 / 128 / 129, strided).
 //  - attn_res_mix: bf16 partial / out, bank bf16 or f32, 0 / 1 / 3 / 7 bank rows, hidden 256 / 1000 / 7168 / 7171
 //    (scalar path) / 7171 in 7176-wide rows (vector path with a tail), strided views, in place.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -51,7 +53,7 @@ std::vector<float> host_backing(const Tensor& t) {
     return v;
 }
 
-// The elements of a strided view of `backing` (row-major backing values of the view's tensor).
+// The elements of view `v` of a tensor whose whole backing (`base`, row major) is `backing`.
 std::vector<float> view_of(const std::vector<float>& backing, const TensorView& base, const TensorView& v) {
     std::vector<float> out;
     const int64_t off0 = (static_cast<const char*>(v.data) - static_cast<const char*>(base.data)) /
@@ -62,7 +64,7 @@ std::vector<float> view_of(const std::vector<float>& backing, const TensorView& 
     return out;
 }
 
-// Backing elements outside view `v` of a poisoned (NaN) output that are no longer NaN.
+// Elements of the backing (`base`) outside view `v` of a poisoned (NaN) output that are no longer NaN.
 int64_t touched_outside(const std::vector<float>& backing, const TensorView& base, const TensorView& v) {
     std::vector<char> inside(backing.size(), 0);
     const int64_t off0 = (static_cast<const char*>(v.data) - static_cast<const char*>(base.data)) /
@@ -137,13 +139,14 @@ TEST_F(KdaBf16OpTest, GluInPlaceOnFusedGateUpMatchesReference) {
             const std::vector<float> got = device_backing(gu.dev, stream());
             const std::vector<float> ref = host_backing(gu.staging);
             const TensorView gate_v = gu.dv.slice(1, 0, c.inter);
-            conf_close(op, name + "_vs_bf16_ref", view_of(got, gu.dv, gate_v), view_of(ref, gu.dv, gate_v), kBF16OneUlp,
-                       {c.rows, c.inter});
-            conf_close(op, name + "_vs_f32_ref", view_of(got, gu.dv, gate_v), read_f32(want32), kBF16Tol,
+            conf_close(op, name + "_vs_bf16_ref", view_of(got, gu.dev.view(), gate_v),
+                       view_of(ref, gu.dev.view(), gate_v), kBF16OneUlp, {c.rows, c.inter});
+            conf_close(op, name + "_vs_f32_ref", view_of(got, gu.dev.view(), gate_v), read_f32(want32), kBF16Tol,
                        {c.rows, c.inter});
             // everything right of the gate half (up, padding) is untouched
             const TensorView rest = gu.dv.slice(1, c.inter, 2 * half);
-            EXPECT_TRUE(same_bits(view_of(got, gu.dv, rest), view_of(ref, gu.dv, rest))) << op << " " << name;
+            EXPECT_TRUE(same_bits(view_of(got, gu.dev.view(), rest), view_of(ref, gu.dev.view(), rest)))
+                << op << " " << name;
             if (HasFatalFailure()) return;
         }
     }
@@ -183,13 +186,43 @@ TEST_F(KdaBf16OpTest, SigmoidGateMatchesReference) {
         kernels::sigmoid_gate({.out = cut(staged(out)), .in = cut(staged(x)), .gate = cut(staged(g))}, cpu());
         const std::vector<float> got = device_backing(out.dev, stream());
         const std::vector<float> ref = host_backing(out.staging);
-        conf_close("sigmoid_gate_bf16", name + "_vs_bf16_ref", view_of(got, out.dv, cut(out.dv)),
-                   view_of(ref, out.dv, cut(out.dv)), kBF16OneUlp, {c.rows, c.dim});
-        conf_close("sigmoid_gate_bf16", name + "_vs_f32_ref", view_of(got, out.dv, cut(out.dv)), read_f32(want32),
-                   kBF16Tol, {c.rows, c.dim});
+        conf_close("sigmoid_gate_bf16", name + "_vs_bf16_ref", view_of(got, out.dev.view(), cut(out.dv)),
+                   view_of(ref, out.dev.view(), cut(out.dv)), kBF16OneUlp, {c.rows, c.dim});
+        conf_close("sigmoid_gate_bf16", name + "_vs_f32_ref", view_of(got, out.dev.view(), cut(out.dv)),
+                   read_f32(want32), kBF16Tol, {c.rows, c.dim});
         if (!c.in_place) {
-            EXPECT_EQ(touched_outside(got, out.dv, cut(out.dv)), 0) << "elements written outside the view";
+            EXPECT_EQ(touched_outside(got, out.dev.view(), cut(out.dv)), 0) << "elements written outside the view";
         }
+        if (HasFatalFailure()) return;
+    }
+}
+
+// gated_rms_norm from f32 in / gate into a bf16 out (K3 KDA's o_proj input): [n_tokens * heads, 128] rows, a strided
+// odd case, against the bf16 reference (one rounding each) and the f32 reference.
+TEST_F(KdaBf16OpTest, GatedRmsNormBf16OutMatchesReference) {
+    uint32_t seed = 7250;
+    for (const auto& [rows, dim, strided] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+             {1, 1, false}, {65, 129, true}, {3 * 96, 128, false}, {1001, 128, false}}) {
+        const std::string name = dims("rows_dim", {rows, dim}) + (strided ? "_strided" : "");
+        SCOPED_TRACE(name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const Pair x = random_pair(rng, {rows, dim}, DType::kF32, strided, alloc(), stream(), -3.0f, 3.0f);
+        const Pair g = random_pair(rng, {rows, dim}, DType::kF32, strided, alloc(), stream(), -6.0f, 6.0f);
+        const Pair w = random_pair(rng, {dim}, DType::kF32, false, alloc(), stream(), 0.5f, 1.5f);
+        Pair out = poisoned_pair({rows, dim}, DType::kBF16, strided, alloc(), stream());
+        stream().synchronize();
+        Tensor want32 = Tensor::empty({rows, dim}, DType::kF32);
+        kernels::gated_rms_norm({.out = want32, .in = x.hv, .gate = g.hv, .weight = w.hv, .eps = 1e-5f}, cpu());
+        kernels::gated_rms_norm({.out = out.dv, .in = x.dv, .gate = g.dv, .weight = w.dv, .eps = 1e-5f}, gpu());
+        kernels::gated_rms_norm({.out = staged(out), .in = x.hv, .gate = g.hv, .weight = w.hv, .eps = 1e-5f}, cpu());
+        const std::vector<float> got = device_backing(out.dev, stream());
+        const std::vector<float> ref = host_backing(out.staging);
+        conf_close("gated_rms_norm_bf16_out", name + "_vs_bf16_ref", view_of(got, out.dev.view(), out.dv),
+                   view_of(ref, out.dev.view(), out.dv), kBF16OneUlp, {rows, dim});
+        conf_close("gated_rms_norm_bf16_out", name + "_vs_f32_ref", view_of(got, out.dev.view(), out.dv),
+                   read_f32(want32), kBF16Tol, {rows, dim});
+        EXPECT_EQ(touched_outside(got, out.dev.view(), out.dv), 0) << "elements written outside the view";
         if (HasFatalFailure()) return;
     }
 }
@@ -249,12 +282,12 @@ TEST_F(KdaBf16OpTest, AttnResMixMatchesReference) {
                               cpu());
         const std::vector<float> got = device_backing(out.dev, stream());
         const std::vector<float> ref = host_backing(out.staging);
-        conf_close("attn_res_mix_bf16", name + "_vs_bf16_ref", view_of(got, out.dv, rows(out.dv)),
-                   view_of(ref, out.dv, rows(out.dv)), kBF16OneUlp, {c.tokens, c.hidden});
-        conf_close("attn_res_mix_bf16", name + "_vs_f32_ref", view_of(got, out.dv, rows(out.dv)), read_f32(want32),
-                   kBF16Tol, {c.tokens, c.hidden});
+        conf_close("attn_res_mix_bf16", name + "_vs_bf16_ref", view_of(got, out.dev.view(), rows(out.dv)),
+                   view_of(ref, out.dev.view(), rows(out.dv)), kBF16OneUlp, {c.tokens, c.hidden});
+        conf_close("attn_res_mix_bf16", name + "_vs_f32_ref", view_of(got, out.dev.view(), rows(out.dv)),
+                   read_f32(want32), kBF16Tol, {c.tokens, c.hidden});
         if (!c.in_place) {
-            EXPECT_EQ(touched_outside(got, out.dv, rows(out.dv)), 0) << "elements written outside the view";
+            EXPECT_EQ(touched_outside(got, out.dev.view(), rows(out.dv)), 0) << "elements written outside the view";
         }
         if (HasFatalFailure()) return;
     }
