@@ -19,7 +19,7 @@ step() { echo "+ $* ($(date -u +%H:%M:%S))"; }
   step conformance
   LD_LIBRARY_PATH="$(libs "${NEW}")" timeout 120 "${NEW}/bin/cuda_kernels_test" \
     --gtest_filter='KdaBf16OpTest.*:KdaOpTest.ElementwiseMatchReference:KdaOpTest.AttnResMixMatchesReference:ElementwiseOpTest.SiluMul' \
-    2>&1 | grep -E '^\[conf\]|^\[ *(RUN|OK|FAILED|PASSED) *\]|Failure|error|seed' | tee "${OUT}/conformance.log"
+    2>&1 | grep -E '^\[conf\]|^\[ *(RUN|OK|FAILED|PASSED) *\]|Failure|error|seed|exceed|got ' | tee "${OUT}/conformance.log"
   step registers  # of the new row kernels (spills would show as STACK / LOCAL)
   (cuobjdump -res-usage "${NEW}/bin/penstock_bench_kernels" 2>&1 | grep -A1 -E 'attn_res_mix_kernel|binary_rows_kernel' \
     | grep -E 'REG' | sort | uniq -c | head -20) || true

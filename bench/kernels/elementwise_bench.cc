@@ -1,6 +1,7 @@
 // The memory-bound Kimi K3 ops on bf16 activations at the shapes of one 16K-token prefill chunk (issue 7: >= 80% of
 // the copy bandwidth), each beside the device-to-device copy measured in the same run (run_copy_bench's harness):
-//   situ_mul / silu_mul reading gate and up from the two halves of a [rows, 2I] GEMM output (the model writes over
+//   situ_mul (both bf16 arithmetic variants, cuda::SituMath) / silu_mul reading gate and up from the two halves of a
+//   [rows, 2I] GEMM output (the model writes over
 //     the gate half; here a separate [rows, I] output, so that repeated reps do not iterate the map on their own
 //     output): routed experts 262144 rows (16K tokens x top-16) x I 3072, shared experts 16384 x 6144; bytes = read
 //     gate + up, write out (6 bytes per element)
@@ -29,12 +30,15 @@ void run_elementwise_bench(BenchContext& ctx) {
         const Tensor out = Tensor::empty({rows, inter}, DType::kBF16, ctx.alloc());
         const TensorView gate = gate_up.view().slice(1, 0, inter), up = gate_up.view().slice(1, inter, 2 * inter);
         const double bytes = 6.0 * static_cast<double>(rows) * static_cast<double>(inter);
-        {
-            const Timing t = ctx.time([&] { cuda::situ_mul({.out = out.view(), .gate = gate, .up = up}, s); });
+        for (const cuda::SituMath math : {cuda::SituMath::kTanhApprox, cuda::SituMath::kRational}) {
+            const Timing t =
+                ctx.time([&] { cuda::situ_mul_variant({.out = out.view(), .gate = gate, .up = up}, math, s); });
             nlohmann::json r = ctx.base_record("situ_mul_bf16");
             r["experts"] = what;
             r["rows"] = rows;
             r["inter"] = inter;
+            r["math"] = math == cuda::SituMath::kRational ? "rational" : "tanh_approx";
+            r["default"] = math == cuda::kDefaultSituMath;
             ctx.report(r, t, bytes);
         }
         {

@@ -86,24 +86,40 @@ __device__ __forceinline__ void tanh_rational(float x, float& p, float& q) {
     q = fmaf(x2, q, 4.89352518554385e-03f);
 }
 
-template <bool kFast>
-struct SituOp {
+// tanh.approx.f32 (one MUFU.TANH; PTX ISA: max relative error 2^-10.987, about a quarter of a bf16 rounding).
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <bool kFast, cuda::SituMath kMath>
+struct SituOpT {
     float beta, linear_beta;
     float inv_beta, inv_linear_beta;  // 1 / beta, 1 / linear_beta (kFast: multiplies instead of divides)
     __device__ float operator()(float g, float u) const {
-        if constexpr (kFast) {
+        if constexpr (!kFast) {
+            return beta * tanhf(g / beta) * sigmoid_of<false>(g) * linear_beta * tanhf(u / linear_beta);
+        } else if constexpr (kMath == cuda::SituMath::kRational) {
             // beta * tanh(g / beta) * sigmoid(g) * linear_beta * tanh(u / linear_beta)
-            //   = (beta * linear_beta) * p1 * p2 / (q1 * q2 * (1 + exp(-g))): one exponential and one divide (the
-            // MUFU pipe, 16 per clock and SM, bounds this op at bf16 bandwidth otherwise). g < -88 makes the
-            // denominator inf (or > 2^126) and __fdividef returns 0, the limit.
+            //   = (beta * linear_beta) * p1 * p2 / (q1 * q2 * (1 + exp(-g))): one exponential and one divide. g < -88
+            // makes the denominator inf (or > 2^126) and __fdividef returns 0, the limit.
             float p1, q1, p2, q2;
             tanh_rational(g * inv_beta, p1, q1);
             tanh_rational(u * inv_linear_beta, p2, q2);
             return __fdividef(beta * linear_beta * p1 * p2, q1 * q2 * (1.0f + __expf(-g)));
         } else {
-            return beta * tanhf(g / beta) * sigmoid_of<false>(g) * linear_beta * tanhf(u / linear_beta);
+            // Four MUFU operations (two tanh, exp, reciprocal) and a handful of FMA-pipe ones per element.
+            return __fdividef(beta * linear_beta * tanh_approx(g * inv_beta) * tanh_approx(u * inv_linear_beta),
+                              1.0f + __expf(-g));
         }
     }
+};
+
+template <cuda::SituMath kMath>
+struct SituWith {
+    template <bool kFast>
+    using Op = SituOpT<kFast, kMath>;
 };
 
 // The same op for f32 or bf16 activations: out and a share a dtype; b (gate / up) has `b_dtype` (f32 or bf16).
@@ -433,7 +449,7 @@ void sigmoid_gate(const kernels::SigmoidGateParams& p, void* stream) {
     launch_gated<SigmoidGateOp>(p.out, p.in, p.gate, op, stream);
 }
 
-void situ_mul(const kernels::SituMulParams& p, void* stream) {
+void situ_mul_variant(const kernels::SituMulParams& p, SituMath math, void* stream) {
     const char* op = "situ_mul";
     PENSTOCK_CHECK_EQ(p.gate.ndim, 2) << op << ": gate " << p.gate.shape_string();
     const int64_t n_rows = p.gate.size(0), dim = p.gate.size(1);
@@ -443,8 +459,20 @@ void situ_mul(const kernels::SituMulParams& p, void* stream) {
     check_rows(p.up, n_rows, dim, p.gate.dtype, op, "up");
     check_rows(p.out, n_rows, dim, p.gate.dtype, op, "out");
     PENSTOCK_CHECK(p.beta > 0.0f && p.linear_beta > 0.0f) << op << ": betas must be > 0";
-    launch_gated<SituOp>(p.out, p.gate, p.up, op, stream, p.beta, p.linear_beta, 1.0f / p.beta, 1.0f / p.linear_beta);
+    const float inv_beta = 1.0f / p.beta, inv_linear_beta = 1.0f / p.linear_beta;
+    switch (math) {
+        case SituMath::kRational:
+            launch_gated<SituWith<SituMath::kRational>::Op>(p.out, p.gate, p.up, op, stream, p.beta, p.linear_beta,
+                                                             inv_beta, inv_linear_beta);
+            return;
+        case SituMath::kTanhApprox:
+            launch_gated<SituWith<SituMath::kTanhApprox>::Op>(p.out, p.gate, p.up, op, stream, p.beta,
+                                                               p.linear_beta, inv_beta, inv_linear_beta);
+            return;
+    }
 }
+
+void situ_mul(const kernels::SituMulParams& p, void* stream) { situ_mul_variant(p, kDefaultSituMath, stream); }
 
 void short_conv(const kernels::ShortConvParams& p, void* stream) {
     const char* op = "short_conv";

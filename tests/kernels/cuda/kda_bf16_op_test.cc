@@ -1,13 +1,14 @@
 // The bf16 paths of the memory-bound K3 ops on the GPU (rows_vec.cuh kernels) against the CPU reference run in bf16
 // on the same bf16 inputs (kBF16OneUlp: both round once) and in f32 on the widened inputs (kBF16Tol):
-//  - situ_mul and silu_mul in place on gate, gate and up the two halves of one [rows, 2P] GEMM output, P = I (up
+//  - situ_mul (both bf16 arithmetic variants, cuda::SituMath) and silu_mul in place on gate, gate and up the two halves
+//  of one [rows, 2P] GEMM output, P = I (up
 //    aligned for 16-byte access only when I % 8 == 0) or I rounded up to 8 (vector path with a partial last chunk):
 //    I = 1, 3, 8, 2048, 2059, 3072 at 1 to 999 rows; the up half and the padding must come back bit-identical.
 //  - sigmoid_gate: bf16 in / out, gate f32 or bf16, in place and not, every row shape of kda_op_test plus aligned
 //    widths 2056 and 12288 (vector path) and a width-2051 view of 2056-wide rows (vector path with a tail).
 //  - gated_rms_norm: f32 in / gate, bf16 out (1 to 1001 rows of 1 / 128 / 129, strided).
 //  - attn_res_mix: bf16 partial / out, bank bf16 or f32, 0 / 1 / 3 / 7 bank rows, hidden 256 / 1000 / 7168 / 7171
-//    (scalar path) / 7171 in 7176-wide rows (vector path with a tail), strided views, in place.
+//    (scalar path) / 7171 in 7176-wide rows (vector path with a tail), strided views, in place (kBF16OneUlpF32Sums).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/ops.h"
 #include "kernels/ops_kda.h"
 #include "tests/kernels/cuda/conformance_log.h"
@@ -84,17 +86,44 @@ protected:
     static kernels::Context cpu() { return {}; }
 };
 
-enum class Glu { kSitu, kSilu };
+// kSitu: situ_mul (the default arithmetic, cuda::kDefaultSituMath); kSituRational / kSituTanhApprox: each variant
+// through cuda::situ_mul_variant on the GPU (the reference is the same).
+enum class Glu { kSitu, kSituRational, kSituTanhApprox, kSilu };
 
 void run_glu(Glu glu, const TensorView& gate, const TensorView& up, const kernels::Context& ctx) {
+    const kernels::SituMulParams situ{.out = gate, .gate = gate, .up = up, .beta = 4.0f, .linear_beta = 25.0f};
     switch (glu) {
         case Glu::kSitu:
-            kernels::situ_mul({.out = gate, .gate = gate, .up = up, .beta = 4.0f, .linear_beta = 25.0f}, ctx);
+            kernels::situ_mul(situ, ctx);
+            return;
+        case Glu::kSituRational:
+        case Glu::kSituTanhApprox:
+            if (ctx.device == Device::kCPU) {
+                kernels::situ_mul(situ, ctx);
+            } else {
+                cuda::situ_mul_variant(
+                    situ, glu == Glu::kSituRational ? cuda::SituMath::kRational : cuda::SituMath::kTanhApprox,
+                    ctx.stream);
+            }
             return;
         case Glu::kSilu:
             kernels::silu_mul({.out = gate, .gate = gate, .up = up}, ctx);
             return;
     }
+}
+
+const char* glu_name(Glu glu) {
+    switch (glu) {
+        case Glu::kSitu:
+            return "situ_mul_bf16";
+        case Glu::kSituRational:
+            return "situ_mul_bf16_rational";
+        case Glu::kSituTanhApprox:
+            return "situ_mul_bf16_tanh_approx";
+        case Glu::kSilu:
+            return "silu_mul_bf16";
+    }
+    return "";
 }
 
 TEST_F(KdaBf16OpTest, GluInPlaceOnFusedGateUpMatchesReference) {
@@ -111,28 +140,24 @@ TEST_F(KdaBf16OpTest, GluInPlaceOnFusedGateUpMatchesReference) {
                                            {129, 2059, false},
                                            {129, 2059, true},
                                            {999, 3072, false}}) {
-        for (const Glu glu : {Glu::kSitu, Glu::kSilu}) {
-            const std::string op = glu == Glu::kSitu ? "situ_mul_bf16" : "silu_mul_bf16";
+        for (const Glu glu : {Glu::kSitu, Glu::kSituRational, Glu::kSituTanhApprox, Glu::kSilu}) {
+            const std::string op = glu_name(glu);
             const int64_t half = c.pad ? (c.inter + 7) / 8 * 8 : c.inter;
             const std::string name = dims("rows_I", {c.rows, c.inter}) + (c.pad ? "_padded" : "_fused");
             SCOPED_TRACE(op + " " + name);
             PENSTOCK_SEEDED(seed);
             std::mt19937 rng(seed++);
-            const float hi = glu == Glu::kSitu ? 40.0f : 8.0f;
+            const float hi = glu == Glu::kSilu ? 8.0f : 40.0f;
             Pair gu = random_pair(rng, {c.rows, 2 * half}, DType::kBF16, false, alloc(), stream(), -hi, hi);
             stream().synchronize();
             const TensorView sv = staged(gu);
             // f32 reference on the widened values, into its own buffer
             Tensor want32 = Tensor::empty({c.rows, c.inter}, DType::kF32);  // f32 reference on the widened values
             const TensorView g32 = gu.hv.slice(1, 0, c.inter), u32 = gu.hv.slice(1, half, half + c.inter);
-            switch (glu) {
-                case Glu::kSitu:
-                    kernels::situ_mul({.out = want32, .gate = g32, .up = u32, .beta = 4.0f, .linear_beta = 25.0f},
-                                      cpu());
-                    break;
-                case Glu::kSilu:
-                    kernels::silu_mul({.out = want32, .gate = g32, .up = u32}, cpu());
-                    break;
+            if (glu == Glu::kSilu) {
+                kernels::silu_mul({.out = want32, .gate = g32, .up = u32}, cpu());
+            } else {
+                kernels::situ_mul({.out = want32, .gate = g32, .up = u32, .beta = 4.0f, .linear_beta = 25.0f}, cpu());
             }
             run_glu(glu, gu.dv.slice(1, 0, c.inter), gu.dv.slice(1, half, half + c.inter), gpu());
             run_glu(glu, sv.slice(1, 0, c.inter), sv.slice(1, half, half + c.inter), cpu());
@@ -283,7 +308,7 @@ TEST_F(KdaBf16OpTest, AttnResMixMatchesReference) {
         const std::vector<float> got = device_backing(out.dev, stream());
         const std::vector<float> ref = host_backing(out.staging);
         conf_close("attn_res_mix_bf16", name + "_vs_bf16_ref", view_of(got, out.dev.view(), rows(out.dv)),
-                   view_of(ref, out.dev.view(), rows(out.dv)), kBF16OneUlp, {c.tokens, c.hidden});
+                   view_of(ref, out.dev.view(), rows(out.dv)), kBF16OneUlpF32Sums, {c.tokens, c.hidden});
         conf_close("attn_res_mix_bf16", name + "_vs_f32_ref", view_of(got, out.dev.view(), rows(out.dv)),
                    read_f32(want32), kBF16Tol, {c.tokens, c.hidden});
         if (!c.in_place) {
