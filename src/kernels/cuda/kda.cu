@@ -2,9 +2,10 @@
 // l2norm, sigmoid, sigmoid_gate, kda_gate, gated_rms_norm, situ_mul, attn_res_mix. Memory-bound; fp32 math except
 // attn_res_mix's reductions (double for f32 activations, as its logits can be large enough that an f32 sum would move
 // the softmax by more than the f32 tolerance). Rows may be strided wherever the reference allows it. sigmoid_gate,
-// situ_mul and attn_res_mix also take bf16 activations (gated_rms_norm a bf16 output): read as bf16 (16-byte vectors where the views allow it,
-// rows_vec.cuh), computed in f32 (fast exp / divide intrinsics and a rational tanh for bf16 outputs: error < 1e-6
-// relative, far below the one bf16 rounding at the output), written as bf16.
+// situ_mul and attn_res_mix also take bf16 activations (gated_rms_norm a bf16 output): read as bf16 (16-byte vectors
+// where the views allow it, rows_vec.cuh), computed in f32 with fast arithmetic whose error stays below one bf16
+// rounding (exp / divide intrinsics; SiTU's tanh per cuda::SituMath; f32 partial sums in attn_res_mix), written as
+// bf16 once.
 #include <cuda_runtime.h>
 
 #include <type_traits>
