@@ -198,16 +198,18 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
     const bool tie = config.tie_word_embeddings;
     const int64_t block_n = config.fp8 ? config.fp8->block_n : 128;
     const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
+    PENSTOCK_ASSIGN_OR_RETURN(const Fp8Weights fp8, resolve_fp8_weights(config, options));
+    const Fp8ReadMode fp8_mode{.native = fp8 == Fp8Weights::kNative, .block_n = block_n, .block_k = block_k};
     PENSTOCK_ASSIGN_OR_RETURN(
         loader::WeightMap weights,
         checkpoint.load(
             [&](std::string_view name) { return loader::tensor_in_layer_range(name, range, n_layers, tie); },
-            loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+            loader::LoadOptions{.target = DType::kF32, .dequantize_fp8 = !fp8_mode.native}, block_n, block_k, stats));
     if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
         return invalid_argument(
             "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
-    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed);
+    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed, fp8_mode);
     m->rope_.inv_freq = r.place(std::move(m->rope_.inv_freq));
 
     const int64_t h = config.hidden_size;

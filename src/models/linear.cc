@@ -3,15 +3,39 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/profile.h"
 
 namespace penstock::models {
 
-Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features, int64_t in_features,
-                           bool has_bias) {
+namespace {
+
+// The weight of `prefix` (sliced along `dim` when `sliced`; reader.take() otherwise), FP8 where allowed.
+Result<Linear> take_weight(WeightReader& reader, const std::string& prefix, const Shape& shape, int dim, IndexRange r,
+                           bool sliced, WeightFormat format) {
+    const std::string name = prefix + ".weight";
     Linear l;
-    PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take(prefix + ".weight", {out_features, in_features}));
+    if (format == WeightFormat::kFp8Native && reader.fp8_native(name)) {
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor w, reader.take_fp8_slice(name, shape, dim, r.begin, r.end));
+        l.weight = std::move(w.weight);
+        l.scale = std::move(w.scale);
+        return l;
+    }
+    if (!sliced) {
+        PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take(name, shape));
+    } else {
+        PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take_slice(name, shape, dim, r.begin, r.end));
+    }
+    return l;
+}
+
+}  // namespace
+
+Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features, int64_t in_features,
+                           bool has_bias, WeightFormat format) {
+    PENSTOCK_ASSIGN_OR_RETURN(Linear l, take_weight(reader, prefix, {out_features, in_features}, 0,
+                                                    IndexRange{0, out_features}, /*sliced=*/false, format));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(l.bias, reader.take(prefix + ".bias", {out_features}));
     }
@@ -19,10 +43,9 @@ Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int6
 }
 
 Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                                int64_t in_features, IndexRange rows, bool has_bias) {
-    Linear l;
-    PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take_slice(prefix + ".weight", {out_features, in_features}, 0,
-                                                          rows.begin, rows.end));
+                                int64_t in_features, IndexRange rows, bool has_bias, WeightFormat format) {
+    PENSTOCK_ASSIGN_OR_RETURN(Linear l,
+                              take_weight(reader, prefix, {out_features, in_features}, 0, rows, /*sliced=*/true, format));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(l.bias, reader.take_slice(prefix + ".bias", {out_features}, 0, rows.begin, rows.end));
     }
@@ -30,10 +53,10 @@ Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix,
 }
 
 Result<Linear> take_linear_cols(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                                int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias) {
-    Linear l;
-    PENSTOCK_ASSIGN_OR_RETURN(l.weight, reader.take_slice(prefix + ".weight", {out_features, in_features}, 1,
-                                                          cols.begin, cols.end));
+                                int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias,
+                                WeightFormat format) {
+    PENSTOCK_ASSIGN_OR_RETURN(Linear l,
+                              take_weight(reader, prefix, {out_features, in_features}, 1, cols, /*sliced=*/true, format));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(Tensor b, reader.take(prefix + ".bias", {out_features}));
         if (keep_bias) l.bias = std::move(b);
@@ -51,7 +74,34 @@ Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float val
     return t;
 }
 
+Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx) {
+    const int64_t m = x.size(0), k = x.size(1);
+    const int64_t kb = (k + kernels::kFp8Block - 1) / kernels::kFp8Block;
+    Tensor scale_store = scratch(ctx, {kb * m});
+    const TensorView scale = scale_store.view().as_strided(0, {m, kb}, {1, m});
+    Fp8Activations q{.data = scratch(ctx, {m, k}, DType::kF8E4M3), .scale_store = std::move(scale_store), .scale = scale};
+    if (m > 0) kernels::fp8_act_quant({.out = q.data, .scale = q.scale, .in = x}, ctx);
+    return q;
+}
+
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx) {
+    if (layer.fp8()) {
+        if (x.size(0) == 0) return;
+        std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "act_quant");
+        const Fp8Activations q = fp8_quantize_rows(x, ctx);
+        scope.reset();
+        kernels::fp8_gemm({.out = out, .a = q.data, .a_scale = q.scale, .b = layer.weight, .b_scale = layer.scale},
+                          ctx);
+        if (layer.bias.defined()) {  // out += bias, through a contiguous copy when out is strided
+            Tensor b = scratch(ctx, {out.size(0), out.size(1)}, out.dtype);
+            kernels::copy({.out = b, .in = layer.bias.view().as_strided(0, {out.size(0), out.size(1)}, {0, 1})}, ctx);
+            Tensor sum = scratch(ctx, {out.size(0), out.size(1)}, out.dtype);
+            kernels::copy({.out = sum, .in = out}, ctx);
+            kernels::add({.out = sum, .a = sum, .b = b}, ctx);
+            kernels::copy({.out = out, .in = sum}, ctx);
+        }
+        return;
+    }
     float beta = 0.0f;
     if (layer.bias.defined()) {
         // Every row starts as the bias (a stride-0 broadcast), then the GEMM accumulates onto it.

@@ -14,11 +14,29 @@
 namespace penstock::models {
 
 struct Linear {
-    Tensor weight;  // [out_features, in_features] f32
+    Tensor weight;  // [out_features, in_features] f32 / bf16, or f8e4m3 when `scale` is defined
+    Tensor scale;   // [ceil(out / 128), ceil(in / 128)] f32: an FP8 weight's weight_scale_inv (a multiplier); or undefined
     Tensor bias;    // [out_features] f32, or undefined
     int64_t out_features() const { return weight.size(0); }
     int64_t in_features() const { return weight.size(1); }
+    bool fp8() const { return scale.defined(); }
 };
+
+// How take_linear*() read a weight. kDense: always dense (dequantised when stored as FP8): for weights the engine
+// uses other than through linear_forward (MLA's kv_b in the absorbed form), and small ones. kFp8Native: e4m3 + block
+// scales when the reader hands out native FP8 for it (WeightReader::fp8_native; tensor-parallel slices must keep
+// whole 128-blocks), dense otherwise.
+enum class WeightFormat : uint8_t { kDense, kFp8Native };
+
+// Row-wise FP8 activations for the block-scaled GEMMs: e4m3 rows and one f32 scale per row and 128 columns, the
+// scales in the transposed layout (stride(0) == 1, stride(1) == n_rows) that every fp8_gemm variant reads.
+struct Fp8Activations {
+    Tensor data;         // [n_rows, k] f8e4m3
+    Tensor scale_store;  // [ceil(k / 128) * n_rows] f32, owns `scale`'s memory
+    TensorView scale;    // [n_rows, ceil(k / 128)] f32 view, strides {1, n_rows}
+};
+// kernels::fp8_act_quant of x [n_rows, k] (f32 or bf16, rows may be strided) into new scratch on ctx's device.
+Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx);
 
 // A temporary on ctx's device (uninitialised), and one filled with `value`.
 Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype = DType::kF32);
@@ -44,17 +62,22 @@ struct EmbedHead {
 
 // Reads `<prefix>.weight` (and `<prefix>.bias` when has_bias) with the given shape.
 [[nodiscard]] Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                                         int64_t in_features, bool has_bias);
+                                         int64_t in_features, bool has_bias,
+                                         WeightFormat format = WeightFormat::kDense);
 
 // Column-parallel: output rows `rows` of `<prefix>.weight` [out_features, in_features] (and of the bias).
 [[nodiscard]] Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                                              int64_t in_features, IndexRange rows, bool has_bias);
+                                              int64_t in_features, IndexRange rows, bool has_bias,
+                                              WeightFormat format = WeightFormat::kDense);
 // Row-parallel: input columns `cols` of `<prefix>.weight`; the bias is kept only when keep_bias (tp rank 0 adds it
 // once to the sum) and read and dropped otherwise.
 [[nodiscard]] Result<Linear> take_linear_cols(WeightReader& reader, const std::string& prefix, int64_t out_features,
-                                              int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias);
+                                              int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias,
+                                              WeightFormat format = WeightFormat::kDense);
 
-// out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided.
+// out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided. An FP8 layer (fp8()) runs
+// fp8_act_quant on x (per token and 128 columns, scope "act_quant") then fp8_gemm: fp32 accumulation, out (f32 or
+// bf16) rounded once; the bias, if any, is added afterwards.
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);
 
 // A new tensor on ctx's device [n_rows, out_features] = linear(x), in x's dtype.

@@ -44,24 +44,27 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     }
     d.n_heads = heads.size();
     auto rows_of = [&](int64_t per_head) { return IndexRange{heads.begin * per_head, heads.end * per_head}; };
+    // FP8 checkpoints: the projections run fp8_gemm when the reader hands out native FP8; kv_b stays dense (the
+    // absorbed form multiplies per-head slices of it with kernels::gemm; docs/design/models.md "FP8 weights").
+    constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
     const bool bias = c.attention_bias;
     if (d.q_lora_rank > 0) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_, take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias));
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_, take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias, kFp8));
         PENSTOCK_ASSIGN_OR_RETURN(a.q_a_norm_, r.take(prefix + ".q_a_layernorm.weight", {d.q_lora_rank}));
         PENSTOCK_ASSIGN_OR_RETURN(a.q_b_proj_, take_linear_rows(r, prefix + ".q_b_proj", all_heads * d.qk_head_dim(),
-                                                                d.q_lora_rank, rows_of(d.qk_head_dim()), false));
+                                                                d.q_lora_rank, rows_of(d.qk_head_dim()), false, kFp8));
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(a.q_proj_, take_linear_rows(r, prefix + ".q_proj", all_heads * d.qk_head_dim(),
-                                                              d.hidden, rows_of(d.qk_head_dim()), false));
+                                                              d.hidden, rows_of(d.qk_head_dim()), false, kFp8));
     }
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_proj_,
-                              take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias));
+                              take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias, kFp8));
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_norm_, r.take(prefix + ".kv_a_layernorm.weight", {d.kv_lora_rank}));
     const int64_t kvb_per_head = d.qk_nope_head_dim + d.v_head_dim;
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_, take_linear_rows(r, prefix + ".kv_b_proj", all_heads * kvb_per_head,
                                                              d.kv_lora_rank, rows_of(kvb_per_head), false));
     PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, all_heads * d.v_head_dim,
-                                                          rows_of(d.v_head_dim), bias, tp.rank() == 0));
+                                                          rows_of(d.v_head_dim), bias, tp.rank() == 0, kFp8));
     if (variant.output_gate) {
         PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", all_heads * d.v_head_dim,
                                                               d.hidden, rows_of(d.v_head_dim), false));

@@ -18,6 +18,18 @@
 
 namespace penstock::models {
 
+// How the weights of a block-FP8 checkpoint (config quantization_config quant_method fp8: e4m3 + one f32
+// `weight_scale_inv` per 128 x 128 block) are held (docs/design/models.md "FP8 weights"). `--fp8-weights`.
+enum class Fp8Weights : uint8_t {
+    kAuto,     // kNative on the CUDA backend when the config is block-FP8, else kDequant
+    kNative,   // the projections and experts that run fp8_gemm / fp8_grouped_gemm keep e4m3 + scales
+    kDequant,  // every weight dequantised on load into the matrix dtype (the CPU reference default)
+};
+
+// "auto" | "native" | "dequant" -> Fp8Weights; anything else InvalidArgument naming the option.
+[[nodiscard]] Result<Fp8Weights> parse_fp8_weights(const std::string& text);
+const char* fp8_weights_name(Fp8Weights mode);
+
 enum class MlaForm : uint8_t {
     kMha,       // expand the cached latent through kv_b_proj in pieces, attend per head (prefill form)
     kAbsorbed,  // absorb W_UK / W_UV into q and the output: MQA over the (kv_lora + rope)-d latent
@@ -46,6 +58,8 @@ struct ModelOptions {
     // Activations, KV cache and matrix weights on the placement device: kF32, or kBF16 (CUDA only; norms, router
     // bias, RoPE tables, attention LSE and routing weights stay fp32; router logits and lm_head output are fp32).
     DType dtype = DType::kF32;
+    // FP8 checkpoints: native e4m3 + block scales or dequantised on load (resolve_fp8_weights below).
+    Fp8Weights fp8_weights = Fp8Weights::kAuto;
     // Tensor / expert parallelism of this rank's stage (models/tensor_parallel.h): the tp group and ep size.
     TensorParallel tp{};
     // `--load-format dummy` (non-zero): every weight is generated with seeded random values at the config's
@@ -105,6 +119,12 @@ public:
                                                         const loader::Checkpoint& checkpoint,
                                                         const loader::LayerRange& range, const ModelOptions& options,
                                                         loader::LoadStats* stats);
+
+// The FP8 mode a load of `config` with `options` uses: kNative or kDequant (kAuto resolved: native on the CUDA
+// placement when config.fp8 is set). A config without block-FP8 quantisation is always kDequant (an explicit
+// kNative there has no effect and is logged as such). Errors: kNative with a weight_block_size other than
+// [128, 128] (the FP8 kernels' block), or for a family without native FP8 linears (kimi_linear).
+[[nodiscard]] Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options);
 
 // True when load_model knows `model_type`.
 bool is_supported_model_type(const std::string& model_type);

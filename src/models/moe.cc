@@ -27,10 +27,12 @@ Result<DenseMlp> DenseMlp::load(WeightReader& r, const std::string& prefix, int6
     m.act_ = act;
     m.tp_ = tp;
     const IndexRange cols = tp.shard(intermediate);
-    PENSTOCK_ASSIGN_OR_RETURN(m.gate_, take_linear_rows(r, prefix + ".gate_proj", intermediate, hidden, cols, false));
-    PENSTOCK_ASSIGN_OR_RETURN(m.up_, take_linear_rows(r, prefix + ".up_proj", intermediate, hidden, cols, false));
-    PENSTOCK_ASSIGN_OR_RETURN(m.down_,
-                              take_linear_cols(r, prefix + ".down_proj", hidden, intermediate, cols, false, false));
+    constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
+    PENSTOCK_ASSIGN_OR_RETURN(m.gate_,
+                              take_linear_rows(r, prefix + ".gate_proj", intermediate, hidden, cols, false, kFp8));
+    PENSTOCK_ASSIGN_OR_RETURN(m.up_, take_linear_rows(r, prefix + ".up_proj", intermediate, hidden, cols, false, kFp8));
+    PENSTOCK_ASSIGN_OR_RETURN(
+        m.down_, take_linear_cols(r, prefix + ".down_proj", hidden, intermediate, cols, false, false, kFp8));
     return m;
 }
 
@@ -83,11 +85,16 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     const int64_t n_local = m.local_experts_.size();
     const int64_t il = cols.size();
     m.inter_ = il;
-    Tensor gate_up = r.dummy() ? Tensor() : Tensor::empty({n_local, 2 * il, h}, DType::kF32);
-    Tensor down = r.dummy() ? Tensor() : Tensor::empty({n_local, h, il}, DType::kF32);
+    m.up_offset_ = il;
+    const bool fp8 = r.fp8_native(prefix + ".experts.0." + o.expert_gate + ".weight");
+    const bool dense_host = !r.dummy() && !fp8;
+    Tensor gate_up = dense_host ? Tensor::empty({n_local, 2 * il, h}, DType::kF32) : Tensor();
+    Tensor down = dense_host ? Tensor::empty({n_local, h, il}, DType::kF32) : Tensor();
     const kernels::Context host{};
     auto put = [&](const TensorView& src, const TensorView& dst) { kernels::copy({.out = dst, .in = src}, host); };
-    if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement device
+    if (fp8) {
+        PENSTOCK_RETURN_IF_ERROR(m.load_experts_fp8(r, prefix, o, inter, h, cols));
+    } else if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement device
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_gate_up_, r.take(prefix + ".experts.local_gate_up", {n_local, 2 * il, h}));
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_down_, r.take(prefix + ".experts.local_down", {n_local, h, il}));
     } else if (r.contains(prefix + ".experts.gate_up_proj")) {
@@ -110,7 +117,7 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
             put(dn.view().slice(1, cols.begin, cols.end), down.view().select(0, le));
         }
     }
-    if (!r.dummy()) {
+    if (dense_host) {
         m.experts_gate_up_ = r.place(std::move(gate_up));
         m.experts_down_ = r.place(std::move(down));
     }
@@ -132,6 +139,78 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     }
     return m;
 }
+
+Status MoeBlock::load_experts_fp8(WeightReader& r, const std::string& prefix, const MoeLoadOptions& o, int64_t inter,
+                                  int64_t width, IndexRange cols) {
+    constexpr int64_t kB = kernels::kFp8Block;
+    if (cols.begin % kB != 0 || (cols.end % kB != 0 && cols.end != inter)) {
+        return invalid_argument(prefix + ": FP8 experts: this rank's intermediate columns [" +
+                                std::to_string(cols.begin) + ", " + std::to_string(cols.end) + ") of " +
+                                std::to_string(inter) +
+                                " cut the 128-wide scale blocks (FP8 weights are sliced in whole blocks: "
+                                "moe_intermediate_size / (tp / ep) must be a multiple of 128); choose another --tp / "
+                                "--ep or use --fp8-weights dequant");
+    }
+    const int64_t n_local = local_experts_.size();
+    const int64_t il = inter_;
+    const int64_t ib = (il + kB - 1) / kB;
+    const int64_t hb = (width + kB - 1) / kB;
+    up_offset_ = ib * kB;
+    if (r.dummy()) {  // this rank's experts only, generated on the placement device
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor gu, r.take_fp8(prefix + ".experts.local_gate_up",
+                                                           {n_local, 2 * up_offset_, width}));
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor dn, r.take_fp8(prefix + ".experts.local_down", {n_local, width, il}));
+        experts_gate_up_ = std::move(gu.weight);
+        experts_gate_up_scale_ = std::move(gu.scale);
+        experts_down_ = std::move(dn.weight);
+        experts_down_scale_ = std::move(dn.scale);
+        return ok_status();
+    }
+    Tensor gu = Tensor::zeros({n_local, 2 * up_offset_, width}, DType::kF8E4M3);
+    Tensor gus = Tensor::zeros({n_local, 2 * ib, hb}, DType::kF32);
+    Tensor dn = Tensor::empty({n_local, width, il}, DType::kF8E4M3);
+    Tensor dns = Tensor::empty({n_local, hb, ib}, DType::kF32);
+    const int64_t sb = cols.begin / kB;  // first scale block of this rank's columns
+    for (int64_t e = 0; e < n_experts_; ++e) {
+        const std::string p = prefix + ".experts." + std::to_string(e) + ".";
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor g, r.take_host_fp8(p + o.expert_gate + ".weight", {inter, width}));
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor u, r.take_host_fp8(p + o.expert_up + ".weight", {inter, width}));
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor d, r.take_host_fp8(p + o.expert_down + ".weight", {width, inter}));
+        if (e < local_experts_.begin || e >= local_experts_.end) continue;  // another ep rank's expert
+        const int64_t le = e - local_experts_.begin;
+        const TensorView gu_e = gu.view().select(0, le), gus_e = gus.view().select(0, le);
+        host_copy_into(gu_e.slice(0, 0, il), g.weight.view().slice(0, cols.begin, cols.end));
+        host_copy_into(gus_e.slice(0, 0, ib), g.scale.view().slice(0, sb, sb + ib));
+        host_copy_into(gu_e.slice(0, up_offset_, up_offset_ + il), u.weight.view().slice(0, cols.begin, cols.end));
+        host_copy_into(gus_e.slice(0, ib, 2 * ib), u.scale.view().slice(0, sb, sb + ib));
+        host_copy_into(dn.view().select(0, le), d.weight.view().slice(1, cols.begin, cols.end));
+        host_copy_into(dns.view().select(0, le), d.scale.view().slice(1, sb, sb + ib));
+    }
+    experts_gate_up_ = r.place_f32(std::move(gu));
+    experts_gate_up_scale_ = r.place_f32(std::move(gus));
+    experts_down_ = r.place_f32(std::move(dn));
+    experts_down_scale_ = r.place_f32(std::move(dns));
+    return ok_status();
+}
+
+namespace {
+
+// out = the grouped expert GEMM of rows a with weights w (dense grouped_gemm), or, for FP8 experts (w_scale
+// defined), fp8_act_quant of a then fp8_grouped_gemm.
+void expert_gemm(const TensorView& out, const TensorView& a, const Tensor& w, const Tensor& w_scale,
+                 const TensorView& offsets, const kernels::Context& ctx) {
+    if (!w_scale.defined()) {
+        kernels::grouped_gemm({.out = out, .a = a, .b = w, .offsets = offsets}, ctx);
+        return;
+    }
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "act_quant");
+    const Fp8Activations q = fp8_quantize_rows(a, ctx);
+    scope.reset();
+    kernels::fp8_grouped_gemm(
+        {.out = out, .a = q.data, .a_scale = q.scale, .b = w, .b_scale = w_scale, .offsets = offsets}, ctx);
+}
+
+}  // namespace
 
 void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
                        const DecisionSite& site) const {
@@ -191,20 +270,20 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
         scope.emplace(ctx, "experts");
-        Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
+        Tensor gate_up = scratch(ctx, {n_rows, experts_gate_up_.size(1)}, expert_in.dtype);
         Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
         const TensorView gate = gate_up.view().slice(1, 0, inter_);
         {
             const kernels::ProfileScope step(ctx, "gate_up");
-            kernels::grouped_gemm({.out = gate_up, .a = permuted, .b = experts_gate_up_, .offsets = offsets}, ctx);
+            expert_gemm(gate_up, permuted, experts_gate_up_, experts_gate_up_scale_, offsets, ctx);
         }
         {
             const kernels::ProfileScope step(ctx, "act");
-            glu_apply(act_, gate, gate_up.view().slice(1, inter_, 2 * inter_), ctx);
+            glu_apply(act_, gate, gate_up.view().slice(1, up_offset_, up_offset_ + inter_), ctx);
         }
         {
             const kernels::ProfileScope step(ctx, "down");
-            kernels::grouped_gemm({.out = expert_out, .a = gate, .b = experts_down_, .offsets = offsets}, ctx);
+            expert_gemm(expert_out, gate, experts_down_, experts_down_scale_, offsets, ctx);
         }
         scope.emplace(ctx, "unpermute");
         kernels::moe_unpermute(

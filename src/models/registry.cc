@@ -1,4 +1,5 @@
-// Model registry by Hugging Face model_type.
+// Model registry by Hugging Face model_type, and the FP8 weight mode.
+#include "core/logging.h"
 #include "models/deepseek_v3.h"
 #include "models/glm_dsa.h"
 #include "models/kimi_linear.h"
@@ -9,6 +10,56 @@ namespace penstock::models {
 bool is_supported_model_type(const std::string& model_type) {
     return model_type == "deepseek_v3" || model_type == "glm_moe_dsa" || model_type == "deepseek_v32" ||
            model_type == "kimi_linear";
+}
+
+Result<Fp8Weights> parse_fp8_weights(const std::string& text) {
+    if (text == "auto") return Fp8Weights::kAuto;
+    if (text == "native") return Fp8Weights::kNative;
+    if (text == "dequant") return Fp8Weights::kDequant;
+    return invalid_argument("--fp8-weights must be auto, native or dequant, got '" + text + "'");
+}
+
+const char* fp8_weights_name(Fp8Weights mode) {
+    switch (mode) {
+        case Fp8Weights::kAuto:
+            return "auto";
+        case Fp8Weights::kNative:
+            return "native";
+        case Fp8Weights::kDequant:
+            return "dequant";
+    }
+    return "?";
+}
+
+Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options) {
+    if (!config.fp8) {
+        if (options.fp8_weights == Fp8Weights::kNative) {
+            PENSTOCK_LOG_WARN("--fp8-weights native has no effect: the config has no block-FP8 quantization_config");
+        }
+        return Fp8Weights::kDequant;
+    }
+    const bool kernel_blocks = config.fp8->block_n == 128 && config.fp8->block_k == 128;
+    const bool family = config.model_type != "kimi_linear";
+    switch (options.fp8_weights) {
+        case Fp8Weights::kDequant:
+            return Fp8Weights::kDequant;
+        case Fp8Weights::kAuto:
+            return options.placement.device == Device::kCUDA && kernel_blocks && family ? Fp8Weights::kNative
+                                                                                        : Fp8Weights::kDequant;
+        case Fp8Weights::kNative:
+            if (!kernel_blocks) {
+                return invalid_argument("--fp8-weights native needs quantization_config.weight_block_size [128, 128] "
+                                        "(the FP8 kernels' block), got [" +
+                                        std::to_string(config.fp8->block_n) + ", " +
+                                        std::to_string(config.fp8->block_k) + "]; use --fp8-weights dequant");
+            }
+            if (!family) {
+                return unimplemented("--fp8-weights native is not implemented for model_type '" + config.model_type +
+                                     "'; use --fp8-weights dequant");
+            }
+            return Fp8Weights::kNative;
+    }
+    return Fp8Weights::kDequant;
 }
 
 Result<std::unique_ptr<Model>> load_model(const loader::ModelConfig& config, const loader::Checkpoint& checkpoint,

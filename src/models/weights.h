@@ -11,6 +11,21 @@
 
 namespace penstock::models {
 
+// How a reader hands out the weights of a block-FP8 checkpoint (ModelOptions::fp8_weights, resolved).
+struct Fp8ReadMode {
+    // true: the checkpoint was loaded raw (LoadOptions::dequantize_fp8 = false), take_fp8*() keep e4m3 + scales, and
+    // every other take*() dequantises an e4m3 tensor with its `<name>_scale_inv` on the host. With dummy weights,
+    // take_fp8*() generate e4m3 + scales. false: nothing FP8 is handed out (the loader dequantised everything).
+    bool native = false;
+    int64_t block_n = 128, block_k = 128;  // quantization_config.weight_block_size (native: 128 x 128 only)
+};
+
+// A linear weight as the FP8 kernels take it, or a dense one.
+struct Fp8Tensor {
+    Tensor weight;  // [..., n, k] f8e4m3 when `scale` is defined, else the reader's matrix dtype
+    Tensor scale;   // [..., ceil(n / 128), ceil(k / 128)] f32 (weight_scale_inv, a multiplier), or undefined
+};
+
 class WeightReader final {
 public:
     // Weights are read on the host and placed on `placement`'s device (its allocator and stream) as they are taken.
@@ -20,9 +35,14 @@ public:
     // shard there) of the shape the model asks for: matrices uniform with std 1/sqrt(last dim), 1-D `*norm*` weights
     // 1, other vectors std 0.02; a slice gets its own stream (not the whole tensor's slice). Every optional or
     // alternative tensor "exists" (contains() is true), so the first-choice layout of each probe is built.
+    // `fp8`: see Fp8ReadMode.
     WeightReader(loader::WeightMap* weights, const kernels::Context& placement, DType matrix_dtype = DType::kF32,
-                 uint64_t dummy_seed = 0)
-        : weights_(weights), placement_(placement), matrix_dtype_(matrix_dtype), dummy_seed_(dummy_seed) {}
+                 uint64_t dummy_seed = 0, const Fp8ReadMode& fp8 = Fp8ReadMode{})
+        : weights_(weights),
+          placement_(placement),
+          matrix_dtype_(matrix_dtype),
+          dummy_seed_(dummy_seed),
+          fp8_(fp8) {}
     explicit WeightReader(loader::WeightMap* weights) : weights_(weights) {}
 
     // Moves out tensor `name`, checks its shape and places it. NotFound / InvalidArgument otherwise.
@@ -52,6 +72,27 @@ public:
         return it == weights_->end() ? Shape{} : it->second.view().shape_vec();
     }
 
+    // FP8 (models.md "FP8 weights"). True when take_fp8*(name) will hand out e4m3 + scales: native mode and the
+    // tensor is stored as e4m3 (always, with dummy weights).
+    bool fp8_native(const std::string& name) const;
+    // Like take_slice() of a 2-D `[n, k]` weight, but an FP8 tensor (fp8_native) stays e4m3 with its scale rows
+    // [begin / 128, ceil(end / 128)) (dim 0) or columns (dim 1), both placed as they are. The slice must keep whole
+    // blocks: begin a multiple of the block, end too unless it is the dimension's end; otherwise InvalidArgument
+    // naming the tensor and the cut. Not fp8_native: the dense take_slice() (scale undefined).
+    [[nodiscard]] Result<Fp8Tensor> take_fp8_slice(const std::string& name, const Shape& shape, int dim,
+                                                   int64_t begin, int64_t end);
+    // The whole e4m3 tensor and its scale on the host (the MoE stacks experts from them). Dummy weights: generated
+    // on the host. InvalidArgument when the tensor is not native FP8 (fp8_native), or for a scale of the wrong
+    // shape (naming both shapes).
+    [[nodiscard]] Result<Fp8Tensor> take_host_fp8(const std::string& name, const Shape& shape);
+    // take_host_fp8() placed on the placement device; with dummy weights generated there (a rank's own shard).
+    [[nodiscard]] Result<Fp8Tensor> take_fp8(const std::string& name, const Shape& shape);
+    // Dummy weights in FP8: an e4m3 tensor of `shape` ([..., n, k]) and its block scales, generated on `ctx` (this
+    // rank's device for placed tensors) so that e4m3 * scale is uniform-like with std ~ 1/sqrt(k).
+    Fp8Tensor generate_fp8(const std::string& name, const Shape& shape, uint64_t slice,
+                           const kernels::Context& ctx) const;
+    const Fp8ReadMode& fp8_mode() const { return fp8_; }
+
 private:
     // Dummy weights: a tensor of `shape` for `name` (slice = its own stream) on `ctx`, matrices in matrix_dtype_.
     Tensor generate(const std::string& name, const Shape& shape, uint64_t slice, const kernels::Context& ctx,
@@ -61,6 +102,12 @@ private:
     kernels::Context placement_;
     DType matrix_dtype_ = DType::kF32;
     uint64_t dummy_seed_ = 0;
+    Fp8ReadMode fp8_;
 };
+
+// A contiguous host copy of a host view with any strides (any dtype; bytes copied as they are).
+Tensor host_contiguous_copy(const TensorView& v);
+// Copies host view src into host view dst (same shape and dtype, any strides; bytes as they are).
+void host_copy_into(const TensorView& dst, const TensorView& src);
 
 }  // namespace penstock::models
