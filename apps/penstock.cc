@@ -42,6 +42,7 @@ struct ForwardArgs {
     std::string input_ids;
     int64_t chunk_size = 0;
     std::string mla_form = "mha";
+    std::string fp8_weights = "auto";
     std::string backend = "cpu";
     std::string dtype = "float32";
     int64_t max_kv_chunk_capacity = 128 * 1024;
@@ -107,6 +108,7 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     } else {
         return invalid_argument("--mla-form must be mha or absorbed, got '" + args.mla_form + "'");
     }
+    PENSTOCK_ASSIGN_OR_RETURN(setup.options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
     if (args.dtype == "float32") {
         setup.options.dtype = DType::kF32;
     } else if (args.dtype == "bfloat16") {
@@ -261,12 +263,14 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
         {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
         {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
         {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
+        {"--fp8-weights", static_cast<int64_t>(setup->options.fp8_weights), Agreement::kStage0Wins},
     });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->options.mla_form = static_cast<models::MlaForm>(agreed.values[4]);
     setup->options.max_kv_chunk_capacity = agreed.values[5];
     setup->eager_bank = agreed.values[6] != 0;
+    setup->options.fp8_weights = static_cast<models::Fp8Weights>(agreed.values[7]);
     return ok_status();
 }
 
@@ -424,6 +428,9 @@ int main(int argc, char** argv) {
     forward->add_option("--chunk-size", fwd.chunk_size,
                         "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
     forward->add_option("--mla-form", fwd.mla_form, "MLA prefill form: mha or absorbed");
+    forward->add_option("--fp8-weights", fwd.fp8_weights,
+                        "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on "
+                        "load) or auto (native on cuda, dequant on cpu)");
     forward->add_option("--backend", fwd.backend, "cpu or cuda");
     forward->add_option("--dtype", fwd.dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     forward->add_option("--max-kv-chunk-capacity", fwd.max_kv_chunk_capacity,

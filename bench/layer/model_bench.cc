@@ -16,9 +16,13 @@
 // layer of the range): the median over reps of ms, its share of the "layer" scope, and "(other)" rows for the time
 // of a scope outside its children. Printed as a table and added to the JSON row as "breakdown".
 //
+// --fp8-weights M1[,M2]: the block-FP8 weight mode of each model load (models::Fp8Weights: auto | native | dequant);
+// with a list, the layers are loaded and timed once per mode in the same process (e.g. dequant,native: the bf16
+// layer beside the native FP8 one), each row naming its resolved mode ("fp8_weights").
+//
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
 //                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
-//                        [--model-name NAME]
+//                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,6 +61,7 @@ struct Options {
     int warmup = 1;
     std::string mla_form = "mha";
     bool dsa_fp8_indexer = false;
+    std::vector<std::string> fp8_weights{"auto"};
     bool breakdown = false;
     std::string json_path;
     uint64_t seed = 20261130;
@@ -74,7 +79,7 @@ int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
                  "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json OUT]\n"
-                 "          [--model-name NAME] [--seed S]\n",
+                 "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]]\n",
                  argv0);
     return 2;
 }
@@ -133,6 +138,9 @@ std::vector<ScopeRow> breakdown_rows(const std::vector<std::vector<kernels::Prof
     return rows;
 }
 
+int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend& backend, const std::string& fp8,
+             json* all);
+
 int run(const Options& o) {
     std::ifstream in(o.config);
     if (!in) {
@@ -155,13 +163,39 @@ int run(const Options& o) {
         std::fprintf(stderr, "%s\n", backend.status().to_string().c_str());
         return 2;
     }
-    const kernels::Context placement = (*backend)->context(nullptr);
+    json all = json::array();
+    for (const std::string& fp8 : o.fp8_weights) {
+        const int rc = run_mode(o, *config, **backend, fp8, &all);
+        if (rc != 0) return rc;
+    }
+    if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(1) << "\n";
+    return 0;
+}
+
+// One model load (fp8 weight mode `fp8`) and every (T, prefix) row of it, appended to `all`.
+int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend& backend, const std::string& fp8,
+             json* all) {
+    const loader::ModelConfig* config = &cfg;
+    kernels::Backend* const backend_ptr = &backend;
+    const kernels::Context placement = backend.context(nullptr);
     models::ModelOptions mo;
     mo.placement = placement;
     mo.dtype = DType::kBF16;
     mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
     mo.dummy_weights_seed = o.seed;
     mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
+    Result<models::Fp8Weights> fp8_mode = models::parse_fp8_weights(fp8);
+    if (!fp8_mode.ok()) {
+        std::fprintf(stderr, "%s\n", fp8_mode.status().to_string().c_str());
+        return 2;
+    }
+    mo.fp8_weights = *fp8_mode;
+    Result<models::Fp8Weights> resolved = models::resolve_fp8_weights(*config, mo);
+    if (!resolved.ok()) {
+        std::fprintf(stderr, "%s\n", resolved.status().to_string().c_str());
+        return 2;
+    }
+    const std::string fp8_name = models::fp8_weights_name(*resolved);
     const loader::LayerRange range{o.layer_begin, o.layer_end};
     const auto t_load = std::chrono::steady_clock::now();
     Result<std::unique_ptr<models::Model>> model =
@@ -170,23 +204,24 @@ int run(const Options& o) {
         std::fprintf(stderr, "load: %s\n", model.status().to_string().c_str());
         return 2;
     }
-    (*backend)->synchronize();
+    backend.synchronize();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const int64_t longest = *std::max_element(o.tokens.begin(), o.tokens.end()) +
                             *std::max_element(o.prefixes.begin(), o.prefixes.end());
     runtime::RunnerOptions ro;
     ro.n_pages = longest / kv_cache::kPageSize + 2;
-    ro.backend = backend->get();
+    ro.backend = backend_ptr;
     runtime::ModelRunner runner(std::move(*model), ro);
     const models::Model& m = runner.model();
     const int64_t hidden = config->hidden_size;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    std::fprintf(stderr, "# %s layers [%lld, %lld) loaded (dummy weights) in %.1f s; device memory used %.1f GiB\n",
+    std::fprintf(stderr,
+                 "# %s layers [%lld, %lld) loaded (dummy weights, fp8 weights %s) in %.1f s; device memory used %.1f "
+                 "GiB\n",
                  o.model_name.c_str(), static_cast<long long>(o.layer_begin), static_cast<long long>(o.layer_end),
-                 load_s, static_cast<double>(total_b - free_b) / (1 << 30));
+                 fp8_name.c_str(), load_s, static_cast<double>(total_b - free_b) / (1 << 30));
 
-    json all = json::array();
     int64_t request = 0;
     for (int64_t prefix : o.prefixes) {
         for (int64_t T : o.tokens) {
@@ -276,6 +311,7 @@ int run(const Options& o) {
                      {"prefix", prefix},
                      {"mla_form", o.mla_form},
                      {"dsa_fp8_indexer", o.dsa_fp8_indexer},
+                     {"fp8_weights", fp8_name},
                      {"median_ms", med},
                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
                      {"ms_per_layer", med / static_cast<double>(n_layers)},
@@ -290,9 +326,11 @@ int run(const Options& o) {
                     if (s.path == "layer") layer_ms = s.median_ms;
                 }
                 json rows = json::array();
-                std::fprintf(stderr, "# breakdown %s T=%lld prefix=%lld: \"layer\" scopes %.2f ms (wall %.2f ms)\n",
-                             o.model_name.c_str(), static_cast<long long>(T), static_cast<long long>(prefix),
-                             layer_ms, med);
+                std::fprintf(stderr,
+                             "# breakdown %s fp8 weights %s T=%lld prefix=%lld: \"layer\" scopes %.2f ms (wall %.2f "
+                             "ms)\n",
+                             o.model_name.c_str(), fp8_name.c_str(), static_cast<long long>(T),
+                             static_cast<long long>(prefix), layer_ms, med);
                 std::fprintf(stderr, "#   %-44s %6s %10s %7s\n", "scope", "count", "ms", "share");
                 for (const ScopeRow& s : scopes) {
                     const double share = layer_ms > 0.0 ? s.median_ms / layer_ms : 0.0;
@@ -311,10 +349,9 @@ int run(const Options& o) {
             }
             std::printf("%s\n", row.dump().c_str());
             std::fflush(stdout);
-            all.push_back(row);
+            all->push_back(row);
         }
     }
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(1) << "\n";
     return 0;
 }
 
@@ -350,6 +387,11 @@ int main(int argc, char** argv) {
             o.warmup = std::max(0, std::atoi(next().c_str()));
         } else if (a == "--mla-form") {
             o.mla_form = next();
+        } else if (a == "--fp8-weights") {
+            o.fp8_weights.clear();
+            std::stringstream ss(next());
+            std::string item;
+            while (std::getline(ss, item, ',')) o.fp8_weights.push_back(item);
         } else if (a == "--dsa-fp8-indexer") {
             o.dsa_fp8_indexer = true;
         } else if (a == "--breakdown") {
@@ -364,7 +406,9 @@ int main(int argc, char** argv) {
             return penstock::bench::usage(argv[0]);
         }
     }
-    if (o.config.empty() || o.tokens.empty() || o.prefixes.empty()) return penstock::bench::usage(argv[0]);
+    if (o.config.empty() || o.tokens.empty() || o.prefixes.empty() || o.fp8_weights.empty()) {
+        return penstock::bench::usage(argv[0]);
+    }
     if (o.model_name.empty()) o.model_name = o.config;
     return penstock::bench::run(o);
 }

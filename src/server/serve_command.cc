@@ -50,6 +50,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                     "cost budget as a chunk length at prefix 0 (0: chunked-prefill-size)");
     cmd->add_option("--schedule-policy", a->schedule_policy, "fcfs or lpm");
     cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
+    cmd->add_option("--fp8-weights", a->fp8_weights,
+                    "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
+                    "auto (native on cuda, dequant on cpu)");
     cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
     cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
     cmd->add_flag("--skip-tokenizer-init", s.skip_tokenizer_init, "serve token ids only (no tokenizer)");
@@ -159,6 +162,8 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     if (!models::is_supported_model_type(setup.config.model_type)) {
         return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
     }
+    PENSTOCK_ASSIGN_OR_RETURN(setup.model_options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
+    PENSTOCK_RETURN_IF_ERROR(models::resolve_fp8_weights(setup.config, setup.model_options).status());
     if (args.mla_form == "absorbed") {
         setup.model_options.mla_form = models::MlaForm::kAbsorbed;
     } else if (args.mla_form != "mha") {
@@ -238,11 +243,14 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     ServerConfig cfg = args.server;
     if (cfg.served_model_name.empty()) cfg.served_model_name = fs::absolute(dir).lexically_normal().filename().string();
     if (cfg.served_model_name.empty()) cfg.served_model_name = "penstock";
+    const Result<models::Fp8Weights> fp8_mode = models::resolve_fp8_weights(mc, setup.model_options);
+    const std::string fp8_weights_info = fp8_mode.ok() ? models::fp8_weights_name(*fp8_mode) : "?";
     json info = {{"model_path", args.model},
                  {"model_type", mc.model_type},
                  {"vocab_size", mc.vocab_size},
                  {"num_hidden_layers", mc.num_hidden_layers},
                  {"mla_form", args.mla_form},
+                 {"fp8_weights", fp8_weights_info},
                  {"load_format", args.load_format},
                  {"backend", "cpu"},
                  {"threads", args.threads},

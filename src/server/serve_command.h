@@ -26,6 +26,7 @@ struct ServeArgs {
     int64_t dynamic_chunking_budget_tokens = 0;
     std::string schedule_policy = "fcfs";
     std::string mla_form = "mha";
+    std::string fp8_weights = "auto";  // block-FP8 checkpoints: auto | native | dequant (models::Fp8Weights)
     int threads = 0;
     uint64_t random_seed = 0;
     int pp = 1, tp = 1, ep = 1, cp = 1;
