@@ -196,10 +196,15 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
     for (int64_t v = 1; v < vocab; ++v) {
         if (last[v] > last[best]) best = v;
     }
-    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s\n", args.model.c_str(),
+    models::ModelOptions used = setup.options;
+    used.placement.device = args.backend == "cuda" ? Device::kCUDA : Device::kCPU;
+    const Result<models::Fp8Weights> fp8 =
+        setup.config.fp8 ? models::resolve_fp8_weights(setup.config, used) : Result<models::Fp8Weights>(models::Fp8Weights::kDequant);
+    std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s%s%s\n", args.model.c_str(),
                 setup.config.model_type.c_str(), static_cast<long long>(setup.config.num_hidden_layers),
                 static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str(),
-                args.parallel.to_string().c_str(), args.backend.c_str());
+                args.parallel.to_string().c_str(), args.backend.c_str(), setup.config.fp8 ? ", fp8 weights " : "",
+                setup.config.fp8 && fp8.ok() ? models::fp8_weights_name(*fp8) : "");
     std::printf(
         "stage 0 loaded %lld tensors (%.1f MB read from %zu file(s)) in %.1f ms; forward %.1f ms (%.1f tok/s)\n",
         static_cast<long long>(stats.n_tensors), static_cast<double>(stats.bytes_read) / 1e6, stats.files_opened.size(),
@@ -257,14 +262,15 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
     using parallel::Agreement;
     const loader::ModelConfig& c = setup->config;
     std::vector<parallel::TwoEndedSetting> settings = parallel::pipeline_identity_settings(c);
-    settings.insert(settings.end(), {
-        {"--dtype", static_cast<int64_t>(setup->options.dtype), Agreement::kFatal},
-        {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
-        {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
-        {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
-        {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
-        {"--fp8-weights", static_cast<int64_t>(setup->options.fp8_weights), Agreement::kStage0Wins},
-    });
+    settings.insert(settings.end(),
+                    {
+                        {"--dtype", static_cast<int64_t>(setup->options.dtype), Agreement::kFatal},
+                        {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
+                        {"--mla-form", static_cast<int64_t>(setup->options.mla_form), Agreement::kStage0Wins},
+                        {"--max-kv-chunk-capacity", setup->options.max_kv_chunk_capacity, Agreement::kStage0Wins},
+                        {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
+                        {"--fp8-weights", static_cast<int64_t>(setup->options.fp8_weights), Agreement::kStage0Wins},
+                    });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->options.mla_form = static_cast<models::MlaForm>(agreed.values[4]);

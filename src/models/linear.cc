@@ -44,8 +44,8 @@ Result<Linear> take_linear(WeightReader& reader, const std::string& prefix, int6
 
 Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix, int64_t out_features,
                                 int64_t in_features, IndexRange rows, bool has_bias, WeightFormat format) {
-    PENSTOCK_ASSIGN_OR_RETURN(Linear l,
-                              take_weight(reader, prefix, {out_features, in_features}, 0, rows, /*sliced=*/true, format));
+    PENSTOCK_ASSIGN_OR_RETURN(
+        Linear l, take_weight(reader, prefix, {out_features, in_features}, 0, rows, /*sliced=*/true, format));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(l.bias, reader.take_slice(prefix + ".bias", {out_features}, 0, rows.begin, rows.end));
     }
@@ -55,8 +55,8 @@ Result<Linear> take_linear_rows(WeightReader& reader, const std::string& prefix,
 Result<Linear> take_linear_cols(WeightReader& reader, const std::string& prefix, int64_t out_features,
                                 int64_t in_features, IndexRange cols, bool has_bias, bool keep_bias,
                                 WeightFormat format) {
-    PENSTOCK_ASSIGN_OR_RETURN(Linear l,
-                              take_weight(reader, prefix, {out_features, in_features}, 1, cols, /*sliced=*/true, format));
+    PENSTOCK_ASSIGN_OR_RETURN(
+        Linear l, take_weight(reader, prefix, {out_features, in_features}, 1, cols, /*sliced=*/true, format));
     if (has_bias) {
         PENSTOCK_ASSIGN_OR_RETURN(Tensor b, reader.take(prefix + ".bias", {out_features}));
         if (keep_bias) l.bias = std::move(b);
@@ -79,7 +79,8 @@ Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ct
     const int64_t kb = (k + kernels::kFp8Block - 1) / kernels::kFp8Block;
     Tensor scale_store = scratch(ctx, {kb * m});
     const TensorView scale = scale_store.view().as_strided(0, {m, kb}, {1, m});
-    Fp8Activations q{.data = scratch(ctx, {m, k}, DType::kF8E4M3), .scale_store = std::move(scale_store), .scale = scale};
+    Fp8Activations q{
+        .data = scratch(ctx, {m, k}, DType::kF8E4M3), .scale_store = std::move(scale_store), .scale = scale};
     if (m > 0) kernels::fp8_act_quant({.out = q.data, .scale = q.scale, .in = x}, ctx);
     return q;
 }

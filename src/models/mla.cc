@@ -49,7 +49,8 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
     const bool bias = c.attention_bias;
     if (d.q_lora_rank > 0) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_, take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias, kFp8));
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_a_proj_,
+                                  take_linear(r, prefix + ".q_a_proj", d.q_lora_rank, d.hidden, bias, kFp8));
         PENSTOCK_ASSIGN_OR_RETURN(a.q_a_norm_, r.take(prefix + ".q_a_layernorm.weight", {d.q_lora_rank}));
         PENSTOCK_ASSIGN_OR_RETURN(a.q_b_proj_, take_linear_rows(r, prefix + ".q_b_proj", all_heads * d.qk_head_dim(),
                                                                 d.q_lora_rank, rows_of(d.qk_head_dim()), false, kFp8));

@@ -94,7 +94,8 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     auto put = [&](const TensorView& src, const TensorView& dst) { kernels::copy({.out = dst, .in = src}, host); };
     if (fp8) {
         PENSTOCK_RETURN_IF_ERROR(m.load_experts_fp8(r, prefix, o, inter, h, cols));
-    } else if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement device
+    } else if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement
+                             // device
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_gate_up_, r.take(prefix + ".experts.local_gate_up", {n_local, 2 * il, h}));
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_down_, r.take(prefix + ".experts.local_down", {n_local, h, il}));
     } else if (r.contains(prefix + ".experts.gate_up_proj")) {
@@ -157,8 +158,8 @@ Status MoeBlock::load_experts_fp8(WeightReader& r, const std::string& prefix, co
     const int64_t hb = (width + kB - 1) / kB;
     up_offset_ = ib * kB;
     if (r.dummy()) {  // this rank's experts only, generated on the placement device
-        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor gu, r.take_fp8(prefix + ".experts.local_gate_up",
-                                                           {n_local, 2 * up_offset_, width}));
+        PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor gu,
+                                  r.take_fp8(prefix + ".experts.local_gate_up", {n_local, 2 * up_offset_, width}));
         PENSTOCK_ASSIGN_OR_RETURN(Fp8Tensor dn, r.take_fp8(prefix + ".experts.local_down", {n_local, width, il}));
         experts_gate_up_ = std::move(gu.weight);
         experts_gate_up_scale_ = std::move(gu.scale);

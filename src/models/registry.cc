@@ -48,10 +48,11 @@ Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const 
                                                                                         : Fp8Weights::kDequant;
         case Fp8Weights::kNative:
             if (!kernel_blocks) {
-                return invalid_argument("--fp8-weights native needs quantization_config.weight_block_size [128, 128] "
-                                        "(the FP8 kernels' block), got [" +
-                                        std::to_string(config.fp8->block_n) + ", " +
-                                        std::to_string(config.fp8->block_k) + "]; use --fp8-weights dequant");
+                return invalid_argument(
+                    "--fp8-weights native needs quantization_config.weight_block_size [128, 128] "
+                    "(the FP8 kernels' block), got [" +
+                    std::to_string(config.fp8->block_n) + ", " + std::to_string(config.fp8->block_k) +
+                    "]; use --fp8-weights dequant");
             }
             if (!family) {
                 return unimplemented("--fp8-weights native is not implemented for model_type '" + config.model_type +

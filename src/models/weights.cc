@@ -3,9 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
-
 #include <cstring>
+#include <sstream>
 
 #include "kernels/random_hash.h"
 #include "loader/weight_convert.h"
@@ -76,8 +75,8 @@ Result<Tensor> WeightReader::take_host(const std::string& name, const Shape& sha
         if (s == weights_->end()) {
             return invalid_argument("FP8 tensor '" + name + "' has no '" + name + "_scale_inv'");
         }
-        Result<Tensor> d = loader::dequantize_fp8_blocks(t.view(), s->second.view(), fp8_.block_n, fp8_.block_k,
-                                                         DType::kF32);
+        Result<Tensor> d =
+            loader::dequantize_fp8_blocks(t.view(), s->second.view(), fp8_.block_n, fp8_.block_k, DType::kF32);
         if (!d.ok()) return d.status().with_context("tensor '" + name + "'");
         weights_->erase(s);
         t = std::move(d).value();
@@ -200,9 +199,9 @@ Fp8Tensor WeightReader::generate_fp8(const std::string& name, const Shape& shape
     PENSTOCK_CHECK_GE(shape.size(), size_t{2}) << "generate_fp8: '" << name << "' needs [..., n, k]";
     Allocator& alloc = kernels::allocator_of(ctx);
     const int64_t k = shape.back();
-    Fp8Tensor t{.weight = Tensor::empty(shape, DType::kF8E4M3, alloc),
-                .scale = Tensor::empty(fp8_scale_shape(shape, kernels::kFp8Block, kernels::kFp8Block), DType::kF32,
-                                       alloc)};
+    Fp8Tensor t{
+        .weight = Tensor::empty(shape, DType::kF8E4M3, alloc),
+        .scale = Tensor::empty(fp8_scale_shape(shape, kernels::kFp8Block, kernels::kFp8Block), DType::kF32, alloc)};
     const int64_t rows = k > 0 ? t.weight.numel() / k : 0;
     // Unit-variance uniform values, quantised per row and 128 columns by fp8_act_quant (so the e4m3 values use the
     // whole format), in row chunks through a bf16 staging buffer (a MoE layer's experts never exist in 16 bits).
@@ -224,7 +223,8 @@ Fp8Tensor WeightReader::generate_fp8(const std::string& name, const Shape& shape
                                    ctx);
         }
     }
-    const float c = static_cast<float>(std::sqrt(3.0) / (448.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)))));
+    const float c =
+        static_cast<float>(std::sqrt(3.0) / (448.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)))));
     kernels::fill_random({.out = t.scale,
                           .seed = kernels::random_seed_for(dummy_seed_, (name + "_scale_inv").c_str(), slice),
                           .mean = c,
@@ -236,7 +236,8 @@ Fp8Tensor WeightReader::generate_fp8(const std::string& name, const Shape& shape
 Result<Fp8Tensor> WeightReader::take_host_fp8(const std::string& name, const Shape& shape) {
     if (!fp8_native(name)) {
         if (!dummy() && weights_->count(name) == 0) return not_found("checkpoint has no tensor '" + name + "'");
-        return invalid_argument("tensor '" + name + "' is not stored as FP8 (e4m3) while the layer's other FP8 "
+        return invalid_argument("tensor '" + name +
+                                "' is not stored as FP8 (e4m3) while the layer's other FP8 "
                                 "weights are; use --fp8-weights dequant");
     }
     if (dummy()) return generate_fp8(name, shape, 0, kernels::Context{});
@@ -282,9 +283,10 @@ Result<Fp8Tensor> WeightReader::take_fp8_slice(const std::string& name, const Sh
     }
     const int64_t block = dim == 0 ? fp8_.block_n : fp8_.block_k;
     if (begin % block != 0 || (end % block != 0 && end != full)) {
-        return invalid_argument("FP8 tensor '" + name + "' " + shape_str(shape) + ": the tensor/expert-parallel slice [" +
-                                std::to_string(begin) + ", " + std::to_string(end) + ") of dim " + std::to_string(dim) +
-                                " cuts its " + std::to_string(block) +
+        return invalid_argument("FP8 tensor '" + name + "' " + shape_str(shape) +
+                                ": the tensor/expert-parallel slice [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") of dim " + std::to_string(dim) + " cuts its " +
+                                std::to_string(block) +
                                 "-wide scale blocks (FP8 weights are sliced in whole blocks); choose another --tp / "
                                 "--ep or use --fp8-weights dequant");
     }

@@ -38,11 +38,7 @@ public:
     // `fp8`: see Fp8ReadMode.
     WeightReader(loader::WeightMap* weights, const kernels::Context& placement, DType matrix_dtype = DType::kF32,
                  uint64_t dummy_seed = 0, const Fp8ReadMode& fp8 = Fp8ReadMode{})
-        : weights_(weights),
-          placement_(placement),
-          matrix_dtype_(matrix_dtype),
-          dummy_seed_(dummy_seed),
-          fp8_(fp8) {}
+        : weights_(weights), placement_(placement), matrix_dtype_(matrix_dtype), dummy_seed_(dummy_seed), fp8_(fp8) {}
     explicit WeightReader(loader::WeightMap* weights) : weights_(weights) {}
 
     // Moves out tensor `name`, checks its shape and places it. NotFound / InvalidArgument otherwise.
@@ -79,8 +75,8 @@ public:
     // [begin / 128, ceil(end / 128)) (dim 0) or columns (dim 1), both placed as they are. The slice must keep whole
     // blocks: begin a multiple of the block, end too unless it is the dimension's end; otherwise InvalidArgument
     // naming the tensor and the cut. Not fp8_native: the dense take_slice() (scale undefined).
-    [[nodiscard]] Result<Fp8Tensor> take_fp8_slice(const std::string& name, const Shape& shape, int dim,
-                                                   int64_t begin, int64_t end);
+    [[nodiscard]] Result<Fp8Tensor> take_fp8_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                                   int64_t end);
     // The whole e4m3 tensor and its scale on the host (the MoE stacks experts from them). Dummy weights: generated
     // on the host. InvalidArgument when the tensor is not native FP8 (fp8_native), or for a scale of the wrong
     // shape (naming both shapes).

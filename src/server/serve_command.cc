@@ -245,18 +245,12 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     if (cfg.served_model_name.empty()) cfg.served_model_name = "penstock";
     const Result<models::Fp8Weights> fp8_mode = models::resolve_fp8_weights(mc, setup.model_options);
     const std::string fp8_weights_info = fp8_mode.ok() ? models::fp8_weights_name(*fp8_mode) : "?";
-    json info = {{"model_path", args.model},
-                 {"model_type", mc.model_type},
-                 {"vocab_size", mc.vocab_size},
-                 {"num_hidden_layers", mc.num_hidden_layers},
-                 {"mla_form", args.mla_form},
-                 {"fp8_weights", fp8_weights_info},
-                 {"load_format", args.load_format},
-                 {"backend", "cpu"},
-                 {"threads", args.threads},
-                 {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
-                 {"random_seed", args.random_seed},
-                 {"eos_token_ids", eng->options().eos_token_ids}};
+    json info = {{"model_path", args.model},        {"model_type", mc.model_type},
+                 {"vocab_size", mc.vocab_size},     {"num_hidden_layers", mc.num_hidden_layers},
+                 {"mla_form", args.mla_form},       {"fp8_weights", fp8_weights_info},
+                 {"load_format", args.load_format}, {"backend", "cpu"},
+                 {"threads", args.threads},         {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
+                 {"random_seed", args.random_seed}, {"eos_token_ids", eng->options().eos_token_ids}};
     info.update(parallel_info);
     Server server(eng.get(), cfg, info.dump());
     PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());

@@ -116,21 +116,21 @@ void expect_close(const Tensor& got, const Tensor& want, const test::Tolerance& 
 }
 
 loader::ModelConfig moe_config(int64_t moe_inter) {
-    const nlohmann::json j = {{"model_type", "deepseek_v3"},
-                              {"hidden_size", 128},
-                              {"intermediate_size", 256},
-                              {"moe_intermediate_size", moe_inter},
-                              {"n_routed_experts", 4},
-                              {"num_experts_per_tok", 2},
-                              {"n_shared_experts", 1},
-                              {"n_group", 1},
-                              {"topk_group", 1},
-                              {"num_hidden_layers", 2},
-                              {"num_attention_heads", 4},
-                              {"num_key_value_heads", 4},
-                              {"vocab_size", 64},
-                              {"quantization_config",
-                               {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}}}};
+    const nlohmann::json j = {
+        {"model_type", "deepseek_v3"},
+        {"hidden_size", 128},
+        {"intermediate_size", 256},
+        {"moe_intermediate_size", moe_inter},
+        {"n_routed_experts", 4},
+        {"num_experts_per_tok", 2},
+        {"n_shared_experts", 1},
+        {"n_group", 1},
+        {"topk_group", 1},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 4},
+        {"vocab_size", 64},
+        {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}}}};
     Result<loader::ModelConfig> c = loader::parse_model_config(j);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     return *c;
@@ -162,12 +162,12 @@ TEST(Fp8Weights, LinearIsActQuantThenTheDequantisedGemm) {
     loader::WeightMap raw;
     add_fp8_weight(&raw, "proj.weight", kN, kK, &rng);
     raw.emplace("proj.bias", random_f32({kN}, 12, 0.1f));
-    Result<Tensor> dense_w = loader::dequantize_fp8_blocks(raw.at("proj.weight").view(),
-                                                           raw.at("proj.weight_scale_inv").view(), 128, 128, DType::kF32);
+    Result<Tensor> dense_w = loader::dequantize_fp8_blocks(
+        raw.at("proj.weight").view(), raw.at("proj.weight_scale_inv").view(), 128, 128, DType::kF32);
     ASSERT_TRUE(dense_w.ok()) << dense_w.status().to_string();
     models::WeightReader reader(&raw, kernels::Context{}, DType::kF32, 0, kNative);
-    Result<models::Linear> native = models::take_linear(reader, "proj", kN, kK, /*has_bias=*/true,
-                                                        models::WeightFormat::kFp8Native);
+    Result<models::Linear> native =
+        models::take_linear(reader, "proj", kN, kK, /*has_bias=*/true, models::WeightFormat::kFp8Native);
     ASSERT_TRUE(native.ok()) << native.status().to_string();
     ASSERT_TRUE(native->fp8());
     EXPECT_EQ(native->weight.dtype(), DType::kF8E4M3);
@@ -185,7 +185,8 @@ TEST(Fp8Weights, LinearIsActQuantThenTheDequantisedGemm) {
     Tensor xq = Tensor::empty({kM, kK}, DType::kF32);
     for (int64_t r = 0; r < kM; ++r) {
         for (int64_t c = 0; c < kK; ++c) {
-            xq.ptr<float>()[r * kK + c] = e4m3_to_float(q.ptr<uint8_t>()[r * kK + c]) * qs.ptr<float>()[r * 3 + c / 128];
+            xq.ptr<float>()[r * kK + c] =
+                e4m3_to_float(q.ptr<uint8_t>()[r * kK + c]) * qs.ptr<float>()[r * 3 + c / 128];
         }
     }
     const models::Linear dense{.weight = *dense_w, .scale = Tensor(), .bias = native->bias};
@@ -256,7 +257,8 @@ TEST(Fp8Weights, NativeFixtureMatchesDequantisedWithinActQuantBound) {
             for (int64_t j = 0; j < ref[i].logits.numel(); ++j) {
                 const double d = native.logits[i].ptr<const float>()[j] - dequant.logits[i].ptr<const float>()[j];
                 diff2 += d * d;
-                ref2 += static_cast<double>(dequant.logits[i].ptr<const float>()[j]) * dequant.logits[i].ptr<const float>()[j];
+                ref2 += static_cast<double>(dequant.logits[i].ptr<const float>()[j]) *
+                        dequant.logits[i].ptr<const float>()[j];
             }
         }
         const double rel_rms = std::sqrt(diff2 / ref2);
@@ -276,8 +278,8 @@ TEST(Fp8Weights, TensorParallelSlicesKeepWholeBlocks) {
     {
         loader::WeightMap m = whole;
         models::WeightReader r(&m, kernels::Context{}, DType::kF32, 0, kNative);
-        Result<models::Linear> l = models::take_linear_rows(r, "a", 256, 384, {128, 256}, false,
-                                                            models::WeightFormat::kFp8Native);
+        Result<models::Linear> l =
+            models::take_linear_rows(r, "a", 256, 384, {128, 256}, false, models::WeightFormat::kFp8Native);
         ASSERT_TRUE(l.ok()) << l.status().to_string();
         ASSERT_EQ(l->weight.view().shape_vec(), (Shape{128, 384}));
         EXPECT_EQ(std::memcmp(l->weight.ptr<uint8_t>(), w.ptr<uint8_t>() + 128 * 384, 128 * 384), 0);
@@ -287,8 +289,8 @@ TEST(Fp8Weights, TensorParallelSlicesKeepWholeBlocks) {
     {
         loader::WeightMap m = whole;
         models::WeightReader r(&m, kernels::Context{}, DType::kF32, 0, kNative);
-        Result<models::Linear> l = models::take_linear_cols(r, "a", 256, 384, {128, 384}, false, false,
-                                                            models::WeightFormat::kFp8Native);
+        Result<models::Linear> l =
+            models::take_linear_cols(r, "a", 256, 384, {128, 384}, false, false, models::WeightFormat::kFp8Native);
         ASSERT_TRUE(l.ok()) << l.status().to_string();
         ASSERT_EQ(l->weight.view().shape_vec(), (Shape{256, 256}));
         for (int64_t row = 0; row < 256; ++row) {
@@ -303,8 +305,8 @@ TEST(Fp8Weights, TensorParallelSlicesKeepWholeBlocks) {
     {
         loader::WeightMap m = whole;
         models::WeightReader r(&m, kernels::Context{}, DType::kF32, 0, kNative);
-        Result<models::Linear> l = models::take_linear_rows(r, "a", 256, 384, {0, 96}, false,
-                                                            models::WeightFormat::kFp8Native);
+        Result<models::Linear> l =
+            models::take_linear_rows(r, "a", 256, 384, {0, 96}, false, models::WeightFormat::kFp8Native);
         ASSERT_FALSE(l.ok());
         EXPECT_NE(l.status().to_string().find("'a.weight'"), std::string::npos) << l.status().to_string();
         EXPECT_NE(l.status().to_string().find("cuts its 128-wide scale blocks"), std::string::npos)
@@ -364,8 +366,8 @@ Tensor act_quant_dequant(const TensorView& x) {
 std::vector<float> fp8_expert_ref(const loader::WeightMap& m, const std::string& p, const TensorView& x_row,
                                   int64_t inter) {
     auto deq = [&](const std::string& name) {
-        Result<Tensor> t = loader::dequantize_fp8_blocks(m.at(name).view(), m.at(name + "_scale_inv").view(), 128,
-                                                         128, DType::kF32);
+        Result<Tensor> t =
+            loader::dequantize_fp8_blocks(m.at(name).view(), m.at(name + "_scale_inv").view(), 128, 128, DType::kF32);
         EXPECT_TRUE(t.ok());
         return *t;
     };
@@ -384,7 +386,8 @@ std::vector<float> fp8_expert_ref(const loader::WeightMap& m, const std::string&
     std::vector<float> y(128);
     for (int64_t o = 0; o < 128; ++o) {
         double acc = 0.0;
-        for (int64_t i = 0; i < inter; ++i) acc += static_cast<double>(aq.ptr<float>()[i]) * d.ptr<float>()[o * inter + i];
+        for (int64_t i = 0; i < inter; ++i)
+            acc += static_cast<double>(aq.ptr<float>()[i]) * d.ptr<float>()[o * inter + i];
         y[static_cast<size_t>(o)] = static_cast<float>(acc);
     }
     return y;
@@ -423,7 +426,8 @@ TEST(Fp8Weights, MoeExpertsAreActQuantThenTheDequantisedExperts) {
             std::vector<float> y = fp8_expert_ref(whole, "mlp.shared_experts.", row, inter);
             for (int64_t k = 0; k < 2; ++k) {
                 const int e = ids.ptr<int32_t>()[t * 2 + k];
-                const std::vector<float> ye = fp8_expert_ref(whole, "mlp.experts." + std::to_string(e) + ".", row, inter);
+                const std::vector<float> ye =
+                    fp8_expert_ref(whole, "mlp.experts." + std::to_string(e) + ".", row, inter);
                 for (int64_t o = 0; o < 128; ++o) {
                     y[static_cast<size_t>(o)] += w.ptr<float>()[t * 2 + k] * ye[static_cast<size_t>(o)];
                 }
@@ -483,8 +487,8 @@ TEST(Fp8Weights, DummyFp8WeightsAreSeededAndScaledLikeTheDenseOnes) {
     const int64_t n = a.weight.numel();
     for (int64_t i = 0; i < n; ++i) {
         const int64_t g = i / (256 * 640), row = (i / 640) % 256, col = i % 640;
-        const float v = e4m3_to_float(a.weight.ptr<uint8_t>()[i]) *
-                        a.scale.ptr<float>()[(g * 2 + row / 128) * 5 + col / 128];
+        const float v =
+            e4m3_to_float(a.weight.ptr<uint8_t>()[i]) * a.scale.ptr<float>()[(g * 2 + row / 128) * 5 + col / 128];
         ASSERT_TRUE(std::isfinite(v)) << i;
         sum += v;
         sq += static_cast<double>(v) * v;
@@ -504,8 +508,8 @@ TEST(Fp8Weights, DummyNativeFixtureModelRunsFiniteAndDeterministic) {
         options.dummy_weights_seed = seed;
         options.fp8_weights = Fp8Weights::kNative;
         loader::LoadStats stats;
-        auto model = models::load_model(*config, loader::Checkpoint::none(), {0, config->num_hidden_layers}, options,
-                                        &stats);
+        auto model =
+            models::load_model(*config, loader::Checkpoint::none(), {0, config->num_hidden_layers}, options, &stats);
         EXPECT_TRUE(model.ok()) << model.status().to_string();
         if (!model.ok()) return Tensor();
         EXPECT_TRUE(stats.files_opened.empty());
