@@ -198,8 +198,8 @@ Status report(const ForwardArgs& args, const ForwardSetup& setup, const Tensor& 
     }
     models::ModelOptions used = setup.options;
     used.placement.device = args.backend == "cuda" ? Device::kCUDA : Device::kCPU;
-    const Result<models::Fp8Weights> fp8 =
-        setup.config.fp8 ? models::resolve_fp8_weights(setup.config, used) : Result<models::Fp8Weights>(models::Fp8Weights::kDequant);
+    const Result<models::Fp8Weights> fp8 = setup.config.fp8 ? models::resolve_fp8_weights(setup.config, used)
+                                                            : Result<models::Fp8Weights>(models::Fp8Weights::kDequant);
     std::printf("model %s (%s, %lld layers), %lld tokens, chunk %lld, mla %s, %s, backend %s%s%s\n", args.model.c_str(),
                 setup.config.model_type.c_str(), static_cast<long long>(setup.config.num_hidden_layers),
                 static_cast<long long>(n), static_cast<long long>(args.chunk_size), args.mla_form.c_str(),
