@@ -6,7 +6,9 @@
 # Knobs: TOKENS (default 4096,16384); REPS (3); BREAKDOWN=1 adds --breakdown (per-scope times, kernels/profile.h);
 # PREFIX_RUN (1: the DSA prefix rows); TORCH (1); TORCH_MODELS (default "deepseek-v3 glm-5.3 kimi-k3-mla
 # kimi-k3-kda"); TORCH_TOKENS (default TOKENS); TORCH_TIMEOUT (s per model, 240); WHEELS=DIR of fla wheels
-# (fla-core, flash-linear-attention) installed into a scratch site-packages first when fla is missing.
+# (fla-core, flash-linear-attention) installed into a scratch site-packages first when fla is missing;
+# FP8_WEIGHTS (default dequant: bf16 weights for the block-FP8 configs DeepSeek-V3 and GLM-5.3; "dequant,native" adds
+# their native FP8 rows, named <layer>.fp8 by tools/model_bench_table.py; tools/model_bench_fp8_run.sh does only those).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-./out}"; mkdir -p "${OUT}"; OUT="$(cd "${OUT}" && pwd)"
@@ -35,17 +37,18 @@ bench() {  # name config layers [extra args]
     --layers "${layers}" --tokens "${TOKENS}" --reps "${REPS:-3}" --json "${OUT}/${name}.json" "${EXTRA[@]}" "$@" \
     2>&1 | tee -a "${LOG}"
 }
-bench deepseek-v3.mla-moe deepseek-v3 3:4
-bench deepseek-v3.mla-moe.absorbed deepseek-v3 3:4 --mla-form absorbed
-bench glm-5.3.dsa-moe glm-5.3 6:7
+bench deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights "${FP8_WEIGHTS:-dequant}"
+bench deepseek-v3.mla-moe.absorbed deepseek-v3 3:4 --mla-form absorbed --fp8-weights "${FP8_WEIGHTS:-dequant}"
+bench glm-5.3.dsa-moe glm-5.3 6:7 --fp8-weights "${FP8_WEIGHTS:-dequant}"
 bench kimi-k3.kda-moe kimi-k3 1:2
 bench kimi-k3.mla-moe kimi-k3 3:4
 if [ "${PREFIX_RUN:-1}" = 1 ]; then  # DSA at long prefixes: a 4K chunk after 16K / 60K of context
-  TOKENS=4096 bench glm-5.3.dsa-moe.prefix glm-5.3 6:7 --prefix 16384,61440
+  TOKENS=4096 bench glm-5.3.dsa-moe.prefix glm-5.3 6:7 --prefix 16384,61440 --fp8-weights "${FP8_WEIGHTS:-dequant}"
   # ... and with the FP8 indexer (e4m3 index K + per-row scales, tensor-core logits; DeepSeek-V3.2's reference indexer)
-  TOKENS=4096 bench glm-5.3.dsa-moe.prefix.fp8idx glm-5.3 6:7 --prefix 16384,61440 --dsa-fp8-indexer
+  TOKENS=4096 bench glm-5.3.dsa-moe.prefix.fp8idx glm-5.3 6:7 --prefix 16384,61440 --dsa-fp8-indexer \
+    --fp8-weights "${FP8_WEIGHTS:-dequant}"
 fi
-bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer
+bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights "${FP8_WEIGHTS:-dequant}"
 if [ "${TORCH:-1}" = 1 ]; then
   if [ -n "${WHEELS:-}" ] && ! python3 -c "import fla" 2>/dev/null; then
     step "fla wheels from ${WHEELS}"

@@ -114,8 +114,11 @@ def fmt(v, spec=".1f", suffix=""):
 
 
 def rows_of(out):
+    """Every row of OUT/*.json; a row with native FP8 weights (penstock_model_bench --fp8-weights) is named <model>.fp8."""
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         for r in json.load(open(path)):
+            if r.get("fp8_weights") == "native":
+                r = dict(r, model=r["model"] + ".fp8")
             yield r
 
 
