@@ -5,9 +5,12 @@
 // unsliced result; slices that cut a block are refused with a clear error; dummy FP8 weights are seeded, finite and
 // scaled like the dense ones; the mode resolution (auto / native / dequant).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "kernels/tolerance.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
+#include "loader/safetensors_writer.h"
 #include "loader/weight_convert.h"
 #include "models/linear.h"
 #include "models/model.h"
@@ -38,6 +42,10 @@ using models::Fp8Weights;
 // weight quantisation effect (its README: FP8 vs bf16 logits differ by up to ~1.5). Bounds at ~1.5x the measurement.
 constexpr double kFp8ActQuantLogitsMaxAbs = 2.5;
 constexpr double kFp8ActQuantLogitsRelRms = 0.25;
+// The same for the GLM DSA fixture converted to FP8 (6 layers; on prompts longer than index_topk = 16 the indexer's
+// selection also moves with the rounded q latent): measured max |diff| 0.07 / 0.72 / 1.19 / 2.33 for the prompts of
+// 1 / 7 / 64 / 200 tokens; bound at 1.5x.
+constexpr double kFp8ActQuantLogitsMaxAbsDsa = 3.5;
 const std::string kFp8Fixture = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny_fp8";
 
 // One rank of a tp group without peers: all_reduce is the identity (tests sum the ranks' partial results themselves),
@@ -266,6 +274,105 @@ TEST(Fp8Weights, NativeFixtureMatchesDequantisedWithinActQuantBound) {
         std::printf("native FP8 vs dequant max |diff| %.4g (relative rms %.4g), vs reference %.4g\n", worst_vs_dequant,
                     rel_rms, worst_vs_ref);
     }
+}
+
+// Writes `src`'s checkpoint as a DeepSeek-style block-FP8 one into `dst`: every 2-D projection, expert and indexer
+// weight quantised per 128 x 128 block (scale = amax / 448, e4m3 = weight / scale), the router, embeddings, lm_head
+// and norms kept, and quantization_config added to config.json.
+void write_fp8_copy(const std::filesystem::path& src, const std::filesystem::path& dst) {
+    Result<loader::Checkpoint> ck = loader::Checkpoint::open(src);
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    Result<loader::WeightMap> all = ck->load([](std::string_view) { return true; }, {}, 128, 128, nullptr);
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    std::map<std::string, Tensor> out;
+    for (auto& [name, t] : *all) {
+        const bool quantise = t.ndim() == 2 && name.ends_with(".weight") &&
+                              name.find("embed_tokens") == std::string::npos &&
+                              name.find("lm_head") == std::string::npos && name.find("norm") == std::string::npos &&
+                              !name.ends_with("mlp.gate.weight");
+        if (!quantise) {
+            out.emplace(name, t);
+            continue;
+        }
+        const int64_t n = t.size(0), k = t.size(1), nb = (n + 127) / 128, kb = (k + 127) / 128;
+        Tensor q = Tensor::empty({n, k}, DType::kF8E4M3);
+        Tensor sc = Tensor::empty({nb, kb}, DType::kF32);
+        for (int64_t bi = 0; bi < nb; ++bi) {
+            for (int64_t bj = 0; bj < kb; ++bj) {
+                float amax = 0.0f;
+                for (int64_t r = bi * 128; r < std::min(n, bi * 128 + 128); ++r) {
+                    for (int64_t c = bj * 128; c < std::min(k, bj * 128 + 128); ++c) {
+                        amax = std::max(amax, std::abs(t.ptr<float>()[r * k + c]));
+                    }
+                }
+                const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+                sc.ptr<float>()[bi * kb + bj] = scale;
+                for (int64_t r = bi * 128; r < std::min(n, bi * 128 + 128); ++r) {
+                    for (int64_t c = bj * 128; c < std::min(k, bj * 128 + 128); ++c) {
+                        q.ptr<uint8_t>()[r * k + c] = float_to_e4m3(t.ptr<float>()[r * k + c] / scale);
+                    }
+                }
+            }
+        }
+        out.emplace(name, q);
+        out.emplace(name + "_scale_inv", sc);
+    }
+    loader::NamedViews views;
+    for (const auto& [name, t] : out) views.emplace_back(name, t.view());
+    std::filesystem::create_directories(dst);
+    ASSERT_TRUE(loader::write_safetensors(dst / "model.safetensors", views).ok());
+    Result<std::string> text = loader::read_text_file(src / "config.json");
+    ASSERT_TRUE(text.ok());
+    nlohmann::json config = nlohmann::json::parse(*text);
+    config["quantization_config"] = {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+    std::ofstream(dst / "config.json") << config.dump(1);
+}
+
+// GLM-5.x DSA (MLA + lightning indexer + MoE) from an FP8 checkpoint: native mode keeps the MLA projections and the
+// experts e4m3 and dequantises the indexer's weights on load (docs/design/models.md); the logits stay within the
+// activation-rounding bound of the dequantised load, on dense (<= index_topk keys) and sparse prompts.
+TEST(Fp8Weights, GlmDsaFp8CheckpointNativeMatchesDequantised) {
+    const std::filesystem::path src = std::string(PENSTOCK_FIXTURES_DIR) + "/glm_moe_dsa_tiny";
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("penstock_fp8_glm_" + std::to_string(::getpid()));
+    write_fp8_copy(src, dir);
+    if (HasFatalFailure()) return;
+    const std::vector<testing::ReferencePrompt> ref = testing::load_reference(src);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& p : ref) prompts.push_back(p.ids);
+    Result<loader::ModelConfig> config = loader::load_model_config(dir);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    ASSERT_TRUE(config->fp8.has_value());
+    Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(dir);
+    ASSERT_TRUE(ckpt.ok());
+    auto run = [&](Fp8Weights mode) -> std::vector<Tensor> {
+        models::ModelOptions options;
+        options.fp8_weights = mode;
+        auto model = models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, options, nullptr);
+        EXPECT_TRUE(model.ok()) << model.status().to_string();
+        if (!model.ok()) return {};
+        runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 16, .n_threads = 2});
+        auto logits = runner.prefill_all_logits(prompts, /*chunk_size=*/0);
+        EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+        return logits.ok() ? std::move(logits).value() : std::vector<Tensor>{};
+    };
+    const std::vector<Tensor> native = run(Fp8Weights::kNative);
+    const std::vector<Tensor> dequant = run(Fp8Weights::kDequant);
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(native.size(), prompts.size());
+    ASSERT_EQ(dequant.size(), prompts.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const testing::LogitsComparison c =
+            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbsDsa);
+        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbsDsa) << "prompt " << i << ": " << c.describe();
+        EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
+        worst = std::max(worst, c.max_abs_diff);
+        std::printf("prompt %zu (%zu tokens): %s\n", i, prompts[i].size(), c.describe().c_str());
+    }
+    EXPECT_GT(worst, 0.0);
+    std::printf("GLM DSA native FP8 vs dequant max |diff| %.4g\n", worst);
 }
 
 TEST(Fp8Weights, TensorParallelSlicesKeepWholeBlocks) {
