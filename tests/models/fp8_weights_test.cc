@@ -1,7 +1,8 @@
 // Native FP8 weights (models::ModelOptions::fp8_weights, docs/design/models.md "FP8 weights") on the CPU reference:
 // an FP8 Linear is exactly fp8_act_quant + the dequantised GEMM; the tiny DeepSeek-style FP8 checkpoint runs with
 // native weights within a stated bound of the dequantised run and of transformers' logits (the activation
-// quantisation is the only extra rounding); tensor/expert-parallel slices keep whole 128-blocks and sum to the
+// quantisation is the only extra rounding), and so does a GLM DSA checkpoint converted to FP8 (indexer weights
+// dequantised on load); tensor/expert-parallel slices keep whole 128-blocks and sum to the
 // unsliced result; slices that cut a block are refused with a clear error; dummy FP8 weights are seeded, finite and
 // scaled like the dense ones; the mode resolution (auto / native / dequant).
 #include <gtest/gtest.h>
