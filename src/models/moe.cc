@@ -92,10 +92,10 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     Tensor down = dense_host ? Tensor::empty({n_local, h, il}, DType::kF32) : Tensor();
     const kernels::Context host{};
     auto put = [&](const TensorView& src, const TensorView& dst) { kernels::copy({.out = dst, .in = src}, host); };
+    // --load-format dummy: this rank's experts and columns only, generated on the placement device.
     if (fp8) {
         PENSTOCK_RETURN_IF_ERROR(m.load_experts_fp8(r, prefix, o, inter, h, cols));
-    } else if (r.dummy()) {  // --load-format dummy: this rank's experts and columns only, generated on the placement
-                             // device
+    } else if (r.dummy()) {
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_gate_up_, r.take(prefix + ".experts.local_gate_up", {n_local, 2 * il, h}));
         PENSTOCK_ASSIGN_OR_RETURN(m.experts_down_, r.take(prefix + ".experts.local_down", {n_local, h, il}));
     } else if (r.contains(prefix + ".experts.gate_up_proj")) {
