@@ -62,6 +62,7 @@ struct ForwardArgs {
     // for its own layers and shard (--model may then be a config .json file).
     std::string load_format = "auto";
     uint64_t dummy_seed = 20261130;
+    int64_t num_layers = 0;  // > 0: only the config's first N decoder layers (loader::with_num_layers); dummy only
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -151,6 +152,10 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
                                                 : loader::load_model_config(std::filesystem::path(args.model)));
     if (!models::is_supported_model_type(setup.config.model_type)) {
         return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
+    }
+    if (args.num_layers != 0) {
+        if (args.load_format != "dummy") return invalid_argument("--num-layers needs --load-format dummy");
+        PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::with_num_layers(setup.config, args.num_layers));
     }
     return setup;
 }
@@ -465,6 +470,8 @@ int main(int argc, char** argv) {
                         "auto (read the checkpoint) or dummy (seeded random weights at the config's dimensions, each "
                         "rank generating its own layers and shard; --model may be a config .json file)");
     forward->add_option("--dummy-seed", fwd.dummy_seed, "seed of --load-format dummy weights (non-zero)");
+    forward->add_option("--num-layers", fwd.num_layers,
+                        "keep the first N decoder layers of the config (partial depth; needs --load-format dummy)");
     forward->add_option("--record-decisions", fwd.record_decisions,
                         "write every MoE expert and DSA top-k choice, by (layer, request, position), to this file");
     forward->add_option("--compare-decisions", fwd.compare_decisions,

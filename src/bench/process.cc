@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <fstream>
 #include <map>
 #include <set>
@@ -59,6 +61,20 @@ bool read_stat(pid_t pid, ProcInfo* p) {
     return static_cast<bool>(rest);
 }
 
+// The integer value of the first of `keys` set in a NUL-separated environment block; -1 when none is.
+int environ_int(const std::string& block, std::initializer_list<const char*> keys) {
+    for (const char* key : keys) {
+        const std::string k = std::string(key) + "=";
+        size_t pos = 0;
+        while (pos < block.size()) {
+            const size_t end = std::min(block.find('\0', pos), block.size());
+            if (block.compare(pos, k.size(), k) == 0) return std::atoi(block.c_str() + pos + k.size());
+            pos = end + 1;
+        }
+    }
+    return -1;
+}
+
 void read_details(ProcInfo* p) {
     std::string s;
     if (read_file("/proc/" + std::to_string(p->pid) + "/status", &s)) {
@@ -68,6 +84,10 @@ void read_details(ProcInfo* p) {
             if (line.rfind("VmRSS:", 0) == 0) p->vm_rss_kb = std::atoll(line.c_str() + 6);
             if (line.rfind("VmHWM:", 0) == 0) p->vm_hwm_kb = std::atoll(line.c_str() + 6);
         }
+    }
+    if (read_file("/proc/" + std::to_string(p->pid) + "/environ", &s)) {
+        p->mpi_rank = environ_int(s, {"OMPI_COMM_WORLD_RANK", "PMI_RANK"});
+        p->mpi_local_rank = environ_int(s, {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"});
     }
     if (read_file("/proc/" + std::to_string(p->pid) + "/cmdline", &s)) {
         for (char& c : s) {
@@ -205,6 +225,14 @@ std::optional<int> wait_process(pid_t pid, double timeout_s, const std::atomic<b
         if (timeout_s >= 0 && seconds_since(t0) >= timeout_s) return std::nullopt;
         std::this_thread::sleep_for(kPollInterval);
     }
+}
+
+bool reset_peak_rss(pid_t pid) {
+    const int fd = ::open(("/proc/" + std::to_string(pid) + "/clear_refs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = ::write(fd, "5", 1) == 1;
+    ::close(fd);
+    return ok;
 }
 
 std::vector<ProcInfo> process_tree(const std::vector<pid_t>& roots, pid_t pgid) {

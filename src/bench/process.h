@@ -57,8 +57,14 @@ struct ProcInfo {
     std::string comm;
     std::string cmdline;  // NUL separators shown as spaces, cut at 300 chars
     int64_t vm_rss_kb = -1;
-    int64_t vm_hwm_kb = -1;
+    int64_t vm_hwm_kb = -1;  // peak RSS since start or since the last reset_peak_rss()
+    int mpi_rank = -1;        // OMPI_COMM_WORLD_RANK (or PMI_RANK) from /proc/<pid>/environ; -1 when absent
+    int mpi_local_rank = -1;  // OMPI_COMM_WORLD_LOCAL_RANK (or MPI_LOCALRANKID); -1 when absent
 };
+
+// Resets the process's VmHWM to its current RSS (writes "5" to /proc/<pid>/clear_refs, Linux >= 4.0), so that the
+// next VmHWM is the peak since now. False when the file cannot be written (another user's process, old kernel).
+bool reset_peak_rss(pid_t pid);
 
 // Every live (non-zombie) process in /proc that is in process group `pgid` (<= 0: none) or descends from one of
 // `roots` (the roots themselves included). Sorted by pid.

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -12,7 +13,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -33,6 +36,8 @@ void add_sweep_options(CLI::App* cmd, SweepOptions* o) {
     cmd->add_option("--output-dir", o->output_dir, "override the file's output_dir");
     cmd->add_option("--model", o->model, "override the file's model");
     cmd->add_option("--penstock", o->penstock, "server binary (default: the file's penstock, else this binary)");
+    cmd->add_option("--repeats", o->repeats, "override the file's repeats (> 0)");
+    cmd->add_option("--num-prompts", o->num_prompts, "override the file's requests per run (> 0)");
     cmd->add_flag("--dry-run", o->dry_run, "print the server and bench commands, run nothing");
     cmd->add_flag("--force", o->force, "write into an output directory that already holds a sweep");
 }
@@ -263,6 +268,12 @@ private:
         }
     }
 
+    // The server's MPI ranks (by rank; the server itself as rank 0 when it runs without mpirun).
+    std::vector<ProcInfo> rank_processes() const;
+    // GET /metrics into `file`, parsed; nullopt (with a warning) when it fails.
+    std::optional<PipelineCounters> scrape_pipeline(int port, const fs::path& file) const;
+    // Per-rank VmHWM and GPU memory after a run into `stats`, with the details in `file`.
+    void rank_memory(const fs::path& file, bool peak_reset, ServerStats* stats) const;
     Status wait_healthy(pid_t pid, const fs::path& dir, LayoutOutcome* o, std::string* status);
     Status verify_layout(size_t li, const fs::path& dir, LayoutOutcome* o);
     RunRow run_one(size_t li, int64_t c, int r, const std::string& url, const fs::path& dir);
@@ -281,6 +292,87 @@ private:
     json plots_ = json::array();
     std::string plot_error_;
 };
+
+std::vector<ProcInfo> Sweep::rank_processes() const {
+    std::vector<ProcInfo> ranks;
+    if (server_pid_ <= 0) return ranks;
+    const std::vector<ProcInfo> tree = process_tree({server_pid_}, server_pid_);
+    for (const ProcInfo& p : tree) {
+        if (p.mpi_rank < 0) continue;
+        bool seen = false;
+        for (const ProcInfo& q : ranks) seen = seen || q.mpi_rank == p.mpi_rank;
+        if (!seen) ranks.push_back(p);  // by pid: a rank's own children (none today) come after it
+    }
+    if (ranks.empty()) {
+        for (ProcInfo p : tree) {
+            if (p.pid != server_pid_) continue;
+            p.mpi_rank = 0;
+            p.mpi_local_rank = 0;
+            ranks.push_back(p);
+        }
+    }
+    std::sort(ranks.begin(), ranks.end(), [](const ProcInfo& a, const ProcInfo& b) { return a.mpi_rank < b.mpi_rank; });
+    return ranks;
+}
+
+std::optional<PipelineCounters> Sweep::scrape_pipeline(int port, const fs::path& file) const {
+    int http = 0;
+    const std::string body = http_get({.host = connect_host(), .port = port}, "/metrics", /*timeout_s=*/30, &http);
+    write_text(file, body);
+    Result<PipelineCounters> c = parse_pipeline_counters(body);
+    if (http != 200 || !c.ok()) {
+        std::fprintf(stderr, "penstock sweep: warning: %s: GET /metrics (HTTP %d): %s\n", file.string().c_str(), http,
+                     c.ok() ? "bad status" : c.status().message().c_str());
+        return std::nullopt;
+    }
+    return *c;
+}
+
+void Sweep::rank_memory(const fs::path& file, bool peak_reset, ServerStats* stats) const {
+    const std::vector<ProcInfo> ranks = rank_processes();
+    // GPU memory: per process when nvidia-smi's pids are ours, else per device by local rank (one GPU per rank, GPU =
+    // local rank, as the CUDA backend picks it; nvidia-smi inside a container reports host pids).
+    std::map<int64_t, double> gpu_by_pid, gpu_by_index;
+    std::string gpu_source;
+    if (!nvidia_smi_.empty()) {
+        const std::optional<std::string> apps = capture_output(
+            {nvidia_smi_, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"}, 20);
+        for (const auto& [pid, mib] : parse_gpu_process_memory(apps.value_or(""))) gpu_by_pid[pid] = mib;
+        const std::optional<std::string> devs =
+            capture_output({nvidia_smi_, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"}, 20);
+        for (const auto& [index, mib] : parse_gpu_process_memory(devs.value_or(""))) gpu_by_index[index] = mib;
+    }
+    bool by_pid = false;
+    for (const ProcInfo& p : ranks) by_pid = by_pid || gpu_by_pid.count(p.pid) != 0;
+    json list = json::array();
+    std::vector<double> rss, gpu;
+    for (const ProcInfo& p : ranks) {
+        rss.push_back(static_cast<double>(std::max<int64_t>(p.vm_hwm_kb, 0)) / 1024.0);
+        json gpu_mib = nullptr;
+        if (by_pid && gpu_by_pid.count(p.pid) != 0) {
+            gpu_mib = gpu_by_pid[p.pid];
+        } else if (!by_pid && gpu_by_index.count(p.mpi_local_rank) != 0) {
+            gpu_mib = gpu_by_index[p.mpi_local_rank];
+        }
+        if (!gpu_mib.is_null()) gpu.push_back(gpu_mib.get<double>());
+        list.push_back({{"rank", p.mpi_rank},
+                        {"local_rank", p.mpi_local_rank},
+                        {"pid", p.pid},
+                        {"vm_rss_kb", p.vm_rss_kb},
+                        {"vm_hwm_kb", p.vm_hwm_kb},
+                        {"gpu_used_mib", gpu_mib}});
+    }
+    stats->peak_rss_mib = rss;
+    // A per-rank vector only when every rank has a value (so that position = rank).
+    stats->gpu_mem_mib = gpu.size() == ranks.size() ? gpu : std::vector<double>{};
+    if (!gpu.empty()) gpu_source = by_pid ? "nvidia-smi per process" : "nvidia-smi per device (GPU = local rank)";
+    write_text(file, json{{"utc", utc_now()},
+                          {"vm_hwm_since", peak_reset ? "start of the run" : "start of the process"},
+                          {"gpu_source", gpu_source},
+                          {"ranks", list}}
+                             .dump(2) +
+                         "\n");
+}
 
 Status Sweep::wait_healthy(pid_t pid, const fs::path& dir, LayoutOutcome* o, std::string* status) {
     const Clock::time_point t0 = Clock::now();
@@ -381,6 +473,12 @@ RunRow Sweep::run_one(size_t li, int64_t c, int r, const std::string& url, const
                                         command_line(argv) + "\n");
     RunRow row;
     const int64_t n = cfg_.bench.prompts_for(c);
+    // Server side: the step executor's counters before and after the run (their difference is this run's), and each
+    // rank's peak RSS reset so that the VmHWM read after the run is this run's peak.
+    const int port = outcomes_[li].port;
+    const std::optional<PipelineCounters> before = scrape_pipeline(port, dir / "metrics_before.prom");
+    bool peak_reset = true;
+    for (const ProcInfo& p : rank_processes()) peak_reset = reset_peak_rss(p.pid) && peak_reset;
     Result<pid_t> pid = spawn_process({.argv = argv,
                                        .env = {},
                                        .stdout_path = (dir / "bench.log").string(),
@@ -424,12 +522,25 @@ RunRow Sweep::run_one(size_t li, int64_t c, int r, const std::string& url, const
                         (first_error.empty() ? "" : "; first error: " + first_error);
         }
     }
+    if (const std::optional<PipelineCounters> after = scrape_pipeline(port, dir / "metrics_after.prom");
+        before && after) {
+        const Status st = pipeline_run_stats(*before, *after, &row.server);
+        if (!st.ok()) std::fprintf(stderr, "penstock sweep: warning: %s: %s\n", dir.string().c_str(), st.message().c_str());
+    }
+    rank_memory(dir / "memory_ranks.json", peak_reset, &row.server);
     snapshot(dir / "memory.json", "done", server_pid_);
     std::printf("[sweep] %s c=%lld r=%d: %s", l.name.c_str(), static_cast<long long>(c), r, row.status.c_str());
     if (row.metrics) {
         std::printf(", %lld/%lld, input %.1f tok/s, TTFT p50 %.1f ms p95 %.1f ms",
                     static_cast<long long>(row.metrics->completed), static_cast<long long>(n),
                     row.metrics->input_tok_s, row.metrics->ttft_p50_ms, row.metrics->ttft_p95_ms);
+    }
+    if (const std::optional<double> bubble = row.server.bubble_fraction_mean()) {
+        std::printf(", bubble %.2f, boundary stall %.2f s", *bubble, row.server.boundary_stall_s().value_or(0));
+    }
+    if (!row.server.peak_rss_mib.empty()) {
+        std::printf(", peak RSS %.0f MiB/rank max",
+                    *std::max_element(row.server.peak_rss_mib.begin(), row.server.peak_rss_mib.end()));
     }
     std::printf("%s%s\n", row.error.empty() ? "" : ": ", row.error.c_str());
     std::fflush(stdout);
@@ -581,6 +692,12 @@ void Sweep::write_manifest(int exit_code) const {
     int ok = 0;
     for (const RunRow& r : rows_) ok += r.status == kRunOk ? 1 : 0;
     write_text(out_ / "sweep.json", json{{"config", cfg_.source},
+                                         {"repeats", cfg_.repeats},
+                                         {"num_prompts_per_run", cfg_.bench.num_prompts > 0
+                                                                     ? json(cfg_.bench.num_prompts)
+                                                                     : json("C x " + std::to_string(
+                                                                                    cfg_.bench.prompts_per_concurrency))},
+                                         {"model", cfg_.model},
                                          {"penstock", penstock_},
                                          {"finished_utc", utc_now()},
                                          {"runs", rows_.size()},
@@ -660,6 +777,15 @@ int run_sweep(const SweepOptions& opts) {
     if (!opts.output_dir.empty()) cfg->output_dir = opts.output_dir;
     if (!opts.model.empty()) cfg->model = opts.model;
     if (!opts.penstock.empty()) cfg->penstock = opts.penstock;
+    if (opts.repeats < 0 || opts.num_prompts < 0) {
+        std::fprintf(stderr, "penstock sweep: error: --repeats and --num-prompts must be > 0\n");
+        return 2;
+    }
+    if (opts.repeats > 0) cfg->repeats = opts.repeats;
+    if (opts.num_prompts > 0) {
+        cfg->bench.num_prompts = opts.num_prompts;
+        cfg->bench.prompts_per_concurrency = 0;
+    }
     std::error_code ec;
     // Absolute model path in the recorded commands, so that they replay from any directory.
     if (fs::exists(cfg->model, ec)) cfg->model = fs::absolute(cfg->model, ec).lexically_normal().string();

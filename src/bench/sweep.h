@@ -15,6 +15,8 @@ struct SweepOptions {
     std::string output_dir;   // "" = the file's output_dir
     std::string model;        // "" = the file's model
     std::string penstock;     // "" = the file's penstock, else this executable
+    int repeats = 0;          // > 0: overrides the file's repeats (e.g. a quick pass over a study's matrix)
+    int64_t num_prompts = 0;  // > 0: overrides the file's [bench] num_prompts / prompts_per_concurrency
     bool dry_run = false;     // print the commands only
     bool force = false;       // reuse an output directory that already holds a sweep
 };

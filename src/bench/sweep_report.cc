@@ -2,6 +2,7 @@
 #include "bench/sweep_report.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,12 +44,186 @@ Result<RunMetrics> metrics_from_summary_json(const std::string& text) {
     return m;
 }
 
+std::optional<double> ServerStats::busy_fraction_mean() const {
+    if (stage_busy_fraction.empty()) return std::nullopt;
+    double sum = 0;
+    for (double b : stage_busy_fraction) sum += b;
+    return sum / static_cast<double>(stage_busy_fraction.size());
+}
+
+std::optional<double> ServerStats::busy_fraction_min() const {
+    if (stage_busy_fraction.empty()) return std::nullopt;
+    return *std::min_element(stage_busy_fraction.begin(), stage_busy_fraction.end());
+}
+
+std::optional<double> ServerStats::bubble_fraction_mean() const {
+    const std::optional<double> busy = busy_fraction_mean();
+    if (!busy) return std::nullopt;
+    return 1.0 - *busy;
+}
+
+std::optional<double> ServerStats::boundary_stall_s() const {
+    if (stage_stall_s.empty()) return std::nullopt;
+    double sum = 0;
+    for (size_t s = 1; s < stage_stall_s.size(); ++s) sum += stage_stall_s[s];
+    return sum;
+}
+
+std::optional<double> ServerStats::boundary_stall_fraction() const {
+    const std::optional<double> stall = boundary_stall_s();
+    if (!stall || !active_s) return std::nullopt;
+    const double boundaries = static_cast<double>(stage_stall_s.size() - 1);
+    if (boundaries == 0) return 0.0;
+    if (*active_s <= 0) return std::nullopt;
+    return *stall / (*active_s * boundaries);
+}
+
+namespace {
+
+// The value of a sample line `name{stage="s"} v` or `name v`; false when the line is another metric.
+bool sample_value(const std::string& line, const std::string& name, std::optional<int>* stage, double* value) {
+    if (line.compare(0, name.size(), name) != 0 || line.size() == name.size()) return false;
+    size_t pos = name.size();
+    stage->reset();
+    if (line[pos] == '{') {
+        const size_t close = line.find('}', pos);
+        if (close == std::string::npos) return false;
+        const std::string labels = line.substr(pos + 1, close - pos - 1);
+        const std::string key = "stage=\"";
+        const size_t at = labels.find(key);
+        if (at == std::string::npos) return false;
+        char* end = nullptr;
+        const long s = std::strtol(labels.c_str() + at + key.size(), &end, 10);
+        if (end == labels.c_str() + at + key.size() || *end != '"' || s < 0 || s > 4096) return false;
+        *stage = static_cast<int>(s);
+        pos = close + 1;
+    }
+    if (pos >= line.size() || line[pos] != ' ') return false;
+    char* end = nullptr;
+    *value = std::strtod(line.c_str() + pos + 1, &end);
+    return end != line.c_str() + pos + 1;
+}
+
+}  // namespace
+
+Result<PipelineCounters> parse_pipeline_counters(const std::string& text) {
+    constexpr const char* kActive = "penstock_pp_active_seconds_total";
+    constexpr const char* kBusy = "penstock_pp_stage_busy_seconds_total";
+    constexpr const char* kStall = "penstock_pp_stage_stall_seconds_total";
+    PipelineCounters c;
+    bool have_active = false;
+    std::map<int, double> busy, stall;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::optional<int> stage;
+        double v = 0;
+        if (sample_value(line, kActive, &stage, &v) && !stage) {
+            c.active_s = v;
+            have_active = true;
+        } else if (sample_value(line, kBusy, &stage, &v) && stage) {
+            busy[*stage] = v;
+        } else if (sample_value(line, kStall, &stage, &v) && stage) {
+            stall[*stage] = v;
+        }
+    }
+    if (!have_active) return invalid_argument(std::string("/metrics has no ") + kActive);
+    if (busy.empty()) return invalid_argument(std::string("/metrics has no ") + kBusy);
+    for (const auto* m : {&busy, &stall}) {
+        if (m->size() != busy.size() || m->rbegin()->first != static_cast<int>(busy.size()) - 1) {
+            return invalid_argument(std::string("/metrics: the stage labels of ") + kBusy + " and " + kStall +
+                                    " are not the same 0..P-1");
+        }
+    }
+    for (const auto& [s, v] : busy) c.busy_s.push_back(v);
+    for (const auto& [s, v] : stall) c.stall_s.push_back(v);
+    return c;
+}
+
+Status pipeline_run_stats(const PipelineCounters& before, const PipelineCounters& after, ServerStats* out) {
+    if (before.busy_s.size() != after.busy_s.size() || before.stall_s.size() != after.stall_s.size()) {
+        return failed_precondition("the stage count changed between the /metrics scrapes");
+    }
+    const double active = after.active_s - before.active_s;
+    if (active < 0) return failed_precondition("penstock_pp_active_seconds_total went backwards");
+    out->active_s = active;
+    out->stage_busy_fraction.clear();
+    out->stage_stall_s.clear();
+    for (size_t s = 0; s < after.busy_s.size(); ++s) {
+        const double busy = after.busy_s[s] - before.busy_s[s];
+        const double stall = after.stall_s[s] - before.stall_s[s];
+        if (busy < 0 || stall < 0) return failed_precondition("a stage counter went backwards");
+        out->stage_busy_fraction.push_back(active > 0 ? busy / active : 0.0);
+        out->stage_stall_s.push_back(stall);
+    }
+    return ok_status();
+}
+
+std::vector<std::pair<int64_t, double>> parse_gpu_process_memory(const std::string& text) {
+    std::vector<std::pair<int64_t, double>> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        const size_t comma = line.find(',');
+        if (comma == std::string::npos) continue;
+        char* end = nullptr;
+        const long long pid = std::strtoll(line.c_str(), &end, 10);
+        if (end == line.c_str() || pid <= 0) continue;
+        const char* mib_text = line.c_str() + comma + 1;
+        const double mib = std::strtod(mib_text, &end);
+        if (end == mib_text) continue;  // "[N/A]" and the like
+        out.emplace_back(static_cast<int64_t>(pid), mib);
+    }
+    return out;
+}
+
 std::optional<double> median(std::vector<double> v) {
     if (v.empty()) return std::nullopt;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
+
+namespace {
+
+// Element-wise median of the vectors selected by `field` among runs that measured it; empty unless all such vectors
+// have the same length.
+std::vector<double> median_vector(const std::vector<const ServerStats*>& runs,
+                                  std::vector<double> ServerStats::*field) {
+    std::vector<const std::vector<double>*> have;
+    for (const ServerStats* r : runs) {
+        if (!(r->*field).empty()) have.push_back(&(r->*field));
+    }
+    if (have.empty()) return {};
+    const size_t n = have[0]->size();
+    for (const std::vector<double>* v : have) {
+        if (v->size() != n) return {};
+    }
+    std::vector<double> out;
+    for (size_t i = 0; i < n; ++i) {
+        std::vector<double> col;
+        for (const std::vector<double>* v : have) col.push_back((*v)[i]);
+        out.push_back(*median(std::move(col)));
+    }
+    return out;
+}
+
+ServerStats median_server_stats(const std::vector<const ServerStats*>& runs) {
+    ServerStats m;
+    std::vector<double> active;
+    for (const ServerStats* r : runs) {
+        if (r->active_s) active.push_back(*r->active_s);
+    }
+    m.active_s = median(std::move(active));
+    m.stage_busy_fraction = median_vector(runs, &ServerStats::stage_busy_fraction);
+    m.stage_stall_s = median_vector(runs, &ServerStats::stage_stall_s);
+    m.peak_rss_mib = median_vector(runs, &ServerStats::peak_rss_mib);
+    m.gpu_mem_mib = median_vector(runs, &ServerStats::gpu_mem_mib);
+    return m;
+}
+
+}  // namespace
 
 std::vector<SummaryRow> summarize(const std::vector<RunRow>& rows) {
     std::vector<SummaryRow> out;
@@ -65,7 +240,8 @@ std::vector<SummaryRow> summarize(const std::vector<RunRow>& rows) {
                            .concurrency = r.concurrency,
                            .runs = 0,
                            .ok_runs = 0,
-                           .median = std::nullopt});
+                           .median = std::nullopt,
+                           .server_median = {}});
         }
         g.push_back(&r);
     }
@@ -77,6 +253,11 @@ std::vector<SummaryRow> summarize(const std::vector<RunRow>& rows) {
             if (r->status == kRunOk && r->metrics) ok.push_back(&*r->metrics);
         }
         s.ok_runs = static_cast<int>(ok.size());
+        std::vector<const ServerStats*> ok_server;
+        for (const RunRow* r : g) {
+            if (r->status == kRunOk) ok_server.push_back(&r->server);
+        }
+        s.server_median = median_server_stats(ok_server);
         if (ok.empty()) continue;
         const auto med = [&](auto field) {
             std::vector<double> v;
@@ -128,6 +309,34 @@ std::string metric_cells(const std::optional<RunMetrics>& m) {
            num(m->duration_s);
 }
 
+// The server-side cells shared by both files, in this order (docs/design/bench.md).
+constexpr const char* kServerHeader =
+    "stages,busy_frac_mean,busy_frac_min,bubble_frac_mean,boundary_stall_s,boundary_stall_frac,active_s,"
+    "stage_busy_frac,stage_stall_s,peak_rss_mib_max,peak_rss_mib_ranks,gpu_mem_mib_max,gpu_mem_mib_ranks";
+
+std::string opt_num(const std::optional<double>& v) { return v ? num(*v) : ""; }
+
+// "a;b;c" (a list inside one CSV cell).
+std::string list_cell(const std::vector<double>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ";" : "") + num(v[i]);
+    return out;
+}
+
+std::optional<double> max_of(const std::vector<double>& v) {
+    if (v.empty()) return std::nullopt;
+    return *std::max_element(v.begin(), v.end());
+}
+
+std::string server_cells(const ServerStats& s) {
+    const std::string stages = s.stage_busy_fraction.empty() ? "" : std::to_string(s.stage_busy_fraction.size());
+    return stages + "," + opt_num(s.busy_fraction_mean()) + "," + opt_num(s.busy_fraction_min()) + "," +
+           opt_num(s.bubble_fraction_mean()) + "," + opt_num(s.boundary_stall_s()) + "," +
+           opt_num(s.boundary_stall_fraction()) + "," + opt_num(s.active_s) + "," + list_cell(s.stage_busy_fraction) +
+           "," + list_cell(s.stage_stall_s) + "," + opt_num(max_of(s.peak_rss_mib)) + "," + list_cell(s.peak_rss_mib) +
+           "," + opt_num(max_of(s.gpu_mem_mib)) + "," + list_cell(s.gpu_mem_mib);
+}
+
 std::string layout_cells(const std::string& layout, int pp, int tp, int ep, int cp, const std::string& partition) {
     return csv_field(layout) + "," + std::to_string(pp) + "," + std::to_string(tp) + "," + std::to_string(ep) + "," +
            std::to_string(cp) + "," + csv_field(partition);
@@ -138,6 +347,8 @@ std::string layout_cells(const std::string& layout, int pp, int tp, int ep, int 
 std::string results_csv(const std::vector<RunRow>& rows) {
     std::string out = "layout,pp,tp,ep,cp,partition,concurrency,repeat,status,num_prompts,completed,failed,";
     out += kMetricHeader;
+    out += ",";
+    out += kServerHeader;
     out += ",error,dir\n";
     const auto cell = [&out](const std::string& s) {
         out += s;
@@ -152,6 +363,7 @@ std::string results_csv(const std::vector<RunRow>& rows) {
         cell(r.metrics ? std::to_string(r.metrics->completed) : "");
         cell(r.metrics ? std::to_string(r.metrics->failed) : "");
         cell(metric_cells(r.metrics));
+        cell(server_cells(r.server));
         cell(csv_field(r.error));
         out += csv_field(r.dir);
         out += '\n';
@@ -162,6 +374,8 @@ std::string results_csv(const std::vector<RunRow>& rows) {
 std::string summary_csv(const std::vector<SummaryRow>& rows) {
     std::string out = "layout,pp,tp,ep,cp,partition,concurrency,runs,ok_runs,";
     out += kMetricHeader;
+    out += ",";
+    out += kServerHeader;
     out += "\n";
     for (const SummaryRow& s : rows) {
         for (const std::string& c : {layout_cells(s.layout, s.pp, s.tp, s.ep, s.cp, s.partition),
@@ -171,6 +385,8 @@ std::string summary_csv(const std::vector<SummaryRow>& rows) {
             out += ',';
         }
         out += metric_cells(s.median);
+        out += ',';
+        out += server_cells(s.server_median);
         out += '\n';
     }
     return out;
@@ -224,12 +440,17 @@ Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir, c
     std::vector<std::string> layouts;
     std::map<std::string, std::string> data;
     std::set<int64_t> xs_set;
+    bool have_pipeline = false;
     for (const SummaryRow& s : rows) {
         if (!s.median) continue;
         if (data.count(s.layout) == 0) layouts.push_back(s.layout);
+        const std::optional<double> bubble = s.server_median.bubble_fraction_mean();
+        const std::optional<double> stall = s.server_median.boundary_stall_fraction();
+        have_pipeline = have_pipeline || bubble.has_value();
         char line[256];
-        std::snprintf(line, sizeof(line), "%lld %.6g %.6g %.6g\n", static_cast<long long>(s.concurrency),
-                      s.median->input_tok_s, s.median->ttft_p50_ms, s.median->ttft_p95_ms);
+        std::snprintf(line, sizeof(line), "%lld %.6g %.6g %.6g %s %s\n", static_cast<long long>(s.concurrency),
+                      s.median->input_tok_s, s.median->ttft_p50_ms, s.median->ttft_p95_ms,
+                      bubble ? num(*bubble).c_str() : "NaN", stall ? num(*stall).c_str() : "NaN");
         data[s.layout] += line;
         xs_set.insert(s.concurrency);
     }
@@ -239,7 +460,8 @@ Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir, c
     if (ec) return internal_error("cannot create " + plots_dir + "/data: " + ec.message());
     for (const std::string& l : layouts) {
         PENSTOCK_RETURN_IF_ERROR(write_text(fs::path(plots_dir) / "data" / (l + ".dat"),
-                                            "# concurrency input_tok_s ttft_p50_ms ttft_p95_ms (medians)\n" + data[l]));
+                                            "# concurrency input_tok_s ttft_p50_ms ttft_p95_ms bubble_frac_mean boundary_stall_frac "
+                                            "(medians)\n" + data[l]));
     }
     const std::vector<int64_t> xs(xs_set.begin(), xs_set.end());
     std::string tps = gp_header(terminal, "input_tps.png", title + ": input tokens/s", "input tokens/s", xs);
@@ -256,7 +478,24 @@ Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir, c
     }
     PENSTOCK_RETURN_IF_ERROR(write_text(fs::path(plots_dir) / "input_tps.gp", tps));
     PENSTOCK_RETURN_IF_ERROR(write_text(fs::path(plots_dir) / "ttft.gp", ttft));
-    return std::vector<PlotScript>{{"input_tps.gp", "input_tps.png"}, {"ttft.gp", "ttft.png"}};
+    std::vector<PlotScript> scripts = {{"input_tps.gp", "input_tps.png"}, {"ttft.gp", "ttft.png"}};
+    if (have_pipeline) {
+        std::string pipe = gp_header(terminal, "pipeline.png",
+                                     title + ": bubble fraction (solid) and boundary stall fraction (dashed)",
+                                     "fraction of active time", xs);
+        pipe += "set yrange [0:1.05]\nplot ";
+        for (size_t i = 0; i < layouts.size(); ++i) {
+            const std::string file = "'data/" + layouts[i] + ".dat'";
+            const std::string lc = " lc " + std::to_string(i + 1);
+            const std::string sep = i + 1 < layouts.size() ? ", \\\n     " : "\n";
+            pipe += file + " using 1:5 with linespoints lw 2 pt 7 dt 1" + lc + " title '" + layouts[i] +
+                    " bubble', \\\n     " + file + " using 1:6 with linespoints lw 2 pt 5 dt 2" + lc + " title '" +
+                    layouts[i] + " stall'" + sep;
+        }
+        PENSTOCK_RETURN_IF_ERROR(write_text(fs::path(plots_dir) / "pipeline.gp", pipe));
+        scripts.push_back({"pipeline.gp", "pipeline.png"});
+    }
+    return scripts;
 }
 
 }  // namespace penstock::bench

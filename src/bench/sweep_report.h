@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -33,6 +34,47 @@ struct RunMetrics {
     double duration_s = 0;
 };
 
+// Server-side measurements of one run (docs/design/bench.md, "Pipeline and memory columns"). An empty vector or
+// nullopt: not measured (the scrape failed, or no GPU).
+struct ServerStats {
+    // From /metrics scraped before and after the run (differences of the step executor's counters).
+    std::optional<double> active_s;           // wall time with at least one micro-batch in flight
+    std::vector<double> stage_busy_fraction;  // per stage: busy seconds / active_s
+    std::vector<double> stage_stall_s;        // per stage: seconds blocked receiving from the previous stage (stage 0:
+                                              // waiting for the last stage's results)
+    // From /proc and nvidia-smi, per MPI rank (index = rank).
+    std::vector<double> peak_rss_mib;  // VmHWM after the run (reset to the current RSS just before it when possible)
+    std::vector<double> gpu_mem_mib;   // nvidia-smi per-process used_memory after the run; empty without GPUs
+
+    // Derived cells (pipeline ones are nullopt without stage counters).
+    std::optional<double> busy_fraction_mean() const;
+    std::optional<double> busy_fraction_min() const;
+    std::optional<double> bubble_fraction_mean() const;  // 1 - busy_fraction_mean
+    // Sum over stages 1..P-1 (the boundaries; 0 with one stage), and that sum / (active_s * (P - 1)).
+    std::optional<double> boundary_stall_s() const;
+    std::optional<double> boundary_stall_fraction() const;
+};
+
+// Cumulative step-executor counters of one /metrics scrape.
+struct PipelineCounters {
+    double active_s = 0;          // penstock_pp_active_seconds_total
+    std::vector<double> busy_s;   // per stage: penstock_pp_stage_busy_seconds_total{stage="s"}
+    std::vector<double> stall_s;  // per stage: penstock_pp_stage_stall_seconds_total{stage="s"}
+};
+
+// Parses the counters above from Prometheus text; an error naming the metric when one is missing or the stage labels
+// are not 0..P-1.
+[[nodiscard]] Result<PipelineCounters> parse_pipeline_counters(const std::string& prometheus_text);
+
+// Fills the pipeline fields of `out` from two scrapes (after - before). An error when the stage counts differ or a
+// counter went backwards (a restarted server).
+[[nodiscard]] Status pipeline_run_stats(const PipelineCounters& before, const PipelineCounters& after,
+                                        ServerStats* out);
+
+// `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` output -> (pid, MiB) pairs; lines
+// that do not parse are skipped.
+std::vector<std::pair<int64_t, double>> parse_gpu_process_memory(const std::string& text);
+
 struct RunRow {
     std::string layout;
     int pp = 1, tp = 1, ep = 1, cp = 1;
@@ -42,6 +84,7 @@ struct RunRow {
     int64_t num_prompts = 0;
     std::string status;                 // one of the kRun* values
     std::optional<RunMetrics> metrics;  // absent when the bench produced no summary
+    ServerStats server;                 // pipeline counters and per-rank memory (empty when not measured)
     std::string error;                  // "" when ok
     std::string dir;                    // run directory, relative to the output dir
 };
@@ -60,6 +103,9 @@ struct SummaryRow {
     int runs = 0;
     int ok_runs = 0;
     std::optional<RunMetrics> median;  // field-wise medians over the ok runs; absent when none is ok
+    // Element-wise medians over the ok runs that measured each field (a per-stage or per-rank vector only when every
+    // such run has the same length).
+    ServerStats server_median;
 };
 
 // Groups rows by (layout, concurrency) in first-appearance order and takes field-wise medians of the ok runs.
@@ -74,8 +120,9 @@ struct PlotScript {
     std::string png;     // file name of the PNG it draws
 };
 
-// Writes data/<layout>.dat (concurrency, input tok/s, TTFT p50, TTFT p95 of layouts with ok runs) and
-// input_tps.gp / ttft.gp under `plots_dir`; running gnuplot in that directory draws input_tps.png and ttft.png.
+// Writes data/<layout>.dat (concurrency, input tok/s, TTFT p50, TTFT p95, bubble fraction, boundary stall fraction of
+// layouts with ok runs; "NaN" where not measured) and input_tps.gp / ttft.gp / pipeline.gp under `plots_dir`; running
+// gnuplot in that directory draws input_tps.png, ttft.png and pipeline.png.
 // `title` heads every plot. An error if there is nothing to plot or a file cannot be written.
 [[nodiscard]] Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir,
                                                                const std::vector<SummaryRow>& rows,

@@ -1,6 +1,8 @@
 // config.json parsing: per-model-type defaults, field aliases, typed field access and validation.
 #include "loader/model_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
@@ -461,6 +463,45 @@ Result<ModelConfig> load_config_file(const std::filesystem::path& path) {
     return c;
 }
 }  // namespace
+
+Result<ModelConfig> with_num_layers(const ModelConfig& config, int64_t n_layers) {
+    const int64_t n = config.num_hidden_layers;
+    if (n_layers < 1 || n_layers > n) {
+        return invalid_argument("--num-layers must be in [1, " + std::to_string(n) + "] (the config's " +
+                                "num_hidden_layers), got " + std::to_string(n_layers));
+    }
+    json raw = config.raw;
+    raw["num_hidden_layers"] = n_layers;
+    for (const char* key : {"indexer_types", "index_topk_pattern", "mlp_layer_types", "layer_types"}) {
+        if (!raw.contains(key)) continue;
+        json& v = raw[key];
+        if (v.is_array() && static_cast<int64_t>(v.size()) >= n_layers) {
+            v.erase(v.begin() + n_layers, v.end());
+        } else if (v.is_string() && static_cast<int64_t>(v.get<std::string>().size()) >= n_layers) {
+            v = v.get<std::string>().substr(0, static_cast<size_t>(n_layers));
+        }
+    }
+    if (raw.contains("linear_attn_config") && raw["linear_attn_config"].is_object()) {
+        json& lac = raw["linear_attn_config"];
+        for (const char* key : {"kda_layers", "full_attn_layers"}) {
+            if (!lac.contains(key) || !lac[key].is_array()) continue;
+            json kept = json::array();
+            for (const json& e : lac[key]) {
+                if (!e.is_number_integer() || e.get<int64_t>() <= n_layers) kept.push_back(e);
+            }
+            lac[key] = std::move(kept);
+        }
+    }
+    // AttnRes: scale the block size with the depth (rounded, at least 1) so that the cut model keeps about as many
+    // bank blocks as the full one, and pipeline stage messages carry banks of about the full model's size.
+    if (raw.contains("attn_res_block_size") && raw["attn_res_block_size"].is_number_integer()) {
+        const int64_t block = raw["attn_res_block_size"].get<int64_t>();
+        if (block > 0) raw["attn_res_block_size"] = std::max<int64_t>(1, (block * n_layers + n / 2) / n);
+    }
+    Result<ModelConfig> c = parse_model_config(raw);
+    if (!c.ok()) return c.status().with_context("with --num-layers " + std::to_string(n_layers));
+    return c;
+}
 
 Result<ModelConfig> load_model_config_dir_or_file(const std::filesystem::path& path) {
     std::error_code ec;

@@ -65,6 +65,17 @@ struct ModelConfig {
 // checkpoint directory is needed).
 [[nodiscard]] Result<ModelConfig> load_model_config_dir_or_file(const std::filesystem::path& path);
 
+// The first `n_layers` decoder layers of `config` (`--num-layers`: partial-depth runs of a large model's shape, e.g. with
+// dummy weights on fewer GPUs): `num_hidden_layers` becomes n_layers, per-layer lists of `raw` (`indexer_types`,
+// `index_topk_pattern`, `mlp_layer_types`, `layer_types`) keep their first n_layers entries and the 1-based layer
+// lists `linear_attn_config.{kda_layers, full_attn_layers}` keep the numbers <= n_layers; `attn_res_block_size` (Kimi
+// K3 AttnRes) is scaled by n_layers / num_hidden_layers (rounded, at least 1), so that the cut model keeps about as
+// many bank blocks as the full one (the bank, and a pipeline stage's bank message, stay about the full model's size;
+// a benchmark shape, not the full model's first layers). Everything else (embedding, final norm, lm_head, per-layer
+// shapes) is unchanged. The result is validated as a fresh config.json would be.
+// InvalidArgument unless 1 <= n_layers <= config.num_hidden_layers.
+[[nodiscard]] Result<ModelConfig> with_num_layers(const ModelConfig& config, int64_t n_layers);
+
 // Parses JSON text (file contents) into a document; errors name `what` and the byte position. Never throws.
 [[nodiscard]] Result<nlohmann::json> parse_json_text(std::string_view text, const std::string& what);
 

@@ -36,6 +36,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                     "auto (read the checkpoint) or dummy (seeded random weights at the config's dimensions; --model may "
                     "be a config .json file)");
     cmd->add_option("--dummy-seed", a->dummy_seed, "seed of --load-format dummy weights (non-zero)");
+    cmd->add_option("--num-layers", a->num_layers,
+                    "keep the first N decoder layers of the config (partial depth; needs --load-format dummy)");
     cmd->add_option("--host", s.host, "address to bind (default 127.0.0.1)");
     cmd->add_option("--port", s.port, "port (0: ephemeral, printed at start)");
     cmd->add_option("--served-model-name", s.served_model_name, "model id reported by /v1/models");
@@ -162,6 +164,10 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     if (!models::is_supported_model_type(setup.config.model_type)) {
         return unimplemented("model_type '" + setup.config.model_type + "' is not supported yet");
     }
+    if (args.num_layers != 0) {
+        if (!dummy) return invalid_argument("--num-layers needs --load-format dummy");
+        PENSTOCK_ASSIGN_OR_RETURN(setup.config, loader::with_num_layers(setup.config, args.num_layers));
+    }
     PENSTOCK_ASSIGN_OR_RETURN(setup.model_options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
     PENSTOCK_RETURN_IF_ERROR(models::resolve_fp8_weights(setup.config, setup.model_options).status());
     if (args.mla_form == "absorbed") {
@@ -245,12 +251,19 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     if (cfg.served_model_name.empty()) cfg.served_model_name = "penstock";
     const Result<models::Fp8Weights> fp8_mode = models::resolve_fp8_weights(mc, setup.model_options);
     const std::string fp8_weights_info = fp8_mode.ok() ? models::fp8_weights_name(*fp8_mode) : "?";
-    json info = {{"model_path", args.model},        {"model_type", mc.model_type},
-                 {"vocab_size", mc.vocab_size},     {"num_hidden_layers", mc.num_hidden_layers},
-                 {"mla_form", args.mla_form},       {"fp8_weights", fp8_weights_info},
-                 {"load_format", args.load_format}, {"backend", "cpu"},
-                 {"threads", args.threads},         {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
-                 {"random_seed", args.random_seed}, {"eos_token_ids", eng->options().eos_token_ids}};
+    json info = {{"model_path", args.model},
+                 {"model_type", mc.model_type},
+                 {"vocab_size", mc.vocab_size},
+                 {"num_hidden_layers", mc.num_hidden_layers},
+                 {"mla_form", args.mla_form},
+                 {"fp8_weights", fp8_weights_info},
+                 {"load_format", args.load_format},
+                 {"num_layers_override", args.num_layers > 0 ? json(args.num_layers) : json(nullptr)},
+                 {"backend", "cpu"},
+                 {"threads", args.threads},
+                 {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
+                 {"random_seed", args.random_seed},
+                 {"eos_token_ids", eng->options().eos_token_ids}};
     info.update(parallel_info);
     Server server(eng.get(), cfg, info.dump());
     PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());

@@ -39,6 +39,9 @@ struct ServeArgs {
     // (serve token ids with --skip-tokenizer-init when it has no tokenizer beside it).
     std::string load_format = "auto";
     uint64_t dummy_seed = 20261130;
+    // > 0: keep only the first N decoder layers of the config (loader::with_num_layers), for partial-depth runs of a
+    // large model's shape on fewer devices; needs --load-format dummy. 0: every layer.
+    int64_t num_layers = 0;
     // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
     // /health tests (RELIABILITY T14). 0 in production.
     int64_t test_step_delay_ms = 0;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -229,17 +230,23 @@ TEST(SweepReport, SummaryTakesMediansOfOkRunsOnly) {
     std::getline(in, header);
     EXPECT_EQ(header,
               "layout,pp,tp,ep,cp,partition,concurrency,runs,ok_runs,ttft_mean_ms,ttft_p50_ms,ttft_p95_ms,"
-              "ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s");
+              "ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s,stages,busy_frac_mean,busy_frac_min,"
+              "bubble_frac_mean,boundary_stall_s,boundary_stall_frac,active_s,stage_busy_frac,stage_stall_s,"
+              "peak_rss_mib_max,peak_rss_mib_ranks,gpu_mem_mib_max,gpu_mem_mib_ranks");
     std::getline(in, line);
-    EXPECT_EQ(line, "a,2,1,1,1,,2,3,3,0,30,60,0,0,200,0,0");
+    EXPECT_EQ(line, "a,2,1,1,1,,2,3,3,0,30,60,0,0,200,0,0,,,,,,,,,,,,,");
     std::getline(in, line);
     std::getline(in, line);
-    EXPECT_EQ(line, "b,2,1,1,1,,2,1,0,,,,,,,,");
+    EXPECT_EQ(line, "b,2,1,1,1,,2,1,0,,,,,,,,,,,,,,,,,,,,,");
 }
 
 TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
     RunRow ok = row("pp2", 4, 1, kRunOk, 1234.5, 12.25);
     ok.partition = "2,2";
+    ok.server.active_s = 4;
+    ok.server.stage_busy_fraction = {0.5, 1.0};
+    ok.server.stage_stall_s = {0.25, 1.5};
+    ok.server.peak_rss_mib = {1024, 1536};
     RunRow bad = row("pp2", 4, 2, kRunServerStartFailed, 0, 0);
     bad.metrics.reset();
     bad.error = "server exited, said \"no\"";
@@ -251,9 +258,111 @@ TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
     std::getline(in, l2);
     EXPECT_EQ(header,
               "layout,pp,tp,ep,cp,partition,concurrency,repeat,status,num_prompts,completed,failed,ttft_mean_ms,"
-              "ttft_p50_ms,ttft_p95_ms,ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s,error,dir");
-    EXPECT_EQ(l1, "pp2,2,1,1,1,\"2,2\",4,1,ok,8,8,0,0,12.25,24.5,0,0,1234.5,0,0,,pp2/c4_r1");
-    EXPECT_EQ(l2, "pp2,2,1,1,1,,4,2,server_start_failed,8,,,,,,,,,,,\"server exited, said \"\"no\"\"\",pp2/c4_r2");
+              "ttft_p50_ms,ttft_p95_ms,ttft_p99_ms,e2e_p50_ms,input_tok_s,output_tok_s,duration_s,stages,"
+              "busy_frac_mean,busy_frac_min,bubble_frac_mean,boundary_stall_s,boundary_stall_frac,active_s,"
+              "stage_busy_frac,stage_stall_s,peak_rss_mib_max,peak_rss_mib_ranks,gpu_mem_mib_max,gpu_mem_mib_ranks,"
+              "error,dir");
+    EXPECT_EQ(l1,
+              "pp2,2,1,1,1,\"2,2\",4,1,ok,8,8,0,0,12.25,24.5,0,0,1234.5,0,0,2,0.75,0.5,0.25,1.5,0.375,4,0.5;1,0.25;1.5,"
+              "1536,1024;1536,,,,pp2/c4_r1");
+    EXPECT_EQ(l2, "pp2,2,1,1,1,,4,2,server_start_failed,8,,,,,,,,,,,,,,,,,,,,,,,,"
+                  "\"server exited, said \"\"no\"\"\",pp2/c4_r2");
+}
+
+TEST(SweepReport, ServerStatsDerivedCells) {
+    ServerStats s;
+    EXPECT_FALSE(s.busy_fraction_mean());
+    EXPECT_FALSE(s.boundary_stall_s());
+    s.active_s = 10;
+    s.stage_busy_fraction = {0.9, 0.6, 0.3};
+    s.stage_stall_s = {4, 1, 2};  // stage 0 waits on results: not a boundary stall
+    EXPECT_DOUBLE_EQ(*s.busy_fraction_mean(), 0.6);
+    EXPECT_DOUBLE_EQ(*s.busy_fraction_min(), 0.3);
+    EXPECT_DOUBLE_EQ(*s.bubble_fraction_mean(), 0.4);
+    EXPECT_DOUBLE_EQ(*s.boundary_stall_s(), 3);
+    EXPECT_DOUBLE_EQ(*s.boundary_stall_fraction(), 3.0 / (10 * 2));
+    ServerStats one;  // one stage: no boundary
+    one.active_s = 2;
+    one.stage_busy_fraction = {0.8};
+    one.stage_stall_s = {0.5};
+    EXPECT_DOUBLE_EQ(*one.boundary_stall_s(), 0);
+    EXPECT_DOUBLE_EQ(*one.boundary_stall_fraction(), 0);
+}
+
+constexpr const char* kMetricsBefore = R"(# HELP penstock_pp_active_seconds_total Wall time
+# TYPE penstock_pp_active_seconds_total counter
+penstock_pp_active_seconds_total 10
+penstock_pp_stage_busy_seconds_total{stage="0"} 8
+penstock_pp_stage_busy_seconds_total{stage="1"} 5
+penstock_pp_stage_busy_fraction{stage="0"} 0.8
+penstock_pp_stage_stall_seconds_total{stage="0"} 1
+penstock_pp_stage_stall_seconds_total{stage="1"} 2.5
+penstock_pp_stage_steps_total{stage="0"} 40
+penstock_pp_active_seconds_total_bogus 99
+)";
+
+TEST(SweepReport, PipelineCountersFromMetrics) {
+    Result<PipelineCounters> b = parse_pipeline_counters(kMetricsBefore);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_DOUBLE_EQ(b->active_s, 10);
+    EXPECT_EQ(b->busy_s, (std::vector<double>{8, 5}));
+    EXPECT_EQ(b->stall_s, (std::vector<double>{1, 2.5}));
+    const std::string after_text =
+        "penstock_pp_active_seconds_total 14\n"
+        "penstock_pp_stage_busy_seconds_total{stage=\"1\"} 7\n"  // order does not matter
+        "penstock_pp_stage_busy_seconds_total{stage=\"0\"} 11\n"
+        "penstock_pp_stage_stall_seconds_total{stage=\"0\"} 1.5\n"
+        "penstock_pp_stage_stall_seconds_total{stage=\"1\"} 3.5\n";
+    Result<PipelineCounters> a = parse_pipeline_counters(after_text);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ServerStats s;
+    ASSERT_TRUE(pipeline_run_stats(*b, *a, &s).ok());
+    EXPECT_DOUBLE_EQ(*s.active_s, 4);
+    ASSERT_EQ(s.stage_busy_fraction.size(), 2u);
+    EXPECT_DOUBLE_EQ(s.stage_busy_fraction[0], 0.75);
+    EXPECT_DOUBLE_EQ(s.stage_busy_fraction[1], 0.5);
+    EXPECT_EQ(s.stage_stall_s, (std::vector<double>{0.5, 1.0}));
+    EXPECT_FALSE(pipeline_run_stats(*a, *b, &s).ok());  // counters went backwards: a restarted server
+    // Missing metrics and gaps in the stage labels are errors naming the metric.
+    Result<PipelineCounters> none = parse_pipeline_counters("penstock_steps_total 3\n");
+    ASSERT_FALSE(none.ok());
+    EXPECT_NE(none.status().message().find("penstock_pp_active_seconds_total"), std::string::npos);
+    EXPECT_FALSE(parse_pipeline_counters("penstock_pp_active_seconds_total 1\n"
+                                         "penstock_pp_stage_busy_seconds_total{stage=\"1\"} 1\n"
+                                         "penstock_pp_stage_stall_seconds_total{stage=\"1\"} 1\n")
+                     .ok());
+    EXPECT_FALSE(parse_pipeline_counters("penstock_pp_active_seconds_total 1\n"
+                                         "penstock_pp_stage_busy_seconds_total{stage=\"0\"} 1\n")
+                     .ok());
+}
+
+TEST(SweepReport, GpuProcessMemoryFromNvidiaSmi) {
+    const auto m = parse_gpu_process_memory("1234, 80123\n5678, 512\n[N/A], 7\n99, [N/A]\n\n");
+    ASSERT_EQ(m.size(), 2u);
+    EXPECT_EQ(m[0], (std::pair<int64_t, double>{1234, 80123}));
+    EXPECT_EQ(m[1], (std::pair<int64_t, double>{5678, 512}));
+    EXPECT_TRUE(parse_gpu_process_memory("No running processes found\n").empty());
+}
+
+TEST(SweepReport, SummaryTakesElementWiseMediansOfServerStats) {
+    std::vector<RunRow> rows = {row("pp2", 8, 1, kRunOk, 1, 1), row("pp2", 8, 2, kRunOk, 1, 1),
+                                row("pp2", 8, 3, kRunOk, 1, 1), row("pp2", 8, 4, kRunFailed, 1, 1)};
+    const std::vector<std::vector<double>> busy = {{0.9, 0.5}, {0.7, 0.6}, {0.8, 0.4}, {0, 0}};
+    for (size_t i = 0; i < rows.size(); ++i) {
+        rows[i].server.active_s = 2.0 + static_cast<double>(i);
+        rows[i].server.stage_busy_fraction = busy[i];
+        rows[i].server.stage_stall_s = {0.1, 0.2 * static_cast<double>(i + 1)};
+        rows[i].server.peak_rss_mib = {100.0 * static_cast<double>(i + 1), 50};
+    }
+    rows[2].server.peak_rss_mib = {7};  // another rank count: that run is left out of that median only
+    const std::vector<SummaryRow> s = summarize(rows);
+    ASSERT_EQ(s.size(), 1u);
+    const ServerStats& m = s[0].server_median;
+    EXPECT_DOUBLE_EQ(*m.active_s, 3);  // the failed run (5) is not in the median
+    EXPECT_EQ(m.stage_busy_fraction, (std::vector<double>{0.8, 0.5}));
+    EXPECT_EQ(m.stage_stall_s, (std::vector<double>{0.1, 0.4}));
+    EXPECT_TRUE(m.peak_rss_mib.empty());  // lengths differ among the ok runs: no per-rank median
+    EXPECT_TRUE(m.gpu_mem_mib.empty());
 }
 
 TEST(SweepReport, MetricsFromBenchSummary) {
@@ -278,7 +387,8 @@ TEST(SweepReport, PlotScriptsNameEveryLayout) {
                                 row("pp2", 2, 1, kRunOk, 90, 12), row("pp4", 2, 1, kRunFailed, 1, 1)};
     Result<std::vector<PlotScript>> s = write_plot_files(dir.string(), summarize(rows), "png", "t'x");
     ASSERT_TRUE(s.ok()) << s.status().to_string();
-    ASSERT_EQ(s->size(), 2u);
+    ASSERT_EQ(s->size(), 2u);  // no pipeline counters: no pipeline plot
+    EXPECT_FALSE(fs::exists(dir / "pipeline.gp"));
     std::ifstream gp(dir / "input_tps.gp");
     const std::string text((std::istreambuf_iterator<char>(gp)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find("set terminal png"), std::string::npos);
@@ -291,10 +401,26 @@ TEST(SweepReport, PlotScriptsNameEveryLayout) {
     std::getline(dat, header);
     std::getline(dat, l1);
     std::getline(dat, l2);
-    EXPECT_EQ(l1, "2 100 10 20");
-    EXPECT_EQ(l2, "4 150 20 40");
+    EXPECT_EQ(l1, "2 100 10 20 NaN NaN");
+    EXPECT_EQ(l2, "4 150 20 40 NaN NaN");
     const std::vector<RunRow> none = {row("x", 2, 1, kRunFailed, 1, 1)};
     EXPECT_FALSE(write_plot_files(dir.string(), summarize(none), "png", "t").ok());
+    // With pipeline counters: bubble and boundary-stall fractions in the data and a third plot.
+    rows[2].server.active_s = 2;
+    rows[2].server.stage_busy_fraction = {0.9, 0.7};
+    rows[2].server.stage_stall_s = {0, 0.5};
+    s = write_plot_files(dir.string(), summarize(rows), "png", "t");
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->size(), 3u);
+    EXPECT_EQ((*s)[2].png, "pipeline.png");
+    std::ifstream pgp(dir / "pipeline.gp");
+    const std::string ptext((std::istreambuf_iterator<char>(pgp)), std::istreambuf_iterator<char>());
+    EXPECT_NE(ptext.find("'data/pp2.dat' using 1:5"), std::string::npos);
+    EXPECT_NE(ptext.find("'data/pp2.dat' using 1:6"), std::string::npos);
+    std::ifstream pdat(dir / "data" / "pp2.dat");
+    std::getline(pdat, header);
+    std::getline(pdat, l1);
+    EXPECT_EQ(l1, "2 90 12 24 0.2 0.25");
     fs::remove_all(dir);
 }
 
@@ -369,6 +495,34 @@ TEST(SweepProcess, StopKillsTheWholeTreeIncludingTermIgnoringChildren) {
         }
     }
     EXPECT_TRUE(process_tree({::getpid()}, 0).size() == 1u) << "only this test process remains";
+}
+
+TEST(SweepProcess, MpiRankFromEnvironmentAndPeakReset) {
+    Result<pid_t> pid = spawn_process({.argv = {"sleep", "30"},
+                                       .env = {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+                                       .stdout_path = "",
+                                       .stderr_path = "",
+                                       .cwd = ""});
+    ASSERT_TRUE(pid.ok());
+    std::vector<ProcInfo> tree;
+    for (int i = 0; i < 100 && (tree.empty() || tree[0].vm_hwm_kb <= 0); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        tree = process_tree({*pid}, *pid);
+    }
+    ASSERT_EQ(tree.size(), 1u);
+    EXPECT_EQ(tree[0].mpi_rank, 5);
+    EXPECT_EQ(tree[0].mpi_local_rank, 1);
+    EXPECT_GT(tree[0].vm_hwm_kb, 0);
+    EXPECT_TRUE(reset_peak_rss(*pid));  // our own child: /proc/<pid>/clear_refs is writable
+    EXPECT_FALSE(reset_peak_rss(999999999));
+    // This process has no rank in its environment (unless the test itself runs under mpirun).
+    const std::vector<ProcInfo> self = process_tree({::getpid()}, 0);
+    for (const ProcInfo& p : self) {
+        if (p.pid == ::getpid() && std::getenv("OMPI_COMM_WORLD_RANK") == nullptr) {
+            EXPECT_EQ(p.mpi_rank, -1);
+        }
+    }
+    stop_process_tree(*pid, /*grace_s=*/5);
 }
 
 TEST(SweepProcess, StopIsGracefulWhenTheServerExitsOnTerm) {

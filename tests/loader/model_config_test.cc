@@ -183,6 +183,60 @@ TEST(ModelConfigTest, SharedKimiK3Config) {
     EXPECT_EQ(c.rope.type, "default");
 }
 
+TEST(ModelConfigTest, NumLayersCutsGlmPerLayerLists) {
+    const ModelConfig full = parse_file(kConfigs / "glm-5.3.json");
+    Result<ModelConfig> c = with_num_layers(full, 8);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->num_hidden_layers, 8);
+    EXPECT_EQ(c->raw["num_hidden_layers"], 8);
+    ASSERT_EQ(c->raw["indexer_types"].size(), 8u);
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(c->raw["indexer_types"][i], full.raw["indexer_types"][i]) << i;
+    // Per-layer shapes and everything else are the full model's.
+    EXPECT_EQ(c->hidden_size, full.hidden_size);
+    EXPECT_EQ(c->n_routed_experts, full.n_routed_experts);
+    EXPECT_EQ(c->first_k_dense_replace, full.first_k_dense_replace);
+    EXPECT_EQ(c->vocab_size, full.vocab_size);
+    EXPECT_TRUE(c->fp8.has_value());
+    Result<ModelConfig> same = with_num_layers(full, 78);
+    ASSERT_TRUE(same.ok());
+    EXPECT_EQ(same->raw, full.raw);
+    // A string pattern is cut too.
+    const ModelConfig pattern = parse_ok({{"model_type", "glm_moe_dsa"}, {"num_hidden_layers", 4},
+                                          {"index_topk_pattern", "FFSS"}, {"mlp_layer_types",
+                                          {"dense", "sparse", "sparse", "sparse"}}});
+    Result<ModelConfig> p2 = with_num_layers(pattern, 2);
+    ASSERT_TRUE(p2.ok());
+    EXPECT_EQ(p2->raw["index_topk_pattern"], "FF");
+    EXPECT_EQ(p2->raw["mlp_layer_types"], json({"dense", "sparse"}));
+}
+
+TEST(ModelConfigTest, NumLayersKeepsKimiLayerNumbersInRange) {
+    const ModelConfig full = parse_file(kConfigs / "kimi-k3.json");
+    Result<ModelConfig> c = with_num_layers(full, 8);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->num_hidden_layers, 8);
+    EXPECT_EQ(c->raw["linear_attn_config"]["kda_layers"], json({1, 2, 3, 5, 6, 7}));
+    EXPECT_EQ(c->raw["linear_attn_config"]["full_attn_layers"], json({4, 8}));
+    EXPECT_EQ(c->raw["attn_res_block_size"], 1);  // 12 * 8 / 93 rounded: 8 blocks, as in the full model
+    Result<ModelConfig> half = with_num_layers(full, 47);
+    ASSERT_TRUE(half.ok());
+    EXPECT_EQ(half->raw["attn_res_block_size"], 6);  // 12 * 47 / 93 = 6.06
+    Result<ModelConfig> three = with_num_layers(full, 3);
+    ASSERT_TRUE(three.ok());
+    EXPECT_EQ(three->raw["linear_attn_config"]["kda_layers"], json({1, 2, 3}));
+    EXPECT_EQ(three->raw["linear_attn_config"]["full_attn_layers"], json::array());
+}
+
+TEST(ModelConfigTest, NumLayersOutOfRangeIsRefused) {
+    const ModelConfig full = parse_file(kConfigs / "kimi-k3.json");
+    for (int64_t n : {int64_t{0}, int64_t{-1}, int64_t{94}}) {
+        Result<ModelConfig> c = with_num_layers(full, n);
+        ASSERT_FALSE(c.ok()) << n;
+        EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_TRUE(contains(c.status().message(), "--num-layers must be in [1, 93]")) << c.status().message();
+    }
+}
+
 TEST(ModelConfigTest, DeepseekV3DefaultsWhenAbsent) {
     const ModelConfig c = parse_ok(v3());
     EXPECT_EQ(c.vocab_size, 129280);

@@ -1,6 +1,7 @@
 // `--load-format dummy` (ModelOptions::dummy_weights_seed + loader::Checkpoint::none()): every family builds from its
 // config alone, opens no file, and runs a finite forward (chunks of 17); the same seed gives the same logits bit for
-// bit, another seed other logits; a later stage (layer range [1, n)) loads its own layers only.
+// bit, another seed other logits; a later stage (layer range [1, n)) loads its own layers only; `--num-layers`
+// (loader::with_num_layers) builds every family at partial depth.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,9 +21,13 @@ struct Loaded {
     loader::LoadStats stats;
 };
 
-Loaded load(const std::string& dir, uint64_t seed, loader::LayerRange range = {0, 0}) {
+Loaded load(const std::string& dir, uint64_t seed, loader::LayerRange range = {0, 0}, int64_t num_layers = 0) {
     auto config = loader::load_model_config(dir);
     EXPECT_TRUE(config.ok()) << config.status().to_string();
+    if (config.ok() && num_layers > 0) {
+        config = loader::with_num_layers(*config, num_layers);
+        EXPECT_TRUE(config.ok()) << config.status().to_string();
+    }
     if (range.end == 0) range = {0, config->num_hidden_layers};
     models::ModelOptions options;
     options.dummy_weights_seed = seed;
@@ -80,6 +85,36 @@ TEST_P(DummyWeights, LaterStageLoadsItsOwnLayers) {
     ASSERT_TRUE(s.runner);
     EXPECT_FALSE(s.runner->model().is_first_stage());
     EXPECT_TRUE(s.stats.files_opened.empty());
+}
+
+TEST_P(DummyWeights, PartialDepthBuildsAndRuns) {
+    // Every family at each depth 1..n-1: the family's own parser accepts the cut config (per-layer lists cut with it),
+    // the model holds that many layers, and its forward is finite and differs from the full-depth model's.
+    auto config = loader::load_model_config(GetParam());
+    ASSERT_TRUE(config.ok());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back((i * 13 + 5) % 100);
+    const std::vector<std::vector<int32_t>> prompts{prompt};
+    Loaded full = load(GetParam(), 7);
+    ASSERT_TRUE(full.runner);
+    auto lf = full.runner->prefill_all_logits(prompts, 0);
+    ASSERT_TRUE(lf.ok());
+    for (int64_t n = 1; n < config->num_hidden_layers; ++n) {
+        Loaded cut = load(GetParam(), 7, {0, n}, n);
+        ASSERT_TRUE(cut.runner) << "num_layers " << n;
+        EXPECT_EQ(cut.runner->model().config().num_hidden_layers, n);
+        auto lc = cut.runner->prefill_all_logits(prompts, 0);
+        ASSERT_TRUE(lc.ok()) << lc.status().to_string();
+        const Tensor& a = (*lf)[0];
+        const Tensor& b = (*lc)[0];
+        ASSERT_EQ(a.numel(), b.numel());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < b.numel(); ++i) {
+            ASSERT_TRUE(std::isfinite(b.ptr<float>()[i])) << "num_layers " << n << " element " << i;
+            differ += a.ptr<float>()[i] != b.ptr<float>()[i];
+        }
+        EXPECT_GT(differ, b.numel() / 2) << "num_layers " << n;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DummyWeights, ::testing::ValuesIn(family_dirs()),
