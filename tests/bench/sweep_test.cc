@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -174,6 +175,48 @@ TEST(SweepConfig, CommittedCiMatrixParses) {
     EXPECT_GE(c->layouts.size(), 1u);
     EXPECT_EQ(c->concurrencies, (std::vector<int64_t>{2, 4}));
     EXPECT_EQ(c->repeats, 2);
+}
+
+// The Deep-PP study files encode SPEC §7's fixed variables (input 16384, output 1, chunk 8192, C 8 and 16, 40 requests,
+// 3 repeats) and the layouts of docs/design/bench.md; the CPU files keep the layouts and counts at tiny sizes.
+TEST(SweepConfig, CommittedDeepPpStudyFiles) {
+    const auto has_pair = [](const std::vector<std::string>& args, const std::string& key, const std::string& value) {
+        for (size_t i = 0; i + 1 < args.size(); ++i) {
+            if (args[i] == key && args[i + 1] == value) return true;
+        }
+        return false;
+    };
+    const std::pair<const char*, std::vector<std::string>> files[] = {
+        {"deep_pp_8gpu_glm", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8"}},
+        {"deep_pp_8gpu_k3", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8", "pp8_eager_bank"}},
+        {"deep_pp_2gpu_glm", {"tp2_ep2", "pp2"}},
+        {"deep_pp_2gpu_k3", {"tp2_ep2", "pp2", "pp2_eager_bank"}},
+        {"deep_pp_cpu_tiny_glm", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8"}},
+        {"deep_pp_cpu_tiny_k3", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8", "pp8_eager_bank"}}};
+    for (const auto& [name, layouts] : files) {
+        Result<SweepConfig> c =
+            load_sweep_config(std::string(PENSTOCK_SOURCE_DIR) + "/bench/sweeps/" + name + ".toml");
+        ASSERT_TRUE(c.ok()) << name << ": " << c.status().to_string();
+        const bool cpu = std::string(name).find("cpu") != std::string::npos;
+        const int np = std::string(name).find("2gpu") != std::string::npos ? 2 : 8;
+        EXPECT_EQ(c->concurrencies, (std::vector<int64_t>{8, 16})) << name;
+        EXPECT_EQ(c->repeats, 3) << name;
+        EXPECT_EQ(c->bench.num_prompts, 40) << name;
+        EXPECT_EQ(c->bench.output_len, 1) << name;
+        EXPECT_EQ(c->bench.input_len, cpu ? 256 : 16384) << name;
+        EXPECT_TRUE(has_pair(c->server_args, "--chunked-prefill-size", cpu ? "128" : "8192")) << name;
+        EXPECT_TRUE(has_pair(c->server_args, "--load-format", "dummy")) << name;
+        EXPECT_EQ(has_pair(c->server_args, "--backend", "cuda"), !cpu) << name;
+        ASSERT_EQ(c->layouts.size(), layouts.size()) << name;
+        for (size_t i = 0; i < layouts.size(); ++i) {
+            const SweepLayout& l = c->layouts[i];
+            EXPECT_EQ(l.name, layouts[i]) << name;
+            EXPECT_EQ(l.np(), np) << name << " " << l.name;
+            EXPECT_EQ(l.ep, l.tp) << name << " " << l.name;  // EP as the layout allows
+            const bool eager = std::find(l.args.begin(), l.args.end(), "--pp-eager-bank-forward") != l.args.end();
+            EXPECT_EQ(eager, l.name.find("_eager_bank") != std::string::npos) << name << " " << l.name;
+        }
+    }
 }
 
 TEST(SweepReport, Median) {

@@ -3,6 +3,8 @@
 // counters included) and rejects malformed frames.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "loader/model_config.h"
@@ -44,6 +46,57 @@ TEST(Partition, BalancedIsCompleteAndBeatsEvenSplitOnDeepSeekV3) {
         // The 3 dense layers are cheaper than MoE layers: stage 0 takes at least as many layers as the last stage.
         if (pp > 1) {
             EXPECT_GE(counts->front(), counts->back()) << "pp " << pp;
+        }
+    }
+}
+
+// The Deep-PP sweep files (bench/sweeps/deep_pp_{8,2}gpu_*.toml) serve the first layers of GLM-5.3 / Kimi K3 with
+// dummy weights so that the weights fit 141 GB GPUs: with the balanced partition (or the pinned one), the routed
+// experts a rank holds (its stage's MoE layers / tp, bf16) stay under 100 GB in every layout of those files.
+TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
+    struct Case {
+        const char* config;
+        int64_t num_layers;
+        int np;
+        std::vector<int64_t> pinned_pp2;  // the 2-GPU file's PP2 partition ({} = balanced)
+    };
+    const Case cases[] = {{"glm-5.3.json", 32, 8, {}}, {"kimi-k3.json", 8, 8, {}}, {"glm-5.3.json", 8, 2, {}},
+                          {"kimi-k3.json", 3, 2, {2, 1}}};
+    for (const Case& c : cases) {
+        auto text = loader::read_text_file(std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/" + c.config);
+        ASSERT_TRUE(text.ok()) << text.status().to_string();
+        auto json = loader::parse_json_text(*text, c.config);
+        ASSERT_TRUE(json.ok());
+        auto full = loader::parse_model_config(*json);
+        ASSERT_TRUE(full.ok());
+        auto config = loader::with_num_layers(*full, c.num_layers);
+        ASSERT_TRUE(config.ok()) << config.status().to_string();
+        // Routed experts of one MoE layer, bf16: gate, up, down of [moe_intermediate, expert hidden] each.
+        const int64_t expert_hidden = config->raw.value("routed_expert_hidden_size", config->hidden_size);
+        const double layer_gb = 3.0 * 2.0 * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size *
+                                                                  expert_hidden) / 1e9;
+        for (int pp = 1; pp <= c.np; pp *= 2) {
+            const int tp = c.np / pp;
+            std::vector<int64_t> counts;
+            if (pp == 2 && !c.pinned_pp2.empty()) {
+                counts = c.pinned_pp2;
+            } else {
+                auto balanced = balance_partition(*config, pp, 8192, 0);
+                ASSERT_TRUE(balanced.ok()) << balanced.status().to_string();
+                counts = *balanced;
+            }
+            int64_t begin = 0;
+            double worst_gb = 0;
+            for (int64_t n : counts) {
+                int64_t moe = 0;
+                for (int64_t l = begin; l < begin + n; ++l) moe += config->is_moe_layer(l) ? 1 : 0;
+                worst_gb = std::max(worst_gb, static_cast<double>(moe) * layer_gb / tp);
+                begin += n;
+            }
+            EXPECT_EQ(begin, c.num_layers);
+            EXPECT_LT(worst_gb, 100.0) << c.config << " at " << c.num_layers << " layers, pp " << pp << " tp " << tp;
+            std::printf("[figures] %s %lld layers pp %d tp %d: %.1f GB of routed experts on the fullest rank\n",
+                        c.config, static_cast<long long>(c.num_layers), pp, tp, worst_gb);
         }
     }
 }
