@@ -48,8 +48,8 @@ esac
 [ -x "${BIN}" ] || die "penstock binary '${BIN}' is not executable (build it, or pass --penstock)"
 BIN="$(cd "$(dirname "${BIN}")" && pwd)/$(basename "${BIN}")"
 
-# The machine: a GPU study needs at least GPUS GPUs and a server that runs on them.
-if [ "${KIND}" != "cpu-tiny" ]; then
+# The machine: a GPU study needs at least GPUS GPUs and a server that runs on them (not checked for --dry-run).
+if [ "${KIND}" != "cpu-tiny" ] && [ "${DRY}" = 0 ]; then
   command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this is not a GPU machine (--cpu-tiny runs on the CPU)" 3
   HAVE="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
   [ "${HAVE}" -ge "${GPUS}" ] || die "${GPUS} GPUs needed, nvidia-smi lists ${HAVE}" 3
@@ -60,7 +60,7 @@ if [ "${KIND}" != "cpu-tiny" ]; then
 study on GPUs (the sweep files pass --backend cuda --dtype bfloat16)" 3
   done
 fi
-command -v mpirun >/dev/null || die "mpirun not found (Open MPI launches the ranks)" 3
+[ "${DRY}" = 1 ] || command -v mpirun >/dev/null || die "mpirun not found (Open MPI launches the ranks)" 3
 command -v gnuplot >/dev/null || echo "deep_pp_8gpu: warning: gnuplot not found: CSVs only, no plots" >&2
 
 if [ -z "${OUT}" ]; then OUT="${ROOT}/docs/perf/$(date -u +%Y-%m-%d)-deep-pp-${KIND}"; fi

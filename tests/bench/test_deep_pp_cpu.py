@@ -80,6 +80,33 @@ class DeepPpCpu(unittest.TestCase):
             self.assertIn(needle, readme)
         self.assertEqual(leftover(self.out), [], "processes left behind")
 
+    def test_gpu_study_refuses_a_machine_or_server_that_cannot_run_it(self):
+        # A fake nvidia-smi listing `n` GPUs: too few -> exit 3 naming the count; enough, but this build's serve has
+        # no --backend -> exit 3 naming the flag. Nothing is started either way; --dry-run prints all commands.
+        with tempfile.TemporaryDirectory(prefix="penstock-fake-smi-") as d:
+            smi = os.path.join(d, "nvidia-smi")
+            with open(smi, "w") as f:
+                f.write("#!/bin/sh\nfor i in $(seq 0 $((N - 1))); do echo \"GPU $i: NVIDIA H200 (UUID: GPU-$i)\"; done\n")
+            os.chmod(smi, 0o755)
+            env = dict(os.environ, PATH=d + os.pathsep + os.environ["PATH"])
+            for n, gpus, needle in (("4", "8", "8 GPUs needed, nvidia-smi lists 4"),
+                                    ("8", "8", "'penstock serve' has no --backend option"),
+                                    ("2", "2", "'penstock serve' has no --backend option")):
+                r = subprocess.run(["bash", DRIVER, "--gpus", gpus, "--penstock", BINARY, "--out",
+                                    os.path.join(d, "out")], capture_output=True, text=True, timeout=60,
+                                   env=dict(env, N=n))
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertIn(needle, r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(d, "out")))
+        for gpus, n_layouts in (("8", 9), ("2", 5)):
+            r = subprocess.run(["bash", DRIVER, "--gpus", gpus, "--penstock", BINARY, "--dry-run"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.count("# layout "), n_layouts)
+            self.assertEqual(r.stdout.count(f"mpirun -np {gpus} "), n_layouts)
+            self.assertEqual(r.stdout.count(" bench --base-url"), n_layouts * 2 * 3)  # C 8/16 x 3 repeats
+            self.assertIn("--backend cuda --dtype bfloat16", r.stdout)
+
     def check_model(self, key):
         d = os.path.join(self.out, key)
         rows = read_csv(os.path.join(d, "results.csv"))
