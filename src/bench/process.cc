@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>

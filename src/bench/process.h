@@ -57,7 +57,7 @@ struct ProcInfo {
     std::string comm;
     std::string cmdline;  // NUL separators shown as spaces, cut at 300 chars
     int64_t vm_rss_kb = -1;
-    int64_t vm_hwm_kb = -1;  // peak RSS since start or since the last reset_peak_rss()
+    int64_t vm_hwm_kb = -1;   // peak RSS since start or since the last reset_peak_rss()
     int mpi_rank = -1;        // OMPI_COMM_WORLD_RANK (or PMI_RANK) from /proc/<pid>/environ; -1 when absent
     int mpi_local_rank = -1;  // OMPI_COMM_WORLD_LOCAL_RANK (or MPI_LOCALRANKID); -1 when absent
 };

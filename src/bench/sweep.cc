@@ -335,8 +335,8 @@ void Sweep::rank_memory(const fs::path& file, bool peak_reset, ServerStats* stat
     std::map<int64_t, double> gpu_by_pid, gpu_by_index;
     std::string gpu_source;
     if (!nvidia_smi_.empty()) {
-        const std::optional<std::string> apps = capture_output(
-            {nvidia_smi_, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"}, 20);
+        const std::optional<std::string> apps =
+            capture_output({nvidia_smi_, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"}, 20);
         for (const auto& [pid, mib] : parse_gpu_process_memory(apps.value_or(""))) gpu_by_pid[pid] = mib;
         const std::optional<std::string> devs =
             capture_output({nvidia_smi_, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"}, 20);
@@ -525,7 +525,8 @@ RunRow Sweep::run_one(size_t li, int64_t c, int r, const std::string& url, const
     if (const std::optional<PipelineCounters> after = scrape_pipeline(port, dir / "metrics_after.prom");
         before && after) {
         const Status st = pipeline_run_stats(*before, *after, &row.server);
-        if (!st.ok()) std::fprintf(stderr, "penstock sweep: warning: %s: %s\n", dir.string().c_str(), st.message().c_str());
+        if (!st.ok())
+            std::fprintf(stderr, "penstock sweep: warning: %s: %s\n", dir.string().c_str(), st.message().c_str());
     }
     rank_memory(dir / "memory_ranks.json", peak_reset, &row.server);
     snapshot(dir / "memory.json", "done", server_pid_);
@@ -691,23 +692,23 @@ void Sweep::write_manifest(int exit_code) const {
     }
     int ok = 0;
     for (const RunRow& r : rows_) ok += r.status == kRunOk ? 1 : 0;
-    write_text(out_ / "sweep.json", json{{"config", cfg_.source},
-                                         {"repeats", cfg_.repeats},
-                                         {"num_prompts_per_run", cfg_.bench.num_prompts > 0
-                                                                     ? json(cfg_.bench.num_prompts)
-                                                                     : json("C x " + std::to_string(
-                                                                                    cfg_.bench.prompts_per_concurrency))},
-                                         {"model", cfg_.model},
-                                         {"penstock", penstock_},
-                                         {"finished_utc", utc_now()},
-                                         {"runs", rows_.size()},
-                                         {"ok_runs", ok},
-                                         {"layouts", layouts},
-                                         {"plots", plots_},
-                                         {"plot_error", plot_error_},
-                                         {"exit_code", exit_code}}
-                                        .dump(2) +
-                                        "\n");
+    write_text(out_ / "sweep.json",
+               json{{"config", cfg_.source},
+                    {"repeats", cfg_.repeats},
+                    {"num_prompts_per_run", cfg_.bench.num_prompts > 0
+                                                ? json(cfg_.bench.num_prompts)
+                                                : json("C x " + std::to_string(cfg_.bench.prompts_per_concurrency))},
+                    {"model", cfg_.model},
+                    {"penstock", penstock_},
+                    {"finished_utc", utc_now()},
+                    {"runs", rows_.size()},
+                    {"ok_runs", ok},
+                    {"layouts", layouts},
+                    {"plots", plots_},
+                    {"plot_error", plot_error_},
+                    {"exit_code", exit_code}}
+                       .dump(2) +
+                   "\n");
 }
 
 int Sweep::run() {

@@ -2,8 +2,8 @@
 #include "bench/sweep_report.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -459,9 +459,11 @@ Result<std::vector<PlotScript>> write_plot_files(const std::string& plots_dir, c
     fs::create_directories(fs::path(plots_dir) / "data", ec);
     if (ec) return internal_error("cannot create " + plots_dir + "/data: " + ec.message());
     for (const std::string& l : layouts) {
-        PENSTOCK_RETURN_IF_ERROR(write_text(fs::path(plots_dir) / "data" / (l + ".dat"),
-                                            "# concurrency input_tok_s ttft_p50_ms ttft_p95_ms bubble_frac_mean boundary_stall_frac "
-                                            "(medians)\n" + data[l]));
+        PENSTOCK_RETURN_IF_ERROR(
+            write_text(fs::path(plots_dir) / "data" / (l + ".dat"),
+                       "# concurrency input_tok_s ttft_p50_ms ttft_p95_ms bubble_frac_mean boundary_stall_frac "
+                       "(medians)\n" +
+                           data[l]));
     }
     const std::vector<int64_t> xs(xs_set.begin(), xs_set.end());
     std::string tps = gp_header(terminal, "input_tps.png", title + ": input tokens/s", "input tokens/s", xs);

@@ -2,7 +2,6 @@
 #include "loader/model_config.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <fstream>
 #include <initializer_list>

@@ -65,8 +65,8 @@ struct ModelConfig {
 // checkpoint directory is needed).
 [[nodiscard]] Result<ModelConfig> load_model_config_dir_or_file(const std::filesystem::path& path);
 
-// The first `n_layers` decoder layers of `config` (`--num-layers`: partial-depth runs of a large model's shape, e.g. with
-// dummy weights on fewer GPUs): `num_hidden_layers` becomes n_layers, per-layer lists of `raw` (`indexer_types`,
+// The first `n_layers` decoder layers of `config` (`--num-layers`: partial-depth runs of a large model's shape, e.g.
+// with dummy weights on fewer GPUs): `num_hidden_layers` becomes n_layers, per-layer lists of `raw` (`indexer_types`,
 // `index_topk_pattern`, `mlp_layer_types`, `layer_types`) keep their first n_layers entries and the 1-based layer
 // lists `linear_attn_config.{kda_layers, full_attn_layers}` keep the numbers <= n_layers; `attn_res_block_size` (Kimi
 // K3 AttnRes) is scaled by n_layers / num_hidden_layers (rounded, at least 1), so that the cut model keeps about as

@@ -194,8 +194,7 @@ TEST(SweepConfig, CommittedDeepPpStudyFiles) {
         {"deep_pp_cpu_tiny_glm", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8"}},
         {"deep_pp_cpu_tiny_k3", {"tp8_ep8", "pp2_tp4_ep4", "pp4_tp2_ep2", "pp8", "pp8_eager_bank"}}};
     for (const auto& [name, layouts] : files) {
-        Result<SweepConfig> c =
-            load_sweep_config(std::string(PENSTOCK_SOURCE_DIR) + "/bench/sweeps/" + name + ".toml");
+        Result<SweepConfig> c = load_sweep_config(std::string(PENSTOCK_SOURCE_DIR) + "/bench/sweeps/" + name + ".toml");
         ASSERT_TRUE(c.ok()) << name << ": " << c.status().to_string();
         const bool cpu = std::string(name).find("cpu") != std::string::npos;
         const int np = std::string(name).find("2gpu") != std::string::npos ? 2 : 8;
@@ -308,8 +307,9 @@ TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
     EXPECT_EQ(l1,
               "pp2,2,1,1,1,\"2,2\",4,1,ok,8,8,0,0,12.25,24.5,0,0,1234.5,0,0,2,0.75,0.5,0.25,1.5,0.375,4,0.5;1,0.25;1.5,"
               "1536,1024;1536,,,,pp2/c4_r1");
-    EXPECT_EQ(l2, "pp2,2,1,1,1,,4,2,server_start_failed,8,,,,,,,,,,,,,,,,,,,,,,,,"
-                  "\"server exited, said \"\"no\"\"\",pp2/c4_r2");
+    EXPECT_EQ(l2,
+              "pp2,2,1,1,1,,4,2,server_start_failed,8,,,,,,,,,,,,,,,,,,,,,,,,"
+              "\"server exited, said \"\"no\"\"\",pp2/c4_r2");
 }
 
 TEST(SweepReport, ServerStatsDerivedCells) {

@@ -201,9 +201,10 @@ TEST(ModelConfigTest, NumLayersCutsGlmPerLayerLists) {
     ASSERT_TRUE(same.ok());
     EXPECT_EQ(same->raw, full.raw);
     // A string pattern is cut too.
-    const ModelConfig pattern = parse_ok({{"model_type", "glm_moe_dsa"}, {"num_hidden_layers", 4},
-                                          {"index_topk_pattern", "FFSS"}, {"mlp_layer_types",
-                                          {"dense", "sparse", "sparse", "sparse"}}});
+    const ModelConfig pattern = parse_ok({{"model_type", "glm_moe_dsa"},
+                                          {"num_hidden_layers", 4},
+                                          {"index_topk_pattern", "FFSS"},
+                                          {"mlp_layer_types", {"dense", "sparse", "sparse", "sparse"}}});
     Result<ModelConfig> p2 = with_num_layers(pattern, 2);
     ASSERT_TRUE(p2.ok());
     EXPECT_EQ(p2->raw["index_topk_pattern"], "FF");

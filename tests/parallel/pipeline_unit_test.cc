@@ -60,7 +60,9 @@ TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
         int np;
         std::vector<int64_t> pinned_pp2;  // the 2-GPU file's PP2 partition ({} = balanced)
     };
-    const Case cases[] = {{"glm-5.3.json", 32, 8, {}}, {"kimi-k3.json", 8, 8, {}}, {"glm-5.3.json", 8, 2, {}},
+    const Case cases[] = {{"glm-5.3.json", 32, 8, {}},
+                          {"kimi-k3.json", 8, 8, {}},
+                          {"glm-5.3.json", 8, 2, {}},
                           {"kimi-k3.json", 3, 2, {2, 1}}};
     for (const Case& c : cases) {
         auto text = loader::read_text_file(std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/" + c.config);
@@ -73,8 +75,9 @@ TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
         ASSERT_TRUE(config.ok()) << config.status().to_string();
         // Routed experts of one MoE layer, bf16: gate, up, down of [moe_intermediate, expert hidden] each.
         const int64_t expert_hidden = config->raw.value("routed_expert_hidden_size", config->hidden_size);
-        const double layer_gb = 3.0 * 2.0 * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size *
-                                                                  expert_hidden) / 1e9;
+        const double layer_gb =
+            3.0 * 2.0 * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size * expert_hidden) /
+            1e9;
         for (int pp = 1; pp <= c.np; pp *= 2) {
             const int tp = c.np / pp;
             std::vector<int64_t> counts;
