@@ -379,9 +379,9 @@ Status PipelineStage::serve() {
     const int64_t hidden = runner_->model().config().hidden_size;
     const kernels::Context ctx = runner_->context();
     while (true) {
-        auto t0 = std::chrono::steady_clock::now();
+        // Waiting for the next plan is not a stall: the pipeline may be idle, or stage 0 holding back (full slots);
+        // the busy fraction shows that time. Stall is the wait for a planned micro-batch's inputs (below).
         PENSTOCK_ASSIGN_OR_RETURN(StagePlan in, recv_plan());
-        stats_.stall_ms += ms_since(t0);
         if (in.stop) {
             if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
             return ok_status();
@@ -413,20 +413,31 @@ Status PipelineStage::serve() {
         out.counters = in.counters;
         out.counters.push_back(stats_);
         if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));
+        // Boundary stall: blocked receiving this micro-batch's activations from the previous stage (its compute and
+        // the link; with a device data link the receive is stream-ordered and returns once enqueued).
+        const auto timed_recv = [this](const auto& recv) -> Status {
+            const auto r0 = std::chrono::steady_clock::now();
+            const Status st = recv();
+            stats_.stall_ms += ms_since(r0);
+            return st;
+        };
         if (in.bank_total > 0 && in.eager_bank) {
-            PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited));
+            PENSTOCK_RETURN_IF_ERROR(
+                timed_recv([&] { return recv_rows(act.bank, 0, in.bank_inherited, kTagBankInherited); }));
         }
         act.hidden = Tensor::empty({layout.n_tokens, hidden}, hidden_dtype_, kernels::allocator_of(ctx));
-        PENSTOCK_RETURN_IF_ERROR(recv_tensor(act.hidden, prev, kTagHidden));
+        PENSTOCK_RETURN_IF_ERROR(timed_recv([&] { return recv_tensor(act.hidden, prev, kTagHidden); }));
         if (in.bank_total > 0) {
             const uint32_t from = in.eager_bank ? in.bank_inherited : 0;
-            PENSTOCK_RETURN_IF_ERROR(recv_rows(act.bank, from, in.bank_valid, kTagBank));
+            PENSTOCK_RETURN_IF_ERROR(timed_recv([&] { return recv_rows(act.bank, from, in.bank_valid, kTagBank); }));
             // Eager: every row this stage inherited is forwarded before its own layers run.
             if (!last && out.eager_bank)
                 PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, in.bank_valid, kTagBankInherited));
         }
-        if (in.topk_cols > 0) PENSTOCK_RETURN_IF_ERROR(recv_topk(in, layout.n_tokens, &act));
-        t0 = std::chrono::steady_clock::now();
+        if (in.topk_cols > 0) {
+            PENSTOCK_RETURN_IF_ERROR(timed_recv([&] { return recv_topk(in, layout.n_tokens, &act); }));
+        }
+        const auto t0 = std::chrono::steady_clock::now();
         runner_->run_layers(in.batch, layout, &act);
         if (last) {
             PENSTOCK_RETURN_IF_ERROR(send_results(in, layout, act, t0));

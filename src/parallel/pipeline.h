@@ -66,7 +66,10 @@ enum class ReleasePolicy : uint8_t {
 struct StageStats {
     int64_t steps = 0;
     double busy_ms = 0;      // running this stage's layers (and the head on the last stage)
-    double stall_ms = 0;     // blocked receiving from the previous stage (boundary stall)
+    // Stages > 0: blocked receiving a planned micro-batch's activations (hidden, bank rows, DSA top-k) from the
+    // previous stage (boundary stall; the wait for the next plan is idle or held-back time, not counted). Stage 0:
+    // waiting for the last stage's results.
+    double stall_ms = 0;
     int64_t bytes_sent = 0;  // to the next stage (and results to stage 0)
     int64_t bank_bytes_sent = 0;
 };

@@ -93,7 +93,8 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
              x.active_ms > 0 ? x.stages[s].busy_ms / x.active_ms : 0.0);
     }
     head(&out, "penstock_pp_stage_stall_seconds_total", "counter",
-         "Time each pipeline stage waited on the previous one (stage 0: on the last stage's results)");
+         "Time each pipeline stage waited for a planned micro-batch's activations from the previous one (stage 0: "
+         "for the last stage's results)");
     for (size_t s = 0; s < x.stages.size(); ++s) {
         line(&out, "penstock_pp_stage_stall_seconds_total", "stage=\"" + std::to_string(s) + "\"",
              x.stages[s].stall_ms / 1e3);
