@@ -168,12 +168,12 @@ std::vector<std::pair<int64_t, double>> parse_gpu_process_memory(const std::stri
         const size_t comma = line.find(',');
         if (comma == std::string::npos) continue;
         char* end = nullptr;
-        const long long pid = std::strtoll(line.c_str(), &end, 10);
-        if (end == line.c_str() || pid <= 0) continue;
+        const long long id = std::strtoll(line.c_str(), &end, 10);
+        if (end == line.c_str() || id < 0) continue;
         const char* mib_text = line.c_str() + comma + 1;
         const double mib = std::strtod(mib_text, &end);
         if (end == mib_text) continue;  // "[N/A]" and the like
-        out.emplace_back(static_cast<int64_t>(pid), mib);
+        out.emplace_back(static_cast<int64_t>(id), mib);
     }
     return out;
 }

@@ -71,8 +71,8 @@ struct PipelineCounters {
 [[nodiscard]] Status pipeline_run_stats(const PipelineCounters& before, const PipelineCounters& after,
                                         ServerStats* out);
 
-// `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` output -> (pid, MiB) pairs; lines
-// that do not parse are skipped.
+// `nvidia-smi --query-compute-apps=pid,used_memory` or `--query-gpu=index,memory.used` output
+// (`--format=csv,noheader,nounits`) -> (pid or GPU index, MiB) pairs; lines that do not parse are skipped.
 std::vector<std::pair<int64_t, double>> parse_gpu_process_memory(const std::string& text);
 
 struct RunRow {

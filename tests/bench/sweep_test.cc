@@ -385,6 +385,9 @@ TEST(SweepReport, GpuProcessMemoryFromNvidiaSmi) {
     EXPECT_EQ(m[0], (std::pair<int64_t, double>{1234, 80123}));
     EXPECT_EQ(m[1], (std::pair<int64_t, double>{5678, 512}));
     EXPECT_TRUE(parse_gpu_process_memory("No running processes found\n").empty());
+    const auto devices = parse_gpu_process_memory("0, 1000\n1, 2000\n");  // --query-gpu=index,memory.used
+    ASSERT_EQ(devices.size(), 2u);
+    EXPECT_EQ(devices[0], (std::pair<int64_t, double>{0, 1000}));
 }
 
 TEST(SweepReport, SummaryTakesElementWiseMediansOfServerStats) {

@@ -3,6 +3,7 @@ one results.csv row per run, summary.csv medians and valid PNG plots; a server t
 start timeout) is recorded as failed with nothing left running; SIGTERM of the sweep stops the servers; a bad matrix
 file exits 2 naming the key. Stdlib only. Env: PENSTOCK_BINARY, PENSTOCK_SOURCE_DIR."""
 import csv
+import json
 import os
 import signal
 import struct
@@ -216,6 +217,55 @@ pp = 1
         self.assertEqual(p.returncode, 128 + signal.SIGTERM, "".join(lines) + out + err)
         rows = read_csv(os.path.join(self.dir, "out", "results.csv"))
         self.assertEqual([x["status"] for x in rows], ["interrupted"] * 3)
+        self.assertEqual(leftover(model), [])
+
+    def test_gpu_memory_columns_from_nvidia_smi(self):
+        # A fake nvidia-smi on PATH (this machine has no GPU): per-process used memory for the server's ranks when
+        # BY_PID is set, else only per-device figures, which the sweep maps to ranks by local rank.
+        model = os.path.join(self.dir, "model-link")
+        os.symlink(MODEL, model)
+        fake = os.path.join(self.dir, "bin")
+        os.mkdir(fake)
+        with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+            f.write(f"""#!/bin/sh
+case "$*" in
+  *query-compute-apps*) [ -n "$BY_PID" ] && for p in $(pgrep -f "serve --model {model}"); do echo "$p, 1234"; done ;;
+  *query-gpu=index,memory.used,memory.total*) echo "index, memory.used [MiB], memory.total [MiB]" ;;
+  *query-gpu=index,memory.used*) echo "0, 1000"; echo "1, 2000" ;;
+esac
+exit 0
+""")
+        os.chmod(os.path.join(fake, "nvidia-smi"), 0o755)
+        for by_pid, want in (("1", ("1234;1234", "nvidia-smi per process")),
+                             ("", ("1000;2000", "nvidia-smi per device (GPU = local rank)"))):
+            out = os.path.join(self.dir, f"out{by_pid}")
+            cfg = self.write(f"gpu{by_pid}.toml", f"""
+output_dir = "{out}"
+model = "{model}"
+server_args = ["--threads", "1", "--skip-tokenizer-init"]
+concurrencies = [2]
+[launcher]
+args = ["--oversubscribe", "--bind-to", "none"]
+{MPI_ENV}
+[bench]
+input_len = 16
+num_prompts = 2
+[timeouts]
+server_start_s = 60
+[[layouts]]
+pp = 2
+""")
+            env = dict(os.environ, PATH=fake + os.pathsep + os.environ["PATH"], BY_PID=by_pid)
+            r = subprocess.run([BINARY, "sweep", cfg], capture_output=True, text=True, timeout=120, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            (row,) = read_csv(os.path.join(out, "results.csv"))
+            self.assertEqual((row["status"], row["gpu_mem_mib_ranks"]), ("ok", want[0]), row)
+            self.assertEqual(float(row["gpu_mem_mib_max"]), max(float(x) for x in want[0].split(";")))
+            self.assertEqual(len(row["peak_rss_mib_ranks"].split(";")), 2)
+            with open(os.path.join(out, row["dir"], "memory_ranks.json")) as f:
+                ranks = json.load(f)
+            self.assertEqual(ranks["gpu_source"], want[1])
+            self.assertEqual([x["rank"] for x in ranks["ranks"]], [0, 1])
         self.assertEqual(leftover(model), [])
 
     def test_bad_matrix_file(self):
