@@ -55,6 +55,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--fp8-weights", a->fp8_weights,
                     "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
                     "auto (native on cuda, dequant on cpu)");
+    cmd->add_option("--backend", a->backend, "cpu or cuda (cuda: one process, GPU 0)");
+    cmd->add_option("--dtype", a->dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
     cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
     cmd->add_flag("--skip-tokenizer-init", s.skip_tokenizer_init, "serve token ids only (no tokenizer)");
@@ -152,6 +154,21 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--pp-layer-partition needs --pp > 1");
     }
     if (args.max_total_tokens < kv_cache::kPageSize) return invalid_argument("--max-total-tokens must be >= 64");
+    if (args.backend != "cpu" && args.backend != "cuda") {
+        return invalid_argument("--backend must be cpu or cuda, got '" + args.backend + "'");
+    }
+    if (args.backend == "cuda" && setup.sizes.world() > 1) {
+        return unimplemented("--backend cuda serves one process for now (--pp/--tp/--ep/--cp 1); multi-rank GPU runs "
+                             "go through `penstock forward`");
+    }
+    if (args.dtype == "float32") {
+        setup.model_options.dtype = DType::kF32;
+    } else if (args.dtype == "bfloat16") {
+        if (args.backend != "cuda") return invalid_argument("--dtype bfloat16 needs --backend cuda");
+        setup.model_options.dtype = DType::kBF16;
+    } else {
+        return invalid_argument("--dtype must be float32 or bfloat16, got '" + args.dtype + "'");
+    }
     PENSTOCK_ASSIGN_OR_RETURN(setup.scheduler, scheduler_config(args));
     if (args.load_format != "auto" && args.load_format != "dummy") {
         return invalid_argument("--load-format must be auto or dummy, got '" + args.load_format + "'");
@@ -181,16 +198,20 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
 
 Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args, const ServeSetup& setup,
                                                                 const loader::LayerRange& range,
-                                                                parallel::Communicator* cp) {
+                                                                parallel::Communicator* cp,
+                                                                const kernels::Backend* backend) {
     loader::Checkpoint ckpt = loader::Checkpoint::none();  // --load-format dummy: the model generates its weights
     if (args.load_format != "dummy") {
         PENSTOCK_ASSIGN_OR_RETURN(ckpt, loader::Checkpoint::open(fs::path(args.model)));
     }
     loader::LoadStats stats;
+    models::ModelOptions options = setup.model_options;
+    if (backend != nullptr) options.placement = backend->context(nullptr);
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
-                              models::load_model(setup.config, ckpt, range, setup.model_options, &stats));
+                              models::load_model(setup.config, ckpt, range, options, &stats));
     return std::make_unique<runtime::ModelRunner>(
-        std::move(model), runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads, .cp = cp});
+        std::move(model),
+        runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads, .backend = backend, .cp = cp});
 }
 
 Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs& args) {
@@ -259,7 +280,8 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"fp8_weights", fp8_weights_info},
                  {"load_format", args.load_format},
                  {"num_layers_override", args.num_layers > 0 ? json(args.num_layers) : json(nullptr)},
-                 {"backend", "cpu"},
+                 {"backend", args.backend},
+                 {"dtype", args.dtype},
                  {"threads", args.threads},
                  {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
                  {"random_seed", args.random_seed},
@@ -300,8 +322,15 @@ Status run_serve(const ServeArgs& args) {
                                     "), but --pp/--tp/--cp describe one: pass --pp " + n);
         }
     }
+    // --backend cuda: GPU 0 holds the model and the KV cache; the backend outlives the engine and the runner (both end
+    // inside serve_http). The CPU backend is the host (no backend object), as before.
+    std::unique_ptr<kernels::Backend> backend;
+    if (args.backend == "cuda") {
+        PENSTOCK_ASSIGN_OR_RETURN(backend, kernels::make_backend(args.backend, 0));
+    }
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
-                              load_serve_runner(args, setup, {0, setup.config.num_hidden_layers}));
+                              load_serve_runner(args, setup, {0, setup.config.num_hidden_layers}, nullptr,
+                                                backend.get()));
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Tokenizer> tok, load_serve_tokenizer(args));
     auto executor = std::make_unique<engine::LocalExecutor>(runner.get());
     const json parallel_info = {{"pp_size", setup.sizes.pp},

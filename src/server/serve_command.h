@@ -27,6 +27,8 @@ struct ServeArgs {
     std::string schedule_policy = "fcfs";
     std::string mla_form = "mha";
     std::string fp8_weights = "auto";  // block-FP8 checkpoints: auto | native | dequant (models::Fp8Weights)
+    std::string backend = "cpu";       // cpu | cuda (one process; multi-rank serving runs on the CPU backend)
+    std::string dtype = "float32";     // float32 | bfloat16 (cuda): activations, KV cache, weights
     int threads = 0;
     uint64_t random_seed = 0;
     int pp = 1, tp = 1, ep = 1, cp = 1;

@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "engine/step_executor.h"
 #include "engine/tokenizer.h"
+#include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "models/model.h"
@@ -31,11 +32,10 @@ struct ServeSetup {
 
 // Loads `range` of the model with the KV pool of setup.n_pages pages.
 // `cp`: the context-parallel group (RunnerOptions::cp), null without CP; tensor parallelism comes with
-// setup.model_options.tp.
-[[nodiscard]] Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs& args,
-                                                                              const ServeSetup& setup,
-                                                                              const loader::LayerRange& range,
-                                                                              parallel::Communicator* cp = nullptr);
+// setup.model_options.tp. `backend`: the device the model and its KV cache live on (null: the host).
+[[nodiscard]] Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(
+    const ServeArgs& args, const ServeSetup& setup, const loader::LayerRange& range,
+    parallel::Communicator* cp = nullptr, const kernels::Backend* backend = nullptr);
 
 // Null with --skip-tokenizer-init.
 [[nodiscard]] Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs& args);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/reference.h"
@@ -129,6 +130,24 @@ TEST(Cli, BadInputsGiveOneLineAndExitCode2) {
         EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
         EXPECT_EQ(count_lines(r.err), 1) << args << "\nstderr: " << r.err;
         EXPECT_NE(r.err.find("error"), std::string::npos) << args << "\nstderr: " << r.err;
+    }
+}
+
+// `penstock serve --backend / --dtype`: refused combinations give one line and exit code 2 before anything loads
+// (the GPU path itself: tools/gpu_serve_check.py on a GPU machine).
+TEST(Cli, ServeBackendAndDtypeRefusals) {
+    const std::string model = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"serve --model " + model + " --backend tpu", "--backend must be cpu or cuda"},
+        {"serve --model " + model + " --dtype float16", "--dtype must be float32 or bfloat16"},
+        {"serve --model " + model + " --dtype bfloat16", "--dtype bfloat16 needs --backend cuda"},
+        {"serve --model " + model + " --backend cuda --pp 2", "--backend cuda serves one process"},
+    };
+    for (const auto& [args, message] : cases) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+        EXPECT_EQ(count_lines(r.err), 1) << args << "\nstderr: " << r.err;
+        EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
     }
 }
 
