@@ -81,8 +81,9 @@ class DeepPpCpu(unittest.TestCase):
         self.assertEqual(leftover(self.out), [], "processes left behind")
 
     def test_gpu_study_refuses_a_machine_or_server_that_cannot_run_it(self):
-        # A fake nvidia-smi listing `n` GPUs: too few -> exit 3 naming the count; enough, but this build's serve has
-        # no --backend -> exit 3 naming the flag. Nothing is started either way; --dry-run prints all commands.
+        # A fake nvidia-smi listing `n` GPUs: too few -> exit 3 naming the count; enough, but this build's serve runs
+        # --backend cuda in one process only -> exit 3 saying so. Nothing is started either way; --dry-run prints all
+        # commands.
         with tempfile.TemporaryDirectory(prefix="penstock-fake-smi-") as d:
             smi = os.path.join(d, "nvidia-smi")
             with open(smi, "w") as f:
@@ -90,8 +91,8 @@ class DeepPpCpu(unittest.TestCase):
             os.chmod(smi, 0o755)
             env = dict(os.environ, PATH=d + os.pathsep + os.environ["PATH"])
             for n, gpus, needle in (("4", "8", "8 GPUs needed, nvidia-smi lists 4"),
-                                    ("8", "8", "'penstock serve' has no --backend option"),
-                                    ("2", "2", "'penstock serve' has no --backend option")):
+                                    ("8", "8", "cannot yet run multi-rank layouts on GPUs"),
+                                    ("2", "2", "cannot yet run multi-rank layouts on GPUs")):
                 r = subprocess.run(["bash", DRIVER, "--gpus", gpus, "--penstock", BINARY, "--out",
                                     os.path.join(d, "out")], capture_output=True, text=True, timeout=60,
                                    env=dict(env, N=n))
