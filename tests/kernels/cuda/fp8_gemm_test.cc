@@ -261,14 +261,6 @@ struct GroupedCase {
     bool graph = false;
 };
 
-std::vector<int32_t> random_sizes(std::mt19937& rng, int n_groups, int mean, double empty_frac) {
-    std::vector<int32_t> s(static_cast<size_t>(n_groups));
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    std::poisson_distribution<int> pois(mean);
-    for (int32_t& x : s) x = u(rng) < empty_frac ? 0 : std::max(1, pois(rng));
-    return s;
-}
-
 void run_grouped_cases(Fp8Test& test, const Variants& variants) {
     const bool sm90 = is_sm90();
     std::mt19937 srng(1300);

@@ -32,14 +32,6 @@ struct Case {
     bool graph = false;
 };
 
-std::vector<int32_t> random_sizes(std::mt19937& rng, int n_groups, int mean, double empty_frac) {
-    std::vector<int32_t> s(static_cast<size_t>(n_groups));
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    std::poisson_distribution<int> pois(mean);
-    for (int32_t& x : s) x = u(rng) < empty_frac ? 0 : std::max(1, pois(rng));
-    return s;
-}
-
 void run_case(GroupedGemmDeviceTest& t, const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc,
               const cuda::Stream& stream, void* raw) {
     SCOPED_TRACE(::testing::Message() << c.name << ": rows=" << c.n_rows << " n=" << c.n << " k=" << c.k

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -31,6 +32,16 @@ struct Pair {
     TensorView dv;   // the same view into dev
     DType dtype = DType::kF32;
 };
+
+// Rows per expert group for grouped-GEMM cases: Poisson(mean) rows, at least 1, and a group empty with probability
+// empty_frac (MoE routing's uneven, partly empty groups).
+inline std::vector<int32_t> random_sizes(std::mt19937& rng, int n_groups, int mean, double empty_frac) {
+    std::vector<int32_t> s(static_cast<size_t>(n_groups));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::poisson_distribution<int> pois(mean);
+    for (int32_t& x : s) x = u(rng) < empty_frac ? 0 : std::max(1, pois(rng));
+    return s;
+}
 
 inline Tolerance tol_for(DType d) { return d == DType::kF32 ? kF32Tol : kBF16Tol; }
 
