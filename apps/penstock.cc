@@ -298,16 +298,6 @@ void print_stage_stats(const std::vector<parallel::StageStats>& stats, double wa
     }
 }
 
-// Collective over `world`: OK only when `local` is OK on every rank, so that no rank goes on to wait for a peer that
-// gave up. A local failure comes back as is, a peer's as FailedPrecondition naming `what`.
-Status agree_started(parallel::Communicator& world, const Status& local, const std::string& what) {
-    Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
-    PENSTOCK_RETURN_IF_ERROR(world.all_reduce(failed, parallel::ReduceOp::kMax));
-    if (!local.ok()) return local;
-    if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another rank's " + what + " failed to start");
-    return ok_status();
-}
-
 Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_in, int* argc, char*** argv) {
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<parallel::MpiSession> mpi, parallel::MpiSession::init(argc, argv));
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, args.parallel));
@@ -315,7 +305,7 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
     // live there (parallel/comm_factory.h); every rank's backend must have started before any NCCL call.
     Result<std::unique_ptr<kernels::Backend>> made =
         kernels::make_backend(args.backend, args.backend == "cuda" ? mpi->local_rank() : 0);
-    PENSTOCK_RETURN_IF_ERROR(agree_started(*groups.world, made.status(), "--backend " + args.backend));
+    PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, made.status(), "--backend " + args.backend));
     const std::unique_ptr<kernels::Backend> backend = std::move(*made);
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups device_groups, parallel::make_device_groups(groups, *backend));
     const int stage = groups.coords.pp_rank;

@@ -21,6 +21,34 @@ torch.set_num_threads(max(1, os.cpu_count() or 1))
 transformers.logging.set_verbosity_error()
 TOL = 5e-2
 DTYPE = getattr(torch, os.environ.get("DTYPE", "bfloat16"))  # float32: a check of the pinning itself
+# With DTYPE=float32, ROUND lists bf16 rounding points to inject into the fp32 model (attribution of the bf16 error):
+# weights (every Linear weight), linear_in (every Linear's input: a bf16 GEMM's operands), normed (RMSNorm outputs),
+# stream (each decoder layer's output hidden states). Empty: none (the pinning check).
+ROUND = [p for p in os.environ.get("ROUND", "").split(",") if p]
+
+
+def bf16(x):
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+def inject_rounding(model):
+    only = os.environ.get("ROUND_ONLY")  # a substring of the module path, e.g. "mlp" or "self_attn"
+    for path, mod in model.named_modules():
+        if only and only not in path and not isinstance(mod, type(model.model.layers[0])):
+            continue
+        name = type(mod).__name__
+        if isinstance(mod, torch.nn.Linear):
+            if "weights" in ROUND:
+                with torch.no_grad():
+                    mod.weight.copy_(bf16(mod.weight))
+            if "linear_in" in ROUND:
+                mod.register_forward_pre_hook(lambda m, a: (bf16(a[0]),) + tuple(a[1:]))
+        elif "normed" in ROUND and name.endswith("RMSNorm") and "Gated" not in name:
+            mod.register_forward_hook(lambda m, a, out: bf16(out) if torch.is_tensor(out) else out)
+    if "stream" in ROUND:
+        for layer in model.model.layers:
+            layer.register_forward_hook(
+                lambda m, a, out: bf16(out) if torch.is_tensor(out) else (bf16(out[0]),) + tuple(out[1:]))
 
 
 def pins_of(path):
@@ -90,6 +118,8 @@ def main():
                                                                   attn_implementation="eager").eval()
         state = Pinning()
         patch(model, state)
+        if ROUND:
+            inject_rounding(model)
         ref = load_file(os.path.join(model_dir, "reference.safetensors"))
         k = 0
         while f"input_ids_{k}" in ref:

@@ -38,7 +38,10 @@ ExecutorStats LocalExecutor::stats() const {
 PipelineExecutor::PipelineExecutor(runtime::ModelRunner* runner, parallel::Communicator* pp,
                                    const PipelineExecutorOptions& options)
     : stage_(runner, pp,
-             parallel::StageOptions{.eager_bank = options.eager_bank, .release = parallel::ReleasePolicy::kExplicit}),
+             parallel::StageOptions{.data = options.data,
+                                    .eager_bank = options.eager_bank,
+                                    .hidden_dtype = options.hidden_dtype,
+                                    .release = parallel::ReleasePolicy::kExplicit}),
       slots_(options.slots_override > 0 ? options.slots_override
                                         : pp->size() + std::max<int64_t>(0, options.async_depth)) {
     PENSTOCK_CHECK_EQ(pp->rank(), 0) << "the engine drives pipeline stage 0";

@@ -22,6 +22,10 @@ struct PipelineExecutorOptions {
     // Test hook (hidden --test-pp-slots): > 0 replaces pp + async_depth, e.g. 1 runs one step at a time through every
     // stage (the behaviour before steps overlapped), for A/B figures. 0 in production.
     int64_t slots_override = 0;
+    // The data link for hidden and bank rows (the device pp group with a CUDA backend and NCCL; null: the control
+    // link `pp` carries them, device tensors staged through host memory) and the residual stream's dtype.
+    parallel::Communicator* data = nullptr;
+    DType hidden_dtype = DType::kF32;
 };
 
 class PipelineExecutor final : public StepExecutor {

@@ -66,4 +66,12 @@ std::vector<TwoEndedSetting> pipeline_identity_settings(const loader::ModelConfi
              Agreement::kFatal}};
 }
 
+Status agree_started(Communicator& world, const Status& local, const std::string& what) {
+    Tensor failed = Tensor::from_i32({1}, std::vector<int32_t>{local.ok() ? 0 : 1});
+    PENSTOCK_RETURN_IF_ERROR(world.all_reduce(failed, ReduceOp::kMax));
+    if (!local.ok()) return local;
+    if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another rank's " + what + " failed to start");
+    return ok_status();
+}
+
 }  // namespace penstock::parallel

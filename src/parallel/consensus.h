@@ -37,4 +37,9 @@ int64_t fingerprint(const std::string& text);
 // the model's identity (type, hidden size, layers, vocabulary).
 std::vector<TwoEndedSetting> pipeline_identity_settings(const loader::ModelConfig& config);
 
+// Collective over `world`: OK only when `local` is OK on every rank, so that no rank goes on to wait for a peer that
+// gave up (e.g. a backend or a stage that failed to start). A local failure comes back as is, a peer's as
+// FailedPrecondition naming `what`.
+[[nodiscard]] Status agree_started(Communicator& world, const Status& local, const std::string& what);
+
 }  // namespace penstock::parallel

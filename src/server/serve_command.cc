@@ -55,7 +55,11 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--fp8-weights", a->fp8_weights,
                     "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
                     "auto (native on cuda, dequant on cpu)");
-    cmd->add_option("--backend", a->backend, "cpu or cuda (cuda: one process, GPU 0)");
+    cmd->add_option("--backend", a->backend, "cpu or cuda (cuda: GPU 0; under mpirun GPU local_rank / --ranks-per-gpu)");
+    cmd->add_option("--device-links", a->device_links,
+                    "--backend cuda under mpirun: nccl (device-to-device) or host (staged through MPI)");
+    cmd->add_option("--ranks-per-gpu", a->ranks_per_gpu,
+                    "--backend cuda under mpirun: ranks sharing one GPU (> 1 needs --device-links host)");
     cmd->add_option("--dtype", a->dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
     cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
@@ -157,9 +161,12 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     if (args.backend != "cpu" && args.backend != "cuda") {
         return invalid_argument("--backend must be cpu or cuda, got '" + args.backend + "'");
     }
-    if (args.backend == "cuda" && setup.sizes.world() > 1) {
-        return unimplemented("--backend cuda serves one process for now (--pp/--tp/--ep/--cp 1); multi-rank GPU runs "
-                             "go through `penstock forward`");
+    if (args.device_links != "nccl" && args.device_links != "host") {
+        return invalid_argument("--device-links must be nccl or host, got '" + args.device_links + "'");
+    }
+    if (args.ranks_per_gpu < 1) return invalid_argument("--ranks-per-gpu must be >= 1");
+    if (args.ranks_per_gpu > 1 && args.device_links != "host") {
+        return invalid_argument("--ranks-per-gpu > 1 needs --device-links host (NCCL refuses two ranks on one GPU)");
     }
     if (args.dtype == "float32") {
         setup.model_options.dtype = DType::kF32;

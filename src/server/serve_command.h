@@ -27,8 +27,15 @@ struct ServeArgs {
     std::string schedule_policy = "fcfs";
     std::string mla_form = "mha";
     std::string fp8_weights = "auto";  // block-FP8 checkpoints: auto | native | dequant (models::Fp8Weights)
-    std::string backend = "cpu";       // cpu | cuda (one process; multi-rank serving runs on the CPU backend)
+    std::string backend = "cpu";       // cpu | cuda (under mpirun: each rank on GPU local_rank / ranks_per_gpu)
     std::string dtype = "float32";     // float32 | bfloat16 (cuda): activations, KV cache, weights
+    // --backend cuda under mpirun: how the ranks' device tensors travel. "nccl" (default where built): NCCL groups
+    // for the pipeline's activations and the TP/EP collectives; "host": staged through host memory over MPI (GPUs
+    // without peer access, or several ranks sharing one GPU, which NCCL refuses).
+    std::string device_links = "nccl";
+    // --backend cuda under mpirun: ranks per GPU on a node (rank r uses GPU local_rank / ranks_per_gpu). > 1 needs
+    // --device-links host.
+    int ranks_per_gpu = 1;
     int threads = 0;
     uint64_t random_seed = 0;
     int pp = 1, tp = 1, ep = 1, cp = 1;

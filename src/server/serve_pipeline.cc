@@ -9,6 +9,8 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "kernels/backend.h"
+#include "parallel/comm_factory.h"
 #include "parallel/consensus.h"
 #include "parallel/partition.h"
 #include "parallel/pipeline.h"
@@ -32,6 +34,8 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
     const loader::ModelConfig& c = setup->config;
     std::vector<parallel::TwoEndedSetting> settings = parallel::pipeline_identity_settings(c);
     settings.insert(settings.end(), {
+        {"--backend", args.backend == "cuda" ? 1 : 0, Agreement::kFatal},
+        {"--dtype", static_cast<int64_t>(setup->model_options.dtype), Agreement::kFatal},
         {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
         {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
         {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
@@ -39,9 +43,9 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
     });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
-    setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[3]);
-    setup->n_pages = agreed.values[4];
-    *eager_bank = agreed.values[5] != 0;
+    setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[5]);
+    setup->n_pages = agreed.values[6];
+    *eager_bank = agreed.values[7] != 0;
     return ok_status();
 }
 
@@ -61,11 +65,28 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
                               parallel::MpiSession::init(/*argc=*/nullptr, /*argv=*/nullptr));
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ProcessGroups groups, parallel::make_mpi_groups(*mpi, setup.sizes));
     const int stage = groups.coords.pp_rank;
+    // --backend cuda: GPU local_rank / --ranks-per-gpu. Device groups (NCCL, unless --device-links host) over the same
+    // ranks carry the tensors that live there; every rank's backend must have started before any NCCL call.
+    Result<std::unique_ptr<kernels::Backend>> made = std::unique_ptr<kernels::Backend>();
+    if (args.backend == "cuda") made = kernels::make_backend(args.backend, mpi->local_rank() / args.ranks_per_gpu);
+    PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, made.status(), "--backend " + args.backend));
+    const std::unique_ptr<kernels::Backend> backend = std::move(made).value();
+    parallel::ProcessGroups device_groups;
+    if (backend != nullptr && args.device_links == "nccl") {
+        PENSTOCK_ASSIGN_OR_RETURN(device_groups, parallel::make_device_groups(groups, *backend));
+    }
     // Tensor/expert parallelism inside every stage; context parallelism splits every chunk's rows over cp ranks.
-    // Each (cp, tp) coordinate is a pipeline lane: its own pp group, its own stage messages.
+    // Each (cp, tp) coordinate is a pipeline lane: its own pp group, its own stage messages. GPU tensors reduce over
+    // the device tp group where there is one (no staging), else over MPI through host memory.
     setup.model_options.tp = models::TensorParallel{.tp = groups.tp.get(), .ep_size = groups.sizes.ep};
+    if (device_groups.tp != nullptr) setup.model_options.tp.tp = device_groups.tp.get();
     bool eager_bank = false;
     PENSTOCK_RETURN_IF_ERROR(agree_serve_settings(*groups.pp, args, &setup, &eager_bank));
+    // The pipeline's hidden and bank rows: on the device pp group where there is one (plans, tokens, logits and stats
+    // stay on the MPI pp group).
+    const parallel::StageOptions stage_options{.data = device_groups.pp.get(),
+                                               .eager_bank = eager_bank,
+                                               .hidden_dtype = setup.model_options.dtype};
 
     // Load this stage (and, on stage 0, the tokenizer), then agree that every rank is ready.
     Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
@@ -73,7 +94,7 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     Result<std::unique_ptr<engine::Tokenizer>> tok = std::unique_ptr<engine::Tokenizer>();
     if (counts.ok()) {
         runner = load_serve_runner(args, setup, parallel::partition_ranges(*counts)[static_cast<size_t>(stage)],
-                                   groups.cp.get());
+                                   groups.cp.get(), backend.get());
         if (groups.coords.world_rank == 0) tok = load_serve_tokenizer(args);
     }
     const Status local = !counts.ok() ? counts.status() : !runner.ok() ? runner.status() : tok.status();
@@ -83,7 +104,7 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
 
     if (stage > 0) {
-        parallel::PipelineStage pipe(runner->get(), groups.pp.get(), eager_bank);
+        parallel::PipelineStage pipe(runner->get(), groups.pp.get(), stage_options);
         // A stage that cannot run a step stage 0 planned (a failed link, an admission stage 0 made that this stage
         // cannot) leaves the pipeline out of step: abort the whole job rather than leave stage 0 waiting.
         const Status served = pipe.serve();
@@ -106,7 +127,9 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
                 runner->get(), groups.pp.get(),
                 engine::PipelineExecutorOptions{.eager_bank = eager_bank,
                                                 .async_depth = args.pp_async_batch_depth,
-                                                .slots_override = args.test_pp_slots});
+                                                .slots_override = args.test_pp_slots,
+                                                .data = stage_options.data,
+                                                .hidden_dtype = stage_options.hidden_dtype});
         }
         return std::make_unique<engine::LocalExecutor>(runner->get());
     };

@@ -141,7 +141,9 @@ TEST(Cli, ServeBackendAndDtypeRefusals) {
         {"serve --model " + model + " --backend tpu", "--backend must be cpu or cuda"},
         {"serve --model " + model + " --dtype float16", "--dtype must be float32 or bfloat16"},
         {"serve --model " + model + " --dtype bfloat16", "--dtype bfloat16 needs --backend cuda"},
-        {"serve --model " + model + " --backend cuda --pp 2", "--backend cuda serves one process"},
+        {"serve --model " + model + " --backend cuda --device-links shm", "--device-links must be nccl or host"},
+        {"serve --model " + model + " --backend cuda --ranks-per-gpu 0", "--ranks-per-gpu must be >= 1"},
+        {"serve --model " + model + " --backend cuda --pp 2 --ranks-per-gpu 2", "needs --device-links host"},
     };
     for (const auto& [args, message] : cases) {
         const RunResult r = run(args);
