@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that re-checks the kernels touched by a change and times the model layers with their breakdown:
 # the conformance suites given in FILTER, the copy bench (ceiling + strided MLA K build), penstock_model_bench for
-# DeepSeek-V3 (MHA form), GLM-5.3 (FP8 indexer) and Kimi K3 (KDA, MLA) at T with --breakdown, and the torch
+# DeepSeek-V3 (MHA form) and GLM-5.3 (FP8 indexer), each with bf16 (dequantised) and native FP8 weights, and Kimi K3
+# (KDA, MLA; bf16 weights) at T with --breakdown, and the torch
 # composition of the models in TORCH_MODELS in the same call.
 #   PKG=DIR (tools/model_bench_pack.sh + cuda_kernels_test + penstock_bench_kernels; PKG/tools/ holds this script,
 #   torch_layer_baseline.py and model_bench_table.py, which it imports) OUT=DIR \
@@ -25,12 +26,12 @@ bench() {  # name config layers [extra]
   local name=$1 cfg=$2 layers=$3; shift 3
   timeout 150 "${PKG}/bin/penstock_model_bench" --config "${PKG}/configs/${cfg}.json" --model-name "${name}" \
     --layers "${layers}" --tokens "${T}" --reps 3 --breakdown --json "${OUT}/${name}.json" "$@" >"${OUT}/${name}.log" 2>&1
-  echo "${name} rc $? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[-1]; print(round(r['median_ms'],2), 'ms')" "${OUT}/${name}.json" 2>/dev/null)"
+  echo "${name} rc $? $(python3 -c "import json,sys; print(', '.join(f\"{r.get('fp8_weights', 'bf16')} {r['median_ms']:.2f} ms\" for r in json.load(open(sys.argv[1])) if 'median_ms' in r))" "${OUT}/${name}.json" 2>/dev/null)"
 }
 for b in ${BENCHES:-dsv3 glm k3kda k3mla}; do
   case $b in
-    dsv3) bench deepseek-v3.mla-moe deepseek-v3 3:4 ;;
-    glm) bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer ;;
+    dsv3) bench deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights dequant,native ;;
+    glm) bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights dequant,native ;;
     k3kda) bench kimi-k3.kda-moe kimi-k3 1:2 ;;
     k3mla) bench kimi-k3.mla-moe kimi-k3 3:4 ;;
   esac

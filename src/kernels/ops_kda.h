@@ -24,6 +24,12 @@ struct ShortConvParams {
     TensorView cu_seqlens;   // [n_seqs + 1] i32: row range of each sequence in in/out
     TensorView state_slots;  // [n_seqs] i32: index into dim 0 of conv_state
     bool silu = true;
+    // Fused L2 normalisation (KDA's q and k, as l2norm with eps): after the activation, channels [0, norm_channels)
+    // of every output row are divided by sqrt(sum(x^2) + norm_eps) in consecutive groups of norm_dim (a head).
+    // 0: none. norm_channels must be a multiple of norm_dim and at most channels.
+    int64_t norm_channels = 0;
+    int64_t norm_dim = 0;
+    float norm_eps = 1e-6f;
 };
 
 // out = x / sqrt(sum(x^2) + eps) over the last dim (fla / transformers `l2norm`: eps inside the sqrt, not a clamp).

@@ -166,7 +166,8 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
         }
     }
 
-    // [n_seq, 3 qkv] = short_conv_silu(mixed), continuing each request's conv window.
+    // [n_seq, 3 qkv] = short_conv_silu(mixed), continuing each request's conv window; q and k (the first 2 qkv
+    // channels) L2-normalised per head in the same pass.
     scope.emplace(ctx, "conv");
     Tensor conv = scratch(ctx, {n_seq, 3 * qkv}, DType::kF32);
     kernels::short_conv({.out = conv,
@@ -175,15 +176,15 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                          .conv_state = conv_state,
                          .cu_seqlens = seq.cu_seqlens_q,
                          .state_slots = state_slots,
-                         .silu = true},
+                         .silu = true,
+                         .norm_channels = 2 * qkv,
+                         .norm_dim = hd,
+                         .norm_eps = 1e-6f},
                         ctx);
     auto heads = [&](int64_t part) {
         return conv.view().as_strided(part * qkv, {n_seq, d.n_heads, hd}, {3 * qkv, hd, 1});
     };
     const TensorView q = heads(0), k = heads(1), v = heads(2);
-    scope.emplace(ctx, "l2norm");
-    kernels::l2norm({.out = q, .in = q, .eps = 1e-6f}, ctx);
-    kernels::l2norm({.out = k, .in = k, .eps = 1e-6f}, ctx);
 
     scope.emplace(ctx, "recurrence");
     Tensor o = scratch(ctx, {n_seq, d.n_heads, hd}, DType::kF32);

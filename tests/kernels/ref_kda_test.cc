@@ -228,6 +228,39 @@ std::vector<float> run_conv(const TensorView& in, const Tensor& weight, std::vec
     return read_f32(out);
 }
 
+// The fused per-head L2 norm equals the conv followed by l2norm on those heads; the other channels are untouched.
+TEST(ShortConv, FusedL2NormEqualsConvThenL2Norm) {
+    PENSTOCK_SEEDED(23);
+    std::mt19937 rng(23);
+    const int64_t T = 19, C = 12, KW = 3, D = 4;
+    Buffer in = random_buffer(rng, {T, C}, /*strided=*/false);
+    Tensor w = Tensor::from_f32({C, KW}, random_floats(rng, C * KW));
+    std::vector<float> st0 = random_floats(rng, 2 * (KW - 1) * C);
+    const std::vector<int32_t> cu{0, 7, 19}, slots{1, 0};
+    std::vector<float> st_plain = st0, st_fused = st0;
+    const std::vector<float> plain = run_conv(in.view, w, &st_plain, cu, slots, true);
+    Tensor st = Tensor::from_f32({2, KW - 1, C}, st0);
+    Tensor out = Tensor::zeros({T, C}, DType::kF32);
+    Tensor cu_t = i32_tensor(cu), slots_t = i32_tensor(slots);
+    kernels::short_conv({.out = out, .in = in.view, .weight = w, .conv_state = st, .cu_seqlens = cu_t,
+                         .state_slots = slots_t, .silu = true, .norm_channels = 2 * D, .norm_dim = D, .norm_eps = 1e-6f},
+                        kCtx);
+    const std::vector<float> fused = read_f32(out);
+    EXPECT_EQ(read_f32(st), st_plain);
+    std::vector<double> want(plain.begin(), plain.end());
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t g = 0; g < 2; ++g) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < D; ++i) ss += double(plain[t * C + g * D + i]) * plain[t * C + g * D + i];
+            for (int64_t i = 0; i < D; ++i) want[t * C + g * D + i] = plain[t * C + g * D + i] / std::sqrt(ss + 1e-6);
+        }
+    }
+    EXPECT_TRUE(all_close(fused, want, kF32Elementwise, {T, C}));
+    for (int64_t t = 0; t < T; ++t) {  // the v channels are the plain conv, bit for bit
+        for (int64_t c = 2 * D; c < C; ++c) EXPECT_EQ(fused[t * C + c], plain[t * C + c]);
+    }
+}
+
 TEST(ShortConv, MatchesZeroPaddedConvAndSplitsCarryState) {
     PENSTOCK_SEEDED(21);
     std::mt19937 rng(21);

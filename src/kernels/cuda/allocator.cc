@@ -27,7 +27,19 @@ size_t CudaCachingAllocator::size_class(size_t bytes) {
     return round_up(n, step);
 }
 
-CudaCachingAllocator::CudaCachingAllocator(int device) : device_(device) {}
+CudaCachingAllocator::CudaCachingAllocator(int device) : device_(device) {
+    // Stream-ordered scratch (cudaMallocAsync: moe_align / moe_unpermute) comes from the device's default memory pool,
+    // whose default release threshold (0) hands its memory back to the driver at every synchronisation, so that the
+    // next forward's first cudaMallocAsync maps fresh pages. Keep it: the pool then only grows to the largest
+    // scratch in flight.
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        PENSTOCK_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    } else {
+        (void)cudaGetLastError();  // no stream-ordered allocator on this device: nothing to keep
+    }
+}
 
 CudaCachingAllocator::~CudaCachingAllocator() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/random_hash.h"
@@ -83,6 +85,15 @@ __global__ void fill_kernel(E* out, StridedDesc od, E value, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         out[strided_offset(od, i)] = value;
+    }
+}
+
+// Contiguous out of `n_words` 16-byte words, each the value's bit pattern repeated (the tail past the last whole word
+// is written by fill_kernel).
+__global__ void fill_words_kernel(uint4* out, uint4 word, int64_t n_words) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_words;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        out[i] = word;
     }
 }
 
@@ -355,6 +366,36 @@ void fill(const kernels::FillParams& p, void* stream) {
     const int64_t n = p.out.numel();
     if (n == 0) return;
     const auto s = static_cast<cudaStream_t>(stream);
+    // Contiguous: zero through cudaMemsetAsync, any other value as 16-byte words (the strided kernel's per-element
+    // index arithmetic ran at ~100 GB/s on a [16384, 7168] bf16 MoE output).
+    const size_t es = dtype_bytes(p.out.dtype, 1);
+    uint32_t bits = 0;
+    switch (p.out.dtype) {
+        case DType::kF32: {
+            std::memcpy(&bits, &p.value, sizeof(bits));
+            break;
+        }
+        case DType::kBF16: bits = static_cast<uint32_t>(float_to_bf16(p.value)) * 0x10001u; break;
+        case DType::kI32: bits = static_cast<uint32_t>(static_cast<int32_t>(p.value)); break;
+        default: PENSTOCK_CHECK(false) << "fill: unsupported dtype " << dtype_name(p.out.dtype);
+    }
+    if (p.out.is_contiguous() && (es == 2 || es == 4) && is_aligned16(p.out.data)) {
+        const size_t bytes = static_cast<size_t>(n) * es;
+        if (bits == 0) {
+            PENSTOCK_CUDA_CHECK(cudaMemsetAsync(p.out.data, 0, bytes, s));
+            return;
+        }
+        const auto n_words = static_cast<int64_t>(bytes / 16);
+        if (n_words > 0) {
+            fill_words_kernel<<<blocks_for(n_words, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(p.out.data),
+                                                                                make_uint4(bits, bits, bits, bits),
+                                                                                n_words);
+            PENSTOCK_CUDA_LAUNCH_CHECK();
+        }
+        const auto done = static_cast<int64_t>(static_cast<size_t>(n_words) * 16 / es);
+        if (done < n) fill({.out = p.out.reshape({n}).slice(0, done, n), .value = p.value}, stream);
+        return;
+    }
     const StridedDesc od = strided_desc(p.out);
     const unsigned blocks = blocks_for(n, kThreads);
     switch (p.out.dtype) {

@@ -224,6 +224,87 @@ __global__ void short_conv_state_kernel(ConvArgs a) {
     }
 }
 
+// short_conv, vectorised (K = kernel 2..4, the configs' sizes): a warp owns 128 channels (4 per lane, float4) of a run
+// of kConvRun consecutive tokens and slides the window along them in registers, so each input row is read once per
+// run (plus K - 1 rows of history at the run's start or a sequence start, from the old conv state where the sequence
+// begins). With the fused L2 norm, a head of norm_dim channels spans norm_dim / 4 consecutive lanes (a power of two
+// dividing 32), reduced with xor shuffles. Lanes past the channels compute zeros and store nothing.
+constexpr int kConvRun = 32;
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, int64_t norm_channels,
+                                                                  int lanes_per_head, float norm_eps) {
+    constexpr int kHist = K - 1;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+    const int64_t chunks = (a.channels + 127) / 128;
+    const int64_t run = warp / chunks;
+    const int64_t c = (warp % chunks) * 128 + 4 * lane;
+    const int64_t t0 = run * kConvRun;
+    if (t0 >= a.n_tokens) return;  // warp-uniform
+    const int64_t t1 = min(t0 + static_cast<int64_t>(kConvRun), a.n_tokens);
+    const bool live = c < a.channels;
+    const bool norm = c < norm_channels;  // uniform over a head's lanes (norm_channels is a multiple of the head)
+    float4 w[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        w[j] = live ? make_float4(a.weight[c * K + j], a.weight[(c + 1) * K + j], a.weight[(c + 2) * K + j],
+                                  a.weight[(c + 3) * K + j])
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float4 win[kHist > 0 ? kHist : 1];
+    int s = find_seq(a.cu, a.n_seqs, t0);
+    int64_t seq_end = a.cu[s + 1];
+    auto fill = [&](int64_t t) {  // the window before token t of sequence s
+        const int64_t row0 = a.cu[s];
+        const float* st = a.state + static_cast<int64_t>(a.slots[s]) * kHist * a.channels;
+#pragma unroll
+        for (int i = 0; i < kHist; ++i) {
+            const int64_t pos = t - row0 - kHist + i;  // < 0: conv state row kHist + pos
+            const float* src = pos < 0 ? st + (kHist + pos) * a.channels : a.in + (row0 + pos) * a.in0;
+            win[i] = live ? *reinterpret_cast<const float4*>(src + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    fill(t0);
+    for (int64_t t = t0; t < t1; ++t) {
+        if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
+            while (a.cu[s + 1] <= t) ++s;
+            seq_end = a.cu[s + 1];
+            fill(t);
+        }
+        const float4 x = live ? *reinterpret_cast<const float4*>(a.in + t * a.in0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+#pragma unroll
+        for (int i = 0; i < kHist; ++i) {
+            acc.x = fmaf(w[i].x, win[i].x, acc.x);
+            acc.y = fmaf(w[i].y, win[i].y, acc.y);
+            acc.z = fmaf(w[i].z, win[i].z, acc.z);
+            acc.w = fmaf(w[i].w, win[i].w, acc.w);
+        }
+#pragma unroll
+        for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
+        if constexpr (kHist > 0) win[kHist - 1] = x;
+        if (a.silu) {
+            acc.x *= sigmoidf(acc.x);
+            acc.y *= sigmoidf(acc.y);
+            acc.z *= sigmoidf(acc.z);
+            acc.w *= sigmoidf(acc.w);
+        }
+        if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
+            float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+            for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (norm) {
+                const float inv = 1.0f / sqrtf(ss + norm_eps);
+                acc.x *= inv;
+                acc.y *= inv;
+                acc.z *= inv;
+                acc.w *= inv;
+            }
+        }
+        if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Row-wise ops: one warp per row (l2norm: per (token, head)), lanes stride the row; fp32 sums.
 struct L2Args {
@@ -514,9 +595,39 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
                .kernel = static_cast<int>(kernel),
                .silu = p.silu};
     const auto s = static_cast<cudaStream_t>(stream);
-    if (n_tokens > 0) {
+    PENSTOCK_CHECK(p.norm_channels == 0 ||
+                   (p.norm_dim > 0 && p.norm_channels % p.norm_dim == 0 && p.norm_channels <= channels))
+        << op << ": norm_channels " << p.norm_channels << " in groups of " << p.norm_dim << " of " << channels;
+    // The vectorised kernel: kernel 2..4, 16-byte aligned rows of whole float4s, heads of 4 * 2^i <= 128 channels.
+    const int lanes = p.norm_channels > 0 ? static_cast<int>(p.norm_dim / 4) : 0;
+    const bool vec = kernel >= 2 && kernel <= 4 && channels % 4 == 0 && p.in.stride(0) % 4 == 0 &&
+                     p.out.stride(0) % 4 == 0 && is_aligned16(p.in.ptr<const float>()) &&
+                     is_aligned16(p.out.ptr<float>()) && is_aligned16(p.conv_state.ptr<float>()) &&
+                     (p.norm_channels == 0 ||
+                      (p.norm_dim % 4 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0));
+    if (n_tokens > 0 && vec) {
+        const int64_t warps = ((n_tokens + kConvRun - 1) / kConvRun) * ((channels + 127) / 128);
+        const auto blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
+        switch (kernel) {
+            case 2:
+                short_conv_vec_kernel<2><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                break;
+            case 3:
+                short_conv_vec_kernel<3><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                break;
+            default:
+                short_conv_vec_kernel<4><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                break;
+        }
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    } else if (n_tokens > 0) {
         short_conv_kernel<<<blocks_for(n_tokens * channels, kThreads), kThreads, 0, s>>>(a);
         PENSTOCK_CUDA_LAUNCH_CHECK();
+        if (p.norm_channels > 0) {
+            const int64_t heads = p.norm_channels / p.norm_dim;
+            const TensorView v = p.out.as_strided(0, {n_tokens, heads, p.norm_dim}, {p.out.stride(0), p.norm_dim, 1});
+            l2norm({.out = v, .in = v, .eps = p.norm_eps}, stream);
+        }
     }
     if (kernel > 1) {
         short_conv_state_kernel<<<blocks_for(n_seqs * channels, kThreads), kThreads, 0, s>>>(a);

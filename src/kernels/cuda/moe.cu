@@ -291,6 +291,44 @@ __global__ void unpermute_kernel(T* out, const T* expert_out, const int32_t* row
     }
 }
 
+// The same, 16 bytes per thread per row: each block stages its token's top-k rows and weights in shared memory and
+// moves the expert rows as Pack<T, V> (hidden % V == 0, 16-byte aligned rows; top_k <= kUnpermuteMaxTopK).
+constexpr int kUnpermuteMaxTopK = 64;
+
+template <class T>
+__global__ void unpermute_vec_kernel(T* out, const T* expert_out, const int32_t* row_of_pair, const float* weights,
+                                     int64_t hidden, int top_k, int64_t os, int64_t es, int64_t ws0, int64_t ws1) {
+    constexpr int V = 16 / static_cast<int>(sizeof(T));
+    using P = Pack<T, V>;
+    __shared__ int32_t rows[kUnpermuteMaxTopK];
+    __shared__ float wts[kUnpermuteMaxTopK];
+    const int64_t t = blockIdx.x;
+    for (int k = static_cast<int>(threadIdx.x); k < top_k; k += static_cast<int>(blockDim.x)) {
+        rows[k] = row_of_pair[t * top_k + k];
+        wts[k] = weights[t * ws0 + k * ws1];
+    }
+    __syncthreads();
+    T* dst = out + t * os;
+    for (int64_t h = static_cast<int64_t>(threadIdx.x) * V; h < hidden; h += static_cast<int64_t>(blockDim.x) * V) {
+        const P d = *reinterpret_cast<const P*>(dst + h);
+        float acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = to_f32(d.v[j]);
+        for (int k = 0; k < top_k; ++k) {
+            const int32_t row = rows[k];
+            if (row < 0) continue;
+            const P x = *reinterpret_cast<const P*>(expert_out + row * es + h);
+            const float w = wts[k];
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[j] = fmaf(w, to_f32(x.v[j]), acc[j]);
+        }
+        P o;
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.v[j] = from_f32<T>(acc[j]);
+        *reinterpret_cast<P*>(dst + h) = o;
+    }
+}
+
 // Stream-ordered scratch, freed on the stream when the guard leaves scope.
 class StreamScratch {
 public:
@@ -455,10 +493,21 @@ void moe_unpermute(const kernels::MoeUnpermuteParams& p, void* stream) {
     }
     dispatch_float(p.out.dtype, op, [&](auto t) {
         using T = decltype(t);
-        unpermute_kernel<T><<<static_cast<unsigned>(n_tokens), hidden >= 256 ? 256 : 128, 0, s>>>(
-            p.out.ptr<T>(), p.expert_out.ptr<const T>(), scratch.i32(), p.topk_weights.ptr<const float>(), hidden,
-            static_cast<int>(top_k), p.out.stride(0), p.expert_out.stride(0), p.topk_weights.stride(0),
-            p.topk_weights.stride(1));
+        constexpr int64_t V = 16 / static_cast<int64_t>(sizeof(T));
+        const bool vec = top_k <= kUnpermuteMaxTopK && hidden % V == 0 && p.out.stride(0) % V == 0 &&
+                         p.expert_out.stride(0) % V == 0 && is_aligned16(p.out.data) && is_aligned16(p.expert_out.data);
+        if (vec) {
+            const int threads = hidden / V >= 256 ? 256 : 128;
+            unpermute_vec_kernel<T><<<static_cast<unsigned>(n_tokens), threads, 0, s>>>(
+                p.out.ptr<T>(), p.expert_out.ptr<const T>(), scratch.i32(), p.topk_weights.ptr<const float>(), hidden,
+                static_cast<int>(top_k), p.out.stride(0), p.expert_out.stride(0), p.topk_weights.stride(0),
+                p.topk_weights.stride(1));
+        } else {
+            unpermute_kernel<T><<<static_cast<unsigned>(n_tokens), hidden >= 256 ? 256 : 128, 0, s>>>(
+                p.out.ptr<T>(), p.expert_out.ptr<const T>(), scratch.i32(), p.topk_weights.ptr<const float>(), hidden,
+                static_cast<int>(top_k), p.out.stride(0), p.expert_out.stride(0), p.topk_weights.stride(0),
+                p.topk_weights.stride(1));
+        }
     });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

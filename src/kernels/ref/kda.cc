@@ -157,6 +157,13 @@ void short_conv(const kernels::ShortConvParams& p, ThreadPool* pool) {
             }
         });
     }
+    if (p.norm_channels == 0) return;
+    PENSTOCK_CHECK(p.norm_dim > 0 && p.norm_channels % p.norm_dim == 0 && p.norm_channels <= channels)
+        << "short_conv: norm_channels " << p.norm_channels << " in groups of " << p.norm_dim << " of " << channels;
+    const int64_t groups = p.norm_channels / p.norm_dim;
+    const TensorView heads =
+        p.out.as_strided(0, {n_tokens, groups, p.norm_dim}, {p.out.stride(0), p.norm_dim, 1});
+    l2norm({.out = heads, .in = heads, .eps = p.norm_eps}, pool);
 }
 
 void l2norm(const kernels::L2NormParams& p, ThreadPool* pool) {

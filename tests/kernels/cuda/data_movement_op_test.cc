@@ -101,6 +101,28 @@ TEST_F(DataMovementOpTest, FillStrided) {
     for (int32_t v : read_i32(ints, stream())) ASSERT_EQ(v, -7);
 }
 
+// Contiguous fills: zero (cudaMemsetAsync) and other values as 16-byte words, with lengths that leave a tail of
+// 1..7 elements past the last whole word (written by the strided kernel), and -0.0 (not all-zero bits).
+TEST_F(DataMovementOpTest, FillContiguous) {
+    for (DType d : {DType::kF32, DType::kBF16}) {
+        for (int64_t n : {1, 7, 8, 13, 64, 1001}) {
+            for (float value : {0.0f, -0.0f, 3.5f, -1.2345f}) {
+                SCOPED_TRACE(::testing::Message() << dtype_name(d) << " n=" << n << " value=" << value);
+                Pair out = poisoned_pair({n, 3}, d, false, alloc(), stream());
+                cuda::fill({.out = out.dv, .value = value}, raw_stream());
+                ref::fill({.out = out.hv, .value = value}, nullptr);
+                expect_pair_close(out, out.hv, kExact, stream());
+                if (HasFatalFailure()) return;
+            }
+        }
+    }
+    const Tensor ints = Tensor::empty({4099}, DType::kI32, alloc());
+    cuda::fill({.out = ints, .value = 0.0f}, raw_stream());
+    for (int32_t v : read_i32(ints, stream())) ASSERT_EQ(v, 0);
+    cuda::fill({.out = ints, .value = 12.0f}, raw_stream());
+    for (int32_t v : read_i32(ints, stream())) ASSERT_EQ(v, 12);
+}
+
 TEST_F(DataMovementOpTest, FillRandomBitExactWithReference) {
     for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{1} << 20}) {
         for (DType d : kDtypes) {

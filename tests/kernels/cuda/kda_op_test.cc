@@ -50,19 +50,31 @@ TEST_F(KdaOpTest, ShortConvMatchesReference) {
         std::vector<int32_t> lens;
         int64_t channels, kernel;
         bool silu, strided;
+        int64_t norm_dim = 0, norm_channels = 0;  // fused per-head L2 norm of the first norm_channels
     };
     uint32_t seed = 5100;
+    // The vectorised kernel takes kernel 2..4 with 16-byte rows (heads of 4 * 2^i channels); the rest (kernel 1,
+    // odd widths, strides or heads such as 12) the scalar kernel plus l2norm. Runs of 32 tokens cross sequence
+    // starts (63 / 0 / 65, 300 / 1 / 200) and partial 128-channel chunks (196, 384 + 16-wide heads).
     for (const ConvCase& c : std::vector<ConvCase>{{{1}, 96, 4, true, false},
                                                    {{63, 0, 65}, 130, 4, true, true},
                                                    {{2, 129, 5}, 96, 4, false, false},
                                                    {{64, 1}, 33, 2, true, true},
-                                                   {{17, 3}, 40, 1, true, false}}) {
+                                                   {{17, 3}, 40, 1, true, false},
+                                                   {{40}, 196, 4, true, false},
+                                                   {{63, 0, 65}, 384, 4, true, false, 128, 256},
+                                                   {{300, 1, 200}, 768, 4, true, false, 128, 512},
+                                                   {{33, 40}, 48, 3, true, false, 16, 32},
+                                                   {{1, 7}, 72, 2, true, false, 8, 48},
+                                                   {{5, 70}, 96, 4, true, false, 12, 24},
+                                                   {{64, 65}, 384, 4, true, true, 64, 256}}) {
         const std::vector<int32_t> cu = cumsum(c.lens);
         const auto n_seqs = static_cast<int64_t>(c.lens.size());
         const int64_t n_tokens = cu.back(), n_slots = n_seqs + 2, hist = c.kernel - 1;
         std::string name = dims("conv_C_k", {c.channels, c.kernel}) + "_lens";
         for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
         name += c.silu ? "_silu" : "_linear";
+        if (c.norm_dim > 0) name += "_l2norm" + std::to_string(c.norm_channels) + "x" + std::to_string(c.norm_dim);
         SCOPED_TRACE(name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
@@ -75,10 +87,12 @@ TEST_F(KdaOpTest, ShortConvMatchesReference) {
         const Tensor cu_d = dev_i32(cu, alloc(), stream()), slots_d = dev_i32(slots, alloc(), stream());
         const Tensor cu_h = i32_tensor(cu), slots_h = i32_tensor(slots);
         kernels::short_conv({.out = out.dv, .in = in.dv, .weight = w.dv, .conv_state = state.dv, .cu_seqlens = cu_d,
-                             .state_slots = slots_d, .silu = c.silu},
+                             .state_slots = slots_d, .silu = c.silu, .norm_channels = c.norm_channels,
+                             .norm_dim = c.norm_dim},
                             gpu());
         kernels::short_conv({.out = out.hv, .in = in.hv, .weight = w.hv, .conv_state = state.hv, .cu_seqlens = cu_h,
-                             .state_slots = slots_h, .silu = c.silu},
+                             .state_slots = slots_h, .silu = c.silu, .norm_channels = c.norm_channels,
+                             .norm_dim = c.norm_dim},
                             cpu());
         conf_pair("short_conv", name + " out", out, out.hv, kF32Tol, stream());
         conf_close("short_conv", name + " state", read_pair(state, stream(), false).values, read_f32(state.hv), kF32Tol);
@@ -399,6 +413,13 @@ TEST_F(KdaOpTest, Perf) {
                                 ctx);
         });
         report_gbs("short_conv", 8.0 * T * C, us);
+        const double us_norm = perf_time("short_conv", "T 8192 x 36864 channels, kernel 4, SiLU, q/k L2 norm fused",
+                                         stream(), [&] {
+            kernels::short_conv({.out = out, .in = in.dv, .weight = w.dv, .conv_state = st, .cu_seqlens = cu_d,
+                                 .state_slots = slot_d, .silu = true, .norm_channels = 2 * H * D, .norm_dim = D},
+                                ctx);
+        });
+        report_gbs("short_conv + l2norm", 8.0 * T * C, us_norm);
     }
     const Pair x = random_pair(rng, {T, H, D}, DType::kF32, false, alloc(), stream());
     const Pair y = random_pair(rng, {T, H, D}, DType::kF32, false, alloc(), stream());

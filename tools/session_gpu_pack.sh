@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Packs what tools/session_gpu_check.sh needs into DEST (then DEST.tar.xz, which the device tool carries): the model
+# bench bundle (tools/model_bench_pack.sh), the stripped cuda_kernels_test and penstock_bench_kernels with their
+# libraries (cuDNN / CUDA / NCCL stay the machine's), and the scripts the check runs.
+#   tools/session_gpu_pack.sh BUILD_DIR DEST          # e.g. build-cudnn build-dev-lead/sess
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build=$1; dest=$2
+bash "${ROOT}/tools/model_bench_pack.sh" "${build}" "${ROOT}/../shared/configs" "${dest}" >/dev/null
+cp "${build}/tests/kernels/cuda/cuda_kernels_test" "${build}/bench/penstock_bench_kernels" "${dest}/bin/"
+strip "${dest}/bin/cuda_kernels_test" "${dest}/bin/penstock_bench_kernels"
+skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc'
+for b in "${dest}/bin/"*; do
+  ldd "${b}" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done
+done
+mkdir -p "${dest}/tools"
+cp "${ROOT}/tools/session_gpu_check.sh" "${ROOT}/tools/torch_layer_baseline.py" "${ROOT}/tools/model_bench_table.py" \
+  "${dest}/tools/"
+tar -C "$(dirname "${dest}")" -cJf "${dest}.tar.xz" "$(basename "${dest}")"
+du -sh "${dest}" "${dest}.tar.xz"
