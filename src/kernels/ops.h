@@ -193,9 +193,10 @@ struct MoeAlignParams {
 };
 
 // Gathers token rows into expert order: out[i] = in[sorted_pairs[i] / top_k] for i < n_rows.
+// Any dtype (rows are moved as bytes: f32, bf16, e4m3 activations or their f32 block scales); last dims contiguous.
 struct MoePermuteParams {
-    TensorView out;           // [n_rows, hidden] f32
-    TensorView in;            // [n_tokens, hidden] f32
+    TensorView out;           // [n_rows, hidden], in's dtype
+    TensorView in;            // [n_tokens, hidden]
     TensorView sorted_pairs;  // [>= n_rows] i32
     int top_k = 1;
 };

@@ -265,10 +265,31 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
     if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
     if (n_rows > 0 && inter_ > 0) {
+        // FP8 experts: every token row is quantised once (1 x 128 blocks, scales row-major) and the e4m3 rows and their
+        // scales are permuted, instead of quantising each of its top_k copies; per-row quantisation makes the two
+        // orders bit-identical.
+        const bool fp8_in = experts_gate_up_scale_.defined();
         scope.emplace(ctx, "permute");
-        Tensor permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
-        kernels::moe_permute(
-            {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
+        Tensor permuted, permuted_scale;
+        if (fp8_in) {
+            const int64_t kb = (width + kernels::kFp8Block - 1) / kernels::kFp8Block;
+            Tensor q = scratch(ctx, {n, width}, DType::kF8E4M3);
+            Tensor q_scale = scratch(ctx, {n, kb});
+            {
+                const kernels::ProfileScope quant(ctx, "act_quant");
+                kernels::fp8_act_quant({.out = q, .scale = q_scale, .in = expert_in}, ctx);
+            }
+            permuted = scratch(ctx, {n_rows, width}, DType::kF8E4M3);
+            permuted_scale = scratch(ctx, {n_rows, kb});
+            kernels::moe_permute({.out = permuted, .in = q, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)},
+                                 ctx);
+            kernels::moe_permute(
+                {.out = permuted_scale, .in = q_scale, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
+        } else {
+            permuted = scratch(ctx, {n_rows, width}, expert_in.dtype);
+            kernels::moe_permute(
+                {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
+        }
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
         scope.emplace(ctx, "experts");
         Tensor gate_up = scratch(ctx, {n_rows, experts_gate_up_.size(1)}, expert_in.dtype);
@@ -276,7 +297,17 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         const TensorView gate = gate_up.view().slice(1, 0, inter_);
         {
             const kernels::ProfileScope step(ctx, "gate_up");
-            expert_gemm(gate_up, permuted, experts_gate_up_, experts_gate_up_scale_, offsets, ctx);
+            if (fp8_in) {
+                kernels::fp8_grouped_gemm({.out = gate_up,
+                                           .a = permuted,
+                                           .a_scale = permuted_scale,
+                                           .b = experts_gate_up_,
+                                           .b_scale = experts_gate_up_scale_,
+                                           .offsets = offsets},
+                                          ctx);
+            } else {
+                expert_gemm(gate_up, permuted, experts_gate_up_, experts_gate_up_scale_, offsets, ctx);
+            }
         }
         {
             const kernels::ProfileScope step(ctx, "act");

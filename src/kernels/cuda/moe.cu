@@ -455,12 +455,19 @@ void moe_permute(const kernels::MoePermuteParams& p, void* stream) {
     const int64_t n_rows = p.out.size(0);
     if (n_rows == 0) return;
     const auto s = static_cast<cudaStream_t>(stream);
-    dispatch_float(p.out.dtype, op, [&](auto t) {
-        using T = decltype(t);
-        permute_kernel<T><<<static_cast<unsigned>(n_rows), 128, 0, s>>>(
-            p.out.ptr<T>(), p.in.ptr<const T>(), p.sorted_pairs.ptr<const int32_t>(), p.out.size(1), p.top_k,
-            p.in.size(0), p.out.stride(0), p.in.stride(0));
-    });
+    if (p.out.dtype == DType::kF8E4M3) {  // e4m3 activations: rows of bytes
+        permute_kernel<uint8_t><<<static_cast<unsigned>(n_rows), 128, 0, s>>>(
+            static_cast<uint8_t*>(p.out.data), static_cast<const uint8_t*>(p.in.data),
+            p.sorted_pairs.ptr<const int32_t>(), p.out.size(1), p.top_k, p.in.size(0), p.out.stride(0),
+            p.in.stride(0));
+    } else {
+        dispatch_float(p.out.dtype, op, [&](auto t) {
+            using T = decltype(t);
+            permute_kernel<T><<<static_cast<unsigned>(n_rows), 128, 0, s>>>(
+                p.out.ptr<T>(), p.in.ptr<const T>(), p.sorted_pairs.ptr<const int32_t>(), p.out.size(1), p.top_k,
+                p.in.size(0), p.out.stride(0), p.in.stride(0));
+        });
+    }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <vector>
+
+#include <cstring>
 
 #include "core/check.h"
 #include "kernels/ref/ref_ops.h"
@@ -165,7 +168,7 @@ void moe_align(const kernels::MoeAlignParams& p, ThreadPool* /*pool*/) {
 void moe_permute(const kernels::MoePermuteParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.out.ndim, 2);
     PENSTOCK_CHECK_EQ(p.in.ndim, 2);
-    PENSTOCK_CHECK(p.out.dtype == DType::kF32 && p.in.dtype == DType::kF32) << "moe_permute: f32 only";
+    PENSTOCK_CHECK(p.out.dtype == p.in.dtype) << "moe_permute: dtypes differ";
     PENSTOCK_CHECK(p.sorted_pairs.ndim == 1 && p.sorted_pairs.dtype == DType::kI32) << "moe_permute: sorted_pairs";
     const int64_t n_rows = p.out.size(0);
     const int64_t hidden = p.out.size(1);
@@ -179,12 +182,13 @@ void moe_permute(const kernels::MoePermuteParams& p, ThreadPool* pool) {
         const int64_t pair = *p.sorted_pairs.at<const int32_t>({i});
         PENSTOCK_CHECK(0 <= pair && pair < n_tokens * p.top_k) << "moe_permute: row " << i << " pair " << pair;
     }
+    const size_t es = dtype_bytes(p.in.dtype, 1);
     parallel_for(pool, n_rows, /*grain=*/16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const int64_t token = *p.sorted_pairs.at<const int32_t>({i}) / p.top_k;
-            const float* src = p.in.at<const float>({token});
-            float* dst = p.out.at<float>({i});
-            for (int64_t h = 0; h < hidden; ++h) dst[h] = src[h];
+            const auto* src = static_cast<const uint8_t*>(p.in.data) + static_cast<size_t>(token * p.in.stride(0)) * es;
+            auto* dst = static_cast<uint8_t*>(p.out.data) + static_cast<size_t>(i * p.out.stride(0)) * es;
+            std::memcpy(dst, src, static_cast<size_t>(hidden) * es);
         }
     });
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -167,6 +168,22 @@ TEST_F(MoeOpTest, PermuteAndUnpermute) {
                 {.out = perm.hv, .in = in.hv, .sorted_pairs = sorted_host, .top_k = static_cast<int>(top_k)}, nullptr);
             expect_pair_close(perm, perm.hv, kExact, stream());
 
+            if (dt == DType::kBF16) {  // e4m3 rows (FP8 experts permute quantised tokens): bytes, bit for bit
+                Tensor q_h = Tensor::empty({n_tokens, hidden}, DType::kF8E4M3);
+                std::uniform_int_distribution<int> byte(0, 255);
+                auto* qb = static_cast<uint8_t*>(q_h.view().data);
+                for (int64_t i = 0; i < n_tokens * hidden; ++i) qb[i] = static_cast<uint8_t>(byte(rng));
+                const Tensor q_d = cuda::to_device(q_h, alloc(), stream());
+                Tensor pq_d = Tensor::empty({n_rows, hidden}, DType::kF8E4M3, alloc());
+                Tensor pq_h = Tensor::empty({n_rows, hidden}, DType::kF8E4M3);
+                cuda::moe_permute({.out = pq_d, .in = q_d, .sorted_pairs = sorted_dev, .top_k = static_cast<int>(top_k)},
+                                  raw_stream());
+                ref::moe_permute({.out = pq_h, .in = q_h, .sorted_pairs = sorted_host, .top_k = static_cast<int>(top_k)},
+                                 nullptr);
+                const Tensor got = cuda::to_host(pq_d, stream());
+                ASSERT_EQ(std::memcmp(got.view().data, pq_h.view().data, static_cast<size_t>(n_rows * hidden)), 0)
+                    << "e4m3 permute";
+            }
             const Pair expert_out = random_pair(rng, {n_rows, hidden}, dt, false, alloc(), stream());
             const Pair weights = random_pair(rng, {n_tokens, top_k}, DType::kF32, false, alloc(), stream(), 0.0f, 1.0f);
             Pair acc = random_pair(rng, {n_tokens, hidden}, dt, hidden < 8, alloc(), stream());
