@@ -1,8 +1,9 @@
 // penstock_bench_kernels [--device N] [--warmup N] [--reps N]
-//                        [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise]:
+//                        [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise|dsa]:
 // runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
 // of expert weights; kda only when asked for: ~23 GB of f32 tensors at T = 65536; fp8 only when asked for: FP8 GEMMs
-// beside bf16 at DeepSeek-V3 dims, ~23 GB of expert weights). Exits 2 with a message when there is no usable GPU.
+// beside bf16 at DeepSeek-V3 dims, ~23 GB of expert weights; dsa only when asked for: the GLM-5.3 indexer logits and
+// top-k, ~35 GB of f32 logits at T = 65536). Exits 2 with a message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,7 @@ void run_grouped_gemm_bench(BenchContext& ctx);  // grouped_gemm_bench.cc
 void run_kda_bench(BenchContext& ctx);           // kda_bench.cc
 void run_fp8_gemm_bench(BenchContext& ctx);      // fp8_gemm_bench.cc
 void run_elementwise_bench(BenchContext& ctx);   // elementwise_bench.cc
+void run_dsa_bench(BenchContext& ctx);           // dsa_bench.cc
 }  // namespace penstock::bench
 
 namespace {
@@ -23,7 +25,7 @@ namespace {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s [--device N] [--warmup N] [--reps N]"
-                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise]\n",
+                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise|dsa]\n",
                  argv0);
     return 1;
 }
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
         options.only != "attention" && options.only != "mla" && options.only != "grouped" &&
-        options.only != "kda" && options.only != "fp8" && options.only != "elementwise")
+        options.only != "kda" && options.only != "fp8" && options.only != "elementwise" && options.only != "dsa")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     if (options.only == "kda") penstock::bench::run_kda_bench(ctx);
     // Also only when asked for (~23 GB of fp8 + bf16 expert weights): --only fp8.
     if (options.only == "fp8") penstock::bench::run_fp8_gemm_bench(ctx);
+    if (options.only == "dsa") penstock::bench::run_dsa_bench(ctx);
     // K3's bf16 SiTU / SiLU / sigmoid_gate / attn_res_mix after the copy ceiling of the same run (~13 GB).
     if (options.only == "elementwise") {
         penstock::bench::run_copy_bench(ctx);

@@ -14,8 +14,11 @@ namespace penstock::kernels {
 //   f32 keys:  logits[r, s] = sum_h weights[r, h] * ReLU(scale * (q[r, h] . k[s]))
 //   fp8 keys:  logits[r, s] = k_scale[s] * sum_h ReLU(q[r, h] . k[s]) * (weights[r, h] * q_scale[r, h] * scale)
 // (the fp8 form is DeepSeek-V3.2's fp8_index: e4m3 values dequantised to f32 products, scales factored out; the two
-// are equal when every scale is 1). `weights` already carries any head normalisation (HF: n_heads^-0.5). Every key is
-// scored; the causal mask is applied by dsa_topk, not here. q and k are both f32 or both kF8E4M3.
+// are equal when every scale is 1). `weights` already carries any head normalisation (HF: n_heads^-0.5). Without
+// q_pos every key is scored. With q_pos (the rows' absolute positions, as dsa_topk takes them) logits[r, s] is
+// written for every visible key s <= q_pos[r]; entries of keys past q_pos[r] are unspecified (kernels skip whole
+// tiles of them and may leave them unwritten): dsa_topk never reads them. The causal mask itself is applied by
+// dsa_topk, not here. q and k are both f32 or both kF8E4M3.
 struct DsaIndexerLogitsParams {
     TensorView logits;   // [n_rows, n_keys] f32 (out), rows may be strided
     TensorView q;        // [n_rows, n_heads, head_dim] f32 or f8e4m3, strided on dims 0 and 1
@@ -23,6 +26,7 @@ struct DsaIndexerLogitsParams {
     TensorView weights;  // [n_rows, n_heads] f32, rows may be strided
     TensorView q_scale;  // [n_rows, n_heads] f32, fp8 only (data == nullptr for f32)
     TensorView k_scale;  // [n_keys] f32 (stride(0) may be > 1), fp8 only (data == nullptr for f32)
+    TensorView q_pos;    // [n_rows] i32 (optional, data == nullptr: score every key), stride(0) may be > 1
     float scale = 1.0f;  // softmax_scale = head_dim^-0.5
 };
 

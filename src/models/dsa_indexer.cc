@@ -212,6 +212,8 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
                                                    .weights = w.view().slice(0, r0, r1),
                                                    .q_scale = {},
                                                    .k_scale = {},
+                                                   // keys past a row's position are never read by the top-k
+                                                   .q_pos = layout.positions.view().slice(0, r0, r1),
                                                    .scale = softmax_scale};
                 if (cache.fp8()) {
                     lp.q = q8.view().slice(0, r0, r1);

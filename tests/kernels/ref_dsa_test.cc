@@ -42,6 +42,7 @@ TEST(RefDsaIndexer, F32LogitsMatchNaive) {
                                  .weights = w.view,
                                  .q_scale = {},
                                  .k_scale = {},
+                                 .q_pos = {},
                                  .scale = scale},
                                 &pool);
         std::vector<double> want;
@@ -85,7 +86,8 @@ TEST(RefDsaIndexer, Fp8LogitsMatchNaive) {
     Tensor logits = Tensor::empty({n, keys}, DType::kF32);
     const float scale = 0.25f;
     ref::dsa_indexer_logits(
-        {.logits = logits, .q = q8, .k = k8, .weights = w, .q_scale = qs, .k_scale = ks, .scale = scale}, nullptr);
+        {.logits = logits, .q = q8, .k = k8, .weights = w, .q_scale = qs, .k_scale = ks, .q_pos = {}, .scale = scale},
+        nullptr);
     std::vector<double> want;
     for (int64_t r = 0; r < n; ++r) {
         for (int64_t s = 0; s < keys; ++s) {

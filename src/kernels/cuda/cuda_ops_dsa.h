@@ -13,12 +13,16 @@ namespace penstock::cuda {
 
 // fp32 accumulation of each head's q.k (exact e4m3 products for fp8), fp32 sum over heads.
 // Variants: kCudaCore (any shape; f32 and fp8), kMma (fp8 only: mma.sync m16n8k32 e4m3 tensor cores; head_dim a
-// multiple of 32 up to 128, 4-byte aligned q / k rows and heads). kAuto takes kMma where it applies.
-enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma };
+// multiple of 32 up to 128, 4-byte aligned q / k rows and heads), kWgmma (fp8 only, sm_90: wgmma + TMA,
+// dsa_indexer_wgmma.h: head_dim 128, 32 or 64 heads, 16-byte aligned q / k bases and strides).
+// kAuto: kWgmma where it applies, else kMma where it applies, else kCudaCore. A forced variant CHECK-fails where it
+// cannot run. Every variant skips key tiles past the rows' q_pos (when given).
+enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma };
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant variant, void* stream);
-// Whether kMma can run `p` (the launcher CHECK-fails when it is forced where it cannot).
+// Whether kMma / kWgmma can run `p` (the launcher CHECK-fails when one is forced where it cannot).
 bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p);
+bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
 // Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
 // replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
 // identical. Scratch (per-row flags and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered use).

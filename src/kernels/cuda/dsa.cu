@@ -1,13 +1,15 @@
 // DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
 // logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
-// Correct-first versions; the fp8 indexer runs on tensor cores (mma.sync), the rest on CUDA cores, except bf16 sparse
-// MLA (bf16 tensor cores, mla_tc.cu). The speed path (wgmma / TMA indexer fused with the top-k, wgmma sparse
-// attention) is TODO(#7).
+// The fp8 indexer runs on Hopper wgmma + TMA where it applies (dsa_indexer_wgmma.cu: head_dim 128, 32 / 64 heads),
+// else on tensor cores with mma.sync (below); the rest on CUDA cores, except bf16 sparse MLA (bf16 tensor cores,
+// mla_tc.cu). All indexer variants skip key tiles past the rows' q_pos when it is given. Fusing the top-k into the
+// logits and wgmma sparse attention are TODO(#7).
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops_dsa.h"
+#include "kernels/cuda/dsa_indexer_wgmma.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
@@ -55,10 +57,22 @@ struct IndexerArgs {
     const float* weights;
     const float* q_scale;
     const float* k_scale;
-    int64_t lg0, q0, q1, k0, w0, qs0, qs1, ks0;
+    const int32_t* q_pos;  // nullptr: score every key
+    int64_t lg0, q0, q1, k0, w0, qs0, qs1, ks0, qp0;
     int n_rows, n_heads, head_dim, n_keys;
     float scale;
 };
+
+// One past the last key that any of rows [row0, row0 + n) sees (with q_pos; keys past it need no logits), else
+// n_keys. Block-uniform.
+__device__ __forceinline__ int visible_key_end(const IndexerArgs& a, int row0, int n) {
+    if (a.q_pos == nullptr) return a.n_keys;
+    int m = -1;
+    for (int i = 0; i < n && row0 + i < a.n_rows; ++i) {
+        m = max(m, __ldg(a.q_pos + static_cast<int64_t>(row0 + i) * a.qp0));
+    }
+    return m >= a.n_keys ? a.n_keys : m + 1;
+}
 
 template <bool kFp8>
 __device__ __forceinline__ float load_elem(const void* base, int64_t i) {
@@ -82,6 +96,7 @@ __global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(Indexer
     const int ty = tid / 32;
     const int key0 = static_cast<int>(blockIdx.x) * kKeysT;
     const int row0 = static_cast<int>(blockIdx.y) * kRowsT;
+    if (key0 >= visible_key_end(a, row0, kRowsT)) return;  // block-uniform: every key of the tile is masked
 
     for (int i = tid; i < kKeysT * d; i += kIdxThreads) {
         const int key = i / d;
@@ -181,7 +196,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) dsa_indexer_logits_mma_kernel(
     const int g = lane / 4;
     const int t = lane % 4;
     const int n_steps = a.head_dim / 32;
-    const int key0 = static_cast<int>(blockIdx.x) * (kMmaWarps * kMmaKeysPerWarp) + warp * kMmaKeysPerWarp;
+    const int block_key0 = static_cast<int>(blockIdx.x) * (kMmaWarps * kMmaKeysPerWarp);
+    if (block_key0 >= visible_key_end(a, static_cast<int>(blockIdx.y) * kMmaRows, kMmaRows)) return;  // all masked
+    const int key0 = block_key0 + warp * kMmaKeysPerWarp;
     const auto* kb = static_cast<const uint8_t*>(a.k);
     const auto* qb = static_cast<const uint8_t*>(a.q);
 
@@ -455,9 +472,22 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     } else {
         PENSTOCK_CHECK(p.q_scale.data == nullptr && p.k_scale.data == nullptr) << op << ": scales are for fp8 only";
     }
+    if (p.q_pos.data != nullptr) {
+        check_on_gpu(p.q_pos, op, "q_pos");
+        PENSTOCK_CHECK(p.q_pos.ndim == 1 && p.q_pos.dtype == DType::kI32 && p.q_pos.size(0) == n_rows)
+            << op << ": q_pos [n_rows] i32, got " << p.q_pos.shape_string();
+    }
     PENSTOCK_CHECK(head_dim >= 1 && head_dim <= 256) << op << ": head_dim " << head_dim << " (1..256)";
     PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_keys < (int64_t{1} << 31)) << op << ": sizes";
     if (n_rows == 0 || n_keys == 0) return;
+    const bool wgmma_ok = dsa_indexer_wgmma_supported(p);
+    PENSTOCK_CHECK(variant != IndexerVariant::kWgmma || wgmma_ok)
+        << op << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
+                 "q / k bases and strides";
+    if (wgmma_ok && (variant == IndexerVariant::kAuto || variant == IndexerVariant::kWgmma)) {
+        dsa_indexer_logits_wgmma(p, stream);
+        return;
+    }
     IndexerArgs a{};
     a.logits = p.logits.ptr<float>();
     a.q = p.q.data;
@@ -465,6 +495,7 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     a.weights = p.weights.ptr<const float>();
     a.q_scale = fp8 ? p.q_scale.ptr<const float>() : nullptr;
     a.k_scale = fp8 ? p.k_scale.ptr<const float>() : nullptr;
+    a.q_pos = p.q_pos.data != nullptr ? p.q_pos.ptr<const int32_t>() : nullptr;
     a.lg0 = p.logits.stride(0);
     a.q0 = p.q.stride(0);
     a.q1 = p.q.stride(1);
@@ -473,6 +504,7 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     a.qs0 = fp8 ? p.q_scale.stride(0) : 0;
     a.qs1 = fp8 ? p.q_scale.stride(1) : 0;
     a.ks0 = fp8 ? p.k_scale.stride(0) : 0;
+    a.qp0 = p.q_pos.data != nullptr ? p.q_pos.stride(0) : 0;
     a.n_rows = static_cast<int>(n_rows);
     a.n_heads = static_cast<int>(n_heads);
     a.head_dim = static_cast<int>(head_dim);
@@ -482,7 +514,7 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     const bool mma_ok = dsa_indexer_mma_supported(p);
     PENSTOCK_CHECK(variant != IndexerVariant::kMma || mma_ok) << op << ": the mma variant needs fp8, head_dim % 32 == 0 "
                                                                      "(<= 128) and 4-byte aligned q / k rows";
-    if (mma_ok && variant != IndexerVariant::kCudaCore) {
+    if (mma_ok && (variant == IndexerVariant::kAuto || variant == IndexerVariant::kMma)) {
         const dim3 grid(static_cast<unsigned>((n_keys + kMmaWarps * kMmaKeysPerWarp - 1) / (kMmaWarps * kMmaKeysPerWarp)),
                         static_cast<unsigned>((n_rows + kMmaRows - 1) / kMmaRows));
         PENSTOCK_CHECK_LE(grid.y, 65535u) << op << ": too many rows for one call";

@@ -1,7 +1,7 @@
 // Reference DSA ops (see kernels/ops_dsa.h for the contracts).
-// dsa_indexer_logits: one task per query row, range [0, n_rows); each head's q.k accumulates in double and is rounded
-//   to f32 once, the per-head scale / ReLU / gate products are f32 (as Hugging Face computes them), the sum over heads
-//   accumulates in double and is rounded once.
+// dsa_indexer_logits: one task per query row, range [0, n_rows) (keys [0, q_pos[r]] with q_pos, else all); each
+//   head's q.k accumulates in double and is rounded to f32 once, the per-head scale / ReLU / gate products are f32
+//   (as Hugging Face computes them), the sum over heads accumulates in double and is rounded once.
 // dsa_topk: one task per row; the selection replays ATen's CPU topk (libstdc++ nth_element / partial_sort with the
 //   same comparator on the same (value, index) queue), which is what fixes the choice among exactly tied logits.
 // dsa_quantize_fp8: one task per row; Walsh-Hadamard butterflies in f32, then the scale, then one e4m3 rounding.
@@ -63,6 +63,8 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, ThreadPool* po
     } else {
         PENSTOCK_CHECK(p.q_scale.data == nullptr && p.k_scale.data == nullptr) << "scales are for fp8 keys only";
     }
+    const bool causal = p.q_pos.data != nullptr;
+    if (causal) check_1d(p.q_pos, n_rows, DType::kI32, "dsa_indexer_logits q_pos");
     const size_t elem = fp8 ? 1 : sizeof(float);
 
     parallel_for(pool, n_rows, /*grain=*/1, [&](int64_t begin, int64_t end) {
@@ -74,7 +76,10 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, ThreadPool* po
                 gate[static_cast<size_t>(h)] = fp8 ? w[h] * *p.q_scale.at<const float>({r, h}) * p.scale : w[h];
             }
             float* out = p.logits.at<float>({r});
-            for (int64_t s = 0; s < n_keys; ++s) {
+            // With q_pos only the visible keys are scored (the others are left as they were).
+            const int64_t end_key =
+                causal ? std::clamp<int64_t>(int64_t{*p.q_pos.at<const int32_t>({r})} + 1, 0, n_keys) : n_keys;
+            for (int64_t s = 0; s < end_key; ++s) {
                 const void* k = static_cast<const char*>(p.k.data) + static_cast<size_t>(s * p.k.stride(0)) * elem;
                 double acc = 0.0;
                 for (int64_t h = 0; h < n_heads; ++h) {

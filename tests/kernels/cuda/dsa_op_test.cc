@@ -2,7 +2,9 @@
 // reference on the same seeded inputs.
 //  - dsa_indexer_logits: f32, and fp8 (e4m3 q/k + scales) on both variants (tensor-core mma where it applies, CUDA
 //    cores forced), 1 row / 1 key, key counts at page edges (63/64/65,
-//    127/128/129), row counts off the 16-row tile, 3 / 4 / 96 heads, strided q / k / weights / logits.
+//    127/128/129), row counts off the 16-row tile, 3 / 4 / 96 heads, strided q / k / weights / logits; and causal
+//    calls with q_pos (1 row, prefix keys, keys off the tile, 32 / 64 / 3 heads, head_dim 128 / 64) on the wgmma
+//    kernel and every fallback, comparing the visible keys.
 //  - dsa_topk: indices compared exactly (same set, same ascending order, same -1 padding): distinct logits at page
 //    edges with q_pos around top_k and past n_keys / negative; tie-heavy rows (ReLU zeros, few distinct levels) on
 //    both libstdc++ paths (nth_element, partial_sort), emulated torch row lengths > n_keys, NaN / -inf logits, a row
@@ -125,26 +127,143 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                 qs = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.strided, alloc(), stream(), 0.01f, 0.1f);
                 ks = random_pair(rng, {c.n_keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
                 gp = {.logits = logits.dv, .q = q8.dv, .k = k8.dv, .weights = weights.dv, .q_scale = qs.dv,
-                      .k_scale = ks.dv, .scale = scale};
+                      .k_scale = ks.dv, .q_pos = {}, .scale = scale};
                 hp = {.logits = logits.hv, .q = q8.hv, .k = k8.hv, .weights = weights.hv, .q_scale = qs.hv,
-                      .k_scale = ks.hv, .scale = scale};
+                      .k_scale = ks.hv, .q_pos = {}, .scale = scale};
             } else {
                 qf = random_pair(rng, {c.n_rows, c.n_heads, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
                 kf = random_pair(rng, {c.n_keys, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
                 gp = {.logits = logits.dv, .q = qf.dv, .k = kf.dv, .weights = weights.dv, .q_scale = {}, .k_scale = {},
-                      .scale = scale};
+                      .q_pos = {}, .scale = scale};
                 hp = {.logits = logits.hv, .q = qf.hv, .k = kf.hv, .weights = weights.hv, .q_scale = {}, .k_scale = {},
-                      .scale = scale};
+                      .q_pos = {}, .scale = scale};
             }
             if (mode == 2) {
                 name += " [cuda-core]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
             } else {
-                if (fp8) name += cuda::dsa_indexer_mma_supported(gp) ? " [mma]" : " [cuda-core]";
+                if (fp8) {
+                    name += cuda::dsa_indexer_wgmma_supported(gp) ? " [wgmma]"
+                            : cuda::dsa_indexer_mma_supported(gp) ? " [mma]"
+                                                                   : " [cuda-core]";
+                }
                 kernels::dsa_indexer_logits(gp, gpu());
             }
             kernels::dsa_indexer_logits(hp, kernels::Context{});
             conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// Causal fp8 calls as the model makes them (kernels/ops_dsa.h q_pos: only keys s <= q_pos[r] are specified, so
+// only those are compared; the rest stay unchecked, writes outside the view are still caught): the wgmma kernel
+// where it applies (32 / 64 heads x 128, 16-byte aligned strides) with 1 row, keys off the 64-key tile, prefix keys
+// (n_keys > n_rows), more key tiles than ring stages, positions past n_keys and negative, no q_pos, strided q / k /
+// logits; then the fallbacks (3 heads, head_dim 64) through kAuto and each forced variant where it applies.
+struct CausalCase {
+    const char* name;
+    int64_t n_rows, n_heads, head_dim, n_keys;
+    int64_t prefix;  // q_pos[r] = prefix + r (-1: no q_pos, every key scored)
+    bool pad;        // q / k rows padded to 16-byte multiples (aligned strides), logits strided
+};
+
+std::vector<CausalCase> causal_cases() {
+    return {
+        {"wg_one_row_one_key", 1, 32, 128, 1, 0, false},
+        {"wg_one_row_prefix300", 1, 32, 128, 301, 300, false},
+        {"wg_square37", 37, 32, 128, 37, 0, false},
+        {"wg_square130", 130, 32, 128, 130, 0, false},
+        {"wg_prefix333_rows50", 50, 32, 128, 383, 333, false},
+        {"wg_prefix700_rows200", 200, 32, 128, 900, 700, false},  // 15 key tiles > 8 ring stages
+        {"wg_no_qpos_rows20_keys200", 20, 32, 128, 200, -1, false},
+        {"wg_heads64_prefix137_rows13", 13, 64, 128, 150, 137, false},
+        {"wg_heads64_square100", 100, 64, 128, 100, 0, false},
+        {"wg_padded_prefix70_rows24", 24, 32, 128, 94, 70, true},
+        {"fallback_heads3_prefix90_rows17", 17, 3, 128, 107, 90, false},
+        {"fallback_head_dim64_prefix100_rows33", 33, 32, 64, 133, 100, false},
+        {"fallback_heads32_unaligned_strides", 21, 32, 128, 90, 69, true},
+    };
+}
+
+TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
+    uint32_t seed = 4150;
+    for (const CausalCase& c : causal_cases()) {
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const bool causal = c.prefix >= 0;
+        // Padded rows: 16 extra bytes per head / key row and one extra head per query row (aligned strides); the
+        // unaligned case pads by 4 bytes (strides fine for mma.sync, not for TMA, so the wgmma kernel declines).
+        const bool aligned_pad = c.pad && std::string(c.name).rfind("wg_", 0) == 0;
+        const int64_t dpad = c.pad ? (aligned_pad ? c.head_dim + 16 : c.head_dim + 4) : c.head_dim;
+        const int64_t hpad = c.pad ? c.n_heads + 1 : c.n_heads;
+        const BytePair q8 = byte_pair(random_e4m3(rng, c.n_rows * hpad * dpad, 8.0f), {c.n_rows, hpad, dpad}, false,
+                                      alloc(), stream());
+        const BytePair k8 = byte_pair(random_e4m3(rng, c.n_keys * dpad, 8.0f), {c.n_keys, dpad}, false, alloc(),
+                                      stream());
+        const auto q_view = [&](TensorView v) { return v.slice(1, 0, c.n_heads).slice(2, 0, c.head_dim); };
+        const auto k_view = [&](TensorView v) { return v.slice(1, 0, c.head_dim); };
+        const Pair weights = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.pad, alloc(), stream());
+        const Pair qs = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
+        const Pair ks = random_pair(rng, {c.n_keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
+        std::vector<int32_t> pos(static_cast<size_t>(c.n_rows));
+        for (int64_t r = 0; r < c.n_rows; ++r) pos[static_cast<size_t>(r)] = static_cast<int32_t>(c.prefix + r);
+        const Tensor pos_d = dev_i32(pos, alloc(), stream());
+        const Tensor pos_h = i32_tensor(pos);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+        kernels::DsaIndexerLogitsParams hp{.logits = {}, .q = q_view(q8.hv), .k = k_view(k8.hv), .weights = weights.hv,
+                                           .q_scale = qs.hv, .k_scale = ks.hv, .q_pos = {}, .scale = scale};
+        if (causal) hp.q_pos = pos_h;
+        Pair ref_logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
+        hp.logits = ref_logits.hv;
+        kernels::dsa_indexer_logits(hp, kernels::Context{});
+        std::vector<float> want = read_f32(ref_logits.hv);
+        // 0: kAuto through the op dispatch; 1..3: forced kWgmma / kMma / kCudaCore where they apply.
+        for (int mode = 0; mode < 4; ++mode) {
+            Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
+            kernels::DsaIndexerLogitsParams gp = hp;
+            gp.logits = logits.dv;
+            gp.q = q_view(q8.dv);
+            gp.k = k_view(k8.dv);
+            gp.weights = weights.dv;
+            gp.q_scale = qs.dv;
+            gp.k_scale = ks.dv;
+            gp.q_pos = causal ? pos_d.view() : TensorView{};
+            std::string name = std::string("fp8 causal ") + c.name;
+            if (mode == 0) {
+                name += cuda::dsa_indexer_wgmma_supported(gp) ? " [auto: wgmma]"
+                        : cuda::dsa_indexer_mma_supported(gp) ? " [auto: mma]"
+                                                               : " [auto: cuda-core]";
+                kernels::dsa_indexer_logits(gp, gpu());
+            } else if (mode == 1) {
+                if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
+                name += " [wgmma]";
+                cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kWgmma, raw_stream());
+            } else if (mode == 2) {
+                if (!cuda::dsa_indexer_mma_supported(gp)) continue;
+                name += " [mma]";
+                cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kMma, raw_stream());
+            } else {
+                name += " [cuda-core]";
+                cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
+            }
+            SCOPED_TRACE(name);
+            Readback rb = read_pair(logits, stream(), /*check_padding=*/true);
+            std::vector<float> ref = want;
+            int64_t unwritten_visible = 0;
+            for (int64_t r = 0; r < c.n_rows; ++r) {
+                for (int64_t s = 0; s < c.n_keys; ++s) {
+                    const auto i = static_cast<size_t>(r * c.n_keys + s);
+                    if (causal && s > pos[static_cast<size_t>(r)]) {
+                        rb.values[i] = ref[i] = 0.0f;  // unspecified
+                    } else if (std::isnan(rb.values[i])) {
+                        ++unwritten_visible;  // the 0xff poison (random inputs give no NaN)
+                    }
+                }
+            }
+            conf_close("dsa_indexer_logits", name, rb.values, ref, kF32IndexerLogits, {c.n_rows, c.n_keys});
+            EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
+            EXPECT_EQ(rb.touched_padding, 0) << name << ": elements written outside the view";
             if (HasFatalFailure()) return;
         }
     }
@@ -406,7 +525,7 @@ TEST_F(DsaOpTest, Perf) {
         const std::string shape = "rows 2048, keys 8192, 32 heads x 128";
         const double us = perf_time("dsa_indexer_logits f32", shape, stream(), [&] {
             kernels::dsa_indexer_logits({.logits = logits, .q = q.dv, .k = k.dv, .weights = w.dv, .q_scale = {},
-                                         .k_scale = {}, .scale = 0.088f},
+                                         .k_scale = {}, .q_pos = {}, .scale = 0.088f},
                                         ctx);
         });
         std::printf("[perf] dsa_indexer_logits f32 | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / us * 1e-6);
@@ -415,7 +534,7 @@ TEST_F(DsaOpTest, Perf) {
         const Pair qs = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
         const Pair ks = random_pair(rng, {keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
         const kernels::DsaIndexerLogitsParams p8{.logits = logits, .q = q8.dv, .k = k8.dv, .weights = w.dv,
-                                                 .q_scale = qs.dv, .k_scale = ks.dv, .scale = 0.088f};
+                                                 .q_scale = qs.dv, .k_scale = ks.dv, .q_pos = {}, .scale = 0.088f};
         const double us8 = perf_time("dsa_indexer_logits fp8 [cuda-core]", shape, stream(), [&] {
             cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kCudaCore, raw_stream());
         });

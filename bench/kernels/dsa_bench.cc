@@ -1,0 +1,144 @@
+// DSA lightning-indexer logits (kernels/ops_dsa.h DsaIndexerLogitsParams, fp8) and causal top-k at GLM-5.3 dims: 32
+// index heads x 128, top-2048, one sequence of T = 4096, 16384, 65536 tokens with no prefix (rows = keys = T,
+// q_pos[r] = r), i.e. the model's call for a whole-prompt chunk (src/models/dsa_indexer.cc; the model does not score
+// rows below top_k, the bench does). Inputs: q, k f32 uniform on the device, quantised as the model does
+// (dsa_quantize_fp8: Hadamard, e4m3, ue8m0 scale per (row, head) / key); weights uniform.
+// Variants: kWgmma (dsa_indexer_wgmma.cu) and kMma (mma.sync), both with q_pos (causal tile skipping), and kMma
+// without q_pos (every key: the call before q_pos existed) at T <= 16384. FLOPs = 2 * heads * head_dim * sum_r
+// (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense 1979 TFLOP/s and the 1324 TFLOP/s
+// torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| over the visible keys of 8 sampled rows.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "bench/kernels/bench_harness.h"
+#include "bench/layer/random_fill.h"
+#include "kernels/cuda/cuda_ops_dsa.h"
+
+namespace penstock::bench {
+
+namespace {
+
+constexpr double kFp8DatasheetTflops = 1979.0;
+constexpr double kFp8ScaledMmTflops = 1324.0;  // PERF.md: torch._scaled_mm (cuBLASLt) on one H200
+
+std::vector<float> read_row(const Tensor& t, int64_t row, int64_t n, const cuda::Stream& stream) {
+    const Tensor h = cuda::to_host(t.view().slice(0, row, row + 1).slice(1, 0, n), stream);
+    return std::vector<float>(h.ptr<float>(), h.ptr<float>() + h.numel());
+}
+
+}  // namespace
+
+void run_dsa_bench(BenchContext& ctx) {
+    constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;
+    const int64_t kTokens[] = {4096, 16384, 65536};
+    uint64_t seed = 900;
+    void* s = ctx.stream().handle();
+    for (const int64_t T : kTokens) {
+        Tensor q8, q_scale, k8, k_scale, w, pos, logits, logits_mma, idx;
+        {
+            const Tensor qf = Tensor::empty({T * kHeads, kDim}, DType::kF32, ctx.alloc());
+            const Tensor kf = Tensor::empty({T, kDim}, DType::kF32, ctx.alloc());
+            fill_uniform(qf.view(), seed++, 0.0f, 1.0f, s);
+            fill_uniform(kf.view(), seed++, 0.0f, 1.0f, s);
+            q8 = Tensor::empty({T * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
+            q_scale = Tensor::empty({T * kHeads}, DType::kF32, ctx.alloc());
+            k8 = Tensor::empty({T, kDim}, DType::kF8E4M3, ctx.alloc());
+            k_scale = Tensor::empty({T}, DType::kF32, ctx.alloc());
+            cuda::dsa_quantize_fp8({.out = q8, .scale = q_scale, .in = qf, .rotate = true, .ue8m0 = true}, s);
+            cuda::dsa_quantize_fp8({.out = k8, .scale = k_scale, .in = kf, .rotate = true, .ue8m0 = true}, s);
+            ctx.stream().synchronize();
+        }
+        w = Tensor::empty({T, kHeads}, DType::kF32, ctx.alloc());
+        fill_uniform(w.view(), seed++, 0.0f, 0.2f, s);
+        std::vector<int32_t> p(static_cast<size_t>(T));
+        std::iota(p.begin(), p.end(), 0);
+        pos = cuda::to_device(Tensor::from_i32({T}, p).view(), ctx.alloc(), ctx.stream());
+        logits = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
+        logits_mma = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
+        idx = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
+        kernels::DsaIndexerLogitsParams lp{.logits = logits,
+                                           .q = q8.view().reshape({T, kHeads, kDim}),
+                                           .k = k8,
+                                           .weights = w,
+                                           .q_scale = q_scale.view().reshape({T, kHeads}),
+                                           .k_scale = k_scale,
+                                           .q_pos = pos,
+                                           .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
+        kernels::DsaIndexerLogitsParams lm = lp;
+        lm.logits = logits_mma;
+        kernels::DsaIndexerLogitsParams lfull = lm;
+        lfull.q_pos = {};
+        ctx.stream().synchronize();
+        const bool big = T >= 65536;
+        const int reps = big ? 3 : 10;
+        const bool wgmma_ok = cuda::dsa_indexer_wgmma_supported(lp);
+        Timing t_wg{}, t_mma{}, t_full{}, t_topk{};
+        if (wgmma_ok) {
+            t_wg = ctx.time([&] { cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s); }, 2, reps * 2);
+        }
+        t_mma = ctx.time([&] { cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s); }, 1, reps);
+        if (!big) t_full = ctx.time([&] { cuda::dsa_indexer_logits(lfull, cuda::IndexerVariant::kMma, s); }, 1, reps);
+        // The last writes: lp (wgmma, if run) and lm (mma with q_pos); re-run both so neither was overwritten.
+        if (wgmma_ok) cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s);
+        cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s);
+        const Tensor& topk_logits = wgmma_ok ? logits : logits_mma;
+        t_topk = ctx.time(
+            [&] {
+                cuda::dsa_topk({.indices = idx, .logits = topk_logits, .q_pos = pos, .torch_row_len = 0}, ctx.alloc(),
+                               s);
+            },
+            1, reps);
+        ctx.stream().synchronize();
+        double max_diff = 0.0, max_ref = 0.0;
+        if (wgmma_ok) {
+            for (int i = 0; i < 8; ++i) {
+                const int64_t r = (T - 1) * i / 7;
+                const std::vector<float> a = read_row(logits, r, r + 1, ctx.stream());
+                const std::vector<float> b = read_row(logits_mma, r, r + 1, ctx.stream());
+                for (size_t j = 0; j < a.size(); ++j) {
+                    max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[j] - b[j])));
+                    max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[j])));
+                    if (std::isnan(a[j])) max_diff = INFINITY;
+                }
+            }
+        }
+        const double flops = 2.0 * kHeads * kDim * (static_cast<double>(T) * static_cast<double>(T + 1) / 2.0);
+        const double flops_full = 2.0 * kHeads * kDim * static_cast<double>(T) * static_cast<double>(T);
+        // Bytes: q, k (e4m3) + scales + weights read once, the causal half of the f32 logits written.
+        const double bytes =
+            static_cast<double>(T) * kHeads * (kDim + 8.0) + T * (kDim + 4.0) + 4.0 * T * (T + 1) / 2.0;
+        auto emit = [&](const char* variant, const Timing& t, double fl, bool causal) {
+            nlohmann::json rec = ctx.base_record("dsa_indexer_logits");
+            rec["variant"] = variant;
+            rec["dtype"] = "e4m3 q/k, f32 logits";
+            rec["tokens"] = T;
+            rec["heads"] = kHeads;
+            rec["head_dim"] = kDim;
+            rec["causal_q_pos"] = causal;
+            rec["ms"] = t.median_us * 1e-3;
+            const double tf = fl / (t.median_us * 1e-6) / 1e12;
+            rec["tflops"] = tf;
+            rec["pct_fp8_datasheet_1979"] = 100.0 * tf / kFp8DatasheetTflops;
+            rec["pct_fp8_scaled_mm_1324"] = 100.0 * tf / kFp8ScaledMmTflops;
+            rec["flop_model"] = causal ? "2*H*D*T(T+1)/2" : "2*H*D*T*T";
+            if (wgmma_ok && t_wg.median_us > 0) rec["wgmma_speedup"] = t.median_us / t_wg.median_us;
+            ctx.report(rec, t, bytes);
+        };
+        if (wgmma_ok) emit("wgmma", t_wg, flops, true);
+        emit("mma", t_mma, flops, true);
+        if (!big) emit("mma_all_keys", t_full, flops_full, false);
+        nlohmann::json rec = ctx.base_record("dsa_topk");
+        rec["tokens"] = T;
+        rec["top_k"] = kTopK;
+        rec["ms"] = t_topk.median_us * 1e-3;
+        rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;
+        rec["wgmma_vs_mma_max_abs_diff_8rows"] = max_diff;
+        rec["max_abs_ref_8rows"] = max_ref;
+        ctx.report(rec, t_topk, 4.0 * T * (T + 1) / 2.0 + 4.0 * T * kTopK);
+    }
+}
+
+}  // namespace penstock::bench

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The DSA indexer logits + top-k on one GPU machine (issue #7): conformance (cuda_kernels_test, the DsaOpTest indexer
+# and top-k cases against the CPU reference), then penstock_bench_kernels --only dsa (wgmma vs mma kernel, top-k, at
+# GLM-5.3 dims, T = 4K / 16K / 64K) and the same logits in torch (tools/dsa_indexer_torch_baseline.py), in one run.
+#   tools/dsa_indexer_run.sh pack BUILD_DIR DEST       # here: stripped binaries + non-system libs -> DEST.tar.xz
+#   PKG_TAR=FILE OUT=DIR tools/dsa_indexer_run.sh run   # there (unpacks PKG_TAR next to OUT's parent)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${1:-}" = pack ]; then
+  build=$2; dest=$3
+  rm -rf "${dest}"; mkdir -p "${dest}/bin" "${dest}/lib"
+  cp "${build}/tests/kernels/cuda/cuda_kernels_test" "${build}/bench/penstock_bench_kernels" "${dest}/bin/"
+  strip "${dest}/bin/"*
+  skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc'
+  for b in "${dest}/bin/"*; do ldd "${b}" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done; done
+  git -C "${ROOT}" rev-parse --short=12 HEAD >"${dest}/COMMIT"
+  git -C "${ROOT}" diff --quiet HEAD -- src tests bench || echo "+dirty" >>"${dest}/COMMIT"
+  tar -C "$(dirname "${dest}")" -cJf "${dest}.tar.xz" "$(basename "${dest}")"
+  du -sh "${dest}" "${dest}.tar.xz"
+  exit 0
+fi
+OUT="${OUT:-./out}"; mkdir -p "${OUT}"
+PKG_TAR="${PKG_TAR:?PKG_TAR=file}"
+work="$(mktemp -d)"
+tar -C "${work}" -xJf "${PKG_TAR}"
+PKG="$(ls -d "${work}"/*/ | head -1)"
+export PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+{
+  echo "# dsa_indexer_run $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(tr '\n' ' ' <"${PKG}/COMMIT")"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
+  echo "+ conformance $(date -u +%T)"
+  timeout "${CONF_TIMEOUT:-60}" "${PKG}/bin/cuda_kernels_test" --gtest_filter='DsaOpTest.Indexer*:DsaOpTest.Topk*' 2>&1
+  echo "+ bench $(date -u +%T)"
+  timeout "${BENCH_TIMEOUT:-70}" "${PKG}/bin/penstock_bench_kernels" --only dsa 2>&1
+  echo "+ torch $(date -u +%T)"
+  timeout "${TORCH_TIMEOUT:-55}" python3 "${ROOT}/tools/dsa_indexer_torch_baseline.py" 2>&1
+  echo "+ end $(date -u +%T)"
+} | tee "${OUT}/dsa_indexer.log"
