@@ -3,7 +3,9 @@
 # and top-k cases against the CPU reference), then penstock_bench_kernels --only dsa (wgmma vs mma kernel, top-k, at
 # GLM-5.3 dims, T = 4K / 16K / 64K) and the same logits in torch (tools/dsa_indexer_torch_baseline.py), in one run.
 #   tools/dsa_indexer_run.sh pack BUILD_DIR DEST       # here: stripped binaries + non-system libs -> DEST.tar.xz
-#   PKG_TAR=FILE OUT=DIR tools/dsa_indexer_run.sh run   # there (unpacks PKG_TAR next to OUT's parent)
+#   PKG_TAR=FILE OUT=DIR tools/dsa_indexer_run.sh run   # there (unpacks PKG_TAR into a temporary folder)
+# The pack also copies this script and the torch baseline into DEST's parent, so a device call that only carries
+# that folder can run `bash DEST_PARENT/dsa_indexer_run.sh run` (TORCH_SCRIPT defaults to the copy beside it).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${1:-}" = pack ]; then
@@ -16,7 +18,9 @@ if [ "${1:-}" = pack ]; then
   git -C "${ROOT}" rev-parse --short=12 HEAD >"${dest}/COMMIT"
   git -C "${ROOT}" diff --quiet HEAD -- src tests bench || echo "+dirty" >>"${dest}/COMMIT"
   tar -C "$(dirname "${dest}")" -cJf "${dest}.tar.xz" "$(basename "${dest}")"
-  du -sh "${dest}" "${dest}.tar.xz"
+  cp "${ROOT}/tools/dsa_indexer_run.sh" "${ROOT}/tools/dsa_indexer_torch_baseline.py" "$(dirname "${dest}")/"
+  rm -rf "${dest}"
+  du -sh "${dest}.tar.xz"
   exit 0
 fi
 OUT="${OUT:-./out}"; mkdir -p "${OUT}"
@@ -34,6 +38,8 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   echo "+ bench $(date -u +%T)"
   timeout "${BENCH_TIMEOUT:-70}" "${PKG}/bin/penstock_bench_kernels" --only dsa 2>&1
   echo "+ torch $(date -u +%T)"
-  timeout "${TORCH_TIMEOUT:-55}" python3 "${ROOT}/tools/dsa_indexer_torch_baseline.py" 2>&1
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  torch_script="${TORCH_SCRIPT:-${here}/dsa_indexer_torch_baseline.py}"
+  timeout "${TORCH_TIMEOUT:-55}" python3 "${torch_script}" 2>&1
   echo "+ end $(date -u +%T)"
 } | tee "${OUT}/dsa_indexer.log"
