@@ -3,10 +3,12 @@
 // q_pos[r] = r), i.e. the model's call for a whole-prompt chunk (src/models/dsa_indexer.cc; the model does not score
 // rows below top_k, the bench does). Inputs: q, k f32 uniform on the device, quantised as the model does
 // (dsa_quantize_fp8: Hadamard, e4m3, ue8m0 scale per (row, head) / key); weights uniform.
-// Variants: kWgmma (dsa_indexer_wgmma.cu) and kMma (mma.sync), both with q_pos (causal tile skipping), and kMma
-// without q_pos (every key: the call before q_pos existed) at T <= 16384. FLOPs = 2 * heads * head_dim * sum_r
+// Variants: kWgmma (dsa_indexer_wgmma.cu: e4m3 widened to f16, exact; kAuto's choice), kWgmmaFp8 (e4m3 wgmma,
+// Hopper's reduced-precision accumulation; opt-in) and kMma (mma.sync), all with q_pos (causal tile skipping), and
+// kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. FLOPs = 2 * heads * head_dim * sum_r
 // (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense 1979 TFLOP/s and the 1324 TFLOP/s
-// torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| over the visible keys of 8 sampled rows.
+// torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and |wgmma_fp8 - mma| over the visible keys of 8
+// sampled rows (mma.sync matches the reference to f32 rounding).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,7 +39,7 @@ void run_dsa_bench(BenchContext& ctx) {
     uint64_t seed = 900;
     void* s = ctx.stream().handle();
     for (const int64_t T : kTokens) {
-        Tensor q8, q_scale, k8, k_scale, w, pos, logits, logits_mma, idx;
+        Tensor q8, q_scale, k8, k_scale, w, pos, logits, logits_mma, logits_fp8, idx;
         {
             const Tensor qf = Tensor::empty({T * kHeads, kDim}, DType::kF32, ctx.alloc());
             const Tensor kf = Tensor::empty({T, kDim}, DType::kF32, ctx.alloc());
@@ -58,6 +60,7 @@ void run_dsa_bench(BenchContext& ctx) {
         pos = cuda::to_device(Tensor::from_i32({T}, p).view(), ctx.alloc(), ctx.stream());
         logits = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         logits_mma = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
+        logits_fp8 = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         idx = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
         kernels::DsaIndexerLogitsParams lp{.logits = logits,
                                            .q = q8.view().reshape({T, kHeads, kDim}),
@@ -69,20 +72,23 @@ void run_dsa_bench(BenchContext& ctx) {
                                            .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
         kernels::DsaIndexerLogitsParams lm = lp;
         lm.logits = logits_mma;
+        kernels::DsaIndexerLogitsParams lf8 = lp;
+        lf8.logits = logits_fp8;
         kernels::DsaIndexerLogitsParams lfull = lm;
         lfull.q_pos = {};
         ctx.stream().synchronize();
         const bool big = T >= 65536;
         const int reps = big ? 3 : 10;
         const bool wgmma_ok = cuda::dsa_indexer_wgmma_supported(lp);
-        Timing t_wg{}, t_mma{}, t_full{}, t_topk{};
+        Timing t_wg{}, t_f8{}, t_mma{}, t_full{}, t_topk{};
         if (wgmma_ok) {
             t_wg = ctx.time([&] { cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s); }, 2, reps * 2);
+            t_f8 = ctx.time([&] { cuda::dsa_indexer_logits(lf8, cuda::IndexerVariant::kWgmmaFp8, s); }, 2, reps * 2);
         }
         t_mma = ctx.time([&] { cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s); }, 1, reps);
         if (!big) t_full = ctx.time([&] { cuda::dsa_indexer_logits(lfull, cuda::IndexerVariant::kMma, s); }, 1, reps);
-        // The last writes: lp (wgmma, if run) and lm (mma with q_pos); re-run both so neither was overwritten.
-        if (wgmma_ok) cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s);
+        // mma without q_pos wrote every key of logits_mma; re-run the causal call (its entries past q_pos then hold
+        // stale all-key values, which are never compared).
         cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s);
         const Tensor& topk_logits = wgmma_ok ? logits : logits_mma;
         t_topk = ctx.time(
@@ -92,16 +98,19 @@ void run_dsa_bench(BenchContext& ctx) {
             },
             1, reps);
         ctx.stream().synchronize();
-        double max_diff = 0.0, max_ref = 0.0;
+        double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
                 const int64_t r = (T - 1) * i / 7;
                 const std::vector<float> a = read_row(logits, r, r + 1, ctx.stream());
+                const std::vector<float> f = read_row(logits_fp8, r, r + 1, ctx.stream());
                 const std::vector<float> b = read_row(logits_mma, r, r + 1, ctx.stream());
                 for (size_t j = 0; j < a.size(); ++j) {
                     max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[j] - b[j])));
+                    max_diff_f8 = std::max(max_diff_f8, static_cast<double>(std::fabs(f[j] - b[j])));
                     max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[j])));
                     if (std::isnan(a[j])) max_diff = INFINITY;
+                    if (std::isnan(f[j])) max_diff_f8 = INFINITY;
                 }
             }
         }
@@ -128,6 +137,7 @@ void run_dsa_bench(BenchContext& ctx) {
             ctx.report(rec, t, bytes);
         };
         if (wgmma_ok) emit("wgmma", t_wg, flops, true);
+        if (wgmma_ok) emit("wgmma_fp8_accumulate", t_f8, flops, true);
         emit("mma", t_mma, flops, true);
         if (!big) emit("mma_all_keys", t_full, flops_full, false);
         nlohmann::json rec = ctx.base_record("dsa_topk");
@@ -136,6 +146,7 @@ void run_dsa_bench(BenchContext& ctx) {
         rec["ms"] = t_topk.median_us * 1e-3;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;
         rec["wgmma_vs_mma_max_abs_diff_8rows"] = max_diff;
+        rec["wgmma_fp8_vs_mma_max_abs_diff_8rows"] = max_diff_f8;
         rec["max_abs_ref_8rows"] = max_ref;
         ctx.report(rec, t_topk, 4.0 * T * (T + 1) / 2.0 + 4.0 * T * kTopK);
     }

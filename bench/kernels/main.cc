@@ -3,7 +3,7 @@
 // runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
 // of expert weights; kda only when asked for: ~23 GB of f32 tensors at T = 65536; fp8 only when asked for: FP8 GEMMs
 // beside bf16 at DeepSeek-V3 dims, ~23 GB of expert weights; dsa only when asked for: the GLM-5.3 indexer logits and
-// top-k, ~35 GB of f32 logits at T = 65536). Exits 2 with a message when there is no usable GPU.
+// top-k, ~50 GB of f32 logits at T = 65536). Exits 2 with a message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

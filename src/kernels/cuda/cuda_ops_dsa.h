@@ -13,11 +13,13 @@ namespace penstock::cuda {
 
 // fp32 accumulation of each head's q.k (exact e4m3 products for fp8), fp32 sum over heads.
 // Variants: kCudaCore (any shape; f32 and fp8), kMma (fp8 only: mma.sync m16n8k32 e4m3 tensor cores; head_dim a
-// multiple of 32 up to 128, 4-byte aligned q / k rows and heads), kWgmma (fp8 only, sm_90: wgmma + TMA,
-// dsa_indexer_wgmma.h: head_dim 128, 32 or 64 heads, 16-byte aligned q / k bases and strides).
+// multiple of 32 up to 128, 4-byte aligned q / k rows and heads), kWgmma (fp8 only, sm_90, dsa_indexer_wgmma.h:
+// head_dim 128, 32 or 64 heads, 16-byte aligned q / k bases and strides; e4m3 widened to f16 for wgmma, exact
+// products, f32 accumulation), kWgmmaFp8 (the same shapes on e4m3 wgmma at twice the tensor-core rate, but with
+// Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, never chosen by kAuto).
 // kAuto: kWgmma where it applies, else kMma where it applies, else kCudaCore. A forced variant CHECK-fails where it
 // cannot run. Every variant skips key tiles past the rows' q_pos (when given).
-enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma };
+enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma, kWgmmaFp8 };
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant variant, void* stream);
 // Whether kMma / kWgmma can run `p` (the launcher CHECK-fails when one is forced where it cannot).

@@ -1,6 +1,6 @@
 // DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
 // logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
-// The fp8 indexer runs on Hopper wgmma + TMA where it applies (dsa_indexer_wgmma.cu: head_dim 128, 32 / 64 heads),
+// The fp8 indexer runs on Hopper wgmma where it applies (dsa_indexer_wgmma.cu: head_dim 128, 32 / 64 heads),
 // else on tensor cores with mma.sync (below); the rest on CUDA cores, except bf16 sparse MLA (bf16 tensor cores,
 // mla_tc.cu). All indexer variants skip key tiles past the rows' q_pos when it is given. Fusing the top-k into the
 // logits and wgmma sparse attention are TODO(#7).
@@ -481,11 +481,11 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_keys < (int64_t{1} << 31)) << op << ": sizes";
     if (n_rows == 0 || n_keys == 0) return;
     const bool wgmma_ok = dsa_indexer_wgmma_supported(p);
-    PENSTOCK_CHECK(variant != IndexerVariant::kWgmma || wgmma_ok)
+    PENSTOCK_CHECK((variant != IndexerVariant::kWgmma && variant != IndexerVariant::kWgmmaFp8) || wgmma_ok)
         << op << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
                  "q / k bases and strides";
-    if (wgmma_ok && (variant == IndexerVariant::kAuto || variant == IndexerVariant::kWgmma)) {
-        dsa_indexer_logits_wgmma(p, stream);
+    if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
+        dsa_indexer_logits_wgmma(p, /*fp8_accumulate=*/variant == IndexerVariant::kWgmmaFp8, stream);
         return;
     }
     IndexerArgs a{};

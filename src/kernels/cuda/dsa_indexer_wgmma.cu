@@ -1,14 +1,13 @@
-// dsa_indexer_logits on Hopper tensor cores (IndexerVariant::kWgmma; contract kernels/ops_dsa.h, dispatch dsa.cu).
-// sm_90a. fp8 only: head_dim 128, n_heads kHeads = 32 (GLM-5) or 64 (DeepSeek-V3.2).
+// dsa_indexer_logits on Hopper tensor cores (IndexerVariant::kWgmma / kWgmmaFp8; contract kernels/ops_dsa.h,
+// dispatch dsa.cu). sm_90a. fp8 q / k only: head_dim 128, n_heads kHeads = 32 (GLM-5) or 64 (DeepSeek-V3.2).
 //
 // The GEMM per CTA is keys x (query row, head): A = a 64-key tile of k (M = 64 keys, K = head_dim), B = the CTA's
 // query rows with all their heads (N = 256 (row, head) pairs = kRows = 256 / kHeads rows per consumer warpgroup).
-// 384 threads: a producer warpgroup (one thread issues TMA; setmaxnreg 40) and two consumer warpgroups (setmaxnreg
-// 232), each with its own kRows query rows (the CTA: 2 kRows rows), both consuming every key tile. The CTA's q rows
-// (2 x 32 KiB) are loaded once; the key tiles (8 KiB) stream through an 8-stage ring ("full" mbarrier: the
-// producer's expect_tx; "empty": one arrive per consumer warpgroup once its wgmma retired). 128-byte swizzle on both
-// operands (a head_dim-128 e4m3 row is exactly one swizzle row), so the descriptors step K by 32 bytes.
-// Per key tile a consumer issues 4 wgmma.m64n256k32 (f32 accumulators, 128 per thread), then the epilogue:
+// 384 threads: a producer warpgroup and two consumer warpgroups, each consumer with its own kRows query rows (the
+// CTA: 2 kRows rows), both consuming every key tile from a ring ("full" mbarrier filled by the producer, "empty": one
+// arrive per consumer warpgroup once its wgmma retired). The CTA's q rows are staged once. Both operands are K-major
+// with 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7) in 1024-byte atoms of 8 rows).
+// Per key tile a consumer issues its wgmmas (f32 accumulators, 128 per thread), then the epilogue (score_tile):
 //   accumulator (key row, column n = 8j + 2t + e) = q[row j * 8 / kHeads, head (8j + 2t + e) % kHeads] . k[key],
 //   so each thread's 8 columns of a query row are 8 heads: it sums gate * ReLU(acc) over them (gate = weights *
 //   q_scale * scale, kept in 64 registers for the CTA's life), a 2-step quad reduce-scatter (shuffles xor 2, xor 1)
@@ -17,10 +16,20 @@
 // under the other's tensor-core work instead of both idling the tensor cores at once.
 // Causal skipping: with q_pos the CTA scores keys [0, max q_pos of its rows] only (tiles past it are never loaded
 // and their logits are not written: unspecified by the contract); CTAs run latest rows (most keys) first.
-// Numerics: exact e4m3 products, f32 accumulation inside the tensor core over head_dim (the hardware's reduced-
-// precision fp8 accumulation, as the mma.sync variant), f32 gate / ReLU / head sum. TMA zero-fills keys past n_keys
-// and rows past n_rows; their outputs are not stored.
+//
+// Two operand paths:
+//  - kWgmma (dsa_indexer_logits_wgmma_f16_kernel, the default): e4m3 is widened exactly to f16 on the way into shared
+//    memory (the producer's 128 threads load key tiles with 16-byte loads, the consumers their q rows), then
+//    wgmma.m64n256k16 f16 x f16 -> f32: exact products, f32 accumulation, so it matches the reference to the f32
+//    kernels' tolerance. Half the fp8 tensor-core rate.
+//  - kWgmmaFp8 (dsa_indexer_logits_wgmma_fp8_kernel): e4m3 straight from TMA (cp.async.bulk.tensor, one producer
+//    thread), wgmma.m64n256k32 e4m3 x e4m3 -> f32 at the full fp8 rate; but Hopper's fp8 MMA accumulates with reduced
+//    precision inside the instruction (about 14 bits; DeepSeek-V3 report), which measured ~1e-4 relative (NMSE ~1e-8)
+//    on the conformance inputs: outside kF32IndexerLogits, hence opt-in only (kAuto never takes it).
+// Outputs of keys past n_keys and rows past n_rows (zero-filled operands) are not stored.
 #include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,6 +55,12 @@ constexpr int kQBytes = kPairs * kHeadDim;       // 32 KiB per consumer warpgrou
 constexpr int kBarBytes = (2 * kStages + 1) * 8;
 constexpr int kSmemBytes = 1024 + 2 * kQBytes + kStages * kKeyTileBytes + kBarBytes;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+// The f16 (exact) kernel: operands twice as wide, so a shallower ring.
+constexpr int kStagesF16 = 4;
+constexpr int kKeyTileBytesF16 = 2 * kKeyTileBytes;  // 16 KiB
+constexpr int kQBytesF16 = 2 * kQBytes;              // 64 KiB per consumer warpgroup
+constexpr int kSmemBytesF16 = 1024 + 2 * kQBytesF16 + kStagesF16 * kKeyTileBytesF16 + 2 * kStagesF16 * 8;
+static_assert(kSmemBytesF16 <= 227 * 1024, "shared memory");
 
 struct WgArgs {
     float* logits;
@@ -53,41 +68,280 @@ struct WgArgs {
     const float* q_scale;
     const float* k_scale;
     const int32_t* q_pos;  // nullptr: score every key
-    int64_t lg0, w0, qs0, qs1, ks0, qp0;
+    int64_t lg0, w0, qs0, qs1, ks0, qp0, q0, q1, k0;  // q / k strides in bytes (the f16 kernel's loads)
     int n_rows, n_keys;
     float scale;
 };
 
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Consumer pieces shared by both kernels. gate[j][e] belongs to accumulator column n = 8j + 2t + e: query row
+// crow0 + 8j / kHeads, head (8j + 2t + e) % kHeads (0 past n_rows).
 template <int kHeads>
-__global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
-                                                                               const __grid_constant__ CUtensorMap tm_k,
-                                                                               WgArgs a) {
-    constexpr int kRows = kPairs / kHeads;  // query rows per consumer warpgroup
+__device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2]) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int r = crow0 + (8 * j) / kHeads;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int h = (8 * j + 2 * t + e) % kHeads;
+            gate[j][e] = r < a.n_rows ? __ldg(a.weights + static_cast<int64_t>(r) * a.w0 + h) *
+                                            __ldg(a.q_scale + static_cast<int64_t>(r) * a.qs0 +
+                                                  static_cast<int64_t>(h) * a.qs1) *
+                                            a.scale
+                                      : 0.0f;
+        }
+    }
+}
+
+// One retired key tile: gate * ReLU summed over this thread's 8 heads of each row for its two keys (f32, fixed
+// order), a quad reduce-scatter over t (lanes with t & 2 keep the upper half of the rows, then t & 1 the upper
+// quarter of that; each step sends the half the partner keeps), then each lane stores its kRows / 4 rows x 2 keys
+// times k_scale. key_lo / key_hi: this thread's accumulator rows g and g + 8 of the tile.
+template <int kHeads>
+__device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[128], const float (&gate)[32][2],
+                                           int crow0, int t, int key_lo, float ks_lo, float ks_hi) {
+    constexpr int kRows = kPairs / kHeads;
+    constexpr int kHalf = kRows / 2;
+    constexpr int kQuarter = kRows / 4;
+    float part[2][kRows];
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) part[0][q] = part[1][q] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int q = (8 * j) / kHeads;
+        part[0][q] = fmaf(fmaxf(acc[4 * j + 0], 0.0f), gate[j][0], part[0][q]);
+        part[0][q] = fmaf(fmaxf(acc[4 * j + 1], 0.0f), gate[j][1], part[0][q]);
+        part[1][q] = fmaf(fmaxf(acc[4 * j + 2], 0.0f), gate[j][0], part[1][q]);
+        part[1][q] = fmaf(fmaxf(acc[4 * j + 3], 0.0f), gate[j][1], part[1][q]);
+    }
+    const bool up1 = (t & 2) != 0;
+    const bool up2 = (t & 1) != 0;
+    float p1[2][kHalf];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+        for (int i = 0; i < kHalf; ++i) {
+            const float send = up1 ? part[k][i] : part[k][i + kHalf];
+            const float keep = up1 ? part[k][i + kHalf] : part[k][i];
+            p1[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+    }
+    float p2[2][kQuarter];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+        for (int i = 0; i < kQuarter; ++i) {
+            const float send = up2 ? p1[k][i] : p1[k][i + kQuarter];
+            const float keep = up2 ? p1[k][i + kQuarter] : p1[k][i];
+            p2[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
+    }
+    const int rbase = crow0 + (up1 ? kHalf : 0) + (up2 ? kQuarter : 0);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int s = key_lo + 8 * k;
+        if (s >= a.n_keys) continue;
+        const float ks = k == 0 ? ks_lo : ks_hi;
+#pragma unroll
+        for (int i = 0; i < kQuarter; ++i) {
+            const int r = rbase + i;
+            if (r < a.n_rows) a.logits[static_cast<int64_t>(r) * a.lg0 + s] = p2[k][i] * ks;
+        }
+    }
+}
+
+// Keys [0, key_end) are scored: with q_pos, up to the last key any of rows [row0, row0 + n) sees. CTA-uniform.
+__device__ __forceinline__ int cta_key_end(const WgArgs& a, int row0, int n) {
+    if (a.q_pos == nullptr) return a.n_keys;
+    int m = -1;
+    for (int i = 0; i < n && row0 + i < a.n_rows; ++i) {
+        m = max(m, __ldg(a.q_pos + static_cast<int64_t>(row0 + i) * a.qp0));
+    }
+    return m >= a.n_keys ? a.n_keys : m + 1;
+}
+
+__device__ __forceinline__ float key_scale(const WgArgs& a, int key) {
+    return key < a.n_keys ? __ldg(a.k_scale + static_cast<int64_t>(key) * a.ks0) : 0.0f;
+}
+
+// 16 e4m3 values (a 16-byte word) -> 16 f16 values (two 16-byte words), exact.
+__device__ __forceinline__ void e4m3x16_to_f16(const uint4& in, uint4& lo, uint4& hi) {
+    const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3);
+        const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
+        o[2 * i] = static_cast<uint32_t>(a.x) | (static_cast<uint32_t>(a.y) << 16);
+        o[2 * i + 1] = static_cast<uint32_t>(b.x) | (static_cast<uint32_t>(b.y) << 16);
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Stores the f16 widening of 16-byte e4m3 chunk c8 (range [0, 8)) of row `row` into a K-major f16 tile of `rows`
+// rows with 128-byte swizzle: two column blocks of [rows][64 f16 = 128 B] (block = c8 / 4), 16-byte chunk c of a
+// row at c ^ (row & 7) (the hardware's swizzle of a 1024-byte aligned 8-row atom).
+__device__ __forceinline__ void store_f16_chunk(uint32_t tile, int rows, int row, int c8, const uint4& in) {
+    uint4 lo, hi;
+    e4m3x16_to_f16(in, lo, hi);
+    const uint32_t base = tile + static_cast<uint32_t>((c8 >> 2) * rows * 128 + row * 128);
+    const int c = (2 * c8) & 7;
+    const uint32_t a0 = base + static_cast<uint32_t>(((c ^ (row & 7)) << 4));
+    const uint32_t a1 = base + static_cast<uint32_t>((((c + 1) ^ (row & 7)) << 4));
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a0), "r"(lo.x), "r"(lo.y), "r"(lo.z), "r"(lo.w)
+                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a1), "r"(hi.x), "r"(hi.y), "r"(hi.z), "r"(hi.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 load16_or_zero(const uint8_t* p, bool ok) {
+    return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// kWgmma (exact): e4m3 widened to f16 in shared memory, wgmma.m64n256k16 f16 x f16 -> f32.
+template <int kHeads>
+__global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kernel(const uint8_t* q,
+                                                                                   const uint8_t* k, WgArgs a) {
+    constexpr int kRows = kPairs / kHeads;
     constexpr int kCtaRows = 2 * kRows;
-    constexpr int kHalf = kRows / 2;     // rows kept after the xor-2 step
-    constexpr int kQuarter = kRows / 4;  // rows kept after the xor-1 step (each lane's rows)
-    static_assert(kQuarter >= 1 && kPairs % kHeads == 0 && kHeads % 8 == 0, "kHeads 32 or 64");
+    static_assert(kRows / 4 >= 1 && kPairs % kHeads == 0 && kHeads % 8 == 0, "kHeads 32 or 64");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = tile::smem_u32(smem_raw);
     const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
-    const uint32_t q_s = sbase;                                     // [2][kPairs][128] e4m3, swizzled
-    const uint32_t k_s = sbase + 2 * kQBytes;                       // [kStages][kKeys][128] e4m3, swizzled
-    const uint32_t bars = k_s + kStages * kKeyTileBytes;            // full[kStages], empty[kStages], q
+    const uint32_t q_s = sbase;                                 // [2][2 blocks][kPairs][128 B] f16, swizzled
+    const uint32_t k_s = sbase + 2 * kQBytesF16;                // [kStagesF16][2 blocks][kKeys][128 B] f16
+    const uint32_t bars = k_s + kStagesF16 * kKeyTileBytesF16;  // full[kStagesF16], empty[kStagesF16]
+    const int tid = static_cast<int>(threadIdx.x);
+    const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kCtaRows;  // latest first
+    const int key_end = cta_key_end(a, row0, kCtaRows);
+    const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
+    if (n_tiles == 0) return;  // CTA-uniform, before any barrier
+
+    if (tid == 0) {
+        for (int i = 0; i < kStagesF16; ++i) {
+            tma::mbar_init(bars + 8 * i, 128);               // full: every producer thread, after its stores
+            tma::mbar_init(bars + 8 * (kStagesF16 + i), 2);  // empty: one arrive per consumer warpgroup
+        }
+        tma::mbar_init_fence();
+    }
+    __syncthreads();
+    const int wg = tid >> 7;
+    if (wg == 0) {
+        // ------------------------------------------------------------ producer: 128 threads widen key tiles
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        // Thread p handles 16-byte chunks p + 128 i (i < 4) of the 64 x 128-byte tile: row = chunk / 8.
+        uint4 v[4];
+        auto load_tile = [&](int it) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int chunk = tid + 128 * i;
+                const int key = it * kKeys + chunk / 8;
+                v[i] = load16_or_zero(k + static_cast<int64_t>(key < a.n_keys ? key : 0) * a.k0 + 16 * (chunk % 8),
+                                      key < a.n_keys);
+            }
+        };
+        load_tile(0);
+        for (int it = 0; it < n_tiles; ++it) {
+            const int stage = it % kStagesF16;
+            const auto use = static_cast<uint32_t>(it / kStagesF16);
+            tma::mbar_wait(bars + 8 * (kStagesF16 + stage), (use & 1u) ^ 1u);
+            const uint32_t dst = k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int chunk = tid + 128 * i;
+                store_f16_chunk(dst, kKeys, chunk / 8, chunk % 8, v[i]);
+            }
+            wgmma::fence_proxy_async();  // these generic-proxy stores before the consumers' wgmma reads
+            tma::mbar_arrive(bars + 8 * stage);
+            if (it + 1 < n_tiles) load_tile(it + 1);  // the next tile's loads overlap the wait above
+        }
+        return;
+    }
+    // ---------------------------------------------------------------- consumers
+    // 128 accumulators + 64 gates per thread: more than the 168 registers of an even split, hence setmaxnreg.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    const int c = wg - 1;
+    const int ctid = tid & 127;
+    const int lane = tid & 31;
+    const int warp = (tid >> 5) & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int crow0 = row0 + c * kRows;  // this warpgroup's rows [crow0, crow0 + kRows)
+    const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytesF16;
+    // This warpgroup's q rows, widened: (row, head) pair p = row_local * kHeads + head, 8 16-byte chunks each.
+    for (int i = ctid; i < kPairs * 8; i += 128) {
+        const int pair = i / 8;
+        const int c8 = i % 8;
+        const int r = crow0 + pair / kHeads;
+        const int h = pair % kHeads;
+        const bool ok = r < a.n_rows;
+        const uint4 x = load16_or_zero(q + static_cast<int64_t>(ok ? r : 0) * a.q0 + static_cast<int64_t>(h) * a.q1 +
+                                           16 * c8,
+                                       ok);
+        store_f16_chunk(qc, kPairs, pair, c8, x);
+    }
+    wgmma::fence_proxy_async();
+    tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
+    float gate[32][2];
+    load_gates<kHeads>(a, crow0, t, gate);
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    const int bar_mine = 1 + c;  // ping-pong: "this warpgroup may issue"
+    const int bar_other = 1 + (1 - c);
+    if (c == 1) tma::named_arrive(1, 256);  // warpgroup 0 issues first
+
+    for (int it = 0; it < n_tiles; ++it) {
+        const int stage = it % kStagesF16;
+        const auto use = static_cast<uint32_t>(it / kStagesF16);
+        const int key_lo = it * kKeys + 16 * warp + g;
+        const float ks_lo = key_scale(a, key_lo);
+        const float ks_hi = key_scale(a, key_lo + 8);
+        tma::mbar_wait(bars + 8 * stage, use & 1u);
+        tma::named_sync(bar_mine, 256);
+        const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
+        wgmma::reg_fence(acc);
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+            const uint32_t off = static_cast<uint32_t>(32 * (ks % 4));
+            wgmma::m64n256k16_f16(acc, make_desc(ka + (ks / 4) * (kKeys * 128) + off),
+                                  make_desc(qc + (ks / 4) * (kPairs * 128) + off), ks != 0 ? 1 : 0);
+        }
+        wgmma::commit();
+        // Hand the tensor cores to the other warpgroup; warpgroup 1 skips its last hand-over so that every arrive
+        // on a named barrier meets exactly one sync.
+        if (c == 0 || it + 1 < n_tiles) tma::named_arrive(bar_other, 256);
+        wgmma::wait<0>();
+        wgmma::reg_fence(acc);
+        if (ctid == 0) tma::mbar_arrive(bars + 8 * (kStagesF16 + stage));  // stage consumed
+        score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// kWgmmaFp8 (Hopper's fp8 accumulation): e4m3 operands straight from TMA, wgmma.m64n256k32 e4m3 x e4m3 -> f32.
+template <int kHeads>
+__global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_q,
+                                                                                   const __grid_constant__ CUtensorMap tm_k,
+                                                                                   WgArgs a) {
+    constexpr int kRows = kPairs / kHeads;
+    constexpr int kCtaRows = 2 * kRows;
+    static_assert(kRows / 4 >= 1 && kPairs % kHeads == 0 && kHeads % 8 == 0, "kHeads 32 or 64");
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = tile::smem_u32(smem_raw);
+    const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
+    const uint32_t q_s = sbase;                           // [2][kPairs][128] e4m3, swizzled
+    const uint32_t k_s = sbase + 2 * kQBytes;             // [kStages][kKeys][128] e4m3, swizzled
+    const uint32_t bars = k_s + kStages * kKeyTileBytes;  // full[kStages], empty[kStages], q
     const uint32_t q_bar = bars + 16 * kStages;
     const int tid = static_cast<int>(threadIdx.x);
     const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kCtaRows;  // latest first
-
-    // Keys [0, key_end) are scored: with q_pos, up to the last key any of the CTA's rows sees.
-    int key_end = a.n_keys;
-    if (a.q_pos != nullptr) {
-        int m = -1;
-        for (int i = 0; i < kCtaRows && row0 + i < a.n_rows; ++i) {
-            m = max(m, __ldg(a.q_pos + static_cast<int64_t>(row0 + i) * a.qp0));
-        }
-        key_end = m >= a.n_keys ? a.n_keys : m + 1;
-    }
+    const int key_end = cta_key_end(a, row0, kCtaRows);
     const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
     if (n_tiles == 0) return;  // CTA-uniform, before any barrier
 
@@ -102,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_kernel(c
     __syncthreads();
     const int wg = tid >> 7;
     if (wg == 0) {
-        // ------------------------------------------------------------ producer
+        // ------------------------------------------------------------ producer: one thread issues TMA
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             tma::mbar_expect_tx(q_bar, 2 * kQBytes);
@@ -125,44 +379,24 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_kernel(c
     const int warp = (tid >> 5) & 3;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int crow0 = row0 + c * kRows;  // this warpgroup's rows [crow0, crow0 + kRows)
-
-    // gate[j][e] for column n = 8j + 2t + e: row crow0 + 8j / kHeads, head (8j + 2t + e) % kHeads; 0 past n_rows.
+    const int crow0 = row0 + c * kRows;
     float gate[32][2];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        const int r = crow0 + (8 * j) / kHeads;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int h = (8 * j + 2 * t + e) % kHeads;
-            gate[j][e] = r < a.n_rows ? __ldg(a.weights + static_cast<int64_t>(r) * a.w0 + h) *
-                                            __ldg(a.q_scale + static_cast<int64_t>(r) * a.qs0 +
-                                                  static_cast<int64_t>(h) * a.qs1) *
-                                            a.scale
-                                      : 0.0f;
-        }
-    }
-    // Lane t's rows after the reduce-scatter: [rbase, rbase + kQuarter).
-    const bool up1 = (t & 2) != 0;
-    const bool up2 = (t & 1) != 0;
-    const int rbase = (up1 ? kHalf : 0) + (up2 ? kQuarter : 0);
-
+    load_gates<kHeads>(a, crow0, t, gate);
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    const int bar_mine = 1 + c;       // "this warpgroup may issue"
+    const int bar_mine = 1 + c;
     const int bar_other = 1 + (1 - c);
-    if (c == 1) tma::named_arrive(1, 256);  // warpgroup 0 issues first
+    if (c == 1) tma::named_arrive(1, 256);
     tma::mbar_wait(q_bar, 0);
     const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytes;
 
     for (int it = 0; it < n_tiles; ++it) {
         const int stage = it % kStages;
         const auto use = static_cast<uint32_t>(it / kStages);
-        const int key_lo = it * kKeys + 16 * warp + g;  // this thread's accumulator rows: key_lo, key_lo + 8
-        const int key_hi = key_lo + 8;
-        const float ks_lo = key_lo < a.n_keys ? __ldg(a.k_scale + static_cast<int64_t>(key_lo) * a.ks0) : 0.0f;
-        const float ks_hi = key_hi < a.n_keys ? __ldg(a.k_scale + static_cast<int64_t>(key_hi) * a.ks0) : 0.0f;
+        const int key_lo = it * kKeys + 16 * warp + g;
+        const float ks_lo = key_scale(a, key_lo);
+        const float ks_hi = key_scale(a, key_lo + 8);
         tma::mbar_wait(bars + 8 * stage, use & 1u);
         tma::named_sync(bar_mine, 256);
         const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
@@ -173,65 +407,18 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_kernel(c
             wgmma::m64n256k32_e4m3(acc, make_desc(ka + 32 * ks), make_desc(qc + 32 * ks), ks != 0 ? 1 : 0);
         }
         wgmma::commit();
-        // Hand the tensor cores to the other warpgroup; warpgroup 1 skips its last hand-over so that every arrive
-        // on a named barrier meets exactly one sync.
         if (c == 0 || it + 1 < n_tiles) tma::named_arrive(bar_other, 256);
         wgmma::wait<0>();
         wgmma::reg_fence(acc);
-        if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStages + stage));  // stage consumed
-
-        // Gate * ReLU summed over this thread's 8 heads of each row, for its two keys (f32, fixed order).
-        float part[2][kRows];
-#pragma unroll
-        for (int q = 0; q < kRows; ++q) part[0][q] = part[1][q] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int q = (8 * j) / kHeads;
-            part[0][q] = fmaf(fmaxf(acc[4 * j + 0], 0.0f), gate[j][0], part[0][q]);
-            part[0][q] = fmaf(fmaxf(acc[4 * j + 1], 0.0f), gate[j][1], part[0][q]);
-            part[1][q] = fmaf(fmaxf(acc[4 * j + 2], 0.0f), gate[j][0], part[1][q]);
-            part[1][q] = fmaf(fmaxf(acc[4 * j + 3], 0.0f), gate[j][1], part[1][q]);
-        }
-        // Quad reduce-scatter over t: lanes with (t & 2) keep the upper half of the rows, then (t & 1) the upper
-        // quarter of that; each step sends the half the partner keeps.
-        float p1[2][kHalf];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-#pragma unroll
-            for (int i = 0; i < kHalf; ++i) {
-                const float send = up1 ? part[k][i] : part[k][i + kHalf];
-                const float keep = up1 ? part[k][i + kHalf] : part[k][i];
-                p1[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-            }
-        }
-        float p2[2][kQuarter];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-#pragma unroll
-            for (int i = 0; i < kQuarter; ++i) {
-                const float send = up2 ? p1[k][i] : p1[k][i + kQuarter];
-                const float keep = up2 ? p1[k][i + kQuarter] : p1[k][i];
-                p2[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const int s = k == 0 ? key_lo : key_hi;
-            const float ks = k == 0 ? ks_lo : ks_hi;
-            if (s >= a.n_keys) continue;
-#pragma unroll
-            for (int i = 0; i < kQuarter; ++i) {
-                const int r = crow0 + rbase + i;
-                if (r < a.n_rows) a.logits[static_cast<int64_t>(r) * a.lg0 + s] = p2[k][i] * ks;
-            }
-        }
+        if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStages + stage));
+        score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
     }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <int kHeads>
-void launch(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, cudaStream_t stream) {
+void launch_fp8(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, int64_t grid, cudaStream_t stream) {
     constexpr int kCtaRows = 2 * (kPairs / kHeads);
     const int64_t n_rows = p.q.size(0), n_keys = p.k.size(0);
     const cuuint64_t q_dims[3] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(kHeads),
@@ -244,10 +431,19 @@ void launch(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, cudaSt
     const cuuint32_t k_box[2] = {static_cast<cuuint32_t>(kHeadDim), static_cast<cuuint32_t>(kKeys)};
     const CUtensorMap tm_q = tma::encode_u8_sw128(p.q.data, 3, q_dims, q_strides, q_box);
     const CUtensorMap tm_k = tma::encode_u8_sw128(p.k.data, 2, k_dims, k_strides, k_box);
-    const int64_t grid = (n_rows + kCtaRows - 1) / kCtaRows;
-    auto* kernel = dsa_indexer_logits_wgmma_kernel<kHeads>;
+    auto* kernel = dsa_indexer_logits_wgmma_fp8_kernel<kHeads>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(tm_q, tm_k, args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+template <int kHeads>
+void launch_f16(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, int64_t grid, cudaStream_t stream) {
+    auto* kernel = dsa_indexer_logits_wgmma_f16_kernel<kHeads>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytesF16));
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytesF16, stream>>>(static_cast<const uint8_t*>(p.q.data),
+                                                                              static_cast<const uint8_t*>(p.k.data),
+                                                                              args);
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
@@ -262,7 +458,7 @@ bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p) {
            p.k.size(0) < (int64_t{1} << 31) && fp8::device_major() == 9;
 }
 
-void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, void* stream) {
+void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, bool fp8_accumulate, void* stream) {
     const int64_t n_rows = p.q.size(0), n_keys = p.k.size(0);
     if (n_rows == 0 || n_keys == 0) return;
     WgArgs a{};
@@ -277,14 +473,19 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, void* st
     a.qs1 = p.q_scale.stride(1);
     a.ks0 = p.k_scale.stride(0);
     a.qp0 = p.q_pos.data != nullptr ? p.q_pos.stride(0) : 0;
+    a.q0 = p.q.stride(0);
+    a.q1 = p.q.stride(1);
+    a.k0 = p.k.stride(0);
     a.n_rows = static_cast<int>(n_rows);
     a.n_keys = static_cast<int>(n_keys);
     a.scale = p.scale;
     const auto s = static_cast<cudaStream_t>(stream);
-    if (p.q.size(1) == 32) {
-        launch<32>(p, a, s);
+    const bool h32 = p.q.size(1) == 32;
+    const int64_t grid = (n_rows + 2 * (kPairs / (h32 ? 32 : 64)) - 1) / (2 * (kPairs / (h32 ? 32 : 64)));
+    if (fp8_accumulate) {
+        h32 ? launch_fp8<32>(p, a, grid, s) : launch_fp8<64>(p, a, grid, s);
     } else {
-        launch<64>(p, a, s);
+        h32 ? launch_f16<32>(p, a, grid, s) : launch_f16<64>(p, a, grid, s);
     }
 }
 

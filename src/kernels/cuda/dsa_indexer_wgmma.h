@@ -1,16 +1,18 @@
-// The Hopper FP8 lightning-indexer logits kernel (IndexerVariant::kWgmma of cuda_ops_dsa.h; dsa_indexer_wgmma.cu):
-// wgmma.m64n256k32 e4m3 x e4m3 -> f32 with the keys as the A operand and (query row, head) pairs as B, TMA loads
-// into 128-byte-swizzled shared memory, causal tile skipping from q_pos. Host-compilable (no CUDA headers).
+// The Hopper lightning-indexer logits kernels for fp8 q / k (IndexerVariant::kWgmma / kWgmmaFp8 of cuda_ops_dsa.h;
+// dsa_indexer_wgmma.cu): wgmma with the keys as the A operand and (query row, head) pairs as B, 128-byte-swizzled
+// shared memory, causal tile skipping from q_pos. Host-compilable (no CUDA headers).
 #pragma once
 
 #include "kernels/ops_dsa.h"
 
 namespace penstock::cuda {
 
-// Whether the wgmma kernel can run `p`: an sm_90 device; fp8 q / k; head_dim 128; n_heads 32 or 64; q and k bases
-// 16-byte aligned and their row / head strides multiples of 16 bytes (TMA); sizes below 2^31.
+// Whether the wgmma kernels can run `p`: an sm_90 device; fp8 q / k; head_dim 128; n_heads 32 or 64; q and k bases
+// 16-byte aligned and their row / head strides multiples of 16 bytes (TMA / 16-byte loads); sizes below 2^31.
 bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
-// Runs `p` (validated by cuda::dsa_indexer_logits, and dsa_indexer_wgmma_supported(p)) on `stream`.
-void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, void* stream);
+// Runs `p` (validated by cuda::dsa_indexer_logits, and dsa_indexer_wgmma_supported(p)) on `stream`: e4m3 widened to
+// f16 (exact products, f32 accumulation), or with fp8_accumulate the e4m3 wgmma (full fp8 rate, Hopper's
+// reduced-precision accumulation inside the tensor core).
+void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, bool fp8_accumulate, void* stream);
 
 }  // namespace penstock::cuda

@@ -160,7 +160,8 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
 // only those are compared; the rest stay unchecked, writes outside the view are still caught): the wgmma kernel
 // where it applies (32 / 64 heads x 128, 16-byte aligned strides) with 1 row, keys off the 64-key tile, prefix keys
 // (n_keys > n_rows), more key tiles than ring stages, positions past n_keys and negative, no q_pos, strided q / k /
-// logits; then the fallbacks (3 heads, head_dim 64) through kAuto and each forced variant where it applies.
+// logits; then the fallbacks (3 heads, head_dim 64) through kAuto and each forced variant where it applies. The
+// opt-in kWgmmaFp8 (Hopper's reduced-precision fp8 accumulation) is held to its own kFp8AccumIndexerLogits.
 struct CausalCase {
     const char* name;
     int64_t n_rows, n_heads, head_dim, n_keys;
@@ -218,8 +219,8 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         hp.logits = ref_logits.hv;
         kernels::dsa_indexer_logits(hp, kernels::Context{});
         std::vector<float> want = read_f32(ref_logits.hv);
-        // 0: kAuto through the op dispatch; 1..3: forced kWgmma / kMma / kCudaCore where they apply.
-        for (int mode = 0; mode < 4; ++mode) {
+        // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply.
+        for (int mode = 0; mode < 5; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -243,9 +244,13 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                 if (!cuda::dsa_indexer_mma_supported(gp)) continue;
                 name += " [mma]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kMma, raw_stream());
-            } else {
+            } else if (mode == 3) {
                 name += " [cuda-core]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
+            } else {
+                if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
+                name += " [wgmma-fp8-accumulate]";
+                cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kWgmmaFp8, raw_stream());
             }
             SCOPED_TRACE(name);
             Readback rb = read_pair(logits, stream(), /*check_padding=*/true);
@@ -261,7 +266,8 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                 }
             }
-            conf_close("dsa_indexer_logits", name, rb.values, ref, kF32IndexerLogits, {c.n_rows, c.n_keys});
+            conf_close("dsa_indexer_logits", name, rb.values, ref, mode == 4 ? kFp8AccumIndexerLogits : kF32IndexerLogits,
+                       {c.n_rows, c.n_keys});
             EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
             EXPECT_EQ(rb.touched_padding, 0) << name << ": elements written outside the view";
             if (HasFatalFailure()) return;
