@@ -5,7 +5,8 @@
 // (dsa_quantize_fp8: Hadamard, e4m3, ue8m0 scale per (row, head) / key); weights uniform.
 // Variants: kWgmma (dsa_indexer_wgmma.cu: e4m3 widened to f16, exact; kAuto's choice), kWgmmaFp8 (e4m3 wgmma,
 // Hopper's reduced-precision accumulation; opt-in) and kMma (mma.sync), all with q_pos (causal tile skipping), and
-// kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. FLOPs = 2 * heads * head_dim * sum_r
+// kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. Alternatives of the wgmma kernels
+// (WgmmaIndexerOptions): consumers free-running instead of ping-pong, and a diagnostic without the epilogue. FLOPs = 2 * heads * head_dim * sum_r
 // (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense 1979 TFLOP/s and the 1324 TFLOP/s
 // torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and |wgmma_fp8 - mma| over the visible keys of 8
 // sampled rows (mma.sync matches the reference to f32 rounding).
@@ -18,6 +19,7 @@
 #include "bench/kernels/bench_harness.h"
 #include "bench/layer/random_fill.h"
 #include "kernels/cuda/cuda_ops_dsa.h"
+#include "kernels/cuda/dsa_indexer_wgmma.h"
 
 namespace penstock::bench {
 
@@ -80,8 +82,17 @@ void run_dsa_bench(BenchContext& ctx) {
         const bool big = T >= 65536;
         const int reps = big ? 3 : 10;
         const bool wgmma_ok = cuda::dsa_indexer_wgmma_supported(lp);
-        Timing t_wg{}, t_f8{}, t_mma{}, t_full{}, t_topk{};
+        Timing t_wg{}, t_f8{}, t_wg_free{}, t_f8_free{}, t_wg_mma{}, t_f8_mma{}, t_mma{}, t_full{}, t_topk{};
         if (wgmma_ok) {
+            // The consumers free-running (no ping-pong) first, so the default runs write the compared logits last.
+            const cuda::WgmmaIndexerOptions free_f16{.fp8_accumulate = false, .ping_pong = false, .mma_only = false};
+            const cuda::WgmmaIndexerOptions free_fp8{.fp8_accumulate = true, .ping_pong = false, .mma_only = false};
+            const cuda::WgmmaIndexerOptions mma_f16{.fp8_accumulate = false, .ping_pong = true, .mma_only = true};
+            const cuda::WgmmaIndexerOptions mma_fp8{.fp8_accumulate = true, .ping_pong = true, .mma_only = true};
+            t_wg_free = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, free_f16, s); }, 2, reps * 2);
+            t_f8_free = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, free_fp8, s); }, 2, reps * 2);
+            t_wg_mma = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, mma_f16, s); }, 2, reps * 2);
+            t_f8_mma = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, mma_fp8, s); }, 2, reps * 2);
             t_wg = ctx.time([&] { cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s); }, 2, reps * 2);
             t_f8 = ctx.time([&] { cuda::dsa_indexer_logits(lf8, cuda::IndexerVariant::kWgmmaFp8, s); }, 2, reps * 2);
         }
@@ -138,6 +149,11 @@ void run_dsa_bench(BenchContext& ctx) {
         };
         if (wgmma_ok) emit("wgmma", t_wg, flops, true);
         if (wgmma_ok) emit("wgmma_fp8_accumulate", t_f8, flops, true);
+        if (wgmma_ok) emit("wgmma_no_ping_pong", t_wg_free, flops, true);
+        if (wgmma_ok) emit("wgmma_fp8_accumulate_no_ping_pong", t_f8_free, flops, true);
+        // Diagnostics (logits not written): the operand pipeline and wgmmas alone, i.e. the epilogue's share.
+        if (wgmma_ok) emit("diag_wgmma_mma_only", t_wg_mma, flops, true);
+        if (wgmma_ok) emit("diag_wgmma_fp8_accumulate_mma_only", t_f8_mma, flops, true);
         emit("mma", t_mma, flops, true);
         if (!big) emit("mma_all_keys", t_full, flops_full, false);
         nlohmann::json rec = ctx.base_record("dsa_topk");

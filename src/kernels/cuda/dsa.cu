@@ -485,7 +485,9 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
         << op << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
                  "q / k bases and strides";
     if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
-        dsa_indexer_logits_wgmma(p, /*fp8_accumulate=*/variant == IndexerVariant::kWgmmaFp8, stream);
+        const WgmmaIndexerOptions options{.fp8_accumulate = variant == IndexerVariant::kWgmmaFp8, .ping_pong = true,
+                                          .mma_only = false};
+        dsa_indexer_logits_wgmma(p, options, stream);
         return;
     }
     IndexerArgs a{};

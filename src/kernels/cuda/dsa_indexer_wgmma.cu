@@ -13,7 +13,8 @@
 //   q_scale * scale, kept in 64 registers for the CTA's life), a 2-step quad reduce-scatter (shuffles xor 2, xor 1)
 //   leaves each lane kRows / 4 rows x its 2 keys, and it stores them times k_scale[key].
 // The two consumers alternate their wgmma issue with two named barriers (ping-pong), so one warpgroup's epilogue runs
-// under the other's tensor-core work instead of both idling the tensor cores at once.
+// under the other's tensor-core work instead of both idling the tensor cores at once (WgmmaIndexerOptions::ping_pong;
+// the bench measures both).
 // Causal skipping: with q_pos the CTA scores keys [0, max q_pos of its rows] only (tiles past it are never loaded
 // and their logits are not written: unspecified by the contract); CTAs run latest rows (most keys) first.
 //
@@ -71,6 +72,8 @@ struct WgArgs {
     int64_t lg0, w0, qs0, qs1, ks0, qp0, q0, q1, k0;  // q / k strides in bytes (the f16 kernel's loads)
     int n_rows, n_keys;
     float scale;
+    bool ping_pong;  // the consumers alternate wgmma issue (named barriers 1 and 2); false: they free-run
+    bool mma_only;   // diagnostic: no epilogue, nothing written
 };
 
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     const int bar_mine = 1 + c;  // ping-pong: "this warpgroup may issue"
     const int bar_other = 1 + (1 - c);
-    if (c == 1) tma::named_arrive(1, 256);  // warpgroup 0 issues first
+    if (a.ping_pong && c == 1) tma::named_arrive(1, 256);  // warpgroup 0 issues first
 
     for (int it = 0; it < n_tiles; ++it) {
         const int stage = it % kStagesF16;
@@ -302,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
         const float ks_lo = key_scale(a, key_lo);
         const float ks_hi = key_scale(a, key_lo + 8);
         tma::mbar_wait(bars + 8 * stage, use & 1u);
-        tma::named_sync(bar_mine, 256);
+        if (a.ping_pong) tma::named_sync(bar_mine, 256);
         const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
         wgmma::reg_fence(acc);
         wgmma::fence();
@@ -315,11 +318,11 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
         wgmma::commit();
         // Hand the tensor cores to the other warpgroup; warpgroup 1 skips its last hand-over so that every arrive
         // on a named barrier meets exactly one sync.
-        if (c == 0 || it + 1 < n_tiles) tma::named_arrive(bar_other, 256);
+        if (a.ping_pong && (c == 0 || it + 1 < n_tiles)) tma::named_arrive(bar_other, 256);
         wgmma::wait<0>();
         wgmma::reg_fence(acc);
         if (ctid == 0) tma::mbar_arrive(bars + 8 * (kStagesF16 + stage));  // stage consumed
-        score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
+        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
     }
 }
 
@@ -387,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_fp8_kern
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     const int bar_mine = 1 + c;
     const int bar_other = 1 + (1 - c);
-    if (c == 1) tma::named_arrive(1, 256);
+    if (a.ping_pong && c == 1) tma::named_arrive(1, 256);
     tma::mbar_wait(q_bar, 0);
     const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytes;
 
@@ -398,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_fp8_kern
         const float ks_lo = key_scale(a, key_lo);
         const float ks_hi = key_scale(a, key_lo + 8);
         tma::mbar_wait(bars + 8 * stage, use & 1u);
-        tma::named_sync(bar_mine, 256);
+        if (a.ping_pong) tma::named_sync(bar_mine, 256);
         const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
         wgmma::reg_fence(acc);
         wgmma::fence();
@@ -407,11 +410,11 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_fp8_kern
             wgmma::m64n256k32_e4m3(acc, make_desc(ka + 32 * ks), make_desc(qc + 32 * ks), ks != 0 ? 1 : 0);
         }
         wgmma::commit();
-        if (c == 0 || it + 1 < n_tiles) tma::named_arrive(bar_other, 256);
+        if (a.ping_pong && (c == 0 || it + 1 < n_tiles)) tma::named_arrive(bar_other, 256);
         wgmma::wait<0>();
         wgmma::reg_fence(acc);
         if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStages + stage));
-        score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
+        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
     }
 }
 
@@ -458,7 +461,8 @@ bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p) {
            p.k.size(0) < (int64_t{1} << 31) && fp8::device_major() == 9;
 }
 
-void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, bool fp8_accumulate, void* stream) {
+void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const WgmmaIndexerOptions& options,
+                              void* stream) {
     const int64_t n_rows = p.q.size(0), n_keys = p.k.size(0);
     if (n_rows == 0 || n_keys == 0) return;
     WgArgs a{};
@@ -479,10 +483,12 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, bool fp8
     a.n_rows = static_cast<int>(n_rows);
     a.n_keys = static_cast<int>(n_keys);
     a.scale = p.scale;
+    a.ping_pong = options.ping_pong;
+    a.mma_only = options.mma_only;
     const auto s = static_cast<cudaStream_t>(stream);
     const bool h32 = p.q.size(1) == 32;
     const int64_t grid = (n_rows + 2 * (kPairs / (h32 ? 32 : 64)) - 1) / (2 * (kPairs / (h32 ? 32 : 64)));
-    if (fp8_accumulate) {
+    if (options.fp8_accumulate) {
         h32 ? launch_fp8<32>(p, a, grid, s) : launch_fp8<64>(p, a, grid, s);
     } else {
         h32 ? launch_f16<32>(p, a, grid, s) : launch_f16<64>(p, a, grid, s);

@@ -10,9 +10,16 @@ namespace penstock::cuda {
 // Whether the wgmma kernels can run `p`: an sm_90 device; fp8 q / k; head_dim 128; n_heads 32 or 64; q and k bases
 // 16-byte aligned and their row / head strides multiples of 16 bytes (TMA / 16-byte loads); sizes below 2^31.
 bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
+// Tuning of the wgmma kernels (the bench measures the alternatives; cuda::dsa_indexer_logits uses the defaults).
+struct WgmmaIndexerOptions {
+    bool fp8_accumulate = false;  // e4m3 wgmma (IndexerVariant::kWgmmaFp8) instead of e4m3 widened to f16 (kWgmma)
+    bool ping_pong = true;        // the two consumer warpgroups alternate wgmma issue
+    bool mma_only = false;        // diagnostic for the bench: loads and wgmmas only, no epilogue, nothing written
+};
 // Runs `p` (validated by cuda::dsa_indexer_logits, and dsa_indexer_wgmma_supported(p)) on `stream`: e4m3 widened to
 // f16 (exact products, f32 accumulation), or with fp8_accumulate the e4m3 wgmma (full fp8 rate, Hopper's
 // reduced-precision accumulation inside the tensor core).
-void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, bool fp8_accumulate, void* stream);
+void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const WgmmaIndexerOptions& options,
+                              void* stream);
 
 }  // namespace penstock::cuda

@@ -27,6 +27,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_ops_dsa.h"
+#include "kernels/cuda/dsa_indexer_wgmma.h"
 #include "kernels/ops_dsa.h"
 #include "tests/kernels/cuda/conformance_log.h"
 #include "tests/kernels/cuda/op_test_util.h"
@@ -219,8 +220,9 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         hp.logits = ref_logits.hv;
         kernels::dsa_indexer_logits(hp, kernels::Context{});
         std::vector<float> want = read_f32(ref_logits.hv);
-        // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply.
-        for (int mode = 0; mode < 5; ++mode) {
+        // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply;
+        // 5 and 6: the wgmma kernels with free-running consumers (WgmmaIndexerOptions::ping_pong off).
+        for (int mode = 0; mode < 7; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -247,10 +249,15 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
             } else if (mode == 3) {
                 name += " [cuda-core]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
-            } else {
+            } else if (mode == 4) {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
                 name += " [wgmma-fp8-accumulate]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kWgmmaFp8, raw_stream());
+            } else {
+                if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
+                name += mode == 5 ? " [wgmma, no ping-pong]" : " [wgmma-fp8-accumulate, no ping-pong]";
+                cuda::dsa_indexer_logits_wgmma(gp, {.fp8_accumulate = mode == 6, .ping_pong = false, .mma_only = false},
+                                               raw_stream());
             }
             SCOPED_TRACE(name);
             Readback rb = read_pair(logits, stream(), /*check_padding=*/true);
@@ -266,8 +273,8 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                 }
             }
-            conf_close("dsa_indexer_logits", name, rb.values, ref, mode == 4 ? kFp8AccumIndexerLogits : kF32IndexerLogits,
-                       {c.n_rows, c.n_keys});
+            const Tolerance tol = mode == 4 || mode == 6 ? kFp8AccumIndexerLogits : kF32IndexerLogits;
+            conf_close("dsa_indexer_logits", name, rb.values, ref, tol, {c.n_rows, c.n_keys});
             EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
             EXPECT_EQ(rb.touched_padding, 0) << name << ": elements written outside the view";
             if (HasFatalFailure()) return;
