@@ -6,10 +6,10 @@
 // Variants: kWgmma (dsa_indexer_wgmma.cu: e4m3 widened to f16, exact; kAuto's choice), kWgmmaFp8 (e4m3 wgmma,
 // Hopper's reduced-precision accumulation; opt-in) and kMma (mma.sync), all with q_pos (causal tile skipping), and
 // kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. Alternatives of the wgmma kernels
-// (WgmmaIndexerOptions): consumers free-running instead of ping-pong, and a diagnostic without the epilogue. FLOPs = 2 * heads * head_dim * sum_r
-// (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense 1979 TFLOP/s and the 1324 TFLOP/s
-// torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and |wgmma_fp8 - mma| over the visible keys of 8
-// sampled rows (mma.sync matches the reference to f32 rounding).
+// (WgmmaIndexerOptions): consumers free-running instead of ping-pong, and a diagnostic without the epilogue.
+// FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
+// 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
+// |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -329,9 +329,9 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
 // ---------------------------------------------------------------------------------------------------------------
 // kWgmmaFp8 (Hopper's fp8 accumulation): e4m3 operands straight from TMA, wgmma.m64n256k32 e4m3 x e4m3 -> f32.
 template <int kHeads>
-__global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_q,
-                                                                                   const __grid_constant__ CUtensorMap tm_k,
-                                                                                   WgArgs a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    dsa_indexer_logits_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_q,
+                                        const __grid_constant__ CUtensorMap tm_k, WgArgs a) {
     constexpr int kRows = kPairs / kHeads;
     constexpr int kCtaRows = 2 * kRows;
     static_assert(kRows / 4 >= 1 && kPairs % kHeads == 0 && kHeads % 8 == 0, "kHeads 32 or 64");
