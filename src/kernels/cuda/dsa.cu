@@ -486,7 +486,8 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
                  "q / k bases and strides";
     if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
         const WgmmaIndexerOptions options{.fp8_accumulate = variant == IndexerVariant::kWgmmaFp8, .ping_pong = true,
-                                          .mma_only = false};
+                                          .mma_only = false,
+                                          .hand_over_after_wait = false};
         dsa_indexer_logits_wgmma(p, options, stream);
         return;
     }

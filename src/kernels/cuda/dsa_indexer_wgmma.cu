@@ -74,6 +74,7 @@ struct WgArgs {
     float scale;
     bool ping_pong;  // the consumers alternate wgmma issue (named barriers 1 and 2); false: they free-run
     bool mma_only;   // diagnostic: no epilogue, nothing written
+    bool hand_over_after_wait;  // ping-pong hand-over once this warpgroup's wgmmas retired (else right after issue)
 };
 
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
@@ -317,9 +318,12 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
         }
         wgmma::commit();
         // Hand the tensor cores to the other warpgroup; warpgroup 1 skips its last hand-over so that every arrive
-        // on a named barrier meets exactly one sync.
-        if (a.ping_pong && (c == 0 || it + 1 < n_tiles)) tma::named_arrive(bar_other, 256);
+        // on a named barrier meets exactly one sync. Right after issue (default), or once this warpgroup's wgmmas
+        // retired (hand_over_after_wait), so that the other's wgmmas cannot interleave with these.
+        const bool hand_over = a.ping_pong && (c == 0 || it + 1 < n_tiles);
+        if (hand_over && !a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::wait<0>();
+        if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::reg_fence(acc);
         if (ctid == 0) tma::mbar_arrive(bars + 8 * (kStagesF16 + stage));  // stage consumed
         if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
@@ -410,8 +414,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::m64n256k32_e4m3(acc, make_desc(ka + 32 * ks), make_desc(qc + 32 * ks), ks != 0 ? 1 : 0);
         }
         wgmma::commit();
-        if (a.ping_pong && (c == 0 || it + 1 < n_tiles)) tma::named_arrive(bar_other, 256);
+        const bool hand_over = a.ping_pong && (c == 0 || it + 1 < n_tiles);
+        if (hand_over && !a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::wait<0>();
+        if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::reg_fence(acc);
         if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStages + stage));
         if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
@@ -485,6 +491,7 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const Wg
     a.scale = p.scale;
     a.ping_pong = options.ping_pong;
     a.mma_only = options.mma_only;
+    a.hand_over_after_wait = options.hand_over_after_wait;
     const auto s = static_cast<cudaStream_t>(stream);
     const bool h32 = p.q.size(1) == 32;
     const int64_t grid = (n_rows + 2 * (kPairs / (h32 ? 32 : 64)) - 1) / (2 * (kPairs / (h32 ? 32 : 64)));

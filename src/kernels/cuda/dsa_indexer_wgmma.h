@@ -15,6 +15,9 @@ struct WgmmaIndexerOptions {
     bool fp8_accumulate = false;  // e4m3 wgmma (IndexerVariant::kWgmmaFp8) instead of e4m3 widened to f16 (kWgmma)
     bool ping_pong = true;        // the two consumer warpgroups alternate wgmma issue
     bool mma_only = false;        // diagnostic for the bench: loads and wgmmas only, no epilogue, nothing written
+    // Ping-pong hand-over once this warpgroup's wgmmas retired instead of right after issue (not yet measured:
+    // docs/perf/2026-12-01-dsa-indexer.md, "Where the rest goes").
+    bool hand_over_after_wait = false;
 };
 // Runs `p` (validated by cuda::dsa_indexer_logits, and dsa_indexer_wgmma_supported(p)) on `stream`: e4m3 widened to
 // f16 (exact products, f32 accumulation), or with fp8_accumulate the e4m3 wgmma (full fp8 rate, Hopper's

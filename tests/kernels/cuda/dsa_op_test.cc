@@ -221,8 +221,9 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         kernels::dsa_indexer_logits(hp, kernels::Context{});
         std::vector<float> want = read_f32(ref_logits.hv);
         // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply;
-        // 5 and 6: the wgmma kernels with free-running consumers (WgmmaIndexerOptions::ping_pong off).
-        for (int mode = 0; mode < 7; ++mode) {
+        // 5 and 6: the wgmma kernels with free-running consumers (WgmmaIndexerOptions::ping_pong off); 7 and 8: with
+        // the ping-pong hand-over after the wgmmas retired (hand_over_after_wait).
+        for (int mode = 0; mode < 9; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -255,9 +256,15 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kWgmmaFp8, raw_stream());
             } else {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
-                name += mode == 5 ? " [wgmma, no ping-pong]" : " [wgmma-fp8-accumulate, no ping-pong]";
-                cuda::dsa_indexer_logits_wgmma(gp, {.fp8_accumulate = mode == 6, .ping_pong = false, .mma_only = false},
-                                               raw_stream());
+                const bool fp8_acc = mode == 6 || mode == 8;
+                const bool after_wait = mode >= 7;
+                name += fp8_acc ? " [wgmma-fp8-accumulate" : " [wgmma";
+                name += after_wait ? ", hand-over after wait]" : ", no ping-pong]";
+                cuda::dsa_indexer_logits_wgmma(
+                    gp,
+                    {.fp8_accumulate = fp8_acc, .ping_pong = after_wait, .mma_only = false,
+                     .hand_over_after_wait = after_wait},
+                    raw_stream());
             }
             SCOPED_TRACE(name);
             Readback rb = read_pair(logits, stream(), /*check_padding=*/true);
@@ -273,7 +280,7 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                 }
             }
-            const Tolerance tol = mode == 4 || mode == 6 ? kFp8AccumIndexerLogits : kF32IndexerLogits;
+            const Tolerance tol = mode == 4 || mode == 6 || mode == 8 ? kFp8AccumIndexerLogits : kF32IndexerLogits;
             conf_close("dsa_indexer_logits", name, rb.values, ref, tol, {c.n_rows, c.n_keys});
             EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
             EXPECT_EQ(rb.touched_padding, 0) << name << ": elements written outside the view";
