@@ -1,6 +1,6 @@
 // MoE grouped GEMM (bf16, fp32 accumulation) at the real expert shapes: the device kernel (kernels/cuda/grouped_gemm.h,
 // offsets read on the device) against the cuBLASLt path (host copy of the offsets + one GEMM per non-empty group) in
-// the same run. DeepSeek-V3 (256 experts, top-8: gate_up 7168 -> 4096, down 2048 -> 7168) and Kimi K3 (896 experts,
+// the same run (every device kernel: kTmaCluster, kTma, kCpAsync). DeepSeek-V3 (256 experts, top-8: gate_up 7168 -> 4096, down 2048 -> 7168) and Kimi K3 (896 experts,
 // top-16: gate_up 3584 -> 6144, down 3072 -> 3584) at T = 4096 and 16384 tokens; routing: each token picks top-k
 // distinct experts with probabilities from log-normal popularity weights (sigma 0.5), so rows per expert ~ T top-k / E
 // with realistic variance. Reports TFLOP/s of each, the ratio, and the max |device - cuBLASLt| over 64 sampled rows.
@@ -43,6 +43,15 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
     const Model kModels[] = {{"deepseek_v3", 256, 8, 7168, 2048}, {"kimi_k3", 896, 16, 3584, 3072}};
     const int64_t kTokens[] = {4096, 16384};
     const char* off_dir = std::getenv("PENSTOCK_GROUPED_OFFSETS_DIR");
+    // PENSTOCK_BENCH_GG_KERNELS=name[,name]: only those device kernels (default: all three).
+    const char* only = std::getenv("PENSTOCK_BENCH_GG_KERNELS");
+    struct Kernel {
+        const char* name;
+        cuda::GroupedGemmVariant v;
+    };
+    const Kernel kKernels[] = {{"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster},
+                               {"tma", cuda::GroupedGemmVariant::kTma},
+                               {"cp_async", cuda::GroupedGemmVariant::kCpAsync}};
     std::mt19937 rng(/*seed=*/7);
     uint64_t seed = 100;
     for (const Model& m : kModels) {
@@ -80,26 +89,35 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                 const Timing tl = ctx.time(
                     [&] { cuda::grouped_gemm_variant(pl, cuda::GroupedGemmVariant::kCublasLt, ctx.stream().handle()); },
                     2, 8);
-                Timing td{};
-                double max_diff = -1.0, max_ref = 0.0;
+                struct Run {
+                    const char* name;
+                    cuda::GroupedGemmVariant v;
+                    Timing t{};
+                    double max_diff = -1.0, max_ref = 0.0;
+                };
+                std::vector<Run> runs;
                 if (dev_ok) {
-                    td = ctx.time(
-                        [&] {
-                            cuda::grouped_gemm_variant(pd, cuda::GroupedGemmVariant::kDevice, ctx.stream().handle());
-                        },
-                        2, 8);
+                    for (const Kernel& kn : kKernels) {
+                        if (only != nullptr && std::string(only).find(kn.name) == std::string::npos) continue;
+                        runs.push_back({kn.name, kn.v});
+                    }
+                }
+                for (Run& r : runs) {
+                    r.t = ctx.time([&] { cuda::grouped_gemm_variant(pd, r.v, ctx.stream().handle()); }, 2, 8);
                     ctx.stream().synchronize();
-                    max_diff = 0.0;
+                    r.max_diff = 0.0;
                     for (int i = 0; i < 64; ++i) {
-                        const int64_t r = (rows - 1) * i / 63;
-                        const std::vector<float> x = read_row(out_dev, r, ctx.stream()),
-                                                 y = read_row(out_lt, r, ctx.stream());
+                        const int64_t row = (rows - 1) * i / 63;
+                        const std::vector<float> x = read_row(out_dev, row, ctx.stream()),
+                                                 y = read_row(out_lt, row, ctx.stream());
                         for (size_t j = 0; j < x.size(); ++j) {
-                            max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[j] - y[j])));
-                            max_ref = std::max(max_ref, static_cast<double>(std::fabs(y[j])));
-                            if (std::isnan(x[j])) max_diff = INFINITY;
+                            r.max_diff = std::max(r.max_diff, static_cast<double>(std::fabs(x[j] - y[j])));
+                            r.max_ref = std::max(r.max_ref, static_cast<double>(std::fabs(y[j])));
+                            if (std::isnan(x[j])) r.max_diff = INFINITY;
                         }
                     }
+                    // The next kernel must write every element itself.
+                    cuda::fill_bytes_async(out_dev.view(), 0xff, ctx.stream());
                 }
                 const double flops =
                     2.0 * static_cast<double>(rows) * static_cast<double>(pr.n) * static_cast<double>(pr.k);
@@ -109,11 +127,10 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                     min_rows = std::min(min_rows, off[e + 1] - off[e]);
                     max_rows = std::max(max_rows, off[e + 1] - off[e]);
                 }
-                for (int v = 0; v < 2; ++v) {
-                    if (v == 1 && !dev_ok) continue;
-                    const Timing& t = v == 0 ? tl : td;
+                for (size_t v = 0; v <= runs.size(); ++v) {
+                    const Timing& t = v == 0 ? tl : runs[v - 1].t;
                     nlohmann::json record = ctx.base_record("grouped_gemm");
-                    record["variant"] = v == 0 ? "cublaslt" : "device";
+                    record["variant"] = v == 0 ? "cublaslt" : runs[v - 1].name;
                     record["model"] = m.name;
                     record["proj"] = pr.name;
                     record["tokens"] = T;
@@ -124,10 +141,10 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                     record["n"] = pr.n;
                     record["k"] = pr.k;
                     record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
-                    if (v == 1) {
-                        record["speedup_vs_cublaslt"] = tl.median_us / td.median_us;
-                        record["max_abs_diff_vs_cublaslt_64rows"] = max_diff;
-                        record["max_abs_ref_64rows"] = max_ref;
+                    if (v > 0) {
+                        record["speedup_vs_cublaslt"] = tl.median_us / t.median_us;
+                        record["max_abs_diff_vs_cublaslt_64rows"] = runs[v - 1].max_diff;
+                        record["max_abs_ref_64rows"] = runs[v - 1].max_ref;
                     }
                     ctx.report(record, t, bytes);
                 }

@@ -11,8 +11,6 @@
 // scales loaded before the wait), so one warpgroup's promotion overlaps the other's tensor-core work and the loads run
 // up to 6 k-steps ahead, across tiles. TMA's out-of-bounds zero fill covers rows past n_rows, k past the end and
 // rows past n (b is a 3-d [G, n, k] map); rows of the next group that land in a tile are computed and not stored.
-#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,6 +19,7 @@
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace penstock::cuda {
@@ -39,41 +38,12 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (n_groups + 1); }
 static_assert(kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` completed (a fresh barrier counts its phase "before 0", parity 1, done).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (done == 0);
-}
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-            "r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                            uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-        "[%5];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-        : "memory");
-}
+using tma::mbar_arrive;
+using tma::mbar_expect_tx;
+using tma::mbar_init;
+using tma::mbar_wait;
+using tma::load_2d;
+using tma::load_3d;
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
 template <class OutT>
@@ -95,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_init(bars + 8 * i, 1);              // full: the producer's expect_tx
             mbar_init(bars + 8 * (kStages + i), 2);  // empty: one arrive per consumer warpgroup
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        tma::fence_mbar_init();
     }
     // Ends with a barrier, which also publishes the barrier inits.
     const int total = build_tile_prefix(p, prefix, offs, scan);
@@ -119,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t full = bars + 8 * stage;
                     mbar_expect_tx(full, kStageBytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
-                    tma_load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
-                    tma_load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
+                    load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
                 }
             }
         }
@@ -170,30 +140,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        PENSTOCK_CUDA_CHECK(
-            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-        PENSTOCK_CHECK(f != nullptr && q == cudaDriverEntryPointSuccess) << "cuTensorMapEncodeTiled not found";
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-    }();
-    return fn;
-}
-
 // A rank-`rank` uint8 tensor map over `base`: dims (innermost first), byte strides of dims 1.., box 128 x 128 (x 1).
 CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides) {
-    CUtensorMap map{};
     const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBK), 128u, 1u};
-    const cuuint32_t elem_strides[3] = {1u, 1u, 1u};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank),
-                                            const_cast<void*>(base), dims, strides, box, elem_strides,
-                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    PENSTOCK_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << "), rank " << rank
-                                      << " dims " << dims[0] << " x " << dims[1];
-    return map;
+    return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides, box);
 }
 
 }  // namespace

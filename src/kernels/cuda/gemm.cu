@@ -253,12 +253,12 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
                    p.offsets.is_contiguous())
         << op << ": offsets [n_groups + 1] i32";
     if (n_groups == 0 || n == 0) return;
-    // The device kernel (grouped_gemm.cu): offsets read on the device, no host sync. kAuto takes it when it is
-    // supported and either the stream is being captured (the cuBLASLt path cannot be) or the groups are small
-    // (n_rows / n_groups <= kDeviceMaxAvgRows: there it beat cuBLASLt and torch._grouped_mm on the H200, while
-    // cuBLASLt's per-group GEMMs were faster on groups of ~300+ rows; docs/perf/2026-11-30-grouped-gemm.md).
-    // PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto.
-    constexpr int64_t kDeviceMaxAvgRows = 192;
+    // The device kernels (grouped_gemm_tma.cu, grouped_gemm.cu) read the offsets on the device: no host sync. kAuto
+    // takes the default one (kDevice: TMA, 2-CTA clusters) wherever it is supported: on the H200 it beat the
+    // cuBLASLt path and torch._grouped_mm at every DeepSeek-V3 / Kimi K3 expert shape at T = 4096 and 16384
+    // (docs/perf/2026-12-01-grouped-gemm-ws.md). The cuBLASLt path stays for the calls the kernels do not take
+    // (f32 operands, k % 8 != 0, ...); it copies the offsets to the host, so under stream capture such a call fails
+    // with the reason. PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: always device).
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
@@ -266,22 +266,23 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         if (std::strcmp(e, "device") == 0) return 2;
         return 0;
     }();
-    if (variant == GroupedGemmVariant::kDevice) {
-        PENSTOCK_CHECK(grouped_gemm_device_supported(p)) << op << ": the device kernel does not support this call";
-        grouped_gemm_device(p, stream);
+    if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
+        const char* why = grouped_gemm_device_unsupported(p);
+        PENSTOCK_CHECK(why == nullptr) << op << ": the device kernel cannot take this call: " << why;
+        grouped_gemm_device(p, variant, stream);
         return;
     }
-    if (variant == GroupedGemmVariant::kAuto && env_mode != 1 && grouped_gemm_device_supported(p)) {
-        bool use_device = env_mode == 2 || n_rows <= kDeviceMaxAvgRows * n_groups;
-        if (!use_device) {
-            cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-            PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
-            use_device = capture != cudaStreamCaptureStatusNone;
-        }
-        if (use_device) {
-            grouped_gemm_device(p, stream);
+    if (variant == GroupedGemmVariant::kAuto) {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+        const bool capturing = capture != cudaStreamCaptureStatusNone;
+        const char* why = grouped_gemm_device_unsupported(p);
+        if (why == nullptr && (env_mode != 1 || capturing)) {
+            grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;
         }
+        PENSTOCK_CHECK(!capturing) << op << ": the stream is being captured, and the device kernel cannot take this call ("
+                                   << why << "); the cuBLASLt path copies the offsets to the host";
     }
     const auto s = static_cast<cudaStream_t>(stream);
     // The cuBLASLt path: this host copy + sync is not graph capturable.

@@ -215,26 +215,8 @@ const DeviceInfo& device_info() {
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
-}  // namespace
-
-bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p) {
-    if (p.a.dtype != DType::kBF16 || p.b.dtype != DType::kBF16) return false;
-    if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF32) return false;
-    if (p.b.ndim != 3 || p.a.ndim != 2 || p.out.ndim != 2) return false;
-    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
-    if (n_groups < 1 || n_groups > kMaxGroups) return false;
-    if (k <= 0 || k % 8 != 0 || n <= 0 || n % 8 != 0) return false;
-    if (n_rows >= (int64_t{1} << 30) || n >= (int64_t{1} << 30) || k >= (int64_t{1} << 30)) return false;
-    // Tile count bound (int): (rows / 128 + groups) * n-tiles.
-    if ((n_rows / kBM + n_groups + 1) * ((n + kBN - 1) / kBN) >= (int64_t{1} << 30)) return false;
-    if (!aligned(p.a.data, 16) || !aligned(p.b.data, 16)) return false;
-    if (n_rows > 1 && (p.a.stride(0) % 8 != 0 || p.out.stride(0) % 2 != 0)) return false;
-    if (p.a.stride(1) != 1 || p.out.stride(1) != 1) return false;
-    if (!aligned(p.out.data, p.out.dtype == DType::kF32 ? 8 : 4)) return false;
-    return device_info().major == 9;
-}
-
-void grouped_gemm_device(const kernels::GroupedGemmParams& p, void* stream) {
+// The cp.async kernel (kCpAsync).
+void grouped_gemm_cp_async(const kernels::GroupedGemmParams& p, void* stream) {
     const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
     if (n_rows == 0) return;
     GgArgs args{};
@@ -264,6 +246,47 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, void* stream) {
         grouped_gemm_kernel<bf16><<<grid, kThreads, smem, s>>>(args);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+const char* grouped_gemm_device_unsupported(const kernels::GroupedGemmParams& p) {
+    if (p.a.dtype != DType::kBF16 || p.b.dtype != DType::kBF16) return "a and b must be bf16";
+    if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF32) return "out must be bf16 or f32";
+    if (p.b.ndim != 3 || p.a.ndim != 2 || p.out.ndim != 2) return "a [rows, k], b [groups, n, k], out [rows, n]";
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    if (n_groups < 1 || n_groups > kMaxGroups) return "n_groups must be in [1, 4096]";
+    if (k <= 0 || k % 8 != 0) return "k must be a positive multiple of 8 (16-byte rows)";
+    if (n <= 0 || n % 8 != 0) return "n must be a positive multiple of 8";
+    if (n_rows >= (int64_t{1} << 30) || n >= (int64_t{1} << 30) || k >= (int64_t{1} << 30)) return "dims >= 2^30";
+    // Tile count bound (int): (rows / 128 + groups) * n-tiles.
+    if ((n_rows / kBM + n_groups + 1) * ((n + kBN - 1) / kBN) >= (int64_t{1} << 30)) return "too many tiles";
+    if (!aligned(p.a.data, 16) || !aligned(p.b.data, 16)) return "a and b must be 16-byte aligned";
+    if (n_rows > 1 && p.a.stride(0) % 8 != 0) return "a's row stride must be a multiple of 8";
+    if (n_rows > 1 && p.out.stride(0) % 2 != 0) return "out's row stride must be even";
+    if (p.a.stride(1) != 1 || p.out.stride(1) != 1) return "a and out rows must be contiguous";
+    if (!aligned(p.out.data, p.out.dtype == DType::kF32 ? 8 : 4)) return "out must be 8-byte (f32) / 4-byte aligned";
+    if (device_info().major != 9) return "needs an sm_90 device (wgmma, TMA)";
+    return nullptr;
+}
+
+void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream) {
+    switch (kernel) {
+        case GroupedGemmVariant::kDevice:
+        case GroupedGemmVariant::kTmaCluster:
+            grouped_gemm_tma(p, /*cluster=*/2, device_info().sms, stream);
+            return;
+        case GroupedGemmVariant::kTma:
+            grouped_gemm_tma(p, /*cluster=*/1, device_info().sms, stream);
+            return;
+        case GroupedGemmVariant::kCpAsync:
+            grouped_gemm_cp_async(p, stream);
+            return;
+        case GroupedGemmVariant::kAuto:
+        case GroupedGemmVariant::kCublasLt:
+            break;
+    }
+    PENSTOCK_CHECK(false) << "grouped_gemm_device: not a device kernel";
 }
 
 }  // namespace penstock::cuda

@@ -1,8 +1,8 @@
 // The device-side grouped GEMM (issue #7): out[rows of group g] = a[rows of group g] @ b[g]^T with the group offsets
 // read on the device (no host copy, no stream sync: CUDA-graph capturable). cuda::grouped_gemm (kAuto) takes it when
-// grouped_gemm_device_supported() holds and either n_rows / n_groups <= 192 (small groups, where it beat cuBLASLt and
-// torch._grouped_mm on the H200) or the stream is being captured; else the cuBLASLt path (host copy of the offsets +
-// one cublasLtMatmul per non-empty group). Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto.
+// grouped_gemm_device_supported() holds (the stream being captured included); else the cuBLASLt path (host copy of
+// the offsets + one cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a
+// capturing stream fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto.
 #pragma once
 
 #include "kernels/ops.h"
@@ -10,17 +10,28 @@
 namespace penstock::cuda {
 
 enum class GroupedGemmVariant {
-    kAuto,      // the device kernel where supported, else cuBLASLt (PENSTOCK_GROUPED_GEMM=cublaslt: always cuBLASLt)
-    kCublasLt,  // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,    // the device kernel; checks grouped_gemm_device_supported()
+    kAuto,         // the device kernel (kDevice) where supported, else cuBLASLt (PENSTOCK_GROUPED_GEMM overrides)
+    kCublasLt,     // host copy of the offsets + one cuBLASLt GEMM per non-empty group
+    kDevice,       // the default device kernel (kTmaCluster); checks grouped_gemm_device_supported()
+    kTma,          // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM
+    kTmaCluster,   // the same in 2-CTA clusters that multicast the shared weight tile
+    kCpAsync,      // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
-// bf16 a / b, out bf16 or f32, k > 0 and k % 8 == 0, n % 8 == 0, 16-byte aligned rows of a, n_groups <= 4096,
-// an sm_90 device (wgmma).
-bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p);
+// Why the device kernels cannot take this call, or nullptr when they can. They need: bf16 a / b, out bf16 or f32,
+// k > 0 and k % 8 == 0 (16-byte rows for TMA / cp.async), n % 8 == 0, 16-byte aligned a / b, a's row stride a
+// multiple of 8, 1 <= n_groups <= 4096, an sm_90 device (wgmma).
+const char* grouped_gemm_device_unsupported(const kernels::GroupedGemmParams& p);
+inline bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p) {
+    return grouped_gemm_device_unsupported(p) == nullptr;
+}
 
-// Validated by the caller (cuda::grouped_gemm's checks) and supported.
-void grouped_gemm_device(const kernels::GroupedGemmParams& p, void* stream);
+// Runs device kernel `kernel` (kDevice, kTma, kTmaCluster or kCpAsync). Validated by the caller (cuda::grouped_gemm's
+// checks) and supported.
+void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream);
+
+// The TMA kernel (grouped_gemm_tma.cu): cluster 1 or 2 CTAs; sms = the device's multiprocessor count.
+void grouped_gemm_tma(const kernels::GroupedGemmParams& p, int cluster, int sms, void* stream);
 
 // cuda::grouped_gemm with an explicit variant (benches, tests).
 void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVariant variant, void* stream);

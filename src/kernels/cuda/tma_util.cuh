@@ -1,7 +1,8 @@
-// sm_90 TMA and mbarrier helpers for warp-specialised kernels (dsa_indexer_wgmma.cu; fp8_gemm_tma.cu keeps its own
-// copies for now): mbarrier init / expect_tx / arrive / parity wait, 2-d and 3-d bulk tensor loads that complete on
-// an mbarrier, named-barrier sync / arrive, and the host-side encoder of a uint8 tensor map with 128-byte swizzle.
-// Include from .cu files.
+// TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
+// (fp8_gemm_tma.cu, grouped_gemm_tma.cu): mbarrier init / expect_tx / arrive (local or on a cluster peer) / parity
+// wait, 2-d and 3-d tensor loads completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a
+// cluster), the cluster rank and barrier, and the host-side encoder of a tiled tensor map. sm_90. Include from .cu
+// files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -10,23 +11,32 @@
 
 #include <cstdint>
 
-#include "core/check.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace penstock::cuda::tma {
 
+// ---------------------------------------------------------------------------------------------- device: mbarriers
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-// Makes the inits visible to the async proxy (TMA); follow with a CTA barrier.
-__device__ __forceinline__ void mbar_init_fence() {
+// Makes the inits visible to the async proxy and to the other CTAs of the cluster.
+__device__ __forceinline__ void fence_mbar_init() {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+// One arrival plus `bytes` expected transaction bytes (the TMA loads of the phase complete them).
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on the barrier at the same shared-memory offset in cluster CTA `cta` (this CTA included).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
 }
 // Waits until the phase of parity `parity` completed (a fresh barrier counts its phase "before 0", parity 1, done).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -39,7 +49,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
             : "memory");
     } while (done == 0);
 }
-// Box at coordinates (c0 innermost, c1) of `map` into shared memory at `dst`; completes `bytes` on `bar`.
+
+// ---------------------------------------------------------------------------------------------- device: TMA loads
+// Box at coordinates (c0 innermost, c1[, c2]) of `map` into shared memory at dst; completes `bytes` of bar's phase
+// (the whole box, out-of-bounds elements zero-filled).
 __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
@@ -54,20 +67,31 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
-// Named barrier `id` (1..15; 0 is __syncthreads) over `n` threads: sync waits, arrive does not.
-__device__ __forceinline__ void named_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+// The same box written to dst of every CTA in cta_mask (bit i: cluster rank i), each completing its own barrier at
+// offset bar.
+__device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                                  uint32_t bar, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+        "%3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+        : "memory");
 }
 
-// A rank-`rank` (2 or 3) uint8 tensor map over `base` with 128-byte swizzle and zero fill out of bounds: dims and
-// box innermost first, byte strides of dims 1... The caller guarantees TMA's conditions (16-byte aligned base and
-// strides, box dims <= 256, inner box 128 bytes).
-inline CUtensorMap encode_u8_sw128(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                                   const cuuint32_t* box) {
-    static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+// ---------------------------------------------------------------------------------------------- device: clusters
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r = 0;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA of the cluster arrives and waits (release / acquire: orders shared-memory accesses).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------------------------- host
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void* f = nullptr;
         cudaDriverEntryPointQueryResult q{};
         PENSTOCK_CUDA_CHECK(
@@ -75,12 +99,20 @@ inline CUtensorMap encode_u8_sw128(const void* base, int rank, const cuuint64_t*
         PENSTOCK_CHECK(f != nullptr && q == cudaDriverEntryPointSuccess) << "cuTensorMapEncodeTiled not found";
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
     }();
+    return fn;
+}
+
+// A rank-`rank` (2 or 3) tiled tensor map over `base` with 128-byte swizzle (the layout the wgmma descriptors read),
+// out-of-bounds elements zero-filled: dims innermost first, byte strides of dims 1.., box sizes in elements (box[0] *
+// element bytes <= 128).
+inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int rank, const cuuint64_t* dims,
+                                const cuuint64_t* strides, const cuuint32_t* box) {
     CUtensorMap map{};
     const cuuint32_t elem_strides[3] = {1u, 1u, 1u};
-    const CUresult r = encoder(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank),
-                               const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = tensor_map_encoder()(&map, dtype, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims,
+                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     PENSTOCK_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << "), rank " << rank
                                       << " dims " << dims[0] << " x " << dims[1];
     return map;

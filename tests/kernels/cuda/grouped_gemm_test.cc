@@ -1,9 +1,11 @@
-// The device-side bf16 grouped GEMM (kernels/cuda/grouped_gemm.h, issue #7) against the CPU reference
-// (ref::grouped_gemm) with the gemm tests' bf16 tolerances: empty groups, 1-row groups, rows not a multiple of the
-// 128-row tile, n not a multiple of the 256-column tile, k not a multiple of 64, n_groups 1 / 7 / 256 / 896, the
+// The device-side bf16 grouped GEMM kernels (kernels/cuda/grouped_gemm.h, issue #7: kTma, kTmaCluster, kCpAsync)
+// against the CPU reference (ref::grouped_gemm) with the gemm tests' bf16 tolerances: empty groups, 1-row groups,
+// rows not a multiple of the 128-row tile, n not a multiple of the 256-column tile (and n <= 128: one weight half),
+// k not a multiple of 64, tile counts odd and even (the cluster kernel's dummy tile), n_groups 1 / 7 / 256 / 896, the
 // MoE shapes' n / k (DeepSeek-V3 7168 -> 4096, 2048 -> 7168; Kimi K3 3584 -> 6144, 3072 -> 3584) with few groups,
-// bf16 and f32 out; rows past offsets[n_groups] keep the poison; the call is captured in a CUDA graph (no host sync).
-// Each case prints its max abs / rel error. Skips without a GPU (CudaTest) or without an sm_90 device.
+// bf16 and f32 out; rows past offsets[n_groups] keep the poison; the default dispatch captured in a CUDA graph (no
+// host sync). Calls the kernels do not take (k % 8 != 0, n % 8 != 0) report why and run on the cuBLASLt path under
+// kAuto. Each case prints its max abs / rel error per kernel. Skips without a GPU (CudaTest) or an sm_90 device.
 #include "kernels/cuda/grouped_gemm.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -32,42 +35,34 @@ struct Case {
     bool graph = false;
 };
 
-void run_case(GroupedGemmDeviceTest& t, const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc,
-              const cuda::Stream& stream, void* raw) {
-    SCOPED_TRACE(::testing::Message() << c.name << ": rows=" << c.n_rows << " n=" << c.n << " k=" << c.k
-                                      << " groups=" << c.sizes.size() << " out=" << dtype_name(c.out_dt));
-    (void)t;
-    std::mt19937 rng(seed);
-    const auto n_groups = static_cast<int64_t>(c.sizes.size());
-    std::vector<int32_t> off(1, 0);
-    for (int32_t s : c.sizes) off.push_back(off.back() + s);
-    ASSERT_LE(off.back(), c.n_rows);
-    const Pair a = random_pair(rng, {c.n_rows, c.k}, DType::kBF16, false, alloc, stream);
-    const Pair b = random_pair(rng, {n_groups, c.n, c.k}, DType::kBF16, false, alloc, stream);
-    Pair out = poisoned_pair({c.n_rows, c.n}, c.out_dt, false, alloc, stream);
-    const Tensor off_dev = dev_i32(off, alloc, stream);
-    const Tensor off_host = i32_tensor(off);
-    const kernels::GroupedGemmParams p{.out = out.dv, .a = a.dv, .b = b.dv, .offsets = off_dev};
-    ASSERT_TRUE(cuda::grouped_gemm_device_supported(p));
-    if (c.graph) {
-        const auto s = static_cast<cudaStream_t>(raw);
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        cuda::grouped_gemm(p, raw);  // the default dispatch: must not sync while capturing
-        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-        (void)cudaGraphExecDestroy(exec);
-        (void)cudaGraphDestroy(graph);
-    } else {
-        cuda::grouped_gemm_variant(p, cuda::GroupedGemmVariant::kDevice, raw);
+constexpr cuda::GroupedGemmVariant kKernels[] = {cuda::GroupedGemmVariant::kTma,
+                                                 cuda::GroupedGemmVariant::kTmaCluster,
+                                                 cuda::GroupedGemmVariant::kCpAsync};
+
+const char* kernel_name(cuda::GroupedGemmVariant v) {
+    switch (v) {
+        case cuda::GroupedGemmVariant::kAuto:
+            return "auto";
+        case cuda::GroupedGemmVariant::kCublasLt:
+            return "cublaslt";
+        case cuda::GroupedGemmVariant::kDevice:
+            return "device";
+        case cuda::GroupedGemmVariant::kTma:
+            return "tma";
+        case cuda::GroupedGemmVariant::kTmaCluster:
+            return "tma_cluster";
+        case cuda::GroupedGemmVariant::kCpAsync:
+            return "cp_async";
     }
-    ref::grouped_gemm({.out = out.hv, .a = a.hv, .b = b.hv, .offsets = off_host}, nullptr);
+    return "?";
+}
+
+// Compares the used rows of `out` with the reference in out.hv and checks that rows past `used` kept the poison.
+void check_out(const Case& c, const char* kernel, const Pair& out, int64_t used, int64_t n_groups,
+               const cuda::Stream& stream) {
+    SCOPED_TRACE(kernel);
     const Readback all = read_pair(out, stream, false);
     const std::vector<float> expect = read_f32(out.hv);
-    const int64_t used = off.back();
     double max_abs = 0.0, max_rel = 0.0, max_ref = 0.0;
     for (int64_t i = 0; i < used * c.n; ++i) {
         const double e = expect[static_cast<size_t>(i)];
@@ -77,9 +72,9 @@ void run_case(GroupedGemmDeviceTest& t, const Case& c, uint32_t seed, cuda::Cuda
         max_ref = std::max(max_ref, std::fabs(e));
     }
     std::printf(
-        "[grouped_gemm device] %-28s rows %6lld used %6lld n %5lld k %5lld groups %4lld out %s: "
+        "[grouped_gemm %-11s] %-28s rows %6lld used %6lld n %5lld k %5lld groups %4lld out %s: "
         "max|err| %.3g, max rel %.3g (max|ref| %.3g)\n",
-        c.name, static_cast<long long>(c.n_rows), static_cast<long long>(used), static_cast<long long>(c.n),
+        kernel, c.name, static_cast<long long>(c.n_rows), static_cast<long long>(used), static_cast<long long>(c.n),
         static_cast<long long>(c.k), static_cast<long long>(n_groups), c.out_dt == DType::kF32 ? "f32" : "bf16",
         max_abs, max_rel, max_ref);
     if (used > 0) {
@@ -93,6 +88,46 @@ void run_case(GroupedGemmDeviceTest& t, const Case& c, uint32_t seed, cuda::Cuda
     for (int64_t i = used * c.n; i < c.n_rows * c.n; ++i)
         written_tail += !std::isnan(all.values[static_cast<size_t>(i)]);
     EXPECT_EQ(written_tail, 0) << "rows past offsets[n_groups] were written";
+}
+
+// One reference run, then every device kernel (graph cases: the default dispatch under capture) on the same inputs,
+// the output poisoned before each.
+void run_case(const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream, void* raw) {
+    SCOPED_TRACE(::testing::Message() << c.name << ": rows=" << c.n_rows << " n=" << c.n << " k=" << c.k
+                                      << " groups=" << c.sizes.size() << " out=" << dtype_name(c.out_dt));
+    std::mt19937 rng(seed);
+    const auto n_groups = static_cast<int64_t>(c.sizes.size());
+    std::vector<int32_t> off(1, 0);
+    for (int32_t s : c.sizes) off.push_back(off.back() + s);
+    ASSERT_LE(off.back(), c.n_rows);
+    const Pair a = random_pair(rng, {c.n_rows, c.k}, DType::kBF16, false, alloc, stream);
+    const Pair b = random_pair(rng, {n_groups, c.n, c.k}, DType::kBF16, false, alloc, stream);
+    Pair out = poisoned_pair({c.n_rows, c.n}, c.out_dt, false, alloc, stream);
+    const Tensor off_dev = dev_i32(off, alloc, stream);
+    const Tensor off_host = i32_tensor(off);
+    const kernels::GroupedGemmParams p{.out = out.dv, .a = a.dv, .b = b.dv, .offsets = off_dev};
+    ASSERT_EQ(cuda::grouped_gemm_device_unsupported(p), nullptr);
+    ref::grouped_gemm({.out = out.hv, .a = a.hv, .b = b.hv, .offsets = off_host}, nullptr);
+    if (c.graph) {
+        const auto s = static_cast<cudaStream_t>(raw);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        cuda::grouped_gemm(p, raw);  // the default dispatch: must not sync while capturing
+        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        (void)cudaGraphExecDestroy(exec);
+        (void)cudaGraphDestroy(graph);
+        check_out(c, "auto (graph)", out, off.back(), n_groups, stream);
+        return;
+    }
+    for (cuda::GroupedGemmVariant v : kKernels) {
+        cuda::fill_bytes_async(out.dev, 0xff, stream);
+        cuda::grouped_gemm_variant(p, v, raw);
+        check_out(c, kernel_name(v), out, off.back(), n_groups, stream);
+    }
 }
 
 TEST_F(GroupedGemmDeviceTest, MatchesReference) {
@@ -127,7 +162,44 @@ TEST_F(GroupedGemmDeviceTest, MatchesReference) {
         int64_t sum = 0;
         for (int32_t s : c.sizes) sum += s;
         if (sum > c.n_rows) c.n_rows = sum + 3;
-        run_case(*this, c, seed++, alloc(), stream(), raw_stream());
+        run_case(c, seed++, alloc(), stream(), raw_stream());
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test
+
+namespace penstock::test {
+namespace {
+
+// Shapes the device kernels do not take say why, and kAuto runs them on the cuBLASLt path (outside capture).
+TEST_F(GroupedGemmDeviceTest, UnsupportedShapesTakeCublasLt) {
+    struct Odd {
+        const char* name;
+        int64_t n, k;
+        const char* why;
+    };
+    const Odd odd[] = {{"odd k", 64, 7, "k must be"}, {"k % 8 == 4", 72, 36, "k must be"}, {"n % 8 == 4", 100, 64,
+                                                                                              "n must be"}};
+    uint32_t seed = 1500;
+    for (const Odd& o : odd) {
+        SCOPED_TRACE(o.name);
+        std::mt19937 rng(seed++);
+        const std::vector<int32_t> off = {0, 5, 5, 140};
+        const Pair a = random_pair(rng, {150, o.k}, DType::kBF16, false, alloc(), stream());
+        const Pair b = random_pair(rng, {3, o.n, o.k}, DType::kBF16, false, alloc(), stream());
+        Pair out = poisoned_pair({150, o.n}, DType::kBF16, false, alloc(), stream());
+        const Tensor off_dev = dev_i32(off, alloc(), stream());
+        const kernels::GroupedGemmParams p{.out = out.dv, .a = a.dv, .b = b.dv, .offsets = off_dev};
+        const char* why = cuda::grouped_gemm_device_unsupported(p);
+        ASSERT_NE(why, nullptr);
+        EXPECT_NE(std::string(why).find(o.why), std::string::npos) << why;
+        cuda::grouped_gemm(p, raw_stream());
+        ref::grouped_gemm({.out = out.hv, .a = a.hv, .b = b.hv, .offsets = i32_tensor(off)}, nullptr);
+        Pair head = out;
+        head.hv = out.hv.slice(0, 0, 140);
+        head.dv = out.dv.slice(0, 0, 140);
+        expect_pair_close(head, head.hv, kBF16Tol, stream(), false);
     }
 }
 

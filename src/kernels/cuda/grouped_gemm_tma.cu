@@ -1,0 +1,332 @@
+// The warp-specialised bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h, kernels kTma and kTmaCluster; issue
+// #7). sm_90a: TMA + mbarriers + wgmma.
+//
+// out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); fp32 accumulation, one rounding to
+// bf16 (or none, f32 out) in the epilogue. Scheduling is grouped_gemm.cu's: a persistent grid, every CTA scans the
+// device offsets into a per-group tile prefix in shared memory (tile::build_group_tile_prefix) and finds its tiles by
+// binary search; tiles run group-major, then n-tile, then m-tile, so CTAs running together share one expert's weight
+// tile and its rows stay in L2 across the n-tiles.
+//
+// CTA tile 128 x 256 x 64 (one 128-byte swizzled row per tile row and k-step), 384 threads: a producer warpgroup
+// (one thread issues the TMA loads; setmaxnreg 40) and two consumer warpgroups (rows [0, 64) and [64, 128) of the
+// tile, 4 wgmma.m64n256k16 per k-step into 128 f32 accumulators per thread; setmaxnreg 232). A 4-stage ring of 48 KiB
+// stages (A 128 rows, B as two 128-row halves); stage i has a "full" mbarrier (the producer's expect_tx, completed by
+// the bulk copies) and an "empty" one (one arrive per consumer warpgroup of every CTA that writes into the stage).
+// A consumer keeps one wgmma batch in flight and releases the previous stage when it retires; the producer runs up to
+// 4 k-steps ahead, across tiles, so the next tile's operands load while the consumers run the epilogue (bf16x2 /
+// float2 stores straight from the registers, rows past the group and columns past n masked).
+//
+// A is one 2-d map over all n_rows rows: a tile whose 128 rows cross into the next group loads (and multiplies) those
+// rows but never stores them; rows past n_rows, k past the end and weight rows past n are zero-filled by TMA. A B half
+// that lies wholly past n is not loaded (its columns are never stored, so stale shared memory there is harmless).
+//
+// kCluster 2: CTA pairs (a cluster along x) take consecutive tiles 2u and 2u + 1 of the order; when both are the same
+// (group, n-tile) — the common case, adjacent m-tiles — each CTA loads one 128-row half of the weight tile and
+// multicasts it to both, halving the weight traffic from L2. Otherwise each loads its own. The empty barriers then
+// count the consumers of both CTAs (every stage may be written by the peer), so the pair runs in lockstep; a CTA
+// whose tile 2u + 1 is past the end recomputes tile 2u as a dummy (nothing stored) to keep the ring in step.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kBM = 128;
+constexpr int kBN = 256;
+constexpr int kBK = 64;  // bf16: 128 bytes, one swizzled row
+constexpr int kStages = 4;
+constexpr int kThreads = 384;
+constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
+constexpr int kBHalfBytes = (kBN / 2) * kBK * 2;  // 16 KiB
+constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
+constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
+constexpr int kBarBytes = 2 * kStages * 8;
+constexpr int kScanBytes = 32 * 4;  // build_group_tile_prefix's scratch, outside the bulk copies' bytes
+constexpr int kMaxGroups = 4096;
+
+constexpr int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (n_groups + 1); }
+static_assert(smem_bytes(kMaxGroups) <= 227 * 1024, "shared memory");
+
+struct TmaArgs {
+    void* out;               // [n_rows, n] bf16 or f32, row stride ldo
+    const int32_t* offsets;  // [n_groups + 1] i32, device
+    int64_t ldo;
+    int n_rows, n, n_groups, n_tiles_n, k_steps;
+};
+
+using tile::smem_u32;
+using tile::store2;
+using Tile = tile::GroupTile;
+
+// K-major, 128B-swizzled tile: LBO unused, SBO = 8 rows x 128 B.
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
+
+template <class OutT, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                            TmaArgs p) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    uint8_t* smem = smem_raw + pad;
+    const uint32_t sbase = raw + pad;  // the same offset in every CTA of a cluster (same kernel, same layout)
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
+    const int G = p.n_groups;
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
+    int* prefix = scan + 32;
+    int* offs = prefix + (G + 1);
+    const int tid = static_cast<int>(threadIdx.x);
+    const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
+    if (tid == 0) {
+        for (int i = 0; i < kStages; ++i) {
+            tma::mbar_init(bars + 8 * i, 1);                         // full: the producer's expect_tx
+            tma::mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
+        }
+        tma::fence_mbar_init();
+    }
+    // Ends with a CTA barrier, which also publishes the barrier inits inside the CTA.
+    const int total = tile::build_group_tile_prefix<kBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
+    if constexpr (kCluster > 1) tma::cluster_sync();  // the peer's barriers exist before any multicast / remote arrive
+    const int units = (total + kCluster - 1) / kCluster;
+    const int cid = static_cast<int>(blockIdx.x) / kCluster;
+    const int n_clusters = static_cast<int>(gridDim.x) / kCluster;
+    const int my_units = units > cid ? (units - 1 - cid) / n_clusters + 1 : 0;  // the same in both CTAs of a pair
+    const int KT = p.k_steps;
+    if (my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
+    // This CTA's tile of unit u (rows 0: a dummy, computed and not stored) and whether the pair shares its weights.
+    auto unit_tile = [&](int u, bool& shared) {
+        const int t0 = kCluster * u;
+        const Tile first = tile::decode_group_tile<kBM, kBN>(t0, prefix, offs, G);
+        shared = false;
+        if constexpr (kCluster == 1) {
+            return first;
+        } else {
+            if (t0 + 1 >= total) {
+                Tile d = first;
+                if (rank != 0) d.rows = 0;
+                return d;
+            }
+            const Tile second = tile::decode_group_tile<kBM, kBN>(t0 + 1, prefix, offs, G);
+            shared = first.group == second.group && first.n0 == second.n0;
+            return rank == 0 ? first : second;
+        }
+    };
+    const int wg = tid >> 7;
+    if (wg == 0) {
+        // ------------------------------------------------------------ producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int64_t s = 0;
+            for (int i = 0; i < my_units; ++i) {
+                bool shared = false;
+                const Tile ct = unit_tile(cid + i * n_clusters, shared);
+                const int halves = p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n is not loaded
+                const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
+                for (int kt = 0; kt < KT; ++kt, ++s) {
+                    const int stage = static_cast<int>(s % kStages);
+                    const auto use = static_cast<uint32_t>(s / kStages);
+                    tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
+                    const uint32_t full = bars + 8 * stage;
+                    tma::mbar_expect_tx(full, bytes);
+                    const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
+                    const uint32_t sb = sa + kABytes;
+                    tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    if (shared) {
+                        if (static_cast<int>(rank) < halves) {
+                            tma::load_3d_multicast(sb + rank * kBHalfBytes, &tm_b, kt * kBK,
+                                                   ct.n0 + static_cast<int>(rank) * (kBN / 2), ct.group, full,
+                                                   static_cast<uint16_t>((1u << kCluster) - 1u));
+                        }
+                    } else {
+                        for (int h = 0; h < halves; ++h) {
+                            tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, ct.n0 + h * (kBN / 2), ct.group, full);
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        // ------------------------------------------------------------ consumers
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1;
+        const int lane = tid & 31;
+        const int wr = (tid >> 5) & 3;
+        const int g = lane >> 2;
+        const int t = lane & 3;
+        const bool signals = (tid & 127) == 0;
+        // Frees a stage in every CTA that may write into it.
+        auto release = [&](int stage) {
+            if (!signals) return;
+            const uint32_t bar = bars + 8 * (kStages + stage);
+            if constexpr (kCluster == 1) {
+                tma::mbar_arrive(bar);
+            } else {
+#pragma unroll
+                for (int c = 0; c < kCluster; ++c) tma::mbar_arrive_cluster(bar, static_cast<uint32_t>(c));
+            }
+        };
+        float acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+        OutT* out = static_cast<OutT*>(p.out);
+        int64_t s = 0;
+        for (int i = 0; i < my_units; ++i) {
+            bool shared = false;
+            const Tile ct = unit_tile(cid + i * n_clusters, shared);
+            for (int kt = 0; kt < KT; ++kt, ++s) {
+                const int stage = static_cast<int>(s % kStages);
+                const auto use = static_cast<uint32_t>(s / kStages);
+                tma::mbar_wait(bars + 8 * stage, use & 1u);
+                const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
+                const uint32_t sb = sa + kABytes;
+                wgmma::fence();
+#pragma unroll
+                for (int ks = 0; ks < kBK / 16; ++ks) {
+                    const uint64_t da = make_desc(sa + cw * 64 * 128 + ks * 32);
+                    const uint64_t db = make_desc(sb + ks * 32);
+                    wgmma::m64n256k16_bf16<0>(acc, da, db, (kt | ks) != 0 ? 1 : 0);
+                }
+                wgmma::commit();
+                wgmma::wait<1>();  // the batch of step s - 1 retired: its stage is free
+                if (kt > 0) release(static_cast<int>((s - 1) % kStages));
+            }
+            wgmma::wait<0>();
+            release(static_cast<int>((s - 1) % kStages));
+            wgmma::reg_fence(acc);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = 64 * cw + 16 * wr + 8 * hf + g;
+                if (r < ct.rows) {
+                    OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
+                    const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim (n % 8 == 0)
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        if (8 * j < lim) store2<OutT>(orow + 8 * j, acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+                    }
+                }
+            }
+            wgmma::reg_fence(acc);
+        }
+    }
+    // No CTA leaves while its peer may still arrive on its barriers or multicast into its shared memory.
+    if constexpr (kCluster > 1) {
+        __syncwarp();
+        tma::cluster_sync();
+    }
+}
+
+struct ClusterInfo {
+    int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
+};
+
+template <class OutT, int kCluster>
+void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, int smem,
+            cudaStream_t s) {
+    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tm_a, tm_b, args));
+}
+
+// How many 2-CTA clusters of the kernel can be resident at once (at the largest shared memory it asks for).
+template <class OutT>
+int max_pairs() {
+    static thread_local ClusterInfo cache[16];
+    int dev = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    ClusterInfo& c = cache[dev & 15];
+    if (c.max_pairs < 0) {
+        auto kernel = grouped_gemm_tma_kernel<OutT, 2>;
+        const int smem = smem_bytes(kMaxGroups);
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(2);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int n = 0;
+        PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+        c.max_pairs = n;
+    }
+    return c.max_pairs;
+}
+
+}  // namespace
+
+// grouped_gemm_device_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply
+// (16-byte aligned bases, row strides that are multiples of 8 elements, dims < 2^31).
+void grouped_gemm_tma(const kernels::GroupedGemmParams& p, int cluster, int sms, void* stream) {
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    if (n_rows == 0) return;
+    PENSTOCK_CHECK_LE(n_groups, kMaxGroups) << "grouped_gemm_tma: groups";
+    TmaArgs args{};
+    args.out = p.out.data;
+    args.offsets = p.offsets.ptr<int32_t>();
+    args.ldo = n_rows > 1 ? p.out.stride(0) : n;
+    args.n_rows = static_cast<int>(n_rows);
+    args.n = static_cast<int>(n);
+    args.n_groups = static_cast<int>(n_groups);
+    args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
+    args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
+    const int64_t lda = n_rows > 1 ? p.a.stride(0) : k;
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
+    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(lda * 2)};
+    const cuuint32_t a_box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(kBM)};
+    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
+                                  static_cast<cuuint64_t>(n_groups)};
+    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
+    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(kBN / 2), 1u};
+    const CUtensorMap tm_a = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box);
+    const CUtensorMap tm_b = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box);
+    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
+    const int smem = smem_bytes(args.n_groups);
+    const auto s = static_cast<cudaStream_t>(stream);
+    const bool f32 = p.out.dtype == DType::kF32;
+    int pairs = 0;
+    if (cluster == 2) pairs = f32 ? max_pairs<float>() : max_pairs<bf16>();
+    if (pairs > 0) {
+        const int64_t want = (tile_bound + 1) / 2;
+        const int grid = 2 * static_cast<int>(want < pairs ? want : pairs);
+        if (f32) {
+            launch<float, 2>(tm_a, tm_b, args, grid, smem, s);
+        } else {
+            launch<bf16, 2>(tm_a, tm_b, args, grid, smem, s);
+        }
+    } else {
+        const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
+        if (f32) {
+            launch<float, 1>(tm_a, tm_b, args, grid, smem, s);
+        } else {
+            launch<bf16, 1>(tm_a, tm_b, args, grid, smem, s);
+        }
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace penstock::cuda
