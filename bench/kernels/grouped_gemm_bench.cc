@@ -43,14 +43,23 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
     const Model kModels[] = {{"deepseek_v3", 256, 8, 7168, 2048}, {"kimi_k3", 896, 16, 3584, 3072}};
     const int64_t kTokens[] = {4096, 16384};
     const char* off_dir = std::getenv("PENSTOCK_GROUPED_OFFSETS_DIR");
-    // PENSTOCK_BENCH_GG_KERNELS=name[,name]: only those device kernels (default: all three).
-    const char* only = std::getenv("PENSTOCK_BENCH_GG_KERNELS");
+    // PENSTOCK_BENCH_GG_KERNELS=name[,name...]: only those device kernels (default: all);
+    // PENSTOCK_BENCH_GG_CASE=model:proj:T: only that case (profiling runs).
+    const char* only_env = std::getenv("PENSTOCK_BENCH_GG_KERNELS");
+    std::string only;
+    if (only_env != nullptr) {
+        only.append(1, ',').append(only_env).append(1, ',');
+    }
+    const char* case_env = std::getenv("PENSTOCK_BENCH_GG_CASE");
     struct Kernel {
         const char* name;
         cuda::GroupedGemmVariant v;
     };
     const Kernel kKernels[] = {{"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster},
                                {"tma", cuda::GroupedGemmVariant::kTma},
+                               {"tma_k32_cluster", cuda::GroupedGemmVariant::kTmaK32Cluster},
+                               {"tma_k32", cuda::GroupedGemmVariant::kTmaK32},
+                               {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
                                {"cp_async", cuda::GroupedGemmVariant::kCpAsync}};
     std::mt19937 rng(/*seed=*/7);
     uint64_t seed = 100;
@@ -64,6 +73,9 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
             const Tensor b = Tensor::empty({m.experts, pr.n, pr.k}, DType::kBF16, ctx.alloc());
             fill_uniform(b.view(), seed++, 0.0f, 1.0f, ctx.stream().handle());
             for (int64_t T : kTokens) {
+                std::string case_name(m.name);
+                case_name.append(1, ':').append(pr.name).append(1, ':').append(std::to_string(T));
+                if (case_env != nullptr && case_name != case_env) continue;
                 std::mt19937 rrng(static_cast<uint32_t>(1000 + T + m.experts));
                 const std::vector<int32_t> off = simulate_moe_routing(T, m.experts, m.topk, rrng);
                 const int64_t rows = off.back();
@@ -98,7 +110,9 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                 std::vector<Run> runs;
                 if (dev_ok) {
                     for (const Kernel& kn : kKernels) {
-                        if (only != nullptr && std::string(only).find(kn.name) == std::string::npos) continue;
+                        std::string key(1, ',');
+                        key.append(kn.name).append(1, ',');
+                        if (!only.empty() && only.find(key) == std::string::npos) continue;
                         runs.push_back({kn.name, kn.v});
                     }
                 }
@@ -141,6 +155,9 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                     record["n"] = pr.n;
                     record["k"] = pr.k;
                     record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
+                    if (v > 0 && std::string(runs[v - 1].name).find("cluster") != std::string::npos) {
+                        record["cluster_ctas"] = cuda::grouped_gemm_tma_cluster_ctas();
+                    }
                     if (v > 0) {
                         record["speedup_vs_cublaslt"] = tl.median_us / t.median_us;
                         record["max_abs_diff_vs_cublaslt_64rows"] = runs[v - 1].max_diff;

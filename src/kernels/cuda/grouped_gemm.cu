@@ -274,10 +274,19 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
     switch (kernel) {
         case GroupedGemmVariant::kDevice:
         case GroupedGemmVariant::kTmaCluster:
-            grouped_gemm_tma(p, /*cluster=*/2, device_info().sms, stream);
+            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kTma:
-            grouped_gemm_tma(p, /*cluster=*/1, device_info().sms, stream);
+            grouped_gemm_tma(p, {.cluster = 1, .k_step = 64}, device_info().sms, stream);
+            return;
+        case GroupedGemmVariant::kTmaK32:
+            grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
+            return;
+        case GroupedGemmVariant::kTmaK32Cluster:
+            grouped_gemm_tma(p, {.cluster = 2, .k_step = 32}, device_info().sms, stream);
+            return;
+        case GroupedGemmVariant::kWsCpAsync:
+            grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .cp_async_producer = true}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kCpAsync:
             grouped_gemm_cp_async(p, stream);

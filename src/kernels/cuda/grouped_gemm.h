@@ -15,6 +15,9 @@ enum class GroupedGemmVariant {
     kDevice,       // the default device kernel (kTmaCluster); checks grouped_gemm_device_supported()
     kTma,          // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM
     kTmaCluster,   // the same in 2-CTA clusters that multicast the shared weight tile
+    kTmaK32,       // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB
+    kTmaK32Cluster,  // kTmaCluster with the 32-wide k-step
+    kWsCpAsync,    // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
     kCpAsync,      // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -26,12 +29,21 @@ inline bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p) {
     return grouped_gemm_device_unsupported(p) == nullptr;
 }
 
-// Runs device kernel `kernel` (kDevice, kTma, kTmaCluster or kCpAsync). Validated by the caller (cuda::grouped_gemm's
+// Runs device kernel `kernel` (kDevice or one of the named kernels). Validated by the caller (cuda::grouped_gemm's
 // checks) and supported.
 void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream);
 
-// The TMA kernel (grouped_gemm_tma.cu): cluster 1 or 2 CTAs; sms = the device's multiprocessor count.
-void grouped_gemm_tma(const kernels::GroupedGemmParams& p, int cluster, int sms, void* stream);
+// The warp-specialised kernel (grouped_gemm_tma.cu): cluster 1 or 2 CTAs, k_step 64 or 32, TMA loads or (cluster 1,
+// k_step 64) a cp.async producer warpgroup.
+struct TmaKernelConfig {
+    int cluster = 1;
+    int k_step = 64;
+    bool cp_async_producer = false;
+};
+// sms = the multiprocessor count.
+void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig& cfg, int sms, void* stream);
+// The grid of kTmaCluster on this device: 2 x the co-resident 2-CTA clusters (0 when none).
+int grouped_gemm_tma_cluster_ctas();
 
 // cuda::grouped_gemm with an explicit variant (benches, tests).
 void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVariant variant, void* stream);

@@ -28,6 +28,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/grouped_gemm.h"
@@ -42,38 +44,57 @@ namespace {
 
 constexpr int kBM = 128;
 constexpr int kBN = 256;
-constexpr int kBK = 64;  // bf16: 128 bytes, one swizzled row
-constexpr int kStages = 4;
 constexpr int kThreads = 384;
-constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
-constexpr int kBHalfBytes = (kBN / 2) * kBK * 2;  // 16 KiB
-constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
-constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-constexpr int kBarBytes = 2 * kStages * 8;
-constexpr int kScanBytes = 32 * 4;  // build_group_tile_prefix's scratch, outside the bulk copies' bytes
+constexpr int kPipeBytes = 192 * 1024;  // the stage ring, either k-step
+constexpr int kScanBytes = 32 * 4;      // build_group_tile_prefix's scratch, outside the bulk copies' bytes
 constexpr int kMaxGroups = 4096;
 
-constexpr int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (n_groups + 1); }
-static_assert(smem_bytes(kMaxGroups) <= 227 * 1024, "shared memory");
+// The k-step: kBK 64 (one 128-byte swizzled row per tile row, 4 stages of 48 KiB) or 32 (64-byte rows, 64-byte
+// swizzle, 8 stages of 24 KiB: the same ring, twice as many loads in flight relative to the stage in use).
+template <int kBK>
+struct Step {
+    static constexpr int kRowBytes = kBK * 2;              // bf16
+    static constexpr int kABytes = kBM * kRowBytes;        // 16 / 8 KiB
+    static constexpr int kBHalfBytes = (kBN / 2) * kRowBytes;  // 16 / 8 KiB
+    static constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
+    static constexpr int kStages = kPipeBytes / kStageBytes;  // 4 / 8
+    static constexpr int kBarBytes = 2 * kStages * 8;
+    static_assert(kBK == 64 || kBK == 32, "k-step");
+    static_assert(kStages * kStageBytes == kPipeBytes, "ring");
+};
+
+template <int kBK>
+constexpr int smem_bytes(int n_groups) {
+    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 8 * (n_groups + 1);
+}
+static_assert(smem_bytes<64>(kMaxGroups) <= 227 * 1024, "shared memory");
+static_assert(smem_bytes<32>(kMaxGroups) <= 227 * 1024, "shared memory");
 
 struct TmaArgs {
     void* out;               // [n_rows, n] bf16 or f32, row stride ldo
     const int32_t* offsets;  // [n_groups + 1] i32, device
-    int64_t ldo;
-    int n_rows, n, n_groups, n_tiles_n, k_steps;
+    const bf16* a;           // [n_rows, k] bf16, row stride lda (the cp.async producer; TMA reads the maps)
+    const bf16* b;           // [n_groups, n, k] bf16, contiguous
+    int64_t ldo, lda;
+    int n_rows, n, k, n_groups, n_tiles_n, k_steps;
 };
 
 using tile::smem_u32;
 using tile::store2;
 using Tile = tile::GroupTile;
 
-// K-major, 128B-swizzled tile: LBO unused, SBO = 8 rows x 128 B.
-__device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
-
-template <class OutT, int kCluster>
+template <class OutT, int kCluster, int kBK, bool kCpLoad>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                             TmaArgs p) {
+    using S = Step<kBK>;
+    constexpr int kStages = S::kStages;
+    constexpr int kStageBytes = S::kStageBytes;
+    constexpr int kABytes = S::kABytes;
+    constexpr int kBHalfBytes = S::kBHalfBytes;
+    constexpr int kRowBytes = S::kRowBytes;
+    // K-major swizzled tile (swizzle width = the row): LBO unused, SBO = 8 rows.
+    auto make_desc = [](uint32_t saddr) { return wgmma::desc_swizzle<kRowBytes>(saddr, 16, 8 * kRowBytes); };
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
@@ -81,14 +102,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t sbase = raw + pad;  // the same offset in every CTA of a cluster (same kernel, same layout)
     const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
     int* prefix = scan + 32;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
     const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) {
-            tma::mbar_init(bars + 8 * i, 1);                         // full: the producer's expect_tx
+            tma::mbar_init(bars + 8 * i, kCpLoad ? 128 : 1);  // full: the producer's expect_tx / 128 threads
             tma::mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
         }
         tma::fence_mbar_init();
@@ -121,8 +142,70 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     };
     const int wg = tid >> 7;
-    if (wg == 0) {
-        // ------------------------------------------------------------ producer
+    if (wg == 0 && kCpLoad) {
+        // ------------------------------------------------------------ producer: cp.async by 128 threads
+        // Thread (ld_r = tid / 8, ld_c = tid % 8) copies 16-byte chunk ld_c of tile rows ld_r + 16 pass (A: 8
+        // passes, B: 16) into the 128B-swizzled layout (chunk c of row r at c ^ (r & 7)); rows past the group / n
+        // and k past the end are zero-filled (src-size 0). Each thread signals "full" for step s - 2 once its own
+        // copies of that step landed (cp.async.wait_group 2, then fence.proxy.async so the tensor cores' async
+        // proxy sees them): two steps in flight per thread, which cannot deadlock with the consumers' release of
+        // step s - 4 (they need step s - 3, already signalled).
+        static_assert(!kCpLoad || (kBK == 64 && kCluster == 1), "the cp.async producer: 64-wide k-step, no cluster");
+        const int ld_c = tid & 7;
+        const int ld_r = tid >> 3;  // 0..15
+        const auto swz = static_cast<uint32_t>(ld_r * 128 + ((ld_c ^ (ld_r & 7)) << 4));
+        const bf16* a_src[kBM / 16];
+        const bf16* b_src[kBN / 16];
+        uint32_t row_ok = 0;  // bits 0-7: A rows, 8-23: B rows
+        int64_t s = 0;
+        for (int i = 0; i < my_units; ++i) {
+            bool shared = false;
+            const Tile ct = unit_tile(cid + i * n_clusters, shared);
+            const bf16* lb = p.b + static_cast<int64_t>(ct.group) * p.n * p.k;
+            row_ok = 0;
+#pragma unroll
+            for (int pass = 0; pass < kBM / 16; ++pass) {
+                const int row = ld_r + 16 * pass;
+                const bool ok = row < ct.rows;
+                a_src[pass] = (ok ? p.a + static_cast<int64_t>(ct.row0 + row) * p.lda : p.a) + 8 * ld_c;
+                row_ok |= ok ? 1u << pass : 0u;
+            }
+#pragma unroll
+            for (int pass = 0; pass < kBN / 16; ++pass) {
+                const int nrow = ct.n0 + ld_r + 16 * pass;
+                const bool ok = nrow < p.n;
+                b_src[pass] = (ok ? lb + static_cast<int64_t>(nrow) * p.k : p.b) + 8 * ld_c;
+                row_ok |= ok ? 1u << (8 + pass) : 0u;
+            }
+            for (int kt = 0; kt < KT; ++kt, ++s) {
+                const int stage = static_cast<int>(s % kStages);
+                const auto use = static_cast<uint32_t>(s / kStages);
+                tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
+                const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
+                const uint32_t sb = sa + kABytes;
+                const int k0 = kt * kBK;
+                const uint32_t ok = k0 + 8 * ld_c < p.k ? row_ok : 0u;
+#pragma unroll
+                for (int pass = 0; pass < kBM / 16; ++pass) {
+                    tile::cp_async_16(sa + swz + pass * 16 * 128, a_src[pass] + k0, (ok >> pass) & 1u);
+                }
+#pragma unroll
+                for (int pass = 0; pass < kBN / 16; ++pass) {
+                    tile::cp_async_16(sb + swz + pass * 16 * 128, b_src[pass] + k0, (ok >> (8 + pass)) & 1u);
+                }
+                tile::cp_async_commit();
+                if (s >= 2) {
+                    tile::cp_async_wait<2>();
+                    wgmma::fence_proxy_async();
+                    tma::mbar_arrive(bars + 8 * static_cast<int>((s - 2) % kStages));
+                }
+            }
+        }
+        tile::cp_async_wait<0>();
+        wgmma::fence_proxy_async();
+        for (int64_t d = s >= 2 ? s - 2 : 0; d < s; ++d) tma::mbar_arrive(bars + 8 * static_cast<int>(d % kStages));
+    } else if (wg == 0) {
+        // ------------------------------------------------------------ producer: TMA
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             int64_t s = 0;
@@ -156,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     } else {
         // ------------------------------------------------------------ consumers
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        if constexpr (!kCpLoad) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1;
         const int lane = tid & 31;
         const int wr = (tid >> 5) & 3;
@@ -191,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wgmma::fence();
 #pragma unroll
                 for (int ks = 0; ks < kBK / 16; ++ks) {
-                    const uint64_t da = make_desc(sa + cw * 64 * 128 + ks * 32);
+                    const uint64_t da = make_desc(sa + cw * 64 * kRowBytes + ks * 32);
                     const uint64_t db = make_desc(sb + ks * 32);
                     wgmma::m64n256k16_bf16<0>(acc, da, db, (kt | ks) != 0 ? 1 : 0);
                 }
@@ -228,10 +311,10 @@ struct ClusterInfo {
     int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
 };
 
-template <class OutT, int kCluster>
-void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, int smem,
-            cudaStream_t s) {
-    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster>;
+template <class OutT, int kCluster, int kBK, bool kCpLoad = false>
+void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, cudaStream_t s) {
+    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad>;
+    const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(grid));
@@ -245,19 +328,23 @@ void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& arg
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tm_a, tm_b, args));
+    if constexpr (kCluster == 1) {
+        kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, args);
+    } else {
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tm_a, tm_b, args));
+    }
 }
 
 // How many 2-CTA clusters of the kernel can be resident at once (at the largest shared memory it asks for).
-template <class OutT>
+template <class OutT, int kBK>
 int max_pairs() {
     static thread_local ClusterInfo cache[16];
     int dev = 0;
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     ClusterInfo& c = cache[dev & 15];
     if (c.max_pairs < 0) {
-        auto kernel = grouped_gemm_tma_kernel<OutT, 2>;
-        const int smem = smem_bytes(kMaxGroups);
+        auto kernel = grouped_gemm_tma_kernel<OutT, 2, kBK, false>;
+        const int smem = smem_bytes<kBK>(kMaxGroups);
         PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(2);
@@ -277,53 +364,89 @@ int max_pairs() {
     return c.max_pairs;
 }
 
+template <class OutT, int kBK>
+void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int64_t tile_bound,
+         const TmaKernelConfig& cfg, int sms, cudaStream_t s) {
+    const int pairs = cfg.cluster == 2 ? max_pairs<OutT, kBK>() : 0;
+    if constexpr (kBK == 64) {
+        if (cfg.cp_async_producer) {
+            launch<OutT, 1, 64, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
+            return;
+        }
+    }
+    if (pairs > 0) {
+        const int64_t want = (tile_bound + 1) / 2;
+        launch<OutT, 2, kBK>(tm_a, tm_b, args, 2 * static_cast<int>(want < pairs ? want : pairs), s);
+    } else {
+        launch<OutT, 1, kBK>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
+    }
+}
+
+// PENSTOCK_GG_TMA_L2PROMO=none|128|256 (default 256): the tensor maps' L2 promotion (measurement knob).
+CUtensorMapL2promotion l2_promotion() {
+    static const CUtensorMapL2promotion promo = [] {
+        const char* e = std::getenv("PENSTOCK_GG_TMA_L2PROMO");
+        if (e != nullptr && std::strcmp(e, "none") == 0) return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+        if (e != nullptr && std::strcmp(e, "128") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+        return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    }();
+    return promo;
+}
+
 }  // namespace
+
+int grouped_gemm_tma_cluster_ctas() { return 2 * max_pairs<bf16, 64>(); }
 
 // grouped_gemm_device_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply
 // (16-byte aligned bases, row strides that are multiples of 8 elements, dims < 2^31).
-void grouped_gemm_tma(const kernels::GroupedGemmParams& p, int cluster, int sms, void* stream) {
+void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig& cfg, int sms, void* stream) {
+    const int k_step = cfg.k_step;
     const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
     if (n_rows == 0) return;
     PENSTOCK_CHECK_LE(n_groups, kMaxGroups) << "grouped_gemm_tma: groups";
+    PENSTOCK_CHECK(k_step == 64 || k_step == 32) << "grouped_gemm_tma: k-step " << k_step;
+    PENSTOCK_CHECK(cfg.cluster == 1 || cfg.cluster == 2) << "grouped_gemm_tma: cluster " << cfg.cluster;
+    PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1)) << "grouped_gemm_tma: cp.async producer";
     TmaArgs args{};
     args.out = p.out.data;
     args.offsets = p.offsets.ptr<int32_t>();
+    args.a = p.a.ptr<bf16>();
+    args.b = p.b.ptr<bf16>();
     args.ldo = n_rows > 1 ? p.out.stride(0) : n;
+    args.lda = n_rows > 1 ? p.a.stride(0) : k;
+    args.k = static_cast<int>(k);
     args.n_rows = static_cast<int>(n_rows);
     args.n = static_cast<int>(n);
     args.n_groups = static_cast<int>(n_groups);
     args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
-    args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
+    args.k_steps = static_cast<int>((k + k_step - 1) / k_step);
     const int64_t lda = n_rows > 1 ? p.a.stride(0) : k;
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
     const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(lda * 2)};
-    const cuuint32_t a_box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(kBM)};
+    const cuuint32_t a_box[2] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBM)};
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
                                   static_cast<cuuint64_t>(n_groups)};
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
-    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(kBN / 2), 1u};
-    const CUtensorMap tm_a = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box);
-    const CUtensorMap tm_b = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box);
+    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBN / 2), 1u};
+    const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    const CUtensorMap tm_a =
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion());
+    const CUtensorMap tm_b =
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz, l2_promotion());
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
-    const int smem = smem_bytes(args.n_groups);
     const auto s = static_cast<cudaStream_t>(stream);
     const bool f32 = p.out.dtype == DType::kF32;
-    int pairs = 0;
-    if (cluster == 2) pairs = f32 ? max_pairs<float>() : max_pairs<bf16>();
-    if (pairs > 0) {
-        const int64_t want = (tile_bound + 1) / 2;
-        const int grid = 2 * static_cast<int>(want < pairs ? want : pairs);
+    if (k_step == 64) {
         if (f32) {
-            launch<float, 2>(tm_a, tm_b, args, grid, smem, s);
+            run<float, 64>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
         } else {
-            launch<bf16, 2>(tm_a, tm_b, args, grid, smem, s);
+            run<bf16, 64>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
         }
     } else {
-        const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
         if (f32) {
-            launch<float, 1>(tm_a, tm_b, args, grid, smem, s);
+            run<float, 32>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
         } else {
-            launch<bf16, 1>(tm_a, tm_b, args, grid, smem, s);
+            run<bf16, 32>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
         }
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();

@@ -102,20 +102,26 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// A rank-`rank` (2 or 3) tiled tensor map over `base` with 128-byte swizzle (the layout the wgmma descriptors read),
-// out-of-bounds elements zero-filled: dims innermost first, byte strides of dims 1.., box sizes in elements (box[0] *
-// element bytes <= 128).
+// A rank-`rank` (2 or 3) tiled tensor map over `base`, out-of-bounds elements zero-filled: dims innermost first,
+// byte strides of dims 1.., box sizes in elements (box[0] * element bytes <= the swizzle width), the given shared
+// memory swizzle (the layout the wgmma descriptors read) and L2 promotion of the misses.
 inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int rank, const cuuint64_t* dims,
-                                const cuuint64_t* strides, const cuuint32_t* box) {
+                                const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle,
+                                CUtensorMapL2promotion promotion) {
     CUtensorMap map{};
     const cuuint32_t elem_strides[3] = {1u, 1u, 1u};
     const CUresult r = tensor_map_encoder()(&map, dtype, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims,
-                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                            promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     PENSTOCK_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << "), rank " << rank
                                       << " dims " << dims[0] << " x " << dims[1];
     return map;
+}
+// 128-byte swizzle, 256-byte L2 promotion.
+inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int rank, const cuuint64_t* dims,
+                                const cuuint64_t* strides, const cuuint32_t* box) {
+    return encode_tiled(dtype, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 }  // namespace penstock::cuda::tma

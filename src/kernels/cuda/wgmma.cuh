@@ -26,6 +26,17 @@ __device__ __forceinline__ uint64_t desc(uint32_t saddr, uint32_t lbo, uint32_t 
     d |= uint64_t{1} << 62;
     return d;
 }
+// The same with the swizzle width as a parameter: 128 (desc above), 64 or 32 bytes (layout types 1, 2, 3).
+template <int kSwizzleBytes>
+__device__ __forceinline__ uint64_t desc_swizzle(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle width");
+    constexpr uint64_t kLayout = kSwizzleBytes == 128 ? 1 : (kSwizzleBytes == 64 ? 2 : 3);
+    uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4);
+    d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16;
+    d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32;
+    d |= kLayout << 62;
+    return d;
+}
 
 // D[64 x 256] (+)= A[64 x 16] B[16 x 256], A and B from shared memory (descriptors), f32 accumulate; scale_d 0
 // overwrites D. kTransB 0: B stored K-major (each of its 256 rows holds 16 k values), 1: B stored N-major.

@@ -35,10 +35,6 @@ struct Case {
     bool graph = false;
 };
 
-constexpr cuda::GroupedGemmVariant kKernels[] = {cuda::GroupedGemmVariant::kTma,
-                                                 cuda::GroupedGemmVariant::kTmaCluster,
-                                                 cuda::GroupedGemmVariant::kCpAsync};
-
 const char* kernel_name(cuda::GroupedGemmVariant v) {
     switch (v) {
         case cuda::GroupedGemmVariant::kAuto:
@@ -51,6 +47,12 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "tma";
         case cuda::GroupedGemmVariant::kTmaCluster:
             return "tma_cluster";
+        case cuda::GroupedGemmVariant::kTmaK32:
+            return "tma_k32";
+        case cuda::GroupedGemmVariant::kTmaK32Cluster:
+            return "tma_k32_cl";
+        case cuda::GroupedGemmVariant::kWsCpAsync:
+            return "ws_cp_async";
         case cuda::GroupedGemmVariant::kCpAsync:
             return "cp_async";
     }
@@ -90,9 +92,9 @@ void check_out(const Case& c, const char* kernel, const Pair& out, int64_t used,
     EXPECT_EQ(written_tail, 0) << "rows past offsets[n_groups] were written";
 }
 
-// One reference run, then every device kernel (graph cases: the default dispatch under capture) on the same inputs,
-// the output poisoned before each.
-void run_case(const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream, void* raw) {
+// One reference run, then `kernel` (graph cases: the default dispatch under capture).
+void run_case(const Case& c, cuda::GroupedGemmVariant kernel, uint32_t seed, cuda::CudaCachingAllocator& alloc,
+              const cuda::Stream& stream, void* raw) {
     SCOPED_TRACE(::testing::Message() << c.name << ": rows=" << c.n_rows << " n=" << c.n << " k=" << c.k
                                       << " groups=" << c.sizes.size() << " out=" << dtype_name(c.out_dt));
     std::mt19937 rng(seed);
@@ -123,26 +125,26 @@ void run_case(const Case& c, uint32_t seed, cuda::CudaCachingAllocator& alloc, c
         check_out(c, "auto (graph)", out, off.back(), n_groups, stream);
         return;
     }
-    for (cuda::GroupedGemmVariant v : kKernels) {
-        cuda::fill_bytes_async(out.dev, 0xff, stream);
-        cuda::grouped_gemm_variant(p, v, raw);
-        check_out(c, kernel_name(v), out, off.back(), n_groups, stream);
-    }
+    cuda::grouped_gemm_variant(p, kernel, raw);
+    check_out(c, kernel_name(kernel), out, off.back(), n_groups, stream);
 }
 
-TEST_F(GroupedGemmDeviceTest, MatchesReference) {
-    {
-        int dev = 0, major = 0;
-        ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-        if (major != 9) GTEST_SKIP() << "the device grouped GEMM needs sm_90";
-    }
+bool is_sm90() {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major == 9;
+}
+
+std::vector<Case> all_cases() {
     std::mt19937 srng(1300);
     std::vector<Case> cases = {
         {"one row", 1, 64, 64, {1}},
         {"1-row groups + empties", 40, 256, 128, {1, 0, 1, 1, 0, 0, 1}},
         {"tile edges", 400, 512, 192, {127, 128, 129, 0, 15}},
         {"n,k not tile multiples", 300, 200, 72, {17, 100, 0, 0, 183}},
+        {"k 8", 300, 136, 8, {100, 0, 150}},
+        {"k 40", 200, 256, 40, {70, 129}},
         {"f32 out", 300, 264, 136, {129, 0, 150}, DType::kF32},
         {"single group 1000 rows", 1000, 384, 256, {1000}},
         {"trailing rows untouched", 120, 64, 64, {1, 33, 0, 60}},
@@ -157,12 +159,45 @@ TEST_F(GroupedGemmDeviceTest, MatchesReference) {
     };
     // n_groups 7 with random sizes.
     cases.push_back({"7 groups", 700, 320, 256, random_sizes(srng, 7, 90, 0.15)});
-    uint32_t seed = 1400;
+    // Pairs of consecutive tiles that share (group, n-tile) and pairs that straddle one: 3 m-tiles per group and
+    // n-tile, 3 n-tiles (the last one 8 columns wide: one weight half), an odd tile count overall.
+    cases.push_back({"straddling tile pairs", 1200, 520, 128, {300, 257, 0, 385}});
+    cases.push_back({"even tile count", 600, 512, 64, {256, 0, 256}});
     for (Case& c : cases) {
         int64_t sum = 0;
         for (int32_t s : c.sizes) sum += s;
         if (sum > c.n_rows) c.n_rows = sum + 3;
-        run_case(c, seed++, alloc(), stream(), raw_stream());
+    }
+    return cases;
+}
+
+class GroupedGemmKernelTest : public CudaTest, public ::testing::WithParamInterface<cuda::GroupedGemmVariant> {};
+
+// Every device kernel on every non-graph case.
+TEST_P(GroupedGemmKernelTest, MatchesReference) {
+    if (!is_sm90()) GTEST_SKIP() << "the device grouped GEMM needs sm_90";
+    uint32_t seed = 1400;
+    for (const Case& c : all_cases()) {
+        ++seed;
+        if (!c.graph) run_case(c, GetParam(), seed, alloc(), stream(), raw_stream());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
+                         ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
+                                           cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kTmaK32Cluster,
+                                           cuda::GroupedGemmVariant::kWsCpAsync, cuda::GroupedGemmVariant::kCpAsync),
+                         [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
+                             return std::string(kernel_name(info.param));
+                         });
+
+// The default dispatch captured in a CUDA graph (kAuto must take a device kernel and never sync the host).
+TEST_F(GroupedGemmDeviceTest, GraphCapture) {
+    if (!is_sm90()) GTEST_SKIP() << "the device grouped GEMM needs sm_90";
+    uint32_t seed = 1400;
+    for (const Case& c : all_cases()) {
+        ++seed;
+        if (c.graph) run_case(c, cuda::GroupedGemmVariant::kAuto, seed, alloc(), stream(), raw_stream());
     }
 }
 
