@@ -46,12 +46,14 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   rc=${PIPESTATUS[0]}
   echo "+ conformance default dispatch rc ${rc}; kernels passed: ${kernels}; bench $(date -u +%T)"
   mkdir -p "${OUT}/offsets"
-  PENSTOCK_BENCH_GG_KERNELS="${kernels}" PENSTOCK_GROUPED_OFFSETS_DIR="${OUT}/offsets" \
+  PENSTOCK_BENCH_GG_KERNELS="${kernels:-none}" PENSTOCK_GROUPED_OFFSETS_DIR="${OUT}/offsets" \
     timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1
   echo "+ torch $(date -u +%T)"
   timeout "${GG_T_TORCH:-60}" python3 "${ROOT}/tools/grouped_mm_baseline.py" "${OUT}/offsets" 2>&1
   tar -C "${OUT}" -cf "${OUT}/offsets.tar" offsets && rm -rf "${OUT}/offsets"
-  if [ -n "${GG_FP8:-}" ]; then
+  # The optional steps below stop starting once GG_BUDGET seconds (default 150) have passed.
+  budget="${GG_BUDGET:-150}"
+  if [ -n "${GG_FP8:-}" ] && [ "${SECONDS}" -lt "${budget}" ]; then
     echo "+ fp8 $(date -u +%T)"
     timeout "${GG_T_FP8:-60}" "${PKG}/bin/cuda_kernels_test" --gtest_filter='Fp8*' 2>&1 | grep -E '^\[ +(OK|FAILED|PASSED) |FAILED|Failure'
   fi
@@ -60,9 +62,10 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for kn in ${GG_NCU}; do
       case ",${kernels}," in *",${kn},"*) ;; *) continue ;; esac
+      [ "${SECONDS}" -lt "${budget}" ] || break
       echo "+ ncu ${kn} $(date -u +%T)"
       PENSTOCK_BENCH_GG_KERNELS="${kn}" PENSTOCK_BENCH_GG_CASE=deepseek_v3:gate_up:16384 \
-        timeout "${GG_T_NCU:-30}" "${ncu_bin}" --clock-control none -k regex:'^grouped_gemm' --launch-count 1 \
+        timeout "${GG_T_NCU:-30}" "${ncu_bin}" --clock-control none -k regex:grouped_gemm --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         "${PKG}/bin/penstock_bench_kernels" --only grouped >"${OUT}/ncu_${kn}.txt" 2>&1
       grep -E 'Duration|Throughput|Hit Rate|Stall|Issued Warp|No Eligible' "${OUT}/ncu_${kn}.txt" | head -20
@@ -70,8 +73,9 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   fi
   # GG_PROMO="none 128": the TMA kernels again with other L2 promotions of the tensor maps.
   for pr in ${GG_PROMO:-}; do
+    [ "${SECONDS}" -lt "${budget}" ] || break
     echo "+ bench l2promo ${pr} $(date -u +%T)"
-    PENSTOCK_GG_TMA_L2PROMO="${pr}" PENSTOCK_BENCH_GG_KERNELS=tma_cluster,tma \
+    PENSTOCK_GG_TMA_L2PROMO="${pr}" PENSTOCK_BENCH_GG_KERNELS="${GG_PROMO_KERNELS:-tma_cluster,tma}" \
       timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1 | sed "s/^{/{\"l2promo\":\"${pr}\",/"
   done
   echo "+ end $(date -u +%T)"

@@ -208,6 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // ------------------------------------------------------------ producer: TMA
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
+            tma::prefetch_map(&tm_a);
+            tma::prefetch_map(&tm_b);
             int64_t s = 0;
             for (int i = 0; i < my_units; ++i) {
                 bool shared = false;

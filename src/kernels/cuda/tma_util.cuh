@@ -78,6 +78,11 @@ __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMa
         : "memory");
 }
 
+// Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache ahead of its first use.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------- device: clusters
 __device__ __forceinline__ uint32_t cluster_rank() {
     uint32_t r = 0;
