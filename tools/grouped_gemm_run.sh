@@ -4,7 +4,7 @@
 # device kernel vs the cuBLASLt path; only the old cp.async kernel when the conformance run failed, so that a hung
 # kernel cannot eat the run) and torch._grouped_mm on the same offsets (tools/grouped_mm_baseline.py), in one run.
 # Optional: GG_FP8=1 (the FP8 tests too), GG_NCU="kernel ..." (Nsight Compute sections of those kernels at
-# DeepSeek-V3 gate_up T = 16384), GG_PROMO="none 128" (the TMA kernels with other L2 promotions).
+# DeepSeek-V3 gate_up T = 16384), GG_KNOBS="VAR=value ..." (the TMA kernels again under measurement knobs).
 # Timeouts (s): GG_T_TEST (60), GG_T_FP8 (60), GG_T_BENCH (90), GG_T_TORCH (60), GG_T_NCU (30).
 #   tools/grouped_gemm_run.sh pack   BUILD_DIR DEST      # here: stripped binaries + non-system libs -> DEST.tar.xz
 #   PKG=DIR OUT=DIR tools/grouped_gemm_run.sh run        # there
@@ -71,12 +71,13 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
       grep -E 'Duration|Throughput|Hit Rate|Stall|Issued Warp|No Eligible' "${OUT}/ncu_${kn}.txt" | head -20
     done
   fi
-  # GG_PROMO="none 128": the TMA kernels again with other L2 promotions of the tensor maps.
-  for pr in ${GG_PROMO:-}; do
+  # GG_KNOBS="VAR=value ...": the TMA kernels (GG_KNOB_KERNELS, default tma_cluster,tma) again under each setting
+  # (PENSTOCK_GG_TMA_L2PROMO=none|128, PENSTOCK_GG_TMA_BBOX=256); records tagged "knob".
+  for kv in ${GG_KNOBS:-}; do
     [ "${SECONDS}" -lt "${budget}" ] || break
-    echo "+ bench l2promo ${pr} $(date -u +%T)"
-    PENSTOCK_GG_TMA_L2PROMO="${pr}" PENSTOCK_BENCH_GG_KERNELS="${GG_PROMO_KERNELS:-tma_cluster,tma}" \
-      timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1 | sed "s/^{/{\"l2promo\":\"${pr}\",/"
+    echo "+ bench ${kv} $(date -u +%T)"
+    env "${kv}" PENSTOCK_BENCH_GG_KERNELS="${GG_KNOB_KERNELS:-tma_cluster,tma}" \
+      timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1 | sed "s/^{/{\"knob\":\"${kv}\",/"
   done
   echo "+ end $(date -u +%T)"
 } | tee "${OUT}/grouped_gemm.log"

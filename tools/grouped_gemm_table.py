@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown table from a tools/grouped_gemm_run.sh log: per DeepSeek-V3 / Kimi K3 expert shape, TFLOP/s of the
 cuBLASLt path, every device kernel and torch._grouped_mm (same run), and each kernel's ratio to torch. Records with an
-"l2promo" field (the L2-promotion reruns) get their own columns, suffixed @promo."""
+"knob" field (the measurement-knob reruns) get their own columns, suffixed @knob."""
 import json
 import sys
 
@@ -19,7 +19,7 @@ def main():
             continue
         if r.get("bench") != "grouped_gemm" or "tflops" not in r:
             continue
-        v = r["variant"] if "l2promo" not in r else f'{r["variant"]}@{r["l2promo"]}'
+        v = r["variant"] if "knob" not in r else f'{r["variant"]}@{r["knob"].split("_")[-1]}'
         if v not in variants:
             variants.append(v)
         key = (r["model"], r["proj"], r["tokens"])

@@ -77,6 +77,7 @@ struct TmaArgs {
     const bf16* b;           // [n_groups, n, k] bf16, contiguous
     int64_t ldo, lda;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
+    int b_box_rows;  // rows of tm_b's box: 128 (halves, multicast-capable) or 256 (one load per k-step, no cluster)
 };
 
 using tile::smem_u32;
@@ -214,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < my_units; ++i) {
                 bool shared = false;
                 const Tile ct = unit_tile(cid + i * n_clusters, shared);
-                const int halves = p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n is not loaded
+                const bool one_box = p.b_box_rows == kBN;            // the whole box counts, zero fill included
+                const int halves = one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n: not loaded
                 const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
@@ -231,6 +233,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                    ct.n0 + static_cast<int>(rank) * (kBN / 2), ct.group, full,
                                                    static_cast<uint16_t>((1u << kCluster) - 1u));
                         }
+                    } else if (one_box) {
+                        tma::load_3d(sb, &tm_b, kt * kBK, ct.n0, ct.group, full);
                     } else {
                         for (int h = 0; h < halves; ++h) {
                             tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, ct.n0 + h * (kBN / 2), ct.group, full);
@@ -429,7 +433,13 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
                                   static_cast<cuuint64_t>(n_groups)};
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
-    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBN / 2), 1u};
+    // PENSTOCK_GG_TMA_BBOX=256 (measurement knob; cluster 1 only): the weight tile as one 256-row box per k-step.
+    static const bool env_one_box = [] {
+        const char* e = std::getenv("PENSTOCK_GG_TMA_BBOX");
+        return e != nullptr && std::strcmp(e, "256") == 0;
+    }();
+    args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
+    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(args.b_box_rows), 1u};
     const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     const CUtensorMap tm_a =
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion());
