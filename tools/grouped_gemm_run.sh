@@ -57,6 +57,14 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     echo "+ fp8 $(date -u +%T)"
     timeout "${GG_T_FP8:-60}" "${PKG}/bin/cuda_kernels_test" --gtest_filter='Fp8*' 2>&1 | grep -E '^\[ +(OK|FAILED|PASSED) |FAILED|Failure'
   fi
+  # GG_KNOBS="VAR=value ...": the TMA kernels (GG_KNOB_KERNELS, default tma_cluster,tma) again under each setting
+  # (PENSTOCK_GG_TMA_L2PROMO=none|128, PENSTOCK_GG_TMA_BBOX=256); records tagged "knob".
+  for kv in ${GG_KNOBS:-}; do
+    [ "${SECONDS}" -lt "${budget}" ] || break
+    echo "+ bench ${kv} $(date -u +%T)"
+    env "${kv}" PENSTOCK_BENCH_GG_KERNELS="${GG_KNOB_KERNELS:-tma_cluster,tma}" \
+      timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1 | sed "s/^{/{\"knob\":\"${kv}\",/"
+  done
   # GG_NCU="k1 k2": Nsight Compute on the first launch of each listed device kernel at DeepSeek-V3 gate_up T = 16384.
   if [ -n "${GG_NCU:-}" ]; then
     ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -71,14 +79,6 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
       grep -E 'Duration|Throughput|Hit Rate|Stall|Issued Warp|No Eligible' "${OUT}/ncu_${kn}.txt" | head -20
     done
   fi
-  # GG_KNOBS="VAR=value ...": the TMA kernels (GG_KNOB_KERNELS, default tma_cluster,tma) again under each setting
-  # (PENSTOCK_GG_TMA_L2PROMO=none|128, PENSTOCK_GG_TMA_BBOX=256); records tagged "knob".
-  for kv in ${GG_KNOBS:-}; do
-    [ "${SECONDS}" -lt "${budget}" ] || break
-    echo "+ bench ${kv} $(date -u +%T)"
-    env "${kv}" PENSTOCK_BENCH_GG_KERNELS="${GG_KNOB_KERNELS:-tma_cluster,tma}" \
-      timeout "${GG_T_BENCH:-90}" "${PKG}/bin/penstock_bench_kernels" --only grouped 2>&1 | sed "s/^{/{\"knob\":\"${kv}\",/"
-  done
   echo "+ end $(date -u +%T)"
 } | tee "${OUT}/grouped_gemm.log"
 python3 "${ROOT}/tools/grouped_gemm_table.py" "${OUT}/grouped_gemm.log" | tee "${OUT}/table.md"
