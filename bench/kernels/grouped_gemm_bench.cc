@@ -1,11 +1,11 @@
 // MoE grouped GEMM (bf16, fp32 accumulation) at the real expert shapes: the device kernel (kernels/cuda/grouped_gemm.h,
 // offsets read on the device) against the cuBLASLt path (host copy of the offsets + one GEMM per non-empty group) in
-// the same run (every device kernel: kTmaCluster, kTma, kCpAsync). DeepSeek-V3 (256 experts, top-8: gate_up 7168 -> 4096, down 2048 -> 7168) and Kimi K3 (896 experts,
-// top-16: gate_up 3584 -> 6144, down 3072 -> 3584) at T = 4096 and 16384 tokens; routing: each token picks top-k
-// distinct experts with probabilities from log-normal popularity weights (sigma 0.5), so rows per expert ~ T top-k / E
-// with realistic variance. Reports TFLOP/s of each, the ratio, and the max |device - cuBLASLt| over 64 sampled rows.
-// PENSTOCK_GROUPED_OFFSETS_DIR=dir writes each case's offsets to dir/<model>_<T>.txt (tools/grouped_mm_baseline.py
-// times torch._grouped_mm on exactly those).
+// the same run (every device kernel: kTmaCluster, kTma, kTmaK32, kWsCpAsync, kCpAsync). DeepSeek-V3 (256 experts,
+// top-8: gate_up 7168 -> 4096, down 2048 -> 7168) and Kimi K3 (896 experts, top-16: gate_up 3584 -> 6144, down 3072 ->
+// 3584) at T = 4096 and 16384 tokens; routing: each token picks top-k distinct experts with probabilities from
+// log-normal popularity weights (sigma 0.5), so rows per expert ~ T top-k / E with realistic variance. Reports TFLOP/s
+// of each, the ratio, and the max |device - cuBLASLt| over 64 sampled rows. PENSTOCK_GROUPED_OFFSETS_DIR=dir writes
+// each case's offsets to dir/<model>_<T>.txt (tools/grouped_mm_baseline.py times torch._grouped_mm on exactly those).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -57,7 +57,6 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
     };
     const Kernel kKernels[] = {{"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster},
                                {"tma", cuda::GroupedGemmVariant::kTma},
-                               {"tma_k32_cluster", cuda::GroupedGemmVariant::kTmaK32Cluster},
                                {"tma_k32", cuda::GroupedGemmVariant::kTmaK32},
                                {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
                                {"cp_async", cuda::GroupedGemmVariant::kCpAsync}};

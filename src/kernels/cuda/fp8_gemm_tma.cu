@@ -38,12 +38,12 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (n_groups + 1); }
 static_assert(kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
 
+using tma::load_2d;
+using tma::load_3d;
 using tma::mbar_arrive;
 using tma::mbar_expect_tx;
 using tma::mbar_init;
 using tma::mbar_wait;
-using tma::load_2d;
-using tma::load_3d;
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
 template <class OutT>

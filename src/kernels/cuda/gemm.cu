@@ -254,11 +254,15 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         << op << ": offsets [n_groups + 1] i32";
     if (n_groups == 0 || n == 0) return;
     // The device kernels (grouped_gemm_tma.cu, grouped_gemm.cu) read the offsets on the device: no host sync. kAuto
-    // takes the default one (kDevice: TMA, 2-CTA clusters) wherever it is supported: on the H200 it beat the
-    // cuBLASLt path and torch._grouped_mm at every DeepSeek-V3 / Kimi K3 expert shape at T = 4096 and 16384
-    // (docs/perf/2026-12-01-grouped-gemm-ws.md). The cuBLASLt path stays for the calls the kernels do not take
-    // (f32 operands, k % 8 != 0, ...); it copies the offsets to the host, so under stream capture such a call fails
-    // with the reason. PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: always device).
+    // takes the default one (kDevice = kTma) when it is supported and either the groups are small
+    // (n_rows / n_groups <= kDeviceMaxAvgRows) or the stream is being captured (the cuBLASLt path cannot be). On the
+    // H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) kTma beat the cuBLASLt path 1.13-1.70x and torch._grouped_mm
+    // 1.10-1.25x at the DeepSeek-V3 / Kimi K3 expert shapes at T = 4096 (73-128 rows per expert), while cuBLASLt's
+    // per-group GEMMs were 1.1-1.5x faster than the best device kernel at T = 16384 (292-512 rows per expert: there the
+    // persistent kernels lose half their L2 hits). Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run
+    // on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device forces
+    // either under kAuto (capture: always device).
+    constexpr int64_t kDeviceMaxAvgRows = 192;
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
@@ -277,11 +281,13 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
         const bool capturing = capture != cudaStreamCaptureStatusNone;
         const char* why = grouped_gemm_device_unsupported(p);
-        if (why == nullptr && (env_mode != 1 || capturing)) {
+        const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
+        if (why == nullptr && (capturing || env_mode == 2 || (env_mode == 0 && small_groups))) {
             grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;
         }
-        PENSTOCK_CHECK(!capturing) << op << ": the stream is being captured, and the device kernel cannot take this call ("
+        PENSTOCK_CHECK(!capturing) << op
+                                   << ": the stream is being captured, and the device kernel cannot take this call ("
                                    << why << "); the cuBLASLt path copies the offsets to the host";
     }
     const auto s = static_cast<cudaStream_t>(stream);

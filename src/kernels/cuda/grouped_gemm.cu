@@ -1,11 +1,14 @@
-// The device-side bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; issue #7). sm_90a: wgmma.
+// The device-side bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; issue #7): which calls the device kernels
+// take (grouped_gemm_device_unsupported), their dispatch, and the first kernel, kCpAsync (below; the warp-specialised
+// default, kTma, is grouped_gemm_tma.cu). sm_90a: wgmma.
 //
 // out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); b [n_groups, n, k] row-major, fp32
 // accumulation, bf16 or f32 out. The offsets never leave the device: the launch is a persistent grid (one CTA per SM)
 // whose CTAs each read the offsets into shared memory and scan the per-group tile counts
 // (ceil(rows_g / 128) * ceil(n / 256)) into a prefix; tile t (CTA b takes t = b, b + grid, ...) is found by a binary
 // search over the prefix. Tiles are ordered group-major, then n-tile, then m-tile, so CTAs running at the same time
-// share one expert's weight tile (B read once from DRAM) and its rows (A) stay in L2 across the n-tiles.
+// share one expert's weight tile and its rows (A) stay in L2 across the n-tiles (the intent; at T = 16384 the CTAs
+// drift apart and about half the L2 lookups miss: docs/perf/2026-12-01-grouped-gemm-ws.md).
 //
 // CTA tile 128 x 256 x 64, 256 threads = 2 warpgroups; warpgroup j computes rows [64 j, +64) x 256 columns with
 // wgmma.m64n256k16 (A and B K-major from shared memory, 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r & 7)
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_kernel(GgArgs p) {
     for (int c_i = 0; c_i < my_tiles; ++c_i) {
         for (int kt = 0; kt < KT; ++kt, ++s) {
             cp_async_wait<kDist - 1>();  // step s landed (this thread's copies)
-            wgmma::fence_proxy_async();         // ... visible to the tensor cores' async proxy
+            wgmma::fence_proxy_async();  // ... visible to the tensor cores' async proxy
             __syncthreads();             // everyone's copies of step s; every wgmma of step s - 2 retired
             if (s + kDist < steps) load_next(s + kDist);  // into the stage of step s - 2
             cp_async_commit();
@@ -273,17 +276,14 @@ const char* grouped_gemm_device_unsupported(const kernels::GroupedGemmParams& p)
 void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream) {
     switch (kernel) {
         case GroupedGemmVariant::kDevice:
-        case GroupedGemmVariant::kTmaCluster:
-            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64}, device_info().sms, stream);
-            return;
         case GroupedGemmVariant::kTma:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64}, device_info().sms, stream);
             return;
+        case GroupedGemmVariant::kTmaCluster:
+            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64}, device_info().sms, stream);
+            return;
         case GroupedGemmVariant::kTmaK32:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
-            return;
-        case GroupedGemmVariant::kTmaK32Cluster:
-            grouped_gemm_tma(p, {.cluster = 2, .k_step = 32}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kWsCpAsync:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .cp_async_producer = true}, device_info().sms, stream);

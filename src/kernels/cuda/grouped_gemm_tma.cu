@@ -1,5 +1,5 @@
-// The warp-specialised bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h, kernels kTma and kTmaCluster; issue
-// #7). sm_90a: TMA + mbarriers + wgmma.
+// The warp-specialised bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; kTma, the default device kernel, and
+// its variants kTmaCluster, kTmaK32, kWsCpAsync; issue #7). sm_90a: TMA + mbarriers + wgmma.
 //
 // out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); fp32 accumulation, one rounding to
 // bf16 (or none, f32 out) in the epilogue. Scheduling is grouped_gemm.cu's: a persistent grid, every CTA scans the
@@ -25,6 +25,12 @@
 // multicasts it to both, halving the weight traffic from L2. Otherwise each loads its own. The empty barriers then
 // count the consumers of both CTAs (every stage may be written by the peer), so the pair runs in lockstep; a CTA
 // whose tile 2u + 1 is past the end recomputes tile 2u as a dummy (nothing stored) to keep the ring in step.
+//
+// kBK 32 (kTmaK32): 64-byte rows with 64-byte swizzle, 8 stages of 24 KiB. kCpLoad (kWsCpAsync): the producer
+// warpgroup's 128 threads load by cp.async instead (rows past the group zero-filled, not loaded) and signal "full".
+// On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) kTma was the fastest of these at T = 4096 and on DeepSeek-V3
+// at T = 16384; clusters and the 32-wide step were slower. At T = 16384 every variant is limited by L2 reuse (36-49%
+// hit rate): the static round-robin tile order lets the CTAs that share a weight tile drift apart.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -53,8 +59,8 @@ constexpr int kMaxGroups = 4096;
 // swizzle, 8 stages of 24 KiB: the same ring, twice as many loads in flight relative to the stage in use).
 template <int kBK>
 struct Step {
-    static constexpr int kRowBytes = kBK * 2;              // bf16
-    static constexpr int kABytes = kBM * kRowBytes;        // 16 / 8 KiB
+    static constexpr int kRowBytes = kBK * 2;                  // bf16
+    static constexpr int kABytes = kBM * kRowBytes;            // 16 / 8 KiB
     static constexpr int kBHalfBytes = (kBN / 2) * kRowBytes;  // 16 / 8 KiB
     static constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
     static constexpr int kStages = kPipeBytes / kStageBytes;  // 4 / 8
@@ -100,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
-    const uint32_t sbase = raw + pad;  // the same offset in every CTA of a cluster (same kernel, same layout)
+    const uint32_t sbase = raw + pad;          // the same offset in every CTA of a cluster (same kernel, same layout)
     const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
@@ -110,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) {
-            tma::mbar_init(bars + 8 * i, kCpLoad ? 128 : 1);  // full: the producer's expect_tx / 128 threads
+            tma::mbar_init(bars + 8 * i, kCpLoad ? 128 : 1);         // full: the producer's expect_tx / 128 threads
             tma::mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
         }
         tma::fence_mbar_init();
@@ -215,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < my_units; ++i) {
                 bool shared = false;
                 const Tile ct = unit_tile(cid + i * n_clusters, shared);
-                const bool one_box = p.b_box_rows == kBN;            // the whole box counts, zero fill included
+                const bool one_box = p.b_box_rows == kBN;  // the whole box counts, zero fill included
                 const int halves = one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n: not loaded
                 const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
@@ -388,13 +394,16 @@ void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, 
     }
 }
 
-// PENSTOCK_GG_TMA_L2PROMO=none|128|256 (default 256): the tensor maps' L2 promotion (measurement knob).
+// The tensor maps' L2 promotion: 128 B, the size of one box row. 256 B (what the FP8 kernel uses) doubled the DRAM
+// traffic of this kernel (ncu: 75 GB instead of ~36 GB at DeepSeek-V3 gate_up T = 16384, where half the L2 lookups
+// miss) and cost 13-15% at T = 16384; none and 128 B measured the same (docs/perf/2026-12-01-grouped-gemm-ws.md).
+// PENSTOCK_GG_TMA_L2PROMO=none|128|256 overrides it (measurement knob).
 CUtensorMapL2promotion l2_promotion() {
     static const CUtensorMapL2promotion promo = [] {
         const char* e = std::getenv("PENSTOCK_GG_TMA_L2PROMO");
         if (e != nullptr && std::strcmp(e, "none") == 0) return CU_TENSOR_MAP_L2_PROMOTION_NONE;
-        if (e != nullptr && std::strcmp(e, "128") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-        return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+        if (e != nullptr && std::strcmp(e, "256") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+        return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
     }();
     return promo;
 }
@@ -412,7 +421,9 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     PENSTOCK_CHECK_LE(n_groups, kMaxGroups) << "grouped_gemm_tma: groups";
     PENSTOCK_CHECK(k_step == 64 || k_step == 32) << "grouped_gemm_tma: k-step " << k_step;
     PENSTOCK_CHECK(cfg.cluster == 1 || cfg.cluster == 2) << "grouped_gemm_tma: cluster " << cfg.cluster;
-    PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1)) << "grouped_gemm_tma: cp.async producer";
+    PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1))
+        << "grouped_gemm_tma: cp.async producer";
+    PENSTOCK_CHECK(cfg.cluster == 1 || k_step == 64) << "grouped_gemm_tma: clusters take the 64-wide k-step";
     TmaArgs args{};
     args.out = p.out.data;
     args.offsets = p.offsets.ptr<int32_t>();

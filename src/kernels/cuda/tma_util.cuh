@@ -72,13 +72,13 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
 __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                                   uint32_t bar, uint16_t cta_mask) {
     asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-        "%3, %4}], [%5], %6;\n" ::"r"(dst),
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
         : "memory");
 }
 
-// Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache ahead of its first use.
+// Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache before first use.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

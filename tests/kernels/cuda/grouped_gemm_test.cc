@@ -1,4 +1,5 @@
-// The device-side bf16 grouped GEMM kernels (kernels/cuda/grouped_gemm.h, issue #7: kTma, kTmaCluster, kCpAsync)
+// The device-side bf16 grouped GEMM kernels (kernels/cuda/grouped_gemm.h, issue #7: kTma, kTmaCluster, kTmaK32,
+// kWsCpAsync, kCpAsync; one parameterised test each)
 // against the CPU reference (ref::grouped_gemm) with the gemm tests' bf16 tolerances: empty groups, 1-row groups,
 // rows not a multiple of the 128-row tile, n not a multiple of the 256-column tile (and n <= 128: one weight half),
 // k not a multiple of 64, tile counts odd and even (the cluster kernel's dummy tile), n_groups 1 / 7 / 256 / 896, the
@@ -49,8 +50,6 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "tma_cluster";
         case cuda::GroupedGemmVariant::kTmaK32:
             return "tma_k32";
-        case cuda::GroupedGemmVariant::kTmaK32Cluster:
-            return "tma_k32_cl";
         case cuda::GroupedGemmVariant::kWsCpAsync:
             return "ws_cp_async";
         case cuda::GroupedGemmVariant::kCpAsync:
@@ -185,8 +184,8 @@ TEST_P(GroupedGemmKernelTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
                          ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
-                                           cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kTmaK32Cluster,
-                                           cuda::GroupedGemmVariant::kWsCpAsync, cuda::GroupedGemmVariant::kCpAsync),
+                                           cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kWsCpAsync,
+                                           cuda::GroupedGemmVariant::kCpAsync),
                          [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
                              return std::string(kernel_name(info.param));
                          });
@@ -214,8 +213,8 @@ TEST_F(GroupedGemmDeviceTest, UnsupportedShapesTakeCublasLt) {
         int64_t n, k;
         const char* why;
     };
-    const Odd odd[] = {{"odd k", 64, 7, "k must be"}, {"k % 8 == 4", 72, 36, "k must be"}, {"n % 8 == 4", 100, 64,
-                                                                                              "n must be"}};
+    const Odd odd[] = {
+        {"odd k", 64, 7, "k must be"}, {"k % 8 == 4", 72, 36, "k must be"}, {"n % 8 == 4", 100, 64, "n must be"}};
     uint32_t seed = 1500;
     for (const Odd& o : odd) {
         SCOPED_TRACE(o.name);
