@@ -394,9 +394,9 @@ void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, 
     }
 }
 
-// The tensor maps' L2 promotion: 128 B, the size of one box row. 256 B (what the FP8 kernel uses) doubled the DRAM
-// traffic of this kernel (ncu: 75 GB instead of ~36 GB at DeepSeek-V3 gate_up T = 16384, where half the L2 lookups
-// miss) and cost 13-15% at T = 16384; none and 128 B measured the same (docs/perf/2026-12-01-grouped-gemm-ws.md).
+// The tensor maps' L2 promotion: 128 B, the size of one box row. With 256 B (what the FP8 kernel uses) this kernel read
+// 75 GB from DRAM at DeepSeek-V3 gate_up T = 16384 (ncu; the cp.async kernel: 36 GB; half the L2 lookups miss there)
+// and ran 7-16% slower on DeepSeek-V3; none and 128 B measured the same (docs/perf/2026-12-01-grouped-gemm-ws.md).
 // PENSTOCK_GG_TMA_L2PROMO=none|128|256 overrides it (measurement knob).
 CUtensorMapL2promotion l2_promotion() {
     static const CUtensorMapL2promotion promo = [] {
