@@ -28,6 +28,8 @@
 //
 // kBK 32 (kTmaK32): 64-byte rows with 64-byte swizzle, 8 stages of 24 KiB. kCpLoad (kWsCpAsync): the producer
 // warpgroup's 128 threads load by cp.async instead (rows past the group zero-filled, not loaded) and signal "full".
+// Measurement knobs (environment, read once per process): PENSTOCK_GG_TMA_L2PROMO=none|128|256 (the maps' L2
+// promotion, default 128) and PENSTOCK_GG_TMA_BBOX=256 (one 256-row weight box per k-step; cluster 1 only).
 // On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) kTma was the fastest of these at T = 4096 and on DeepSeek-V3
 // at T = 16384; clusters and the 32-wide step were slower. At T = 16384 every variant is limited by L2 reuse (36-49%
 // hit rate): the static round-robin tile order lets the CTAs that share a weight tile drift apart.
