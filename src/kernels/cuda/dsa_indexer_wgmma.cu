@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
             tma::mbar_init(bars + 8 * i, 128);               // full: every producer thread, after its stores
             tma::mbar_init(bars + 8 * (kStagesF16 + i), 2);  // empty: one arrive per consumer warpgroup
         }
-        tma::mbar_init_fence();
+        tma::fence_mbar_init();
     }
     __syncthreads();
     const int wg = tid >> 7;
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::mbar_init(bars + 8 * (kStages + i), 2);  // empty: one arrive per consumer warpgroup
         }
         tma::mbar_init(q_bar, 1);
-        tma::mbar_init_fence();
+        tma::fence_mbar_init();
     }
     __syncthreads();
     const int wg = tid >> 7;

@@ -1,8 +1,8 @@
 // TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
-// (fp8_gemm_tma.cu, grouped_gemm_tma.cu): mbarrier init / expect_tx / arrive (local or on a cluster peer) / parity
-// wait, 2-d and 3-d tensor loads completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a
-// cluster), the cluster rank and barrier, and the host-side encoder of a tiled tensor map. sm_90. Include from .cu
-// files only.
+// (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu): mbarrier init / expect_tx / arrive (local or on a
+// cluster peer) / parity wait, 2-d and 3-d tensor loads completing on an mbarrier (the 3-d one optionally multicast to
+// the CTAs of a cluster), the cluster rank and barrier, named barriers, and the host-side encoder of a tiled tensor
+// map. sm_90. Include from .cu files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -94,6 +94,15 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// ---------------------------------------------------------------------------------------------- device: named barriers
+// Named barrier `id` (1..15; 0 is __syncthreads) over `n` threads: sync waits, arrive does not.
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------- host
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -127,6 +136,12 @@ inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int
                                 const cuuint64_t* strides, const cuuint32_t* box) {
     return encode_tiled(dtype, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+// A uint8 map with 128-byte swizzle and 256-byte L2 promotion (the DSA indexer's e4m3 key and query tiles).
+inline CUtensorMap encode_u8_sw128(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                                   const cuuint32_t* box) {
+    return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides, box);
 }
 
 }  // namespace penstock::cuda::tma
