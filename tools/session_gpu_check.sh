@@ -36,8 +36,13 @@ for b in ${BENCHES:-dsv3 glm k3kda k3mla}; do
     k3mla) bench kimi-k3.mla-moe kimi-k3 3:4 ;;
   esac
 done
+# fla (the K3 KDA composition's chunk_kda) from wheels carried in PKG/whl when the machine has none
+if [ -d "${PKG}/whl" ] && ! python3 -c "import fla" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fla-site "${PKG}"/whl/*.whl \
+    >/dev/null 2>&1 && export PYTHONPATH="/tmp/fla-site${PYTHONPATH:+:${PYTHONPATH}}"
+fi
 for m in ${TORCH_MODELS:-deepseek-v3}; do
-  PYTHONUNBUFFERED=1 timeout 150 python3 "${PKG}/tools/torch_layer_baseline.py" --model "${m}" --configs "${PKG}/configs" \
+  PYTHONUNBUFFERED=1 timeout "${TORCH_TIMEOUT:-150}" python3 "${PKG}/tools/torch_layer_baseline.py" --model "${m}" --configs "${PKG}/configs" \
     --tokens "${T}" >"${OUT}/torch.${m}.log" 2>&1
   echo "torch ${m} rc $?"; grep -E "ms" "${OUT}/torch.${m}.log" | tail -3
 done

@@ -16,5 +16,7 @@ done
 mkdir -p "${dest}/tools"
 cp "${ROOT}/tools/session_gpu_check.sh" "${ROOT}/tools/torch_layer_baseline.py" "${ROOT}/tools/model_bench_table.py" \
   "${dest}/tools/"
+# fla wheels (tools/model_bench_run.sh's WHEELS) for the K3 KDA torch composition, when downloaded to .whl/
+if ls "${ROOT}"/.whl/*.whl >/dev/null 2>&1; then mkdir -p "${dest}/whl" && cp "${ROOT}"/.whl/*.whl "${dest}/whl/"; fi
 tar -C "$(dirname "${dest}")" -cJf "${dest}.tar.xz" "$(basename "${dest}")"
 du -sh "${dest}" "${dest}.tar.xz"

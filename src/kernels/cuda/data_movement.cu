@@ -391,10 +391,12 @@ void fill(const kernels::FillParams& p, void* stream) {
                                                                                 make_uint4(bits, bits, bits, bits),
                                                                                 n_words);
             PENSTOCK_CUDA_LAUNCH_CHECK();
+            // The tail (under 16 bytes) goes to the per-element kernel: it holds no whole word.
+            const auto done = static_cast<int64_t>(static_cast<size_t>(n_words) * 16 / es);
+            if (done < n) fill({.out = p.out.reshape({n}).slice(0, done, n), .value = p.value}, stream);
+            return;
         }
-        const auto done = static_cast<int64_t>(static_cast<size_t>(n_words) * 16 / es);
-        if (done < n) fill({.out = p.out.reshape({n}).slice(0, done, n), .value = p.value}, stream);
-        return;
+        // Under 16 bytes in all: the per-element kernel below.
     }
     const StridedDesc od = strided_desc(p.out);
     const unsigned blocks = blocks_for(n, kThreads);

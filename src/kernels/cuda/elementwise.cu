@@ -39,6 +39,22 @@ __global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
     }
 }
 
+// The same over 16-byte packs (all three 16-byte aligned; the caller handles the tail past the last whole pack).
+template <class T>
+__global__ void add_vec_kernel(T* out, const T* a, const T* b, int64_t n_packs) {
+    constexpr int V = 16 / static_cast<int>(sizeof(T));
+    using P = Pack<T, V>;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_packs;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const P x = reinterpret_cast<const P*>(a)[i];
+        const P y = reinterpret_cast<const P*>(b)[i];
+        P o;
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.v[j] = from_f32<T>(to_f32(x.v[j]) + to_f32(y.v[j]));
+        reinterpret_cast<P*>(out)[i] = o;
+    }
+}
+
 // ---- softmax: one block per row; max, sum of exp (fp32), then write. out may alias in: the write pass re-reads x
 // element by element in the same thread before overwriting it.
 template <class T>
@@ -106,6 +122,56 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
         const float x2 = interleaved ? buf[2 * i + 1] : buf[i + half];
         row[i] = from_f32<T>(x1 * c - x2 * s);
         row[i + half] = from_f32<T>(x2 * c + x1 * s);
+    }
+}
+
+// The same, one warp per (token, run of kRopeHeads heads) with the token's cos / sin computed once (rot_dim / 2 <=
+// 32 * kPairs pairs, lane l holding pairs l, l + 32, ...): each head's pairs are read into registers, the warp
+// synchronises (the interleaved layout writes positions other lanes read), then writes. Same arithmetic as rope_kernel.
+constexpr int kRopeHeads = 8;
+
+template <class T, int kPairs>
+__global__ void rope_heads_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int n_heads,
+                                  int rot_dim, int64_t s0, int64_t s1, float attention_factor, bool interleaved) {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int runs = (n_heads + kRopeHeads - 1) / kRopeHeads;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+    if (item >= n_tokens * runs) return;
+    const int64_t t = item / runs;
+    const int h0 = static_cast<int>(item % runs) * kRopeHeads;
+    const int half = rot_dim / 2;
+    const auto pos = static_cast<float>(positions[t]);
+    float c[kPairs], sn[kPairs];
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+        const int i = lane + 32 * j;
+        const float angle = i < half ? pos * inv_freq[i] : 0.0f;
+        c[j] = cosf(angle) * attention_factor;
+        sn[j] = sinf(angle) * attention_factor;
+    }
+    const int h1 = min(h0 + kRopeHeads, n_heads);
+    for (int h = h0; h < h1; ++h) {
+        T* row = x + t * s0 + h * s1;
+        float x1[kPairs], x2[kPairs];
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i < half) {
+                x1[j] = to_f32(interleaved ? row[2 * i] : row[i]);
+                x2[j] = to_f32(interleaved ? row[2 * i + 1] : row[i + half]);
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i < half) {
+                row[i] = from_f32<T>(x1[j] * c[j] - x2[j] * sn[j]);
+                row[i + half] = from_f32<T>(x2[j] * c[j] + x1[j] * sn[j]);
+            }
+        }
+        __syncwarp();  // the next head's reads stay after these writes (rows do not overlap; kept for clarity)
     }
 }
 
@@ -198,8 +264,18 @@ void add(const kernels::AddParams& p, void* stream) {
     const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.out.dtype, "add", [&](auto t) {
         using T = decltype(t);
-        add_kernel<T>
-            <<<blocks_for(n, kThreads), kThreads, 0, s>>>(p.out.ptr<T>(), p.a.ptr<const T>(), p.b.ptr<const T>(), n);
+        constexpr int64_t V = 16 / static_cast<int64_t>(sizeof(T));
+        int64_t done = 0;
+        if (is_aligned16(p.out.data) && is_aligned16(p.a.data) && is_aligned16(p.b.data) && n >= V) {
+            const int64_t n_packs = n / V;
+            add_vec_kernel<T><<<blocks_for(n_packs, kThreads), kThreads, 0, s>>>(p.out.ptr<T>(), p.a.ptr<const T>(),
+                                                                                 p.b.ptr<const T>(), n_packs);
+            done = n_packs * V;
+        }
+        if (done < n) {
+            add_kernel<T><<<blocks_for(n - done, kThreads), kThreads, 0, s>>>(
+                p.out.ptr<T>() + done, p.a.ptr<const T>() + done, p.b.ptr<const T>() + done, n - done);
+        }
     });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
@@ -263,9 +339,31 @@ void rope(const kernels::RopeParams& p, void* stream) {
         << "rope: inv_freq [rot_dim / 2] f32";
     const int64_t n_items = n_tokens * n_heads;
     if (n_items == 0 || rot_dim == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (rot_dim <= 256) {  // the token's cos / sin fit 4 pairs per lane
+        constexpr int kHeadWarps = 8;
+        const int64_t items = n_tokens * ((n_heads + kRopeHeads - 1) / kRopeHeads);
+        dispatch_float(p.x.dtype, "rope", [&](auto t) {
+            using T = decltype(t);
+            auto launch = [&](auto kernel) {
+                kernel<<<blocks_for(items, kHeadWarps), kHeadWarps * 32, 0, s>>>(
+                    p.x.ptr<T>(), p.positions.ptr<const int32_t>(), p.inv_freq.ptr<const float>(), n_tokens,
+                    static_cast<int>(n_heads), static_cast<int>(rot_dim), p.x.stride(0), p.x.stride(1),
+                    p.attention_factor, p.interleaved);
+            };
+            if (rot_dim <= 64) {
+                launch(rope_heads_kernel<T, 1>);
+            } else if (rot_dim <= 128) {
+                launch(rope_heads_kernel<T, 2>);
+            } else {
+                launch(rope_heads_kernel<T, 4>);
+            }
+        });
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     constexpr int kWarps = 4;
     const size_t smem = sizeof(float) * static_cast<size_t>(kWarps * rot_dim);
-    const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.x.dtype, "rope", [&](auto t) {
         using T = decltype(t);
         rope_kernel<T><<<blocks_for(n_items, kWarps), kWarps * 32, smem, s>>>(

@@ -123,7 +123,8 @@ TEST_F(ElementwiseOpTest, Rope) {
     struct RopeCase {
         int64_t n_tokens, n_heads, rot_dim;
     };
-    const RopeCase kCases[] = {{1, 1, 2}, {3, 3, 64}, {17, 96, 64}, {5, 8, 128}, {2, 1, 576}};
+    // rot_dim <= 256: a warp per (token, 8 heads) with the cos / sin held per lane (1, 2 or 4 pairs); 576: per head.
+    const RopeCase kCases[] = {{1, 1, 2}, {3, 3, 64}, {17, 96, 64}, {5, 8, 128}, {4, 13, 192}, {3, 9, 256}, {2, 1, 576}};
     uint32_t seed = 900;
     for (const RopeCase& c : kCases) {
         for (DType dt : kDtypes) {
