@@ -6,7 +6,7 @@
 # composition of the models in TORCH_MODELS in the same call.
 #   PKG=DIR (tools/model_bench_pack.sh + cuda_kernels_test + penstock_bench_kernels; PKG/tools/ holds this script,
 #   torch_layer_baseline.py and model_bench_table.py, which it imports) OUT=DIR \
-#     [FILTER=gtest-filter] [T=16384] [BENCHES="dsv3 glm k3kda k3mla"] [TORCH_MODELS="deepseek-v3"] \
+#     [FILTER=gtest-filter] [T=16384] [REPS=3] [BENCHES="dsv3 glm k3kda k3mla"] [TORCH_MODELS="deepseek-v3"] \
 #     tools/session_gpu_check.sh
 set -uo pipefail
 PKG="${PKG:?}"; OUT="${OUT:?}"; T="${T:-16384}"
@@ -25,7 +25,7 @@ fi
 bench() {  # name config layers [extra]
   local name=$1 cfg=$2 layers=$3; shift 3
   timeout 150 "${PKG}/bin/penstock_model_bench" --config "${PKG}/configs/${cfg}.json" --model-name "${name}" \
-    --layers "${layers}" --tokens "${T}" --reps 3 --breakdown --json "${OUT}/${name}.json" "$@" >"${OUT}/${name}.log" 2>&1
+    --layers "${layers}" --tokens "${T}" --reps "${REPS:-3}" --breakdown --json "${OUT}/${name}.json" "$@" >"${OUT}/${name}.log" 2>&1
   echo "${name} rc $? $(python3 -c "import json,sys; print(', '.join(f\"{r.get('fp8_weights', 'bf16')} {r['median_ms']:.2f} ms\" for r in json.load(open(sys.argv[1])) if 'median_ms' in r))" "${OUT}/${name}.json" 2>/dev/null)"
 }
 for b in ${BENCHES:-dsv3 glm k3kda k3mla}; do

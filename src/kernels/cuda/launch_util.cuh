@@ -72,7 +72,18 @@ __device__ __forceinline__ void copy_row_bytes(void* dst, const void* src, int64
     if (a % 16 == 0) {
         auto* d = static_cast<uint4*>(dst);
         const auto* s = static_cast<const uint4*>(src);
-        for (int64_t i = tid; i < bytes / 16; i += n_threads) d[i] = s[i];
+        const int64_t n = bytes / 16;
+        int64_t i = tid;
+        // Four 16-byte loads in flight per thread before their stores (the compiler cannot hoist loads over stores
+        // that may alias).
+        for (; i + 3 * static_cast<int64_t>(n_threads) < n; i += 4 * static_cast<int64_t>(n_threads)) {
+            const uint4 v0 = s[i], v1 = s[i + n_threads], v2 = s[i + 2 * n_threads], v3 = s[i + 3 * n_threads];
+            d[i] = v0;
+            d[i + n_threads] = v1;
+            d[i + 2 * n_threads] = v2;
+            d[i + 3 * n_threads] = v3;
+        }
+        for (; i < n; i += n_threads) d[i] = s[i];
     } else if (a % 4 == 0) {
         auto* d = static_cast<uint32_t*>(dst);
         const auto* s = static_cast<const uint32_t*>(src);
