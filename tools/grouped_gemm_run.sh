@@ -12,11 +12,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${1:-}" = pack ]; then
   build=$2; dest=$3
-  rm -rf "${dest}"; mkdir -p "${dest}/bin" "${dest}/lib"
-  cp "${build}/tests/kernels/cuda/cuda_kernels_test" "${build}/bench/penstock_bench_kernels" "${dest}/bin/"
-  strip "${dest}/bin/"*
-  skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc'
-  for b in "${dest}/bin/"*; do ldd "${b}" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done; done
+  rm -rf "${dest}"
+  bash "${ROOT}/tools/pack_kernel_bins.sh" "${build}" "${dest}"
   git -C "${ROOT}" rev-parse --short=12 HEAD >"${dest}/COMMIT"
   tar -C "$(dirname "${dest}")" -cJf "${dest}.tar.xz" "$(basename "${dest}")"
   du -sh "${dest}" "${dest}.tar.xz"

@@ -7,12 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=$1; dest=$2
 bash "${ROOT}/tools/model_bench_pack.sh" "${build}" "${ROOT}/../shared/configs" "${dest}" >/dev/null
-cp "${build}/tests/kernels/cuda/cuda_kernels_test" "${build}/bench/penstock_bench_kernels" "${dest}/bin/"
-strip "${dest}/bin/cuda_kernels_test" "${dest}/bin/penstock_bench_kernels"
-skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc'
-for b in "${dest}/bin/"*; do
-  ldd "${b}" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done
-done
+bash "${ROOT}/tools/pack_kernel_bins.sh" "${build}" "${dest}"
 mkdir -p "${dest}/tools"
 cp "${ROOT}/tools/session_gpu_check.sh" "${ROOT}/tools/torch_layer_baseline.py" "${ROOT}/tools/model_bench_table.py" \
   "${dest}/tools/"
