@@ -81,19 +81,23 @@ class DeepPpCpu(unittest.TestCase):
         self.assertEqual(leftover(self.out), [], "processes left behind")
 
     def test_gpu_study_refuses_a_machine_or_server_that_cannot_run_it(self):
-        # A fake nvidia-smi listing `n` GPUs: too few -> exit 3 naming the count; enough, but this build's serve runs
-        # --backend cuda in one process only -> exit 3 saying so. Nothing is started either way; --dry-run prints all
-        # commands.
+        # A fake nvidia-smi listing `n` GPUs: too few -> exit 3 naming the count. Enough, but a `penstock` whose serve
+        # lacks --device-links (a build from before multi-rank GPU serving) -> exit 3 naming the option. Nothing is
+        # started either way; --dry-run prints all commands.
         with tempfile.TemporaryDirectory(prefix="penstock-fake-smi-") as d:
             smi = os.path.join(d, "nvidia-smi")
             with open(smi, "w") as f:
                 f.write("#!/bin/sh\nfor i in $(seq 0 $((N - 1))); do echo \"GPU $i: NVIDIA H200 (UUID: GPU-$i)\"; done\n")
             os.chmod(smi, 0o755)
+            old = os.path.join(d, "penstock-old")
+            with open(old, "w") as f:  # serve --help of a one-process-only GPU build
+                f.write("#!/bin/sh\necho '--backend --dtype --num-layers --load-format'\n")
+            os.chmod(old, 0o755)
             env = dict(os.environ, PATH=d + os.pathsep + os.environ["PATH"])
-            for n, gpus, needle in (("4", "8", "8 GPUs needed, nvidia-smi lists 4"),
-                                    ("8", "8", "cannot yet run multi-rank layouts on GPUs"),
-                                    ("2", "2", "cannot yet run multi-rank layouts on GPUs")):
-                r = subprocess.run(["bash", DRIVER, "--gpus", gpus, "--penstock", BINARY, "--out",
+            for n, gpus, binary, needle in (("4", "8", BINARY, "8 GPUs needed, nvidia-smi lists 4"),
+                                            ("8", "8", old, "has no --device-links option"),
+                                            ("2", "2", old, "has no --device-links option")):
+                r = subprocess.run(["bash", DRIVER, "--gpus", gpus, "--penstock", binary, "--out",
                                     os.path.join(d, "out")], capture_output=True, text=True, timeout=60,
                                    env=dict(env, N=n))
                 self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
