@@ -34,7 +34,7 @@ def bf16(x):
 def inject_rounding(model):
     only = os.environ.get("ROUND_ONLY")  # a substring of the module path, e.g. "mlp" or "self_attn"
     for path, mod in model.named_modules():
-        if only and only not in path and not isinstance(mod, type(model.model.layers[0])):
+        if only and only not in path:
             continue
         name = type(mod).__name__
         if isinstance(mod, torch.nn.Linear):
