@@ -28,7 +28,7 @@ export LD_LIBRARY_PATH="${PKG}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
   echo "+ conformance $(date -u +%T)"
   # One gtest run per device kernel, so that a failing (or hanging) kernel only drops itself from the bench.
-  all="${GG_KERNELS:-tma tma_cluster tma_k32 ws_cp_async cp_async}"
+  all="${GG_KERNELS:-tma_dyn tma tma_cluster tma_k32 ws_cp_async cp_async}"
   kernels=""
   for kn in ${all}; do
     timeout "${GG_T_TEST:-60}" "${PKG}/bin/cuda_kernels_test" \

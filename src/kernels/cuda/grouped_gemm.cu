@@ -285,6 +285,9 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
         case GroupedGemmVariant::kTmaK32:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
             return;
+        case GroupedGemmVariant::kTmaDyn:
+            grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            return;
         case GroupedGemmVariant::kWsCpAsync:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .cp_async_producer = true}, device_info().sms, stream);
             return;

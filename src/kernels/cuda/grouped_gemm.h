@@ -19,6 +19,7 @@ enum class GroupedGemmVariant {
     kTmaCluster,  // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
     kTmaK32,      // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
     kWsCpAsync,   // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
+    kTmaDyn,      // kTma with a dynamic tile order (a global atomic counter): UNTESTED on a GPU so far (branch gg-dyn)
     kCpAsync,     // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -40,6 +41,7 @@ struct TmaKernelConfig {
     int cluster = 1;
     int k_step = 64;
     bool cp_async_producer = false;
+    bool dynamic_tiles = false;  // kTmaDyn
 };
 // sms = the multiprocessor count.
 void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig& cfg, int sms, void* stream);

@@ -73,8 +73,12 @@ struct Step {
 
 template <int kBK>
 constexpr int smem_bytes(int n_groups) {
-    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 8 * (n_groups + 1);
+    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 4 * Step<kBK>::kStages + 8 * (n_groups + 1);
 }
+
+// kTmaDyn's tile counter ([0]: next tile, [1]: CTAs done). Zero at module load; the last CTA of a launch resets both,
+// so the next launch in stream order starts from zero. Two kTmaDyn launches must not run concurrently on one device.
+__device__ int g_tile_sched[2];
 static_assert(smem_bytes<64>(kMaxGroups) <= 227 * 1024, "shared memory");
 static_assert(smem_bytes<32>(kMaxGroups) <= 227 * 1024, "shared memory");
 
@@ -92,7 +96,7 @@ using tile::smem_u32;
 using tile::store2;
 using Tile = tile::GroupTile;
 
-template <class OutT, int kCluster, int kBK, bool kCpLoad>
+template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                             TmaArgs p) {
@@ -112,7 +116,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
-    int* prefix = scan + 32;
+    int* stage_tile = scan + 32;  // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
+    int* prefix = stage_tile + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
     const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
@@ -131,7 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_clusters = static_cast<int>(gridDim.x) / kCluster;
     const int my_units = units > cid ? (units - 1 - cid) / n_clusters + 1 : 0;  // the same in both CTAs of a pair
     const int KT = p.k_steps;
-    if (my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
+    static_assert(!kDyn || (kCluster == 1 && !kCpLoad), "the dynamic scheduler: TMA, no cluster");
+    if (!kDyn && my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
     // This CTA's tile of unit u (rows 0: a dummy, computed and not stored) and whether the pair shares its weights.
     auto unit_tile = [&](int u, bool& shared) {
         const int t0 = kCluster * u;
@@ -220,9 +226,25 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::prefetch_map(&tm_a);
             tma::prefetch_map(&tm_b);
             int64_t s = 0;
-            for (int i = 0; i < my_units; ++i) {
+            for (int i = 0; kDyn || i < my_units; ++i) {
                 bool shared = false;
-                const Tile ct = unit_tile(cid + i * n_clusters, shared);
+                Tile ct{};
+                if constexpr (kDyn) {
+                    // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
+                    // window, so the CTAs that share a weight tile start within a few k-steps of each other.
+                    const int t = atomicAdd(&g_tile_sched[0], 1);
+                    const int stage = static_cast<int>(s % kStages);
+                    const auto use = static_cast<uint32_t>(s / kStages);
+                    tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
+                    stage_tile[stage] = t < total ? t : -1;  // published by the arrive below (release)
+                    if (t >= total) {
+                        tma::mbar_arrive(bars + 8 * stage);  // the consumers wake, read -1 and stop
+                        break;
+                    }
+                    ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
+                } else {
+                    ct = unit_tile(cid + i * n_clusters, shared);
+                }
                 const bool one_box = p.b_box_rows == kBN;  // the whole box counts, zero fill included
                 const int halves = one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n: not loaded
                 const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
@@ -248,6 +270,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                             tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, ct.n0 + h * (kBN / 2), ct.group, full);
                         }
                     }
+                }
+            }
+            if constexpr (kDyn) {
+                // The last CTA to finish issuing resets the counter for the next launch.
+                __threadfence();
+                if (atomicAdd(&g_tile_sched[1], 1) == static_cast<int>(gridDim.x) - 1) {
+                    atomicExch(&g_tile_sched[0], 0);
+                    atomicExch(&g_tile_sched[1], 0);
                 }
             }
         }
@@ -276,9 +306,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
         OutT* out = static_cast<OutT*>(p.out);
         int64_t s = 0;
-        for (int i = 0; i < my_units; ++i) {
+        for (int i = 0; kDyn || i < my_units; ++i) {
             bool shared = false;
-            const Tile ct = unit_tile(cid + i * n_clusters, shared);
+            Tile ct{};
+            if constexpr (kDyn) {
+                const int stage = static_cast<int>(s % kStages);
+                tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                const int t = *static_cast<volatile int*>(stage_tile + stage);
+                if (t < 0) break;
+                ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
+            } else {
+                ct = unit_tile(cid + i * n_clusters, shared);
+            }
             for (int kt = 0; kt < KT; ++kt, ++s) {
                 const int stage = static_cast<int>(s % kStages);
                 const auto use = static_cast<uint32_t>(s / kStages);
@@ -325,9 +364,9 @@ struct ClusterInfo {
     int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
 };
 
-template <class OutT, int kCluster, int kBK, bool kCpLoad = false>
+template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false>
 void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, cudaStream_t s) {
-    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad>;
+    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn>;
     const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg{};
@@ -387,6 +426,11 @@ void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, 
             launch<OutT, 1, 64, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
             return;
         }
+        if (cfg.dynamic_tiles) {
+            launch<OutT, 1, 64, false, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms),
+                                             s);
+            return;
+        }
     }
     if (pairs > 0) {
         const int64_t want = (tile_bound + 1) / 2;
@@ -426,6 +470,8 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1))
         << "grouped_gemm_tma: cp.async producer";
     PENSTOCK_CHECK(cfg.cluster == 1 || k_step == 64) << "grouped_gemm_tma: clusters take the 64-wide k-step";
+    PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && cfg.cluster == 1 && !cfg.cp_async_producer))
+        << "grouped_gemm_tma: dynamic tiles";
     TmaArgs args{};
     args.out = p.out.data;
     args.offsets = p.offsets.ptr<int32_t>();

@@ -52,6 +52,8 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "tma_k32";
         case cuda::GroupedGemmVariant::kWsCpAsync:
             return "ws_cp_async";
+        case cuda::GroupedGemmVariant::kTmaDyn:
+            return "tma_dyn";
         case cuda::GroupedGemmVariant::kCpAsync:
             return "cp_async";
     }
@@ -185,7 +187,7 @@ TEST_P(GroupedGemmKernelTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
                          ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
                                            cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kWsCpAsync,
-                                           cuda::GroupedGemmVariant::kCpAsync),
+                                           cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn),
                          [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
                              return std::string(kernel_name(info.param));
                          });
