@@ -261,13 +261,14 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     // per-group GEMMs were 1.1-1.5x faster than the best device kernel at T = 16384 (292-512 rows per expert: there the
     // persistent kernels lose half their L2 hits). Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run
     // on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device forces
-    // either under kAuto (capture: always device).
+    // either under kAuto (capture: always device); =dyn takes kTmaDyn wherever supported (measurement).
     constexpr int64_t kDeviceMaxAvgRows = 192;
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
         if (std::strcmp(e, "cublaslt") == 0) return 1;
         if (std::strcmp(e, "device") == 0) return 2;
+        if (std::strcmp(e, "dyn") == 0) return 3;
         return 0;
     }();
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
@@ -282,6 +283,10 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         const bool capturing = capture != cudaStreamCaptureStatusNone;
         const char* why = grouped_gemm_device_unsupported(p);
         const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
+        if (why == nullptr && env_mode == 3) {
+            grouped_gemm_device(p, GroupedGemmVariant::kTmaDyn, stream);
+            return;
+        }
         if (why == nullptr && (capturing || env_mode == 2 || (env_mode == 0 && small_groups))) {
             grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;
