@@ -318,6 +318,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             } else {
                 ct = unit_tile(cid + i * n_clusters, shared);
             }
+            if (64 * cw >= ct.rows) {
+                // Every row of this warpgroup's half is past the tile's valid rows (a group's tail tile of <= 64
+                // rows, or a cluster's dummy): no products, nothing stored; the stages are only passed on. The other
+                // warpgroup then has the tensor cores to itself, so the tile costs about half.
+                for (int kt = 0; kt < KT; ++kt, ++s) {
+                    const int stage = static_cast<int>(s % kStages);
+                    tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                    release(stage);
+                }
+                continue;
+            }
             for (int kt = 0; kt < KT; ++kt, ++s) {
                 const int stage = static_cast<int>(s % kStages);
                 const auto use = static_cast<uint32_t>(s / kStages);
