@@ -90,7 +90,6 @@ struct TmaArgs {
     int64_t ldo, lda;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
     int b_box_rows;  // rows of tm_b's box: 128 (halves, multicast-capable) or 256 (one load per k-step, no cluster)
-    int l2_hint;     // kDyn: 0 no cache hint; 1 A evict_last + B evict_first; 2 A evict_last + B normal
 };
 
 using tile::smem_u32;
@@ -245,32 +244,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                     ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
                 } else {
                     ct = unit_tile(cid + i * n_clusters, shared);
-                }
-                if constexpr (kDyn) {
-                    if (p.l2_hint != 0) {
-                        // A's rows are read by every n-tile of the group (spread over the window of running
-                        // tiles); a weight k-slab by the group's few m-tiles, which start within a few k-steps of
-                        // each other.
-                        const uint64_t pol_a = tma::l2_policy_evict_last();
-                        const uint64_t pol_b =
-                            p.l2_hint == 1 ? tma::l2_policy_evict_first() : tma::l2_policy_evict_normal();
-                        const int halves = p.n - ct.n0 > kBN / 2 ? 2 : 1;
-                        const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
-                        for (int kt = 0; kt < KT; ++kt, ++s) {
-                            const int stage = static_cast<int>(s % kStages);
-                            const auto use = static_cast<uint32_t>(s / kStages);
-                            tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
-                            const uint32_t full = bars + 8 * stage;
-                            tma::mbar_expect_tx(full, bytes);
-                            const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
-                            tma::load_2d_hint(sa, &tm_a, kt * kBK, ct.row0, full, pol_a);
-                            for (int h = 0; h < halves; ++h) {
-                                tma::load_3d_hint(sa + kABytes + h * kBHalfBytes, &tm_b, kt * kBK,
-                                                  ct.n0 + h * (kBN / 2), ct.group, full, pol_b);
-                            }
-                        }
-                        continue;
-                    }
                 }
                 const bool one_box = p.b_box_rows == kBN;  // the whole box counts, zero fill included
                 const int halves = one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n: not loaded
@@ -536,15 +509,6 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
         return e != nullptr && std::strcmp(e, "256") == 0;
     }();
     args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
-    // PENSTOCK_GG_TMA_HINT=a_last_b_first|a_last (measurement knob; kTmaDyn only): L2 cache hints on the loads.
-    static const int env_hint = [] {
-        const char* e = std::getenv("PENSTOCK_GG_TMA_HINT");
-        if (e == nullptr) return 0;
-        if (std::strcmp(e, "a_last_b_first") == 0) return 1;
-        if (std::strcmp(e, "a_last") == 0) return 2;
-        return 0;
-    }();
-    args.l2_hint = cfg.dynamic_tiles && args.b_box_rows == kBN / 2 ? env_hint : 0;
     const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(args.b_box_rows), 1u};
     const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     const CUtensorMap tm_a =

@@ -67,40 +67,6 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
-// load_2d / load_3d with an L2 cache policy (`policy` from l2_policy_*: what the lines' eviction priority is).
-__device__ __forceinline__ void load_2d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                             uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-        "%3}], [%4], %5;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
-        : "memory");
-}
-__device__ __forceinline__ void load_3d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                             uint32_t bar, uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-        "%3, %4}], [%5], %6;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
-        : "memory");
-}
-// L2 cache policies for the *_hint loads: every line evict-first (read soon by few, then dead) / evict-last (reused
-// over a longer span) / normal.
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
 // The same box written to dst of every CTA in cta_mask (bit i: cluster rank i), each completing its own barrier at
 // offset bar.
 __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
