@@ -11,14 +11,21 @@
 // scales loaded before the wait), so one warpgroup's promotion overlaps the other's tensor-core work and the loads run
 // up to 6 k-steps ahead, across tiles. TMA's out-of-bounds zero fill covers rows past n_rows, k past the end and
 // rows past n (b is a 3-d [G, n, k] map); rows of the next group that land in a tile are computed and not stored.
+// Tiles are handed out in the scheduler's order by a global counter (tile_sched.h; the bf16 kTmaDyn's scheme): the
+// producer takes the next tile when its ring has room and passes its id to the consumers through a per-stage slot,
+// so the CTAs that share a weight tile stay together (PENSTOCK_FP8_TMA_SCHED=static: the round-robin order, for
+// measurement). A consumer warpgroup whose 64 rows are all past the tile's valid rows skips its products.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_sched.h"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -35,8 +42,11 @@ constexpr int kBarBytes = 2 * kStages * 8;
 
 constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the bulk copies' bytes
 
-int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (n_groups + 1); }
-static_assert(kPipeBytes + 1024 + kBarBytes + kScanBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
+constexpr int kSlotBytes = 4 * kStages;  // kDyn: the tile id whose first k-step is in stage i
+
+int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes + 8 * (n_groups + 1); }
+static_assert(kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes + 8 * (kMaxGroups + 1) <= 227 * 1024,
+              "shared memory");
 
 using tma::load_2d;
 using tma::load_3d;
@@ -46,9 +56,10 @@ using tma::mbar_init;
 using tma::mbar_wait;
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
-template <class OutT>
+template <class OutT, bool kDyn>
 __global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b, Args p) {
+    fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b, Args p,
+                        int* sched) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
@@ -57,7 +68,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
-    int* prefix = scan + 32;
+    int* stage_tile = scan + 32;  // kDyn: tile id of the tile whose first k-step is in stage i (-1: no more tiles)
+    int* prefix = stage_tile + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
@@ -73,15 +85,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int grid = static_cast<int>(gridDim.x);
     const int my_tiles = total > bid ? (total - 1 - bid) / grid + 1 : 0;
     const int KT = p.k_steps;
-    if (my_tiles == 0) return;
+    if (!kDyn && my_tiles == 0) return;
     const int wg = tid >> 7;
     if (wg == 0) {
         // ------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             int64_t s = 0;
-            for (int c_i = 0; c_i < my_tiles; ++c_i) {
-                const Tile ct = decode(bid + c_i * grid, prefix, offs, G);
+            for (int c_i = 0; kDyn || c_i < my_tiles; ++c_i) {
+                int t = bid + c_i * grid;
+                if constexpr (kDyn) {
+                    // The next tile of the order (tile_sched.h), its id to the consumers through the stage slot,
+                    // published by the stage's "full" arrive (release).
+                    t = atomicAdd(sched, 1);
+                    const int stage = static_cast<int>(s % kStages);
+                    mbar_wait(bars + 8 * (kStages + stage), (static_cast<uint32_t>(s / kStages) & 1u) ^ 1u);
+                    stage_tile[stage] = t < total ? t : -1;
+                    if (t >= total) {
+                        mbar_arrive(bars + 8 * stage);  // the consumers wake, read -1 and stop
+                        break;
+                    }
+                }
+                const Tile ct = decode(t, prefix, offs, G);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
@@ -91,6 +116,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
                     load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
                     load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
+                }
+            }
+            if constexpr (kDyn) {
+                // The last CTA to finish taking tiles resets the pair for the next launch.
+                __threadfence();
+                if (atomicAdd(sched + 1, 1) == grid - 1) {
+                    atomicExch(sched, 0);
+                    atomicExch(sched + 1, 0);
                 }
             }
         }
@@ -110,8 +143,26 @@ __global__ void __launch_bounds__(kThreads, 1)
             blk[i] = 0.0f;
         }
         int64_t s = 0;
-        for (int c_i = 0; c_i < my_tiles; ++c_i) {
-            const Tile ct = decode(bid + c_i * grid, prefix, offs, G);
+        for (int c_i = 0; kDyn || c_i < my_tiles; ++c_i) {
+            int tile_id = bid + c_i * grid;
+            if constexpr (kDyn) {
+                const int stage = static_cast<int>(s % kStages);
+                mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                tile_id = *static_cast<volatile int*>(stage_tile + stage);
+                if (tile_id < 0) break;
+            }
+            const Tile ct = decode(tile_id, prefix, offs, G);
+            if (64 * cw >= ct.rows) {
+                // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
+                // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
+                // cores to itself.
+                for (int kt = 0; kt < KT; ++kt, ++s) {
+                    const int stage = static_cast<int>(s % kStages);
+                    mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                    if ((tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));
+                }
+                continue;
+            }
             const TileScales sc = tile_scales(p, ct, r_lo);
             for (int kt = 0; kt < KT; ++kt, ++s) {
                 const int stage = static_cast<int>(s % kStages);
@@ -166,14 +217,21 @@ void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     const int grid = static_cast<int>(tile_bound < device_sms() ? tile_bound : device_sms());
     const int smem = smem_bytes(args.n_groups);
     const auto s = static_cast<cudaStream_t>(stream);
+    // PENSTOCK_FP8_TMA_SCHED=static (measurement knob): the round-robin tile order instead of the dynamic one.
+    static const bool env_static = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_TMA_SCHED");
+        return e != nullptr && std::strcmp(e, "static") == 0;
+    }();
+    int* sched = env_static ? nullptr : dynamic_tile_counter(s);
     auto launch = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, args);
+        kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, args, sched);
     };
-    if (p.out.dtype == DType::kF32) {
-        launch(fp8_gemm_tma_kernel<float>);
+    const bool f32 = p.out.dtype == DType::kF32;
+    if (sched == nullptr) {
+        f32 ? launch(fp8_gemm_tma_kernel<float, false>) : launch(fp8_gemm_tma_kernel<bf16, false>);
     } else {
-        launch(fp8_gemm_tma_kernel<bf16>);
+        f32 ? launch(fp8_gemm_tma_kernel<float, true>) : launch(fp8_gemm_tma_kernel<bf16, true>);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

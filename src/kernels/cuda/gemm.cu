@@ -254,21 +254,21 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         << op << ": offsets [n_groups + 1] i32";
     if (n_groups == 0 || n == 0) return;
     // The device kernels (grouped_gemm_tma.cu, grouped_gemm.cu) read the offsets on the device: no host sync. kAuto
-    // takes the default one (kDevice = kTma) when it is supported and either the groups are small
+    // takes the default one (kDevice = kTmaDyn) when it is supported and either the groups are small
     // (n_rows / n_groups <= kDeviceMaxAvgRows) or the stream is being captured (the cuBLASLt path cannot be). On the
-    // H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) kTma beat the cuBLASLt path 1.13-1.70x and torch._grouped_mm
-    // 1.10-1.25x at the DeepSeek-V3 / Kimi K3 expert shapes at T = 4096 (73-128 rows per expert), while cuBLASLt's
-    // per-group GEMMs were 1.1-1.5x faster than the best device kernel at T = 16384 (292-512 rows per expert: there the
-    // persistent kernels lose half their L2 hits). Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run
-    // on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device forces
-    // either under kAuto (capture: always device); =dyn takes kTmaDyn wherever supported (measurement).
-    constexpr int64_t kDeviceMaxAvgRows = 192;
+    // H200 (docs/perf/2026-12-01-grouped-gemm-dyn.md) kTmaDyn ran the DeepSeek-V3 / Kimi K3 expert GEMMs at
+    // 0.95-1.51x torch._grouped_mm and 1.0-2.0x the cuBLASLt path at 73-292 rows per expert, and cut the Kimi K3 MLA
+    // layer's experts from 39.6 to 33.5 ms at T = 16384 (292 rows per expert); at 512 rows per expert (DeepSeek-V3,
+    // T = 16384) cuBLASLt's per-group GEMMs were faster (gate_up 11.5-12.6 vs 13.4 ms) and the layer 1.4 ms faster
+    // with them. Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run on the cuBLASLt path, or fail with
+    // the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device (or dyn) forces either under kAuto (capture:
+    // always device).
+    constexpr int64_t kDeviceMaxAvgRows = 384;
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
         if (std::strcmp(e, "cublaslt") == 0) return 1;
-        if (std::strcmp(e, "device") == 0) return 2;
-        if (std::strcmp(e, "dyn") == 0) return 3;
+        if (std::strcmp(e, "device") == 0 || std::strcmp(e, "dyn") == 0) return 2;
         return 0;
     }();
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
@@ -283,10 +283,6 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         const bool capturing = capture != cudaStreamCaptureStatusNone;
         const char* why = grouped_gemm_device_unsupported(p);
         const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
-        if (why == nullptr && env_mode == 3) {
-            grouped_gemm_device(p, GroupedGemmVariant::kTmaDyn, stream);
-            return;
-        }
         if (why == nullptr && (capturing || env_mode == 2 || (env_mode == 0 && small_groups))) {
             grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;

@@ -1,6 +1,6 @@
 // The device-side bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; issue #7): which calls the device kernels
 // take (grouped_gemm_device_unsupported), their dispatch, and the first kernel, kCpAsync (below; the warp-specialised
-// default, kTma, is grouped_gemm_tma.cu). sm_90a: wgmma.
+// default, kTmaDyn, is grouped_gemm_tma.cu). sm_90a: wgmma.
 //
 // out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); b [n_groups, n, k] row-major, fp32
 // accumulation, bf16 or f32 out. The offsets never leave the device: the launch is a persistent grid (one CTA per SM)
@@ -275,7 +275,6 @@ const char* grouped_gemm_device_unsupported(const kernels::GroupedGemmParams& p)
 
 void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream) {
     switch (kernel) {
-        case GroupedGemmVariant::kDevice:
         case GroupedGemmVariant::kTma:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64}, device_info().sms, stream);
             return;
@@ -285,6 +284,7 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
         case GroupedGemmVariant::kTmaK32:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
             return;
+        case GroupedGemmVariant::kDevice:
         case GroupedGemmVariant::kTmaDyn:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
             return;

@@ -1,9 +1,10 @@
 // The device-side grouped GEMM (issue #7): out[rows of group g] = a[rows of group g] @ b[g]^T with the group offsets
 // read on the device (no host copy, no stream sync: CUDA-graph capturable). cuda::grouped_gemm (kAuto) takes the
-// default device kernel (kDevice = kTma) when grouped_gemm_device_supported() holds and either the groups are small
-// (n_rows / n_groups <= 192) or the stream is being captured; else the cuBLASLt path (host copy of the offsets + one
+// default device kernel (kDevice = kTmaDyn) when grouped_gemm_device_supported() holds and either the groups are small
+// (n_rows / n_groups <= 384) or the stream is being captured; else the cuBLASLt path (host copy of the offsets + one
 // cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a capturing stream
-// fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device).
+// fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device);
+// =dyn is the same as device (kept for measurement scripts).
 // Measured on the H200: docs/perf/2026-12-01-grouped-gemm-ws.md.
 #pragma once
 
@@ -14,12 +15,13 @@ namespace penstock::cuda {
 enum class GroupedGemmVariant {
     kAuto,        // the rule above
     kCublasLt,    // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,      // the default device kernel (kTma); checks grouped_gemm_device_supported()
-    kTma,         // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM
+    kDevice,      // the default device kernel (kTmaDyn); checks grouped_gemm_device_supported()
+    kTma,         // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
+                  // static round-robin tile order
     kTmaCluster,  // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
     kTmaK32,      // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
     kWsCpAsync,   // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
-    kTmaDyn,      // kTma with a dynamic tile order (a global atomic counter): UNTESTED on a GPU so far (branch gg-dyn)
+    kTmaDyn,      // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
     kCpAsync,     // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -36,7 +38,8 @@ inline bool grouped_gemm_device_supported(const kernels::GroupedGemmParams& p) {
 void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant kernel, void* stream);
 
 // The warp-specialised kernel (grouped_gemm_tma.cu), in the configurations the variants name: {cluster 1, k_step 64}
-// (kTma), {2, 64} (kTmaCluster), {1, 32} (kTmaK32), {1, 64, cp_async_producer} (kWsCpAsync).
+// (kTma), {2, 64} (kTmaCluster), {1, 32} (kTmaK32), {1, 64, cp_async_producer} (kWsCpAsync), {1, 64, dynamic_tiles}
+// (kTmaDyn).
 struct TmaKernelConfig {
     int cluster = 1;
     int k_step = 64;

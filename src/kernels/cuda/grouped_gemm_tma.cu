@@ -1,11 +1,13 @@
-// The warp-specialised bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; kTma, the default device kernel, and
-// its variants kTmaCluster, kTmaK32, kWsCpAsync; issue #7). sm_90a: TMA + mbarriers + wgmma.
+// The warp-specialised bf16 grouped GEMM (contract kernels/cuda/grouped_gemm.h; kTmaDyn, the default device kernel,
+// and the variants kTma, kTmaCluster, kTmaK32, kWsCpAsync; issue #7). sm_90a: TMA + mbarriers + wgmma.
 //
 // out[r, :] = a[r, :] @ b[g]^T for the rows r in [offsets[g], offsets[g + 1]); fp32 accumulation, one rounding to
 // bf16 (or none, f32 out) in the epilogue. Scheduling is grouped_gemm.cu's: a persistent grid, every CTA scans the
 // device offsets into a per-group tile prefix in shared memory (tile::build_group_tile_prefix) and finds its tiles by
 // binary search; tiles run group-major, then n-tile, then m-tile, so CTAs running together share one expert's weight
-// tile and its rows stay in L2 across the n-tiles.
+// tile and its rows stay in L2 across the n-tiles. kDyn (kTmaDyn) hands the tiles out in that order from a global
+// counter instead of round-robin (tile_sched.h): the producer takes the next tile when its ring has room and passes
+// the tile id to the consumers through a per-stage slot published by the stage's "full" barrier (-1: no more tiles).
 //
 // CTA tile 128 x 256 x 64 (one 128-byte swizzled row per tile row and k-step), 384 threads: a producer warpgroup
 // (one thread issues the TMA loads; setmaxnreg 40) and two consumer warpgroups (rows [0, 64) and [64, 128) of the
@@ -30,9 +32,12 @@
 // warpgroup's 128 threads load by cp.async instead (rows past the group zero-filled, not loaded) and signal "full".
 // Measurement knobs (environment, read once per process): PENSTOCK_GG_TMA_L2PROMO=none|128|256 (the maps' L2
 // promotion, default 128) and PENSTOCK_GG_TMA_BBOX=256 (one 256-row weight box per k-step; cluster 1 only).
-// On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) kTma was the fastest of these at T = 4096 and on DeepSeek-V3
-// at T = 16384; clusters and the 32-wide step were slower. At T = 16384 every variant is limited by L2 reuse (36-49%
-// hit rate): the static round-robin tile order lets the CTAs that share a weight tile drift apart.
+// A consumer warpgroup whose 64 rows all lie past the tile's valid rows (a group tail of <= 64 rows, a cluster dummy)
+// skips its products and only passes the stages on, so such a tile costs about half.
+// On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) the static round-robin order let the CTAs that share a weight
+// tile drift apart at T = 16384 (36-49% L2 hits, 0.67-0.87x torch._grouped_mm); kTmaDyn keeps them together (65% L2
+// hits) and runs at 0.95-1.51x torch on the DeepSeek-V3 / Kimi K3 expert shapes
+// (docs/perf/2026-12-01-grouped-gemm-dyn.md). Clusters and the 32-wide step were slower than kTma.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,6 +47,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_sched.h"
 #include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -76,9 +82,6 @@ constexpr int smem_bytes(int n_groups) {
     return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 4 * Step<kBK>::kStages + 8 * (n_groups + 1);
 }
 
-// kTmaDyn's tile counter ([0]: next tile, [1]: CTAs done). Zero at module load; the last CTA of a launch resets both,
-// so the next launch in stream order starts from zero. Two kTmaDyn launches must not run concurrently on one device.
-__device__ int g_tile_sched[2];
 static_assert(smem_bytes<64>(kMaxGroups) <= 227 * 1024, "shared memory");
 static_assert(smem_bytes<32>(kMaxGroups) <= 227 * 1024, "shared memory");
 
@@ -90,6 +93,7 @@ struct TmaArgs {
     int64_t ldo, lda;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
     int b_box_rows;  // rows of tm_b's box: 128 (halves, multicast-capable) or 256 (one load per k-step, no cluster)
+    int* sched;      // kDyn: this stream's tile counter pair (tile_sched.h)
 };
 
 using tile::smem_u32;
@@ -232,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if constexpr (kDyn) {
                     // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
                     // window, so the CTAs that share a weight tile start within a few k-steps of each other.
-                    const int t = atomicAdd(&g_tile_sched[0], 1);
+                    const int t = atomicAdd(p.sched, 1);
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
@@ -273,11 +277,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
             if constexpr (kDyn) {
-                // The last CTA to finish issuing resets the counter for the next launch.
+                // The last CTA to finish taking tiles resets the pair for the next launch (tile_sched.h).
                 __threadfence();
-                if (atomicAdd(&g_tile_sched[1], 1) == static_cast<int>(gridDim.x) - 1) {
-                    atomicExch(&g_tile_sched[0], 0);
-                    atomicExch(&g_tile_sched[1], 0);
+                if (atomicAdd(p.sched + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+                    atomicExch(p.sched, 0);
+                    atomicExch(p.sched + 1, 0);
                 }
             }
         }
@@ -517,6 +521,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz, l2_promotion());
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
+    args.sched = cfg.dynamic_tiles ? dynamic_tile_counter(s) : nullptr;
     const bool f32 = p.out.dtype == DType::kF32;
     if (k_step == 64) {
         if (f32) {
