@@ -11,6 +11,8 @@
 // FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
 // 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
+// Top-k: the default kernel (TopkVariant::kRangeRadix) and kLegacy on the same logits, same run; the rows whose
+// boundary was tied (replayed), and the count of indices where the two disagree (must be 0: both match the reference).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -65,6 +67,7 @@ void run_dsa_bench(BenchContext& ctx) {
         logits_mma = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         logits_fp8 = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         idx = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
+        const Tensor idx_legacy = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
         kernels::DsaIndexerLogitsParams lp{.logits = logits,
                                            .q = q8.view().reshape({T, kHeads, kDim}),
                                            .k = k8,
@@ -111,13 +114,21 @@ void run_dsa_bench(BenchContext& ctx) {
         // stale all-key values, which are never compared).
         cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s);
         const Tensor& topk_logits = wgmma_ok ? logits : logits_mma;
-        t_topk = ctx.time(
-            [&] {
-                cuda::dsa_topk({.indices = idx, .logits = topk_logits, .q_pos = pos, .torch_row_len = 0}, ctx.alloc(),
-                               s);
-            },
-            1, reps);
+        const kernels::DsaTopkParams tp{.indices = idx, .logits = topk_logits, .q_pos = pos, .torch_row_len = 0};
+        kernels::DsaTopkParams tp_legacy = tp;
+        tp_legacy.indices = idx_legacy;
+        // The legacy kernel first (its output compared below), then the default one.
+        const Timing t_topk_legacy = ctx.time(
+            [&] { cuda::dsa_topk(tp_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, reps);
+        t_topk = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
+        const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
+        int64_t topk_mismatches = 0;
+        {
+            const Tensor a = cuda::to_host(idx, ctx.stream());
+            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
+            for (int64_t i = 0; i < a.numel(); ++i) topk_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
+        }
         double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
@@ -170,7 +181,12 @@ void run_dsa_bench(BenchContext& ctx) {
         nlohmann::json rec = ctx.base_record("dsa_topk");
         rec["tokens"] = T;
         rec["top_k"] = kTopK;
+        rec["variant"] = "range_radix";
         rec["ms"] = t_topk.median_us * 1e-3;
+        rec["legacy_ms"] = t_topk_legacy.median_us * 1e-3;
+        rec["speedup_vs_legacy"] = t_topk_legacy.median_us / t_topk.median_us;
+        rec["tied_rows"] = tied_rows;
+        rec["mismatches_vs_legacy"] = topk_mismatches;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;
         rec["wgmma_vs_mma_max_abs_diff_8rows"] = max_diff;
         rec["wgmma_fp8_vs_mma_max_abs_diff_8rows"] = max_diff_f8;
