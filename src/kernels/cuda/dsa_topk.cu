@@ -28,6 +28,7 @@
 #include "kernels/cuda/dsa_topk_internal.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/stl_select.cuh"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda {
 
@@ -121,47 +122,36 @@ __device__ __forceinline__ void add_key(RowStats& st, uint32_t key) {
     st.kmin_all = min(st.kmin_all, key);
 }
 
-// keys[0, n_smem) = order_key(row[...]); stats over all `visible` keys (the ones past n_smem read from global).
-template <int NT, int kInFlight>
+// keys[0, n_smem) = order_key(row[...]); stats over all `visible` keys (the ones past n_smem read from global). A
+// 16-byte aligned row is copied raw by cp.async, every chunk in flight at once (one memory latency per row, no
+// register staging); each thread then converts the chunks it copied itself (visible to it after its own wait, so no
+// barrier), while the scalar rest and the global tail are read in between.
+template <int NT>
 __device__ void load_row(const float* __restrict__ row, int visible, int n_smem, uint32_t* keys, RowStats& st) {
     const int tid = static_cast<int>(threadIdx.x);
-    int s_vec = 0;
-    if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {  // 16-byte loads and stores, kInFlight per thread at a time
-        const int nv = n_smem / 4;
-        const auto* row4 = reinterpret_cast<const float4*>(row);
-        auto* keys4 = reinterpret_cast<uint4*>(keys);
-        int i = tid;
-        for (; i + (kInFlight - 1) * NT < nv; i += kInFlight * NT) {
-            float4 v[kInFlight];
-#pragma unroll
-            for (int j = 0; j < kInFlight; ++j) v[j] = __ldg(row4 + i + j * NT);
-#pragma unroll
-            for (int j = 0; j < kInFlight; ++j) {
-                const uint4 k{order_key(v[j].x), order_key(v[j].y), order_key(v[j].z), order_key(v[j].w)};
-                add_key(st, k.x);
-                add_key(st, k.y);
-                add_key(st, k.z);
-                add_key(st, k.w);
-                keys4[i + j * NT] = k;
-            }
-        }
-        for (; i < nv; i += NT) {
-            const float4 v = __ldg(row4 + i);
-            const uint4 k{order_key(v.x), order_key(v.y), order_key(v.z), order_key(v.w)};
-            add_key(st, k.x);
-            add_key(st, k.y);
-            add_key(st, k.z);
-            add_key(st, k.w);
-            keys4[i] = k;
-        }
-        s_vec = nv * 4;
-    }
-    for (int s = s_vec + tid; s < n_smem; s += NT) {
+    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+    const int nv = vec ? n_smem / 4 : 0;
+    const auto* row4 = reinterpret_cast<const float4*>(row);
+    auto* keys4 = reinterpret_cast<uint4*>(keys);
+    for (int i = tid; i < nv; i += NT) tile::cp_async_16(tile::smem_u32(keys4 + i), row4 + i, true);
+    tile::cp_async_commit();
+    for (int s = nv * 4 + tid; s < n_smem; s += NT) {
         const uint32_t k = order_key(__ldg(row + s));
         add_key(st, k);
         keys[s] = k;
     }
     for (int s = n_smem + tid; s < visible; s += NT) add_key(st, order_key(__ldg(row + s)));
+    tile::cp_async_wait_all();
+    for (int i = tid; i < nv; i += NT) {
+        const uint4 raw = keys4[i];
+        const uint4 k{order_key(__uint_as_float(raw.x)), order_key(__uint_as_float(raw.y)),
+                      order_key(__uint_as_float(raw.z)), order_key(__uint_as_float(raw.w))};
+        add_key(st, k.x);
+        add_key(st, k.y);
+        add_key(st, k.z);
+        add_key(st, k.w);
+        keys4[i] = k;
+    }
 }
 
 // Shared state of the select kernel besides the keys and bins.
@@ -182,15 +172,18 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
     constexpr int kPerThread = kBins / NT;  // bins per thread in the scan
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
+    // Thread 0 takes the next row while the block works on this one (the atomic's latency off the critical path).
+    int next_idx = tid == 0 ? atomicAdd(&a.counters[0], 1) : 0;
     while (true) {
         __syncthreads();  // the previous row is done with every shared value
         if (tid == 0) {
-            sh.row = atomicAdd(&a.counters[0], 1);
+            sh.row = next_idx;
             sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
         }
         __syncthreads();
         const int idx = sh.row;
         if (idx >= a.n_rows) return;
+        if (tid == 0) next_idx = atomicAdd(&a.counters[0], 1);
         const int r = a.n_rows - 1 - idx;  // last rows first: with causal positions, the longest first
         const int visible = visible_keys(a, r);
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
         const unsigned n_masked = static_cast<unsigned>(a.row_len - visible);
         {
             RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
-            load_row<NT, kMinBlocks >= 3 ? 2 : 4>(row, visible, n_smem, keys, st);  // fewer registers at 3 blocks/SM
+            load_row<NT>(row, visible, n_smem, keys, st);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
                 st.above += __shfl_xor_sync(0xffffffffu, st.above, o);
@@ -238,14 +231,20 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
             for (int b = tid; b < kBins; b += NT) hist[b] = 0;
             __syncthreads();
             // (key - lo) wraps past `width` for key < lo, so one unsigned compare tests key in [lo, hi].
-            for (int s = tid; s < n_smem; s += NT) {
-                const uint32_t d = keys[s] - lo;
+            const auto count = [&](uint32_t key) {
+                const uint32_t d = key - lo;
                 if (d <= width) atomicAdd(&hist[d >> shift], 1u);
+            };
+            const auto* keys4 = reinterpret_cast<const uint4*>(keys);
+            for (int i = tid; i < n_smem / 4; i += NT) {  // 16-byte shared loads
+                const uint4 k = keys4[i];
+                count(k.x);
+                count(k.y);
+                count(k.z);
+                count(k.w);
             }
-            for (int s = n_smem + tid; s < visible; s += NT) {
-                const uint32_t d = order_key(__ldg(row + s)) - lo;
-                if (d <= width) atomicAdd(&hist[d >> shift], 1u);
-            }
+            for (int s = n_smem / 4 * 4 + tid; s < n_smem; s += NT) count(keys[s]);
+            for (int s = n_smem + tid; s < visible; s += NT) count(order_key(__ldg(row + s)));
             if (tid == 0 && n_masked > 0 && masked_key() - lo <= width) {
                 atomicAdd(&hist[(masked_key() - lo) >> shift], n_masked);
             }
