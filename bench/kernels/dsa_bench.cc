@@ -120,8 +120,8 @@ void run_dsa_bench(BenchContext& ctx) {
         kernels::DsaTopkParams tp_legacy = tp;
         tp_legacy.indices = idx_legacy;
         // The legacy kernel first (its output compared below), then the default one.
-        const Timing t_topk_legacy = ctx.time(
-            [&] { cuda::dsa_topk(tp_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, reps);
+        const Timing t_topk_legacy =
+            ctx.time([&] { cuda::dsa_topk(tp_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, reps);
         t_topk = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
         const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
@@ -161,8 +161,8 @@ void run_dsa_bench(BenchContext& ctx) {
             kernels::DsaTopkParams tt = tp, tt_legacy = tp_legacy;
             tt.logits = logits_mma;
             tt_legacy.logits = logits_mma;
-            t_ties_legacy = ctx.time(
-                [&] { cuda::dsa_topk(tt_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, 3);
+            t_ties_legacy =
+                ctx.time([&] { cuda::dsa_topk(tt_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, 3);
             t_ties = ctx.time([&] { cuda::dsa_topk(tt, ctx.alloc(), s); }, 1, reps);
             ctx.stream().synchronize();
             ties_rows = cuda::dsa_topk_tied_rows(tt, ctx.alloc(), s);

@@ -5,13 +5,15 @@
 // Keys: order-preserving u32 (NaN highest and all NaNs equal, -0 == +0): exactly the reference comparator's classes.
 //
 // Pass 1 (dsa_topk_select_kernel, a persistent grid taking rows last-first from an atomic counter, one row per block
-// at a time): the row's visible keys are loaded once into shared memory (the first `cap` of them; a longer row reads
-// the rest from global memory in every step), with their max / min and the count above the masked key. A range
-// radix select then bins the keys of [lo, hi] into 2048 bins of width 2^shift (shift from the range, so one exponent's
-// worth of logits already spreads over the bins) and narrows [lo, hi] to the bin holding the top_k-th key; it stops
-// as soon as that bin is taken whole, or at width 1. The masked entries are counted analytically, never read, and
-// only enter the range when fewer than top_k visible keys lie above them. Unique set: {key >= threshold}, written in
-// ascending order by a two-pass warp-chunked compaction. Tied boundary: the row goes on a list for pass 2.
+// at a time): the row's visible logits are copied once into shared memory by cp.async and turned into keys (the first
+// `cap` of them: 16384 at 512 threads, 3 blocks per SM, when n_keys <= 16384, else 49152 at 1024 threads; a longer
+// row reads the rest from global memory in every step), with their max / min and the count above the masked key. A
+// range radix select then bins the keys of [lo, hi] into 2048 bins of width 2^shift (shift from the range, so one
+// exponent's worth of logits already spreads over the bins) and narrows [lo, hi] to the bin holding the top_k-th key;
+// it stops as soon as that bin is taken whole, or at width 1. The masked entries are counted analytically, never read,
+// and only enter the range when fewer than top_k visible keys lie above them. Unique set: {key >= threshold}, written
+// in ascending order by a two-pass warp-chunked compaction. Tied boundary: the row goes on a list for pass 2.
+//
 // Pass 2 (dsa_topk_replay_kernel, one block per listed row): the queue of (key, index) entries is built in shared
 // memory (global scratch when it does not fit) and libstdc++'s introselect is replayed with each Hoare partition run
 // in parallel: the i-th left stop (from the left) swaps with the i-th right stop (from the right) while they have
@@ -43,9 +45,9 @@ constexpr int kShortCap = 16384;
 constexpr int kLongThreads = 1024;
 constexpr int kLongCap = 49152;
 constexpr int kReplayThreads = 1024;
-constexpr size_t kReplaySmemBytes = 220 * 1024;         // queues of up to ~18.7K entries stay in shared memory
+constexpr size_t kReplaySmemBytes = 220 * 1024;          // queues of up to ~18.7K entries stay in shared memory
 constexpr size_t kMaxReplayScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
-constexpr int kSerialTail = 32;                         // introselect ranges this short finish on thread 0
+constexpr int kSerialTail = 32;                          // introselect ranges this short finish on thread 0
 
 __host__ __device__ constexpr uint32_t masked_key() { return 0x00800000u; }  // order_key(-FLT_MAX)
 
@@ -56,9 +58,7 @@ __device__ __forceinline__ uint32_t order_key(float x) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__device__ __forceinline__ unsigned lanemask_lt() {
-    return (1u << (threadIdx.x % 32)) - 1u;
-}
+__device__ __forceinline__ unsigned lanemask_lt() { return (1u << (threadIdx.x % 32)) - 1u; }
 
 struct RadixArgs {
     int32_t* indices;
@@ -166,7 +166,7 @@ struct SelectShared {
 template <int NT, int kMinBlocks>
 __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixArgs a) {
     extern __shared__ __align__(16) uint32_t select_smem[];
-    uint32_t* keys = select_smem;           // [cap]
+    uint32_t* keys = select_smem;          // [cap]
     unsigned* hist = select_smem + a.cap;  // [kBins]
     __shared__ SelectShared sh;
     constexpr int kPerThread = kBins / NT;  // bins per thread in the scan
@@ -300,8 +300,8 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
         }
         const uint32_t threshold = lo;
         const int count = compact_ordered<NT>(
-            out, visible,
-            [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; }, sh.warp_counts);
+            out, visible, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; },
+            sh.warp_counts);
         for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
     }
 }
@@ -382,7 +382,7 @@ __device__ void block_nth_element(Entry* q, int n, int nth, int32_t* lpos, int32
             const uint32_t key = s < ce ? q[s].key : 0u;
             const bool is_l = s < ce && !(key > pivot), is_r = s < ce && !(pivot > key);
             const unsigned bl = __ballot_sync(0xffffffffu, is_l), br = __ballot_sync(0xffffffffu, is_r);
-            const int rank_l = lb + __popc(bl & lanemask_lt());                           // L positions before s
+            const int rank_l = lb + __popc(bl & lanemask_lt());                               // L positions before s
             const int rank_r = total_r - (rb + __popc(br & lanemask_lt())) - (is_r ? 1 : 0);  // R positions after s
             const bool l_swaps = is_l && rank_r > rank_l;
             if (l_swaps) {
@@ -426,9 +426,9 @@ __global__ void __launch_bounds__(NT)
     const int tid = static_cast<int>(threadIdx.x);
     char* base = in_smem ? replay_smem : gscratch + static_cast<int64_t>(blockIdx.x) * per_block;
     const int row_len = static_cast<int>(a.row_len);
-    auto* q = reinterpret_cast<Entry*>(base);                                         // [row_len]
+    auto* q = reinterpret_cast<Entry*>(base);                                           // [row_len]
     auto* lpos = reinterpret_cast<int32_t*>(base + static_cast<int64_t>(row_len) * 8);  // [row_len / 2 + 1]
-    int32_t* rpos = lpos + (row_len / 2 + 1);                                         // [row_len / 2 + 1]
+    int32_t* rpos = lpos + (row_len / 2 + 1);                                           // [row_len / 2 + 1]
     const int n_tied = a.counters[1];
     for (int i = static_cast<int>(blockIdx.x); i < n_tied; i += static_cast<int>(gridDim.x)) {
         const int r = a.tied[i];
@@ -451,9 +451,8 @@ __global__ void __launch_bounds__(NT)
         }
         __syncthreads();
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
-        const int count =
-            compact_ordered<NT>(out, visible, [&](int s) { return ((mark[s / 32] >> (s % 32)) & 1u) != 0; },
-                                sh.l_count);
+        const int count = compact_ordered<NT>(
+            out, visible, [&](int s) { return ((mark[s / 32] >> (s % 32)) & 1u) != 0; }, sh.l_count);
         for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
         __syncthreads();  // q, lpos reused by the next row
     }
@@ -476,7 +475,8 @@ template <int NT, int kMinBlocks>
 void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
     auto* kernel = dsa_topk_select_kernel<NT, kMinBlocks>;
     const size_t smem = (static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    PENSTOCK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     int per_sm = 0;
     PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem));
     const int64_t grid = std::min<int64_t>(a.n_rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
@@ -490,8 +490,8 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, Allocator& alloc, void* s
     const int64_t n_rows = shape.n_rows, row_len = shape.row_len;
     PENSTOCK_CHECK_LT(row_len, int64_t{1} << 30) << "dsa_topk: the replay's block scans index rows in int";
     const size_t list_bytes = (static_cast<size_t>(n_rows) * sizeof(int32_t) + 255) / 256 * 256;
-    const size_t replay_row_bytes = static_cast<size_t>(row_len) * sizeof(Entry) +
-                                    2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);
+    const size_t replay_row_bytes =
+        static_cast<size_t>(row_len) * sizeof(Entry) + 2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);
     const DeviceLimits dev = device_limits();
     const size_t replay_smem_max = std::min(kReplaySmemBytes, dev.smem_optin);
     const bool replay_in_smem = replay_row_bytes <= replay_smem_max;

@@ -451,8 +451,8 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             const auto n = static_cast<int32_t>(b.n_keys), k = static_cast<int32_t>(b.k);
             std::vector<int32_t> pos{n - 1, k - 1, k, k + 1, n / 2, n + 5};
             if (n > 49152) pos.insert(pos.end(), {49151, 49152, 49153, n - 2});
-            TopkCase c{shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}),
-                       b.n_keys, b.k, b.row_len, pos, {}};
+            TopkCase c{shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}), b.n_keys,
+                       b.k, b.row_len, pos, {}};
             c.strided = b.strided;
             c.expect_tied = b.expect_tied;
             std::normal_distribution<float> nd(9.0f, 0.7f);
@@ -461,15 +461,22 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             c.logits.resize(pos.size() * static_cast<size_t>(n));
             for (float& x : c.logits) {
                 switch (b.mode) {
-                    case 0: x = nd(rng); break;
-                    case 1: x = std::round(nd(rng) * 16.0f) / 16.0f; break;
-                    case 2: x = std::ldexp(unit(rng), pick(rng) * 6 - 30) * (pick(rng) < 5 ? 1.0f : -1.0f); break;
+                    case 0:
+                        x = nd(rng);
+                        break;
+                    case 1:
+                        x = std::round(nd(rng) * 16.0f) / 16.0f;
+                        break;
+                    case 2:
+                        x = std::ldexp(unit(rng), pick(rng) * 6 - 30) * (pick(rng) < 5 ? 1.0f : -1.0f);
+                        break;
                     case 3: {
                         const int v = pick(rng);
-                        x = v == 0 ? std::numeric_limits<float>::quiet_NaN()
-                            : v < 4 ? -std::numeric_limits<float>::infinity()
-                            : v < 6 ? -FLT_MAX
-                            : v == 6 ? -0.0f : nd(rng);
+                        x = v == 0   ? std::numeric_limits<float>::quiet_NaN()
+                            : v < 4  ? -std::numeric_limits<float>::infinity()
+                            : v < 6  ? -FLT_MAX
+                            : v == 6 ? -0.0f
+                                     : nd(rng);
                         break;
                     }
                     default: {
