@@ -11,6 +11,9 @@
 // FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
 // 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
+// Top-k: the default kernel (TopkVariant::kRangeRadix) and kLegacy on the same logits, same run; the rows whose
+// boundary was tied (replayed), and the count of indices where the two disagree (must be 0: both match the reference);
+// at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's throughput).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +22,7 @@
 
 #include "bench/kernels/bench_harness.h"
 #include "bench/layer/random_fill.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_ops_dsa.h"
 #include "kernels/cuda/dsa_indexer_wgmma.h"
 
@@ -65,6 +69,7 @@ void run_dsa_bench(BenchContext& ctx) {
         logits_mma = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         logits_fp8 = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         idx = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
+        const Tensor idx_legacy = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
         kernels::DsaIndexerLogitsParams lp{.logits = logits,
                                            .q = q8.view().reshape({T, kHeads, kDim}),
                                            .k = k8,
@@ -111,13 +116,21 @@ void run_dsa_bench(BenchContext& ctx) {
         // stale all-key values, which are never compared).
         cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s);
         const Tensor& topk_logits = wgmma_ok ? logits : logits_mma;
-        t_topk = ctx.time(
-            [&] {
-                cuda::dsa_topk({.indices = idx, .logits = topk_logits, .q_pos = pos, .torch_row_len = 0}, ctx.alloc(),
-                               s);
-            },
-            1, reps);
+        const kernels::DsaTopkParams tp{.indices = idx, .logits = topk_logits, .q_pos = pos, .torch_row_len = 0};
+        kernels::DsaTopkParams tp_legacy = tp;
+        tp_legacy.indices = idx_legacy;
+        // The legacy kernel first (its output compared below), then the default one.
+        const Timing t_topk_legacy =
+            ctx.time([&] { cuda::dsa_topk(tp_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, reps);
+        t_topk = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
+        const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
+        int64_t topk_mismatches = 0;
+        {
+            const Tensor a = cuda::to_host(idx, ctx.stream());
+            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
+            for (int64_t i = 0; i < a.numel(); ++i) topk_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
+        }
         double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
@@ -133,6 +146,29 @@ void run_dsa_bench(BenchContext& ctx) {
                     if (std::isnan(f[j])) max_diff_f8 = INFINITY;
                 }
             }
+        }
+        // Tie-heavy top-k (T <= 16384): the same logits rounded through bf16 (8 mantissa bits), so nearly every row's
+        // boundary value is tied and takes the replay: the parallel replay against the legacy serial one.
+        Timing t_ties{}, t_ties_legacy{};
+        int64_t ties_rows = 0, ties_mismatches = 0;
+        if (!big) {
+            {
+                const Tensor lb = Tensor::empty({T, T}, DType::kBF16, ctx.alloc());
+                cuda::copy({.out = lb, .in = topk_logits}, s);
+                cuda::copy({.out = logits_mma, .in = lb}, s);
+                ctx.stream().synchronize();
+            }
+            kernels::DsaTopkParams tt = tp, tt_legacy = tp_legacy;
+            tt.logits = logits_mma;
+            tt_legacy.logits = logits_mma;
+            t_ties_legacy =
+                ctx.time([&] { cuda::dsa_topk(tt_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, 3);
+            t_ties = ctx.time([&] { cuda::dsa_topk(tt, ctx.alloc(), s); }, 1, reps);
+            ctx.stream().synchronize();
+            ties_rows = cuda::dsa_topk_tied_rows(tt, ctx.alloc(), s);
+            const Tensor a = cuda::to_host(idx, ctx.stream());
+            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
+            for (int64_t i = 0; i < a.numel(); ++i) ties_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
         }
         const double flops = 2.0 * kHeads * kDim * (static_cast<double>(T) * static_cast<double>(T + 1) / 2.0);
         const double flops_full = 2.0 * kHeads * kDim * static_cast<double>(T) * static_cast<double>(T);
@@ -170,12 +206,30 @@ void run_dsa_bench(BenchContext& ctx) {
         nlohmann::json rec = ctx.base_record("dsa_topk");
         rec["tokens"] = T;
         rec["top_k"] = kTopK;
+        rec["variant"] = "range_radix";
         rec["ms"] = t_topk.median_us * 1e-3;
+        rec["legacy_ms"] = t_topk_legacy.median_us * 1e-3;
+        rec["speedup_vs_legacy"] = t_topk_legacy.median_us / t_topk.median_us;
+        rec["tied_rows"] = tied_rows;
+        rec["mismatches_vs_legacy"] = topk_mismatches;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;
         rec["wgmma_vs_mma_max_abs_diff_8rows"] = max_diff;
         rec["wgmma_fp8_vs_mma_max_abs_diff_8rows"] = max_diff_f8;
         rec["max_abs_ref_8rows"] = max_ref;
         ctx.report(rec, t_topk, 4.0 * T * (T + 1) / 2.0 + 4.0 * T * kTopK);
+        if (!big) {
+            nlohmann::json rt = ctx.base_record("dsa_topk");
+            rt["variant"] = "range_radix";
+            rt["input"] = "logits rounded to bf16 (tie-heavy)";
+            rt["tokens"] = T;
+            rt["top_k"] = kTopK;
+            rt["ms"] = t_ties.median_us * 1e-3;
+            rt["legacy_ms"] = t_ties_legacy.median_us * 1e-3;
+            rt["speedup_vs_legacy"] = t_ties_legacy.median_us / t_ties.median_us;
+            rt["tied_rows"] = ties_rows;
+            rt["mismatches_vs_legacy"] = ties_mismatches;
+            ctx.report(rt, t_ties, 4.0 * T * (T + 1) / 2.0 + 4.0 * T * kTopK);
+        }
     }
 }
 

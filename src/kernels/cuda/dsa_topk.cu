@@ -2,48 +2,54 @@
 // entries of an emulated torch row of `row_len` (value, index) pairs (masked entries -FLT_MAX) with libstdc++'s
 // nth_element / partial_sort, then keeps the visible picks in ascending order. The selected set is unique unless the
 // top_k-th value is tied with entries outside the selection; only then does the algorithm's tie order matter.
+// Keys: order-preserving u32 (NaN highest and all NaNs equal, -0 == +0): exactly the reference comparator's classes.
 //
-// Pass 1 (dsa_topk_select_kernel, one block per row, grid-stride): a 4-pass 8-bit radix select over order-preserving
-// u32 keys (NaN highest and all NaNs equal, -0 == +0: exactly the reference comparator's equivalence classes) finds
-// the top_k-th key T and how many entries equal it; the masked entries are counted analytically, never read. If
-// every entry equal to T is needed, the set is {key >= T}, written in ascending key order by a block compaction.
-// Otherwise the row is flagged.
-// Pass 2 (dsa_topk_replay_kernel, a bounded grid looping over rows): a flagged row's queue is built in shared memory
-// (or global scratch when it does not fit) and thread 0 runs stl_select.cuh's line-by-line port of the libstdc++
-// nth_element / partial_sort the reference runs, so the tie order is the reference's by construction. Serial, hence
-// slow: it is taken only for tied rows. TODO(#7): a parallel replay, or a streaming top-k fused with the indexer logits.
+// Pass 1 (dsa_topk_select_kernel, a persistent grid taking rows last-first from an atomic counter, one row per block
+// at a time): the row's visible logits are copied once into shared memory by cp.async and turned into keys (the first
+// `cap` of them: 16384 at 512 threads, 3 blocks per SM, when n_keys <= 16384, else 49152 at 1024 threads; a longer
+// row reads the rest from global memory in every step), with their max / min and the count above the masked key. A
+// range radix select then bins the keys of [lo, hi] into 2048 bins of width 2^shift (shift from the range, so one
+// exponent's worth of logits already spreads over the bins) and narrows [lo, hi] to the bin holding the top_k-th key;
+// it stops as soon as that bin is taken whole, or at width 1. The masked entries are counted analytically, never read,
+// and only enter the range when fewer than top_k visible keys lie above them. Unique set: {key >= threshold}, written
+// in ascending order by a two-pass warp-chunked compaction. Tied boundary: the row goes on a list for pass 2.
+//
+// Pass 2 (dsa_topk_replay_kernel, one block per listed row): the queue of (key, index) entries is built in shared
+// memory (global scratch when it does not fit) and libstdc++'s introselect is replayed with each Hoare partition run
+// in parallel: the i-th left stop (from the left) swaps with the i-th right stop (from the right) while they have
+// not crossed, so ranks from two block scans give every swap pair and the cut (the permutation is the serial one,
+// element for element). The median-of-3, small ranges, the depth-limit heap select and partial_sort (top_k * 64 <=
+// row_len) run serially on thread 0 (stl_select.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <climits>
 
 #include "kernels/cuda/cuda_ops_dsa.h"
+#include "kernels/cuda/dsa_topk_internal.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/stl_select.cuh"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda {
 
 namespace {
 
-constexpr int kSelectThreads = 512;
-constexpr int kReplayThreads = 256;
-constexpr int kMaxReplayBlocks = 264;                 // 2 per H200 SM
-constexpr size_t kReplaySmemBytes = 160 * 1024;       // queues up to 20480 entries stay in shared memory
-constexpr size_t kMaxQueueScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
+constexpr int kBins = 2048;  // range-select bins per step (11 bits)
+constexpr int kBinBits = 11;
+// Short-row launch: 512 threads, up to 16384 keys in shared memory (64 KB + 8 KB of bins: three blocks per SM).
+constexpr int kShortThreads = 512;
+constexpr int kShortCap = 16384;
+// Long-row launch (n_keys > kShortCap): 1024 threads, one block per SM, up to 49152 keys (192 KB) in shared memory.
+constexpr int kLongThreads = 1024;
+constexpr int kLongCap = 49152;
+constexpr int kReplayThreads = 1024;
+constexpr size_t kReplaySmemBytes = 220 * 1024;          // queues of up to ~18.7K entries stay in shared memory
+constexpr size_t kMaxReplayScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
+constexpr int kSerialTail = 32;                          // introselect ranges this short finish on thread 0
 
-// The reference's queue element is std::pair<float, int64_t>; the index type plays no part in any comparison, so the
-// algorithms permute these exactly as they permute the reference's pairs.
-struct Entry {
-    float first;
-    int32_t second;
-};
-
-// ATen's comparator for largest = true: NaN first, then descending.
-struct Greater {
-    __host__ __device__ bool operator()(const Entry& x, const Entry& y) const {
-        return (isnan(x.first) && !isnan(y.first)) || (x.first > y.first);
-    }
-};
+__host__ __device__ constexpr uint32_t masked_key() { return 0x00800000u; }  // order_key(-FLT_MAX)
 
 __device__ __forceinline__ uint32_t order_key(float x) {
     if (isnan(x)) return 0xffffffffu;
@@ -52,150 +58,492 @@ __device__ __forceinline__ uint32_t order_key(float x) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-struct TopkArgs {
+__device__ __forceinline__ unsigned lanemask_lt() { return (1u << (threadIdx.x % 32)) - 1u; }
+
+struct RadixArgs {
     int32_t* indices;
     const float* logits;
     const int32_t* q_pos;
-    int32_t* flags;  // [n_rows]: 1 = tied boundary, resolved by the replay pass
+    int32_t* counters;  // [0]: next row (select), [1]: tied rows listed
+    int32_t* tied;      // [n_rows]: rows whose boundary is tied, for the replay
     int64_t i0, lg0;
     int n_rows, n_keys, top_k;
+    int cap;  // keys per row held in shared memory by the select kernel
     int64_t row_len;
 };
 
-__device__ __forceinline__ int visible_keys(const TopkArgs& a, int r) {
+__device__ __forceinline__ int visible_keys(const RadixArgs& a, int r) {
     const int64_t v = static_cast<int64_t>(a.q_pos[r]) + 1;
     return static_cast<int>(v < 0 ? 0 : (v > a.n_keys ? a.n_keys : v));
 }
 
-// Writes the s in [0, n) with pred(s), ascending, to out[0, count); returns count to every thread. `warp_counts`:
-// 32 ints of shared memory. Every thread of the block must call it.
-template <class Pred>
-__device__ int block_compact(int32_t* out, int n, Pred pred, int* warp_counts) {
-    const int tid = static_cast<int>(threadIdx.x);
-    const int lane = tid % 32;
-    const int warp = tid / 32;
-    const int n_warps = static_cast<int>(blockDim.x) / 32;
-    int base = 0;
-    for (int s0 = 0; s0 < n; s0 += static_cast<int>(blockDim.x)) {
-        const int s = s0 + tid;
-        const bool f = s < n && pred(s);
-        const unsigned ballot = __ballot_sync(0xffffffffu, f);
-        if (lane == 0) warp_counts[warp] = __popc(ballot);
-        __syncthreads();
-        int before = 0, total = 0;
-        for (int w = 0; w < n_warps; ++w) {
-            const int c = warp_counts[w];
-            before += w < warp ? c : 0;
-            total += c;
-        }
-        if (f) out[base + before + __popc(ballot & ((1u << lane) - 1u))] = s;
-        base += total;
-        __syncthreads();
+// Writes the s in [0, n) with pred(s), ascending, to out[0, count) and returns count to every thread. Warp w owns the
+// 32-aligned chunk [w * cw, (w + 1) * cw): one pass counts, the warps' offsets come from `warp_counts` (NT / 32 ints of
+// shared memory), a second pass writes. Every thread of the block must call it.
+template <int NT, class Pred>
+__device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts) {
+    constexpr int kWarps = NT / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    const int cw = (n + NT - 1) / NT * 32;
+    const int begin = warp * cw, end = min(n, begin + cw);
+    int cnt = 0;
+    for (int s0 = begin; s0 < end; s0 += 32) {
+        const int s = s0 + lane;
+        cnt += __popc(__ballot_sync(0xffffffffu, s < end && pred(s)));
     }
-    return base;
+    if (lane == 0) warp_counts[warp] = cnt;
+    __syncthreads();
+    int base = 0, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+        const int c = warp_counts[w];
+        base += w < warp ? c : 0;
+        total += c;
+    }
+    for (int s0 = begin; s0 < end; s0 += 32) {
+        const int s = s0 + lane;
+        const bool f = s < end && pred(s);
+        const unsigned b = __ballot_sync(0xffffffffu, f);
+        if (f) out[base + __popc(b & lanemask_lt())] = s;
+        base += __popc(b);
+    }
+    __syncthreads();  // warp_counts reused by the caller
+    return total;
 }
 
-__global__ void __launch_bounds__(kSelectThreads) dsa_topk_select_kernel(TopkArgs a) {
-    __shared__ unsigned hist[256];
-    __shared__ int warp_counts[32];
-    __shared__ unsigned sel_digit, sel_remaining, sel_equal;
+struct RowStats {
+    unsigned above;  // visible keys > masked_key()
+    uint32_t kmax, kmin_above, kmin_all;
+};
+
+__device__ __forceinline__ void add_key(RowStats& st, uint32_t key) {
+    st.above += key > masked_key() ? 1u : 0u;
+    st.kmax = max(st.kmax, key);
+    st.kmin_above = key > masked_key() ? min(st.kmin_above, key) : st.kmin_above;
+    st.kmin_all = min(st.kmin_all, key);
+}
+
+// keys[0, n_smem) = order_key(row[...]); stats over all `visible` keys (the ones past n_smem read from global). A
+// 16-byte aligned row is copied raw by cp.async, every chunk in flight at once (one memory latency per row, no
+// register staging); each thread then converts the chunks it copied itself (visible to it after its own wait, so no
+// barrier), while the scalar rest and the global tail are read in between.
+template <int NT>
+__device__ void load_row(const float* __restrict__ row, int visible, int n_smem, uint32_t* keys, RowStats& st) {
     const int tid = static_cast<int>(threadIdx.x);
-    const uint32_t masked_key = order_key(-FLT_MAX);
-    for (int r = static_cast<int>(blockIdx.x); r < a.n_rows; r += static_cast<int>(gridDim.x)) {
+    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+    const int nv = vec ? n_smem / 4 : 0;
+    const auto* row4 = reinterpret_cast<const float4*>(row);
+    auto* keys4 = reinterpret_cast<uint4*>(keys);
+    for (int i = tid; i < nv; i += NT) tile::cp_async_16(tile::smem_u32(keys4 + i), row4 + i, true);
+    tile::cp_async_commit();
+    for (int s = nv * 4 + tid; s < n_smem; s += NT) {
+        const uint32_t k = order_key(__ldg(row + s));
+        add_key(st, k);
+        keys[s] = k;
+    }
+    for (int s = n_smem + tid; s < visible; s += NT) add_key(st, order_key(__ldg(row + s)));
+    tile::cp_async_wait_all();
+    for (int i = tid; i < nv; i += NT) {
+        const uint4 raw = keys4[i];
+        const uint4 k{order_key(__uint_as_float(raw.x)), order_key(__uint_as_float(raw.y)),
+                      order_key(__uint_as_float(raw.z)), order_key(__uint_as_float(raw.w))};
+        add_key(st, k.x);
+        add_key(st, k.y);
+        add_key(st, k.z);
+        add_key(st, k.w);
+        keys4[i] = k;
+    }
+}
+
+// Shared state of the select kernel besides the keys and bins.
+struct SelectShared {
+    int row;
+    RowStats stats;
+    unsigned sel_bin, sel_rem, sel_cnt;
+    int warp_counts[32];
+    unsigned warp_sums[32];
+};
+
+template <int NT, int kMinBlocks>
+__global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixArgs a) {
+    extern __shared__ __align__(16) uint32_t select_smem[];
+    uint32_t* keys = select_smem;          // [cap]
+    unsigned* hist = select_smem + a.cap;  // [kBins]
+    __shared__ SelectShared sh;
+    constexpr int kPerThread = kBins / NT;  // bins per thread in the scan
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    // Thread 0 takes the next row while the block works on this one (the atomic's latency off the critical path).
+    int next_idx = tid == 0 ? atomicAdd(&a.counters[0], 1) : 0;
+    while (true) {
+        __syncthreads();  // the previous row is done with every shared value
+        if (tid == 0) {
+            sh.row = next_idx;
+            sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+        }
+        __syncthreads();
+        const int idx = sh.row;
+        if (idx >= a.n_rows) return;
+        if (tid == 0) next_idx = atomicAdd(&a.counters[0], 1);
+        const int r = a.n_rows - 1 - idx;  // last rows first: with causal positions, the longest first
         const int visible = visible_keys(a, r);
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
         if (visible <= a.top_k) {  // dense-causal row: every visible key
-            for (int j = tid; j < a.top_k; j += kSelectThreads) out[j] = j < visible ? j : -1;
-            if (tid == 0) a.flags[r] = 0;
+            for (int j = tid; j < a.top_k; j += NT) out[j] = j < visible ? j : -1;
             continue;
         }
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
+        const int n_smem = min(visible, a.cap);
         const unsigned n_masked = static_cast<unsigned>(a.row_len - visible);
-        uint32_t prefix = 0, mask = 0;
-        unsigned remaining = static_cast<unsigned>(a.top_k);  // how many of the entries matching prefix we still need
-        unsigned equal = 0;
-        for (int pass = 0; pass < 4; ++pass) {
-            const int shift = 24 - 8 * pass;
-            __syncthreads();  // the previous pass (or row) is done with hist and the sel_* values
-            if (tid < 256) hist[tid] = 0;
-            __syncthreads();
-            for (int s = tid; s < visible; s += kSelectThreads) {
-                const uint32_t key = order_key(row[s]);
-                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
+        {
+            RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+            load_row<NT>(row, visible, n_smem, keys, st);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                st.above += __shfl_xor_sync(0xffffffffu, st.above, o);
+                st.kmax = max(st.kmax, __shfl_xor_sync(0xffffffffu, st.kmax, o));
+                st.kmin_above = min(st.kmin_above, __shfl_xor_sync(0xffffffffu, st.kmin_above, o));
+                st.kmin_all = min(st.kmin_all, __shfl_xor_sync(0xffffffffu, st.kmin_all, o));
             }
-            if (tid == 0 && n_masked > 0 && (masked_key & mask) == prefix) {
-                atomicAdd(&hist[(masked_key >> shift) & 0xffu], n_masked);
+            if (lane == 0) {
+                atomicAdd(&sh.stats.above, st.above);
+                atomicMax(&sh.stats.kmax, st.kmax);
+                atomicMin(&sh.stats.kmin_above, st.kmin_above);
+                atomicMin(&sh.stats.kmin_all, st.kmin_all);
             }
-            __syncthreads();
-            if (tid == 0) {
-                unsigned rem = remaining;
-                int d = 255;
-                for (; d > 0; --d) {
-                    if (hist[d] >= rem) break;
-                    rem -= hist[d];
-                }
-                sel_digit = static_cast<unsigned>(d);
-                sel_remaining = rem;
-                sel_equal = hist[d];
-            }
-            __syncthreads();
-            prefix |= sel_digit << shift;
-            mask |= 0xffu << shift;
-            remaining = sel_remaining;
-            equal = sel_equal;
         }
-        // prefix is the top_k-th key; `equal` entries carry it and `remaining` of them are selected.
-        if (equal != remaining) {
-            if (tid == 0) a.flags[r] = 1;
+        __syncthreads();
+        // The candidates: with top_k visible keys above the masked key, the top_k-th key is above it too and only
+        // those keys count; otherwise every entry, the masked ones included.
+        uint32_t lo, hi;
+        if (sh.stats.above >= static_cast<unsigned>(a.top_k)) {
+            lo = sh.stats.kmin_above;
+            hi = sh.stats.kmax;
+        } else {
+            lo = n_masked > 0 ? min(sh.stats.kmin_all, masked_key()) : sh.stats.kmin_all;
+            hi = n_masked > 0 ? max(sh.stats.kmax, masked_key()) : sh.stats.kmax;
+        }
+        unsigned remaining = static_cast<unsigned>(a.top_k);  // how many of the keys in [lo, hi] are still needed
+        bool tied = false;
+        while (true) {
+            const uint32_t width = hi - lo;
+            const int bits = width == 0 ? 0 : 32 - __clz(width);
+            const int shift = max(0, bits - kBinBits);
+            for (int b = tid; b < kBins; b += NT) hist[b] = 0;
+            __syncthreads();
+            // (key - lo) wraps past `width` for key < lo, so one unsigned compare tests key in [lo, hi].
+            const auto count = [&](uint32_t key) {
+                const uint32_t d = key - lo;
+                if (d <= width) atomicAdd(&hist[d >> shift], 1u);
+            };
+            const auto* keys4 = reinterpret_cast<const uint4*>(keys);
+            for (int i = tid; i < n_smem / 4; i += NT) {  // 16-byte shared loads
+                const uint4 k = keys4[i];
+                count(k.x);
+                count(k.y);
+                count(k.z);
+                count(k.w);
+            }
+            for (int s = n_smem / 4 * 4 + tid; s < n_smem; s += NT) count(keys[s]);
+            for (int s = n_smem + tid; s < visible; s += NT) count(order_key(__ldg(row + s)));
+            if (tid == 0 && n_masked > 0 && masked_key() - lo <= width) {
+                atomicAdd(&hist[(masked_key() - lo) >> shift], n_masked);
+            }
+            __syncthreads();
+            // Thread t owns bins [kBins - kPerThread (t + 1), kBins - kPerThread t): a block scan in descending bin
+            // order finds the bin where the count from the top reaches `remaining`.
+            const int top = kBins - kPerThread * tid;
+            unsigned sum = 0;
+#pragma unroll
+            for (int j = 1; j <= kPerThread; ++j) sum += hist[top - j];
+            unsigned incl = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned t = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += t;
+            }
+            if (lane == 31) sh.warp_sums[warp] = incl;
+            __syncthreads();
+            unsigned excl = incl - sum;
+            for (int w = 0; w < warp; ++w) excl += sh.warp_sums[w];
+            if (excl < remaining && remaining <= excl + sum) {
+                unsigned rem = remaining - excl;
+                for (int j = 1; j <= kPerThread; ++j) {
+                    const unsigned h = hist[top - j];
+                    if (h >= rem) {
+                        sh.sel_bin = static_cast<unsigned>(top - j);
+                        sh.sel_rem = rem;
+                        sh.sel_cnt = h;
+                        break;
+                    }
+                    rem -= h;
+                }
+            }
+            __syncthreads();
+            const uint32_t bin_lo = lo + (sh.sel_bin << shift);
+            const unsigned rem = sh.sel_rem, cnt = sh.sel_cnt;
+            if (cnt == rem) {  // the whole bin is taken: the set is {key >= bin_lo}
+                lo = bin_lo;
+                break;
+            }
+            if (shift == 0) {  // one key value, needed in part: the tie order decides
+                tied = true;
+                break;
+            }
+            const uint64_t bin_hi = static_cast<uint64_t>(bin_lo) + ((uint64_t{1} << shift) - 1);
+            hi = static_cast<uint32_t>(min(static_cast<uint64_t>(hi), bin_hi));
+            lo = bin_lo;
+            remaining = rem;
+        }
+        if (tied) {
+            if (tid == 0) a.tied[atomicAdd(&a.counters[1], 1)] = r;
             continue;
         }
-        const uint32_t threshold = prefix;
-        const int count =
-            block_compact(out, visible, [&](int s) { return order_key(row[s]) >= threshold; }, warp_counts);
-        for (int j = count + tid; j < a.top_k; j += kSelectThreads) out[j] = -1;
-        if (tid == 0) a.flags[r] = 0;
+        const uint32_t threshold = lo;
+        const int count = compact_ordered<NT>(
+            out, visible, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; },
+            sh.warp_counts);
+        for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
     }
 }
 
-__global__ void __launch_bounds__(kReplayThreads)
-    dsa_topk_replay_kernel(TopkArgs a, Entry* queues, uint8_t* marks, bool queue_in_smem) {
-    extern __shared__ Entry replay_smem[];
-    __shared__ int warp_counts[32];
+// The reference's queue element is std::pair<float, int64_t>; here the float is its order key (same comparisons)
+// and the index type plays no part in any comparison, so the algorithms permute these exactly as the reference's.
+struct Entry {
+    uint32_t key;
+    int32_t second;
+};
+
+struct KeyGreater {  // ATen's comparator for largest = true (NaN first, then descending), on order keys
+    __host__ __device__ bool operator()(const Entry& x, const Entry& y) const { return x.key > y.key; }
+};
+
+struct ReplayShared {
+    int l_count[32], r_count[32];
+    int n_swaps, l_next;
+};
+
+// libstdc++'s std::nth_element(q, q + nth, q + n, KeyGreater) (stl::nth_element), with each
+// __unguarded_partition_pivot's partition step done by the block. lpos / rpos: n / 2 + 1 ints each.
+template <int NT>
+__device__ void block_nth_element(Entry* q, int n, int nth, int32_t* lpos, int32_t* rpos, ReplayShared& sh) {
+    constexpr int kWarps = NT / 32;
     const int tid = static_cast<int>(threadIdx.x);
-    Entry* q = queue_in_smem ? replay_smem : queues + static_cast<int64_t>(blockIdx.x) * a.row_len;
-    uint8_t* mark = marks + static_cast<int64_t>(blockIdx.x) * a.n_keys;
-    for (int r = static_cast<int>(blockIdx.x); r < a.n_rows; r += static_cast<int>(gridDim.x)) {
-        if (a.flags[r] == 0) continue;  // block-uniform
+    const int lane = tid % 32, warp = tid / 32;
+    const KeyGreater comp;
+    int first = 0, last = n;
+    int64_t depth = int64_t{stl::lg(n)} * 2;
+    while (last - first > kSerialTail) {
+        if (depth == 0) {
+            if (tid == 0) {
+                stl::heap_select(q + first, q + nth + 1, q + last, comp);
+                stl::iter_swap(q + first, q + nth);
+            }
+            __syncthreads();
+            return;
+        }
+        --depth;
+        if (tid == 0) {
+            const int mid = first + (last - first) / 2;
+            stl::move_median_to_first(q + first, q + first + 1, q + mid, q + last - 1, comp);
+            sh.n_swaps = 0;
+            sh.l_next = INT_MAX;
+        }
+        __syncthreads();
+        // __unguarded_partition(q + first + 1, q + last, pivot = q + first): the left scan stops at L positions
+        // (!(x > pivot)), the right scan at R positions (!(pivot > x)). The i-th L from the left swaps with the i-th R
+        // from the right iff it lies left of it, i.e. iff more than i R positions follow it; the cut is the first L
+        // that does not swap, or the last swapped R position if that comes first.
+        const uint32_t pivot = q[first].key;
+        const int pb = first + 1;
+        const int cw = (last - pb + NT - 1) / NT * 32;
+        const int cb = pb + warp * cw, ce = min(last, cb + cw);
+        int nl = 0, nr = 0;
+        for (int s0 = cb; s0 < ce; s0 += 32) {
+            const int s = s0 + lane;
+            const uint32_t key = s < ce ? q[s].key : 0u;
+            nl += __popc(__ballot_sync(0xffffffffu, s < ce && !(key > pivot)));
+            nr += __popc(__ballot_sync(0xffffffffu, s < ce && !(pivot > key)));
+        }
+        if (lane == 0) {
+            sh.l_count[warp] = nl;
+            sh.r_count[warp] = nr;
+        }
+        __syncthreads();
+        int lb = 0, rb = 0, total_r = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            lb += w < warp ? sh.l_count[w] : 0;
+            rb += w < warp ? sh.r_count[w] : 0;
+            total_r += sh.r_count[w];
+        }
+        int swaps = 0;
+        bool stop_seen = false;  // this warp already met an L that does not swap
+        for (int s0 = cb; s0 < ce; s0 += 32) {
+            const int s = s0 + lane;
+            const uint32_t key = s < ce ? q[s].key : 0u;
+            const bool is_l = s < ce && !(key > pivot), is_r = s < ce && !(pivot > key);
+            const unsigned bl = __ballot_sync(0xffffffffu, is_l), br = __ballot_sync(0xffffffffu, is_r);
+            const int rank_l = lb + __popc(bl & lanemask_lt());                               // L positions before s
+            const int rank_r = total_r - (rb + __popc(br & lanemask_lt())) - (is_r ? 1 : 0);  // R positions after s
+            const bool l_swaps = is_l && rank_r > rank_l;
+            if (l_swaps) {
+                lpos[rank_l] = s;
+                ++swaps;
+            }
+            if (is_r && rank_l > rank_r) rpos[rank_r] = s;
+            const unsigned stops = __ballot_sync(0xffffffffu, is_l && !l_swaps);
+            if (!stop_seen && stops != 0) {
+                if (lane == 0) atomicMin(&sh.l_next, s0 + __ffs(static_cast<int>(stops)) - 1);
+                stop_seen = true;
+            }
+            lb += __popc(bl);
+            rb += __popc(br);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) swaps += __shfl_xor_sync(0xffffffffu, swaps, o);
+        if (lane == 0 && swaps > 0) atomicAdd(&sh.n_swaps, swaps);
+        __syncthreads();
+        const int n_swaps = sh.n_swaps;
+        for (int i = tid; i < n_swaps; i += NT) stl::iter_swap(q + lpos[i], q + rpos[i]);
+        const int cut = n_swaps == 0 ? sh.l_next : min(sh.l_next, rpos[n_swaps - 1]);
+        __syncthreads();
+        if (cut <= nth) {
+            first = cut;
+        } else {
+            last = cut;
+        }
+    }
+    if (tid == 0) stl::introselect(q + first, q + nth, q + last, depth, comp);
+    __syncthreads();
+}
+
+// One block per tied row (rows a.tied[0, a.counters[1])): the queue in `scratch` (shared memory when in_smem, else
+// per_block bytes of global memory per block), the reference's selection, then its visible picks in ascending order.
+template <int NT>
+__global__ void __launch_bounds__(NT)
+    dsa_topk_replay_kernel(RadixArgs a, char* gscratch, int64_t per_block, bool in_smem) {
+    extern __shared__ __align__(16) char replay_smem[];
+    __shared__ ReplayShared sh;
+    const int tid = static_cast<int>(threadIdx.x);
+    char* base = in_smem ? replay_smem : gscratch + static_cast<int64_t>(blockIdx.x) * per_block;
+    const int row_len = static_cast<int>(a.row_len);
+    auto* q = reinterpret_cast<Entry*>(base);                                           // [row_len]
+    auto* lpos = reinterpret_cast<int32_t*>(base + static_cast<int64_t>(row_len) * 8);  // [row_len / 2 + 1]
+    int32_t* rpos = lpos + (row_len / 2 + 1);                                           // [row_len / 2 + 1]
+    const int n_tied = a.counters[1];
+    for (int i = static_cast<int>(blockIdx.x); i < n_tied; i += static_cast<int>(gridDim.x)) {
+        const int r = a.tied[i];
         const int visible = visible_keys(a, r);
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
-        for (int64_t s = tid; s < a.row_len; s += kReplayThreads) {
-            q[s] = Entry{s < visible ? row[s] : -FLT_MAX, static_cast<int32_t>(s)};
-        }
-        for (int s = tid; s < visible; s += kReplayThreads) mark[s] = 0;
+        for (int s = tid; s < row_len; s += NT) q[s] = Entry{s < visible ? order_key(row[s]) : masked_key(), s};
         __syncthreads();
-        if (tid == 0) {
-            if (static_cast<int64_t>(a.top_k) * 64 <= a.row_len) {
-                stl::partial_sort(q, q + a.top_k, q + a.row_len, Greater{});
-            } else {
-                stl::nth_element(q, q + (a.top_k - 1), q + a.row_len, Greater{});
-            }
+        if (static_cast<int64_t>(a.top_k) * 64 <= a.row_len) {
+            if (tid == 0) stl::partial_sort(q, q + a.top_k, q + row_len, KeyGreater{});
+            __syncthreads();
+        } else {
+            block_nth_element<NT>(q, row_len, a.top_k - 1, lpos, rpos, sh);
         }
+        auto* mark = reinterpret_cast<uint32_t*>(lpos);  // [ceil(visible / 32)] bits: lpos is free again
+        for (int w = tid; w < (visible + 31) / 32; w += NT) mark[w] = 0;
         __syncthreads();
-        for (int j = tid; j < a.top_k; j += kReplayThreads) {
+        for (int j = tid; j < a.top_k; j += NT) {
             const int s = q[j].second;
-            if (s < visible) mark[s] = 1;  // masked picks drop out
+            if (s < visible) atomicOr(&mark[s / 32], 1u << (s % 32));  // masked picks drop out
         }
         __syncthreads();
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
-        const int count = block_compact(out, visible, [&](int s) { return mark[s] != 0; }, warp_counts);
-        for (int j = count + tid; j < a.top_k; j += kReplayThreads) out[j] = -1;
-        __syncthreads();  // q and mark reused by the next row
+        const int count = compact_ordered<NT>(
+            out, visible, [&](int s) { return ((mark[s / 32] >> (s % 32)) & 1u) != 0; }, sh.l_count);
+        for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
+        __syncthreads();  // q, lpos reused by the next row
     }
+}
+
+struct DeviceLimits {
+    int sms;
+    size_t smem_optin;  // dynamic shared memory a block may opt into, less 1 KB for the kernels' static shared memory
+};
+
+DeviceLimits device_limits() {
+    int dev = 0, sms = 0, optin = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return DeviceLimits{sms, static_cast<size_t>(optin) - 1024};
+}
+
+template <int NT, int kMinBlocks>
+void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
+    auto* kernel = dsa_topk_select_kernel<NT, kMinBlocks>;
+    const size_t smem = (static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
+    PENSTOCK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int per_sm = 0;
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem));
+    const int64_t grid = std::min<int64_t>(a.n_rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+    kernel<<<static_cast<unsigned>(grid), NT, smem, s>>>(a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+// Runs both passes; returns the scratch tensor, whose first two i32 are the counters (RadixArgs::counters).
+Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+    const TopkShape shape = check_topk_params(p, alloc);
+    const int64_t n_rows = shape.n_rows, row_len = shape.row_len;
+    PENSTOCK_CHECK_LT(row_len, int64_t{1} << 30) << "dsa_topk: the replay's block scans index rows in int";
+    const size_t list_bytes = (static_cast<size_t>(n_rows) * sizeof(int32_t) + 255) / 256 * 256;
+    const size_t replay_row_bytes =
+        static_cast<size_t>(row_len) * sizeof(Entry) + 2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);
+    const DeviceLimits dev = device_limits();
+    const size_t replay_smem_max = std::min(kReplaySmemBytes, dev.smem_optin);
+    const bool replay_in_smem = replay_row_bytes <= replay_smem_max;
+    const int sms = dev.sms;
+    int64_t replay_blocks = std::min<int64_t>(std::max<int64_t>(n_rows, 1), sms);
+    if (!replay_in_smem) {
+        const auto fit = static_cast<int64_t>(kMaxReplayScratch / replay_row_bytes);
+        replay_blocks = std::max<int64_t>(1, std::min(replay_blocks, fit));
+    }
+    const size_t per_block = (replay_row_bytes + 255) / 256 * 256;
+    const size_t queue_bytes = replay_in_smem ? 0 : static_cast<size_t>(replay_blocks) * per_block;
+    // Scratch from the caching allocator: returned when the caller drops it while the kernels may still run, which is
+    // safe for stream-ordered users of the same allocator (its contract).
+    Tensor scratch = Tensor::empty({static_cast<int64_t>(256 + list_bytes + queue_bytes)}, DType::kU8, alloc);
+    if (n_rows == 0) return scratch;
+    char* base = static_cast<char*>(scratch.view().data);
+    const auto s = static_cast<cudaStream_t>(stream);
+    PENSTOCK_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * sizeof(int32_t), s));
+
+    RadixArgs a{};
+    a.indices = p.indices.ptr<int32_t>();
+    a.logits = p.logits.ptr<const float>();
+    a.q_pos = p.q_pos.ptr<const int32_t>();
+    a.counters = reinterpret_cast<int32_t*>(base);
+    a.tied = reinterpret_cast<int32_t*>(base + 256);
+    a.i0 = p.indices.stride(0);
+    a.lg0 = p.logits.stride(0);
+    a.n_rows = static_cast<int>(n_rows);
+    a.n_keys = static_cast<int>(shape.n_keys);
+    a.top_k = static_cast<int>(shape.top_k);
+    a.row_len = row_len;
+    const auto smem_keys = static_cast<int64_t>(dev.smem_optin / sizeof(uint32_t)) - kBins;
+    if (shape.n_keys <= kShortCap) {
+        a.cap = static_cast<int>(std::min<int64_t>(shape.n_keys, smem_keys));
+        launch_select<kShortThreads, 3>(a, sms, s);
+    } else {
+        a.cap = static_cast<int>(std::min({shape.n_keys, int64_t{kLongCap}, smem_keys}));
+        launch_select<kLongThreads, 1>(a, sms, s);
+    }
+    auto* kernel = dsa_topk_replay_kernel<kReplayThreads>;
+    const size_t smem = replay_in_smem ? replay_row_bytes : 0;
+    PENSTOCK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(replay_smem_max)));
+    kernel<<<static_cast<unsigned>(replay_blocks), kReplayThreads, smem, s>>>(
+        a, base + 256 + list_bytes, static_cast<int64_t>(per_block), replay_in_smem);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+    return scratch;
 }
 
 }  // namespace
 
-void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+TopkShape check_topk_params(const kernels::DsaTopkParams& p, const Allocator& alloc) {
     const char* op = "dsa_topk";
     check_on_gpu(p.indices, op, "indices");
     check_on_gpu(p.logits, op, "logits");
@@ -215,47 +563,33 @@ void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
     PENSTOCK_CHECK_GE(row_len, n_keys) << op << ": torch_row_len must cover every key";
     PENSTOCK_CHECK(row_len < (int64_t{1} << 31) && top_k < (int64_t{1} << 31)) << op << ": sizes";
     PENSTOCK_CHECK(alloc.device() == Device::kCUDA) << op << ": scratch needs a CUDA allocator";
-    if (n_rows == 0) return;
+    return TopkShape{n_rows, top_k, n_keys, row_len};
+}
 
-    const bool queue_in_smem = static_cast<size_t>(row_len) * sizeof(Entry) <= kReplaySmemBytes;
-    int64_t replay_blocks = std::min<int64_t>(n_rows, kMaxReplayBlocks);
-    if (!queue_in_smem) {
-        const int64_t fit = static_cast<int64_t>(kMaxQueueScratch / (static_cast<size_t>(row_len) * sizeof(Entry)));
-        replay_blocks = std::max<int64_t>(1, std::min(replay_blocks, fit));
+void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+    dsa_topk(p, TopkVariant::kAuto, alloc, stream);
+}
+
+void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& alloc, void* stream) {
+    switch (variant) {
+        case TopkVariant::kAuto:
+        case TopkVariant::kRangeRadix:
+            (void)dsa_topk_radix(p, alloc, stream);
+            return;
+        case TopkVariant::kLegacy:
+            dsa_topk_legacy(p, alloc, stream);
+            return;
     }
-    const size_t flags_bytes = (static_cast<size_t>(n_rows) * sizeof(int32_t) + 255) / 256 * 256;
-    const size_t queue_bytes =
-        queue_in_smem ? 0 : static_cast<size_t>(replay_blocks) * static_cast<size_t>(row_len) * sizeof(Entry);
-    const size_t mark_bytes = static_cast<size_t>(replay_blocks) * static_cast<size_t>(n_keys);
-    // Scratch from the caching allocator: returned at the end of this call while the kernels may still run, which is
-    // safe for stream-ordered users of the same allocator (its contract).
-    Tensor scratch = Tensor::empty({static_cast<int64_t>(flags_bytes + queue_bytes + mark_bytes + 16)}, DType::kU8, alloc);
-    char* base = static_cast<char*>(scratch.view().data);
+}
 
-    TopkArgs a{};
-    a.indices = p.indices.ptr<int32_t>();
-    a.logits = p.logits.ptr<const float>();
-    a.q_pos = p.q_pos.ptr<const int32_t>();
-    a.flags = reinterpret_cast<int32_t*>(base);
-    a.i0 = p.indices.stride(0);
-    a.lg0 = p.logits.stride(0);
-    a.n_rows = static_cast<int>(n_rows);
-    a.n_keys = static_cast<int>(n_keys);
-    a.top_k = static_cast<int>(top_k);
-    a.row_len = row_len;
-    auto* queues = queue_in_smem ? nullptr : reinterpret_cast<Entry*>(base + flags_bytes);
-    auto* marks = reinterpret_cast<uint8_t*>(base + flags_bytes + queue_bytes);
-
-    const auto s = static_cast<cudaStream_t>(stream);
-    const int64_t select_blocks = std::min<int64_t>(n_rows, int64_t{1} << 20);
-    dsa_topk_select_kernel<<<static_cast<unsigned>(select_blocks), kSelectThreads, 0, s>>>(a);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
-    const size_t smem = queue_in_smem ? static_cast<size_t>(row_len) * sizeof(Entry) : 0;
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(dsa_topk_replay_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kReplaySmemBytes)));
-    dsa_topk_replay_kernel<<<static_cast<unsigned>(replay_blocks), kReplayThreads, smem, s>>>(a, queues, marks,
-                                                                                            queue_in_smem);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
+int64_t dsa_topk_tied_rows(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+    const Tensor scratch = dsa_topk_radix(p, alloc, stream);
+    if (p.indices.size(0) == 0) return 0;
+    int32_t n = 0;
+    PENSTOCK_CUDA_CHECK(cudaMemcpyAsync(&n, static_cast<const char*>(scratch.view().data) + sizeof(int32_t),
+                                        sizeof(int32_t), cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+    PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    return n;
 }
 
 }  // namespace penstock::cuda

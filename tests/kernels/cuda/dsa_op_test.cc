@@ -8,7 +8,10 @@
 //  - dsa_topk: indices compared exactly (same set, same ascending order, same -1 padding): distinct logits at page
 //    edges with q_pos around top_k and past n_keys / negative; tie-heavy rows (ReLU zeros, few distinct levels) on
 //    both libstdc++ paths (nth_element, partial_sort), emulated torch row lengths > n_keys, NaN / -inf logits, a row
-//    longer than the shared-memory replay queue, and the reference test's torch-verified tie cases.
+//    longer than the shared-memory replay queue, and the reference test's torch-verified tie cases; at scale (rows of
+//    5K-60K keys, top_k 2048) rows in and beyond the select kernel's shared memory, rows below top_k, boundary ties
+//    in and beyond the replay's shared memory, logits over 60 binades, NaN / -inf / -FLT_MAX rows whose masked
+//    entries take part. Every case runs on each top-k variant (kAuto, kRangeRadix with its tied-row count, kLegacy).
 //  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows.
 //  - sparse_mla_attention: paged latent cache 576/512 with v a view of kv, index lists at page edges with -1 holes
 //    and an all -1 row, 3 / 16 / 96 heads, strided q.
@@ -296,8 +299,11 @@ struct TopkCase {
     std::vector<int32_t> q_pos;
     std::vector<float> logits;  // [n_rows * n_keys]
     bool strided = false;
+    bool expect_tied = false;  // some row's boundary is tied: the range-radix variant must take its replay
 };
 
+// Every variant against the reference: kAuto through the Context dispatch, kRangeRadix through the tied-row
+// diagnostic (which also returns how many rows took the replay), kLegacy. The output is poisoned before each run.
 void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream,
               const kernels::Context& gpu) {
     SCOPED_TRACE(c.name);
@@ -313,14 +319,27 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
     const Tensor q_pos_d = dev_i32(c.q_pos, alloc, stream);
     const Tensor q_pos_h = i32_tensor(c.q_pos);
     Tensor idx_d = Tensor::empty({n_rows, c.top_k}, DType::kI32, alloc);
-    cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
     Tensor idx_h = Tensor::empty({n_rows, c.top_k}, DType::kI32);
-    kernels::dsa_topk({.indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len}, gpu);
     kernels::dsa_topk({.indices = idx_h, .logits = logits.hv, .q_pos = q_pos_h, .torch_row_len = c.torch_row_len},
                       kernels::Context{});
-    const std::vector<int32_t> got = read_i32(idx_d, stream);
     const std::vector<int32_t> want(idx_h.ptr<int32_t>(), idx_h.ptr<int32_t>() + idx_h.numel());
-    conf_exact("dsa_topk", c.name, got, want);
+    const kernels::DsaTopkParams p{
+        .indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len};
+    for (const char* variant : {"auto", "range_radix", "legacy"}) {
+        cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
+        int64_t tied = -1;
+        if (std::strcmp(variant, "auto") == 0) {
+            kernels::dsa_topk(p, gpu);
+        } else if (std::strcmp(variant, "range_radix") == 0) {
+            tied = cuda::dsa_topk_tied_rows(p, alloc, stream.handle());
+        } else {
+            cuda::dsa_topk(p, cuda::TopkVariant::kLegacy, alloc, stream.handle());
+        }
+        conf_exact("dsa_topk", c.name + "/" + variant, read_i32(idx_d, stream), want);
+        if (tied >= 0 && c.expect_tied) {
+            EXPECT_GT(tied, 0) << c.name << ": no row took the replay";
+        }
+    }
 }
 
 std::vector<float> distinct_logits(std::mt19937& rng, int64_t n) { return random_floats(rng, n, -4.0f, 4.0f); }
@@ -404,6 +423,71 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
         cases.push_back({"torch_ties_row_len_200", 50, 16, 200, {49}, b});
         cases.push_back({"torch_ties_row_len_50", 50, 16, 0, {49}, b});
         cases.push_back({"torch_ties_partial_sort", 150, 2, 200, {149}, std::vector<float>(150, 0.0f)});
+    }
+    // The range-radix kernel's paths at scale. Launches: n_keys <= 16384 (512 threads, the row in shared memory),
+    // n_keys > 16384 (1024 threads, up to 49152 keys in shared memory, the rest of a longer row read from global).
+    // Rows at and around top_k (no select), the last keys, q_pos past n_keys; emulated rows longer than n_keys.
+    {
+        struct BigShape {
+            int64_t n_keys, k, row_len;
+            int mode;  // 0 normal, 1 coarse levels (boundary ties), 2 exponents 2^-30..2^30 of both signs,
+                       // 3 NaN / -inf / -FLT_MAX / -0 mixed with normal values, 4 only -inf / -FLT_MAX / 1
+            bool strided, expect_tied;
+        };
+        for (const BigShape& b : std::vector<BigShape>{{16384, 2048, 0, 0, false, false},
+                                                       {16384, 2048, 0, 1, false, true},
+                                                       {16384, 2048, 18000, 1, false, true},
+                                                       {16384, 2048, 20000, 1, false, true},
+                                                       {16384, 2048, 0, 2, false, false},
+                                                       {5001, 2048, 0, 0, true, false},
+                                                       {5000, 2048, 6000, 3, false, false},
+                                                       {5000, 2048, 0, 4, false, true},
+                                                       {20000, 2048, 0, 0, false, false},
+                                                       {20000, 2048, 0, 1, true, true},
+                                                       {60000, 2048, 0, 0, false, false},
+                                                       {60000, 2048, 0, 2, false, false},
+                                                       {60000, 2048, 64000, 1, false, true}}) {
+            std::mt19937 rng(seed++);
+            const auto n = static_cast<int32_t>(b.n_keys), k = static_cast<int32_t>(b.k);
+            std::vector<int32_t> pos{n - 1, k - 1, k, k + 1, n / 2, n + 5};
+            if (n > 49152) pos.insert(pos.end(), {49151, 49152, 49153, n - 2});
+            TopkCase c{shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}), b.n_keys,
+                       b.k, b.row_len, pos, {}};
+            c.strided = b.strided;
+            c.expect_tied = b.expect_tied;
+            std::normal_distribution<float> nd(9.0f, 0.7f);
+            std::uniform_int_distribution<int> pick(0, 9);
+            std::uniform_real_distribution<float> unit(1.0f, 2.0f);
+            c.logits.resize(pos.size() * static_cast<size_t>(n));
+            for (float& x : c.logits) {
+                switch (b.mode) {
+                    case 0:
+                        x = nd(rng);
+                        break;
+                    case 1:
+                        x = std::round(nd(rng) * 16.0f) / 16.0f;
+                        break;
+                    case 2:
+                        x = std::ldexp(unit(rng), pick(rng) * 6 - 30) * (pick(rng) < 5 ? 1.0f : -1.0f);
+                        break;
+                    case 3: {
+                        const int v = pick(rng);
+                        x = v == 0   ? std::numeric_limits<float>::quiet_NaN()
+                            : v < 4  ? -std::numeric_limits<float>::infinity()
+                            : v < 6  ? -FLT_MAX
+                            : v == 6 ? -0.0f
+                                     : nd(rng);
+                        break;
+                    }
+                    default: {
+                        const int v = pick(rng);
+                        x = v < 6 ? -std::numeric_limits<float>::infinity() : v < 9 ? -FLT_MAX : 1.0f;
+                        break;
+                    }
+                }
+            }
+            cases.push_back(std::move(c));
+        }
     }
     for (const TopkCase& c : cases) {
         PENSTOCK_SEEDED(seed);
