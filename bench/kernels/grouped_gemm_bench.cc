@@ -58,8 +58,7 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
     const Kernel kKernels[] = {
         {"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster}, {"tma", cuda::GroupedGemmVariant::kTma},
         {"tma_k32", cuda::GroupedGemmVariant::kTmaK32},         {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
-        {"tma_dyn", cuda::GroupedGemmVariant::kTmaDyn},         {"cp_async", cuda::GroupedGemmVariant::kCpAsync},
-        {"tma_dyn_cluster", cuda::GroupedGemmVariant::kTmaDynCluster}};
+        {"tma_dyn", cuda::GroupedGemmVariant::kTmaDyn},         {"cp_async", cuda::GroupedGemmVariant::kCpAsync}};
     std::mt19937 rng(/*seed=*/7);
     uint64_t seed = 100;
     for (const Model& m : kModels) {

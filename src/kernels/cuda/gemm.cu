@@ -262,14 +262,13 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     // T = 16384) cuBLASLt's per-group GEMMs were faster (gate_up 11.5-12.6 vs 13.4 ms) and the layer 1.4 ms faster
     // with them. Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run on the cuBLASLt path, or fail with
     // the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device (or dyn) forces either under kAuto (capture:
-    // always device); =cluster takes kTmaDynCluster wherever supported (measurement).
+    // always device).
     constexpr int64_t kDeviceMaxAvgRows = 384;
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
         if (std::strcmp(e, "cublaslt") == 0) return 1;
         if (std::strcmp(e, "device") == 0 || std::strcmp(e, "dyn") == 0) return 2;
-        if (std::strcmp(e, "cluster") == 0) return 3;
         return 0;
     }();
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
@@ -284,10 +283,6 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         const bool capturing = capture != cudaStreamCaptureStatusNone;
         const char* why = grouped_gemm_device_unsupported(p);
         const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
-        if (why == nullptr && env_mode == 3) {
-            grouped_gemm_device(p, GroupedGemmVariant::kTmaDynCluster, stream);
-            return;
-        }
         if (why == nullptr && (capturing || env_mode == 2 || (env_mode == 0 && small_groups))) {
             grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;

@@ -291,9 +291,6 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
         case GroupedGemmVariant::kWsCpAsync:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .cp_async_producer = true}, device_info().sms, stream);
             return;
-        case GroupedGemmVariant::kTmaDynCluster:
-            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
-            return;
         case GroupedGemmVariant::kCpAsync:
             grouped_gemm_cp_async(p, stream);
             return;

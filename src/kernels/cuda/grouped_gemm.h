@@ -22,7 +22,6 @@ enum class GroupedGemmVariant {
     kTmaK32,      // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
     kWsCpAsync,   // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
     kTmaDyn,      // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
-    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: a pair takes two consecutive tiles and multicasts a shared weight tile
     kCpAsync,     // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -40,7 +39,7 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
 
 // The warp-specialised kernel (grouped_gemm_tma.cu), in the configurations the variants name: {cluster 1, k_step 64}
 // (kTma), {2, 64} (kTmaCluster), {1, 32} (kTmaK32), {1, 64, cp_async_producer} (kWsCpAsync), {1, 64, dynamic_tiles}
-// (kTmaDyn), {2, 64, dynamic_tiles} (kTmaDynCluster).
+// (kTmaDyn).
 struct TmaKernelConfig {
     int cluster = 1;
     int k_step = 64;

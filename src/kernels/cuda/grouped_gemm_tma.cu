@@ -72,7 +72,7 @@ struct Step {
     static constexpr int kBHalfBytes = (kBN / 2) * kRowBytes;  // 16 / 8 KiB
     static constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
     static constexpr int kStages = kPipeBytes / kStageBytes;  // 4 / 8
-    static constexpr int kBarBytes = 3 * kStages * 8;  // full, empty, ready (kDyn clusters)
+    static constexpr int kBarBytes = 2 * kStages * 8;
     static_assert(kBK == 64 || kBK == 32, "k-step");
     static_assert(kStages * kStageBytes == kPipeBytes, "ring");
 };
@@ -117,10 +117,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;          // the same offset in every CTA of a cluster (same kernel, same layout)
-    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), ready[0, kStages)
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
-    int* stage_tile = scan + 32;  // kDyn: the unit whose first k-step is in stage i (-1: no more)
+    int* stage_tile = scan + 32;  // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
     int* prefix = stage_tile + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
@@ -129,7 +129,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kStages; ++i) {
             tma::mbar_init(bars + 8 * i, kCpLoad ? 128 : 1);         // full: the producer's expect_tx / 128 threads
             tma::mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
-            tma::mbar_init(bars + 8 * (2 * kStages + i), 1);         // ready: rank 0's unit id arrived (kDyn, rank 1)
         }
         tma::fence_mbar_init();
     }
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_clusters = static_cast<int>(gridDim.x) / kCluster;
     const int my_units = units > cid ? (units - 1 - cid) / n_clusters + 1 : 0;  // the same in both CTAs of a pair
     const int KT = p.k_steps;
-    static_assert(!kDyn || !kCpLoad, "the dynamic scheduler: TMA producer");
+    static_assert(!kDyn || (kCluster == 1 && !kCpLoad), "the dynamic scheduler: TMA, no cluster");
     if (!kDyn && my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
     // This CTA's tile of unit u (rows 0: a dummy, computed and not stored) and whether the pair shares its weights.
     auto unit_tile = [&](int u, bool& shared) {
@@ -231,37 +230,22 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::prefetch_map(&tm_a);
             tma::prefetch_map(&tm_b);
             int64_t s = 0;
-            uint32_t ready_parity = 0;  // kDyn, rank 1: bit i = the parity of ready[i]'s next phase
             for (int i = 0; kDyn || i < my_units; ++i) {
                 bool shared = false;
                 Tile ct{};
                 if constexpr (kDyn) {
-                    // The next unit of the order, in the order CTAs (pairs) become free: the running tiles stay a
-                    // contiguous window, so the CTAs that share a weight tile start within a few k-steps of each
-                    // other. Rank 0 takes it and hands it to rank 1 (its slot, then its ready barrier, release.cluster);
-                    // each producer publishes it to its own consumers by the stage's "full" arrive (release).
+                    // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
+                    // window, so the CTAs that share a weight tile start within a few k-steps of each other.
+                    const int t = atomicAdd(p.sched, 1);
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
-                    int u = -1;
-                    if (kCluster == 1 || rank == 0) {
-                        u = atomicAdd(p.sched, 1);
-                        if (u >= units) u = -1;
-                        stage_tile[stage] = u;
-                        if constexpr (kCluster > 1) {
-                            tma::st_shared_cluster(smem_u32(stage_tile + stage), 1u, u);
-                            tma::mbar_arrive_cluster(bars + 8 * (2 * kStages + stage), 1u);
-                        }
-                    } else {
-                        tma::mbar_wait_cluster(bars + 8 * (2 * kStages + stage), (ready_parity >> stage) & 1u);
-                        ready_parity ^= 1u << stage;
-                        u = *static_cast<volatile int*>(stage_tile + stage);
-                    }
-                    if (u < 0) {
+                    stage_tile[stage] = t < total ? t : -1;  // published by the arrive below (release)
+                    if (t >= total) {
                         tma::mbar_arrive(bars + 8 * stage);  // the consumers wake, read -1 and stop
                         break;
                     }
-                    ct = unit_tile(u, shared);
+                    ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
                 } else {
                     ct = unit_tile(cid + i * n_clusters, shared);
                 }
@@ -293,14 +277,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
             if constexpr (kDyn) {
-                // The last CTA (rank 0 of the last pair) to finish taking units resets the counter pair for the next
-                // launch (tile_sched.h).
-                if (kCluster == 1 || rank == 0) {
-                    __threadfence();
-                    if (atomicAdd(p.sched + 1, 1) == n_clusters - 1) {
-                        atomicExch(p.sched, 0);
-                        atomicExch(p.sched + 1, 0);
-                    }
+                // The last CTA to finish taking tiles resets the pair for the next launch (tile_sched.h).
+                __threadfence();
+                if (atomicAdd(p.sched + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+                    atomicExch(p.sched, 0);
+                    atomicExch(p.sched + 1, 0);
                 }
             }
         }
@@ -335,9 +316,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kDyn) {
                 const int stage = static_cast<int>(s % kStages);
                 tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
-                const int u = *static_cast<volatile int*>(stage_tile + stage);
-                if (u < 0) break;
-                ct = unit_tile(u, shared);
+                const int t = *static_cast<volatile int*>(stage_tile + stage);
+                if (t < 0) break;
+                ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
             } else {
                 ct = unit_tile(cid + i * n_clusters, shared);
             }
@@ -460,11 +441,6 @@ void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, 
             launch<OutT, 1, 64, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
             return;
         }
-        if (cfg.dynamic_tiles && pairs > 0) {
-            const int64_t want = (tile_bound + 1) / 2;
-            launch<OutT, 2, 64, false, true>(tm_a, tm_b, args, 2 * static_cast<int>(want < pairs ? want : pairs), s);
-            return;
-        }
         if (cfg.dynamic_tiles) {
             launch<OutT, 1, 64, false, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms),
                                              s);
@@ -509,7 +485,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1))
         << "grouped_gemm_tma: cp.async producer";
     PENSTOCK_CHECK(cfg.cluster == 1 || k_step == 64) << "grouped_gemm_tma: clusters take the 64-wide k-step";
-    PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && !cfg.cp_async_producer))
+    PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && cfg.cluster == 1 && !cfg.cp_async_producer))
         << "grouped_gemm_tma: dynamic tiles";
     TmaArgs args{};
     args.out = p.out.data;

@@ -38,14 +38,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
         "r"(cta)
         : "memory");
 }
-// A 32-bit store to shared memory at the same offset in cluster CTA `cta`.
-__device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint32_t cta, int value) {
-    asm volatile(
-        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nst.shared::cluster.u32 [remote], %2;\n}\n" ::
-            "r"(addr),
-        "r"(cta), "r"(value)
-        : "memory");
-}
 // Waits until the phase of parity `parity` completed (a fresh barrier counts its phase "before 0", parity 1, done).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done = 0;
@@ -89,18 +81,6 @@ __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMa
 // Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache before first use.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// mbar_wait with cluster-scope acquire: what a peer CTA wrote before its release.cluster arrive is visible after.
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (done == 0);
 }
 
 // ---------------------------------------------------------------------------------------------- device: clusters

@@ -54,8 +54,6 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "ws_cp_async";
         case cuda::GroupedGemmVariant::kTmaDyn:
             return "tma_dyn";
-        case cuda::GroupedGemmVariant::kTmaDynCluster:
-            return "tma_dyn_cluster";
         case cuda::GroupedGemmVariant::kCpAsync:
             return "cp_async";
     }
@@ -189,8 +187,7 @@ TEST_P(GroupedGemmKernelTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
                          ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
                                            cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kWsCpAsync,
-                                           cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn,
-                                           cuda::GroupedGemmVariant::kTmaDynCluster),
+                                           cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn),
                          [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
                              return std::string(kernel_name(info.param));
                          });
