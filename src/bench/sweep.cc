@@ -409,7 +409,10 @@ Status Sweep::wait_healthy(pid_t pid, const fs::path& dir, LayoutOutcome* o, std
                 << " s (timeouts.server_start_s); stderr: " << log_excerpt(read_text(dir / "server.stderr.log"));
             return Status(StatusCode::kDeadlineExceeded, msg.str());
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        // The last probe falls just past the deadline, not up to 100 ms after it: a server that became healthy
+        // only after timeouts.server_start_s is a timeout, however short the setting.
+        const double left_s = cfg_.timeouts.server_start_s - seconds_since(t0);
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(left_s + 0.001, 0.001, 0.1)));
     }
 }
 
