@@ -9,7 +9,8 @@ build=$1; dest=$2
 bash "${ROOT}/tools/model_bench_pack.sh" "${build}" "${ROOT}/../shared/configs" "${dest}" >/dev/null
 bash "${ROOT}/tools/pack_kernel_bins.sh" "${build}" "${dest}"
 mkdir -p "${dest}/tools"
-cp "${ROOT}/tools/session_gpu_check.sh" "${ROOT}/tools/torch_layer_baseline.py" "${ROOT}/tools/model_bench_table.py" \
+cp "${ROOT}/tools/session_gpu_check.sh" "${ROOT}/tools/layer_ab.sh" "${ROOT}/tools/torch_layer_baseline.py" \
+  "${ROOT}/tools/model_bench_table.py" \
   "${dest}/tools/"
 # fla wheels (tools/model_bench_run.sh's WHEELS) for the K3 KDA torch composition, when downloaded to .whl/
 if ls "${ROOT}"/.whl/*.whl >/dev/null 2>&1; then mkdir -p "${dest}/whl" && cp "${ROOT}"/.whl/*.whl "${dest}/whl/"; fi
