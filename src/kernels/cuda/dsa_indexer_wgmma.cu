@@ -205,6 +205,41 @@ __device__ __forceinline__ uint4 load16_or_zero(const uint8_t* p, bool ok) {
     return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
 }
 
+// The consumer warpgroup's key-tile loop, shared by both kernels. Per tile:
+// - wait for the stage, then (ping-pong) for this warpgroup's turn on the tensor cores;
+// - issue `mma(acc, stage)` and commit;
+// - hand the tensor cores to the other warpgroup, right after issue (default) or once these wgmmas retired
+//   (hand_over_after_wait, so that the other's cannot interleave with them). Warpgroup 1 skips its last hand-over so
+//   that every arrive on a named barrier meets exactly one sync;
+// - wait, release the stage (`releases`: one thread per warpgroup), score the tile.
+template <int kHeads, int kNumStages, class Mma>
+__device__ __forceinline__ void consume_key_tiles(const WgArgs& a, uint32_t bars, int n_tiles, int c, bool releases,
+                                                  int crow0, int warp, int g, int t, const float (&gate)[32][2],
+                                                  float (&acc)[128], Mma&& mma) {
+    const int bar_mine = 1 + c;  // ping-pong: "this warpgroup may issue"
+    const int bar_other = 1 + (1 - c);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int stage = it % kNumStages;
+        const auto use = static_cast<uint32_t>(it / kNumStages);
+        const int key_lo = it * kKeys + 16 * warp + g;
+        const float ks_lo = key_scale(a, key_lo);
+        const float ks_hi = key_scale(a, key_lo + 8);
+        tma::mbar_wait(bars + 8 * stage, use & 1u);
+        if (a.ping_pong) tma::named_sync(bar_mine, 256);
+        wgmma::reg_fence(acc);
+        wgmma::fence();
+        mma(acc, stage);
+        wgmma::commit();
+        const bool hand_over = a.ping_pong && (c == 0 || it + 1 < n_tiles);
+        if (hand_over && !a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
+        wgmma::wait<0>();
+        if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
+        wgmma::reg_fence(acc);
+        if (releases) tma::mbar_arrive(bars + 8 * (kNumStages + stage));  // stage consumed
+        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // kWgmma (exact): e4m3 widened to f16 in shared memory, wgmma.m64n256k16 f16 x f16 -> f32.
 template <int kHeads>
@@ -295,39 +330,21 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    const int bar_mine = 1 + c;  // ping-pong: "this warpgroup may issue"
-    const int bar_other = 1 + (1 - c);
-    if (a.ping_pong && c == 1) tma::named_arrive(1, 256);  // warpgroup 0 issues first
+    if (a.ping_pong && c == 1) tma::named_arrive(1, 256);  // ping-pong: warpgroup 0 issues first
 
-    for (int it = 0; it < n_tiles; ++it) {
-        const int stage = it % kStagesF16;
-        const auto use = static_cast<uint32_t>(it / kStagesF16);
-        const int key_lo = it * kKeys + 16 * warp + g;
-        const float ks_lo = key_scale(a, key_lo);
-        const float ks_hi = key_scale(a, key_lo + 8);
-        tma::mbar_wait(bars + 8 * stage, use & 1u);
-        if (a.ping_pong) tma::named_sync(bar_mine, 256);
-        const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
-        wgmma::reg_fence(acc);
-        wgmma::fence();
+    consume_key_tiles<kHeads, kStagesF16>(a, bars, n_tiles, c, ctid == 0, crow0, warp, g, t, gate, acc,
+                                          [&](float (&d)[128], int stage) {
+                                              const uint32_t ka =
+                                                  k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
 #pragma unroll
-        for (int ks = 0; ks < 8; ++ks) {
-            const uint32_t off = static_cast<uint32_t>(32 * (ks % 4));
-            wgmma::m64n256k16_f16(acc, make_desc(ka + (ks / 4) * (kKeys * 128) + off),
-                                  make_desc(qc + (ks / 4) * (kPairs * 128) + off), ks != 0 ? 1 : 0);
-        }
-        wgmma::commit();
-        // Hand the tensor cores to the other warpgroup; warpgroup 1 skips its last hand-over so that every arrive
-        // on a named barrier meets exactly one sync. Right after issue (default), or once this warpgroup's wgmmas
-        // retired (hand_over_after_wait), so that the other's wgmmas cannot interleave with these.
-        const bool hand_over = a.ping_pong && (c == 0 || it + 1 < n_tiles);
-        if (hand_over && !a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
-        wgmma::wait<0>();
-        if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
-        wgmma::reg_fence(acc);
-        if (ctid == 0) tma::mbar_arrive(bars + 8 * (kStagesF16 + stage));  // stage consumed
-        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
-    }
+                                              for (int ks = 0; ks < 8; ++ks) {
+                                                  const uint32_t off = static_cast<uint32_t>(32 * (ks % 4));
+                                                  wgmma::m64n256k16_f16(
+                                                      d, make_desc(ka + (ks / 4) * (kKeys * 128) + off),
+                                                      make_desc(qc + (ks / 4) * (kPairs * 128) + off),
+                                                      ks != 0 ? 1 : 0);
+                                              }
+                                          });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -392,36 +409,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    const int bar_mine = 1 + c;
-    const int bar_other = 1 + (1 - c);
     if (a.ping_pong && c == 1) tma::named_arrive(1, 256);
     tma::mbar_wait(q_bar, 0);
     const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytes;
 
-    for (int it = 0; it < n_tiles; ++it) {
-        const int stage = it % kStages;
-        const auto use = static_cast<uint32_t>(it / kStages);
-        const int key_lo = it * kKeys + 16 * warp + g;
-        const float ks_lo = key_scale(a, key_lo);
-        const float ks_hi = key_scale(a, key_lo + 8);
-        tma::mbar_wait(bars + 8 * stage, use & 1u);
-        if (a.ping_pong) tma::named_sync(bar_mine, 256);
-        const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
-        wgmma::reg_fence(acc);
-        wgmma::fence();
+    consume_key_tiles<kHeads, kStages>(a, bars, n_tiles, c, (tid & 127) == 0, crow0, warp, g, t, gate, acc,
+                                       [&](float (&d)[128], int stage) {
+                                           const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
 #pragma unroll
-        for (int ks = 0; ks < kHeadDim / 32; ++ks) {
-            wgmma::m64n256k32_e4m3(acc, make_desc(ka + 32 * ks), make_desc(qc + 32 * ks), ks != 0 ? 1 : 0);
-        }
-        wgmma::commit();
-        const bool hand_over = a.ping_pong && (c == 0 || it + 1 < n_tiles);
-        if (hand_over && !a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
-        wgmma::wait<0>();
-        if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
-        wgmma::reg_fence(acc);
-        if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStages + stage));
-        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
-    }
+                                           for (int ks = 0; ks < kHeadDim / 32; ++ks) {
+                                               wgmma::m64n256k32_e4m3(d, make_desc(ka + 32 * ks),
+                                                                      make_desc(qc + 32 * ks), ks != 0 ? 1 : 0);
+                                           }
+                                       });
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
