@@ -7,7 +7,9 @@
 // producer takes t = atomicAdd(&c[0], 1) until t >= the tile count, then atomicAdd(&c[1], 1); the CTA that brings c[1]
 // to gridDim.x (every c[0] increment is done by then) sets both back to zero, so the next launch that uses the pair
 // starts from zero. Launches that share a pair must therefore not overlap: the pair is per (device, stream), and
-// launches on one stream run in order (graph replays included).
+// launches on one stream run in order. A captured launch keeps the pair of the stream it was captured on, so a graph
+// must not be replayed concurrently with itself or with work on that stream (Penstock replays on the capturing stream).
+// A CTA that starts after the tiles ran out just finds the counter exhausted: no co-residency is assumed.
 #pragma once
 
 #include <cuda_runtime.h>
