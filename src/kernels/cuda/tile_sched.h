@@ -8,7 +8,8 @@
 // to gridDim.x (every c[0] increment is done by then) sets both back to zero, so the next launch that uses the pair
 // starts from zero. Launches that share a pair must therefore not overlap: the pair is per (device, stream), and
 // launches on one stream run in order. A captured launch keeps the pair of the stream it was captured on, so a graph
-// must not be replayed concurrently with itself or with work on that stream (Penstock replays on the capturing stream).
+// must not be replayed concurrently with itself or with other launches that use that pair (the tests replay on the
+// capturing stream; the runtime captures no graphs yet).
 // A CTA that starts after the tiles ran out just finds the counter exhausted: no co-residency is assumed.
 #pragma once
 
