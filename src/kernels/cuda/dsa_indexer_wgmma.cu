@@ -103,6 +103,21 @@ __device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, fl
 // order), a quad reduce-scatter over t (lanes with t & 2 keep the upper half of the rows, then t & 1 the upper
 // quarter of that; each step sends the half the partner keeps), then each lane stores its kRows / 4 rows x 2 keys
 // times k_scale. key_lo / key_hi: this thread's accumulator rows g and g + 8 of the tile.
+// One butterfly step of score_tile's lane reduction: the lane pair (lane, lane ^ mask) splits each row's 2 * kN
+// partial sums, each keeping one half (the upper when `up`) plus the partner's copy of that half.
+template <int kN>
+__device__ __forceinline__ void butterfly_halve(const float (&in)[2][2 * kN], float (&out)[2][kN], bool up, int mask) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+            const float send = up ? in[k][i] : in[k][i + kN];
+            const float keep = up ? in[k][i + kN] : in[k][i];
+            out[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        }
+    }
+}
+
 template <int kHeads>
 __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[128], const float (&gate)[32][2],
                                            int crow0, int t, int key_lo, float ks_lo, float ks_hi) {
@@ -123,25 +138,9 @@ __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[1
     const bool up1 = (t & 2) != 0;
     const bool up2 = (t & 1) != 0;
     float p1[2][kHalf];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-#pragma unroll
-        for (int i = 0; i < kHalf; ++i) {
-            const float send = up1 ? part[k][i] : part[k][i + kHalf];
-            const float keep = up1 ? part[k][i + kHalf] : part[k][i];
-            p1[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-        }
-    }
+    butterfly_halve<kHalf>(part, p1, up1, 2);
     float p2[2][kQuarter];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-#pragma unroll
-        for (int i = 0; i < kQuarter; ++i) {
-            const float send = up2 ? p1[k][i] : p1[k][i + kQuarter];
-            const float keep = up2 ? p1[k][i + kQuarter] : p1[k][i];
-            p2[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-        }
-    }
+    butterfly_halve<kQuarter>(p1, p2, up2, 1);
     const int rbase = crow0 + (up1 ? kHalf : 0) + (up2 ? kQuarter : 0);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
