@@ -3,9 +3,8 @@
 // default device kernel (kDevice = kTmaDyn) when grouped_gemm_device_supported() holds and either the groups are small
 // (n_rows / n_groups <= 384) or the stream is being captured; else the cuBLASLt path (host copy of the offsets + one
 // cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a capturing stream
-// fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device);
-// =dyn is the same as device (kept for measurement scripts).
-// Measured on the H200: docs/perf/2026-12-01-grouped-gemm-ws.md.
+// fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device).
+// Measured on the H200: docs/perf/2026-12-01-grouped-gemm-ws.md (the static kernels), 2026-12-01-grouped-gemm-dyn.md.
 #pragma once
 
 #include "kernels/ops.h"
