@@ -24,6 +24,7 @@
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_sched.cuh"
 #include "kernels/cuda/tile_sched.h"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (;;) {
                 // The next tile of the order (tile_sched.h), its id to the consumers through the stage slot,
                 // published by the stage's "full" arrive (release).
-                const int t = atomicAdd(sched, 1);
+                const int t = tile_sched::next_tile(sched);
                 {
                     const int stage = static_cast<int>(s % kStages);
                     mbar_wait(bars + 8 * (kStages + stage), (static_cast<uint32_t>(s / kStages) & 1u) ^ 1u);
@@ -113,12 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
                 }
             }
-            // The last CTA to finish taking tiles resets the pair for the next launch.
-            __threadfence();
-            if (atomicAdd(sched + 1, 1) == grid - 1) {
-                atomicExch(sched, 0);
-                atomicExch(sched + 1, 0);
-            }
+            tile_sched::finish(sched, grid);  // the last CTA resets the pair for the next launch
         }
     } else {
         // ------------------------------------------------------------ consumers

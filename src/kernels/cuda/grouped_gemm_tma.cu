@@ -36,7 +36,7 @@
 // skips its products and only passes the stages on, so such a tile costs about half.
 // On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) the static round-robin order let the CTAs that share a weight
 // tile drift apart at T = 16384 (36-49% L2 hits, 0.67-0.87x torch._grouped_mm); kTmaDyn keeps them together (65% L2
-// hits) and runs at 0.95-1.51x torch on the DeepSeek-V3 / Kimi K3 expert shapes
+// hits) and runs at 1.00-1.52x torch on the DeepSeek-V3 / Kimi K3 expert shapes
 // (docs/perf/2026-12-01-grouped-gemm-dyn.md). Clusters and the 32-wide step were slower than kTma.
 #include <cuda_runtime.h>
 
@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_sched.cuh"
 #include "kernels/cuda/tile_sched.h"
 #include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/tma_util.cuh"
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if constexpr (kDyn) {
                     // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
                     // window, so the CTAs that share a weight tile start within a few k-steps of each other.
-                    const int t = atomicAdd(p.sched, 1);
+                    const int t = tile_sched::next_tile(p.sched);
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
@@ -277,12 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
             if constexpr (kDyn) {
-                // The last CTA to finish taking tiles resets the pair for the next launch (tile_sched.h).
-                __threadfence();
-                if (atomicAdd(p.sched + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-                    atomicExch(p.sched, 0);
-                    atomicExch(p.sched + 1, 0);
-                }
+                tile_sched::finish(p.sched, static_cast<int>(gridDim.x));  // the last CTA resets the pair
             }
         }
     } else {

@@ -3,7 +3,7 @@
 // moment stay a contiguous window of the tile order and the CTAs that share a weight tile start within a few k-steps
 // of each other (the static round-robin order lets them drift apart; docs/perf/2026-12-01-grouped-gemm-ws.md).
 //
-// Counter protocol (device side, in the kernels): int c[2] = {next tile, CTAs done}, zero between launches. Each CTA's
+// Counter protocol (device side: tile_sched.cuh's next_tile / finish): int c[2] = {next tile, CTAs done}, zero between launches. Each CTA's
 // producer takes t = atomicAdd(&c[0], 1) until t >= the tile count, then atomicAdd(&c[1], 1); the CTA that brings c[1]
 // to gridDim.x (every c[0] increment is done by then) sets both back to zero, so the next launch that uses the pair
 // starts from zero. Launches that share a pair must therefore not overlap: the pair is per (device, stream), and
