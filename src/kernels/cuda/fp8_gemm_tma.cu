@@ -93,14 +93,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // The next tile of the order (tile_sched.h), its id to the consumers through the stage slot,
                 // published by the stage's "full" arrive (release).
                 const int t = tile_sched::next_tile(sched);
-                {
-                    const int stage = static_cast<int>(s % kStages);
-                    mbar_wait(bars + 8 * (kStages + stage), (static_cast<uint32_t>(s / kStages) & 1u) ^ 1u);
-                    stage_tile[stage] = t < total ? t : -1;
-                    if (t >= total) {
-                        mbar_arrive(bars + 8 * stage);  // the consumers wake, read -1 and stop
-                        break;
-                    }
+                const int first = static_cast<int>(s % kStages);  // the stage of the tile's first k-step
+                mbar_wait(bars + 8 * (kStages + first), (static_cast<uint32_t>(s / kStages) & 1u) ^ 1u);
+                stage_tile[first] = t < total ? t : -1;
+                if (t >= total) {
+                    mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
+                    break;
                 }
                 const Tile ct = decode(t, prefix, offs, G);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
@@ -133,13 +131,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         int64_t s = 0;
         for (;;) {
-            int tile_id = 0;
-            {
-                const int stage = static_cast<int>(s % kStages);
-                mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
-                tile_id = *static_cast<volatile int*>(stage_tile + stage);
-                if (tile_id < 0) break;
-            }
+            const int first = static_cast<int>(s % kStages);  // the stage of the tile's first k-step
+            mbar_wait(bars + 8 * first, static_cast<uint32_t>(s / kStages) & 1u);
+            const int tile_id = *static_cast<volatile int*>(stage_tile + first);
+            if (tile_id < 0) break;
             const Tile ct = decode(tile_id, prefix, offs, G);
             if (64 * cw >= ct.rows) {
                 // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
