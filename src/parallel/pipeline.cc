@@ -141,7 +141,7 @@ Status PipelineStage::recv_tensor(const TensorView& t, int peer, int tag) {
         dense = Tensor::empty(t.shape_vec(), DType::kF32, kernels::allocator_of(ctx));
         wire = dense.view();
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    // Not counted as stall here: the caller (serve()'s timed_recv) times the whole receive.
     if (wire.device == data_->device()) {
         PENSTOCK_RETURN_IF_ERROR(data_->recv(wire, peer, tag));
     } else {  // a host link into device memory: receive on the host, then copy up (pageable: staged before return)
@@ -149,7 +149,6 @@ Status PipelineStage::recv_tensor(const TensorView& t, int peer, int tag) {
         PENSTOCK_RETURN_IF_ERROR(data_->recv(host, peer, tag));
         kernels::transfer({.out = wire, .in = host}, ctx);
     }
-    stats_.stall_ms += ms_since(t0);
     if (!direct) kernels::copy({.out = t, .in = wire}, ctx);
     return ok_status();
 }
