@@ -4,9 +4,10 @@
 // model does), v uniform (unit variance), g = log decay uniform in [-0.5, 0) per channel (the op's convention: log
 // space, <= 0), beta uniform in about [0.015, 0.985). The state is zeroed inside the timed op (a 6 MB memset, a few
 // us) so every rep starts fresh. Also times the recurrent (token-by-token) form and reports the max |chunk -
-// recurrent| over 16 sampled rows as a sanity check. The chunk form runs twice: fp32 on CUDA cores (precision kF32)
-// and on tensor cores (kTensorCore: tf32 products, kda_chunk_tc.cu). tools/fla_kda_baseline.py times fla's chunk_kda
-// at the same shapes.
+// recurrent| over 16 sampled rows as a sanity check. The chunk form runs three times: fp32 on CUDA cores (precision
+// kF32), on tensor cores in one fused kernel (kTensorCore: tf32 products, kda_chunk_tc.cu) and in the split form
+// (kTensorCoreSplit: every chunk's parallel part at once, then the state pass on bf16 tensor cores).
+// tools/fla_kda_baseline.py times fla's chunk_kda at the same shapes.
 //
 // FLOP model (the chunked WY/UT algorithm of kda_delta_rule.cu, matmul-equivalent, dense counts, per chunk of C rows
 // and head, K = V = head_dim): L = (K e^G)(K e^-G)^T 2C^2K, A = (Q e^G)(K e^-G)^T 2C^2K, W = T(beta K e^G) 2C^2K,
@@ -78,6 +79,10 @@ void run_kda_bench(BenchContext& ctx) {
         kernels::GatedDeltaRuleParams pt = p;
         pt.out = out_tc.view();
         pt.precision = kernels::DeltaRulePrecision::kTensorCore;
+        const Tensor out_sp = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
+        kernels::GatedDeltaRuleParams ps = p;
+        ps.out = out_sp.view();
+        ps.precision = kernels::DeltaRulePrecision::kTensorCoreSplit;
         ctx.stream().synchronize();
         const int reps = T >= 65536 ? 3 : 5;
         const Timing tc = ctx.time(
@@ -98,6 +103,12 @@ void run_kda_bench(BenchContext& ctx) {
                 cuda::gated_delta_rule_chunk(pt, s);
             },
             2, reps);
+        const Timing ts = ctx.time(
+            [&] {
+                cuda::fill_bytes_async(state.view(), 0, ctx.stream());
+                cuda::gated_delta_rule_chunk(ps, s);
+            },
+            2, reps);
         ctx.stream().synchronize();
         // max |variant - recurrent| over 16 sampled rows (the recurrent form is fp32 on CUDA cores)
         auto sampled_diff = [&](const Tensor& x_out, double* max_ref) {
@@ -116,14 +127,20 @@ void run_kda_bench(BenchContext& ctx) {
         double max_ref = 0.0;
         const double max_diff = sampled_diff(out, &max_ref);
         const double max_diff_tc = sampled_diff(out_tc, &max_ref);
+        const double max_diff_sp = sampled_diff(out_sp, &max_ref);
         const double flops = flop_per_token_head * static_cast<double>(T) * kHeads;
         // Bytes: q, k, v, g, out (f32 [T, H, D]) + beta + state read and written.
         const double bytes = 4.0 * (5.0 * T * kHeads * kDim + T * kHeads + 2.0 * kHeads * kDim * kDim);
-        for (int variant = 0; variant < 3; ++variant) {
-            const Timing& t = variant == 0 ? tc : variant == 1 ? tr : tt;
+        for (int variant = 0; variant < 4; ++variant) {
+            const Timing& t = variant == 0 ? tc : variant == 1 ? tr : variant == 2 ? tt : ts;
             nlohmann::json record = ctx.base_record("kda_delta_rule");
-            record["variant"] = variant == 0 ? "chunk" : variant == 1 ? "recurrent" : "chunk_tensor_core";
-            record["dtype"] = variant == 2 ? "f32 io, tf32 products" : "f32";
+            record["variant"] = variant == 0   ? "chunk"
+                                : variant == 1 ? "recurrent"
+                                : variant == 2 ? "chunk_tensor_core"
+                                               : "chunk_tensor_core_split";
+            record["dtype"] = variant == 2   ? "f32 io, tf32 products"
+                              : variant == 3 ? "f32 io, tf32 chunk products, bf16 state products"
+                                             : "f32";
             record["tokens"] = T;
             record["heads"] = kHeads;
             record["head_dim"] = kDim;
@@ -133,7 +150,8 @@ void run_kda_bench(BenchContext& ctx) {
             record["flop_model"] = "T*H*(2C(3K+2V)+6KV), C=64";
             record["tflops_chunk_model"] = flops / (t.median_us * 1e-6) / 1e12;
             if (variant != 1) {
-                record["max_abs_diff_vs_recurrent_16rows"] = variant == 0 ? max_diff : max_diff_tc;
+                record["max_abs_diff_vs_recurrent_16rows"] =
+                    variant == 0 ? max_diff : variant == 2 ? max_diff_tc : max_diff_sp;
                 record["max_abs_ref_16rows"] = max_ref;
             }
             ctx.report(record, t, bytes);

@@ -2,6 +2,7 @@
 #include "models/kda_layer.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -12,6 +13,17 @@
 namespace penstock::models {
 
 namespace {
+
+// The bf16 path's delta-rule form: kTensorCoreSplit; PENSTOCK_KDA_DELTA_FORM=fused (developer A/B knob, read once)
+// selects the one-kernel kTensorCore form that the split form replaced (docs/perf/2026-12-01-kda-split.md).
+kernels::DeltaRulePrecision bf16_delta_rule_precision() {
+    static const kernels::DeltaRulePrecision p = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_DELTA_FORM");
+        return e != nullptr && std::strcmp(e, "fused") == 0 ? kernels::DeltaRulePrecision::kTensorCore
+                                                             : kernels::DeltaRulePrecision::kTensorCoreSplit;
+    }();
+    return p;
+}
 
 // `<prefix>.<name>` when the checkpoint has `<prefix>.<name><probe>`, else `<prefix>.<alt>` (transformers' internal
 // module path, e.g. `forget_gate.f_a_proj`).
@@ -199,9 +211,9 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                                      .state_slots = state_slots,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                                      .chunk_size = options_.chunk_size,
-                                     // the bf16 path takes tensor-core products; fp32 mode stays exact
+                                     // the bf16 path takes a tensor-core form; fp32 mode stays exact
                                      .precision = out.dtype == DType::kF32 ? kernels::DeltaRulePrecision::kF32
-                                                                           : kernels::DeltaRulePrecision::kTensorCore},
+                                                                           : bf16_delta_rule_precision()},
                                     ctx);
     if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 

@@ -18,12 +18,16 @@
 //   L = beta (K K^T) strictly lower, A = (scale Q) K^T lower with the diagonal; T_bb = (I + L_bb)^-1 per block;
 //   [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution (warp-local columns);
 //   V' = U - W S;  O = (Q e^G) S + A V';  S = e^{G_63} S + (K e^{G_63 - G})^T V'.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda_chunk_tc.h"
 #include "kernels/cuda/tile_util.cuh"
@@ -34,6 +38,7 @@ namespace {
 
 using tile::cp_async_16;
 using tile::cp_async_commit;
+using tile::cp_async_wait;
 using tile::cp_async_wait_all;
 using tile::smem_u32;
 
@@ -144,6 +149,324 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
     return {{tf32(sign * c[0]), tf32(sign * c[2]), tf32(sign * c[1]), tf32(sign * c[3])}};
 }
 
+// Phases 1-6 of a chunk (rows [c0, c0 + n) of head h) with kWarps warps (8 or 16): stage q, k, g, v; the cumulative
+// decay and the chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory:
+// W (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
+// e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is the developer profile hook.
+template <int kWarps, bool kVec, class Mark>
+__device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int h, int c0, int n, int tid,
+                                              Mark&& mark) {
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int K = a.k_dim, V = a.v_dim;
+    const int kd_slabs = (K + 7) / 8;
+    // 1. stage the chunk (zero-padded rows and columns): 16-byte cp.async when every row is 16-byte aligned
+    if constexpr (kVec) {
+        for (int e = tid; e < kC * (kD / 4); e += kWarps * 32) {
+            const int i = e >> 5, d = 4 * (e & 31);
+            const bool row_ok = i < n;
+            const int64_t r = c0 + (row_ok ? i : 0);
+            const bool k_ok = row_ok && d < K, v_ok = row_ok && d < V;
+            const int64_t dk = k_ok ? d : 0, dv = v_ok ? d : 0;
+            cp_async_16(smem_u32(&sm.k[i * kPW + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
+            cp_async_16(smem_u32(&sm.q[i * kPW + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
+            cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
+            cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
+        }
+        cp_async_commit();
+    } else {
+    for (int e = tid; e < kC * kD; e += kWarps * 32) {
+        const int i = e >> 7, d = e & (kD - 1);
+        float kv = 0.0f, qv = 0.0f, gv = 0.0f, vv = 0.0f;
+        if (i < n) {
+            const int64_t r = c0 + i;
+            if (d < K) {
+                kv = a.k[r * a.k0 + static_cast<int64_t>(h) * a.k1 + d];
+                qv = a.q[r * a.q0 + static_cast<int64_t>(h) * a.q1 + d];
+                gv = a.g[r * a.g0 + static_cast<int64_t>(h) * a.g1 + d];
+            }
+            if (d < V) vv = a.v[r * a.v0 + static_cast<int64_t>(h) * a.v1 + d];
+        }
+        sm.k[i * kPW + d] = kv;
+        sm.q[i * kPW + d] = qv;
+        sm.g[i * kP + d] = gv;
+        sm.v[i * kPV + d] = vv;
+    }
+    }
+    if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
+    if (tid < 4) sm.span_bad[tid] = 0;
+    if constexpr (kVec) cp_async_wait_all();
+    __syncthreads();
+    mark(0);
+
+    // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
+    {
+        // two threads per column (threads 0-255): each scans 32 rows in registers; the upper half then adds the lower's
+        // total
+        const bool scans = tid < 2 * kD;
+        const int d = tid & (kD - 1), r0 = 32 * ((tid >> 7) & 1);
+        float x[32];
+        if (scans) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) x[i] = sm.g[(r0 + i) * kP + d];
+#pragma unroll
+            for (int i = 1; i < 32; ++i) x[i] += x[i - 1];
+            if (r0 == 0) sm.vec[kScan * kD + d] = x[31];
+        }
+        __syncthreads();
+        if (scans) {
+            const float carry = r0 == 0 ? 0.0f : sm.vec[kScan * kD + d];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sm.g[(r0 + i) * kP + d] = x[i] + carry;
+        }
+    }
+    __syncthreads();
+    if (tid < kD) {
+        const int d = tid;
+        auto G = [&](int i) { return sm.g[i * kP + d]; };
+        const float g16 = G(16), g32 = G(32), g48 = G(48), g63 = G(63);
+        const float R[4] = {g16, g32, g48, g63};
+        bool bad[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const float gb = G(16 * b), gm = G(16 * b + 8);
+            sm.vec[(kV1 + b) * kD + d] = fexp(gb - gm);
+            sm.vec[(kV2 + b) * kD + d] = fexp(gm - R[b]);
+            sm.vec[(kEG + b) * kD + d] = fexp(gb);
+            bad[b] = !(gb - R[b] <= kMaxSpan);  // NaN-safe
+        }
+        sm.vec[kD02 * kD + d] = fexp(g32 - g16);
+        sm.vec[kD03 * kD + d] = fexp(g48 - g16);
+        sm.vec[kD13 * kD + d] = fexp(g48 - g32);
+        sm.vec[(kKdF + 0) * kD + d] = fexp(g63 - g16);
+        sm.vec[(kKdF + 1) * kD + d] = fexp(g63 - g32);
+        sm.vec[(kKdF + 2) * kD + d] = fexp(g63 - g48);
+        sm.vec[kGn * kD + d] = fexp(g63);
+        sm.vec[(kGr + 0) * kD + d] = G(0);
+        sm.vec[(kGr + 1) * kD + d] = g16;
+        sm.vec[(kGr + 2) * kD + d] = g32;
+        sm.vec[(kGr + 3) * kD + d] = g48;
+        sm.vec[(kGr + 4) * kD + d] = g63;
+        sm.vec[kOnes * kD + d] = 1.0f;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (__any_sync(0xffffffffu, bad[b]) && lane == 0) sm.span_bad[b] = 1;
+        }
+    }
+    __syncthreads();
+    mark(1);
+    const bool any_bad = sm.span_bad[0] | sm.span_bad[1] | sm.span_bad[2] | sm.span_bad[3];
+
+    // 2b. diagonal blocks whose decay span is too wide for the factored form: exact, per-element exponentials
+    if (any_bad) {
+        for (int e = tid; e < 4 * 256; e += kWarps * 32) {
+            const int b = e >> 8;
+            if (!sm.span_bad[b]) continue;
+            const int il = (e >> 4) & 15, ml = e & 15;
+            const int i = 16 * b + il, m = 16 * b + ml;
+            float kk = 0.0f, qk = 0.0f;
+            if (ml <= il) {
+                for (int d = 0; d < kD; ++d) {
+                    const float x = expf(sm.g[i * kP + d] - sm.g[m * kP + d]) * sm.k[m * kPW + d];
+                    kk = fmaf(sm.k[i * kPW + d], x, kk);
+                    qk = fmaf(sm.q[i * kPW + d], x, qk);
+                }
+            }
+            sm.l[i * kPL + m] = ml < il ? sm.beta[i] * kk : 0.0f;
+            sm.a[i * kPL + m] = ml <= il ? round_tf32(a.scale * qk) : 0.0f;
+        }
+        __syncthreads();
+    }
+
+    // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
+    //    F over G, Ksc over k, Qsc over q; beta V over v
+    for (int e = tid; e < kC * (kD / 4); e += kWarps * 32) {
+        const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
+        float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
+        float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
+        float4& gr4 = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
+        float4& vr = *reinterpret_cast<float4*>(&sm.v[i * kPV + d]);
+        const float4 gi = gr4, ki = kr, qi = qr, vi = vr;
+        const float4 gr = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b) * kD + d]);
+        const float4 gR = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b + 1) * kD + d]);
+        const float bs = sm.beta[i], sc = a.scale;
+        const float e0 = fexp(gi.x - gr.x), e1 = fexp(gi.y - gr.y), e2 = fexp(gi.z - gr.z), e3 = fexp(gi.w - gr.w);
+        kr = make_float4(ki.x * e0, ki.y * e1, ki.z * e2, ki.w * e3);
+        qr = make_float4(qi.x * sc * e0, qi.y * sc * e1, qi.z * sc * e2, qi.w * sc * e3);
+        gr4 = make_float4(ki.x * fexp(gR.x - gi.x), ki.y * fexp(gR.y - gi.y), ki.z * fexp(gR.z - gi.z),
+                          ki.w * fexp(gR.w - gi.w));
+        vr = make_float4(vi.x * bs, vi.y * bs, vi.z * bs, vi.w * bs);
+    }
+    __syncthreads();
+
+    mark(2);
+    // 4. L and A on tensor cores: 20 16 x 16 outputs (6 off-diagonal block pairs and 4 diagonal blocks, for each
+    //    of L and A) = 40 8-column tiles over the warps; K = 128 (kd_slabs used).
+    for (int job = warp; job < 40; job += kWarps) {
+        const int which = job / 20;  // 0: L (K K^T), 1: A (Q K^T)
+        const int pair = (job % 20) >> 1, half = job & 1;
+        int bi, bm;
+        if (pair < 6) {  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+            bi = pair < 1 ? 1 : pair < 3 ? 2 : 3;
+            bm = pair - bi * (bi - 1) / 2;
+        } else {
+            bi = bm = pair - 6;
+            if (sm.span_bad[bi]) continue;  // warp-uniform: done exactly in 2b
+        }
+        const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kPW;
+        const float* brow = sm.g + (16 * bm + 8 * half) * kP;
+        const float* avec = nullptr;
+        const float* bvec = nullptr;
+        if (bi == bm) {
+            avec = sm.vec + (kV1 + bi) * kD;
+            bvec = sm.vec + (kV2 + bi) * kD;
+        } else if (bm + 1 < bi) {
+            avec = sm.vec + (bm == 0 ? (bi == 2 ? kD02 : kD03) : kD13) * kD;
+        }
+        if (avec == nullptr) avec = sm.vec + kOnes * kD;
+        if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
+        // four independent accumulation chains (slab s feeds part[s % 4]) so loads and mma overlap
+        float part[4][4] = {};
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            if (s >= kd_slabs) continue;
+            const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
+            uint32_t b0, b1;
+            load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
+            mma(part[s & 3], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+        }
+        float acc[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
+            const int m = 16 * bm + 8 * half + 2 * t + (e & 1);
+            if (which == 0) {
+                sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
+            } else {
+                sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc[e]) : 0.0f;
+            }
+        }
+    }
+    __syncthreads();
+
+    mark(3);
+    // 5. T_bb = (I + L_bb)^-1 (warps 0-1: thread per block column); meanwhile the other warps finish the
+    //    operands in place: beta K e^G over Ksc, scale Q e^G over Qsc, K e^{G_63 - G} over F.
+    if (tid < 64) {
+        const int b = tid >> 4, c = tid & 15;
+        const float* L = sm.l + (16 * b) * kPL + 16 * b;
+        float x[16];
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            float acc = (r == c) ? 1.0f : 0.0f;
+#pragma unroll
+            for (int m = 0; m < r; ++m) acc = fmaf(-L[r * kPL + m], x[m], acc);
+            x[r] = (r < c) ? 0.0f : acc;
+        }
+        float* T = sm.t + b * 16 * kPT;
+#pragma unroll
+        for (int r = 0; r < 16; ++r) T[r * kPT + c] = x[r];
+    } else {
+        for (int e = tid - 64; e < kC * (kD / 4); e += kWarps * 32 - 64) {
+            const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
+            const float4 eg = *reinterpret_cast<const float4*>(&sm.vec[(kEG + b) * kD + d]);
+            const float bs = sm.beta[i];
+            float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
+            float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
+            float4& fr = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
+            const float4 k4 = kr, q4 = qr, f4 = fr;
+            kr = make_float4(k4.x * bs * eg.x, k4.y * bs * eg.y, k4.z * bs * eg.z, k4.w * bs * eg.w);
+            qr = make_float4(round_tf32(q4.x * eg.x), round_tf32(q4.y * eg.y), round_tf32(q4.z * eg.z),
+                             round_tf32(q4.w * eg.w));
+            float4 kd = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            if (b < 3) kd = *reinterpret_cast<const float4*>(&sm.vec[(kKdF + b) * kD + d]);
+            fr = make_float4(round_tf32(f4.x * kd.x), round_tf32(f4.y * kd.y), round_tf32(f4.z * kd.z),
+                             round_tf32(f4.w * kd.w));
+        }
+    }
+    __syncthreads();
+
+    mark(4);
+    // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c),
+    //    in place, warp-local columns.
+    {
+        // 8 warps: warp w solves W and U columns [16 w, 16 w + 16); 16 warps: warps 0-7 the W columns, 8-15 the U ones
+        const int j0 = 16 * (warp & 7);
+        const bool w_on = j0 < K && (kWarps == 8 || warp < 8), u_on = j0 < V && (kWarps == 8 || warp >= 8);
+        // X's 8-column tiles of this warp: W columns j0 + [0, 16) (tiles 0, 1), then U columns (tiles 2, 3)
+        auto x_col = [&](int nt) { return nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2); };
+        auto x_pitch = [](int nt) { return nt < 2 ? kPW : kPV; };
+        // accumulator element e of tile nt for block b: row 16 b + g (+8), column 2t (+1)
+        auto x_elem = [&](int nt, int b, int e) -> float& {
+            const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
+            return x_col(nt)[i * x_pitch(nt) + col];
+        };
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[nt][e] = x_elem(nt, b, e);
+            }
+            for (int c = 0; c < b; ++c) {
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    const float2 lo = *reinterpret_cast<const float2*>(sm.l + (16 * b + g) * kPL + 16 * c + 8 * s +
+                                                                        2 * t);
+                    const float2 hi = *reinterpret_cast<const float2*>(sm.l + (16 * b + g + 8) * kPL + 16 * c +
+                                                                        8 * s + 2 * t);
+                    const uint32_t a0 = tf32(-lo.x), a1 = tf32(-hi.x), a2 = tf32(-lo.y), a3 = tf32(-hi.y);
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        if (!(nt < 2 ? w_on : u_on)) continue;
+                        const float* base = x_col(nt);
+                        const int pitch = x_pitch(nt);
+                        uint32_t b0, b1;
+                        load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
+                        mma(acc[nt], a0, a1, a2, a3, b0, b1);
+                    }
+                }
+            }
+            // R'_b back to its rows, then X_b = T_bb R'_b
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
+            }
+            __syncwarp();
+            float x[4][4] = {};
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const FragA fa = load_a(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    if (!(nt < 2 ? w_on : u_on)) continue;
+                    const float* base = x_col(nt);
+                    const int pitch = x_pitch(nt);
+                    uint32_t b0, b1;
+                    load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
+                    mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                }
+            }
+            __syncwarp();
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    x_elem(nt, b, e) = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
+                }
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();  // W (all columns) is read by every warp below
+    mark(5);
+
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaArgs a, unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
@@ -187,302 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
         const int n = min(kC, row1 - c0);
         __syncthreads();  // the previous chunk's readers are done
         mark(6);
-        // 1. stage the chunk (zero-padded rows and columns): 16-byte cp.async when every row is 16-byte aligned
-        if constexpr (kVec) {
-            for (int e = tid; e < kC * (kD / 4); e += kThreads) {
-                const int i = e >> 5, d = 4 * (e & 31);
-                const bool row_ok = i < n;
-                const int64_t r = c0 + (row_ok ? i : 0);
-                const bool k_ok = row_ok && d < K, v_ok = row_ok && d < V;
-                const int64_t dk = k_ok ? d : 0, dv = v_ok ? d : 0;
-                cp_async_16(smem_u32(&sm.k[i * kPW + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
-                cp_async_16(smem_u32(&sm.q[i * kPW + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
-                cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
-                cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
-            }
-            cp_async_commit();
-        } else {
-        for (int e = tid; e < kC * kD; e += kThreads) {
-            const int i = e >> 7, d = e & (kD - 1);
-            float kv = 0.0f, qv = 0.0f, gv = 0.0f, vv = 0.0f;
-            if (i < n) {
-                const int64_t r = c0 + i;
-                if (d < K) {
-                    kv = a.k[r * a.k0 + static_cast<int64_t>(h) * a.k1 + d];
-                    qv = a.q[r * a.q0 + static_cast<int64_t>(h) * a.q1 + d];
-                    gv = a.g[r * a.g0 + static_cast<int64_t>(h) * a.g1 + d];
-                }
-                if (d < V) vv = a.v[r * a.v0 + static_cast<int64_t>(h) * a.v1 + d];
-            }
-            sm.k[i * kPW + d] = kv;
-            sm.q[i * kPW + d] = qv;
-            sm.g[i * kP + d] = gv;
-            sm.v[i * kPV + d] = vv;
-        }
-        }
-        if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
-        if (tid < 4) sm.span_bad[tid] = 0;
-        if constexpr (kVec) cp_async_wait_all();
-        __syncthreads();
-        mark(0);
-
-        // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
-        {
-            // two threads per column: each scans 32 rows in registers; the upper half then adds the lower's total
-            const int d = tid & (kD - 1), r0 = 32 * (tid >> 7);
-            float x[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) x[i] = sm.g[(r0 + i) * kP + d];
-#pragma unroll
-            for (int i = 1; i < 32; ++i) x[i] += x[i - 1];
-            if (r0 == 0) sm.vec[kScan * kD + d] = x[31];
-            __syncthreads();
-            const float carry = r0 == 0 ? 0.0f : sm.vec[kScan * kD + d];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) sm.g[(r0 + i) * kP + d] = x[i] + carry;
-        }
-        __syncthreads();
-        if (tid < kD) {
-            const int d = tid;
-            auto G = [&](int i) { return sm.g[i * kP + d]; };
-            const float g16 = G(16), g32 = G(32), g48 = G(48), g63 = G(63);
-            const float R[4] = {g16, g32, g48, g63};
-            bool bad[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const float gb = G(16 * b), gm = G(16 * b + 8);
-                sm.vec[(kV1 + b) * kD + d] = fexp(gb - gm);
-                sm.vec[(kV2 + b) * kD + d] = fexp(gm - R[b]);
-                sm.vec[(kEG + b) * kD + d] = fexp(gb);
-                bad[b] = !(gb - R[b] <= kMaxSpan);  // NaN-safe
-            }
-            sm.vec[kD02 * kD + d] = fexp(g32 - g16);
-            sm.vec[kD03 * kD + d] = fexp(g48 - g16);
-            sm.vec[kD13 * kD + d] = fexp(g48 - g32);
-            sm.vec[(kKdF + 0) * kD + d] = fexp(g63 - g16);
-            sm.vec[(kKdF + 1) * kD + d] = fexp(g63 - g32);
-            sm.vec[(kKdF + 2) * kD + d] = fexp(g63 - g48);
-            sm.vec[kGn * kD + d] = fexp(g63);
-            sm.vec[(kGr + 0) * kD + d] = G(0);
-            sm.vec[(kGr + 1) * kD + d] = g16;
-            sm.vec[(kGr + 2) * kD + d] = g32;
-            sm.vec[(kGr + 3) * kD + d] = g48;
-            sm.vec[(kGr + 4) * kD + d] = g63;
-            sm.vec[kOnes * kD + d] = 1.0f;
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                if (__any_sync(0xffffffffu, bad[b]) && lane == 0) sm.span_bad[b] = 1;
-            }
-        }
-        __syncthreads();
-        mark(1);
-        const bool any_bad = sm.span_bad[0] | sm.span_bad[1] | sm.span_bad[2] | sm.span_bad[3];
-
-        // 2b. diagonal blocks whose decay span is too wide for the factored form: exact, per-element exponentials
-        if (any_bad) {
-            for (int e = tid; e < 4 * 256; e += kThreads) {
-                const int b = e >> 8;
-                if (!sm.span_bad[b]) continue;
-                const int il = (e >> 4) & 15, ml = e & 15;
-                const int i = 16 * b + il, m = 16 * b + ml;
-                float kk = 0.0f, qk = 0.0f;
-                if (ml <= il) {
-                    for (int d = 0; d < kD; ++d) {
-                        const float x = expf(sm.g[i * kP + d] - sm.g[m * kP + d]) * sm.k[m * kPW + d];
-                        kk = fmaf(sm.k[i * kPW + d], x, kk);
-                        qk = fmaf(sm.q[i * kPW + d], x, qk);
-                    }
-                }
-                sm.l[i * kPL + m] = ml < il ? sm.beta[i] * kk : 0.0f;
-                sm.a[i * kPL + m] = ml <= il ? round_tf32(a.scale * qk) : 0.0f;
-            }
-            __syncthreads();
-        }
-
-        // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
-        //    F over G, Ksc over k, Qsc over q; beta V over v
-        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
-            const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
-            float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
-            float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
-            float4& gr4 = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
-            float4& vr = *reinterpret_cast<float4*>(&sm.v[i * kPV + d]);
-            const float4 gi = gr4, ki = kr, qi = qr, vi = vr;
-            const float4 gr = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b) * kD + d]);
-            const float4 gR = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b + 1) * kD + d]);
-            const float bs = sm.beta[i], sc = a.scale;
-            const float e0 = fexp(gi.x - gr.x), e1 = fexp(gi.y - gr.y), e2 = fexp(gi.z - gr.z), e3 = fexp(gi.w - gr.w);
-            kr = make_float4(ki.x * e0, ki.y * e1, ki.z * e2, ki.w * e3);
-            qr = make_float4(qi.x * sc * e0, qi.y * sc * e1, qi.z * sc * e2, qi.w * sc * e3);
-            gr4 = make_float4(ki.x * fexp(gR.x - gi.x), ki.y * fexp(gR.y - gi.y), ki.z * fexp(gR.z - gi.z),
-                              ki.w * fexp(gR.w - gi.w));
-            vr = make_float4(vi.x * bs, vi.y * bs, vi.z * bs, vi.w * bs);
-        }
-        __syncthreads();
-
-        mark(2);
-        // 4. L and A on tensor cores: 20 16 x 16 outputs (6 off-diagonal block pairs and 4 diagonal blocks, for each
-        //    of L and A) = 40 8-column tiles, 5 per warp; K = 128 (kd_slabs used).
-        for (int job = warp; job < 40; job += 8) {
-            const int which = job / 20;  // 0: L (K K^T), 1: A (Q K^T)
-            const int pair = (job % 20) >> 1, half = job & 1;
-            int bi, bm;
-            if (pair < 6) {  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
-                bi = pair < 1 ? 1 : pair < 3 ? 2 : 3;
-                bm = pair - bi * (bi - 1) / 2;
-            } else {
-                bi = bm = pair - 6;
-                if (sm.span_bad[bi]) continue;  // warp-uniform: done exactly in 2b
-            }
-            const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kPW;
-            const float* brow = sm.g + (16 * bm + 8 * half) * kP;
-            const float* avec = nullptr;
-            const float* bvec = nullptr;
-            if (bi == bm) {
-                avec = sm.vec + (kV1 + bi) * kD;
-                bvec = sm.vec + (kV2 + bi) * kD;
-            } else if (bm + 1 < bi) {
-                avec = sm.vec + (bm == 0 ? (bi == 2 ? kD02 : kD03) : kD13) * kD;
-            }
-            if (avec == nullptr) avec = sm.vec + kOnes * kD;
-            if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
-            // four independent accumulation chains (slab s feeds part[s % 4]) so loads and mma overlap
-            float part[4][4] = {};
-#pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (s >= kd_slabs) continue;
-                const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
-                uint32_t b0, b1;
-                load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
-                mma(part[s & 3], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
-            }
-            float acc[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
-                const int m = 16 * bm + 8 * half + 2 * t + (e & 1);
-                if (which == 0) {
-                    sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
-                } else {
-                    sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc[e]) : 0.0f;
-                }
-            }
-        }
-        __syncthreads();
-
-        mark(3);
-        // 5. T_bb = (I + L_bb)^-1 (warps 0-1: thread per block column); meanwhile the other warps finish the
-        //    operands in place: beta K e^G over Ksc, scale Q e^G over Qsc, K e^{G_63 - G} over F.
-        if (tid < 64) {
-            const int b = tid >> 4, c = tid & 15;
-            const float* L = sm.l + (16 * b) * kPL + 16 * b;
-            float x[16];
-#pragma unroll
-            for (int r = 0; r < 16; ++r) {
-                float acc = (r == c) ? 1.0f : 0.0f;
-#pragma unroll
-                for (int m = 0; m < r; ++m) acc = fmaf(-L[r * kPL + m], x[m], acc);
-                x[r] = (r < c) ? 0.0f : acc;
-            }
-            float* T = sm.t + b * 16 * kPT;
-#pragma unroll
-            for (int r = 0; r < 16; ++r) T[r * kPT + c] = x[r];
-        } else {
-            for (int e = tid - 64; e < kC * (kD / 4); e += kThreads - 64) {
-                const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
-                const float4 eg = *reinterpret_cast<const float4*>(&sm.vec[(kEG + b) * kD + d]);
-                const float bs = sm.beta[i];
-                float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
-                float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
-                float4& fr = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
-                const float4 k4 = kr, q4 = qr, f4 = fr;
-                kr = make_float4(k4.x * bs * eg.x, k4.y * bs * eg.y, k4.z * bs * eg.z, k4.w * bs * eg.w);
-                qr = make_float4(round_tf32(q4.x * eg.x), round_tf32(q4.y * eg.y), round_tf32(q4.z * eg.z),
-                                 round_tf32(q4.w * eg.w));
-                float4 kd = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-                if (b < 3) kd = *reinterpret_cast<const float4*>(&sm.vec[(kKdF + b) * kD + d]);
-                fr = make_float4(round_tf32(f4.x * kd.x), round_tf32(f4.y * kd.y), round_tf32(f4.z * kd.z),
-                                 round_tf32(f4.w * kd.w));
-            }
-        }
-        __syncthreads();
-
-        mark(4);
-        // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V]: warp w owns W columns and U columns [16 w, 16 w + 16),
-        //    block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c), in place.
-        {
-            const bool w_on = j0 < K, u_on = j0 < V;
-            // X's 8-column tiles of this warp: W columns j0 + [0, 16) (tiles 0, 1), then U columns (tiles 2, 3)
-            auto x_col = [&](int nt) { return nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2); };
-            auto x_pitch = [](int nt) { return nt < 2 ? kPW : kPV; };
-            // accumulator element e of tile nt for block b: row 16 b + g (+8), column 2t (+1)
-            auto x_elem = [&](int nt, int b, int e) -> float& {
-                const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
-                return x_col(nt)[i * x_pitch(nt) + col];
-            };
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                float acc[4][4];
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[nt][e] = x_elem(nt, b, e);
-                }
-                for (int c = 0; c < b; ++c) {
-#pragma unroll
-                    for (int s = 0; s < 2; ++s) {
-                        const float2 lo = *reinterpret_cast<const float2*>(sm.l + (16 * b + g) * kPL + 16 * c + 8 * s +
-                                                                            2 * t);
-                        const float2 hi = *reinterpret_cast<const float2*>(sm.l + (16 * b + g + 8) * kPL + 16 * c +
-                                                                            8 * s + 2 * t);
-                        const uint32_t a0 = tf32(-lo.x), a1 = tf32(-hi.x), a2 = tf32(-lo.y), a3 = tf32(-hi.y);
-#pragma unroll
-                        for (int nt = 0; nt < 4; ++nt) {
-                            if (!(nt < 2 ? w_on : u_on)) continue;
-                            const float* base = x_col(nt);
-                            const int pitch = x_pitch(nt);
-                            uint32_t b0, b1;
-                            load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
-                            mma(acc[nt], a0, a1, a2, a3, b0, b1);
-                        }
-                    }
-                }
-                // R'_b back to its rows, then X_b = T_bb R'_b
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
-                }
-                __syncwarp();
-                float x[4][4] = {};
-#pragma unroll
-                for (int s = 0; s < 2; ++s) {
-                    const FragA fa = load_a(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        if (!(nt < 2 ? w_on : u_on)) continue;
-                        const float* base = x_col(nt);
-                        const int pitch = x_pitch(nt);
-                        uint32_t b0, b1;
-                        load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
-                        mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
-                    }
-                }
-                __syncwarp();
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        x_elem(nt, b, e) = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
-                    }
-                }
-                __syncwarp();
-            }
-        }
-        __syncthreads();  // W (all columns) is read by every warp below
-        mark(5);
+        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, mark);
 
         // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
         //    V'^T (K e^{G_63 - G}).
@@ -580,6 +608,283 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
     }
 }
 
+
+// ------------------------------------------------------------------------------------------------ split form
+// kTensorCoreSplit: prepare_chunk runs for every (chunk, head) at once (delta_rule_prep_kernel, 16 warps, one CTA per
+// chunk and head) and leaves its products in a global workspace as bf16 records; delta_rule_state_kernel then walks
+// each (sequence, head)'s chunks with the state in registers and only the state products on the chain, the next
+// chunk's record prefetched by cp.async while the current one is used.
+//
+// Record of one (chunk, head), 16-byte pieces in this order (rows past the chunk's n and columns past k_dim / v_dim are
+// zero): W [64][128] bf16, scale Q e^G [64][128], (K e^{G_63 - G})^T [128][64], U^T [128][64], A [64][64] (zero above
+// the diagonal), e^{G_63} [128] f32.
+constexpr int kRecW = 0;
+constexpr int kRecQ = kRecW + kC * kD * 2;
+constexpr int kRecKdT = kRecQ + kC * kD * 2;
+constexpr int kRecUT = kRecKdT + kD * kC * 2;
+constexpr int kRecA = kRecUT + kD * kC * 2;
+constexpr int kRecGn = kRecA + kC * kC * 2;
+constexpr int kRecBytes = kRecGn + kD * 4;
+constexpr int kRecPieces = kRecBytes / 16;
+static_assert(kRecBytes % 16 == 0, "records are copied in 16-byte pieces");
+constexpr int kPrepThreads = 512;
+constexpr int kStateThreads = 256;
+constexpr int kPB = 136;  // bf16 pitch of the staged W and Q e^G rows: 68 words, = 4 mod 32 (conflict-free B loads)
+constexpr int kPS = 72;   // bf16 pitch of the staged Kd^T, U^T and A rows: 36 words, = 4 mod 32
+
+struct StateStage {
+    __nv_bfloat16 w[kC * kPB];
+    __nv_bfloat16 qg[kC * kPB];
+    __nv_bfloat16 kdt[kD * kPS];
+    __nv_bfloat16 ut[kD * kPS];
+    __nv_bfloat16 a[kC * kPS];
+    float gn[kD];
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight consecutive floats (two 16-byte reads) as eight bf16 (one 16-byte store).
+__device__ __forceinline__ void store8_bf16(unsigned char* dst, const float* src) {
+    const float4 x = *reinterpret_cast<const float4*>(src);
+    const float4 y = *reinterpret_cast<const float4*>(src + 4);
+    *reinterpret_cast<uint4*>(dst) =
+        make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
+}
+// Eight floats of one column (rows r0..r0+7 at pitch) as eight bf16.
+__device__ __forceinline__ void store8_bf16_col(unsigned char* dst, const float* src, int pitch) {
+    uint32_t w[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) w[r] = pack_bf16(src[(2 * r) * pitch], src[(2 * r + 1) * pitch]);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// coff[s] = the index of sequence s's first chunk among all sequences' chunks (coff[n_seqs] = their count).
+__global__ void __launch_bounds__(1024) chunk_offsets_kernel(const int32_t* cu, int n_seqs, int32_t* coff) {
+    using Scan = cub::BlockScan<int, 1024>;
+    __shared__ typename Scan::TempStorage tmp;
+    __shared__ int carry;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    for (int base = 0; base < n_seqs; base += 1024) {
+        const int s = base + static_cast<int>(threadIdx.x);
+        const int nc = s < n_seqs ? (cu[s + 1] - cu[s] + kC - 1) / kC : 0;
+        int excl = 0, total = 0;
+        Scan(tmp).ExclusiveSum(nc, excl, total);
+        const int c = carry;
+        if (s < n_seqs) coff[s] = c + excl;
+        __syncthreads();
+        if (threadIdx.x == 0) carry = c + total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) coff[n_seqs] = carry;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kPrepThreads, 1)
+    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws) {
+    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+    Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
+    const int gc = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+    if (gc >= coff[n_seqs]) return;  // the grid is an upper bound on the chunk count
+    int lo = 0, hi = n_seqs;         // coff[lo] <= gc < coff[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (coff[mid] <= gc) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    const int c0 = a.cu[lo] + kC * (gc - coff[lo]);
+    const int n = min(kC, a.cu[lo + 1] - c0);
+    const int tid = static_cast<int>(threadIdx.x);
+    prepare_chunk<kPrepThreads / 32, kVec>(sm, a, h, c0, n, tid, [](int) {});
+
+    unsigned char* rec = ws + (static_cast<size_t>(gc) * a.n_heads + h) * kRecBytes;
+    for (int e = tid; e < kC * (kD / 8); e += kPrepThreads) {
+        const int i = e >> 4, d = 8 * (e & 15);
+        store8_bf16(rec + kRecW + 16 * e, sm.k + i * kPW + d);
+        store8_bf16(rec + kRecQ + 16 * e, sm.q + i * kPW + d);
+    }
+    for (int e = tid; e < kD * (kC / 8); e += kPrepThreads) {
+        const int d = e & (kD - 1), i0 = 8 * (e >> 7);
+        store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
+        store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
+    }
+    for (int e = tid; e < kC * (kC / 8); e += kPrepThreads) {
+        const int i = e >> 3, m0 = 8 * (e & 7);
+        if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
+            store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
+        } else {
+            *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
+}
+
+__global__ void __launch_bounds__(kStateThreads, 1)
+    delta_rule_state_kernel(DeltaArgs a, const int32_t* coff, const unsigned char* ws) {
+    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+    StateStage* stage = reinterpret_cast<StateStage*>(tc_smem_raw);
+    const int seq = static_cast<int>(blockIdx.x) / a.n_heads;
+    const int h = static_cast<int>(blockIdx.x) % a.n_heads;
+    const int row0 = a.cu[seq], row1 = a.cu[seq + 1];
+    if (row1 <= row0) return;  // block-uniform
+    const int chunk0 = coff[seq], n_chunks = coff[seq + 1] - chunk0;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int K = a.k_dim, V = a.v_dim;
+    const int j0 = 16 * warp;  // this warp's value columns
+    const bool owns_cols = j0 < V;
+    float* st = a.state + ((static_cast<int64_t>(a.slots[seq]) * a.n_heads + h) * K) * V;
+
+    auto load = [&](int c, int buf) {
+        const unsigned char* rec = ws + (static_cast<size_t>(chunk0 + c) * a.n_heads + h) * kRecBytes;
+        StateStage& sg = stage[buf];
+        for (int e = tid; e < kRecPieces; e += kStateThreads) {
+            void* dst;
+            if (e < 1024) {
+                dst = sg.w + (e >> 4) * kPB + 8 * (e & 15);
+            } else if (e < 2048) {
+                dst = sg.qg + ((e - 1024) >> 4) * kPB + 8 * (e & 15);
+            } else if (e < 3072) {
+                dst = sg.kdt + ((e - 2048) >> 3) * kPS + 8 * (e & 7);
+            } else if (e < 4096) {
+                dst = sg.ut + ((e - 3072) >> 3) * kPS + 8 * (e & 7);
+            } else if (e < 4608) {
+                dst = sg.a + ((e - 4096) >> 3) * kPS + 8 * (e & 7);
+            } else {
+                dst = sg.gn + 4 * (e - 4608);
+            }
+            cp_async_16(smem_u32(dst), rec + 16 * e, true);
+        }
+        cp_async_commit();
+    };
+    static_assert(kRecPieces == 4640, "load() walks the record layout");
+
+    // S^T rows j0 + g (+8), columns d = 8 nd + 2t (+1): S[nd] = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+    float S[16][4];
+#pragma unroll
+    for (int nd = 0; nd < 16; ++nd) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            S[nd][e] = (j < V && d < K) ? st[static_cast<int64_t>(d) * V + j] : 0.0f;
+        }
+    }
+
+    load(0, 0);
+    for (int c = 0; c < n_chunks; ++c) {
+        if (c + 1 < n_chunks) {
+            load(c + 1, (c + 1) & 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // chunk c's record is in stage[c & 1]
+        const StateStage& sg = stage[c & 1];
+        const int c0 = row0 + kC * c, n = min(kC, row1 - c0);
+        if (owns_cols) {
+            // V'^T = U^T - S^T W^T (A = S^T as bf16 from the accumulators, B = W rows)
+            float vp[8][4];
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const __nv_bfloat162 u =
+                        *reinterpret_cast<const __nv_bfloat162*>(sg.ut + (j0 + g + 8 * hf) * kPS + 8 * ni + 2 * t);
+                    vp[ni][2 * hf] = __low2float(u);
+                    vp[ni][2 * hf + 1] = __high2float(u);
+                }
+            }
+            float o[8][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                const uint32_t sn[4] = {pack_bf16(-S[2 * kk][0], -S[2 * kk][1]), pack_bf16(-S[2 * kk][2], -S[2 * kk][3]),
+                                        pack_bf16(-S[2 * kk + 1][0], -S[2 * kk + 1][1]),
+                                        pack_bf16(-S[2 * kk + 1][2], -S[2 * kk + 1][3])};
+                const uint32_t sp[4] = {sn[0] ^ 0x80008000u, sn[1] ^ 0x80008000u, sn[2] ^ 0x80008000u,
+                                        sn[3] ^ 0x80008000u};
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) {
+                    const __nv_bfloat16* wr = sg.w + (8 * ni + g) * kPB + 16 * kk + 2 * t;
+                    mma_bf16(vp[ni], sn, ld_u32(wr), ld_u32(wr + 8));
+                    const __nv_bfloat16* qr = sg.qg + (8 * ni + g) * kPB + 16 * kk + 2 * t;
+                    mma_bf16(o[ni], sp, ld_u32(qr), ld_u32(qr + 8));
+                }
+            }
+            // V'^T as A operands (k = the chunk's rows)
+            uint32_t va[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                va[kk][0] = pack_bf16(vp[2 * kk][0], vp[2 * kk][1]);
+                va[kk][1] = pack_bf16(vp[2 * kk][2], vp[2 * kk][3]);
+                va[kk][2] = pack_bf16(vp[2 * kk + 1][0], vp[2 * kk + 1][1]);
+                va[kk][3] = pack_bf16(vp[2 * kk + 1][2], vp[2 * kk + 1][3]);
+            }
+            // O^T += V'^T A^T (A is lower triangular: row tiles ni >= 2 kk)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                for (int ni = 2 * kk; ni < 8; ++ni) {
+                    const __nv_bfloat16* ar = sg.a + (8 * ni + g) * kPS + 16 * kk + 2 * t;
+                    mma_bf16(o[ni], va[kk], ld_u32(ar), ld_u32(ar + 8));
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 8 * ni + 2 * t + (e & 1), j = j0 + g + ((e & 2) ? 8 : 0);
+                    if (i < n && j < V) {
+                        a.out[static_cast<int64_t>(c0 + i) * a.o0 + static_cast<int64_t>(h) * a.o1 + j] = o[ni][e];
+                    }
+                }
+            }
+            // S^T = e^{G_63} S^T + V'^T (K e^{G_63 - G})
+#pragma unroll
+            for (int nd = 0; nd < 16; ++nd) {
+                const float2 gn = *reinterpret_cast<const float2*>(sg.gn + 8 * nd + 2 * t);
+                S[nd][0] *= gn.x;
+                S[nd][1] *= gn.y;
+                S[nd][2] *= gn.x;
+                S[nd][3] *= gn.y;
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                for (int nd = 0; nd < 16; ++nd) {
+                    const __nv_bfloat16* kr = sg.kdt + (8 * nd + g) * kPS + 16 * kk + 2 * t;
+                    mma_bf16(S[nd], va[kk], ld_u32(kr), ld_u32(kr + 8));
+                }
+            }
+        }
+        __syncthreads();  // stage[c & 1] is free for chunk c + 2
+    }
+
+#pragma unroll
+    for (int nd = 0; nd < 16; ++nd) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
+            if (j < V && d < K) st[static_cast<int64_t>(d) * V + j] = S[nd][e];
+        }
+    }
+}
+
 }  // namespace
 
 bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk) {
@@ -632,6 +937,46 @@ void delta_rule_chunk_tc(const DeltaArgs& a, int64_t n_seqs, void* stream) {
         }
         std::fprintf(stderr, "\n");
     }
+}
+
+
+void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens, void* stream) {
+    if (n_seqs == 0 || a.n_heads == 0 || n_tokens == 0) return;
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    auto al = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+    const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.g) && a.k_dim % 4 == 0 && a.v_dim % 4 == 0 &&
+                     (a.q0 | a.q1 | a.k0 | a.k1 | a.v0 | a.v1 | a.g0 | a.g1) % 4 == 0;
+    // Every sequence adds at most one partial chunk: the grid's upper bound on the chunk count.
+    const int64_t max_chunks = (n_tokens + kC - 1) / kC + n_seqs;
+    PENSTOCK_CHECK(max_chunks < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
+    const size_t head_bytes = (static_cast<size_t>(n_seqs + 1) * sizeof(int32_t) + 255) / 256 * 256;
+    const size_t bytes = head_bytes + static_cast<size_t>(max_chunks) * static_cast<size_t>(a.n_heads) * kRecBytes;
+    // Stream-ordered workspace (the default pool keeps its memory: CudaCachingAllocator sets its release threshold).
+    unsigned char* ws = nullptr;
+    PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), bytes, st));
+    int32_t* coff = reinterpret_cast<int32_t*>(ws);
+    chunk_offsets_kernel<<<1, 1024, 0, st>>>(a.cu, static_cast<int>(n_seqs), coff);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+    constexpr size_t kPrepSmem = sizeof(Smem);
+    const dim3 prep_grid(static_cast<unsigned>(max_chunks), static_cast<unsigned>(a.n_heads));
+    auto prep = [&](auto kernel) {
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
+        kernel<<<prep_grid, kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    };
+    if (vec) {
+        prep(delta_rule_prep_kernel<true>);
+    } else {
+        prep(delta_rule_prep_kernel<false>);
+    }
+    constexpr size_t kStateSmem = 2 * sizeof(StateStage);
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kStateSmem)));
+    delta_rule_state_kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kStateThreads, kStateSmem, st>>>(
+        a, coff, ws + head_bytes);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+    PENSTOCK_CUDA_CHECK(cudaFreeAsync(ws, st));
 }
 
 }  // namespace penstock::cuda

@@ -337,9 +337,12 @@ void gated_delta_rule_chunk(const kernels::GatedDeltaRuleParams& p, void* stream
     PENSTOCK_CHECK(p.chunk_size >= 1 && p.chunk_size <= kMaxChunk) << op << ": chunk_size " << p.chunk_size;
     PENSTOCK_CHECK(a.v_dim <= kMaxVDimChunk) << op << ": v_dim " << a.v_dim << " (<= " << kMaxVDimChunk << ")";
     if (n_seqs == 0 || a.n_heads == 0 || a.v_dim == 0) return;
-    if (p.precision == kernels::DeltaRulePrecision::kTensorCore &&
-        delta_rule_chunk_tc_supported(a.k_dim, a.v_dim, a.chunk)) {
-        delta_rule_chunk_tc(a, n_seqs, stream);
+    if (p.precision != kernels::DeltaRulePrecision::kF32 && delta_rule_chunk_tc_supported(a.k_dim, a.v_dim, a.chunk)) {
+        if (p.precision == kernels::DeltaRulePrecision::kTensorCoreSplit) {
+            delta_rule_chunk_split(a, n_seqs, p.q.shape[0], stream);
+        } else {
+            delta_rule_chunk_tc(a, n_seqs, stream);
+        }
         return;
     }
     const ChunkSmem layout{.kp = a.k_dim + 1, .vp = a.v_dim, .lp = a.chunk + 1};

@@ -264,6 +264,7 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
     std::string name = std::string(c.chunked ? "chunk" : "recurrent") + dims("_H_K_V", {H, K, V});
     if (c.chunked) name.append("_C").append(std::to_string(c.chunk));
     if (c.precision == kernels::DeltaRulePrecision::kTensorCore) name += "_tc";
+    if (c.precision == kernels::DeltaRulePrecision::kTensorCoreSplit) name += "_split";
     if (c.f_hi != 3.0f) name.append("_fhi").append(std::to_string(static_cast<int>(c.f_hi)));
     name += c.form == KdaGateForm::kSoftplus ? "_softplus_lens" : "_lowerbound_lens";
     for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
@@ -329,7 +330,9 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
         kernels::gated_delta_rule_recurrent(ph, cpu);
     }
     const char* op = c.chunked ? "gated_delta_rule_chunk" : "gated_delta_rule_recurrent";
-    const Tolerance tol = c.precision == kernels::DeltaRulePrecision::kTensorCore ? kTf32DeltaRule : kF32DeltaRule;
+    const Tolerance tol = c.precision == kernels::DeltaRulePrecision::kF32 ? kF32DeltaRule
+                          : c.precision == kernels::DeltaRulePrecision::kTensorCore ? kTf32DeltaRule
+                                                                                     : kBf16DeltaRule;
     const Tensor out_g = cuda::to_host(out_d, stream);
     conf_close(op, name + " out", read_f32(out_g.view()), read_f32(out_h.view()), tol, {T, H, V});
     const Tensor st_g = cuda::to_host(state_d, stream);
@@ -372,16 +375,40 @@ TEST_F(KdaOpTest, DeltaRuleChunkMatchesReference) {
 // plus k/v dims that are not multiples of 8, a 1000-token sequence (16 chunks of state carried in registers), many
 // short sequences, and fast decays (f up to 8: every diagonal block exceeds the factored form's span bound and is
 // computed exactly; the lower-bound gate, g >= -5, never does).
-TEST_F(KdaOpTest, DeltaRuleChunkTensorCoreMatchesReference) {
-    uint32_t seed = 5750;
+std::vector<DeltaCase> tensor_core_delta_cases() {
     std::vector<DeltaCase> cases = delta_cases(true);
     cases.push_back({{1000}, 2, 128, 128, 64, KdaGateForm::kLowerBound, true});
     cases.push_back({{1, 2, 3, 64, 127, 17, 0, 300}, 3, 100, 72, 64, KdaGateForm::kSoftplus, true});
     cases.push_back({{77}, 5, 64, 128, 64, KdaGateForm::kLowerBound, true});
     cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kSoftplus, true, {}, 8.0f});
     cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kLowerBound, true, {}, 8.0f});
-    for (DeltaCase& c : cases) {
+    return cases;
+}
+
+TEST_F(KdaOpTest, DeltaRuleChunkTensorCoreMatchesReference) {
+    uint32_t seed = 5750;
+    for (DeltaCase& c : tensor_core_delta_cases()) {
         c.precision = kernels::DeltaRulePrecision::kTensorCore;
+        run_delta(this, c, seed++, alloc(), stream(), gpu());
+        if (HasFatalFailure()) return;
+    }
+}
+
+// The split form (precision kTensorCoreSplit: the chunk-parallel products of every chunk in one launch, kept as bf16,
+// then the state pass on bf16 tensor cores), on the same cases plus 70 sequences of many residues mod 64 and 1100
+// short sequences (two tiles of the chunk-offset scan; deep binary searches from chunk to sequence).
+TEST_F(KdaOpTest, DeltaRuleChunkSplitMatchesReference) {
+    uint32_t seed = 5770;
+    std::vector<DeltaCase> cases = tensor_core_delta_cases();
+    std::vector<int32_t> many;
+    for (int i = 0; i < 70; ++i) many.push_back((i * 37) % 131);
+    cases.push_back({many, 2, 128, 128, 64, KdaGateForm::kLowerBound, true});
+    std::vector<int32_t> lots(1100, 3);
+    lots[17] = 0;
+    lots[1099] = 200;
+    cases.push_back({lots, 1, 64, 64, 64, KdaGateForm::kSoftplus, true});
+    for (DeltaCase& c : cases) {
+        c.precision = kernels::DeltaRulePrecision::kTensorCoreSplit;
         run_delta(this, c, seed++, alloc(), stream(), gpu());
         if (HasFatalFailure()) return;
     }
