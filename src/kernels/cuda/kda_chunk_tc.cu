@@ -430,9 +430,11 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
                     }
                 }
             }
-            // R'_b back to its rows, then X_b = T_bb R'_b
+            // R'_b back to its rows, then X_b = T_bb R'_b (only the warp's own tiles are written: with 16 warps the
+            // W and U columns [j0, j0 + 16) belong to two different warps)
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
+                if (!(nt < 2 ? w_on : u_on)) continue;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
             }
@@ -454,6 +456,7 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
             __syncwarp();
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
+                if (!(nt < 2 ? w_on : u_on)) continue;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     x_elem(nt, b, e) = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
@@ -691,14 +694,11 @@ __global__ void __launch_bounds__(1024) chunk_offsets_kernel(const int32_t* cu, 
     if (threadIdx.x == 0) coff[n_seqs] = carry;
 }
 
-template <bool kVec>
-__global__ void __launch_bounds__(kPrepThreads, 1)
-    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws) {
-    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
-    Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
-    const int gc = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
-    if (gc >= coff[n_seqs]) return;  // the grid is an upper bound on the chunk count
-    int lo = 0, hi = n_seqs;         // coff[lo] <= gc < coff[hi]
+// The sequence and row range of chunk gc (coff as chunk_offsets_kernel wrote it); false past the last chunk.
+__device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* coff, int n_seqs, int gc, int& c0,
+                                             int& n) {
+    if (gc >= coff[n_seqs]) return false;
+    int lo = 0, hi = n_seqs;  // coff[lo] <= gc < coff[hi]
     while (hi - lo > 1) {
         const int mid = (lo + hi) >> 1;
         if (coff[mid] <= gc) {
@@ -707,9 +707,40 @@ __global__ void __launch_bounds__(kPrepThreads, 1)
             hi = mid;
         }
     }
-    const int c0 = a.cu[lo] + kC * (gc - coff[lo]);
-    const int n = min(kC, a.cu[lo + 1] - c0);
+    c0 = a.cu[lo] + kC * (gc - coff[lo]);
+    n = min(kC, a.cu[lo + 1] - c0);
+    return true;
+}
+
+// One CTA per (chunk, head), linear index gc * n_heads + h (neighbouring CTAs read neighbouring heads of the same
+// rows). One CTA fits an SM (the staging takes ~199 KB), so a CTA's loads cannot hide behind another's math: with 16-byte
+// rows (kVec) each CTA first asks L2 to prefetch the q, k, g, v rows of the CTA `ahead` positions later (about one
+// wave), which then stages from L2.
+template <bool kVec>
+__global__ void __launch_bounds__(kPrepThreads, 1)
+    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, int ahead, unsigned char* ws) {
+    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+    Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
     const int tid = static_cast<int>(threadIdx.x);
+    const int lin = static_cast<int>(blockIdx.x);
+    if constexpr (kVec) {
+        const int nxt = lin + ahead;
+        int pc0 = 0, pn = 0;
+        if (nxt < static_cast<int>(gridDim.x) && tid < 4 * kC &&
+            locate_chunk(a, coff, n_seqs, nxt / a.n_heads, pc0, pn) && (tid & (kC - 1)) < pn) {
+            const int ph = nxt % a.n_heads, which = tid >> 6;
+            const int64_t r = pc0 + (tid & (kC - 1));
+            const float* base = which == 0   ? a.q + r * a.q0 + static_cast<int64_t>(ph) * a.q1
+                                : which == 1 ? a.k + r * a.k0 + static_cast<int64_t>(ph) * a.k1
+                                : which == 2 ? a.g + r * a.g0 + static_cast<int64_t>(ph) * a.g1
+                                             : a.v + r * a.v0 + static_cast<int64_t>(ph) * a.v1;
+            const uint32_t bytes = 4u * static_cast<uint32_t>(which == 3 ? a.v_dim : a.k_dim);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base), "r"(bytes) : "memory");
+        }
+    }
+    const int gc = lin / a.n_heads, h = lin % a.n_heads;
+    int c0 = 0, n = 0;
+    if (!locate_chunk(a, coff, n_seqs, gc, c0, n)) return;  // the grid is an upper bound on the chunk count
     prepare_chunk<kPrepThreads / 32, kVec>(sm, a, h, c0, n, tid, [](int) {});
 
     unsigned char* rec = ws + (static_cast<size_t>(gc) * a.n_heads + h) * kRecBytes;
@@ -958,11 +989,32 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     chunk_offsets_kernel<<<1, 1024, 0, st>>>(a.cu, static_cast<int>(n_seqs), coff);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     constexpr size_t kPrepSmem = sizeof(Smem);
-    const dim3 prep_grid(static_cast<unsigned>(max_chunks), static_cast<unsigned>(a.n_heads));
+    const int64_t prep_ctas = max_chunks * a.n_heads;
+    PENSTOCK_CHECK(prep_ctas < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
+    int device = 0, sms = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    // Developer A/B knob: PENSTOCK_KDA_SPLIT_PREFETCH=0 turns the prep kernel's L2 prefetch off.
+    static const bool kPrefetch = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_PREFETCH");
+        return e == nullptr || e[0] != '0';
+    }();
+    if (!kPrefetch) sms = 1 << 30;
+    // Developer profile (PENSTOCK_KDA_TC_PROFILE=1, synchronises): the two kernels' times from events.
+    static const bool kProfile = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_TC_PROFILE");
+        return e != nullptr && e[0] == '1';
+    }();
+    cudaEvent_t ev[3] = {};
+    if (kProfile) {
+        for (cudaEvent_t& e : ev) PENSTOCK_CUDA_CHECK(cudaEventCreate(&e));
+        PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
+    }
     auto prep = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-        kernel<<<prep_grid, kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes);
+        kernel<<<static_cast<unsigned>(prep_ctas), kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs),
+                                                                                   sms, ws + head_bytes);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (vec) {
@@ -970,6 +1022,7 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     } else {
         prep(delta_rule_prep_kernel<false>);
     }
+    if (kProfile) PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[1], st));
     constexpr size_t kStateSmem = 2 * sizeof(StateStage);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kStateSmem)));
@@ -977,6 +1030,16 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         a, coff, ws + head_bytes);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     PENSTOCK_CUDA_CHECK(cudaFreeAsync(ws, st));
+    if (kProfile) {
+        PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[2], st));
+        PENSTOCK_CUDA_CHECK(cudaEventSynchronize(ev[2]));
+        float prep_ms = 0.0f, state_ms = 0.0f;
+        PENSTOCK_CUDA_CHECK(cudaEventElapsedTime(&prep_ms, ev[0], ev[1]));
+        PENSTOCK_CUDA_CHECK(cudaEventElapsedTime(&state_ms, ev[1], ev[2]));
+        std::fprintf(stderr, "[kda_split profile] %lld tokens x %d heads: offsets + prep %.3f ms, state %.3f ms\n",
+                     static_cast<long long>(n_tokens), a.n_heads, prep_ms, state_ms);
+        for (cudaEvent_t& e : ev) PENSTOCK_CUDA_CHECK(cudaEventDestroy(e));
+    }
 }
 
 }  // namespace penstock::cuda

@@ -267,7 +267,11 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
     if (c.precision == kernels::DeltaRulePrecision::kTensorCoreSplit) name += "_split";
     if (c.f_hi != 3.0f) name.append("_fhi").append(std::to_string(static_cast<int>(c.f_hi)));
     name += c.form == KdaGateForm::kSoftplus ? "_softplus_lens" : "_lowerbound_lens";
-    for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
+    if (c.lens.size() <= 8) {
+        for (int32_t l : c.lens) name.append("_").append(std::to_string(l));
+    } else {  // long batches: the count and the total
+        name.append("_").append(std::to_string(c.lens.size())).append("seqs_").append(std::to_string(cu.back()));
+    }
     SCOPED_TRACE(name);
     PENSTOCK_SEEDED(seed);
     std::mt19937 rng(seed);
