@@ -153,9 +153,9 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
 // decay and the chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory:
 // W (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
 // e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is the developer profile hook.
-template <int kWarps, bool kVec, class Mark>
+template <int kWarps, bool kVec, class Mark, class Staged, class Finals>
 __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int h, int c0, int n, int tid,
-                                              Mark&& mark) {
+                                              Mark&& mark, Staged&& staged, Finals&& finals) {
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int K = a.k_dim, V = a.v_dim;
@@ -198,6 +198,7 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
     if constexpr (kVec) cp_async_wait_all();
     __syncthreads();
     mark(0);
+    staged();  // this chunk's inputs are in shared memory
 
     // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
     {
@@ -387,6 +388,7 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
         }
     }
     __syncthreads();
+    finals();  // A, scale Q e^G, K e^{G_63 - G} and e^{G_63} are final (phase 6 reads but no longer writes them)
 
     mark(4);
     // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c),
@@ -513,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
         const int n = min(kC, row1 - c0);
         __syncthreads();  // the previous chunk's readers are done
         mark(6);
-        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, mark);
+        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, mark, [] {}, [] {});
 
         // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
         //    V'^T (K e^{G_63 - G}).
@@ -718,51 +720,74 @@ __device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* 
 // wave), which then stages from L2.
 template <bool kVec>
 __global__ void __launch_bounds__(kPrepThreads, 1)
-    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, int ahead, unsigned char* ws) {
+    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, int ahead, unsigned char* ws,
+                           unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
     const int tid = static_cast<int>(threadIdx.x);
     const int lin = static_cast<int>(blockIdx.x);
-    if constexpr (kVec) {
-        const int nxt = lin + ahead;
-        int pc0 = 0, pn = 0;
-        if (nxt < static_cast<int>(gridDim.x) && tid < 4 * kC &&
-            locate_chunk(a, coff, n_seqs, nxt / a.n_heads, pc0, pn) && (tid & (kC - 1)) < pn) {
-            const int ph = nxt % a.n_heads, which = tid >> 6;
-            const int64_t r = pc0 + (tid & (kC - 1));
-            const float* base = which == 0   ? a.q + r * a.q0 + static_cast<int64_t>(ph) * a.q1
-                                : which == 1 ? a.k + r * a.k0 + static_cast<int64_t>(ph) * a.k1
-                                : which == 2 ? a.g + r * a.g0 + static_cast<int64_t>(ph) * a.g1
-                                             : a.v + r * a.v0 + static_cast<int64_t>(ph) * a.v1;
-            const uint32_t bytes = 4u * static_cast<uint32_t>(which == 3 ? a.v_dim : a.k_dim);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base), "r"(bytes) : "memory");
-        }
-    }
     const int gc = lin / a.n_heads, h = lin % a.n_heads;
     int c0 = 0, n = 0;
     if (!locate_chunk(a, coff, n_seqs, gc, c0, n)) return;  // the grid is an upper bound on the chunk count
-    prepare_chunk<kPrepThreads / 32, kVec>(sm, a, h, c0, n, tid, [](int) {});
-
+    // developer profile (PENSTOCK_KDA_TC_PROFILE=1): the first 128 CTAs' thread-0 cycles per phase, summed
+    const bool prof = prof_out != nullptr && lin < 128 && tid == 0;
+    long long t_prev = prof ? clock64() : 0;
+    auto mark = [&](int phase) {
+        if (prof) {
+            const long long now = clock64();
+            atomicAdd(prof_out + phase, static_cast<unsigned long long>(now - t_prev));
+            t_prev = now;
+        }
+    };
     unsigned char* rec = ws + (static_cast<size_t>(gc) * a.n_heads + h) * kRecBytes;
+    // The L2 prefetch is issued once this CTA's own loads have landed, so that it overlaps this CTA's math rather
+    // than competing with its loads.
+    auto staged = [&] {
+        if constexpr (kVec) {
+            const int nxt = lin + ahead;
+            int pc0 = 0, pn = 0;
+            if (nxt < static_cast<int>(gridDim.x) && tid < 4 * kC &&
+                locate_chunk(a, coff, n_seqs, nxt / a.n_heads, pc0, pn) && (tid & (kC - 1)) < pn) {
+                const int ph = nxt % a.n_heads, which = tid >> 6;
+                const int64_t r = pc0 + (tid & (kC - 1));
+                const float* base = which == 0   ? a.q + r * a.q0 + static_cast<int64_t>(ph) * a.q1
+                                    : which == 1 ? a.k + r * a.k0 + static_cast<int64_t>(ph) * a.k1
+                                    : which == 2 ? a.g + r * a.g0 + static_cast<int64_t>(ph) * a.g1
+                                                 : a.v + r * a.v0 + static_cast<int64_t>(ph) * a.v1;
+                const uint32_t bytes = 4u * static_cast<uint32_t>(which == 3 ? a.v_dim : a.k_dim);
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base), "r"(bytes) : "memory");
+            }
+        }
+    };
+    // A, scale Q e^G, K e^{G_63 - G} and e^{G_63} are stored before the solve, so their stores drain under it.
+    auto finals = [&] {
+        for (int e = tid; e < kC * (kD / 8); e += kPrepThreads) {
+            store8_bf16(rec + kRecQ + 16 * e, sm.q + (e >> 4) * kPW + 8 * (e & 15));
+        }
+        for (int e = tid; e < kD * (kC / 8); e += kPrepThreads) {
+            const int d = e & (kD - 1), i0 = 8 * (e >> 7);
+            store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
+        }
+        for (int e = tid; e < kC * (kC / 8); e += kPrepThreads) {
+            const int i = e >> 3, m0 = 8 * (e & 7);
+            if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
+                store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
+            } else {
+                *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
+    };
+    prepare_chunk<kPrepThreads / 32, kVec>(sm, a, h, c0, n, tid, mark, staged, finals);
+
     for (int e = tid; e < kC * (kD / 8); e += kPrepThreads) {
-        const int i = e >> 4, d = 8 * (e & 15);
-        store8_bf16(rec + kRecW + 16 * e, sm.k + i * kPW + d);
-        store8_bf16(rec + kRecQ + 16 * e, sm.q + i * kPW + d);
+        store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * kPW + 8 * (e & 15));
     }
     for (int e = tid; e < kD * (kC / 8); e += kPrepThreads) {
         const int d = e & (kD - 1), i0 = 8 * (e >> 7);
-        store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
         store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
     }
-    for (int e = tid; e < kC * (kC / 8); e += kPrepThreads) {
-        const int i = e >> 3, m0 = 8 * (e & 7);
-        if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
-            store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
-        } else {
-            *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-    if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
+    mark(6);
 }
 
 __global__ void __launch_bounds__(kStateThreads, 1)
@@ -1006,15 +1031,19 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         return e != nullptr && e[0] == '1';
     }();
     cudaEvent_t ev[3] = {};
+    constexpr int kPhases = 7;
+    unsigned long long* prof = nullptr;
     if (kProfile) {
         for (cudaEvent_t& e : ev) PENSTOCK_CUDA_CHECK(cudaEventCreate(&e));
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&prof), kPhases * sizeof(unsigned long long), st));
+        PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
     auto prep = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
         kernel<<<static_cast<unsigned>(prep_ctas), kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs),
-                                                                                   sms, ws + head_bytes);
+                                                                                   sms, ws + head_bytes, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (vec) {
@@ -1036,8 +1065,18 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         float prep_ms = 0.0f, state_ms = 0.0f;
         PENSTOCK_CUDA_CHECK(cudaEventElapsedTime(&prep_ms, ev[0], ev[1]));
         PENSTOCK_CUDA_CHECK(cudaEventElapsedTime(&state_ms, ev[1], ev[2]));
-        std::fprintf(stderr, "[kda_split profile] %lld tokens x %d heads: offsets + prep %.3f ms, state %.3f ms\n",
-                     static_cast<long long>(n_tokens), a.n_heads, prep_ms, state_ms);
+        unsigned long long h[kPhases];
+        PENSTOCK_CUDA_CHECK(cudaMemcpy(h, prof, sizeof(h), cudaMemcpyDeviceToHost));
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(prof, st));
+        unsigned long long total = 0;
+        for (unsigned long long x : h) total += x;
+        std::fprintf(stderr, "[kda_split profile] %lld tokens x %d heads: offsets + prep %.3f ms, state %.3f ms; prep "
+                     "phases (128 CTAs):", static_cast<long long>(n_tokens), a.n_heads, prep_ms, state_ms);
+        const char* names[kPhases] = {"load", "scan", "operands", "L/A", "T/finish", "solve", "write"};
+        for (int i = 0; i < kPhases; ++i) {
+            std::fprintf(stderr, " %s %.1f%%", names[i], total ? 100.0 * static_cast<double>(h[i]) / total : 0.0);
+        }
+        std::fprintf(stderr, " (%.0f cycles per CTA)\n", static_cast<double>(total) / 128.0);
         for (cudaEvent_t& e : ev) PENSTOCK_CUDA_CHECK(cudaEventDestroy(e));
     }
 }
