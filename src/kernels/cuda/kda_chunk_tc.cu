@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -392,14 +393,20 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
 
     mark(4);
     // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c),
-    //    in place, warp-local columns.
+    //    in place. The 32 8-column tiles (16 of W, then 16 of U) are split evenly over the warps, kTiles each.
     {
-        // 8 warps: warp w solves W and U columns [16 w, 16 w + 16); 16 warps: warps 0-7 the W columns, 8-15 the U ones
-        const int j0 = 16 * (warp & 7);
-        const bool w_on = j0 < K && (kWarps == 8 || warp < 8), u_on = j0 < V && (kWarps == 8 || warp >= 8);
-        // X's 8-column tiles of this warp: W columns j0 + [0, 16) (tiles 0, 1), then U columns (tiles 2, 3)
-        auto x_col = [&](int nt) { return nt < 2 ? sm.k + j0 + 8 * nt : sm.v + j0 + 8 * (nt - 2); };
-        auto x_pitch = [](int nt) { return nt < 2 ? kPW : kPV; };
+        constexpr int kTiles = 32 / kWarps;
+        static_assert(kTiles * kWarps == 32, "8, 16 or 32 warps");
+        auto tile_of = [&](int nt) { return warp * kTiles + nt; };
+        auto x_on = [&](int nt) {
+            const int tl = tile_of(nt);
+            return tl < 16 ? 8 * tl < K : 8 * (tl - 16) < V;
+        };
+        auto x_col = [&](int nt) {
+            const int tl = tile_of(nt);
+            return tl < 16 ? sm.k + 8 * tl : sm.v + 8 * (tl - 16);
+        };
+        auto x_pitch = [&](int nt) { return tile_of(nt) < 16 ? kPW : kPV; };
         // accumulator element e of tile nt for block b: row 16 b + g (+8), column 2t (+1)
         auto x_elem = [&](int nt, int b, int e) -> float& {
             const int i = 16 * b + g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1);
@@ -407,9 +414,9 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
         };
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-            float acc[4][4];
+            float acc[kTiles][4];
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
+            for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[nt][e] = x_elem(nt, b, e);
             }
@@ -422,8 +429,8 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
                                                                         8 * s + 2 * t);
                     const uint32_t a0 = tf32(-lo.x), a1 = tf32(-hi.x), a2 = tf32(-lo.y), a3 = tf32(-hi.y);
 #pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        if (!(nt < 2 ? w_on : u_on)) continue;
+                    for (int nt = 0; nt < kTiles; ++nt) {
+                        if (!x_on(nt)) continue;
                         const float* base = x_col(nt);
                         const int pitch = x_pitch(nt);
                         uint32_t b0, b1;
@@ -432,22 +439,21 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
                     }
                 }
             }
-            // R'_b back to its rows, then X_b = T_bb R'_b (only the warp's own tiles are written: with 16 warps the
-            // W and U columns [j0, j0 + 16) belong to two different warps)
+            // R'_b back to its rows, then X_b = T_bb R'_b
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if (!(nt < 2 ? w_on : u_on)) continue;
+            for (int nt = 0; nt < kTiles; ++nt) {
+                if (!x_on(nt)) continue;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
             }
             __syncwarp();
-            float x[4][4] = {};
+            float x[kTiles][4] = {};
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
                 const FragA fa = load_a(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    if (!(nt < 2 ? w_on : u_on)) continue;
+                for (int nt = 0; nt < kTiles; ++nt) {
+                    if (!x_on(nt)) continue;
                     const float* base = x_col(nt);
                     const int pitch = x_pitch(nt);
                     uint32_t b0, b1;
@@ -457,11 +463,12 @@ __device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int 
             }
             __syncwarp();
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if (!(nt < 2 ? w_on : u_on)) continue;
+            for (int nt = 0; nt < kTiles; ++nt) {
+                if (!x_on(nt)) continue;
+                const bool is_w = tile_of(nt) < 16;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    x_elem(nt, b, e) = nt < 2 ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
+                    x_elem(nt, b, e) = is_w ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
                 }
             }
             __syncwarp();
@@ -632,7 +639,6 @@ constexpr int kRecGn = kRecA + kC * kC * 2;
 constexpr int kRecBytes = kRecGn + kD * 4;
 constexpr int kRecPieces = kRecBytes / 16;
 static_assert(kRecBytes % 16 == 0, "records are copied in 16-byte pieces");
-constexpr int kPrepThreads = 512;
 constexpr int kStateThreads = 256;
 constexpr int kPB = 136;  // bf16 pitch of the staged W and Q e^G rows: 68 words, = 4 mod 32 (conflict-free B loads)
 constexpr int kPS = 72;   // bf16 pitch of the staged Kd^T, U^T and A rows: 36 words, = 4 mod 32
@@ -650,7 +656,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
@@ -658,6 +663,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// B fragments (m16n8k16) of n-tiles nt and nt + 1 at k-step kk from a bf16 tile stored [n][k] with `pitch` (a multiple
+// of 8): one ldmatrix.x4, b[0..1] for nt, b[2..3] for nt + 1. Lanes 8m..8m+7 address the rows of matrix m = (n-tile
+// nt + m / 2, k half m % 2).
+__device__ __forceinline__ void load_b_pair(const __nv_bfloat16* tile, int pitch, int nt, int kk, int lane,
+                                            uint32_t (&b)[4]) {
+    const int m = lane >> 3, r = lane & 7;
+    const __nv_bfloat16* p = tile + (8 * (nt + (m >> 1)) + r) * pitch + 16 * kk + 8 * (m & 1);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(smem_u32(p)));
 }
 
 // Eight consecutive floats (two 16-byte reads) as eight bf16 (one 16-byte store).
@@ -718,8 +735,8 @@ __device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* 
 // rows). One CTA fits an SM (the staging takes ~199 KB), so a CTA's loads cannot hide behind another's math: with 16-byte
 // rows (kVec) each CTA first asks L2 to prefetch the q, k, g, v rows of the CTA `ahead` positions later (about one
 // wave), which then stages from L2.
-template <bool kVec>
-__global__ void __launch_bounds__(kPrepThreads, 1)
+template <int kT, bool kVec>
+__global__ void __launch_bounds__(kT, 1)
     delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, int ahead, unsigned char* ws,
                            unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
@@ -761,14 +778,14 @@ __global__ void __launch_bounds__(kPrepThreads, 1)
     };
     // A, scale Q e^G, K e^{G_63 - G} and e^{G_63} are stored before the solve, so their stores drain under it.
     auto finals = [&] {
-        for (int e = tid; e < kC * (kD / 8); e += kPrepThreads) {
+        for (int e = tid; e < kC * (kD / 8); e += kT) {
             store8_bf16(rec + kRecQ + 16 * e, sm.q + (e >> 4) * kPW + 8 * (e & 15));
         }
-        for (int e = tid; e < kD * (kC / 8); e += kPrepThreads) {
+        for (int e = tid; e < kD * (kC / 8); e += kT) {
             const int d = e & (kD - 1), i0 = 8 * (e >> 7);
             store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
         }
-        for (int e = tid; e < kC * (kC / 8); e += kPrepThreads) {
+        for (int e = tid; e < kC * (kC / 8); e += kT) {
             const int i = e >> 3, m0 = 8 * (e & 7);
             if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
                 store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
@@ -778,12 +795,12 @@ __global__ void __launch_bounds__(kPrepThreads, 1)
         }
         if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
     };
-    prepare_chunk<kPrepThreads / 32, kVec>(sm, a, h, c0, n, tid, mark, staged, finals);
+    prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, mark, staged, finals);
 
-    for (int e = tid; e < kC * (kD / 8); e += kPrepThreads) {
+    for (int e = tid; e < kC * (kD / 8); e += kT) {
         store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * kPW + 8 * (e & 15));
     }
-    for (int e = tid; e < kD * (kC / 8); e += kPrepThreads) {
+    for (int e = tid; e < kD * (kC / 8); e += kT) {
         const int d = e & (kD - 1), i0 = 8 * (e >> 7);
         store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
     }
@@ -875,11 +892,14 @@ __global__ void __launch_bounds__(kStateThreads, 1)
                 const uint32_t sp[4] = {sn[0] ^ 0x80008000u, sn[1] ^ 0x80008000u, sn[2] ^ 0x80008000u,
                                         sn[3] ^ 0x80008000u};
 #pragma unroll
-                for (int ni = 0; ni < 8; ++ni) {
-                    const __nv_bfloat16* wr = sg.w + (8 * ni + g) * kPB + 16 * kk + 2 * t;
-                    mma_bf16(vp[ni], sn, ld_u32(wr), ld_u32(wr + 8));
-                    const __nv_bfloat16* qr = sg.qg + (8 * ni + g) * kPB + 16 * kk + 2 * t;
-                    mma_bf16(o[ni], sp, ld_u32(qr), ld_u32(qr + 8));
+                for (int ni = 0; ni < 8; ni += 2) {
+                    uint32_t b[4];
+                    load_b_pair(sg.w, kPB, ni, kk, lane, b);
+                    mma_bf16(vp[ni], sn, b[0], b[1]);
+                    mma_bf16(vp[ni + 1], sn, b[2], b[3]);
+                    load_b_pair(sg.qg, kPB, ni, kk, lane, b);
+                    mma_bf16(o[ni], sp, b[0], b[1]);
+                    mma_bf16(o[ni + 1], sp, b[2], b[3]);
                 }
             }
             // V'^T as A operands (k = the chunk's rows)
@@ -895,9 +915,11 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-                for (int ni = 2 * kk; ni < 8; ++ni) {
-                    const __nv_bfloat16* ar = sg.a + (8 * ni + g) * kPS + 16 * kk + 2 * t;
-                    mma_bf16(o[ni], va[kk], ld_u32(ar), ld_u32(ar + 8));
+                for (int ni = 2 * kk; ni < 8; ni += 2) {
+                    uint32_t b[4];
+                    load_b_pair(sg.a, kPS, ni, kk, lane, b);
+                    mma_bf16(o[ni], va[kk], b[0], b[1]);
+                    mma_bf16(o[ni + 1], va[kk], b[2], b[3]);
                 }
             }
 #pragma unroll
@@ -922,9 +944,11 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-                for (int nd = 0; nd < 16; ++nd) {
-                    const __nv_bfloat16* kr = sg.kdt + (8 * nd + g) * kPS + 16 * kk + 2 * t;
-                    mma_bf16(S[nd], va[kk], ld_u32(kr), ld_u32(kr + 8));
+                for (int nd = 0; nd < 16; nd += 2) {
+                    uint32_t b[4];
+                    load_b_pair(sg.kdt, kPS, nd, kk, lane, b);
+                    mma_bf16(S[nd], va[kk], b[0], b[1]);
+                    mma_bf16(S[nd + 1], va[kk], b[2], b[3]);
                 }
             }
         }
@@ -1039,17 +1063,22 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
-    auto prep = [&](auto kernel) {
+    // Developer A/B knob: PENSTOCK_KDA_SPLIT_WARPS=16 runs the prep kernel with 16 warps instead of 32.
+    static const int kPrepWarps = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_WARPS");
+        return e != nullptr && std::strcmp(e, "16") == 0 ? 16 : 32;
+    }();
+    auto prep = [&](auto kernel, int threads) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-        kernel<<<static_cast<unsigned>(prep_ctas), kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs),
-                                                                                   sms, ws + head_bytes, prof);
+        kernel<<<static_cast<unsigned>(prep_ctas), threads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), sms,
+                                                                              ws + head_bytes, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
-    if (vec) {
-        prep(delta_rule_prep_kernel<true>);
+    if (kPrepWarps == 16) {
+        vec ? prep(delta_rule_prep_kernel<512, true>, 512) : prep(delta_rule_prep_kernel<512, false>, 512);
     } else {
-        prep(delta_rule_prep_kernel<false>);
+        vec ? prep(delta_rule_prep_kernel<1024, true>, 1024) : prep(delta_rule_prep_kernel<1024, false>, 1024);
     }
     if (kProfile) PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[1], st));
     constexpr size_t kStateSmem = 2 * sizeof(StateStage);
