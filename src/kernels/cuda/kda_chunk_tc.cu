@@ -23,6 +23,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,9 +70,14 @@ enum Vec : int {
     kVecs = 26,
 };
 
-struct Smem {
-    float k[kC * kPW];  // k -> Ksc -> beta K e^G -> W
-    float q[kC * kPW];  // q -> Qsc -> scale Q e^G
+// PW: the pitch of k and q. The fused kernel reads W and Q e^G as 16-byte B fragments (PW = 144, = 16 mod 32); the
+// split form's prep kernel only reads them as 8-byte A fragments and 4-byte B elements (PW = 136, = 8 mod 32: no bank
+// conflicts in either).
+template <int PW>
+struct SmemT {
+    static constexpr int kPW = PW;
+    float k[kC * PW];   // k -> Ksc -> beta K e^G -> W
+    float q[kC * PW];   // q -> Qsc -> scale Q e^G
     float g[kC * kP];   // g -> G -> F -> K e^{G_63 - G}
     float v[kC * kPV];  // v -> beta V -> U
     float l[kC * kPL];  // L (strictly lower, beta-scaled)
@@ -81,6 +87,8 @@ struct Smem {
     float beta[kC];
     int span_bad[4];
 };
+using Smem = SmemT<kPW>;
+using PrepSmem = SmemT<136>;
 
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
@@ -154,52 +162,70 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
 // decay and the chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory:
 // W (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
 // e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is the developer profile hook.
-template <int kWarps, bool kVec, class Mark, class Staged, class Finals>
-__device__ __forceinline__ void prepare_chunk(Smem& sm, const DeltaArgs& a, int h, int c0, int n, int tid,
-                                              Mark&& mark, Staged&& staged, Finals&& finals) {
-    const int lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+// Stage rows [c0, c0 + n) of head h of the tensors in `mask` (kStageK | kStageQ | kStageG | kStageV), zero-padded to
+// 64 rows and 128 columns: 16-byte cp.async (not committed here) when every row is 16-byte aligned (kVec), plain loads
+// otherwise.
+constexpr int kStageK = 1, kStageQ = 2, kStageG = 4, kStageV = 8, kStageAll = 15;
+template <int kThreadsT, bool kVec, class Sm>
+__device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int mask) {
     const int K = a.k_dim, V = a.v_dim;
-    const int kd_slabs = (K + 7) / 8;
-    // 1. stage the chunk (zero-padded rows and columns): 16-byte cp.async when every row is 16-byte aligned
+    constexpr int PW = Sm::kPW;
     if constexpr (kVec) {
-        for (int e = tid; e < kC * (kD / 4); e += kWarps * 32) {
+        for (int e = tid; e < kC * (kD / 4); e += kThreadsT) {
             const int i = e >> 5, d = 4 * (e & 31);
             const bool row_ok = i < n;
             const int64_t r = c0 + (row_ok ? i : 0);
             const bool k_ok = row_ok && d < K, v_ok = row_ok && d < V;
             const int64_t dk = k_ok ? d : 0, dv = v_ok ? d : 0;
-            cp_async_16(smem_u32(&sm.k[i * kPW + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
-            cp_async_16(smem_u32(&sm.q[i * kPW + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
-            cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
-            cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
-        }
-        cp_async_commit();
-    } else {
-    for (int e = tid; e < kC * kD; e += kWarps * 32) {
-        const int i = e >> 7, d = e & (kD - 1);
-        float kv = 0.0f, qv = 0.0f, gv = 0.0f, vv = 0.0f;
-        if (i < n) {
-            const int64_t r = c0 + i;
-            if (d < K) {
-                kv = a.k[r * a.k0 + static_cast<int64_t>(h) * a.k1 + d];
-                qv = a.q[r * a.q0 + static_cast<int64_t>(h) * a.q1 + d];
-                gv = a.g[r * a.g0 + static_cast<int64_t>(h) * a.g1 + d];
+            if (mask & kStageK) {
+                cp_async_16(smem_u32(&sm.k[i * PW + d]), a.k + r * a.k0 + static_cast<int64_t>(h) * a.k1 + dk, k_ok);
             }
-            if (d < V) vv = a.v[r * a.v0 + static_cast<int64_t>(h) * a.v1 + d];
+            if (mask & kStageQ) {
+                cp_async_16(smem_u32(&sm.q[i * PW + d]), a.q + r * a.q0 + static_cast<int64_t>(h) * a.q1 + dk, k_ok);
+            }
+            if (mask & kStageG) {
+                cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
+            }
+            if (mask & kStageV) {
+                cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
+            }
         }
-        sm.k[i * kPW + d] = kv;
-        sm.q[i * kPW + d] = qv;
-        sm.g[i * kP + d] = gv;
-        sm.v[i * kPV + d] = vv;
+    } else {
+        for (int e = tid; e < kC * kD; e += kThreadsT) {
+            const int i = e >> 7, d = e & (kD - 1);
+            const int64_t r = c0 + i;
+            const bool k_ok = i < n && d < K, v_ok = i < n && d < V;
+            const int64_t hk = static_cast<int64_t>(h);
+            if (mask & kStageK) sm.k[i * PW + d] = k_ok ? a.k[r * a.k0 + hk * a.k1 + d] : 0.0f;
+            if (mask & kStageQ) sm.q[i * PW + d] = k_ok ? a.q[r * a.q0 + hk * a.q1 + d] : 0.0f;
+            if (mask & kStageG) sm.g[i * kP + d] = k_ok ? a.g[r * a.g0 + hk * a.g1 + d] : 0.0f;
+            if (mask & kStageV) sm.v[i * kPV + d] = v_ok ? a.v[r * a.v0 + hk * a.v1 + d] : 0.0f;
+        }
     }
-    }
+}
+
+// Phases 1-6 of a chunk (rows [c0, c0 + n) of head h) with kWarps warps (8, 16 or 32): stage q, k, g, v (the tensors
+// not in `prestaged`, whose loads the caller already issued, uncommitted or committed); the cumulative decay and the
+// chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory: W
+// (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
+// e^{G_63} in vec[kGn]; finals() runs between phases 5 and 6 (after a barrier), when everything but W and U is final.
+// Ends with a barrier. mark(phase) is the developer profile hook.
+template <int kWarps, bool kVec, class Sm, class Mark, class Finals>
+__device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int prestaged,
+                                              Mark&& mark, Finals&& finals) {
+    constexpr int kPW = Sm::kPW;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int K = a.k_dim, V = a.v_dim;
+    const int kd_slabs = (K + 7) / 8;
+    // 1. stage the chunk
+    stage_rows<kWarps * 32, kVec>(sm, a, h, c0, n, tid, kStageAll & ~prestaged);
+    if constexpr (kVec) cp_async_commit();
     if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
     if (tid < 4) sm.span_bad[tid] = 0;
     if constexpr (kVec) cp_async_wait_all();
     __syncthreads();
     mark(0);
-    staged();  // this chunk's inputs are in shared memory
 
     // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
     {
@@ -522,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
         const int n = min(kC, row1 - c0);
         __syncthreads();  // the previous chunk's readers are done
         mark(6);
-        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, mark, [] {}, [] {});
+        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, 0, mark, [] {});
 
         // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
         //    V'^T (K e^{G_63 - G}).
@@ -731,23 +757,23 @@ __device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* 
     return true;
 }
 
-// One CTA per (chunk, head), linear index gc * n_heads + h (neighbouring CTAs read neighbouring heads of the same
-// rows). One CTA fits an SM (the staging takes ~199 KB), so a CTA's loads cannot hide behind another's math: with 16-byte
-// rows (kVec) each CTA first asks L2 to prefetch the q, k, g, v rows of the CTA `ahead` positions later (about one
-// wave), which then stages from L2.
+// Persistent: CTA b takes the (chunk, head) items b, b + gridDim.x, ... (item gc * n_heads + h: neighbouring items
+// read neighbouring heads of the same rows). One CTA fits an SM (~199 KB of staging), so a CTA hides its own loads:
+// once A, Q e^G and Kd are stored (finals), the next item's q and g are loaded into their buffers under the solve, and
+// its k and v as soon as W and U are stored.
 template <int kT, bool kVec>
 __global__ void __launch_bounds__(kT, 1)
-    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, int ahead, unsigned char* ws,
+    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws,
                            unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
-    Smem& sm = *reinterpret_cast<Smem*>(tc_smem_raw);
+    PrepSmem& sm = *reinterpret_cast<PrepSmem*>(tc_smem_raw);
+    constexpr int PW = PrepSmem::kPW;
     const int tid = static_cast<int>(threadIdx.x);
-    const int lin = static_cast<int>(blockIdx.x);
-    const int gc = lin / a.n_heads, h = lin % a.n_heads;
+    int item = static_cast<int>(blockIdx.x);
     int c0 = 0, n = 0;
-    if (!locate_chunk(a, coff, n_seqs, gc, c0, n)) return;  // the grid is an upper bound on the chunk count
+    if (!locate_chunk(a, coff, n_seqs, item / a.n_heads, c0, n)) return;  // block-uniform
     // developer profile (PENSTOCK_KDA_TC_PROFILE=1): the first 128 CTAs' thread-0 cycles per phase, summed
-    const bool prof = prof_out != nullptr && lin < 128 && tid == 0;
+    const bool prof = prof_out != nullptr && blockIdx.x < 128 && tid == 0;
     long long t_prev = prof ? clock64() : 0;
     auto mark = [&](int phase) {
         if (prof) {
@@ -756,55 +782,54 @@ __global__ void __launch_bounds__(kT, 1)
             t_prev = now;
         }
     };
-    unsigned char* rec = ws + (static_cast<size_t>(gc) * a.n_heads + h) * kRecBytes;
-    // The L2 prefetch is issued once this CTA's own loads have landed, so that it overlaps this CTA's math rather
-    // than competing with its loads.
-    auto staged = [&] {
-        if constexpr (kVec) {
-            const int nxt = lin + ahead;
-            int pc0 = 0, pn = 0;
-            if (nxt < static_cast<int>(gridDim.x) && tid < 4 * kC &&
-                locate_chunk(a, coff, n_seqs, nxt / a.n_heads, pc0, pn) && (tid & (kC - 1)) < pn) {
-                const int ph = nxt % a.n_heads, which = tid >> 6;
-                const int64_t r = pc0 + (tid & (kC - 1));
-                const float* base = which == 0   ? a.q + r * a.q0 + static_cast<int64_t>(ph) * a.q1
-                                    : which == 1 ? a.k + r * a.k0 + static_cast<int64_t>(ph) * a.k1
-                                    : which == 2 ? a.g + r * a.g0 + static_cast<int64_t>(ph) * a.g1
-                                                 : a.v + r * a.v0 + static_cast<int64_t>(ph) * a.v1;
-                const uint32_t bytes = 4u * static_cast<uint32_t>(which == 3 ? a.v_dim : a.k_dim);
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base), "r"(bytes) : "memory");
+    int prestaged = 0;
+    while (true) {
+        const int h = item % a.n_heads;
+        const int next = item + static_cast<int>(gridDim.x);
+        int nc0 = 0, nn = 0;
+        const bool has_next = locate_chunk(a, coff, n_seqs, next / a.n_heads, nc0, nn);
+        const int nh = next % a.n_heads;
+        unsigned char* rec = ws + static_cast<size_t>(item) * kRecBytes;
+        auto finals = [&] {
+            for (int e = tid; e < kC * (kD / 8); e += kT) {
+                store8_bf16(rec + kRecQ + 16 * e, sm.q + (e >> 4) * PW + 8 * (e & 15));
             }
-        }
-    };
-    // A, scale Q e^G, K e^{G_63 - G} and e^{G_63} are stored before the solve, so their stores drain under it.
-    auto finals = [&] {
+            for (int e = tid; e < kD * (kC / 8); e += kT) {
+                const int d = e & (kD - 1), i0 = 8 * (e >> 7);
+                store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
+            }
+            for (int e = tid; e < kC * (kC / 8); e += kT) {
+                const int i = e >> 3, m0 = 8 * (e & 7);
+                if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
+                    store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
+                } else {
+                    *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
+            if constexpr (kVec) {
+                if (has_next) {
+                    __syncthreads();  // every thread's reads of q and g are done
+                    stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageQ | kStageG);
+                }
+            }
+        };
+        prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, prestaged, mark, finals);
         for (int e = tid; e < kC * (kD / 8); e += kT) {
-            store8_bf16(rec + kRecQ + 16 * e, sm.q + (e >> 4) * kPW + 8 * (e & 15));
+            store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * PW + 8 * (e & 15));
         }
         for (int e = tid; e < kD * (kC / 8); e += kT) {
             const int d = e & (kD - 1), i0 = 8 * (e >> 7);
-            store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
+            store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
         }
-        for (int e = tid; e < kC * (kC / 8); e += kT) {
-            const int i = e >> 3, m0 = 8 * (e & 7);
-            if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
-                store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
-            } else {
-                *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
-            }
-        }
-        if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
-    };
-    prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, mark, staged, finals);
-
-    for (int e = tid; e < kC * (kD / 8); e += kT) {
-        store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * kPW + 8 * (e & 15));
+        mark(6);
+        if (!has_next) break;
+        __syncthreads();  // every thread's reads of k, v, beta and the vectors are done
+        prestaged = kVec ? (kStageQ | kStageG) : 0;
+        item = next;
+        c0 = nc0;
+        n = nn;
     }
-    for (int e = tid; e < kD * (kC / 8); e += kT) {
-        const int d = e & (kD - 1), i0 = 8 * (e >> 7);
-        store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
-    }
-    mark(6);
 }
 
 __global__ void __launch_bounds__(kStateThreads, 1)
@@ -1037,18 +1062,12 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     int32_t* coff = reinterpret_cast<int32_t*>(ws);
     chunk_offsets_kernel<<<1, 1024, 0, st>>>(a.cu, static_cast<int>(n_seqs), coff);
     PENSTOCK_CUDA_LAUNCH_CHECK();
-    constexpr size_t kPrepSmem = sizeof(Smem);
-    const int64_t prep_ctas = max_chunks * a.n_heads;
-    PENSTOCK_CHECK(prep_ctas < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
+    constexpr size_t kPrepSmem = sizeof(PrepSmem);
+    const int64_t prep_items = max_chunks * a.n_heads;
+    PENSTOCK_CHECK(prep_items < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
     int device = 0, sms = 0;
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
     PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    // Developer A/B knob: PENSTOCK_KDA_SPLIT_PREFETCH=0 turns the prep kernel's L2 prefetch off.
-    static const bool kPrefetch = [] {
-        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_PREFETCH");
-        return e == nullptr || e[0] != '0';
-    }();
-    if (!kPrefetch) sms = 1 << 30;
     // Developer profile (PENSTOCK_KDA_TC_PROFILE=1, synchronises): the two kernels' times from events.
     static const bool kProfile = [] {
         const char* e = std::getenv("PENSTOCK_KDA_TC_PROFILE");
@@ -1063,6 +1082,8 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
+    // One persistent CTA per SM (fewer when there are fewer items).
+    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, sms));
     // Developer A/B knob: PENSTOCK_KDA_SPLIT_WARPS=16 runs the prep kernel with 16 warps instead of 32.
     static const int kPrepWarps = [] {
         const char* e = std::getenv("PENSTOCK_KDA_SPLIT_WARPS");
@@ -1071,8 +1092,7 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     auto prep = [&](auto kernel, int threads) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-        kernel<<<static_cast<unsigned>(prep_ctas), threads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), sms,
-                                                                              ws + head_bytes, prof);
+        kernel<<<prep_ctas, threads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (kPrepWarps == 16) {
@@ -1105,7 +1125,9 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         for (int i = 0; i < kPhases; ++i) {
             std::fprintf(stderr, " %s %.1f%%", names[i], total ? 100.0 * static_cast<double>(h[i]) / total : 0.0);
         }
-        std::fprintf(stderr, " (%.0f cycles per CTA)\n", static_cast<double>(total) / 128.0);
+        const double profiled_items = static_cast<double>(std::min<unsigned>(prep_ctas, 128)) *
+                                      static_cast<double>(prep_items) / static_cast<double>(prep_ctas);
+        std::fprintf(stderr, " (~%.0f cycles per item)\n", static_cast<double>(total) / profiled_items);
         for (cudaEvent_t& e : ev) PENSTOCK_CUDA_CHECK(cudaEventDestroy(e));
     }
 }
