@@ -329,9 +329,12 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
 
     mark(2);
     // 4. L and A on tensor cores: 20 16 x 16 outputs (6 off-diagonal block pairs and 4 diagonal blocks, for each
-    //    of L and A) = 40 8-column tiles over the warps; K = 128 (kd_slabs used).
-    for (int job = warp; job < 40; job += kWarps) {
-        const int which = job / 20;  // 0: L (K K^T), 1: A (Q K^T)
+    //    of L and A) = 40 8-column tiles; K = 128 (kd_slabs used). With 8 warps a job is one tile; with 16 or 32
+    //    warps a job is the L tile and the A tile of one (pair, half), which share the B fragments (20 jobs).
+    constexpr bool kPairJobs = kWarps >= 16;
+    constexpr int kJobs = kPairJobs ? 20 : 40;
+    for (int job = warp; job < kJobs; job += kWarps) {
+        const int which = kPairJobs ? 0 : job / 20;  // 0: L (K K^T) [and A when kPairJobs], 1: A (Q K^T)
         const int pair = (job % 20) >> 1, half = job & 1;
         int bi, bm;
         if (pair < 6) {  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
@@ -342,6 +345,7 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
             if (sm.span_bad[bi]) continue;  // warp-uniform: done exactly in 2b
         }
         const float* arow = (which == 0 ? sm.k : sm.q) + (16 * bi) * kPW;
+        const float* qrow = sm.q + (16 * bi) * kPW;
         const float* brow = sm.g + (16 * bm + 8 * half) * kP;
         const float* avec = nullptr;
         const float* bvec = nullptr;
@@ -353,28 +357,39 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         }
         if (avec == nullptr) avec = sm.vec + kOnes * kD;
         if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
-        // four independent accumulation chains (slab s feeds part[s % 4]) so loads and mma overlap
-        float part[4][4] = {};
+        // independent accumulation chains (slab s feeds part[s % kChains]) so loads and mma overlap
+        constexpr int kChains = kPairJobs ? 2 : 4;
+        float part[kChains][4] = {};
+        float part_a[kPairJobs ? kChains : 1][4] = {};
 #pragma unroll
         for (int s = 0; s < 16; ++s) {
             if (s >= kd_slabs) continue;
-            const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
             uint32_t b0, b1;
             load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
-            mma(part[s & 3], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+            const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
+            mma(part[s % kChains], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+            if constexpr (kPairJobs) {
+                const FragA fq = load_a_scaled(qrow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
+                mma(part_a[s % kChains], fq.x[0], fq.x[1], fq.x[2], fq.x[3], b0, b1);
+            }
         }
-        float acc[4];
+        float acc[4], acc_a[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
+        for (int e = 0; e < 4; ++e) {
+            if constexpr (kPairJobs) {
+                acc[e] = part[0][e] + part[1][e];
+                acc_a[e] = part_a[0][e] + part_a[1][e];
+            } else {
+                acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
+                acc_a[e] = acc[e];
+            }
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
             const int m = 16 * bm + 8 * half + 2 * t + (e & 1);
-            if (which == 0) {
-                sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
-            } else {
-                sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc[e]) : 0.0f;
-            }
+            if (which == 0) sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
+            if (which == 1 || kPairJobs) sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc_a[e]) : 0.0f;
         }
     }
     __syncthreads();
@@ -1082,8 +1097,13 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
-    // One persistent CTA per SM (fewer when there are fewer items).
-    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, sms));
+    // One persistent CTA per SM (fewer when there are fewer items). Developer A/B knob: PENSTOCK_KDA_SPLIT_PERSIST=0
+    // launches one CTA per item instead (each CTA then stages only its own item).
+    static const bool kPersist = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_PERSIST");
+        return e == nullptr || e[0] != '0';
+    }();
+    const unsigned prep_ctas = static_cast<unsigned>(kPersist ? std::min<int64_t>(prep_items, sms) : prep_items);
     // Developer A/B knob: PENSTOCK_KDA_SPLIT_WARPS=16 runs the prep kernel with 16 warps instead of 32.
     static const int kPrepWarps = [] {
         const char* e = std::getenv("PENSTOCK_KDA_SPLIT_WARPS");
