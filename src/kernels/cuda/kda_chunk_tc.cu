@@ -680,6 +680,7 @@ constexpr int kRecGn = kRecA + kC * kC * 2;
 constexpr int kRecBytes = kRecGn + kD * 4;
 constexpr int kRecPieces = kRecBytes / 16;
 static_assert(kRecBytes % 16 == 0, "records are copied in 16-byte pieces");
+constexpr int kPrepThreads = 1024;  // 32 warps
 constexpr int kStateThreads = 256;
 constexpr int kPB = 136;  // bf16 pitch of the staged W and Q e^G rows: 68 words, = 4 mod 32 (conflict-free B loads)
 constexpr int kPS = 72;   // bf16 pitch of the staged Kd^T, U^T and A rows: 36 words, = 4 mod 32
@@ -1009,171 +1010,6 @@ __global__ void __launch_bounds__(kStateThreads, 1)
     }
 }
 
-// The state pass with 16 warps: warps w and w + 8 share the value columns [16 w, 16 w + 16) (each holds the same S^T
-// rows in registers and applies the same update) and split the chunk's rows: warp w + 8 h computes V' and O for rows
-// [32 h, 32 h + 32), and the pair swaps its V' halves (as bf16 A fragments) through shared memory for the O and
-// state products, which need all 64 rows. Per warp and chunk: 138 mma instead of 212, with twice the warps per SM.
-constexpr int kStatePairThreads = 512;
-__global__ void __launch_bounds__(kStatePairThreads, 1)
-    delta_rule_state_pair_kernel(DeltaArgs a, const int32_t* coff, const unsigned char* ws) {
-    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
-    StateStage* stage = reinterpret_cast<StateStage*>(tc_smem_raw);
-    uint32_t* xch = reinterpret_cast<uint32_t*>(tc_smem_raw + 2 * sizeof(StateStage));  // [8][4 kk][4][32 lanes]
-    const int seq = static_cast<int>(blockIdx.x) / a.n_heads;
-    const int h = static_cast<int>(blockIdx.x) % a.n_heads;
-    const int row0 = a.cu[seq], row1 = a.cu[seq + 1];
-    if (row1 <= row0) return;  // block-uniform
-    const int chunk0 = coff[seq], n_chunks = coff[seq + 1] - chunk0;
-    const int tid = static_cast<int>(threadIdx.x);
-    const int lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int jb = warp & 7, ih = warp >> 3;
-    const int K = a.k_dim, V = a.v_dim;
-    const int j0 = 16 * jb;  // the pair's value columns
-    const bool owns_cols = j0 < V;  // uniform over the pair
-    float* st = a.state + ((static_cast<int64_t>(a.slots[seq]) * a.n_heads + h) * K) * V;
-    auto load = [&](int c, int buf) {
-        load_record<kStatePairThreads>(stage[buf], ws + (static_cast<size_t>(chunk0 + c) * a.n_heads + h) * kRecBytes,
-                                       tid);
-    };
-
-    float S[16][4];
-#pragma unroll
-    for (int nd = 0; nd < 16; ++nd) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
-            S[nd][e] = (j < V && d < K) ? st[static_cast<int64_t>(d) * V + j] : 0.0f;
-        }
-    }
-
-    load(0, 0);
-    for (int c = 0; c < n_chunks; ++c) {
-        if (c + 1 < n_chunks) {
-            load(c + 1, (c + 1) & 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();  // chunk c's record is in stage[c & 1]
-        const StateStage& sg = stage[c & 1];
-        const int c0 = row0 + kC * c, n = min(kC, row1 - c0);
-        if (owns_cols) {
-            // this warp's rows: n-tiles 4 ih .. 4 ih + 3
-            float vp[4][4];
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    const __nv_bfloat162 u = *reinterpret_cast<const __nv_bfloat162*>(
-                        sg.ut + (j0 + g + 8 * hf) * kPS + 8 * (4 * ih + ni) + 2 * t);
-                    vp[ni][2 * hf] = __low2float(u);
-                    vp[ni][2 * hf + 1] = __high2float(u);
-                }
-            }
-            float o[4][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                const uint32_t sn[4] = {pack_bf16(-S[2 * kk][0], -S[2 * kk][1]), pack_bf16(-S[2 * kk][2], -S[2 * kk][3]),
-                                        pack_bf16(-S[2 * kk + 1][0], -S[2 * kk + 1][1]),
-                                        pack_bf16(-S[2 * kk + 1][2], -S[2 * kk + 1][3])};
-                const uint32_t sp[4] = {sn[0] ^ 0x80008000u, sn[1] ^ 0x80008000u, sn[2] ^ 0x80008000u,
-                                        sn[3] ^ 0x80008000u};
-#pragma unroll
-                for (int np = 0; np < 2; ++np) {
-                    uint32_t b[4];
-                    load_b_pair(sg.w, kPB, 4 * ih + 2 * np, kk, lane, b);
-                    mma_bf16(vp[2 * np], sn, b[0], b[1]);
-                    mma_bf16(vp[2 * np + 1], sn, b[2], b[3]);
-                    load_b_pair(sg.qg, kPB, 4 * ih + 2 * np, kk, lane, b);
-                    mma_bf16(o[2 * np], sp, b[0], b[1]);
-                    mma_bf16(o[2 * np + 1], sp, b[2], b[3]);
-                }
-            }
-            // V'^T as A operands: this warp's k-steps 2 ih, 2 ih + 1 from its accumulators, the partner's through xch
-            uint32_t own[2][4], oth[2][4];
-#pragma unroll
-            for (int kl = 0; kl < 2; ++kl) {
-                own[kl][0] = pack_bf16(vp[2 * kl][0], vp[2 * kl][1]);
-                own[kl][1] = pack_bf16(vp[2 * kl][2], vp[2 * kl][3]);
-                own[kl][2] = pack_bf16(vp[2 * kl + 1][0], vp[2 * kl + 1][1]);
-                own[kl][3] = pack_bf16(vp[2 * kl + 1][2], vp[2 * kl + 1][3]);
-#pragma unroll
-                for (int q = 0; q < 4; ++q) xch[((jb * 4 + 2 * ih + kl) * 4 + q) * 32 + lane] = own[kl][q];
-            }
-            asm volatile("bar.sync %0, 64;\n" ::"r"(1 + jb) : "memory");  // the pair's halves are in xch
-#pragma unroll
-            for (int kl = 0; kl < 2; ++kl) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) oth[kl][q] = xch[((jb * 4 + 2 * (1 - ih) + kl) * 4 + q) * 32 + lane];
-            }
-            uint32_t va[4][4];
-#pragma unroll
-            for (int kl = 0; kl < 2; ++kl) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    va[kl][q] = ih == 0 ? own[kl][q] : oth[kl][q];
-                    va[2 + kl][q] = ih == 0 ? oth[kl][q] : own[kl][q];
-                }
-            }
-            // O^T += V'^T A^T over the rows m <= this warp's rows (A is zero above its diagonal blocks)
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                if (kk > 2 * ih + 1) continue;
-#pragma unroll
-                for (int np = 0; np < 2; ++np) {
-                    if (4 * ih + 2 * np + 1 < 2 * kk) continue;
-                    uint32_t b[4];
-                    load_b_pair(sg.a, kPS, 4 * ih + 2 * np, kk, lane, b);
-                    mma_bf16(o[2 * np], va[kk], b[0], b[1]);
-                    mma_bf16(o[2 * np + 1], va[kk], b[2], b[3]);
-                }
-            }
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 8 * (4 * ih + ni) + 2 * t + (e & 1), j = j0 + g + ((e & 2) ? 8 : 0);
-                    if (i < n && j < V) {
-                        a.out[static_cast<int64_t>(c0 + i) * a.o0 + static_cast<int64_t>(h) * a.o1 + j] = o[ni][e];
-                    }
-                }
-            }
-            // S^T = e^{G_63} S^T + V'^T (K e^{G_63 - G}), the same in both warps of the pair
-#pragma unroll
-            for (int nd = 0; nd < 16; ++nd) {
-                const float2 gn = *reinterpret_cast<const float2*>(sg.gn + 8 * nd + 2 * t);
-                S[nd][0] *= gn.x;
-                S[nd][1] *= gn.y;
-                S[nd][2] *= gn.x;
-                S[nd][3] *= gn.y;
-            }
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-                for (int nd = 0; nd < 16; nd += 2) {
-                    uint32_t b[4];
-                    load_b_pair(sg.kdt, kPS, nd, kk, lane, b);
-                    mma_bf16(S[nd], va[kk], b[0], b[1]);
-                    mma_bf16(S[nd + 1], va[kk], b[2], b[3]);
-                }
-            }
-        }
-        __syncthreads();  // stage[c & 1] and xch are free for the next chunk
-    }
-
-    if (ih == 0) {
-#pragma unroll
-        for (int nd = 0; nd < 16; ++nd) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = j0 + g + ((e & 2) ? 8 : 0), d = 8 * nd + 2 * t + (e & 1);
-                if (j < V && d < K) st[static_cast<int64_t>(d) * V + j] = S[nd][e];
-            }
-        }
-    }
-}
-
 }  // namespace
 
 bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk) {
@@ -1266,48 +1102,25 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
-    // One persistent CTA per SM (fewer when there are fewer items). Developer A/B knob: PENSTOCK_KDA_SPLIT_PERSIST=0
-    // launches one CTA per item instead (each CTA then stages only its own item).
-    static const bool kPersist = [] {
-        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_PERSIST");
-        return e == nullptr || e[0] != '0';
-    }();
-    const unsigned prep_ctas = static_cast<unsigned>(kPersist ? std::min<int64_t>(prep_items, sms) : prep_items);
-    // Developer A/B knob: PENSTOCK_KDA_SPLIT_WARPS=16 runs the prep kernel with 16 warps instead of 32.
-    static const int kPrepWarps = [] {
-        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_WARPS");
-        return e != nullptr && std::strcmp(e, "16") == 0 ? 16 : 32;
-    }();
-    auto prep = [&](auto kernel, int threads) {
+    // One persistent CTA per SM (fewer when there are fewer items).
+    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, sms));
+    auto prep = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-        kernel<<<prep_ctas, threads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes, prof);
+        kernel<<<prep_ctas, kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
-    if (kPrepWarps == 16) {
-        vec ? prep(delta_rule_prep_kernel<512, true>, 512) : prep(delta_rule_prep_kernel<512, false>, 512);
+    if (vec) {
+        prep(delta_rule_prep_kernel<kPrepThreads, true>);
     } else {
-        vec ? prep(delta_rule_prep_kernel<1024, true>, 1024) : prep(delta_rule_prep_kernel<1024, false>, 1024);
+        prep(delta_rule_prep_kernel<kPrepThreads, false>);
     }
     if (kProfile) PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[1], st));
-    // Developer A/B knob: PENSTOCK_KDA_SPLIT_STATE=8 runs the 8-warp state kernel instead of the 16-warp one.
-    static const bool kStatePairs = [] {
-        const char* e = std::getenv("PENSTOCK_KDA_SPLIT_STATE");
-        return e == nullptr || std::strcmp(e, "8") != 0;
-    }();
-    const unsigned state_ctas = static_cast<unsigned>(n_seqs * a.n_heads);
-    if (kStatePairs) {
-        constexpr size_t kStateSmem = 2 * sizeof(StateStage) + 8 * 4 * 4 * 32 * sizeof(uint32_t);
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_pair_kernel,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(kStateSmem)));
-        delta_rule_state_pair_kernel<<<state_ctas, kStatePairThreads, kStateSmem, st>>>(a, coff, ws + head_bytes);
-    } else {
-        constexpr size_t kStateSmem = 2 * sizeof(StateStage);
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(kStateSmem)));
-        delta_rule_state_kernel<<<state_ctas, kStateThreads, kStateSmem, st>>>(a, coff, ws + head_bytes);
-    }
+    constexpr size_t kStateSmem = 2 * sizeof(StateStage);
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kStateSmem)));
+    delta_rule_state_kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kStateThreads, kStateSmem, st>>>(
+        a, coff, ws + head_bytes);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     PENSTOCK_CUDA_CHECK(cudaFreeAsync(ws, st));
     if (kProfile) {
