@@ -8,6 +8,8 @@
 // bf16 once.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_ops_kda.h"
@@ -229,9 +231,15 @@ __global__ void short_conv_state_kernel(ConvArgs a) {
 // run (plus K - 1 rows of history at the run's start or a sequence start, from the old conv state where the sequence
 // begins). With the fused L2 norm, a head of norm_dim channels spans norm_dim / 4 consecutive lanes (a power of two
 // dividing 32), reduced with xor shuffles. Lanes past the channels compute zeros and store nothing.
+// kBatch: the input rows of kBatch consecutive tokens are loaded (read-only path) before any of their outputs is
+// computed or stored, so each lane keeps kBatch independent 16-byte loads in flight instead of one (out must not
+// alias in, so the early loads are safe; the compiler cannot prove that and would otherwise not hoist them above the
+// stores). kConvBatch = 8 is the shipped value; 1 is the previous kernel (PENSTOCK_MEMBW_BASELINE=1, for A/B runs).
+// The arithmetic per output is unchanged, so both give bit-identical results.
 constexpr int kConvRun = 32;
+constexpr int kConvBatch = 8;
 
-template <int K>
+template <int K, int kBatch>
 __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, int64_t norm_channels,
                                                                   int lanes_per_head, float norm_eps) {
     constexpr int kHist = K - 1;
@@ -266,42 +274,53 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
         }
     };
     fill(t0);
-    for (int64_t t = t0; t < t1; ++t) {
-        if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
-            while (a.cu[s + 1] <= t) ++s;
-            seq_end = a.cu[s + 1];
-            fill(t);
-        }
-        const float4 x = live ? *reinterpret_cast<const float4*>(a.in + t * a.in0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+    for (int64_t tb = t0; tb < t1; tb += kBatch) {
+        float4 xs[kBatch];
 #pragma unroll
-        for (int i = 0; i < kHist; ++i) {
-            acc.x = fmaf(w[i].x, win[i].x, acc.x);
-            acc.y = fmaf(w[i].y, win[i].y, acc.y);
-            acc.z = fmaf(w[i].z, win[i].z, acc.z);
-            acc.w = fmaf(w[i].w, win[i].w, acc.w);
+        for (int u = 0; u < kBatch; ++u) {
+            xs[u] = live && tb + u < t1 ? __ldg(reinterpret_cast<const float4*>(a.in + (tb + u) * a.in0 + c))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
-        if constexpr (kHist > 0) win[kHist - 1] = x;
-        if (a.silu) {
-            acc.x *= sigmoidf(acc.x);
-            acc.y *= sigmoidf(acc.y);
-            acc.z *= sigmoidf(acc.z);
-            acc.w *= sigmoidf(acc.w);
-        }
-        if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
-            float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
-            for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (norm) {
-                const float inv = 1.0f / sqrtf(ss + norm_eps);
-                acc.x *= inv;
-                acc.y *= inv;
-                acc.z *= inv;
-                acc.w *= inv;
+        for (int u = 0; u < kBatch; ++u) {
+            const int64_t t = tb + u;
+            if (t >= t1) break;  // warp-uniform
+            if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
+                while (a.cu[s + 1] <= t) ++s;
+                seq_end = a.cu[s + 1];
+                fill(t);
             }
+            const float4 x = xs[u];
+            float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+#pragma unroll
+            for (int i = 0; i < kHist; ++i) {
+                acc.x = fmaf(w[i].x, win[i].x, acc.x);
+                acc.y = fmaf(w[i].y, win[i].y, acc.y);
+                acc.z = fmaf(w[i].z, win[i].z, acc.z);
+                acc.w = fmaf(w[i].w, win[i].w, acc.w);
+            }
+#pragma unroll
+            for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
+            if constexpr (kHist > 0) win[kHist - 1] = x;
+            if (a.silu) {
+                acc.x *= sigmoidf(acc.x);
+                acc.y *= sigmoidf(acc.y);
+                acc.z *= sigmoidf(acc.z);
+                acc.w *= sigmoidf(acc.w);
+            }
+            if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
+                float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+                for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                if (norm) {
+                    const float inv = 1.0f / sqrtf(ss + norm_eps);
+                    acc.x *= inv;
+                    acc.y *= inv;
+                    acc.z *= inv;
+                    acc.w *= inv;
+                }
+            }
+            if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
         }
-        if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
     }
 }
 
@@ -492,6 +511,229 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     }
 }
 
+// attn_res_mix for bf16 partial, out and bank (the Kimi K3 layers' case), default since the memory-bandwidth pass
+// (docs/perf/2026-12-01-memory-bound.md). Same results as attn_res_mix_kernel<bf16, bf16, true>, bit for bit: the
+// same chunk-to-thread mapping (thread tid owns chunks tid + k * blockDim.x, k < kMixPer, at blockDim.x = 128 for
+// hidden 7168), the same f32 per-thread sums in the same order, the same double shuffles, fixed-order cross-warp sums
+// and softmax. What changes is how many bytes are in flight and how often the block waits:
+// - Persistent blocks (grid = resident blocks) loop over tokens; q * w (f32, as the old kernel formed it) is computed
+//   once per block into shared memory instead of re-reading query and norm_weight (8 bytes per element) per candidate.
+// - A thread loads all its chunks of a candidate row (up to kMixPer 16-byte loads) before using any of them.
+// - kHold (n_blocks + 1 <= 2 candidates: K3's one bank row plus partial): both rows stay in registers from pass 1 to
+//   the mix, so each byte is read from DRAM once and there is no pass-2 re-read; otherwise pass 2 re-reads a
+//   candidate's chunks (all of them in flight at once, mostly L2 hits) into kMixPer x 8 f32 accumulators.
+// - The logits and softmax run on warp 0, one lane per candidate (exp in parallel, the denominator summed in candidate
+//   order as before); partials and weights are double-buffered by token parity, so two barriers per token, not three.
+// Requires vectorisable rows (16-byte aligned chunk starts) and hidden <= kMixThreads * kMixPer * 8 = 8192 (wider
+// rows take attn_res_mix_kernel). Blocks of kMixThreads threads (compile-time, so a thread's chunk addresses are one
+// base plus immediates), at most 170 registers so that 3 blocks share an SM (no spills).
+constexpr int kMixPer = 8;
+
+__device__ __forceinline__ Pack<bf16, kRowVec> load_pack(const bf16* row, int64_t c0, int64_t dim) {
+    if (c0 + kRowVec <= dim) return *reinterpret_cast<const Pack<bf16, kRowVec>*>(row + c0);
+    Pack<bf16, kRowVec> p;
+#pragma unroll
+    for (int j = 0; j < kRowVec; ++j) p.v[j] = c0 + j < dim ? row[c0 + j] : __float2bfloat16_rn(0.0f);
+    return p;
+}
+
+// Dynamic shared memory: qw [n_chunks * kRowVec] f32, then part [2][n_warps][2 * n_cand] and wts [2][n_cand] double.
+inline size_t mix_smem_bytes(int64_t n_chunks, int n_warps, int n_cand) {
+    const size_t qw = static_cast<size_t>(n_chunks) * kRowVec * sizeof(float);
+    return (qw + 15) / 16 * 16 + sizeof(double) * (2 * n_warps * 2 * n_cand + 2 * n_cand);
+}
+
+template <bool kHold>
+__global__ void __launch_bounds__(kMixThreads, 3) attn_res_mix_bf16_kernel(MixArgs<bf16, bf16> a) {
+    constexpr int V = kRowVec;
+    extern __shared__ __align__(16) unsigned char mix_smem[];
+    constexpr int nt = kMixThreads, n_warps = kMixThreads / 32;  // compile-time: chunk offsets become immediates
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int n_cand = a.n_blocks + 1;
+    const int64_t n_chunks = (a.hidden + V - 1) / V;
+    float* qw = reinterpret_cast<float*>(mix_smem);
+    double* part = reinterpret_cast<double*>(mix_smem + (n_chunks * V * sizeof(float) + 15) / 16 * 16);
+    double* wts = part + 2 * n_warps * 2 * n_cand;
+    for (int64_t c = tid; c < n_chunks; c += nt) {  // the same chunks this thread reads below: no barrier needed
+        float q[V], w[V];
+        load_chunk<float, V, true>(a.query, c * V, a.hidden, q);
+        load_chunk<float, V, true>(a.norm_weight, c * V, a.hidden, w);
+#pragma unroll
+        for (int j = 0; j < V; ++j) qw[c * V + j] = q[j] * w[j];
+    }
+    auto row_of = [&](int64_t t, int i) {
+        return i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+    };
+    int parity = 0;
+    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x, parity ^= 1) {
+        double* pp = part + parity * n_warps * 2 * n_cand;
+        double* ww = wts + parity * n_cand;
+        // Pass 1: (sum v^2, sum q w v) of candidate i in f32 per thread, double across lanes; x keeps its chunks.
+        const auto pass1 = [&](int i, Pack<bf16, V>(&x)[kMixPer]) {
+            const bf16* row = row_of(t, i);
+#pragma unroll
+            for (int k = 0; k < kMixPer; ++k) {
+                const int64_t c = tid + static_cast<int64_t>(k) * nt;
+                if (c < n_chunks) x[k] = load_pack(row, c * V, a.hidden);
+            }
+            float ss = 0.0f, dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < kMixPer; ++k) {
+                const int64_t c = tid + static_cast<int64_t>(k) * nt;
+                if (c < n_chunks) {
+                    const float4 q0 = *reinterpret_cast<const float4*>(qw + c * V);
+                    const float4 q1 = *reinterpret_cast<const float4*>(qw + c * V + 4);
+                    const float qv[V] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {  // out-of-range tail elements are 0 and add nothing
+                        const float xa = to_f32(x[k].v[j]);
+                        ss = fmaf(xa, xa, ss);
+                        dot = fmaf(qv[j], xa, dot);
+                    }
+                }
+            }
+            double ssd = ss, dotd = dot;
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) {
+                ssd += __shfl_xor_sync(0xffffffffu, ssd, o);
+                dotd += __shfl_xor_sync(0xffffffffu, dotd, o);
+            }
+            if (lane == 0) {
+                pp[warp * 2 * n_cand + 2 * i] = ssd;
+                pp[warp * 2 * n_cand + 2 * i + 1] = dotd;
+            }
+        };
+        Pack<bf16, V> held[kHold ? 2 : 1][kMixPer];
+        if constexpr (kHold) {
+            pass1(0, held[0]);
+            if (n_cand > 1) pass1(1, held[1]);
+        } else {
+            for (int i = 0; i < n_cand; ++i) pass1(i, held[0]);
+        }
+        __syncthreads();
+        if (warp == 0) {  // logits and softmax over the candidates, lane l owns candidates l and l + 32
+            double e[2];
+            double mx = -INFINITY;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = lane + 32 * h;
+                e[h] = -INFINITY;
+                if (i < n_cand) {
+                    double ss = 0.0, dot = 0.0;
+                    for (int w = 0; w < n_warps; ++w) {  // fixed order: the result does not depend on scheduling
+                        ss += pp[w * 2 * n_cand + 2 * i];
+                        dot += pp[w * 2 * n_cand + 2 * i + 1];
+                    }
+                    e[h] = dot / sqrt(ss / static_cast<double>(a.hidden) + a.eps);
+                    mx = fmax(mx, e[h]);
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = lane + 32 * h;
+                if (i < n_cand) {
+                    e[h] = exp(e[h] - mx);
+                    ww[i] = e[h];
+                }
+            }
+            __syncwarp();
+            double denom = 0.0;
+            for (int i = 0; i < n_cand; ++i) denom += ww[i];  // candidate order, as the single-thread softmax
+            __syncwarp();
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = lane + 32 * h;
+                if (i < n_cand) ww[i] = e[h] / denom;
+            }
+        }
+        __syncthreads();
+        // Pass 2: out = sum_i w_i * row_i in f32, candidates in order, rounded once to bf16.
+        if constexpr (kHold) {
+            const float w0 = static_cast<float>(ww[0]);
+            const float w1 = n_cand > 1 ? static_cast<float>(ww[1]) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < kMixPer; ++k) {
+                const int64_t c = tid + static_cast<int64_t>(k) * nt;
+                if (c < n_chunks) {
+                    float y[V];
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        y[j] = fmaf(w0, to_f32(held[0][k].v[j]), 0.0f);
+                        if (n_cand > 1) y[j] = fmaf(w1, to_f32(held[1][k].v[j]), y[j]);
+                    }
+                    store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, y);
+                }
+            }
+        } else {
+            float acc[kMixPer][V];
+#pragma unroll
+            for (int k = 0; k < kMixPer; ++k) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[k][j] = 0.0f;
+            }
+            for (int i = 0; i < n_cand; ++i) {
+                const float wi = static_cast<float>(ww[i]);
+                const bf16* row = row_of(t, i);
+                Pack<bf16, V>(&x)[kMixPer] = held[0];
+#pragma unroll
+                for (int k = 0; k < kMixPer; ++k) {
+                    const int64_t c = tid + static_cast<int64_t>(k) * nt;
+                    if (c < n_chunks) x[k] = load_pack(row, c * V, a.hidden);
+                }
+#pragma unroll
+                for (int k = 0; k < kMixPer; ++k) {
+#pragma unroll
+                    for (int j = 0; j < V; ++j) acc[k][j] = fmaf(wi, to_f32(x[k].v[j]), acc[k][j]);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kMixPer; ++k) {
+                const int64_t c = tid + static_cast<int64_t>(k) * nt;
+                if (c < n_chunks) store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc[k]);
+            }
+        }
+    }
+}
+
+// Launches attn_res_mix_bf16_kernel: kMixThreads threads (the old kernel's chunk mapping, so the same bits), as many
+// blocks as are resident at once.
+template <bool kHold>
+void launch_attn_res_mix_bf16_t(const MixArgs<bf16, bf16>& a, int64_t n_chunks, cudaStream_t s) {
+    const int threads = kMixThreads;
+    const int n_cand = a.n_blocks + 1;
+    const size_t smem = mix_smem_bytes(n_chunks, threads / 32, n_cand);
+    const auto kernel = attn_res_mix_bf16_kernel<kHold>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+    int dev = 0, sms = 0, per_sm = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    const int64_t blocks = std::min<int64_t>(a.n_tokens, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+    kernel<<<static_cast<unsigned>(blocks), threads, smem, s>>>(a);
+}
+
+void launch_attn_res_mix_bf16(const MixArgs<bf16, bf16>& a, int64_t n_chunks, cudaStream_t s) {
+    if (a.n_blocks + 1 <= 2) {
+        launch_attn_res_mix_bf16_t<true>(a, n_chunks, s);
+    } else {
+        launch_attn_res_mix_bf16_t<false>(a, n_chunks, s);
+    }
+}
+
+// PENSTOCK_MEMBW_BASELINE=1 selects the kernels short_conv and attn_res_mix had before the memory-bandwidth pass
+// (docs/perf/2026-12-01-memory-bound.md), for same-run A/B benchmarks only; read once per process.
+bool membw_baseline() {
+    static const bool v = [] {
+        const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
+        return e != nullptr && e[0] == '1';
+    }();
+    return v;
+}
+
 unsigned row_blocks(int64_t n_rows, int rows_per_block) {
     int64_t b = (n_rows + rows_per_block - 1) / rows_per_block;
     if (b > 65536) b = 65536;  // grid-stride loops cover the rest
@@ -608,16 +850,24 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
     if (n_tokens > 0 && vec) {
         const int64_t warps = ((n_tokens + kConvRun - 1) / kConvRun) * ((channels + 127) / 128);
         const auto blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
-        switch (kernel) {
-            case 2:
-                short_conv_vec_kernel<2><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
-            case 3:
-                short_conv_vec_kernel<3><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
-            default:
-                short_conv_vec_kernel<4><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
+        const auto launch = [&](auto batch) {
+            constexpr int kB = decltype(batch)::value;
+            switch (kernel) {
+                case 2:
+                    short_conv_vec_kernel<2, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+                case 3:
+                    short_conv_vec_kernel<3, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+                default:
+                    short_conv_vec_kernel<4, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+            }
+        };
+        if (membw_baseline()) {
+            launch(std::integral_constant<int, 1>{});
+        } else {
+            launch(std::integral_constant<int, kConvBatch>{});
         }
         PENSTOCK_CUDA_LAUNCH_CHECK();
     } else if (n_tokens > 0) {
@@ -745,6 +995,13 @@ void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {
                                   .hidden = hidden,
                                   .n_blocks = static_cast<int>(n_blocks),
                                   .eps = p.eps};
+            if constexpr (std::is_same_v<T, bf16> && std::is_same_v<B, bf16>) {
+                const int64_t n_chunks = (hidden + kRowVec - 1) / kRowVec;
+                if (vec && !membw_baseline() && n_chunks <= int64_t{kMixPer} * kMixThreads) {
+                    launch_attn_res_mix_bf16(a, n_chunks, s);
+                    return;
+                }
+            }
             if (vec) {
                 attn_res_mix_kernel<T, B, true><<<row_blocks(n_tokens, 1), kMixThreads, 0, s>>>(a);
             } else {
