@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -16,6 +17,18 @@ namespace penstock::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowCopyUnroll = 4;        // words in flight per thread in copy_rows_kernel
+constexpr int64_t kCopy2dMinBytes = 1024;  // shorter dense rows: copy_rows_kernel instead of cudaMemcpy2DAsync
+
+// PENSTOCK_MEMBW_BASELINE=1 selects the copy paths from before the memory-bandwidth pass
+// (docs/perf/2026-12-01-memory-bound.md), for same-run A/B benchmarks only; read once per process.
+bool membw_baseline() {
+    static const bool v = [] {
+        const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
+        return e != nullptr && e[0] == '1';
+    }();
+    return v;
+}
 
 template <class TO, class TI>
 __global__ void copy_kernel(TO* out, const TI* in, StridedDesc od, StridedDesc id, int64_t n) {
@@ -45,20 +58,43 @@ struct RowCopyDesc {
     uint32_t words = 0;
 };
 
+// kUnroll words per thread and iteration, all loaded before any is stored (the views may overlap only when they are
+// identical, which the launcher returns early on), so a thread keeps kUnroll independent loads in flight; 1 is the
+// kernel before docs/perf/2026-12-01-memory-bound.md (PENSTOCK_MEMBW_BASELINE=1).
 template <class W>
+__device__ __forceinline__ void row_copy_offsets(const RowCopyDesc& d, uint32_t idx, int64_t& oo, int64_t& io) {
+    uint32_t row = idx / d.words;
+    const uint32_t col = idx - row * d.words;
+    oo = static_cast<int64_t>(col) * sizeof(W);
+    io = oo;
+    for (int i = d.n_outer - 1; i >= 0; --i) {
+        const uint32_t q = row / d.shape[i];
+        const uint32_t r = row - q * d.shape[i];
+        oo += r * d.ostride[i];
+        io += r * d.istride[i];
+        row = q;
+    }
+}
+
+template <class W, int kUnroll>
 __global__ void copy_rows_kernel(char* out, const char* in, RowCopyDesc d, uint32_t n_words) {
-    for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n_words; idx += gridDim.x * blockDim.x) {
-        uint32_t row = idx / d.words;
-        const uint32_t col = idx - row * d.words;
-        int64_t oo = static_cast<int64_t>(col) * sizeof(W), io = oo;
-        for (int i = d.n_outer - 1; i >= 0; --i) {
-            const uint32_t q = row / d.shape[i];
-            const uint32_t r = row - q * d.shape[i];
-            oo += r * d.ostride[i];
-            io += r * d.istride[i];
-            row = q;
+    const uint32_t step = gridDim.x * blockDim.x * kUnroll;
+    for (uint32_t base = blockIdx.x * blockDim.x * kUnroll + threadIdx.x; base < n_words; base += step) {
+        W v[kUnroll];
+        int64_t oo[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const uint32_t idx = base + u * blockDim.x;
+            if (idx < n_words) {
+                int64_t io = 0;
+                row_copy_offsets<W>(d, idx, oo[u], io);
+                v[u] = *reinterpret_cast<const W*>(in + io);
+            }
         }
-        *reinterpret_cast<W*>(out + oo) = *reinterpret_cast<const W*>(in + io);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (base + u * blockDim.x < n_words) *reinterpret_cast<W*>(out + oo[u]) = v[u];
+        }
     }
 }
 
@@ -270,7 +306,11 @@ void copy(const kernels::CopyParams& p, void* stream) {
             const int64_t opitch = od.ndim == 2 ? od.stride[0] : width;
             const int64_t ipitch = id.ndim == 2 ? id.stride[0] : width;
             if (p.out.data == p.in.data && opitch == ipitch) return;  // the same elements: nothing to move
-            if (opitch >= width && ipitch >= width) {
+            // Rows under kCopy2dMinBytes (the MLA K build's 256-byte k_nope rows) go to the row kernel below: the
+            // copy engine moves short rows well under copy bandwidth (docs/perf/2026-12-01-memory-bound.md).
+            const bool short_rows = !membw_baseline() && rows > 1 && n <= INT32_MAX &&
+                                    width * static_cast<int64_t>(elem) < kCopy2dMinBytes;
+            if (opitch >= width && ipitch >= width && !short_rows) {
                 PENSTOCK_CUDA_CHECK(cudaMemcpy2DAsync(p.out.data, static_cast<size_t>(opitch) * elem, p.in.data,
                                                       static_cast<size_t>(ipitch) * elem, static_cast<size_t>(width) * elem,
                                                       static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, s));
@@ -298,8 +338,14 @@ void copy(const kernels::CopyParams& p, void* stream) {
                     using W = decltype(word);
                     rd.words = static_cast<uint32_t>(row_bytes / static_cast<int64_t>(sizeof(W)));
                     const auto n_words = static_cast<uint32_t>(n * static_cast<int64_t>(elem) / static_cast<int64_t>(sizeof(W)));
-                    copy_rows_kernel<W><<<blocks_for(n_words, kThreads), kThreads, 0, s>>>(
-                        static_cast<char*>(p.out.data), static_cast<const char*>(p.in.data), rd, n_words);
+                    if (membw_baseline()) {
+                        copy_rows_kernel<W, 1><<<blocks_for(n_words, kThreads), kThreads, 0, s>>>(
+                            static_cast<char*>(p.out.data), static_cast<const char*>(p.in.data), rd, n_words);
+                    } else {
+                        copy_rows_kernel<W, kRowCopyUnroll>
+                            <<<blocks_for((n_words + kRowCopyUnroll - 1) / kRowCopyUnroll, kThreads), kThreads, 0, s>>>(
+                                static_cast<char*>(p.out.data), static_cast<const char*>(p.in.data), rd, n_words);
+                    }
                 };
                 if (a % 16 == 0) {
                     launch(uint4{});

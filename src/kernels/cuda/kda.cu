@@ -8,6 +8,7 @@
 // bf16 once.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_ops_kda.h"
@@ -229,9 +230,15 @@ __global__ void short_conv_state_kernel(ConvArgs a) {
 // run (plus K - 1 rows of history at the run's start or a sequence start, from the old conv state where the sequence
 // begins). With the fused L2 norm, a head of norm_dim channels spans norm_dim / 4 consecutive lanes (a power of two
 // dividing 32), reduced with xor shuffles. Lanes past the channels compute zeros and store nothing.
+// kBatch: the input rows of kBatch consecutive tokens are loaded (read-only path) before any of their outputs is
+// computed or stored, so each lane keeps kBatch independent 16-byte loads in flight instead of one (out must not
+// alias in, so the early loads are safe; the compiler cannot prove that and would otherwise not hoist them above the
+// stores). kConvBatch = 8 is the shipped value; 1 is the previous kernel (PENSTOCK_MEMBW_BASELINE=1, for A/B runs).
+// The arithmetic per output is unchanged, so both give bit-identical results.
 constexpr int kConvRun = 32;
+constexpr int kConvBatch = 8;
 
-template <int K>
+template <int K, int kBatch>
 __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, int64_t norm_channels,
                                                                   int lanes_per_head, float norm_eps) {
     constexpr int kHist = K - 1;
@@ -266,42 +273,53 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
         }
     };
     fill(t0);
-    for (int64_t t = t0; t < t1; ++t) {
-        if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
-            while (a.cu[s + 1] <= t) ++s;
-            seq_end = a.cu[s + 1];
-            fill(t);
-        }
-        const float4 x = live ? *reinterpret_cast<const float4*>(a.in + t * a.in0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+    for (int64_t tb = t0; tb < t1; tb += kBatch) {
+        float4 xs[kBatch];
 #pragma unroll
-        for (int i = 0; i < kHist; ++i) {
-            acc.x = fmaf(w[i].x, win[i].x, acc.x);
-            acc.y = fmaf(w[i].y, win[i].y, acc.y);
-            acc.z = fmaf(w[i].z, win[i].z, acc.z);
-            acc.w = fmaf(w[i].w, win[i].w, acc.w);
+        for (int u = 0; u < kBatch; ++u) {
+            xs[u] = live && tb + u < t1 ? __ldg(reinterpret_cast<const float4*>(a.in + (tb + u) * a.in0 + c))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
-        if constexpr (kHist > 0) win[kHist - 1] = x;
-        if (a.silu) {
-            acc.x *= sigmoidf(acc.x);
-            acc.y *= sigmoidf(acc.y);
-            acc.z *= sigmoidf(acc.z);
-            acc.w *= sigmoidf(acc.w);
-        }
-        if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
-            float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
-            for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (norm) {
-                const float inv = 1.0f / sqrtf(ss + norm_eps);
-                acc.x *= inv;
-                acc.y *= inv;
-                acc.z *= inv;
-                acc.w *= inv;
+        for (int u = 0; u < kBatch; ++u) {
+            const int64_t t = tb + u;
+            if (t >= t1) break;  // warp-uniform
+            if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
+                while (a.cu[s + 1] <= t) ++s;
+                seq_end = a.cu[s + 1];
+                fill(t);
             }
+            const float4 x = xs[u];
+            float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+#pragma unroll
+            for (int i = 0; i < kHist; ++i) {
+                acc.x = fmaf(w[i].x, win[i].x, acc.x);
+                acc.y = fmaf(w[i].y, win[i].y, acc.y);
+                acc.z = fmaf(w[i].z, win[i].z, acc.z);
+                acc.w = fmaf(w[i].w, win[i].w, acc.w);
+            }
+#pragma unroll
+            for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
+            if constexpr (kHist > 0) win[kHist - 1] = x;
+            if (a.silu) {
+                acc.x *= sigmoidf(acc.x);
+                acc.y *= sigmoidf(acc.y);
+                acc.z *= sigmoidf(acc.z);
+                acc.w *= sigmoidf(acc.w);
+            }
+            if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
+                float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+                for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                if (norm) {
+                    const float inv = 1.0f / sqrtf(ss + norm_eps);
+                    acc.x *= inv;
+                    acc.y *= inv;
+                    acc.z *= inv;
+                    acc.w *= inv;
+                }
+            }
+            if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
         }
-        if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
     }
 }
 
@@ -492,6 +510,16 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     }
 }
 
+// PENSTOCK_MEMBW_BASELINE=1 selects the short_conv kernel from before the memory-bandwidth pass
+// (docs/perf/2026-12-01-memory-bound.md), for same-run A/B benchmarks only; read once per process.
+bool membw_baseline() {
+    static const bool v = [] {
+        const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
+        return e != nullptr && e[0] == '1';
+    }();
+    return v;
+}
+
 unsigned row_blocks(int64_t n_rows, int rows_per_block) {
     int64_t b = (n_rows + rows_per_block - 1) / rows_per_block;
     if (b > 65536) b = 65536;  // grid-stride loops cover the rest
@@ -608,16 +636,24 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
     if (n_tokens > 0 && vec) {
         const int64_t warps = ((n_tokens + kConvRun - 1) / kConvRun) * ((channels + 127) / 128);
         const auto blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
-        switch (kernel) {
-            case 2:
-                short_conv_vec_kernel<2><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
-            case 3:
-                short_conv_vec_kernel<3><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
-            default:
-                short_conv_vec_kernel<4><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
-                break;
+        const auto launch = [&](auto batch) {
+            constexpr int kB = decltype(batch)::value;
+            switch (kernel) {
+                case 2:
+                    short_conv_vec_kernel<2, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+                case 3:
+                    short_conv_vec_kernel<3, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+                default:
+                    short_conv_vec_kernel<4, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    break;
+            }
+        };
+        if (membw_baseline()) {
+            launch(std::integral_constant<int, 1>{});
+        } else {
+            launch(std::integral_constant<int, kConvBatch>{});
         }
         PENSTOCK_CUDA_LAUNCH_CHECK();
     } else if (n_tokens > 0) {
