@@ -118,10 +118,11 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 struct FragA {
     uint32_t x[4];
 };
-__device__ __forceinline__ FragA load_a(const float* p, int pitch, int g, int t) {
+// A from values already rounded to tf32 in shared memory (no conversion).
+__device__ __forceinline__ FragA load_a_raw(const float* p, int pitch, int g, int t) {
     const float2 lo = *reinterpret_cast<const float2*>(p + g * pitch + 2 * t);
     const float2 hi = *reinterpret_cast<const float2*>(p + (g + 8) * pitch + 2 * t);
-    return {{tf32(lo.x), tf32(hi.x), tf32(lo.y), tf32(hi.y)}};
+    return {{__float_as_uint(lo.x), __float_as_uint(hi.x), __float_as_uint(lo.y), __float_as_uint(hi.y)}};
 }
 // A whose columns are scaled by a per-k vector s (s points at the slab's first k).
 __device__ __forceinline__ FragA load_a_scaled(const float* p, int pitch, const float* s, int g, int t, float sign) {
@@ -143,10 +144,10 @@ __device__ __forceinline__ void load_b_nk_raw(const float* p, int pitch, int g, 
     b0 = __float_as_uint(x.x);
     b1 = __float_as_uint(x.y);
 }
-// B stored [k][n] (p at [k0][n0]).
-__device__ __forceinline__ void load_b_kn(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
-    b0 = tf32(p[(2 * t) * pitch + g]);
-    b1 = tf32(p[(2 * t + 1) * pitch + g]);
+// B stored [k][n] (p at [k0][n0]), values already rounded to tf32.
+__device__ __forceinline__ void load_b_kn_raw(const float* p, int pitch, int g, int t, uint32_t& b0, uint32_t& b1) {
+    b0 = __float_as_uint(p[(2 * t) * pitch + g]);
+    b1 = __float_as_uint(p[(2 * t + 1) * pitch + g]);
 }
 // The state's column order: S^T n-tile nd (16 of them over d), column c (0..7) holds d = dmap(nd, c). Pairs of tiles
 // (2p, 2p+1) cover d in [16p, 16p + 16) so that lane t's four k values of two consecutive slabs, d = 16p + 4t .. +3,
@@ -300,7 +301,7 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
                     qk = fmaf(sm.q[i * kPW + d], x, qk);
                 }
             }
-            sm.l[i * kPL + m] = ml < il ? sm.beta[i] * kk : 0.0f;
+            sm.l[i * kPL + m] = ml < il ? round_tf32(-sm.beta[i] * kk) : 0.0f;
             sm.a[i * kPL + m] = ml <= il ? round_tf32(a.scale * qk) : 0.0f;
         }
         __syncthreads();
@@ -323,7 +324,7 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         qr = make_float4(qi.x * sc * e0, qi.y * sc * e1, qi.z * sc * e2, qi.w * sc * e3);
         gr4 = make_float4(ki.x * fexp(gR.x - gi.x), ki.y * fexp(gR.y - gi.y), ki.z * fexp(gR.z - gi.z),
                           ki.w * fexp(gR.w - gi.w));
-        vr = make_float4(vi.x * bs, vi.y * bs, vi.z * bs, vi.w * bs);
+        vr = make_float4(round_tf32(vi.x * bs), round_tf32(vi.y * bs), round_tf32(vi.z * bs), round_tf32(vi.w * bs));
     }
     __syncthreads();
 
@@ -388,7 +389,7 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         for (int e = 0; e < 4; ++e) {
             const int i = 16 * bi + g + ((e & 2) ? 8 : 0);
             const int m = 16 * bm + 8 * half + 2 * t + (e & 1);
-            if (which == 0) sm.l[i * kPL + m] = (m < i) ? sm.beta[i] * acc[e] : 0.0f;
+            if (which == 0) sm.l[i * kPL + m] = (m < i) ? round_tf32(-sm.beta[i] * acc[e]) : 0.0f;
             if (which == 1 || kPairJobs) sm.a[i * kPL + m] = (m <= i) ? round_tf32(acc_a[e]) : 0.0f;
         }
     }
@@ -405,12 +406,12 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         for (int r = 0; r < 16; ++r) {
             float acc = (r == c) ? 1.0f : 0.0f;
 #pragma unroll
-            for (int m = 0; m < r; ++m) acc = fmaf(-L[r * kPL + m], x[m], acc);
+            for (int m = 0; m < r; ++m) acc = fmaf(L[r * kPL + m], x[m], acc);  // l holds -L
             x[r] = (r < c) ? 0.0f : acc;
         }
         float* T = sm.t + b * 16 * kPT;
 #pragma unroll
-        for (int r = 0; r < 16; ++r) T[r * kPT + c] = x[r];
+        for (int r = 0; r < 16; ++r) T[r * kPT + c] = round_tf32(x[r]);
     } else {
         for (int e = tid - 64; e < kC * (kD / 4); e += kWarps * 32 - 64) {
             const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
@@ -420,7 +421,8 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
             float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
             float4& fr = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
             const float4 k4 = kr, q4 = qr, f4 = fr;
-            kr = make_float4(k4.x * bs * eg.x, k4.y * bs * eg.y, k4.z * bs * eg.z, k4.w * bs * eg.w);
+            kr = make_float4(round_tf32(k4.x * bs * eg.x), round_tf32(k4.y * bs * eg.y), round_tf32(k4.z * bs * eg.z),
+                             round_tf32(k4.w * bs * eg.w));
             qr = make_float4(round_tf32(q4.x * eg.x), round_tf32(q4.y * eg.y), round_tf32(q4.z * eg.z),
                              round_tf32(q4.w * eg.w));
             float4 kd = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -468,14 +470,15 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
                                                                         2 * t);
                     const float2 hi = *reinterpret_cast<const float2*>(sm.l + (16 * b + g + 8) * kPL + 16 * c +
                                                                         8 * s + 2 * t);
-                    const uint32_t a0 = tf32(-lo.x), a1 = tf32(-hi.x), a2 = tf32(-lo.y), a3 = tf32(-hi.y);
+                    const uint32_t a0 = __float_as_uint(lo.x), a1 = __float_as_uint(hi.x), a2 = __float_as_uint(lo.y),
+                                   a3 = __float_as_uint(hi.y);  // -L, rounded in phase 4
 #pragma unroll
                     for (int nt = 0; nt < kTiles; ++nt) {
                         if (!x_on(nt)) continue;
                         const float* base = x_col(nt);
                         const int pitch = x_pitch(nt);
                         uint32_t b0, b1;
-                        load_b_kn(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
+                        load_b_kn_raw(base + (16 * c + 8 * s) * pitch, pitch, g, t, b0, b1);
                         mma(acc[nt], a0, a1, a2, a3, b0, b1);
                     }
                 }
@@ -485,20 +488,20 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
             for (int nt = 0; nt < kTiles; ++nt) {
                 if (!x_on(nt)) continue;
 #pragma unroll
-                for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = acc[nt][e];
+                for (int e = 0; e < 4; ++e) x_elem(nt, b, e) = round_tf32(acc[nt][e]);
             }
             __syncwarp();
             float x[kTiles][4] = {};
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
-                const FragA fa = load_a(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
+                const FragA fa = load_a_raw(sm.t + b * 16 * kPT + 8 * s, kPT, g, t);
 #pragma unroll
                 for (int nt = 0; nt < kTiles; ++nt) {
                     if (!x_on(nt)) continue;
                     const float* base = x_col(nt);
                     const int pitch = x_pitch(nt);
                     uint32_t b0, b1;
-                    load_b_kn(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
+                    load_b_kn_raw(base + (16 * b + 8 * s) * pitch, pitch, g, t, b0, b1);
                     mma(x[nt], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
                 }
             }
@@ -506,10 +509,9 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
 #pragma unroll
             for (int nt = 0; nt < kTiles; ++nt) {
                 if (!x_on(nt)) continue;
-                const bool is_w = tile_of(nt) < 16;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    x_elem(nt, b, e) = is_w ? round_tf32(x[nt][e]) : x[nt][e];  // W: a B operand below
+                    x_elem(nt, b, e) = round_tf32(x[nt][e]);  // a B operand of the later blocks (and W of the state)
                 }
             }
             __syncwarp();
