@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -320,10 +321,12 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         const float4 gR = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b + 1) * kD + d]);
         const float bs = sm.beta[i], sc = a.scale;
         const float e0 = fexp(gi.x - gr.x), e1 = fexp(gi.y - gr.y), e2 = fexp(gi.z - gr.z), e3 = fexp(gi.w - gr.w);
-        kr = make_float4(ki.x * e0, ki.y * e1, ki.z * e2, ki.w * e3);
-        qr = make_float4(qi.x * sc * e0, qi.y * sc * e1, qi.z * sc * e2, qi.w * sc * e3);
-        gr4 = make_float4(ki.x * fexp(gR.x - gi.x), ki.y * fexp(gR.y - gi.y), ki.z * fexp(gR.z - gi.z),
-                          ki.w * fexp(gR.w - gi.w));
+        // rounded to tf32 here: the L / A jobs whose factors are all 1 feed them to the tensor cores as they are
+        kr = make_float4(round_tf32(ki.x * e0), round_tf32(ki.y * e1), round_tf32(ki.z * e2), round_tf32(ki.w * e3));
+        qr = make_float4(round_tf32(qi.x * sc * e0), round_tf32(qi.y * sc * e1), round_tf32(qi.z * sc * e2),
+                         round_tf32(qi.w * sc * e3));
+        gr4 = make_float4(round_tf32(ki.x * fexp(gR.x - gi.x)), round_tf32(ki.y * fexp(gR.y - gi.y)),
+                          round_tf32(ki.z * fexp(gR.z - gi.z)), round_tf32(ki.w * fexp(gR.w - gi.w)));
         vr = make_float4(round_tf32(vi.x * bs), round_tf32(vi.y * bs), round_tf32(vi.z * bs), round_tf32(vi.w * bs));
     }
     __syncthreads();
@@ -356,23 +359,41 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         } else if (bm + 1 < bi) {
             avec = sm.vec + (bm == 0 ? (bi == 2 ? kD02 : kD03) : kD13) * kD;
         }
-        if (avec == nullptr) avec = sm.vec + kOnes * kD;
-        if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
         // independent accumulation chains (slab s feeds part[s % kChains]) so loads and mma overlap
         constexpr int kChains = kPairJobs ? 2 : 4;
         float part[kChains][4] = {};
         float part_a[kPairJobs ? kChains : 1][4] = {};
+        // adjacent off-diagonal pairs have no factor vector on either side: the stored (tf32-rounded) operands go to
+        // the tensor cores unconverted
+        const bool plain = avec == nullptr && bvec == nullptr;
+        if (avec == nullptr) avec = sm.vec + kOnes * kD;
+        if (bvec == nullptr) bvec = sm.vec + kOnes * kD;
+        auto slabs = [&](auto plain_c) {
+            constexpr bool kPlain = decltype(plain_c)::value;
 #pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            if (s >= kd_slabs) continue;
-            uint32_t b0, b1;
-            load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
-            const FragA fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
-            mma(part[s % kChains], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
-            if constexpr (kPairJobs) {
-                const FragA fq = load_a_scaled(qrow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
-                mma(part_a[s % kChains], fq.x[0], fq.x[1], fq.x[2], fq.x[3], b0, b1);
+            for (int s = 0; s < 16; ++s) {
+                if (s >= kd_slabs) continue;
+                uint32_t b0, b1;
+                FragA fa;
+                if constexpr (kPlain) {
+                    load_b_nk_raw(brow + 8 * s, kP, g, t, b0, b1);
+                    fa = load_a_raw(arow + 8 * s, kPW, g, t);
+                } else {
+                    load_b_nk_scaled(brow + 8 * s, kP, bvec + 8 * s, g, t, b0, b1);
+                    fa = load_a_scaled(arow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
+                }
+                mma(part[s % kChains], fa.x[0], fa.x[1], fa.x[2], fa.x[3], b0, b1);
+                if constexpr (kPairJobs) {
+                    const FragA fq = kPlain ? load_a_raw(qrow + 8 * s, kPW, g, t)
+                                            : load_a_scaled(qrow + 8 * s, kPW, avec + 8 * s, g, t, 1.0f);
+                    mma(part_a[s % kChains], fq.x[0], fq.x[1], fq.x[2], fq.x[3], b0, b1);
+                }
             }
+        };
+        if (plain) {
+            slabs(std::true_type{});
+        } else {
+            slabs(std::false_type{});
         }
         float acc[4], acc_a[4];
 #pragma unroll
