@@ -58,14 +58,13 @@ struct RowCopyDesc {
     uint32_t words = 0;
 };
 
-// kUnroll words per thread and iteration, all loaded before any is stored (the views may overlap only when they are
-// identical, which the launcher returns early on), so a thread keeps kUnroll independent loads in flight; 1 is the
-// kernel before docs/perf/2026-12-01-memory-bound.md (PENSTOCK_MEMBW_BASELINE=1).
-template <class W>
+// Output and input offsets of word idx (kUnit: the size of a word in the strides' unit: sizeof(W) for byte strides, 1
+// for element strides).
+template <int64_t kUnit>
 __device__ __forceinline__ void row_copy_offsets(const RowCopyDesc& d, uint32_t idx, int64_t& oo, int64_t& io) {
     uint32_t row = idx / d.words;
     const uint32_t col = idx - row * d.words;
-    oo = static_cast<int64_t>(col) * sizeof(W);
+    oo = static_cast<int64_t>(col) * kUnit;
     io = oo;
     for (int i = d.n_outer - 1; i >= 0; --i) {
         const uint32_t q = row / d.shape[i];
@@ -76,6 +75,9 @@ __device__ __forceinline__ void row_copy_offsets(const RowCopyDesc& d, uint32_t 
     }
 }
 
+// kUnroll words per thread and iteration, all loaded before any is stored (the views may overlap only when they are
+// identical, which the launcher returns early on), so a thread keeps kUnroll independent loads in flight; 1 is the
+// kernel before docs/perf/2026-12-01-memory-bound.md (PENSTOCK_MEMBW_BASELINE=1).
 template <class W, int kUnroll>
 __global__ void copy_rows_kernel(char* out, const char* in, RowCopyDesc d, uint32_t n_words) {
     const uint32_t step = gridDim.x * blockDim.x * kUnroll;
@@ -87,7 +89,7 @@ __global__ void copy_rows_kernel(char* out, const char* in, RowCopyDesc d, uint3
             const uint32_t idx = base + u * blockDim.x;
             if (idx < n_words) {
                 int64_t io = 0;
-                row_copy_offsets<W>(d, idx, oo[u], io);
+                row_copy_offsets<sizeof(W)>(d, idx, oo[u], io);
                 v[u] = *reinterpret_cast<const W*>(in + io);
             }
         }
@@ -102,16 +104,8 @@ __global__ void copy_rows_kernel(char* out, const char* in, RowCopyDesc d, uint3
 template <class TO, class TI>
 __global__ void copy_rows_convert_kernel(TO* out, const TI* in, RowCopyDesc d, uint32_t n) {
     for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        uint32_t row = idx / d.words;
-        const uint32_t col = idx - row * d.words;
-        int64_t oo = col, io = col;
-        for (int i = d.n_outer - 1; i >= 0; --i) {
-            const uint32_t q = row / d.shape[i];
-            const uint32_t r = row - q * d.shape[i];
-            oo += r * d.ostride[i];
-            io += r * d.istride[i];
-            row = q;
-        }
+        int64_t oo = 0, io = 0;
+        row_copy_offsets<1>(d, idx, oo, io);
         out[oo] = from_f32<TO>(to_f32(in[io]));
     }
 }
