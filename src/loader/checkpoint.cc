@@ -21,8 +21,17 @@ namespace fs = std::filesystem;
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr std::string_view kScaleSuffix = "_scale_inv";
+// compressed-tensors: `X.weight_scale` (FP8 scale, or MXFP4 exponents beside `X.weight_packed`)
+constexpr std::string_view kCtScale = ".weight_scale";
+constexpr std::string_view kPacked = ".weight_packed";
+constexpr std::string_view kGlobalScale = ".weight_global_scale";
 
 bool is_scale_name(std::string_view n) { return n.ends_with(".weight_scale_inv"); }
+
+// "X.weight_packed" -> "X" (empty when n is not a packed name).
+std::string_view packed_base(std::string_view n) {
+    return n.ends_with(kPacked) ? n.substr(0, n.size() - kPacked.size()) : std::string_view();
+}
 
 // Parses the layer index of "model.layers.{i}[.rest]"; false for anything else.
 bool layer_index(std::string_view n, int64_t* layer) {
@@ -68,20 +77,35 @@ private:
     std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
 
-// One tensor to produce: its bytes and, for FP8 dequantisation, its scale's.
+// How a job's tensor is decoded.
+enum class Decode : uint8_t {
+    kPlain,        // float cast or raw copy
+    kFp8Blocks,    // DeepSeek FP8: weight_scale_inv per block
+    kFp8Scaled,    // compressed-tensors FP8: weight_scale per tensor / channel / block
+    kMxfp4,        // compressed-tensors MXFP4: weight_packed + weight_scale (e8m0 per 32 columns)
+};
+
+// One tensor to produce: its bytes and, when dequantising, its scale's. `name` is the returned name (X.weight for
+// an MXFP4 X.weight_packed).
 struct Job {
     std::string name;
     const SafetensorsFile* file = nullptr;
     const TensorInfo* info = nullptr;
     const TensorInfo* scale = nullptr;  // set only when dequantising
     const SafetensorsFile* scale_file = nullptr;
+    Decode decode = Decode::kPlain;
 };
 
 Result<Tensor> run_job(const Job& job, const LoadOptions& options, int64_t block_n, int64_t block_k) {
     const TensorView v = job.file->view(*job.info);
     if (job.scale != nullptr) {
-        Result<Tensor> t = dequantize_fp8_blocks(v, job.scale_file->view(*job.scale), block_n, block_k, options.target);
-        if (!t.ok()) return t.status().with_context(job.file->path().string() + ": tensor '" + job.name + "'");
+        const TensorView sv = job.scale_file->view(*job.scale);
+        Result<Tensor> t = job.decode == Decode::kMxfp4       ? dequantize_mxfp4(v, sv, options.target)
+                           : job.decode == Decode::kFp8Scaled ? dequantize_fp8_scaled(v, sv, block_n, block_k,
+                                                                                      options.target)
+                                                              : dequantize_fp8_blocks(v, sv, block_n, block_k,
+                                                                                      options.target);
+        if (!t.ok()) return t.status().with_context(job.file->path().string() + ": tensor '" + job.info->name + "'");
         return t;
     }
     if (is_float_source(v.dtype)) return convert_float(v, options.target);
@@ -191,24 +215,67 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
     // Select, open shards in name order (so files_opened is deterministic), and pair FP8 weights with scales.
     std::vector<Job> jobs;
     std::set<std::string> selected;
+    // `X.weight_scale` belongs to `X.weight_packed` (MXFP4) or to an FP8 `X.weight` (compressed-tensors): consumed
+    // by it, never returned
+    auto ct_scale_owner = [&](std::string_view n) -> Result<bool> {
+        if (!n.ends_with(kCtScale)) return false;
+        const std::string base(n.substr(0, n.size() - kCtScale.size()));
+        if (index.count(base + std::string(kPacked)) != 0) return true;
+        if (index.count(base + ".weight") == 0) return false;
+        PENSTOCK_ASSIGN_OR_RETURN(auto wloc, locate(base + ".weight"));
+        return wloc.second->dtype == DType::kF8E4M3;
+    };
     for (const auto& [name, shard] : index) {
         if (options.dequantize_fp8 && is_scale_name(name)) continue;  // consumed by its weight, never returned
-        if (filter(name)) selected.insert(name);
+        if (!filter(name)) continue;
+        PENSTOCK_ASSIGN_OR_RETURN(const bool consumed, ct_scale_owner(name));
+        if (!consumed) selected.insert(name);
     }
     for (const std::string& name : selected) {
         PENSTOCK_ASSIGN_OR_RETURN(auto loc, locate(name));
         Job job{.name = name, .file = loc.first, .info = loc.second};
-        if (job.info->dtype == DType::kF8E4M3) {
+        if (const std::string_view base = packed_base(name); !base.empty()) {
+            // MXFP4 (compressed-tensors): dequantised into X.weight whatever dequantize_fp8 says (no native FP4 path)
+            const std::string scale = std::string(base) + std::string(kCtScale);
+            if (index.count(std::string(base) + std::string(kGlobalScale)) != 0) {
+                return unimplemented(loc.first->path().string() + ": tensor '" + name + "' has a '" +
+                                     std::string(base) + std::string(kGlobalScale) +
+                                     "' (NVFP4); only MXFP4 (e8m0 scales per 32, no global scale) is supported");
+            }
+            if (index.count(scale) == 0) {
+                return invalid_argument(loc.first->path().string() + ": packed FP4 tensor '" + name + "' has no '" +
+                                        scale + "'");
+            }
+            PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
+            job.name = std::string(base) + ".weight";
+            job.scale_file = sloc.first;
+            job.scale = sloc.second;
+            job.decode = Decode::kMxfp4;
+            st->bytes_read += job.scale->nbytes();
+        } else if (job.info->dtype == DType::kF8E4M3) {
             const std::string scale = name + std::string(kScaleSuffix);
             const bool has_scale = index.count(scale) != 0;
-            if (options.dequantize_fp8) {
+            const std::string ct_scale = name.ends_with(".weight")
+                                             ? name.substr(0, name.size() - std::string_view(".weight").size()) +
+                                                   std::string(kCtScale)
+                                             : std::string();
+            if (!has_scale && !ct_scale.empty() && index.count(ct_scale) != 0) {
+                // compressed-tensors FP8: always dequantised (the native FP8 kernels take DeepSeek's block layout)
+                PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(ct_scale));
+                job.scale_file = sloc.first;
+                job.scale = sloc.second;
+                job.decode = Decode::kFp8Scaled;
+                st->bytes_read += job.scale->nbytes();
+            } else if (options.dequantize_fp8) {
                 if (!has_scale) {
                     return invalid_argument(loc.first->path().string() + ": FP8 tensor '" + name + "' has no '" +
-                                            scale + "' (only block-scaled FP8 can be dequantised)");
+                                            scale + "' or '" + (ct_scale.empty() ? "X.weight_scale" : ct_scale) +
+                                            "' (only scaled FP8 can be dequantised)");
                 }
                 PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
                 job.scale_file = sloc.first;
                 job.scale = sloc.second;
+                job.decode = Decode::kFp8Blocks;
                 st->bytes_read += job.scale->nbytes();
             } else if (has_scale && !selected.count(scale)) {
                 PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));

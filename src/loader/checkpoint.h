@@ -1,7 +1,8 @@
 // A Hugging Face checkpoint directory: model.safetensors.index.json (weight_map: tensor name -> shard file) or a
 // single model.safetensors. Loading is selective: only shards holding a requested tensor are opened (mmap'd) and
 // only the requested tensors' bytes are read, so a pipeline stage touches just its layers' weights. Tensors are
-// converted on load (float casts, DeepSeek block-FP8 dequantisation) into owning host Tensors.
+// converted on load (float casts, DeepSeek block-FP8 and compressed-tensors FP8 / MXFP4 dequantisation) into owning
+// host Tensors.
 #pragma once
 
 #include <cstdint>
@@ -68,10 +69,15 @@ public:
     // converting to options.target: bf16/f16/f32 converted; FP8 e4m3fn `X.weight` with a sibling
     // `X.weight_scale_inv` (f32 [ceil(out/block_n), ceil(in/block_k)]) dequantised W[r,c] = fp8(W[r,c]) *
     // scale_inv[r/bn, c/bk] (a multiply; partial edge blocks), the *_scale_inv tensors themselves not returned;
+    // compressed-tensors checkpoints (Kimi K3's mixed layout): FP8 `X.weight` with `X.weight_scale` (a multiplier per
+    // tensor, output channel or block) and MXFP4 `X.weight_packed` (u8, two e2m1 per byte, low nibble first) with
+    // `X.weight_scale` (e8m0 per 32 columns) are always dequantised into `X.weight` (weight_convert.h), their scales
+    // not returned; NVFP4 (`X.weight_global_scale`) -> Unimplemented;
     // integer, bool, e8m0 and fp4 tensors copied unchanged. `stats` may be null; when given, this call's files,
     // bytes and tensors are added to it (a file opened by an earlier call is opened, and listed, again).
     // Errors: a tensor named in the index but absent from its shard -> NotFound naming both; a missing or malformed
-    // shard -> error naming the file; FP8 weight without scale, or a scale of the wrong shape -> InvalidArgument.
+    // shard -> error naming the file; FP8 weight without scale, packed FP4 without scale, or a scale of the wrong shape
+    // -> InvalidArgument.
     [[nodiscard]] Result<WeightMap> load(const std::function<bool(std::string_view)>& filter,
                                          const LoadOptions& options, int64_t fp8_block_n, int64_t fp8_block_k,
                                          LoadStats* stats) const;

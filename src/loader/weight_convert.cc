@@ -136,4 +136,107 @@ Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView&
     return out;
 }
 
+
+Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView& scale, int64_t block_n,
+                                     int64_t block_k, DType target) {
+    PENSTOCK_RETURN_IF_ERROR(check_target(target));
+    if (weight.dtype != DType::kF8E4M3 || weight.ndim != 2) {
+        return invalid_argument("FP8 dequantisation needs a 2-D f8_e4m3 weight, got " +
+                                std::string(dtype_name(weight.dtype)) + " " + weight.shape_string());
+    }
+    const int64_t rows = weight.shape[0], cols = weight.shape[1];
+    const int64_t n = scale.numel();
+    const int64_t brow = block_n > 0 ? (rows + block_n - 1) / block_n : -1;
+    const int64_t bcol = block_k > 0 ? (cols + block_k - 1) / block_k : -1;
+    // per tensor, per output channel, or per block
+    const bool per_tensor = n == 1 && scale.ndim <= 2;
+    const bool per_channel = !per_tensor && ((scale.ndim == 1 && scale.shape[0] == rows) ||
+                                             (scale.ndim == 2 && scale.shape[0] == rows && scale.shape[1] == 1));
+    const bool per_block = !per_tensor && !per_channel && scale.ndim == 2 && scale.shape[0] == brow &&
+                           scale.shape[1] == bcol;
+    if (!is_float_source(scale.dtype) || !(per_tensor || per_channel || per_block)) {
+        return invalid_argument("weight_scale " + std::string(dtype_name(scale.dtype)) + " " + scale.shape_string() +
+                                " does not match weight " + weight.shape_string() +
+                                " (expected a float scale [] / [1] per tensor, [" + std::to_string(rows) + "] or [" +
+                                std::to_string(rows) + ", 1] per channel, or [" + std::to_string(brow) + ", " +
+                                std::to_string(bcol) + "] per block)");
+    }
+    PENSTOCK_CHECK(weight.is_contiguous() && scale.is_contiguous());
+    std::vector<float> s(static_cast<size_t>(n));
+    decode(static_cast<const uint8_t*>(scale.data), scale.dtype, n, s.data());
+    std::array<float, 256> lut{};
+    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(v)] = e4m3_to_float(static_cast<uint8_t>(v));
+    Tensor out = Tensor::empty({rows, cols}, target);
+    const auto* w = static_cast<const uint8_t*>(weight.data);
+    const int dst_bytes = dtype_bits(target) / 8;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* wr = w + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+            const float f = per_tensor ? s[0] : per_channel ? s[static_cast<size_t>(r)]
+                                                            : s[static_cast<size_t>((r / block_n) * bcol + c / block_k)];
+            row[static_cast<size_t>(c)] = lut[wr[c]] * f;
+        }
+        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
+    }
+    return out;
+}
+
+Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target) {
+    PENSTOCK_RETURN_IF_ERROR(check_target(target));
+    constexpr int64_t kGroup = 32;
+    const bool nibbles = packed.dtype == DType::kFP4E2M1;  // shape counts elements
+    if ((packed.dtype != DType::kU8 && !nibbles) || packed.ndim < 1) {
+        return invalid_argument("MXFP4 dequantisation needs a u8 (or fp4) weight_packed, got " +
+                                std::string(dtype_name(packed.dtype)) + " " + packed.shape_string());
+    }
+    const int64_t last = packed.shape[static_cast<size_t>(packed.ndim - 1)];
+    const int64_t cols = nibbles ? last : 2 * last;
+    if (nibbles && cols % 2 != 0) {
+        return invalid_argument("MXFP4 weight_packed " + packed.shape_string() + ": an odd number of fp4 columns");
+    }
+    const int64_t rows = cols == 0 ? 0 : packed.numel() / last;
+    const int64_t groups = (cols + kGroup - 1) / kGroup;
+    bool shape_ok = (scale.dtype == DType::kU8 || scale.dtype == DType::kE8M0) && scale.ndim == packed.ndim &&
+                    scale.shape[static_cast<size_t>(scale.ndim - 1)] == groups;
+    for (int d = 0; shape_ok && d + 1 < packed.ndim; ++d) shape_ok = scale.shape[static_cast<size_t>(d)] == packed.shape[static_cast<size_t>(d)];
+    if (!shape_ok) {
+        std::vector<int64_t> want = packed.shape_vec();
+        want.back() = groups;
+        std::string w = "[";
+        for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
+        return invalid_argument("MXFP4 weight_scale " + std::string(dtype_name(scale.dtype)) + " " +
+                                scale.shape_string() + " does not match weight_packed " + packed.shape_string() +
+                                " (expected u8 or e8m0 " + w + "]: one exponent per 32 columns)");
+    }
+    PENSTOCK_CHECK(packed.is_contiguous() && scale.is_contiguous());
+    std::vector<int64_t> out_shape = packed.shape_vec();
+    out_shape.back() = cols;
+    Tensor out = Tensor::empty(out_shape, target);
+    std::array<float, 16> e2m1{};
+    for (int v = 0; v < 16; ++v) e2m1[static_cast<size_t>(v)] = e2m1_to_float(static_cast<uint8_t>(v));
+    const auto* p = static_cast<const uint8_t*>(packed.data);
+    const auto* sc = static_cast<const uint8_t*>(scale.data);
+    const int dst_bytes = dtype_bits(target) / 8;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* pr = p + r * (cols / 2);
+        const uint8_t* sr = sc + r * groups;
+        for (int64_t gi = 0; gi < groups; ++gi) {
+            if (sr[gi] == 0xff) {
+                return invalid_argument("MXFP4 weight_scale row " + std::to_string(r) + " group " +
+                                        std::to_string(gi) + " is 0xff (e8m0 NaN)");
+            }
+        }
+        for (int64_t c = 0; c < cols; c += 2) {
+            const uint8_t b = pr[c / 2];
+            const float f0 = e8m0_to_float(sr[c / kGroup]), f1 = e8m0_to_float(sr[(c + 1) / kGroup]);
+            row[static_cast<size_t>(c)] = e2m1[b & 0xfu] * f0;
+            if (c + 1 < cols) row[static_cast<size_t>(c + 1)] = e2m1[b >> 4] * f1;
+        }
+        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
+    }
+    return out;
+}
+
 }  // namespace penstock::loader

@@ -1,5 +1,5 @@
-// Host-side weight conversions used by the checkpoint loader: float dtype casts and DeepSeek block-FP8
-// dequantisation. Sources are raw (possibly unaligned, read-only) views into a mapped file; every element is read
+// Host-side weight conversions used by the checkpoint loader: float dtype casts, DeepSeek block-FP8 and
+// compressed-tensors FP8 / MXFP4 dequantisation. Sources are raw (possibly unaligned, read-only) views into a mapped file; every element is read
 // with memcpy. Numeric policy: decode to fp32, compute in fp32, round once to the target (bf16: nearest even).
 #pragma once
 
@@ -23,6 +23,20 @@ bool is_float_source(DType dtype);
 // Edge blocks may be partial. Shape or dtype mismatches -> InvalidArgument describing both shapes.
 [[nodiscard]] Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView& scale_inv,
                                                    int64_t block_n, int64_t block_k, DType target);
+
+// Dequantises a compressed-tensors FP8 weight (`X.weight` e4m3fn + `X.weight_scale`, a multiplier):
+//   scale [] or [1] (per tensor), [n_rows] or [n_rows, 1] (per output channel), or [ceil(n_rows / block_n),
+//   ceil(n_cols / block_k)] (per block); f32, bf16 or f16.  out[r, c] = e4m3(weight[r, c]) * scale(r, c).
+[[nodiscard]] Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView& scale, int64_t block_n,
+                                                   int64_t block_k, DType target);
+
+// Dequantises an MXFP4 weight (compressed-tensors "mxfp4-pack-quantized": `X.weight_packed` + `X.weight_scale`):
+//   packed [..., n_cols / 2] u8 (or [..., n_cols] fp4): element 2i in the low nibble of byte i, 2i + 1 in the high
+//     nibble; each nibble is e2m1 (sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+//   scale  [..., ceil(n_cols / 32)] u8 or e8m0: one power of two 2^(s - 127) per group of 32 consecutive columns
+//   out[..., c] = e2m1(nibble(c)) * 2^(scale[..., c / 32] - 127), exact in f32, then rounded to `target`.
+// A scale of 0xff (e8m0 NaN) or a shape mismatch -> InvalidArgument.
+[[nodiscard]] Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target);
 
 // A contiguous host copy of a view's bytes in its own dtype.
 Tensor copy_raw(const TensorView& src);

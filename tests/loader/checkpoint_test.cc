@@ -138,6 +138,173 @@ TEST(CheckpointTest, Fp8ErrorsAreReported) {
     EXPECT_FALSE(ck->load(all(), {.target = DType::kF16}, 128, 128, nullptr).ok());
 }
 
+// compressed-tensors MXFP4 (Kimi K3's routed experts): `X.weight_packed` u8 [..., cols / 2] (element 2i in the low
+// nibble) + `X.weight_scale` u8 [..., ceil(cols / 32)] (e8m0) -> `X.weight`. The expected values use this test's own
+// e2m1 table and std::ldexp, not the loader's decoder.
+float e2m1_value(uint8_t nibble) {
+    static const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float m = kMag[nibble & 7u];
+    return (nibble & 8u) ? -m : m;
+}
+
+struct Mxfp4Example {
+    Shape shape;  // the dequantised shape [..., cols]
+    std::vector<uint8_t> codes;  // one e2m1 code per element
+    std::vector<uint8_t> packed, scale;
+    Shape packed_shape, scale_shape;
+
+    Mxfp4Example(Shape s, uint32_t seed) : shape(std::move(s)) {
+        std::mt19937 rng(seed);
+        const int64_t cols = shape.back(), groups = (cols + 31) / 32;
+        int64_t rows = 1;
+        for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+        codes.resize(static_cast<size_t>(rows * cols));
+        for (auto& c : codes) c = static_cast<uint8_t>(rng() & 15u);
+        for (int64_t i = 0; i < rows * cols; i += 2) {
+            packed.push_back(static_cast<uint8_t>(codes[static_cast<size_t>(i)] |
+                                                  (codes[static_cast<size_t>(i + 1)] << 4)));
+        }
+        scale.resize(static_cast<size_t>(rows * groups));
+        for (auto& e : scale) e = static_cast<uint8_t>(100 + rng() % 50);  // 2^-27 .. 2^22
+        scale[0] = 0;                                                     // 2^-127: a subnormal f32 product
+        packed_shape = shape;
+        packed_shape.back() = cols / 2;
+        scale_shape = shape;
+        scale_shape.back() = groups;
+    }
+    float want(int64_t flat) const {
+        const int64_t cols = shape.back(), groups = (cols + 31) / 32;
+        const int64_t r = flat / cols, c = flat % cols;
+        return std::ldexp(e2m1_value(codes[static_cast<size_t>(flat)]),
+                          static_cast<int>(scale[static_cast<size_t>(r * groups + c / 32)]) - 127);
+    }
+    NamedViews views(const std::string& base) {
+        return {{base + ".weight_packed", TensorView::contiguous(packed.data(), DType::kU8, packed_shape)},
+                {base + ".weight_scale", TensorView::contiguous(scale.data(), DType::kU8, scale_shape)}};
+    }
+};
+
+TEST(CheckpointTest, DequantisesMxfp4) {
+    // 2-D with a partial last group (70 columns: groups of 32, 32, 6) and stacked 3-D experts [2, 4, 64]
+    Mxfp4Example a({3, 70}, 11), b({2, 4, 64}, 12);
+    TempDir dir;
+    NamedViews v = a.views("layers.0.experts.0.w1");
+    for (auto& x : b.views("layers.0.experts.w13")) v.push_back(x);
+    std::vector<uint16_t> norm = {0x3f80};
+    v.push_back({"layers.0.norm.weight", TensorView::contiguous(norm.data(), DType::kBF16, Shape{1})});
+    ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors", v).ok());
+    for (DType target : {DType::kF32, DType::kBF16}) {
+        for (bool deq_fp8 : {true, false}) {  // MXFP4 is dequantised either way (no native FP4 path)
+            const WeightMap m = load_all(dir.path(), {.target = target, .dequantize_fp8 = deq_fp8});
+            ASSERT_EQ(m.size(), 3u);
+            EXPECT_EQ(m.count("layers.0.experts.0.w1.weight_packed"), 0u);
+            EXPECT_EQ(m.count("layers.0.experts.0.w1.weight_scale"), 0u);
+            for (const Mxfp4Example* ex : {&a, &b}) {
+                const std::string name = ex == &a ? "layers.0.experts.0.w1.weight" : "layers.0.experts.w13.weight";
+                ASSERT_EQ(m.count(name), 1u) << name;
+                const Tensor& w = m.at(name);
+                ASSERT_EQ(w.dtype(), target);
+                ASSERT_EQ(w.view().shape_vec(), ex->shape);
+                int bad = 0;
+                for (int64_t i = 0; i < w.numel(); ++i) {
+                    const float want = target == DType::kF32 ? ex->want(i) : bf16_to_float(float_to_bf16(ex->want(i)));
+                    const float got = target == DType::kF32 ? w.ptr<float>()[i] : bf16_to_float(w.ptr<uint16_t>()[i]);
+                    if (float_bits(got) != float_bits(want) && bad++ < 5) {
+                        ADD_FAILURE() << name << "[" << i << "] got " << got << " want " << want;
+                    }
+                }
+                EXPECT_EQ(bad, 0);
+            }
+        }
+    }
+    // The known values: codes 0x1 (0.5) and 0xF (-6) in byte 0 of row 0 with scale 0 -> 2^-128 and -6 * 2^-127.
+    Mxfp4Example c({1, 32}, 13);
+    c.packed[0] = 0xF1;
+    c.scale[0] = 127;
+    TempDir dir2;
+    ASSERT_TRUE(write_safetensors(dir2.path() / "model.safetensors", c.views("p")).ok());
+    const WeightMap m = load_all(dir2.path(), {});
+    EXPECT_EQ(m.at("p.weight").ptr<float>()[0], 0.5f);
+    EXPECT_EQ(m.at("p.weight").ptr<float>()[1], -6.0f);
+}
+
+TEST(CheckpointTest, Mxfp4ErrorsAreReported) {
+    auto load_err = [](const NamedViews& v) {
+        TempDir dir;
+        EXPECT_TRUE(write_safetensors(dir.path() / "model.safetensors", v).ok());
+        Result<Checkpoint> ck = Checkpoint::open(dir.path());
+        EXPECT_TRUE(ck.ok());
+        Result<WeightMap> m = ck->load(all(), {}, 128, 128, nullptr);
+        EXPECT_FALSE(m.ok());
+        return m.ok() ? Status() : m.status();
+    };
+    Mxfp4Example ex({2, 64}, 21);
+    NamedViews v = ex.views("q");
+    Status st = load_err({v[0]});  // no scale
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(contains(st.message(), "q.weight_scale")) << st.message();
+    ex.scale_shape = {2, 1};  // 64 columns need 2 exponents per row
+    ex.scale.resize(2);
+    st = load_err(ex.views("q"));
+    EXPECT_TRUE(contains(st.message(), "[2, 2]")) << st.message();
+    Mxfp4Example nan({2, 64}, 22);
+    nan.scale[3] = 0xff;
+    st = load_err(nan.views("q"));
+    EXPECT_TRUE(contains(st.message(), "NaN")) << st.message();
+    // NVFP4 (a global scale beside the packed weight) is not MXFP4
+    Mxfp4Example nv({2, 64}, 23);
+    NamedViews vn = nv.views("q");
+    float g = 1.0f;
+    vn.push_back({"q.weight_global_scale", TensorView::contiguous(&g, DType::kF32, Shape{1})});
+    st = load_err(vn);
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+    EXPECT_TRUE(contains(st.message(), "NVFP4")) << st.message();
+}
+
+// compressed-tensors FP8 (Kimi K3's attention / shared experts): `X.weight` e4m3 + `X.weight_scale` (a multiplier)
+// per tensor, per output channel or per block; a `weight_scale` beside a non-FP8 weight is an ordinary tensor.
+TEST(CheckpointTest, DequantisesCompressedTensorsFp8) {
+    const std::vector<uint8_t> w = random_fp8(130, 200, 9);
+    const Shape shape = {130, 200};
+    float per_tensor = 0.125f;
+    std::vector<float> per_channel(130);
+    for (size_t r = 0; r < per_channel.size(); ++r) per_channel[r] = std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    std::vector<float> per_block = {0.5f, 2.0f, 0.25f, 8.0f};
+    std::vector<uint16_t> other = {0x3f80, 0x4000};
+    std::vector<float> other_scale = {3.0f};
+    TempDir dir;
+    ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors",
+                                  {{"t.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                                   {"t.weight_scale", TensorView::contiguous(&per_tensor, DType::kF32, Shape{1})},
+                                   {"c.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                                   {"c.weight_scale", TensorView::contiguous(per_channel.data(), DType::kF32, Shape{130, 1})},
+                                   {"b.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                                   {"b.weight_scale", TensorView::contiguous(per_block.data(), DType::kF32, Shape{2, 2})},
+                                   {"o.weight", TensorView::contiguous(other.data(), DType::kBF16, Shape{2})},
+                                   {"o.weight_scale", TensorView::contiguous(other_scale.data(), DType::kF32, Shape{1})}})
+                    .ok());
+    const WeightMap m = load_all(dir.path(), {});
+    ASSERT_EQ(m.size(), 5u);  // t, c, b weights; o.weight and its (non-FP8) o.weight_scale
+    EXPECT_EQ(m.count("o.weight_scale"), 1u);
+    EXPECT_EQ(m.count("t.weight_scale"), 0u);
+    int bad = 0;
+    for (int64_t r = 0; r < 130; ++r) {
+        for (int64_t c = 0; c < 200; ++c) {
+            const float x = e4m3_to_float(w[static_cast<size_t>(r * 200 + c)]);
+            const float want[3] = {x * per_tensor, x * per_channel[static_cast<size_t>(r)],
+                                   x * per_block[static_cast<size_t>((r / 128) * 2 + c / 128)]};
+            const char* names[3] = {"t.weight", "c.weight", "b.weight"};
+            for (int k = 0; k < 3; ++k) {
+                const float got = m.at(names[k]).ptr<float>()[r * 200 + c];
+                if (float_bits(got) != float_bits(want[k]) && bad++ < 5) {
+                    ADD_FAILURE() << names[k] << "[" << r << ", " << c << "] got " << got << " want " << want[k];
+                }
+            }
+        }
+    }
+    EXPECT_EQ(bad, 0);
+}
+
 // The FP8 fixture is the bf16 fixture quantised per 128x128 block (scale s = the block's multiplier). e4m3 keeps 3
 // mantissa bits, so rounding a normal value moves it by at most half an ulp = 2^-4 of its magnitude, and a value in
 // e4m3's subnormal range (|b/s| < 2^-6, step 2^-9) by at most 2^-10 * s. Hence per element
