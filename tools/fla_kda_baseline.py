@@ -18,7 +18,7 @@ import time
 
 import torch
 
-H, D, C = 96, 128, 64
+H_K3, D, C = 96, 128, 64  # Kimi K3 heads (the default), head dim, chunk
 FLOP_PER_TOKEN_HEAD = 2 * C * (3 * D + 2 * D) + 6 * D * D
 
 
@@ -32,13 +32,15 @@ def main():
     from fla.ops.kda import chunk_kda
     print(f"# fla {fla.__version__} imported in {time.time() - t_import:.1f} s", file=sys.stderr, flush=True)
 
-    tokens = [int(x) for x in sys.argv[1:]] or [4096, 16384, 65536]
+    # arguments: T or T:H (heads default 96), as penstock_bench_kernels' PENSTOCK_KDA_BENCH_SHAPES
+    shapes = [(int(x.split(":")[0]), int(x.split(":")[1]) if ":" in x else H_K3) for x in sys.argv[1:]] or \
+        [(4096, H_K3), (16384, H_K3), (65536, H_K3)]
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     cases = [("bf16", torch.bfloat16, False), ("f32", torch.float32, False), ("bf16_safe_gate", torch.bfloat16, True)]
     for name, dt, safe in cases:
-        for T in tokens:
+        for T, H in shapes:
             rec = {"bench": "kda_delta_rule", "variant": "fla.chunk_kda", "case": name, "tokens": T, "heads": H,
                    "head_dim": D, "chunk": C, "fla": getattr(fla, "__version__", "?"), "torch": torch.__version__,
                    "triton": __import__("triton").__version__, "gpu": torch.cuda.get_device_name()}

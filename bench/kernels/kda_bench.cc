@@ -1,5 +1,6 @@
 // KDA gated delta rule (kernels/ops_kda.h GatedDeltaRuleParams) at Kimi K3 dims: 96 heads, head_dim 128 (k = v),
-// one sequence of T = 4096, 16384, 65536 tokens, fresh (zero) state, chunk 64, scale 128^-0.5, f32 as the op requires.
+// one sequence of T = 4096, 16384, 65536 tokens (other (T, heads) pairs: PENSTOCK_KDA_BENCH_SHAPES below), fresh
+// (zero) state, chunk 64, scale 128^-0.5, f32 as the op requires.
 // Inputs seeded random on the device (random_fill.h): q, k uniform then L2-normalised per head (cuda::l2norm, as the
 // model does), v uniform (unit variance), g = log decay uniform in [-0.5, 0) per channel (the op's convention: log
 // space, <= 0), beta uniform in about [0.015, 0.985). The state is zeroed inside the timed op (a 6 MB memset, a few
@@ -16,10 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/kernels/bench_harness.h"
+#include "core/check.h"
 #include "bench/layer/random_fill.h"
 #include "kernels/cuda/cuda_ops_kda.h"
 
@@ -34,13 +38,35 @@ std::vector<float> read_row(const Tensor& t, int64_t row, const cuda::Stream& st
 
 }  // namespace
 
+// (tokens, heads) pairs: Kimi K3's 96 heads at 4K / 16K / 64K, or PENSTOCK_KDA_BENCH_SHAPES="T:H,T:H,..." (e.g.
+// "8192:64,32768:96" for the PERF.md range T = 8K-32K, H = 64 / 96).
+std::vector<std::pair<int64_t, int64_t>> kda_bench_shapes() {
+    std::vector<std::pair<int64_t, int64_t>> shapes;
+    if (const char* e = std::getenv("PENSTOCK_KDA_BENCH_SHAPES"); e != nullptr && *e != '\0') {
+        std::string spec(e);
+        size_t pos = 0;
+        while (pos < spec.size()) {
+            const size_t end = std::min(spec.find(',', pos), spec.size());
+            const std::string item = spec.substr(pos, end - pos);
+            const size_t colon = item.find(':');
+            const int64_t t = std::stoll(item.substr(0, colon));
+            const int64_t h = colon == std::string::npos ? 96 : std::stoll(item.substr(colon + 1));
+            PENSTOCK_CHECK(t > 0 && h > 0) << "PENSTOCK_KDA_BENCH_SHAPES: bad item '" << item << "'";
+            shapes.emplace_back(t, h);
+            pos = end + 1;
+        }
+    } else {
+        shapes = {{4096, 96}, {16384, 96}, {65536, 96}};
+    }
+    return shapes;
+}
+
 void run_kda_bench(BenchContext& ctx) {
-    constexpr int64_t kHeads = 96, kDim = 128, kChunk = 64;
-    const int64_t kTokens[] = {4096, 16384, 65536};
+    constexpr int64_t kDim = 128, kChunk = 64;
     const double flop_per_token_head =
         2.0 * kChunk * (3.0 * kDim + 2.0 * kDim) + 6.0 * static_cast<double>(kDim) * kDim;
     uint64_t seed = 700;
-    for (const int64_t T : kTokens) {
+    for (const auto& [T, kHeads] : kda_bench_shapes()) {
         const Tensor q = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
         const Tensor k = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
         const Tensor v = Tensor::empty({T, kHeads, kDim}, DType::kF32, ctx.alloc());
