@@ -55,6 +55,33 @@ void encode(const float* in, int64_t n, DType target, void* out) {
     for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(in[i]);
 }
 
+// Every element of a contiguous float view (f32 / bf16 / f16) as f32.
+std::vector<float> decode_all(const TensorView& v) {
+    PENSTOCK_CHECK(v.is_contiguous());
+    std::vector<float> out(static_cast<size_t>(v.numel()));
+    decode(static_cast<const uint8_t*>(v.data), v.dtype, v.numel(), out.data());
+    return out;
+}
+
+// out[r, c] = e4m3(weight[r, c]) * scale_at(r, c) in fp32, rounded once to `target` (weight: contiguous 2-D e4m3).
+template <class ScaleAt>
+Tensor dequantize_e4m3(const TensorView& weight, DType target, ScaleAt&& scale_at) {
+    PENSTOCK_CHECK(weight.is_contiguous());
+    const int64_t rows = weight.shape[0], cols = weight.shape[1];
+    std::array<float, 256> lut{};
+    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(v)] = e4m3_to_float(static_cast<uint8_t>(v));
+    Tensor out = Tensor::empty({rows, cols}, target);
+    const auto* w = static_cast<const uint8_t*>(weight.data);
+    const int dst_bytes = dtype_bits(target) / 8;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* wr = w + r * cols;
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = lut[wr[c]] * scale_at(r, c);
+        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
+    }
+    return out;
+}
+
 Status check_target(DType target) {
     if (target != DType::kF32 && target != DType::kBF16) {
         return invalid_argument("unsupported load target dtype " + std::string(dtype_name(target)) + " (f32 or bf16)");
@@ -117,23 +144,10 @@ Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView&
                                 "] (expected a float tensor [" + std::to_string(srows) + ", " + std::to_string(scols) +
                                 "])");
     }
-    PENSTOCK_CHECK(weight.is_contiguous() && scale_inv.is_contiguous());
-    std::vector<float> scale(static_cast<size_t>(srows * scols));
-    decode(static_cast<const uint8_t*>(scale_inv.data), scale_inv.dtype, srows * scols, scale.data());
-    std::array<float, 256> lut{};
-    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(v)] = e4m3_to_float(static_cast<uint8_t>(v));
-
-    Tensor out = Tensor::empty({rows, cols}, target);
-    const auto* w = static_cast<const uint8_t*>(weight.data);
-    const int dst_bytes = dtype_bits(target) / 8;
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* s = scale.data() + (r / block_n) * scols;
-        const uint8_t* wr = w + r * cols;
-        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = lut[wr[c]] * s[c / block_k];
-        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
-    }
-    return out;
+    const std::vector<float> scale = decode_all(scale_inv);
+    return dequantize_e4m3(weight, target, [&](int64_t r, int64_t c) {
+        return scale[static_cast<size_t>((r / block_n) * scols + c / block_k)];
+    });
 }
 
 
@@ -161,25 +175,11 @@ Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView&
                                 std::to_string(rows) + ", 1] per channel, or [" + std::to_string(brow) + ", " +
                                 std::to_string(bcol) + "] per block)");
     }
-    PENSTOCK_CHECK(weight.is_contiguous() && scale.is_contiguous());
-    std::vector<float> s(static_cast<size_t>(n));
-    decode(static_cast<const uint8_t*>(scale.data), scale.dtype, n, s.data());
-    std::array<float, 256> lut{};
-    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(v)] = e4m3_to_float(static_cast<uint8_t>(v));
-    Tensor out = Tensor::empty({rows, cols}, target);
-    const auto* w = static_cast<const uint8_t*>(weight.data);
-    const int dst_bytes = dtype_bits(target) / 8;
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* wr = w + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-            const float f = per_tensor ? s[0] : per_channel ? s[static_cast<size_t>(r)]
-                                                            : s[static_cast<size_t>((r / block_n) * bcol + c / block_k)];
-            row[static_cast<size_t>(c)] = lut[wr[c]] * f;
-        }
-        encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
-    }
-    return out;
+    const std::vector<float> s = decode_all(scale);
+    return dequantize_e4m3(weight, target, [&](int64_t r, int64_t c) {
+        return per_tensor ? s[0] : per_channel ? s[static_cast<size_t>(r)]
+                                               : s[static_cast<size_t>((r / block_n) * bcol + c / block_k)];
+    });
 }
 
 Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target) {
