@@ -375,15 +375,17 @@ TEST_F(KdaOpTest, DeltaRuleChunkMatchesReference) {
     }
 }
 
-// The tensor-core chunk kernel (precision kTensorCore): the shapes above (chunk 16 falls back to the fp32 kernel),
-// plus k/v dims that are not multiples of 8, a 1000-token sequence (16 chunks of state carried in registers), many
-// short sequences, and fast decays (f up to 8: every diagonal block exceeds the factored form's span bound and is
-// computed exactly; the lower-bound gate, g >= -5, never does).
+// The tensor-core chunk kernels (precision kTensorCore, kTensorCoreSplit): the shapes above (chunk 16 falls back to
+// the fp32 kernel), plus k/v dims that are not multiples of 8 (and 30 / 50: not even of 4), a 1000-token sequence (16
+// chunks of state carried across), many short sequences, and fast decays (f up to 8: every diagonal block exceeds the
+// factored form's span bound and is computed exactly; the lower-bound gate, g >= -5, never does).
 std::vector<DeltaCase> tensor_core_delta_cases() {
     std::vector<DeltaCase> cases = delta_cases(true);
     cases.push_back({{1000}, 2, 128, 128, 64, KdaGateForm::kLowerBound, true});
     cases.push_back({{1, 2, 3, 64, 127, 17, 0, 300}, 3, 100, 72, 64, KdaGateForm::kSoftplus, true});
     cases.push_back({{77}, 5, 64, 128, 64, KdaGateForm::kLowerBound, true});
+    // dims that are not multiples of 4: rows not 16-byte aligned, so the kernels stage with plain loads (kVec false)
+    cases.push_back({{90, 3}, 2, 30, 50, 64, KdaGateForm::kLowerBound, true});
     cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kSoftplus, true, {}, 8.0f});
     cases.push_back({{150}, 3, 128, 128, 64, KdaGateForm::kLowerBound, true, {}, 8.0f});
     return cases;
