@@ -18,6 +18,14 @@
 //   L = beta (K K^T) strictly lower, A = (scale Q) K^T lower with the diagonal; T_bb = (I + L_bb)^-1 per block;
 //   [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution (warp-local columns);
 //   V' = U - W S;  O = (Q e^G) S + A V';  S = e^{G_63} S + (K e^{G_63 - G})^T V'.
+// Operands that several warps read (-L, T_bb, Ksc / Qsc / F, the right-hand sides and X blocks of the solve, W, Q e^G,
+// Kd) are rounded to tf32 once, when written to shared memory, so that the products load them unconverted.
+//
+// Two forms share the per-chunk code up to [W | U] (prepare_chunk):
+//   kTensorCore (delta_rule_chunk_tc_kernel): the state products follow in the same CTA, chunk after chunk;
+//   kTensorCoreSplit (delta_rule_chunk_split): a persistent 32-warp kernel runs prepare_chunk for every (chunk, head)
+//     and stores bf16 records; delta_rule_state_kernel then runs only the state products per (sequence, head) on bf16
+//     tensor cores (m16n8k16, ldmatrix), the next chunk's record double-buffered.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
