@@ -228,11 +228,13 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
                                         std::to_string(gi) + " is 0xff (e8m0 NaN)");
             }
         }
-        for (int64_t c = 0; c < cols; c += 2) {
-            const uint8_t b = pr[c / 2];
-            const float f0 = e8m0_to_float(sr[c / kGroup]), f1 = e8m0_to_float(sr[(c + 1) / kGroup]);
-            row[static_cast<size_t>(c)] = e2m1[b & 0xfu] * f0;
-            if (c + 1 < cols) row[static_cast<size_t>(c + 1)] = e2m1[b >> 4] * f1;
+        for (int64_t gi = 0; gi < groups; ++gi) {  // a group is 32 columns (16 bytes); cols is even
+            const float f = e8m0_to_float(sr[gi]);
+            for (int64_t c = kGroup * gi; c < std::min(cols, kGroup * (gi + 1)); c += 2) {
+                const uint8_t b = pr[c / 2];
+                row[static_cast<size_t>(c)] = e2m1[b & 0xfu] * f;
+                row[static_cast<size_t>(c + 1)] = e2m1[b >> 4] * f;
+            }
         }
         encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
     }
