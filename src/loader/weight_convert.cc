@@ -186,7 +186,8 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
     PENSTOCK_RETURN_IF_ERROR(check_target(target));
     constexpr int64_t kGroup = 32;
     const bool nibbles = packed.dtype == DType::kFP4E2M1;  // shape counts elements
-    if ((packed.dtype != DType::kU8 && !nibbles) || packed.ndim < 1) {
+    const auto byte_dtype = [](DType d) { return d == DType::kU8 || d == DType::kI8; };  // I8: the same bits
+    if ((!byte_dtype(packed.dtype) && !nibbles) || packed.ndim < 1) {
         return invalid_argument("MXFP4 dequantisation needs a u8 (or fp4) weight_packed, got " +
                                 std::string(dtype_name(packed.dtype)) + " " + packed.shape_string());
     }
@@ -197,7 +198,7 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
     }
     const int64_t rows = cols == 0 ? 0 : packed.numel() / last;
     const int64_t groups = (cols + kGroup - 1) / kGroup;
-    bool shape_ok = (scale.dtype == DType::kU8 || scale.dtype == DType::kE8M0) && scale.ndim == packed.ndim &&
+    bool shape_ok = (byte_dtype(scale.dtype) || scale.dtype == DType::kE8M0) && scale.ndim == packed.ndim &&
                     scale.shape[static_cast<size_t>(scale.ndim - 1)] == groups;
     for (int d = 0; shape_ok && d + 1 < packed.ndim; ++d) shape_ok = scale.shape[static_cast<size_t>(d)] == packed.shape[static_cast<size_t>(d)];
     if (!shape_ok) {

@@ -31,9 +31,9 @@ bool is_float_source(DType dtype);
                                                    int64_t block_k, DType target);
 
 // Dequantises an MXFP4 weight (compressed-tensors "mxfp4-pack-quantized": `X.weight_packed` + `X.weight_scale`):
-//   packed [..., n_cols / 2] u8 (or [..., n_cols] fp4): element 2i in the low nibble of byte i, 2i + 1 in the high
-//     nibble; each nibble is e2m1 (sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6)
-//   scale  [..., ceil(n_cols / 32)] u8 or e8m0: one power of two 2^(s - 127) per group of 32 consecutive columns
+//   packed [..., n_cols / 2] u8 or i8 (or [..., n_cols] fp4): element 2i in the low nibble of byte i, 2i + 1 in the
+//     high nibble; each nibble is e2m1 (sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+//   scale  [..., ceil(n_cols / 32)] u8, i8 or e8m0: one power of two 2^(s - 127) per group of 32 consecutive columns
 //   out[..., c] = e2m1(nibble(c)) * 2^(scale[..., c / 32] - 127), exact in f32, then rounded to `target`.
 // A scale of 0xff (e8m0 NaN) or a shape mismatch -> InvalidArgument.
 [[nodiscard]] Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target);

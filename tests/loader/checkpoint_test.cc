@@ -226,6 +226,15 @@ TEST(CheckpointTest, DequantisesMxfp4) {
     const WeightMap m = load_all(dir2.path(), {});
     EXPECT_EQ(m.at("p.weight").ptr<float>()[0], 0.5f);
     EXPECT_EQ(m.at("p.weight").ptr<float>()[1], -6.0f);
+    // the same bytes stored as i8 (packed) and e8m0 (scale) decode the same way
+    NamedViews v2 = c.views("p");
+    v2[0].second.dtype = DType::kI8;
+    v2[1].second.dtype = DType::kE8M0;
+    TempDir dir3;
+    ASSERT_TRUE(write_safetensors(dir3.path() / "model.safetensors", v2).ok());
+    const WeightMap m3 = load_all(dir3.path(), {});
+    ASSERT_EQ(m3.count("p.weight"), 1u);
+    EXPECT_EQ(std::memcmp(m3.at("p.weight").ptr<float>(), m.at("p.weight").ptr<float>(), 32 * sizeof(float)), 0);
 }
 
 TEST(CheckpointTest, Mxfp4ErrorsAreReported) {
