@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "bench/kernels/bench_harness.h"
-#include "core/check.h"
 #include "bench/layer/random_fill.h"
+#include "core/check.h"
 #include "kernels/cuda/cuda_ops_kda.h"
 
 namespace penstock::bench {
@@ -176,8 +176,9 @@ void run_kda_bench(BenchContext& ctx) {
             record["flop_model"] = "T*H*(2C(3K+2V)+6KV), C=64";
             record["tflops_chunk_model"] = flops / (t.median_us * 1e-6) / 1e12;
             if (variant != 1) {
-                record["max_abs_diff_vs_recurrent_16rows"] =
-                    variant == 0 ? max_diff : variant == 2 ? max_diff_tc : max_diff_sp;
+                record["max_abs_diff_vs_recurrent_16rows"] = variant == 0   ? max_diff
+                                                             : variant == 2 ? max_diff_tc
+                                                                            : max_diff_sp;
                 record["max_abs_ref_16rows"] = max_ref;
             }
             ctx.report(record, t, bytes);

@@ -79,10 +79,10 @@ private:
 
 // How a job's tensor is decoded.
 enum class Decode : uint8_t {
-    kPlain,        // float cast or raw copy
-    kFp8Blocks,    // DeepSeek FP8: weight_scale_inv per block
-    kFp8Scaled,    // compressed-tensors FP8: weight_scale per tensor / channel / block
-    kMxfp4,        // compressed-tensors MXFP4: weight_packed + weight_scale (e8m0 per 32 columns)
+    kPlain,      // float cast or raw copy
+    kFp8Blocks,  // DeepSeek FP8: weight_scale_inv per block
+    kFp8Scaled,  // compressed-tensors FP8: weight_scale per tensor / channel / block
+    kMxfp4,      // compressed-tensors MXFP4: weight_packed + weight_scale (e8m0 per 32 columns)
 };
 
 // One tensor to produce: its bytes and, when dequantising, its scale's. `name` is the returned name (X.weight for
@@ -100,11 +100,10 @@ Result<Tensor> run_job(const Job& job, const LoadOptions& options, int64_t block
     const TensorView v = job.file->view(*job.info);
     if (job.scale != nullptr) {
         const TensorView sv = job.scale_file->view(*job.scale);
-        Result<Tensor> t = job.decode == Decode::kMxfp4       ? dequantize_mxfp4(v, sv, options.target)
-                           : job.decode == Decode::kFp8Scaled ? dequantize_fp8_scaled(v, sv, block_n, block_k,
-                                                                                      options.target)
-                                                              : dequantize_fp8_blocks(v, sv, block_n, block_k,
-                                                                                      options.target);
+        Result<Tensor> t = job.decode == Decode::kMxfp4 ? dequantize_mxfp4(v, sv, options.target)
+                           : job.decode == Decode::kFp8Scaled
+                               ? dequantize_fp8_scaled(v, sv, block_n, block_k, options.target)
+                               : dequantize_fp8_blocks(v, sv, block_n, block_k, options.target);
         if (!t.ok()) return t.status().with_context(job.file->path().string() + ": tensor '" + job.info->name + "'");
         return t;
     }
@@ -255,10 +254,10 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         } else if (job.info->dtype == DType::kF8E4M3) {
             const std::string scale = name + std::string(kScaleSuffix);
             const bool has_scale = index.count(scale) != 0;
-            const std::string ct_scale = name.ends_with(".weight")
-                                             ? name.substr(0, name.size() - std::string_view(".weight").size()) +
-                                                   std::string(kCtScale)
-                                             : std::string();
+            const std::string ct_scale =
+                name.ends_with(".weight")
+                    ? name.substr(0, name.size() - std::string_view(".weight").size()) + std::string(kCtScale)
+                    : std::string();
             if (!has_scale && !ct_scale.empty() && index.count(ct_scale) != 0) {
                 // compressed-tensors FP8: always dequantised (the native FP8 kernels take DeepSeek's block layout)
                 PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(ct_scale));

@@ -150,7 +150,6 @@ Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView&
     });
 }
 
-
 Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView& scale, int64_t block_n,
                                      int64_t block_k, DType target) {
     PENSTOCK_RETURN_IF_ERROR(check_target(target));
@@ -166,8 +165,8 @@ Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView&
     const bool per_tensor = n == 1 && scale.ndim <= 2;
     const bool per_channel = !per_tensor && ((scale.ndim == 1 && scale.shape[0] == rows) ||
                                              (scale.ndim == 2 && scale.shape[0] == rows && scale.shape[1] == 1));
-    const bool per_block = !per_tensor && !per_channel && scale.ndim == 2 && scale.shape[0] == brow &&
-                           scale.shape[1] == bcol;
+    const bool per_block =
+        !per_tensor && !per_channel && scale.ndim == 2 && scale.shape[0] == brow && scale.shape[1] == bcol;
     if (!is_float_source(scale.dtype) || !(per_tensor || per_channel || per_block)) {
         return invalid_argument("weight_scale " + std::string(dtype_name(scale.dtype)) + " " + scale.shape_string() +
                                 " does not match weight " + weight.shape_string() +
@@ -177,15 +176,16 @@ Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView&
     }
     const std::vector<float> s = decode_all(scale);
     return dequantize_e4m3(weight, target, [&](int64_t r, int64_t c) {
-        return per_tensor ? s[0] : per_channel ? s[static_cast<size_t>(r)]
-                                               : s[static_cast<size_t>((r / block_n) * bcol + c / block_k)];
+        return per_tensor    ? s[0]
+               : per_channel ? s[static_cast<size_t>(r)]
+                             : s[static_cast<size_t>((r / block_n) * bcol + c / block_k)];
     });
 }
 
 Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target) {
     PENSTOCK_RETURN_IF_ERROR(check_target(target));
     constexpr int64_t kGroup = 32;
-    const bool nibbles = packed.dtype == DType::kFP4E2M1;  // shape counts elements
+    const bool nibbles = packed.dtype == DType::kFP4E2M1;                                // shape counts elements
     const auto byte_dtype = [](DType d) { return d == DType::kU8 || d == DType::kI8; };  // I8: the same bits
     if ((!byte_dtype(packed.dtype) && !nibbles) || packed.ndim < 1) {
         return invalid_argument("MXFP4 dequantisation needs a u8 (or fp4) weight_packed, got " +
@@ -200,7 +200,8 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
     const int64_t groups = (cols + kGroup - 1) / kGroup;
     bool shape_ok = (byte_dtype(scale.dtype) || scale.dtype == DType::kE8M0) && scale.ndim == packed.ndim &&
                     scale.shape[static_cast<size_t>(scale.ndim - 1)] == groups;
-    for (int d = 0; shape_ok && d + 1 < packed.ndim; ++d) shape_ok = scale.shape[static_cast<size_t>(d)] == packed.shape[static_cast<size_t>(d)];
+    for (int d = 0; shape_ok && d + 1 < packed.ndim; ++d)
+        shape_ok = scale.shape[static_cast<size_t>(d)] == packed.shape[static_cast<size_t>(d)];
     if (!shape_ok) {
         std::vector<int64_t> want = packed.shape_vec();
         want.back() = groups;
@@ -225,8 +226,8 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
         const uint8_t* sr = sc + r * groups;
         for (int64_t gi = 0; gi < groups; ++gi) {
             if (sr[gi] == 0xff) {
-                return invalid_argument("MXFP4 weight_scale row " + std::to_string(r) + " group " +
-                                        std::to_string(gi) + " is 0xff (e8m0 NaN)");
+                return invalid_argument("MXFP4 weight_scale row " + std::to_string(r) + " group " + std::to_string(gi) +
+                                        " is 0xff (e8m0 NaN)");
             }
         }
         for (int64_t gi = 0; gi < groups; ++gi) {  // a group is 32 columns (16 bytes); cols is even

@@ -1,6 +1,7 @@
 // Host-side weight conversions used by the checkpoint loader: float dtype casts, DeepSeek block-FP8 and
-// compressed-tensors FP8 / MXFP4 dequantisation. Sources are raw (possibly unaligned, read-only) views into a mapped file; every element is read
-// with memcpy. Numeric policy: decode to fp32, compute in fp32, round once to the target (bf16: nearest even).
+// compressed-tensors FP8 / MXFP4 dequantisation. Sources are raw (possibly unaligned, read-only) views into a mapped
+// file; every element is read with memcpy. Numeric policy: decode to fp32, compute in fp32, round once to the target
+// (bf16: nearest even).
 #pragma once
 
 #include <cstdint>

@@ -148,7 +148,7 @@ float e2m1_value(uint8_t nibble) {
 }
 
 struct Mxfp4Example {
-    Shape shape;  // the dequantised shape [..., cols]
+    Shape shape;                 // the dequantised shape [..., cols]
     std::vector<uint8_t> codes;  // one e2m1 code per element
     std::vector<uint8_t> packed, scale;
     Shape packed_shape, scale_shape;
@@ -161,12 +161,12 @@ struct Mxfp4Example {
         codes.resize(static_cast<size_t>(rows * cols));
         for (auto& c : codes) c = static_cast<uint8_t>(rng() & 15u);
         for (int64_t i = 0; i < rows * cols; i += 2) {
-            packed.push_back(static_cast<uint8_t>(codes[static_cast<size_t>(i)] |
-                                                  (codes[static_cast<size_t>(i + 1)] << 4)));
+            packed.push_back(
+                static_cast<uint8_t>(codes[static_cast<size_t>(i)] | (codes[static_cast<size_t>(i + 1)] << 4)));
         }
         scale.resize(static_cast<size_t>(rows * groups));
         for (auto& e : scale) e = static_cast<uint8_t>(100 + rng() % 50);  // 2^-27 .. 2^22
-        scale[0] = 0;                                                     // 2^-127: a subnormal f32 product
+        scale[0] = 0;                                                      // 2^-127: a subnormal f32 product
         packed_shape = shape;
         packed_shape.back() = cols / 2;
         scale_shape = shape;
@@ -282,16 +282,17 @@ TEST(CheckpointTest, DequantisesCompressedTensorsFp8) {
     std::vector<uint16_t> other = {0x3f80, 0x4000};
     std::vector<float> other_scale = {3.0f};
     TempDir dir;
-    ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors",
-                                  {{"t.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
-                                   {"t.weight_scale", TensorView::contiguous(&per_tensor, DType::kF32, Shape{1})},
-                                   {"c.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
-                                   {"c.weight_scale", TensorView::contiguous(per_channel.data(), DType::kF32, Shape{130, 1})},
-                                   {"b.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
-                                   {"b.weight_scale", TensorView::contiguous(per_block.data(), DType::kF32, Shape{2, 2})},
-                                   {"o.weight", TensorView::contiguous(other.data(), DType::kBF16, Shape{2})},
-                                   {"o.weight_scale", TensorView::contiguous(other_scale.data(), DType::kF32, Shape{1})}})
-                    .ok());
+    ASSERT_TRUE(
+        write_safetensors(dir.path() / "model.safetensors",
+                          {{"t.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                           {"t.weight_scale", TensorView::contiguous(&per_tensor, DType::kF32, Shape{1})},
+                           {"c.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                           {"c.weight_scale", TensorView::contiguous(per_channel.data(), DType::kF32, Shape{130, 1})},
+                           {"b.weight", TensorView::contiguous(const_cast<uint8_t*>(w.data()), DType::kF8E4M3, shape)},
+                           {"b.weight_scale", TensorView::contiguous(per_block.data(), DType::kF32, Shape{2, 2})},
+                           {"o.weight", TensorView::contiguous(other.data(), DType::kBF16, Shape{2})},
+                           {"o.weight_scale", TensorView::contiguous(other_scale.data(), DType::kF32, Shape{1})}})
+            .ok());
     const WeightMap m = load_all(dir.path(), {});
     ASSERT_EQ(m.size(), 5u);  // t, c, b weights; o.weight and its (non-FP8) o.weight_scale
     EXPECT_EQ(m.count("o.weight_scale"), 1u);

@@ -10,18 +10,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/reference.h"
 #include "loader/checkpoint.h"
+#include "loader/model_config.h"
 #include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
-#include "loader/model_config.h"
 #include "runtime/model_runner.h"
 
 namespace penstock {
@@ -183,8 +183,9 @@ TEST(KimiLinear, K3MixedQuantizedCheckpointLoads) {
         const TensorView v = (*file)->view(info);
         const bool linear = v.ndim == 2 && v.dtype == DType::kBF16 && info.name.ends_with(".weight");
         const bool routed = linear && info.name.find(".experts.") != std::string::npos;
-        const bool fp8 = linear && !routed && (info.name.find(".self_attn.") != std::string::npos ||
-                                              info.name.find(".shared_experts.") != std::string::npos);
+        const bool fp8 = linear && !routed &&
+                         (info.name.find(".self_attn.") != std::string::npos ||
+                          info.name.find(".shared_experts.") != std::string::npos);
         if (!routed && !fp8) {
             qv.push_back({info.name, v});
             pv.push_back({info.name, v});
@@ -222,15 +223,18 @@ TEST(KimiLinear, K3MixedQuantizedCheckpointLoads) {
                     }
                 }
             }
-            qv.push_back({base + ".weight_packed", TensorView::contiguous(packed.data(), DType::kU8, Shape{rows, cols / 2})});
-            qv.push_back({base + ".weight_scale", TensorView::contiguous(scale.data(), DType::kU8, Shape{rows, groups})});
+            qv.push_back(
+                {base + ".weight_packed", TensorView::contiguous(packed.data(), DType::kU8, Shape{rows, cols / 2})});
+            qv.push_back(
+                {base + ".weight_scale", TensorView::contiguous(scale.data(), DType::kU8, Shape{rows, groups})});
         } else {
             ++n_fp8;
             std::vector<uint8_t>& q = bytes.emplace_back(static_cast<size_t>(rows * cols));
             std::vector<float>& sc = floats.emplace_back(static_cast<size_t>(rows));
             for (int64_t r = 0; r < rows; ++r) {
                 float amax = 0.0f;
-                for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+                for (int64_t c = 0; c < cols; ++c)
+                    amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
                 const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
                 sc[static_cast<size_t>(r)] = s;
                 for (int64_t c = 0; c < cols; ++c) {
@@ -272,7 +276,8 @@ TEST(KimiLinear, K3MixedQuantizedCheckpointLoads) {
     // the quantised weights were really used: 4-bit experts move this random tiny model's logits away from the
     // bf16 reference (by up to ~3 here; no accuracy claim is made for random weights)
     double moved = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) moved = std::max(moved, testing::compare_logits(got[i], ref[i].logits, 0.0).max_abs_diff);
+    for (size_t i = 0; i < got.size(); ++i)
+        moved = std::max(moved, testing::compare_logits(got[i], ref[i].logits, 0.0).max_abs_diff);
     EXPECT_GT(moved, 1e-3);
     rq.reset();
     rp.reset();
