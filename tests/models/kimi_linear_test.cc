@@ -7,6 +7,7 @@
 #include "models/kimi_linear.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -170,6 +171,13 @@ TEST(KimiLinear, K3MixedQuantizedCheckpointLoads) {
     auto file = loader::SafetensorsFile::open(src / "model.safetensors");
     ASSERT_TRUE(file.ok()) << file.status().to_string();
     const fs::path root = fs::temp_directory_path() / ("penstock_k3_quant_" + std::to_string(::getpid()));
+    struct RemoveOnExit {
+        fs::path p;
+        ~RemoveOnExit() {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+        }
+    } cleanup{root};
     const fs::path quant = root / "quant", plain = root / "plain";
     fs::create_directories(quant);
     fs::create_directories(plain);
@@ -279,9 +287,6 @@ TEST(KimiLinear, K3MixedQuantizedCheckpointLoads) {
     for (size_t i = 0; i < got.size(); ++i)
         moved = std::max(moved, testing::compare_logits(got[i], ref[i].logits, 0.0).max_abs_diff);
     EXPECT_GT(moved, 1e-3);
-    rq.reset();
-    rp.reset();
-    fs::remove_all(root);
 }
 
 // Chunked and unchunked runs of the same model agree with each other far more tightly than with the reference.
