@@ -313,6 +313,11 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         result.emplace(jobs[i].name, std::move(out[i]));
     }
     st->n_tensors += static_cast<int64_t>(result.size());
+    for (const Job& job : jobs) {
+        st->n_fp8_block += job.decode == Decode::kFp8Blocks ? 1 : 0;
+        st->n_fp8_scaled += job.decode == Decode::kFp8Scaled ? 1 : 0;
+        st->n_mxfp4 += job.decode == Decode::kMxfp4 ? 1 : 0;
+    }
     return result;
 }
 

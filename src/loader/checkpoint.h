@@ -23,6 +23,10 @@ struct LoadStats {
     std::vector<std::string> files_opened;  // shard file names as in the index (relative to the model dir)
     uint64_t bytes_read = 0;                // tensor bytes read (incl. FP8 scales) + every opened file's header
     int64_t n_tensors = 0;                  // tensors returned
+    // of which dequantised on load, by format
+    int64_t n_fp8_block = 0;   // DeepSeek block FP8 (`weight_scale_inv`)
+    int64_t n_fp8_scaled = 0;  // compressed-tensors FP8 (`weight_scale`)
+    int64_t n_mxfp4 = 0;       // compressed-tensors MXFP4 (`weight_packed` + `weight_scale`)
 };
 
 struct LayerRange {

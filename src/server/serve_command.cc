@@ -216,6 +216,15 @@ Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs&
     if (backend != nullptr) options.placement = backend->context(nullptr);
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                               models::load_model(setup.config, ckpt, range, options, &stats));
+    if (stats.n_fp8_block + stats.n_fp8_scaled + stats.n_mxfp4 > 0) {
+        std::fprintf(stderr,
+                     "penstock serve: note: layers [%lld, %lld): %lld of %lld weight tensors dequantised on load "
+                     "(block FP8 %lld, compressed-tensors FP8 %lld, MXFP4 %lld)\n",
+                     static_cast<long long>(range.begin), static_cast<long long>(range.end),
+                     static_cast<long long>(stats.n_fp8_block + stats.n_fp8_scaled + stats.n_mxfp4),
+                     static_cast<long long>(stats.n_tensors), static_cast<long long>(stats.n_fp8_block),
+                     static_cast<long long>(stats.n_fp8_scaled), static_cast<long long>(stats.n_mxfp4));
+    }
     return std::make_unique<runtime::ModelRunner>(
         std::move(model),
         runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads, .backend = backend, .cp = cp});

@@ -72,6 +72,7 @@ TEST(CheckpointTest, DequantisesFp8WithPartialEdgeBlocks) {
         LoadStats stats;
         const WeightMap m = load_all(dir.path(), {.target = target}, &stats);
         ASSERT_EQ(m.size(), 2u);  // the scale is consumed, not returned
+        EXPECT_EQ(stats.n_fp8_block, 1);
         EXPECT_EQ(m.count("layer.proj.weight_scale_inv"), 0u);
         EXPECT_EQ(stats.n_tensors, 2);
         EXPECT_EQ(stats.files_opened, std::vector<std::string>{"model.safetensors"});
@@ -195,8 +196,11 @@ TEST(CheckpointTest, DequantisesMxfp4) {
     ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors", v).ok());
     for (DType target : {DType::kF32, DType::kBF16}) {
         for (bool deq_fp8 : {true, false}) {  // MXFP4 is dequantised either way (no native FP4 path)
-            const WeightMap m = load_all(dir.path(), {.target = target, .dequantize_fp8 = deq_fp8});
+            LoadStats stats;
+            const WeightMap m = load_all(dir.path(), {.target = target, .dequantize_fp8 = deq_fp8}, &stats);
             ASSERT_EQ(m.size(), 3u);
+            EXPECT_EQ(stats.n_mxfp4, 2);
+            EXPECT_EQ(stats.n_fp8_block + stats.n_fp8_scaled, 0);
             EXPECT_EQ(m.count("layers.0.experts.0.w1.weight_packed"), 0u);
             EXPECT_EQ(m.count("layers.0.experts.0.w1.weight_scale"), 0u);
             for (const Mxfp4Example* ex : {&a, &b}) {
@@ -293,8 +297,11 @@ TEST(CheckpointTest, DequantisesCompressedTensorsFp8) {
                            {"o.weight", TensorView::contiguous(other.data(), DType::kBF16, Shape{2})},
                            {"o.weight_scale", TensorView::contiguous(other_scale.data(), DType::kF32, Shape{1})}})
             .ok());
-    const WeightMap m = load_all(dir.path(), {});
+    LoadStats stats;
+    const WeightMap m = load_all(dir.path(), {}, &stats);
     ASSERT_EQ(m.size(), 5u);  // t, c, b weights; o.weight and its (non-FP8) o.weight_scale
+    EXPECT_EQ(stats.n_fp8_scaled, 3);
+    EXPECT_EQ(stats.n_fp8_block + stats.n_mxfp4, 0);
     EXPECT_EQ(m.count("o.weight_scale"), 1u);
     EXPECT_EQ(m.count("t.weight_scale"), 0u);
     int bad = 0;
