@@ -230,6 +230,15 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         PENSTOCK_ASSIGN_OR_RETURN(const bool consumed, ct_scale_owner(name));
         if (!consumed) selected.insert(name);
     }
+    // Pairs a job with the scale tensor it is dequantised with.
+    auto attach_scale = [&](Job& job, const std::string& scale, Decode decode) -> Status {
+        PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
+        job.scale_file = sloc.first;
+        job.scale = sloc.second;
+        job.decode = decode;
+        st->bytes_read += job.scale->nbytes();
+        return ok_status();
+    };
     for (const std::string& name : selected) {
         PENSTOCK_ASSIGN_OR_RETURN(auto loc, locate(name));
         Job job{.name = name, .file = loc.first, .info = loc.second};
@@ -245,12 +254,8 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
                 return invalid_argument(loc.first->path().string() + ": packed FP4 tensor '" + name + "' has no '" +
                                         scale + "'");
             }
-            PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
             job.name = std::string(base) + ".weight";
-            job.scale_file = sloc.first;
-            job.scale = sloc.second;
-            job.decode = Decode::kMxfp4;
-            st->bytes_read += job.scale->nbytes();
+            PENSTOCK_RETURN_IF_ERROR(attach_scale(job, scale, Decode::kMxfp4));
         } else if (job.info->dtype == DType::kF8E4M3) {
             const std::string scale = name + std::string(kScaleSuffix);
             const bool has_scale = index.count(scale) != 0;
@@ -260,22 +265,14 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
                     : std::string();
             if (!has_scale && !ct_scale.empty() && index.count(ct_scale) != 0) {
                 // compressed-tensors FP8: always dequantised (the native FP8 kernels take DeepSeek's block layout)
-                PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(ct_scale));
-                job.scale_file = sloc.first;
-                job.scale = sloc.second;
-                job.decode = Decode::kFp8Scaled;
-                st->bytes_read += job.scale->nbytes();
+                PENSTOCK_RETURN_IF_ERROR(attach_scale(job, ct_scale, Decode::kFp8Scaled));
             } else if (options.dequantize_fp8) {
                 if (!has_scale) {
                     return invalid_argument(loc.first->path().string() + ": FP8 tensor '" + name + "' has no '" +
                                             scale + "' or '" + (ct_scale.empty() ? "X.weight_scale" : ct_scale) +
                                             "' (only scaled FP8 can be dequantised)");
                 }
-                PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
-                job.scale_file = sloc.first;
-                job.scale = sloc.second;
-                job.decode = Decode::kFp8Blocks;
-                st->bytes_read += job.scale->nbytes();
+                PENSTOCK_RETURN_IF_ERROR(attach_scale(job, scale, Decode::kFp8Blocks));
             } else if (has_scale && !selected.count(scale)) {
                 PENSTOCK_ASSIGN_OR_RETURN(auto sloc, locate(scale));
                 jobs.push_back(Job{.name = scale, .file = sloc.first, .info = sloc.second});

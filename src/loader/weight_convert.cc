@@ -89,6 +89,16 @@ Status check_target(DType target) {
     return ok_status();
 }
 
+// The target dtype and a 2-D e4m3 weight, shared by both FP8 dequantisations.
+Status check_fp8_weight(const TensorView& weight, DType target) {
+    PENSTOCK_RETURN_IF_ERROR(check_target(target));
+    if (weight.dtype != DType::kF8E4M3 || weight.ndim != 2) {
+        return invalid_argument("FP8 dequantisation needs a 2-D f8_e4m3 weight, got " +
+                                std::string(dtype_name(weight.dtype)) + " " + weight.shape_string());
+    }
+    return ok_status();
+}
+
 }  // namespace
 
 bool is_float_source(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
@@ -125,11 +135,7 @@ Result<Tensor> convert_float(const TensorView& src, DType target) {
 
 Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView& scale_inv, int64_t block_n,
                                      int64_t block_k, DType target) {
-    PENSTOCK_RETURN_IF_ERROR(check_target(target));
-    if (weight.dtype != DType::kF8E4M3 || weight.ndim != 2) {
-        return invalid_argument("FP8 block dequantisation needs a 2-D f8_e4m3 weight, got " +
-                                std::string(dtype_name(weight.dtype)) + " " + weight.shape_string());
-    }
+    PENSTOCK_RETURN_IF_ERROR(check_fp8_weight(weight, target));
     if (block_n <= 0 || block_k <= 0) {
         return invalid_argument("FP8 block sizes must be positive, got [" + std::to_string(block_n) + ", " +
                                 std::to_string(block_k) + "]");
@@ -152,11 +158,7 @@ Result<Tensor> dequantize_fp8_blocks(const TensorView& weight, const TensorView&
 
 Result<Tensor> dequantize_fp8_scaled(const TensorView& weight, const TensorView& scale, int64_t block_n,
                                      int64_t block_k, DType target) {
-    PENSTOCK_RETURN_IF_ERROR(check_target(target));
-    if (weight.dtype != DType::kF8E4M3 || weight.ndim != 2) {
-        return invalid_argument("FP8 dequantisation needs a 2-D f8_e4m3 weight, got " +
-                                std::string(dtype_name(weight.dtype)) + " " + weight.shape_string());
-    }
+    PENSTOCK_RETURN_IF_ERROR(check_fp8_weight(weight, target));
     const int64_t rows = weight.shape[0], cols = weight.shape[1];
     const int64_t n = scale.numel();
     const int64_t brow = block_n > 0 ? (rows + block_n - 1) / block_n : -1;
