@@ -143,6 +143,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                    // The warpgroup's four warps pass each stage together before its one thread frees it
+                    // (tma_util.cuh, "Warps that skip").
+                    tma::named_sync(1 + cw, 128);
                     if ((tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));
                 }
                 continue;

@@ -325,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                    tma::named_sync(1 + cw, 128);  // the four warps together (tma_util.cuh, "Warps that skip")
                     release(stage);
                 }
                 continue;

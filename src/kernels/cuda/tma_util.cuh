@@ -39,6 +39,13 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
         : "memory");
 }
 // Waits until the phase of parity `parity` completed (a fresh barrier counts its phase "before 0", parity 1, done).
+// A parity names one of two phases, so a waiter must never fall two phases behind: once the phase it waits for and
+// the next have both completed, the barrier shows its parity as the current phase again, and the wait never ends.
+// Warps that skip: where one thread frees a stage for its whole warpgroup (an "empty" barrier counting warpgroups),
+// the other warps are held within a phase only by something that makes the warpgroup meet. wgmma's .sync.aligned
+// instructions do; a warpgroup that passes stages on without products must meet at a named barrier on each stage
+// before the release, or a warp that lags while the stage is refilled twice waits on a parity that has come round
+// again. (Serving GLM-5.3 with FP8 experts hung this way, in fp8_gemm_tma's tail skip, after 1-10 steps.)
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done = 0;
     do {

@@ -357,3 +357,64 @@ TEST_F(Fp8TmaTest, GroupedGemm) {
 
 }  // namespace
 }  // namespace penstock::test
+
+namespace penstock::test {
+namespace {
+
+// Launch after launch at GLM-5.3's expert shapes (256 groups; gate_up 6144 -> 4096, down 2048 -> 6144) with
+// tail-heavy routing, where one consumer warpgroup of many tiles passes the stages on without products: every launch
+// must finish, and every valid element must be K (inputs and scales 1.0, exact in f32 and bf16). Before the skipping
+// warpgroup met at a named barrier on each stage, a lagging warp could miss its stage's phase and wait forever
+// (tma_util.cuh, "Warps that skip"); `penstock serve` of GLM-5.3 hung so after 1-10 steps.
+TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
+    if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
+    constexpr int64_t kGroups = 256, kRows = 24576, kLaunches = 40;
+    std::mt19937 rng(2611);
+    PENSTOCK_SEEDED(2611);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+        Tensor a = Tensor::empty({kRows, k}, DType::kF8E4M3, alloc());
+        Tensor b = Tensor::empty({kGroups, n, k}, DType::kF8E4M3, alloc());
+        cuda::fill_bytes_async(a, 0x38, stream());  // e4m3 1.0
+        cuda::fill_bytes_async(b, 0x38, stream());
+        const Tensor a_scale =
+            cuda::to_device(Tensor::from_f32({kRows, blocks_of(k)},
+                                             std::vector<float>(static_cast<size_t>(kRows * blocks_of(k)), 1.0f)),
+                            alloc(), stream());
+        const Tensor b_scale = cuda::to_device(
+            Tensor::from_f32({kGroups, blocks_of(n), blocks_of(k)},
+                             std::vector<float>(static_cast<size_t>(kGroups * blocks_of(n) * blocks_of(k)), 1.0f)),
+            alloc(), stream());
+        Tensor out = Tensor::empty({kRows, n}, DType::kBF16, alloc());
+        int64_t checked = 0;
+        for (int64_t it = 0; it < kLaunches; ++it) {
+            const std::vector<int32_t> sizes = tail_heavy_sizes(rng, static_cast<int>(kGroups), kRows);
+            std::vector<int32_t> off(1, 0);
+            for (int32_t x : sizes) off.push_back(off.back() + x);
+            const Tensor off_d = dev_i32(off, alloc(), stream());
+            cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
+            const kernels::Fp8GroupedGemmParams p{
+                .out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale, .offsets = off_d};
+            ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(p, cuda::Fp8GemmVariant::kWgmmaTma, raw_stream()));
+            if (!stream_finishes_within(raw_stream(), 30.0)) {
+                std::fprintf(stderr, "[fp8] launch %lld (n=%lld k=%lld) did not finish in 30 s: the kernel hangs\n",
+                             static_cast<long long>(it), static_cast<long long>(n), static_cast<long long>(k));
+                std::fflush(stderr);
+                std::_Exit(1);
+            }
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+            if (it % 8 != 7) continue;
+            const std::vector<float> got = read_any(out, stream());
+            int64_t bad = 0;
+            for (int64_t i = 0; i < off.back() * n; ++i) bad += got[static_cast<size_t>(i)] != static_cast<float>(k);
+            EXPECT_EQ(bad, 0) << "launch " << it << ": valid elements that are not K";
+            checked += off.back() * n;
+        }
+        std::printf("[fp8] tail-heavy routing n=%lld k=%lld: %lld launches finished, %lld elements checked\n",
+                    static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(kLaunches),
+                    static_cast<long long>(checked));
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test

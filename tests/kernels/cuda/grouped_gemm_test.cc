@@ -239,5 +239,50 @@ TEST_F(GroupedGemmDeviceTest, UnsupportedShapesTakeCublasLt) {
     }
 }
 
+// The dynamic-order TMA kernel (kTmaDyn, kAuto's choice up to 384 rows per group) launch after launch with tail-heavy
+// routing over 256 experts: every launch must finish and fill every valid element with the same finite value (all
+// inputs equal). A warpgroup that passes stages on without products meets at a named barrier on each stage; without
+// it a lagging warp could miss its stage's phase and wait forever (tma_util.cuh, "Warps that skip").
+TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
+    int dev = 0, major = 0;
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+    if (major != 9) GTEST_SKIP() << "the TMA kernels need sm_90";
+    constexpr int64_t kGroups = 256, kRows = 24576, kLaunches = 40;
+    std::mt19937 rng(2612);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 3072}, {3072, 1024}}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+        Tensor a = Tensor::empty({kRows, k}, DType::kBF16, alloc());
+        Tensor b = Tensor::empty({kGroups, n, k}, DType::kBF16, alloc());
+        cuda::fill_bytes_async(a, 0x3f, stream());  // bf16 0x3f3f = 0.746
+        cuda::fill_bytes_async(b, 0x3f, stream());
+        Tensor out = Tensor::empty({kRows, n}, DType::kBF16, alloc());
+        for (int64_t it = 0; it < kLaunches; ++it) {
+            const std::vector<int32_t> sizes = tail_heavy_sizes(rng, static_cast<int>(kGroups), kRows);
+            std::vector<int32_t> off(1, 0);
+            for (int32_t x : sizes) off.push_back(off.back() + x);
+            const Tensor off_d = dev_i32(off, alloc(), stream());
+            cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
+            const kernels::GroupedGemmParams p{.out = out, .a = a, .b = b, .offsets = off_d};
+            ASSERT_EQ(cuda::grouped_gemm_device_unsupported(p), nullptr);
+            cuda::grouped_gemm_variant(p, cuda::GroupedGemmVariant::kTmaDyn, raw_stream());
+            if (!stream_finishes_within(raw_stream(), 30.0)) {
+                std::fprintf(stderr, "[grouped] kTmaDyn launch %lld (n=%lld k=%lld) did not finish in 30 s\n",
+                             static_cast<long long>(it), static_cast<long long>(n), static_cast<long long>(k));
+                std::fflush(stderr);
+                std::_Exit(1);
+            }
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+            if (it % 8 != 7) continue;
+            const Tensor h = cuda::to_host(out, stream());
+            const float first = element_f32(h.ptr<void>(), h.dtype(), 0);
+            ASSERT_TRUE(std::isfinite(first) && first > 0.0f) << first;
+            int64_t bad = 0;
+            for (int64_t i = 0; i < off.back() * n; ++i) bad += element_f32(h.ptr<void>(), h.dtype(), i) != first;
+            EXPECT_EQ(bad, 0) << "launch " << it << ": valid elements that differ from " << first;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace penstock::test

@@ -6,13 +6,16 @@
 // come back untouched.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -93,6 +96,34 @@ inline Pair poisoned_pair(const Shape& shape, DType dtype, bool strided, cuda::C
                             shape, dtype, strided, alloc, stream);
     cuda::fill_bytes_async(p.dev, 0xff, stream);
     return p;
+}
+
+// Routing-like group sizes that make many tail tiles of at most 64 rows (one consumer warpgroup of the TMA grouped
+// GEMMs then passes the stages on without products): per group 0 (10%), 1..64 (55%), 65..128 (20%) or 129..600 rows
+// (15%), cut so that the sum fits `max_rows`.
+inline std::vector<int32_t> tail_heavy_sizes(std::mt19937& rng, int n_groups, int64_t max_rows) {
+    std::vector<int32_t> s(static_cast<size_t>(n_groups));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    int64_t used = 0;
+    for (int32_t& x : s) {
+        const double r = u(rng);
+        const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+        x = r < 0.10 ? 0 : r < 0.65 ? pick(1, 64) : r < 0.85 ? pick(65, 128) : pick(129, 600);
+        x = static_cast<int32_t>(std::min<int64_t>(x, max_rows - used));
+        used += x;
+    }
+    return s;
+}
+
+// Whether the work queued on `stream` finishes within `seconds` (polled). A kernel that hangs cannot be stopped from
+// the host: the caller reports it and ends the process, whose exit returns the GPU.
+inline bool stream_finishes_within(void* stream, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (cudaStreamQuery(static_cast<cudaStream_t>(stream)) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
 }
 
 // Device i32 tensor of `values` (contiguous 1-d or `shape`).
