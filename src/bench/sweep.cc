@@ -40,6 +40,9 @@ void add_sweep_options(CLI::App* cmd, SweepOptions* o) {
     cmd->add_option("--num-prompts", o->num_prompts, "override the file's requests per run (> 0)");
     cmd->add_flag("--dry-run", o->dry_run, "print the server and bench commands, run nothing");
     cmd->add_flag("--force", o->force, "write into an output directory that already holds a sweep");
+    cmd->add_flag("--report-only", o->report_only,
+                  "run nothing: make summary.csv, the plots and sweep.json again from the output directory's "
+                  "results.csv (a sweep cut short)");
 }
 
 namespace {
@@ -200,6 +203,8 @@ public:
     }
 
     int run();
+    int report();
+    int finish();  // summary.csv, plots, sweep.json and the closing line; the exit code
 
 private:
     // The memory snapshot of a phase: VmRSS/VmHWM of every process of the server tree, plus nvidia-smi.
@@ -728,6 +733,36 @@ int Sweep::run() {
         }
         run_layout(i);
     }
+    return finish();
+}
+
+// The layouts' outcomes from the rows results.csv holds (a layout is ok when every row of it is, else it takes its
+// first other row's status and error) and their server_info.json, then the summary, plots and manifest as after a
+// run.
+int Sweep::report() {
+    Result<std::vector<RunRow>> rows = parse_results_csv(read_text(out_ / "results.csv"));
+    if (!rows.ok()) {
+        std::fprintf(stderr, "penstock sweep: error: %s: %s\n", (out_ / "results.csv").string().c_str(),
+                     rows.status().message().c_str());
+        return 2;
+    }
+    rows_ = std::move(rows).value();
+    outcomes_.assign(cfg_.layouts.size(), LayoutOutcome{});
+    for (size_t i = 0; i < cfg_.layouts.size(); ++i) {  // the run's /get_server_info answer, where it got one
+        const json info = json::parse(read_text(out_ / cfg_.layouts[i].name / "server_info.json"), nullptr, false);
+        if (!info.is_discarded()) outcomes_[i].server_info = info;
+    }
+    for (const RunRow& r : rows_) {
+        for (size_t i = 0; i < cfg_.layouts.size(); ++i) {
+            if (cfg_.layouts[i].name != r.layout || r.status == kRunOk || outcomes_[i].status != kRunOk) continue;
+            outcomes_[i].status = r.status;
+            outcomes_[i].error = r.error;
+        }
+    }
+    return finish();
+}
+
+int Sweep::finish() {
     const std::vector<SummaryRow> summary = summarize(rows_);
     write_text(out_ / "summary.csv", summary_csv(summary));
     if (cfg_.plots.enabled) draw_plots();
@@ -805,6 +840,14 @@ int run_sweep(const SweepOptions& opts) {
     if (opts.dry_run) {
         sweep.dry_run();
         return 0;
+    }
+    if (opts.report_only) {
+        if (!fs::exists(out / "results.csv")) {
+            std::fprintf(stderr, "penstock sweep: error: --report-only: %s holds no results.csv\n",
+                         out.string().c_str());
+            return 2;
+        }
+        return sweep.report();
     }
     if (fs::exists(out / "results.csv") && !opts.force) {
         std::fprintf(stderr,

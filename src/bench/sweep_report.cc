@@ -2,6 +2,7 @@
 #include "bench/sweep_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -369,6 +370,157 @@ std::string results_csv(const std::vector<RunRow>& rows) {
         out += '\n';
     }
     return out;
+}
+
+namespace {
+
+// The records of RFC 4180 text: quoted fields with "" escapes, LF or CRLF line ends; a final line end is optional.
+Result<std::vector<std::vector<std::string>>> csv_records(const std::string& text) {
+    std::vector<std::vector<std::string>> out;
+    std::vector<std::string> rec;
+    std::string field;
+    bool quoted = false, in_quotes = false, any = false;
+    const auto end_field = [&] {
+        rec.push_back(std::move(field));
+        field.clear();
+        quoted = false;
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        any = true;
+        if (in_quotes) {
+            if (c != '"') {
+                field.push_back(c);
+            } else if (i + 1 < text.size() && text[i + 1] == '"') {
+                field.push_back('"');
+                ++i;
+            } else {
+                in_quotes = false;
+            }
+        } else if (c == '"' && field.empty() && !quoted) {
+            in_quotes = quoted = true;
+        } else if (c == ',') {
+            end_field();
+        } else if (c == '\n' || c == '\r') {
+            if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+            end_field();
+            out.push_back(std::move(rec));
+            rec.clear();
+            any = false;
+        } else {
+            if (quoted)
+                return invalid_argument("line " + std::to_string(out.size() + 1) + ": text after a quoted field");
+            field.push_back(c);
+        }
+    }
+    if (in_quotes) return invalid_argument("line " + std::to_string(out.size() + 1) + ": unterminated quoted field");
+    if (any) {
+        end_field();
+        out.push_back(std::move(rec));
+    }
+    return out;
+}
+
+Result<double> number_cell(const std::string& s, const char* what) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size())
+        return invalid_argument(std::string(what) + " '" + s + "' is not a number");
+    return v;
+}
+
+Result<std::optional<double>> optional_cell(const std::string& s, const char* what) {
+    if (s.empty()) return std::optional<double>();
+    PENSTOCK_ASSIGN_OR_RETURN(const double v, number_cell(s, what));
+    return std::optional<double>(v);
+}
+
+Result<std::vector<double>> list_of(const std::string& s, const char* what) {
+    std::vector<double> out;
+    if (s.empty()) return out;
+    size_t start = 0;
+    while (true) {
+        const size_t semi = s.find(';', start);
+        PENSTOCK_ASSIGN_OR_RETURN(const double v, number_cell(s.substr(start, semi - start), what));
+        out.push_back(v);
+        if (semi == std::string::npos) return out;
+        start = semi + 1;
+    }
+}
+
+// One results.csv record (the columns of results_csv) back into a row.
+Result<RunRow> run_row_of(const std::vector<std::string>& f) {
+    RunRow r;
+    size_t i = 0;
+    const auto next = [&]() -> const std::string& { return f[i++]; };
+    const auto integer = [&](const char* what) -> Result<int64_t> {
+        PENSTOCK_ASSIGN_OR_RETURN(const double v, number_cell(next(), what));
+        if (v != std::floor(v)) return invalid_argument(std::string(what) + " is not a whole number");
+        return static_cast<int64_t>(v);
+    };
+    r.layout = next();
+    PENSTOCK_ASSIGN_OR_RETURN(const int64_t pp, integer("pp"));
+    PENSTOCK_ASSIGN_OR_RETURN(const int64_t tp, integer("tp"));
+    PENSTOCK_ASSIGN_OR_RETURN(const int64_t ep, integer("ep"));
+    PENSTOCK_ASSIGN_OR_RETURN(const int64_t cp, integer("cp"));
+    r.pp = static_cast<int>(pp);
+    r.tp = static_cast<int>(tp);
+    r.ep = static_cast<int>(ep);
+    r.cp = static_cast<int>(cp);
+    r.partition = next();
+    PENSTOCK_ASSIGN_OR_RETURN(r.concurrency, integer("concurrency"));
+    PENSTOCK_ASSIGN_OR_RETURN(const int64_t repeat, integer("repeat"));
+    r.repeat = static_cast<int>(repeat);
+    r.status = next();
+    PENSTOCK_ASSIGN_OR_RETURN(r.num_prompts, integer("num_prompts"));
+    if (!f[i].empty()) {  // completed: the metrics are there
+        RunMetrics m;
+        PENSTOCK_ASSIGN_OR_RETURN(m.completed, integer("completed"));
+        PENSTOCK_ASSIGN_OR_RETURN(m.failed, integer("failed"));
+        double* cells[] = {&m.ttft_mean_ms, &m.ttft_p50_ms, &m.ttft_p95_ms,  &m.ttft_p99_ms,
+                           &m.e2e_p50_ms,   &m.input_tok_s, &m.output_tok_s, &m.duration_s};
+        for (double* c : cells) {
+            PENSTOCK_ASSIGN_OR_RETURN(*c, number_cell(next(), "a metric"));
+        }
+        r.metrics = m;
+    } else {
+        i += 10;  // completed, failed and the 8 metric cells, all empty
+    }
+    i += 6;  // stages and the cells derived from the lists below (busy mean / min, bubble, boundary stall, fraction)
+    PENSTOCK_ASSIGN_OR_RETURN(r.server.active_s, optional_cell(next(), "active_s"));
+    PENSTOCK_ASSIGN_OR_RETURN(r.server.stage_busy_fraction, list_of(next(), "stage_busy_frac"));
+    PENSTOCK_ASSIGN_OR_RETURN(r.server.stage_stall_s, list_of(next(), "stage_stall_s"));
+    ++i;  // peak_rss_mib_max
+    PENSTOCK_ASSIGN_OR_RETURN(r.server.peak_rss_mib, list_of(next(), "peak_rss_mib_ranks"));
+    ++i;  // gpu_mem_mib_max
+    PENSTOCK_ASSIGN_OR_RETURN(r.server.gpu_mem_mib, list_of(next(), "gpu_mem_mib_ranks"));
+    r.error = next();
+    r.dir = next();
+    return r;
+}
+
+}  // namespace
+
+Result<std::vector<RunRow>> parse_results_csv(const std::string& text) {
+    PENSTOCK_ASSIGN_OR_RETURN(const std::vector<std::vector<std::string>> records, csv_records(text));
+    std::string header = results_csv({});
+    header.pop_back();  // the line end
+    if (records.empty()) return invalid_argument("results.csv is empty (no header)");
+    std::string got;
+    for (size_t i = 0; i < records[0].size(); ++i) got += (i ? "," : "") + records[0][i];
+    if (got != header) return invalid_argument("line 1: not the header this build writes: '" + got + "'");
+    std::vector<RunRow> rows;
+    for (size_t l = 1; l < records.size(); ++l) {
+        const std::string where = "line " + std::to_string(l + 1) + ": ";
+        if (records[l].size() != records[0].size()) {
+            return invalid_argument(where + std::to_string(records[l].size()) + " cells, the header has " +
+                                    std::to_string(records[0].size()));
+        }
+        Result<RunRow> row = run_row_of(records[l]);
+        if (!row.ok()) return invalid_argument(where + row.status().message());
+        rows.push_back(std::move(row).value());
+    }
+    return rows;
 }
 
 std::string summary_csv(const std::vector<SummaryRow>& rows) {

@@ -115,6 +115,13 @@ std::vector<SummaryRow> summarize(const std::vector<RunRow>& rows);
 std::string results_csv(const std::vector<RunRow>& rows);
 std::string summary_csv(const std::vector<SummaryRow>& rows);
 
+// The rows of a results.csv that results_csv wrote (this build's columns), so that the summary and plots of a sweep
+// cut short can be made again (`penstock sweep --report-only`): results_csv(parse_results_csv(t)) == t, up to the
+// last printed digit of the cells derived from the per-stage lists (recomputed from their 6 printed digits; so are the
+// medians of summarize, which then agree with the run's to about 1e-5 relative). An error
+// naming the line for another header, a row of the wrong width or a cell that is not a number where one belongs.
+[[nodiscard]] Result<std::vector<RunRow>> parse_results_csv(const std::string& text);
+
 struct PlotScript {
     std::string script;  // file name of the .gp, relative to the plots directory
     std::string png;     // file name of the PNG it draws

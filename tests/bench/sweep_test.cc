@@ -312,6 +312,57 @@ TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
               "\"server exited, said \"\"no\"\"\",pp2/c4_r2");
 }
 
+// results.csv reads back into the rows it was written from (quoted cells, empty metrics, per-stage and per-rank lists,
+// CRLF line ends too), and a file of other columns or a bad cell is refused with its line.
+TEST(SweepReport, ResultsCsvReadsBack) {
+    RunRow ok = row("pp2", 4, 1, kRunOk, 1234.5, 12.25);
+    ok.partition = "2,2";
+    ok.server.active_s = 4;
+    ok.server.stage_busy_fraction = {0.5, 1.0};
+    ok.server.stage_stall_s = {0.25, 1.5};
+    ok.server.peak_rss_mib = {1024, 1536};
+    ok.server.gpu_mem_mib = {36968, 48012};
+    RunRow bad = row("pp2", 16, 2, kRunInterrupted, 0, 0);
+    bad.metrics.reset();
+    bad.error = "interrupted, said \"stop\"\nby signal 2";
+    const std::string csv = results_csv({ok, bad});
+    Result<std::vector<RunRow>> back = parse_results_csv(csv);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->size(), 2u);
+    EXPECT_EQ(results_csv(*back), csv);
+    EXPECT_EQ((*back)[0].partition, "2,2");
+    EXPECT_EQ((*back)[0].server.gpu_mem_mib, (std::vector<double>{36968, 48012}));
+    EXPECT_DOUBLE_EQ((*back)[0].metrics->input_tok_s, 1234.5);
+    EXPECT_FALSE((*back)[1].metrics.has_value());
+    EXPECT_EQ((*back)[1].error, bad.error);
+    EXPECT_EQ((*back)[1].concurrency, 16);
+    // The summary of the rows read back equals the summary of the rows written.
+    EXPECT_EQ(summary_csv(summarize(*back)), summary_csv(summarize({ok, bad})));
+    std::string crlf;
+    for (char c : csv) {
+        if (c == '\n' && (crlf.empty() || crlf.back() != '"')) crlf += "\r";
+        crlf += c;
+    }
+    Result<std::vector<RunRow>> back_crlf = parse_results_csv(crlf);
+    ASSERT_TRUE(back_crlf.ok()) << back_crlf.status().to_string();
+    EXPECT_EQ(back_crlf->size(), 2u);
+    EXPECT_EQ((*back_crlf)[0].server.stage_stall_s, ok.server.stage_stall_s);
+
+    const auto refused = [](const std::string& text, const std::string& needle) {
+        const Result<std::vector<RunRow>> r = parse_results_csv(text);
+        ASSERT_FALSE(r.ok()) << needle;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    };
+    refused("", "empty");
+    refused("layout,pp\nx,1\n", "line 1: not the header");
+    const std::string header = csv.substr(0, csv.find('\n') + 1);
+    refused(header + "pp2,2,1\n", "line 2: 3 cells");
+    std::string bad_cell = csv;
+    bad_cell.replace(bad_cell.find("1234.5"), 6, "12x4.5");
+    refused(bad_cell, "line 2: a metric '12x4.5' is not a number");
+    refused(header + "\"pp2,2\n", "unterminated quoted field");
+}
+
 TEST(SweepReport, ServerStatsDerivedCells) {
     ServerStats s;
     EXPECT_FALSE(s.busy_fraction_mean());

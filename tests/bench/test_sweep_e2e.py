@@ -127,6 +127,40 @@ class SweepE2E(unittest.TestCase):
             w, h = check_png(os.path.join(out, "plots", png))
             self.assertGreaterEqual(w, 640)
             self.assertGreaterEqual(h, 400)
+        # A sweep cut short keeps results.csv: --report-only makes the same summary, plots and exit code from it.
+        with open(os.path.join(out, "summary.csv")) as f:
+            before = f.read()
+        for f in ("summary.csv", "sweep.json", "plots/input_tps.png"):
+            os.remove(os.path.join(out, f))
+        rr, _ = sweep(CI_MATRIX, "--output-dir", out, "--model", MODEL, "--report-only")
+        self.assertEqual(rr.returncode, r.returncode, rr.stdout + rr.stderr)
+        with open(os.path.join(out, "summary.csv")) as f:
+            after = f.read()
+        # The same cells; numbers to the 6 significant digits results.csv keeps (the medians are of those).
+        b_rows, a_rows = list(csv.reader(before.splitlines())), list(csv.reader(after.splitlines()))
+        self.assertEqual(len(a_rows), len(b_rows))
+        for b_row, a_row in zip(b_rows, a_rows):
+            self.assertEqual(len(a_row), len(b_row))
+            for b_cell, a_cell in zip(b_row, a_row):
+                b_parts, a_parts = b_cell.split(";"), a_cell.split(";")
+                self.assertEqual(len(a_parts), len(b_parts), (b_cell, a_cell))
+                for x, y in zip(b_parts, a_parts):
+                    try:
+                        fx, fy = float(x), float(y)
+                    except ValueError:
+                        self.assertEqual(y, x)
+                        continue
+                    self.assertLessEqual(abs(fx - fy), 1e-5 * max(abs(fx), abs(fy)) + 1e-12, (b_cell, a_cell))
+        check_png(os.path.join(out, "plots", "input_tps.png"))
+        with open(os.path.join(out, "sweep.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(manifest["runs"], len(rows))
+        self.assertTrue(all(l["server_info"] for l in manifest["layouts"] if l["layout"] not in pending))
+        empty = os.path.join(self.dir, "empty")
+        os.makedirs(empty)
+        rr, _ = sweep(CI_MATRIX, "--output-dir", empty, "--report-only")
+        self.assertEqual(rr.returncode, 2)
+        self.assertIn("holds no results.csv", rr.stderr)
 
     def test_server_that_never_becomes_healthy(self):
         # A bad model path: the server exits at start, on one rank and under mpirun.
