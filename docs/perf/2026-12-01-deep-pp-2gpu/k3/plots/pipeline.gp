@@ -1,0 +1,19 @@
+# Drawn by `penstock sweep` from summary.csv (medians over repeats); run `gnuplot pipeline.gp` in this directory.
+set terminal pngcairo size 1000,600 font 'sans,11'
+set termoption noenhanced
+set output 'pipeline.png'
+set title 'deep_pp_2gpu_k3 (input 16384, output 1, median of 3): bubble fraction (solid) and boundary stall fraction (dashed)'
+set xlabel 'concurrency (requests in flight)'
+set ylabel 'fraction of active time'
+set grid
+set key outside right top
+set yrange [0:*]
+set xtics (8, 16)
+set xrange [7.36:16.64]
+set yrange [0:1.05]
+plot 'data/tp2_ep2.dat' using 1:5 with linespoints lw 2 pt 7 dt 1 lc 1 title 'tp2_ep2 bubble', \
+     'data/tp2_ep2.dat' using 1:6 with linespoints lw 2 pt 5 dt 2 lc 1 title 'tp2_ep2 stall', \
+     'data/pp2.dat' using 1:5 with linespoints lw 2 pt 7 dt 1 lc 2 title 'pp2 bubble', \
+     'data/pp2.dat' using 1:6 with linespoints lw 2 pt 5 dt 2 lc 2 title 'pp2 stall', \
+     'data/pp2_eager_bank.dat' using 1:5 with linespoints lw 2 pt 7 dt 1 lc 3 title 'pp2_eager_bank bubble', \
+     'data/pp2_eager_bank.dat' using 1:6 with linespoints lw 2 pt 5 dt 2 lc 3 title 'pp2_eager_bank stall'
