@@ -73,10 +73,13 @@ TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
         ASSERT_TRUE(full.ok());
         auto config = loader::with_num_layers(*full, c.num_layers);
         ASSERT_TRUE(config.ok()) << config.status().to_string();
-        // Routed experts of one MoE layer, bf16: gate, up, down of [moe_intermediate, expert hidden] each.
+        // Routed experts of one MoE layer: gate, up, down of [moe_intermediate, expert hidden] each, one byte per
+        // weight where the checkpoint is block FP8 (GLM-5.3: the dummy weights are FP8 too, run natively on the
+        // GPU), else two (bf16).
         const int64_t expert_hidden = config->raw.value("routed_expert_hidden_size", config->hidden_size);
+        const double bytes = config->fp8.has_value() ? 1.0 : 2.0;
         const double layer_gb =
-            3.0 * 2.0 * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size * expert_hidden) /
+            3.0 * bytes * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size * expert_hidden) /
             1e9;
         for (int pp = 1; pp <= c.np; pp *= 2) {
             const int tp = c.np / pp;
