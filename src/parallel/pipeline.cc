@@ -214,32 +214,41 @@ Status PipelineStage::submit(const models::ForwardBatch& batch, std::span<const 
     return ok_status();
 }
 
-// The DSA top-k selection crosses on the host control link (i32; staged from the device when needed).
+// The DSA top-k selection crosses on the data link after the hidden and bank rows, as the i32 positions themselves:
+// with a device link (NCCL) device to device, stream-ordered like the hidden, so no stage waits for its GPU to send
+// it; with a host link (MPI) a device selection is staged through host memory first.
 Status PipelineStage::send_topk(const models::Activations& act, const StagePlan& plan) {
     PENSTOCK_CHECK(act.dsa_topk.defined() && act.dsa_topk.size(1) == static_cast<int64_t>(plan.topk_cols))
         << "stage " << pp_->rank() << " announced a top-k selection it did not produce";
-    Tensor host = act.dsa_topk;
-    if (host.device() != Device::kCPU) {
-        host = Tensor::empty(act.dsa_topk.view().shape_vec(), DType::kI32);
-        kernels::transfer({.out = host, .in = act.dsa_topk}, runner_->context());
-        runner_->synchronize();
+    const kernels::Context ctx = runner_->context();
+    Tensor wire = act.dsa_topk;
+    if (!wire.view().is_contiguous()) {
+        wire = Tensor::empty(act.dsa_topk.view().shape_vec(), DType::kI32, kernels::allocator_of(ctx));
+        kernels::copy({.out = wire, .in = act.dsa_topk}, ctx);
     }
-    PENSTOCK_RETURN_IF_ERROR(pp_->send(host, pp_->rank() + 1, kTagTopk));
-    stats_.bytes_sent += static_cast<int64_t>(host.nbytes());
+    if (wire.device() != data_->device()) {  // a device selection on a host link
+        Tensor host = Tensor::empty(wire.view().shape_vec(), DType::kI32);
+        kernels::transfer({.out = host, .in = wire}, ctx);
+        runner_->synchronize();
+        wire = std::move(host);
+    }
+    PENSTOCK_RETURN_IF_ERROR(data_->send(wire.view(), pp_->rank() + 1, kTagTopk));
+    stats_.bytes_sent += static_cast<int64_t>(wire.nbytes());
     return ok_status();
 }
 
 // rows: this stage's layout rows (a cp rank's own rows under context parallelism).
 Status PipelineStage::recv_topk(const StagePlan& plan, int64_t rows, models::Activations* act) {
     const kernels::Context ctx = runner_->context();
-    Tensor host = Tensor::empty({rows, static_cast<int64_t>(plan.topk_cols)}, DType::kI32);
-    PENSTOCK_RETURN_IF_ERROR(pp_->recv(host, pp_->rank() - 1, kTagTopk));
-    if (ctx.device == Device::kCPU) {
-        act->dsa_topk = std::move(host);
-    } else {
-        act->dsa_topk = Tensor::empty(host.view().shape_vec(), DType::kI32, kernels::allocator_of(ctx));
-        kernels::transfer({.out = act->dsa_topk, .in = host}, ctx);
+    const Shape shape = {rows, static_cast<int64_t>(plan.topk_cols)};
+    if (ctx.device == data_->device()) {  // straight into the stage's tensor (a device link, or the CPU backend)
+        act->dsa_topk = Tensor::empty(shape, DType::kI32, kernels::allocator_of(ctx));
+        return data_->recv(act->dsa_topk.view(), pp_->rank() - 1, kTagTopk);
     }
+    Tensor host = Tensor::empty(shape, DType::kI32);  // a host link into device memory
+    PENSTOCK_RETURN_IF_ERROR(data_->recv(host.view(), pp_->rank() - 1, kTagTopk));
+    act->dsa_topk = Tensor::empty(shape, DType::kI32, kernels::allocator_of(ctx));
+    kernels::transfer({.out = act->dsa_topk, .in = host}, ctx);
     return ok_status();
 }
 

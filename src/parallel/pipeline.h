@@ -22,7 +22,8 @@
 //                     rows [0, valid) without. Either way the same bytes cross the link. (The bank, like the
 //                     stream, is held in the stage's hidden dtype and widened for the link / narrowed back.)
 //   DSA top-k (kTagTopk), when topk_cols > 0: i32 [n_tokens, topk_cols] = the key positions the sender's last full
-//                     indexer layer selected, for a receiver whose first layer is a `shared` indexer layer (host link).
+//                     indexer layer selected, for a receiver whose first layer is a `shared` indexer layer (data link,
+//                     after the bank rows; i32 as it is, never widened).
 // last stage -> stage 0, per step with sequences: i64 [pp - 1, 5] counters of stages 1..pp-1 (kTagCounters; the last
 // stage's after this step, the others' as of this step's plan), i32 [n_sampled] token ids (kTagTokens) and f32
 // [n_sampled] their log-probabilities (kTagLogprobs) when n_sampled > 0, and f32 [n_logit_rows, vocab] (kTagLogits)
@@ -31,10 +32,10 @@
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
 //
 // Two links per stage pair (StageOptions): the control link (host tensors, MPI) carries the envelope, the plan, the
-// returning tokens and logits and the stats; the data link carries the hidden and bank rows. With a CUDA backend the
-// data link is the NCCL pp group and those tensors go device to device, stream-ordered on the backend's stream (a send
-// returns once enqueued; the receiver's layers, enqueued after its recv, see the data). With a host data link (MPI)
-// device activations are staged through host memory. The results go back on the control link so that stage 0's
+// returning tokens and logits and the stats; the data link carries the hidden, bank rows and top-k. With a CUDA backend
+// the data link is the NCCL pp group and those tensors go device to device, stream-ordered on the backend's stream (a
+// send returns once enqueued; the receiver's layers, enqueued after its recv, see the data). With a host data link
+// (MPI) device activations are staged through host memory. The results go back on the control link so that stage 0's
 // receives, posted at submit, never sit on its compute stream ahead of the layers the last stage is waiting for.
 #pragma once
 
@@ -54,7 +55,8 @@ namespace penstock::parallel {
 
 inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
 // 4: per-sequence sampling parameters, last-stage sampling (tokens back instead of logits), stage counters.
-inline constexpr uint32_t kStageVersion = 4;
+// 5: the DSA top-k on the data link (device to device with NCCL) instead of the control link.
+inline constexpr uint32_t kStageVersion = 5;
 
 // When the stages after stage 0 free a request's pages and non-paged state.
 enum class ReleasePolicy : uint8_t {
