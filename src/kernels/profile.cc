@@ -15,9 +15,63 @@ namespace penstock::kernels {
 struct Profiler::DeviceMarks {
     cuda::EventTimeline events;
 };
+struct DeviceClock::DevicePairs {
+    cuda::EventPairs pairs;
+};
 #else
 struct Profiler::DeviceMarks {};
+struct DeviceClock::DevicePairs {};
 #endif
+
+DeviceClock::DeviceClock(Device device) : device_(device) {
+#if PENSTOCK_ENABLE_CUDA
+    if (device_ == Device::kCUDA) pairs_ = std::make_unique<DevicePairs>();
+#else
+    PENSTOCK_CHECK(device_ == Device::kCPU) << "a CUDA clock in a build without the CUDA backend";
+#endif
+}
+
+DeviceClock::~DeviceClock() = default;
+
+void DeviceClock::begin(const Context& ctx) {
+    PENSTOCK_CHECK(ctx.device == device_) << "clock of one device used under a context of another";
+    PENSTOCK_CHECK(!open_) << "DeviceClock::begin with a bracket open";
+    open_ = true;
+#if PENSTOCK_ENABLE_CUDA
+    if (device_ == Device::kCUDA) {
+        pairs_->pairs.begin(ctx.stream);
+        return;
+    }
+#endif
+    host_begin_ = std::chrono::steady_clock::now();
+}
+
+void DeviceClock::end(const Context& ctx) {
+    PENSTOCK_CHECK(ctx.device == device_) << "clock of one device used under a context of another";
+    PENSTOCK_CHECK(open_) << "DeviceClock::end without begin";
+    open_ = false;
+#if PENSTOCK_ENABLE_CUDA
+    if (device_ == Device::kCUDA) {
+        pairs_->pairs.end(ctx.stream);
+        return;
+    }
+#endif
+    host_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_begin_).count();
+}
+
+double DeviceClock::poll() {
+#if PENSTOCK_ENABLE_CUDA
+    if (device_ == Device::kCUDA) return pairs_->pairs.poll();
+#endif
+    return host_ms_;
+}
+
+int64_t DeviceClock::pending() const {
+#if PENSTOCK_ENABLE_CUDA
+    if (device_ == Device::kCUDA) return pairs_->pairs.pending();
+#endif
+    return 0;
+}
 
 Profiler::Profiler(Device device) : device_(device) {
 #if PENSTOCK_ENABLE_CUDA

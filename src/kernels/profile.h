@@ -72,6 +72,33 @@ private:
     std::unique_ptr<DeviceMarks> device_marks_;  // CUDA markers (kernels/cuda/event_timeline.h)
 };
 
+// Device time of bracketed work, read without waiting for it (the pipeline's per-stage busy and stall counters):
+// begin() / end() bracket work issued on ctx's queue, and poll() returns the total of every bracket the queue has
+// finished. CUDA: a pair of timing events per bracket (cudaEventQuery; no host synchronisation), so a bracket counts
+// the stream's time between its markers, including any wait inside it (an NCCL receive waiting for its sender);
+// brackets still running are left for a later poll(). CPU: steady_clock at begin() and end(), the ops being
+// synchronous, so poll() always has every bracket. One clock belongs to one thread and one queue.
+class DeviceClock final {
+public:
+    explicit DeviceClock(Device device);
+    ~DeviceClock();
+    DeviceClock(const DeviceClock&) = delete;
+    DeviceClock& operator=(const DeviceClock&) = delete;
+
+    void begin(const Context& ctx);
+    void end(const Context& ctx);  // closes the bracket begin() opened
+    double poll();                 // ms of the finished brackets so far
+    int64_t pending() const;       // brackets recorded and not yet counted (CPU: 0)
+
+private:
+    Device device_;
+    double host_ms_ = 0.0;
+    std::chrono::steady_clock::time_point host_begin_{};
+    bool open_ = false;
+    struct DevicePairs;
+    std::unique_ptr<DevicePairs> pairs_;  // CUDA (kernels/cuda/event_timeline.h)
+};
+
 // Sums records by path; totals come in order of each path's first record.
 std::vector<ProfileTotal> aggregate(const std::vector<ProfileRecord>& records);
 

@@ -49,7 +49,9 @@ PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, con
       data_(options.data != nullptr ? options.data : pp),
       eager_bank_(options.eager_bank),
       hidden_dtype_(options.hidden_dtype),
-      release_policy_(options.release) {
+      release_policy_(options.release),
+      busy_clock_(runner->context().device),
+      stall_clock_(runner->context().device) {
     PENSTOCK_CHECK(pp_->device() == Device::kCPU) << "the pipeline's control link must work on host tensors";
     PENSTOCK_CHECK(data_->rank() == pp_->rank() && data_->size() == pp_->size())
         << "the pipeline's data link must span the control link's ranks";
@@ -202,9 +204,11 @@ Status PipelineStage::submit(const models::ForwardBatch& batch, std::span<const 
     ++submitted_;
     PENSTOCK_RETURN_IF_ERROR(send_plan(plan));
     models::Activations act;
-    const auto t0 = std::chrono::steady_clock::now();
+    const kernels::Context ctx = runner_->context();
+    busy_clock_.begin(ctx);
     runner_->run_layers(batch, layout, &act);
-    stats_.busy_ms += ms_since(t0);
+    busy_clock_.end(ctx);
+    refresh_stats();
     ++stats_.steps;
     const bool bank = plan.bank_total > 0;
     if (bank && plan.eager_bank) PENSTOCK_RETURN_IF_ERROR(send_rows(act.bank, 0, 0, kTagBankInherited));
@@ -264,6 +268,7 @@ Result<runtime::StepOutput> PipelineStage::collect() {
     }
     stats_.stall_ms += ms_since(t0);
     if (in_flight_.empty()) active_ms_ += ms_since(active_since_);
+    refresh_stats();  // this micro-batch's results are back: stage 0's layers for it have long finished
     PENSTOCK_RETURN_IF_ERROR(waited);
     const int64_t vocab = runner_->model().config().vocab_size;
     runtime::StepOutput out;
@@ -311,15 +316,19 @@ Result<runtime::StepOutput> PipelineStage::step(const models::ForwardBatch& batc
     if (pp_->size() == 1) {
         const models::BatchLayout layout = runner_->make_layout(batch);
         models::Activations act;
-        const auto t0 = std::chrono::steady_clock::now();
+        const kernels::Context ctx = runner_->context();
+        busy_clock_.begin(ctx);
         runner_->run_layers(batch, layout, &act);
         Tensor logits = runner_->logits(layout, act);
-        stats_.busy_ms += ms_since(t0);
+        busy_clock_.end(ctx);
         ++stats_.steps;
         std::vector<runtime::SeqSampling> none;
         if (sampling.empty()) none.resize(batch.seqs.size());
-        return runtime::sample_step(batch, sampling.empty() ? std::span<const runtime::SeqSampling>(none) : sampling,
-                                    std::move(logits), runner_->model().config().vocab_size, return_logits);
+        Result<runtime::StepOutput> out =
+            runtime::sample_step(batch, sampling.empty() ? std::span<const runtime::SeqSampling>(none) : sampling,
+                                 std::move(logits), runner_->model().config().vocab_size, return_logits);
+        refresh_stats();  // sampling read the logits back: the bracket has finished
+        return out;
     }
     PENSTOCK_RETURN_IF_ERROR(submit(batch, sampling, return_logits));
     return collect();
@@ -343,12 +352,13 @@ Status PipelineStage::stop() {
 
 // The last stage: the head, sampling, then the results to stage 0 (counters first, in the order stage 0 posted).
 Status PipelineStage::send_results(const StagePlan& plan, const models::BatchLayout& layout,
-                                   const models::Activations& act, std::chrono::steady_clock::time_point t0) {
+                                   const models::Activations& act) {
     Tensor logits = runner_->logits(layout, act);
+    busy_clock_.end(runner_->context());
     PENSTOCK_ASSIGN_OR_RETURN(runtime::StepOutput out,
                               runtime::sample_step(plan.batch, plan.sampling, std::move(logits),
                                                    runner_->model().config().vocab_size, plan.return_logits));
-    stats_.busy_ms += ms_since(t0);
+    refresh_stats();  // sampling read the logits back: this step's brackets have finished
     ++stats_.steps;
     std::vector<StageStats> all = plan.counters;
     all.push_back(stats_);
@@ -419,14 +429,15 @@ Status PipelineStage::serve() {
         out.sampling = in.sampling;
         out.return_logits = in.return_logits;
         out.counters = in.counters;
+        refresh_stats();
         out.counters.push_back(stats_);
         if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));
         // Boundary stall: blocked receiving this micro-batch's activations from the previous stage (its compute and
         // the link; with a device data link the receive is stream-ordered and returns once enqueued).
-        const auto timed_recv = [this](const auto& recv) -> Status {
-            const auto r0 = std::chrono::steady_clock::now();
+        const auto timed_recv = [this, &ctx](const auto& recv) -> Status {
+            stall_clock_.begin(ctx);
             const Status st = recv();
-            stats_.stall_ms += ms_since(r0);
+            stall_clock_.end(ctx);
             return st;
         };
         if (in.bank_total > 0 && in.eager_bank) {
@@ -445,13 +456,14 @@ Status PipelineStage::serve() {
         if (in.topk_cols > 0) {
             PENSTOCK_RETURN_IF_ERROR(timed_recv([&] { return recv_topk(in, layout.n_tokens, &act); }));
         }
-        const auto t0 = std::chrono::steady_clock::now();
+        busy_clock_.begin(ctx);
         runner_->run_layers(in.batch, layout, &act);
         if (last) {
-            PENSTOCK_RETURN_IF_ERROR(send_results(in, layout, act, t0));
+            PENSTOCK_RETURN_IF_ERROR(send_results(in, layout, act));
         } else {
+            busy_clock_.end(ctx);
             ++stats_.steps;
-            stats_.busy_ms += ms_since(t0);
+            refresh_stats();
             PENSTOCK_RETURN_IF_ERROR(send_tensor(act.hidden, pp_->rank() + 1, kTagHidden));
             if (out.bank_total > 0) {
                 const uint32_t from = out.eager_bank ? out.bank_inherited : 0;
@@ -465,7 +477,13 @@ Status PipelineStage::serve() {
     }
 }
 
+void PipelineStage::refresh_stats() {
+    stats_.busy_ms = busy_clock_.poll();
+    if (pp_->rank() > 0) stats_.stall_ms = stall_clock_.poll();
+}
+
 Result<std::vector<StageStats>> PipelineStage::gather_stats() {
+    refresh_stats();
     Tensor mine = Tensor::empty({1, 5}, DType::kI64);
     int64_t* m = mine.ptr<int64_t>();
     m[0] = stats_.steps;

@@ -46,6 +46,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/profile.h"
 #include "models/forward_batch.h"
 #include "parallel/communicator.h"
 #include "runtime/model_runner.h"
@@ -64,13 +65,15 @@ enum class ReleasePolicy : uint8_t {
     kExplicit,     // only when stage 0 calls release() (serving: a request lives on through its decode steps)
 };
 
-// Per-stage counters (host wall time).
+// Per-stage counters. busy_ms and the stall of stages > 0 are the runner's queue time (kernels::DeviceClock): on the
+// CPU the host's wall time, on a GPU the stream's, read without waiting (a step still running on the GPU is counted
+// by a later report). Stage 0's stall is host time.
 struct StageStats {
     int64_t steps = 0;
     double busy_ms = 0;      // running this stage's layers (and the head on the last stage)
-    // Stages > 0: blocked receiving a planned micro-batch's activations (hidden, bank rows, DSA top-k) from the
-    // previous stage (boundary stall; the wait for the next plan is idle or held-back time, not counted). Stage 0:
-    // waiting for the last stage's results.
+    // Stages > 0: receiving a planned micro-batch's activations (hidden, bank rows, DSA top-k) from the previous
+    // stage (boundary stall: on a GPU the stream's wait for them; the wait for the next plan is idle or held-back
+    // time, not counted). Stage 0: waiting on the host for the last stage's results.
     double stall_ms = 0;
     int64_t bytes_sent = 0;  // to the next stage (and results to stage 0)
     int64_t bank_bytes_sent = 0;
@@ -200,9 +203,12 @@ private:
         Tensor logits;    // [n_logit_rows, vocab] f32, with return_logits only
         std::vector<std::unique_ptr<PendingOp>> recvs;
     };
-    // The last stage: the head and sampling (busy since t0), then this step's results to stage 0.
+    // The last stage: the head (closing the busy bracket serve() opened) and sampling, then this step's results to
+    // stage 0.
     [[nodiscard]] Status send_results(const StagePlan& plan, const models::BatchLayout& layout,
-                                      const models::Activations& act, std::chrono::steady_clock::time_point t0);
+                                      const models::Activations& act);
+    // stats_.busy_ms / stall_ms from the clocks (stall: stages > 0; stage 0's is host time added in collect()).
+    void refresh_stats();
 
     runtime::ModelRunner* runner_;
     Communicator* pp_;
@@ -211,6 +217,8 @@ private:
     DType hidden_dtype_;
     ReleasePolicy release_policy_;
     StageStats stats_;
+    kernels::DeviceClock busy_clock_;   // brackets this stage's layers (and the head on the last stage)
+    kernels::DeviceClock stall_clock_;  // stages > 0: brackets the receives of a planned micro-batch
     std::deque<InFlight> in_flight_;
     size_t max_in_flight_ = 0;
     int64_t submitted_ = 0;

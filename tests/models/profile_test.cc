@@ -96,6 +96,29 @@ TEST(Profiler, ScopesNestAndAggregate) {
     ASSERT_EQ(profiler.collect().size(), 1u);  // markers reused after clear()
 }
 
+// DeviceClock on the CPU: each bracket's host time, summed by poll(); nothing is ever pending; misuse aborts.
+TEST(DeviceClock, CpuBracketsSum) {
+    using std::chrono::milliseconds;
+    kernels::DeviceClock clock(Device::kCPU);
+    const kernels::Context ctx{.device = Device::kCPU};
+    EXPECT_EQ(clock.poll(), 0.0);
+    clock.begin(ctx);
+    std::this_thread::sleep_for(milliseconds(3));
+    clock.end(ctx);
+    std::this_thread::sleep_for(milliseconds(5));  // between brackets: not counted
+    const double one = clock.poll();
+    EXPECT_GE(one, 3.0);
+    EXPECT_LT(one, 5.0 + 3.0 + 50.0);  // not the gap (a loaded machine may stretch the sleep itself)
+    clock.begin(ctx);
+    std::this_thread::sleep_for(milliseconds(2));
+    clock.end(ctx);
+    EXPECT_GE(clock.poll(), one + 2.0);
+    EXPECT_EQ(clock.pending(), 0);
+    EXPECT_DEATH(clock.end(ctx), "without begin");
+    clock.begin(ctx);
+    EXPECT_DEATH(clock.begin(ctx), "bracket open");
+}
+
 struct FamilyCase {
     std::string dir;
     models::MlaForm form = models::MlaForm::kMha;

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/profile.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace penstock::test {
@@ -66,6 +67,35 @@ TEST_F(StreamTest, EventsTimeQueuedWork) {
     cuda::Stream moved = std::move(other);
     EXPECT_NE(moved.handle(), nullptr);
     EXPECT_EQ(other.handle(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from state is specified
+}
+
+// kernels::DeviceClock on the stream (the pipeline's per-stage busy / stall): poll() never waits, counts a bracket
+// once the stream has passed its end, and sums brackets, not the gaps between them.
+TEST_F(StreamTest, DeviceClockCountsFinishedBracketsWithoutWaiting) {
+    kernels::DeviceClock clock(Device::kCUDA);
+    const kernels::Context ctx{.device = Device::kCUDA, .stream = raw_stream()};
+    const Tensor buf = Tensor::empty({int64_t{1} << 30}, DType::kU8, alloc());  // 1 GiB: each fill takes ~0.3 ms
+    for (int i = 0; i < 3; ++i) {
+        clock.begin(ctx);
+        for (int j = 0; j < 40; ++j) cuda::fill_bytes_async(buf, j, stream());
+        clock.end(ctx);
+        cuda::fill_bytes_async(buf, 7, stream());  // between brackets: not counted
+    }
+    const int64_t queued = clock.pending();
+    EXPECT_EQ(queued, 3);  // recorded, none counted yet
+    const double early = clock.poll();
+    stream().synchronize();
+    const double total = clock.poll();
+    EXPECT_EQ(clock.pending(), 0);
+    EXPECT_GT(total, early);
+    EXPECT_GT(total, 0.0);
+    std::printf("[clock] 3 brackets of 40 x 1 GiB fills: %.3f ms (%.3f ms counted before the stream finished)\n",
+                total, early);
+    clock.begin(ctx);  // an empty bracket counts ~0 and is freed
+    clock.end(ctx);
+    stream().synchronize();
+    EXPECT_LT(clock.poll() - total, 1.0);
+    EXPECT_EQ(clock.pending(), 0);
 }
 
 }  // namespace
