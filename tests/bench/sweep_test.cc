@@ -282,13 +282,19 @@ TEST(SweepReport, SummaryTakesMediansOfOkRunsOnly) {
     EXPECT_EQ(line, "b,2,1,1,1,,2,1,0,,,,,,,,,,,,,,,,,,,,,");
 }
 
-TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
+// An ok PP2 run with server-side measurements (partition, active time, per-stage busy / stall, per-rank RSS).
+RunRow measured_pp2_row() {
     RunRow ok = row("pp2", 4, 1, kRunOk, 1234.5, 12.25);
     ok.partition = "2,2";
     ok.server.active_s = 4;
     ok.server.stage_busy_fraction = {0.5, 1.0};
     ok.server.stage_stall_s = {0.25, 1.5};
     ok.server.peak_rss_mib = {1024, 1536};
+    return ok;
+}
+
+TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
+    RunRow ok = measured_pp2_row();
     RunRow bad = row("pp2", 4, 2, kRunServerStartFailed, 0, 0);
     bad.metrics.reset();
     bad.error = "server exited, said \"no\"";
@@ -315,12 +321,7 @@ TEST(SweepReport, ResultsCsvQuotesAndLeavesEmptyCells) {
 // results.csv reads back into the rows it was written from (quoted cells, empty metrics, per-stage and per-rank lists,
 // CRLF line ends too), and a file of other columns or a bad cell is refused with its line.
 TEST(SweepReport, ResultsCsvReadsBack) {
-    RunRow ok = row("pp2", 4, 1, kRunOk, 1234.5, 12.25);
-    ok.partition = "2,2";
-    ok.server.active_s = 4;
-    ok.server.stage_busy_fraction = {0.5, 1.0};
-    ok.server.stage_stall_s = {0.25, 1.5};
-    ok.server.peak_rss_mib = {1024, 1536};
+    RunRow ok = measured_pp2_row();
     ok.server.gpu_mem_mib = {36968, 48012};
     RunRow bad = row("pp2", 16, 2, kRunInterrupted, 0, 0);
     bad.metrics.reset();

@@ -89,8 +89,8 @@ TEST_F(StreamTest, DeviceClockCountsFinishedBracketsWithoutWaiting) {
     EXPECT_EQ(clock.pending(), 0);
     EXPECT_GT(total, early);
     EXPECT_GT(total, 0.0);
-    std::printf("[clock] 3 brackets of 40 x 1 GiB fills: %.3f ms (%.3f ms counted before the stream finished)\n",
-                total, early);
+    std::printf("[clock] 3 brackets of 40 x 1 GiB fills: %.3f ms (%.3f ms counted before the stream finished)\n", total,
+                early);
     clock.begin(ctx);  // an empty bracket counts ~0 and is freed
     clock.end(ctx);
     stream().synchronize();

@@ -258,20 +258,15 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
         cuda::fill_bytes_async(b, 0x3f, stream());
         Tensor out = Tensor::empty({kRows, n}, DType::kBF16, alloc());
         for (int64_t it = 0; it < kLaunches; ++it) {
-            const std::vector<int32_t> sizes = tail_heavy_sizes(rng, static_cast<int>(kGroups), kRows);
-            std::vector<int32_t> off(1, 0);
-            for (int32_t x : sizes) off.push_back(off.back() + x);
+            const std::vector<int32_t> off = offsets_of(tail_heavy_sizes(rng, static_cast<int>(kGroups), kRows));
             const Tensor off_d = dev_i32(off, alloc(), stream());
             cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
             const kernels::GroupedGemmParams p{.out = out, .a = a, .b = b, .offsets = off_d};
             ASSERT_EQ(cuda::grouped_gemm_device_unsupported(p), nullptr);
             cuda::grouped_gemm_variant(p, cuda::GroupedGemmVariant::kTmaDyn, raw_stream());
-            if (!stream_finishes_within(raw_stream(), 30.0)) {
-                std::fprintf(stderr, "[grouped] kTmaDyn launch %lld (n=%lld k=%lld) did not finish in 30 s\n",
-                             static_cast<long long>(it), static_cast<long long>(n), static_cast<long long>(k));
-                std::fflush(stderr);
-                std::_Exit(1);
-            }
+            finish_or_exit(raw_stream(), 30.0,
+                           "[grouped] kTmaDyn launch " + std::to_string(it) + " (n=" + std::to_string(n) +
+                               " k=" + std::to_string(k) + ")");
             ASSERT_EQ(cudaGetLastError(), cudaSuccess);
             if (it % 8 != 7) continue;
             const Tensor h = cuda::to_host(out, stream());

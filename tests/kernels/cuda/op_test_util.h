@@ -14,6 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <set>
 #include <thread>
 #include <vector>
@@ -124,6 +127,22 @@ inline bool stream_finishes_within(void* stream, double seconds) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
+}
+
+// Waits up to `seconds` for `stream`; on a hang prints "<what> did not finish in N s: the kernel hangs" and ends the
+// process with status 1 (the only way to get the GPU back).
+inline void finish_or_exit(void* stream, double seconds, const std::string& what) {
+    if (stream_finishes_within(stream, seconds)) return;
+    std::fprintf(stderr, "%s did not finish in %.0f s: the kernel hangs\n", what.c_str(), seconds);
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+
+// Exclusive prefix sum of group sizes: the offsets [0, s0, s0 + s1, ...] of a grouped GEMM.
+inline std::vector<int32_t> offsets_of(const std::vector<int32_t>& sizes) {
+    std::vector<int32_t> off(1, 0);
+    for (int32_t x : sizes) off.push_back(off.back() + x);
+    return off;
 }
 
 // Device i32 tensor of `values` (contiguous 1-d or `shape`).
