@@ -8,6 +8,7 @@
 #   tools/deep_pp_8gpu.sh --cpu-tiny      # no GPU: bench/sweeps/deep_pp_cpu_tiny_{glm,k3}.toml (8 ranks on the CPU)
 # Options: --penstock BIN (default build/penstock), --configs DIR (default ../shared/configs; the GPU sweeps' model
 # files), --out DIR (default docs/perf/<UTC date>-deep-pp-<kind>), --models "glm k3", --force (reuse --out),
+# --resume (continue a study cut short in --out: `penstock sweep --resume` keeps the layouts already all ok),
 # --repeats N / --num-prompts N (override the sweep files' 3 repeats / 40 requests: a quick pass, not the study),
 # --dry-run (print the sweep commands only). Exit status: 0 every run of every sweep ok; 1 some run failed (the folder
 # is still written); 2 bad arguments; 3 the machine or the binary cannot run the study (GPU count, serve flags).
@@ -20,6 +21,7 @@ CONFIGS="${ROOT}/../shared/configs"
 OUT=""
 MODELS="glm k3"
 FORCE=0
+RESUME=0
 DRY=0
 OVERRIDES=()
 die() { echo "deep_pp_8gpu: error: $*" >&2; exit "${2:-2}"; }
@@ -32,10 +34,11 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --models) MODELS="$2"; shift 2 ;;
     --force) FORCE=1; shift ;;
+    --resume) RESUME=1; shift ;;
     --repeats) OVERRIDES+=(--repeats "$2"); shift 2 ;;
     --num-prompts) OVERRIDES+=(--num-prompts "$2"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -66,7 +69,9 @@ command -v gnuplot >/dev/null || echo "deep_pp_8gpu: warning: gnuplot not found:
 
 if [ -z "${OUT}" ]; then OUT="${ROOT}/docs/perf/$(date -u +%Y-%m-%d)-deep-pp-${KIND}"; fi
 if [ "${DRY}" = 0 ]; then
-  if [ -e "${OUT}" ] && [ "${FORCE}" = 0 ]; then die "${OUT} exists (pass --force to write into it)"; fi
+  if [ -e "${OUT}" ] && [ "${FORCE}" = 0 ] && [ "${RESUME}" = 0 ]; then
+    die "${OUT} exists (pass --force to write into it, or --resume to continue it)"
+  fi
   mkdir -p "${OUT}" || die "cannot create ${OUT}"
   OUT="$(cd "${OUT}" && pwd)"
 fi
@@ -116,6 +121,7 @@ for m in ${MODELS}; do
     continue
   fi
   [ "${FORCE}" = 1 ] && ARGS+=(--force)
+  [ "${RESUME}" = 1 ] && ARGS+=(--resume)
   echo "+ penstock ${ARGS[*]} ($(date -u +%H:%M:%S))" | tee -a "${OUT}/sweeps.log"
   (cd "${ROOT}" && "${BIN}" "${ARGS[@]}") 2>&1 | tee -a "${OUT}/sweeps.log"
   rc=${PIPESTATUS[0]}

@@ -3,7 +3,10 @@
 # the session bundle (tools/session_gpu_pack.sh: penstock and its libraries, the model configs), points the loader at
 # the machine's CUDA, NCCL, cuDNN and OpenMPI, then runs tools/deep_pp_8gpu.sh for MODELS and leaves the study folder
 # as OUT/deep-pp-<models>.tar.xz (the device tool brings back no deeper than two folders).
-#   OUT=DIR [GPUS=2] [MODELS="glm k3"] [STUDY_TIMEOUT=500] [EXTRA="--repeats 1"] tools/deep_pp_device_run.sh BUNDLE.tar.xz
+#   OUT=DIR [GPUS=2] [MODELS="glm k3"] [STUDY_TIMEOUT=500] [EXTRA="--repeats 1"] [RESUME_FROM=deep-pp-<models>.tar.xz] \
+#     tools/deep_pp_device_run.sh BUNDLE.tar.xz
+# RESUME_FROM: the folder an earlier call brought back (carried with the call), unpacked first and continued with
+# --resume, so that a study longer than one call's limit runs over several calls.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:?}"; GPUS="${GPUS:-2}"; MODELS="${MODELS:-glm k3}"
@@ -20,6 +23,11 @@ echo "bundle commit $(cat "${PKG}/COMMIT"); $(mpirun --version 2>&1 | head -1)"
 nvidia-smi topo -m 2>&1 | head -6
 ldd "${PKG}/bin/penstock" | grep -E "not found|mpi|nccl|cudnn"
 tag=$(echo "${MODELS}" | tr ' ' '-')
+if [ -n "${RESUME_FROM:-}" ]; then
+  tar -xJf "${RESUME_FROM}" -C /tmp || exit 3
+  [ -d "/tmp/deep-pp-${tag}" ] || { echo "deep_pp_device_run: ${RESUME_FROM} holds no deep-pp-${tag}/" >&2; exit 3; }
+  EXTRA="${EXTRA:-} --resume"
+fi
 # The study runs in its own session; at STUDY_TIMEOUT the whole group gets SIGINT (the sweep stops its servers and
 # keeps the finished runs), then SIGKILL a minute later, so the folder is packed before the device call's limit.
 setsid bash "${ROOT}/tools/deep_pp_8gpu.sh" --gpus "${GPUS}" --penstock "${PKG}/bin/penstock" \

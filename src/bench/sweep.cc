@@ -40,6 +40,9 @@ void add_sweep_options(CLI::App* cmd, SweepOptions* o) {
     cmd->add_option("--num-prompts", o->num_prompts, "override the file's requests per run (> 0)");
     cmd->add_flag("--dry-run", o->dry_run, "print the server and bench commands, run nothing");
     cmd->add_flag("--force", o->force, "write into an output directory that already holds a sweep");
+    cmd->add_flag("--resume", o->resume,
+                  "continue a sweep cut short in the output directory: keep the layouts whose runs in results.csv are "
+                  "all ok, run the others again");
     cmd->add_flag("--report-only", o->report_only,
                   "run nothing: make summary.csv, the plots and sweep.json again from the output directory's "
                   "results.csv (a sweep cut short)");
@@ -202,7 +205,7 @@ public:
         }
     }
 
-    int run();
+    int run(bool resume = false);
     int report();
     int finish();  // summary.csv, plots, sweep.json and the closing line; the exit code
 
@@ -719,12 +722,51 @@ void Sweep::write_manifest(int exit_code) const {
                    "\n");
 }
 
-int Sweep::run() {
+int Sweep::run(bool resume) {
     partition_.resize(cfg_.layouts.size());
     outcomes_.resize(cfg_.layouts.size());
     for (size_t i = 0; i < cfg_.layouts.size(); ++i) partition_[i] = cfg_.layouts[i].partition_string();
+    // --resume: a layout whose every (concurrency, repeat) run is in the earlier results.csv and ok is kept as it is;
+    // the others (cut short, failed, or new to the matrix) run again from their server start.
+    std::vector<std::vector<RunRow>> kept(cfg_.layouts.size());
+    if (resume && fs::exists(out_ / "results.csv")) {
+        Result<std::vector<RunRow>> earlier = parse_results_csv(read_text(out_ / "results.csv"));
+        if (!earlier.ok()) {
+            std::fprintf(stderr, "penstock sweep: error: --resume: %s: %s\n", (out_ / "results.csv").string().c_str(),
+                         earlier.status().message().c_str());
+            return 2;
+        }
+        for (size_t i = 0; i < cfg_.layouts.size(); ++i) {
+            std::vector<RunRow> mine;
+            for (const RunRow& r : *earlier) {
+                if (r.layout == cfg_.layouts[i].name) mine.push_back(r);
+            }
+            bool complete = true;
+            for (int64_t c : cfg_.concurrencies) {
+                for (int rep = 1; rep <= cfg_.repeats; ++rep) {
+                    bool ok = false;
+                    for (const RunRow& r : mine) {
+                        ok = ok || (r.concurrency == c && r.repeat == rep && r.status == kRunOk &&
+                                    r.num_prompts == cfg_.bench.prompts_for(c));
+                    }
+                    complete = complete && ok;
+                }
+            }
+            if (complete) kept[i] = std::move(mine);
+        }
+    }
     write_text(out_ / "results.csv", results_csv(rows_));
     for (size_t i = 0; i < cfg_.layouts.size(); ++i) {
+        if (!kept[i].empty()) {
+            std::printf("[sweep] layout %s: kept, its %zu runs in the earlier results.csv are ok\n",
+                        cfg_.layouts[i].name.c_str(), kept[i].size());
+            const json info =
+                json::parse(read_text(out_ / cfg_.layouts[i].name / "server_info.json"), nullptr, false);
+            if (!info.is_discarded()) outcomes_[i].server_info = info;
+            for (RunRow& r : kept[i]) rows_.push_back(std::move(r));
+            write_text(out_ / "results.csv", results_csv(rows_));
+            continue;
+        }
         if (g_stop) {
             outcomes_[i].status = kRunInterrupted;
             outcomes_[i].error = "interrupted by signal " + std::to_string(g_stop_signal.load());
@@ -816,6 +858,10 @@ int run_sweep(const SweepOptions& opts) {
     if (!opts.output_dir.empty()) cfg->output_dir = opts.output_dir;
     if (!opts.model.empty()) cfg->model = opts.model;
     if (!opts.penstock.empty()) cfg->penstock = opts.penstock;
+    if (opts.resume && opts.report_only) {
+        std::fprintf(stderr, "penstock sweep: error: --resume and --report-only exclude each other\n");
+        return 2;
+    }
     if (opts.repeats < 0 || opts.num_prompts < 0) {
         std::fprintf(stderr, "penstock sweep: error: --repeats and --num-prompts must be > 0\n");
         return 2;
@@ -849,7 +895,7 @@ int run_sweep(const SweepOptions& opts) {
         }
         return sweep.report();
     }
-    if (fs::exists(out / "results.csv") && !opts.force) {
+    if (fs::exists(out / "results.csv") && !opts.force && !opts.resume) {
         std::fprintf(stderr,
                      "penstock sweep: error: %s already holds a sweep (results.csv); choose another output_dir or "
                      "pass --force\n",
@@ -868,7 +914,7 @@ int run_sweep(const SweepOptions& opts) {
     g_stop_signal = 0;
     const SignalScope signals;
     become_subreaper();
-    return sweep.run();
+    return sweep.run(opts.resume);
 }
 
 }  // namespace penstock::bench

@@ -20,6 +20,7 @@ struct SweepOptions {
     bool dry_run = false;      // print the commands only
     bool force = false;        // reuse an output directory that already holds a sweep
     bool report_only = false;  // run nothing: summary.csv, plots and sweep.json again from results.csv
+    bool resume = false;       // keep the layouts whose runs in results.csv are all ok, run the others
 };
 
 void add_sweep_options(CLI::App* cmd, SweepOptions* opts);
@@ -29,7 +30,8 @@ void add_sweep_options(CLI::App* cmd, SweepOptions* opts);
 // interrupted by SIGINT/SIGTERM (servers are stopped and the CSVs written first). Makes this process a child
 // subreaper and installs SIGINT/SIGTERM handlers for its duration. With report_only it runs nothing and makes
 // summary.csv, the plots and sweep.json again from the output directory's results.csv (0 / 1 as after a run, 2 when
-// that file is missing or unreadable).
+// that file is missing or unreadable). With resume it keeps the layouts whose runs the output directory's
+// results.csv already holds, all ok, and runs the others (a study split over several calls of a time limit).
 int run_sweep(const SweepOptions& opts);
 
 }  // namespace penstock::bench

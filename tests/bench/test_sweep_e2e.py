@@ -161,6 +161,28 @@ class SweepE2E(unittest.TestCase):
         rr, _ = sweep(CI_MATRIX, "--output-dir", empty, "--report-only")
         self.assertEqual(rr.returncode, 2)
         self.assertIn("holds no results.csv", rr.stderr)
+        # --resume after a cut: the layout with a run that is not ok runs again, every other one is kept as it is.
+        if not pending:
+            cut = "pp2_tp1_ep1_cp1"
+            with open(os.path.join(out, "results.csv")) as f:
+                text = f.read().splitlines(keepends=True)
+            i = next(n for n, line in enumerate(text) if line.startswith(cut + ","))
+            text[i] = text[i].replace(",ok,", ",interrupted,", 1)
+            with open(os.path.join(out, "results.csv"), "w") as f:
+                f.write("".join(text))
+            kept_dir = os.path.join(out, "pp1_tp1_ep1_cp1", "c2_r1", "summary.json")
+            kept_mtime = os.path.getmtime(kept_dir)
+            rr, _ = sweep(CI_MATRIX, "--output-dir", out, "--model", MODEL, "--resume")
+            self.assertEqual(rr.returncode, 0, rr.stdout + rr.stderr)
+            for layout in layouts:
+                self.assertEqual(f"layout {layout}: kept" in rr.stdout, layout != cut, rr.stdout)
+            again = read_csv(os.path.join(out, "results.csv"))
+            self.assertEqual([(x["layout"], x["concurrency"], x["repeat"]) for x in again],
+                             [(x["layout"], x["concurrency"], x["repeat"]) for x in rows])
+            self.assertTrue(all(x["status"] == "ok" for x in again))
+            self.assertEqual(os.path.getmtime(kept_dir), kept_mtime)  # a kept layout's runs were not run again
+            rr, _ = sweep(CI_MATRIX, "--output-dir", out, "--resume", "--report-only")
+            self.assertEqual(rr.returncode, 2)
 
     def test_server_that_never_becomes_healthy(self):
         # A bad model path: the server exits at start, on one rank and under mpirun.
