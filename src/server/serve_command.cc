@@ -52,6 +52,10 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                     "cost budget as a chunk length at prefix 0 (0: chunked-prefill-size)");
     cmd->add_option("--schedule-policy", a->schedule_policy, "fcfs or lpm");
     cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
+    cmd->add_flag("--dsa-fp8-indexer", a->dsa_fp8_indexer,
+                  "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
+                  "index-K rows, as DeepSeek-V3.2's inference) instead of f32 keys as transformers computes "
+                  "(two-ended: stage 0 wins)");
     cmd->add_option("--fp8-weights", a->fp8_weights,
                     "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
                     "auto (native on cuda, dequant on cpu)");
@@ -199,6 +203,7 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     } else if (args.mla_form != "mha") {
         return invalid_argument("--mla-form must be mha or absorbed");
     }
+    setup.model_options.dsa_fp8_indexer = args.dsa_fp8_indexer;
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
     return setup;
 }
@@ -293,6 +298,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"vocab_size", mc.vocab_size},
                  {"num_hidden_layers", mc.num_hidden_layers},
                  {"mla_form", args.mla_form},
+                 {"dsa_fp8_indexer", args.dsa_fp8_indexer},
                  {"fp8_weights", fp8_weights_info},
                  {"load_format", args.load_format},
                  {"num_layers_override", args.num_layers > 0 ? json(args.num_layers) : json(nullptr)},

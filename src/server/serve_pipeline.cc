@@ -40,12 +40,14 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
         {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
         {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
         {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
+        {"--dsa-fp8-indexer", setup->model_options.dsa_fp8_indexer ? 1 : 0, Agreement::kStage0Wins},
     });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[5]);
     setup->n_pages = agreed.values[6];
     *eager_bank = agreed.values[7] != 0;
+    setup->model_options.dsa_fp8_indexer = agreed.values[8] != 0;
     return ok_status();
 }
 

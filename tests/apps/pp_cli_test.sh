@@ -78,6 +78,25 @@ if [ "$rc" -ne 2 ] || ! grep -q 'setting --model (type, hidden size, layers, voc
 fi
 echo "ok: --model mismatch refused on every stage, naming the setting, exit code 2"
 
+# --dsa-fp8-indexer reaches the model: on GLM with a prompt past index_topk the logits differ from the f32 indexer's;
+# PP2 with the flag is bit-identical to one process with it, also when only stage 0 passes it (stage 0 wins, warned).
+long_ids=$(seq -s, 3 2 161)
+"$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids "$long_ids" --out "$tmp/f32idx.safetensors" >/dev/null
+"$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids "$long_ids" --dsa-fp8-indexer \
+  --out "$tmp/fp8idx.safetensors" >/dev/null
+if cmp -s "$tmp/f32idx.safetensors" "$tmp/fp8idx.safetensors"; then
+  echo "FAIL: --dsa-fp8-indexer left the logits unchanged"; exit 1
+fi
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 1 "$bin" forward --model "$fixtures/glm_moe_dsa_tiny" \
+      --input-ids "$long_ids" --pp 2 --pp-layer-partition 2,4 --dsa-fp8-indexer --out "$tmp/fp8idx_pp.safetensors" \
+      : -np 1 "$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids "$long_ids" --pp 2 \
+      --pp-layer-partition 2,4 2>&1)
+if ! grep -q "setting --dsa-fp8-indexer differs from stage 0's" <<<"$out" ||
+   ! cmp -s "$tmp/fp8idx.safetensors" "$tmp/fp8idx_pp.safetensors"; then
+  echo "FAIL: --dsa-fp8-indexer under PP2: $out"; exit 1
+fi
+echo "ok: --dsa-fp8-indexer changes the GLM logits; PP2 (stage 0 wins) bit-identical to one process"
+
 # Kimi K3 (AttnRes bank) with eager bank forwarding on and off: both bit-identical to the single-process run; the
 # per-stage counters report the bank bytes, which are the same both ways.
 for d in "$k3"/*/; do
