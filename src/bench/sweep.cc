@@ -255,7 +255,21 @@ private:
         row.num_prompts = cfg_.bench.prompts_for(c);
         if (row.dir.empty()) row.dir = l.name + "/c" + std::to_string(c) + "_r" + std::to_string(r);
         rows_.push_back(std::move(row));
-        write_text(out_ / "results.csv", results_csv(rows_));  // kept current, so an interrupted sweep keeps it
+        save_results();
+    }
+
+    // results.csv kept current, so an interrupted sweep keeps it: the rows so far, then (--resume) the kept rows of
+    // layouts the loop has not reached yet, which a cut during an earlier layout's rerun must not lose.
+    void save_results() const {
+        std::vector<RunRow> all = rows_;
+        for (const std::vector<RunRow>& k : kept_) all.insert(all.end(), k.begin(), k.end());
+        write_text(out_ / "results.csv", results_csv(all));
+    }
+
+    // Layout li's /get_server_info answer as its run saved it (server_info.json), where there is one.
+    void load_server_info(size_t li) {
+        const json info = json::parse(read_text(out_ / cfg_.layouts[li].name / "server_info.json"), nullptr, false);
+        if (!info.is_discarded()) outcomes_[li].server_info = info;
     }
 
     // Rows for every run of layout `li` not yet recorded, all with `status`.
@@ -294,6 +308,7 @@ private:
     std::string penstock_;
     std::string nvidia_smi_;
     std::vector<RunRow> rows_;
+    std::vector<std::vector<RunRow>> kept_;  // --resume: per layout, its earlier rows until the loop reaches it
     std::vector<std::string> partition_;  // per layout: requested, else as the server reported it
     std::vector<LayoutOutcome> outcomes_;
     pid_t server_pid_ = 0;  // the running layout's launcher (group leader), 0 between layouts
@@ -728,7 +743,7 @@ int Sweep::run(bool resume) {
     for (size_t i = 0; i < cfg_.layouts.size(); ++i) partition_[i] = cfg_.layouts[i].partition_string();
     // --resume: a layout whose every (concurrency, repeat) run is in the earlier results.csv and ok is kept as it is;
     // the others (cut short, failed, or new to the matrix) run again from their server start.
-    std::vector<std::vector<RunRow>> kept(cfg_.layouts.size());
+    kept_.assign(cfg_.layouts.size(), {});
     if (resume && fs::exists(out_ / "results.csv")) {
         Result<std::vector<RunRow>> earlier = parse_results_csv(read_text(out_ / "results.csv"));
         if (!earlier.ok()) {
@@ -752,19 +767,18 @@ int Sweep::run(bool resume) {
                     complete = complete && ok;
                 }
             }
-            if (complete) kept[i] = std::move(mine);
+            if (complete) kept_[i] = std::move(mine);
         }
     }
-    write_text(out_ / "results.csv", results_csv(rows_));
+    save_results();
     for (size_t i = 0; i < cfg_.layouts.size(); ++i) {
-        if (!kept[i].empty()) {
+        if (!kept_[i].empty()) {
             std::printf("[sweep] layout %s: kept, its %zu runs in the earlier results.csv are ok\n",
-                        cfg_.layouts[i].name.c_str(), kept[i].size());
-            const json info =
-                json::parse(read_text(out_ / cfg_.layouts[i].name / "server_info.json"), nullptr, false);
-            if (!info.is_discarded()) outcomes_[i].server_info = info;
-            for (RunRow& r : kept[i]) rows_.push_back(std::move(r));
-            write_text(out_ / "results.csv", results_csv(rows_));
+                        cfg_.layouts[i].name.c_str(), kept_[i].size());
+            load_server_info(i);
+            for (RunRow& r : kept_[i]) rows_.push_back(std::move(r));
+            kept_[i].clear();
+            save_results();
             continue;
         }
         if (g_stop) {
@@ -790,10 +804,7 @@ int Sweep::report() {
     }
     rows_ = std::move(rows).value();
     outcomes_.assign(cfg_.layouts.size(), LayoutOutcome{});
-    for (size_t i = 0; i < cfg_.layouts.size(); ++i) {  // the run's /get_server_info answer, where it got one
-        const json info = json::parse(read_text(out_ / cfg_.layouts[i].name / "server_info.json"), nullptr, false);
-        if (!info.is_discarded()) outcomes_[i].server_info = info;
-    }
+    for (size_t i = 0; i < cfg_.layouts.size(); ++i) load_server_info(i);
     for (const RunRow& r : rows_) {
         for (size_t i = 0; i < cfg_.layouts.size(); ++i) {
             if (cfg_.layouts[i].name != r.layout || r.status == kRunOk || outcomes_[i].status != kRunOk) continue;

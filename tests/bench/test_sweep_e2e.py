@@ -183,6 +183,28 @@ class SweepE2E(unittest.TestCase):
             self.assertEqual(os.path.getmtime(kept_dir), kept_mtime)  # a kept layout's runs were not run again
             rr, _ = sweep(CI_MATRIX, "--output-dir", out, "--resume", "--report-only")
             self.assertEqual(rr.returncode, 2)
+            # A resume killed outright (a device call's time limit: SIGKILL, no clean-up) while it reruns the first
+            # layout keeps every later layout's rows in results.csv.
+            first = layouts[0]
+            with open(os.path.join(out, "results.csv")) as f:
+                text = f.read().splitlines(keepends=True)
+            i = next(n for n, line in enumerate(text) if line.startswith(first + ","))
+            text[i] = text[i].replace(",ok,", ",interrupted,", 1)
+            with open(os.path.join(out, "results.csv"), "w") as f:
+                f.write("".join(text))
+            p = subprocess.Popen([BINARY, "sweep", CI_MATRIX, "--output-dir", out, "--model", MODEL, "--resume"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for line in p.stdout:
+                if "layout verified" in line:
+                    break
+            p.send_signal(signal.SIGKILL)
+            p.communicate(timeout=60)
+            time.sleep(1)  # the servers follow their parent (PR_SET_PDEATHSIG)
+            after_cut = read_csv(os.path.join(out, "results.csv"))
+            for layout in layouts[1:]:
+                mine = [x for x in after_cut if x["layout"] == layout]
+                self.assertEqual(len(mine), 4, layout)
+                self.assertTrue(all(x["status"] == "ok" for x in mine), layout)
 
     def test_server_that_never_becomes_healthy(self):
         # A bad model path: the server exits at start, on one rank and under mpirun.
