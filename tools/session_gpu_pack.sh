@@ -8,10 +8,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=$1; dest=$2
 bash "${ROOT}/tools/model_bench_pack.sh" "${build}" "${ROOT}/../shared/configs" "${dest}" >/dev/null
 bash "${ROOT}/tools/pack_kernel_bins.sh" "${build}" "${dest}"
-# The server and the multi-rank test binaries when built (tools/deep_pp_8gpu.sh, tools/gpu_multi_check.sh), with their
+# The server, cuda_runtime_test and the multi-rank test binaries when built (tools/deep_pp_8gpu.sh, tools/gpu_multi_check.sh), with their
 # libraries except OpenMPI's: the GPU machine's own OpenMPI 4 (mpirun and libmpi.so.40) serves them there.
 skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc|libmpi|libopen-(rte|pal)|libpmix|libhwloc|libevent|/libz\.so|libudev'
-for b in penstock nccl_communicator_test logits_diff; do
+for b in penstock nccl_communicator_test logits_diff cuda_runtime_test; do
   f=$(find "${build}" -name "${b}" -type f -perm -u+x | head -1)
   [ -n "${f}" ] || continue
   cp "${f}" "${dest}/bin/" && strip "${dest}/bin/${b}"

@@ -135,6 +135,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // and ld_row + 32, chunks ld_c + 8 j. Sparse: the rows are the token's selected slots, fetched one tile ahead into
 // next_slot (invalid or -1 entries load zeros), and ok_s[st][row] records which rows hold a key; dense: keys
 // [kt * 64, +64) of the block, past block_keys zero-filled.
+// The index loads of fetch_slots are only issued there: their values are first read by the next issue(), a whole tile
+// later, so the global-load latency hides behind a tile of compute (checking them at fetch time stalled every warp on
+// the load once per tile: 17% of the wgmma kernel's stall samples, ncu 2026-12-01). issue() also leaves in tile_any
+// whether this thread placed a key of the tile (sparse), for a CTA-wide OR at the consumer's next barrier.
 template <bool kSparse, class Swz>
 struct MlaKvLoader {
     const MlaTcArgs& a;
@@ -145,14 +149,13 @@ struct MlaKvLoader {
     int stage_bytes;
     int ld_row, ld_c;
     Swz swz;
-    int next_slot[2] = {-1, -1};
+    int next_slot[2] = {-1, -1};  // raw index values (validated by issue())
+    bool tile_any = false;        // sparse: this thread's rows of the last issued tile hold a key
 
     __device__ __forceinline__ void fetch_slots(int kt) {
         for (int pass = 0; pass < 2; ++pass) {
             const int key = kt * kN + ld_row + 32 * pass;
-            int s = -1;
-            if (key < a.top_k) s = idx_row[key];
-            next_slot[pass] = (s >= 0 && s < a.n_slots) ? s : -1;
+            next_slot[pass] = key < a.top_k ? idx_row[key] : -1;
         }
     }
     __device__ __forceinline__ void issue(int kt, int st) {
@@ -162,9 +165,12 @@ struct MlaKvLoader {
             bool ok;
             const bf16* src = a.kv;
             if constexpr (kSparse) {
-                ok = next_slot[pass] >= 0;
-                if (ok) src = a.kv + static_cast<int64_t>(next_slot[pass]) * a.kv0;
+                const int slot = next_slot[pass];
+                ok = slot >= 0 && slot < a.n_slots;
+                if (ok) src = a.kv + static_cast<int64_t>(slot) * a.kv0;
                 if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
+                if (pass == 0) tile_any = false;
+                tile_any = tile_any || (ok && ld_c == 0);
             } else {
                 const int key = kt * kN + row;
                 ok = key < w.block_keys;
@@ -195,5 +201,7 @@ using tile::store2;
 // Host launchers (grid: n_ctas CTAs of kThreads). out_f32: sparse only.
 void launch_mma_sync(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream);
 void launch_wgmma(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream);
+// Sparse only: the warp-specialised wgmma kernel (a producer warpgroup gathers, two consumer warpgroups compute).
+void launch_wgmma_ws_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream);
 
 }  // namespace penstock::cuda::mla_detail

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc_common.cuh"
+#include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace penstock::cuda::mla_detail {
@@ -38,6 +39,14 @@ constexpr int kOkOff = kRedOff + kM * 2 * 4;  // [2 stages][64] i32
 constexpr int kSmemUsed = kOkOff + 2 * kN * 4;
 constexpr int kSmemBytes = kSmemUsed + 1024;  // + slack to align the base to 1024 bytes
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+// The warp-specialised sparse kernel adds its mbarriers: full[2] (a stage's tile and flags landed), empty[2] (both
+// consumer warpgroups are done with a stage).
+constexpr int kBarOff = kSmemUsed;
+constexpr int kWsSmemBytes = kBarOff + 4 * 8 + 1024;
+static_assert(kWsSmemBytes <= 227 * 1024, "shared memory");
+constexpr int kWsThreads = 384;      // 2 consumer warpgroups (warps 0-7) + a producer warpgroup (warps 8-11)
+constexpr int kWsRowsPerPass = 16;  // producer: 8 threads per row (16-byte chunks p % 8 + 8 j), 16 rows per pass
+constexpr int kWsPasses = kM / kWsRowsPerPass;
 
 // Byte offset of 16-byte chunk `chunk` (range [0, 72)) of row `row` (range [0, 64)) in a swizzled tile.
 __device__ __forceinline__ uint32_t swz128(int row, int chunk) {
@@ -126,7 +135,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
     for (int kt = 0; kt < n_tiles; ++kt) {
         cp_async_wait_all();
         wgmma::fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores' async proxy
-        __syncthreads();      // tile kt landed everywhere; both warpgroups are done with tile kt - 1 (and P, red)
+        // Tile kt landed everywhere; both warpgroups are done with tile kt - 1 (and P, red). Sparse: the same barrier
+        // ORs whether any row of tile kt holds a key (each loader thread knows its own rows: kv.tile_any).
+        bool tile_has_keys = true;
+        if constexpr (kSparse) {
+            tile_has_keys = __syncthreads_or(kv.tile_any ? 1 : 0) != 0;
+        } else {
+            __syncthreads();
+        }
         if (kt + 1 < n_tiles) {
             kv.issue(kt + 1, (kt + 1) & 1);
             if constexpr (kSparse) {
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
         const uint32_t kv_base = sbase + kKvOff + st * kTileBytes;
         // CTA-uniform skips: a sparse tile with no valid index; a dense tile past every row's causal limit.
         if constexpr (kSparse) {
-            if (!__syncthreads_or(tid < kN && ok_s[st * kN + tid] != 0)) continue;
+            if (!tile_has_keys) continue;
         } else {
             if (kt * kN >= w.block_keys) continue;
         }
@@ -280,6 +296,250 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
     }
 }
 
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Sparse (DSA) only, warp-specialised (MlaTcVariant::kWgmmaWs). Warpgroup 2 (threads 256-383) is the producer: it
+// gathers Q and the selected latent rows with cp.async (thread p: rows p / 8 + 16 i, chunks p % 8 + 8 j) into the two
+// stages and signals full[stage] with cp.async.mbarrier.arrive.noinc (fires when the thread's copies have landed; 128
+// arrivals) plus a plain release arrive from each thread that wrote row flags (16 arrivals); the index list is read
+// one tile ahead into registers, so its load latency hides behind the wait for a free stage. Warpgroups 0 and 1 are
+// the consumers of mla_wgmma_kernel (S over keys [32 wg, +32), O columns [256 wg, +256)), now without any loads,
+// meeting each other at named barrier 1 (256 threads) instead of __syncthreads, and freeing a stage with one arrival
+// per warp on empty. setmaxnreg: producer 40, consumers 232 (128 x 40 + 256 x 232 <= 64K). ptxas reports the launch
+// share (168 registers) for the kernel but allocates the consumer code up to 232; a producer of one warp holding 16
+// rows' indices spilled at 24-40 registers, so the producer is a whole warpgroup with 4 rows per thread.
+template <class OutT>
+__global__ void __launch_bounds__(kWsThreads, 1) mla_wgmma_ws_kernel(MlaTcArgs a) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    uint8_t* smem = smem_raw + pad;
+    const uint32_t sbase = raw + pad;
+    float* red_s = reinterpret_cast<float*>(smem + kRedOff);
+    int* ok_s = reinterpret_cast<int*>(smem + kOkOff);
+    const uint32_t full_bar = sbase + kBarOff;       // + 8 st
+    const uint32_t empty_bar = sbase + kBarOff + 16;  // + 8 st
+    const int tid = static_cast<int>(threadIdx.x);
+    const MlaWork w = mla_work<true>(a);
+    const int n_valid = w.n_valid;
+    const int n_tiles = w.n_tiles;
+    if (tid == 0) {
+        for (int st = 0; st < 2; ++st) {
+            tma::mbar_init(full_bar + 8 * st, 128 + 16);
+            tma::mbar_init(empty_bar + 8 * st, 8);
+        }
+        tma::fence_mbar_init();
+    }
+    __syncthreads();
+
+    if (tid >= 256) {
+        // ------------------------------------------------------------ producer (warpgroup 2)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        const int ld_row = (tid - 256) / 8;
+        const int ld_c = tid % 8;
+#pragma unroll 1
+        for (int pass = 0; pass < kWsPasses; ++pass) {
+            const int row = ld_row + kWsRowsPerPass * pass;
+            const bool ok = row < n_valid;
+            const bf16* src = ok ? a.q + w.tok_base * a.q0 + static_cast<int64_t>(w.row_flat0 + row) * a.q1 : a.q;
+#pragma unroll
+            for (int j = 0; j < kChunks / 8; ++j) {
+                const int c = ld_c + 8 * j;
+                cp_async_16(sbase + kQOff + swz128(row, c), src + 8 * c, ok);
+            }
+        }
+        const int32_t* idx_row = a.indices + w.tok_base * a.i0;
+        int slot[kWsPasses];
+#pragma unroll
+        for (int i = 0; i < kWsPasses; ++i) {
+            const int key = ld_row + kWsRowsPerPass * i;
+            slot[i] = key < a.top_k ? idx_row[key] : -1;
+        }
+#pragma unroll 1
+        for (int kt = 0; kt < n_tiles; ++kt) {
+            const int st = kt & 1;
+            if (kt >= 2) tma::mbar_wait(empty_bar + 8 * st, ((kt >> 1) - 1) & 1);
+            const uint32_t dst0 = sbase + kKvOff + static_cast<uint32_t>(st * kTileBytes);
+#pragma unroll
+            for (int i = 0; i < kWsPasses; ++i) {
+                const int row = ld_row + kWsRowsPerPass * i;
+                const int sl = slot[i];
+                const bool ok = sl >= 0 && sl < a.n_slots;
+                const bf16* src = ok ? a.kv + static_cast<int64_t>(sl) * a.kv0 : a.kv;
+                if (ld_c == 0) ok_s[st * kN + row] = ok ? 1 : 0;
+#pragma unroll
+                for (int j = 0; j < kChunks / 8; ++j) {
+                    const int c = ld_c + 8 * j;
+                    cp_async_16(dst0 + swz128(row, c), src + 8 * c, ok);
+                }
+            }
+            cp_async_mbar_arrive_noinc(full_bar + 8 * st);
+            if (ld_c == 0) tma::mbar_arrive(full_bar + 8 * st);  // release: this thread's ok_s flags
+            if (kt + 1 < n_tiles) {
+#pragma unroll
+                for (int i = 0; i < kWsPasses; ++i) {
+                    const int key = (kt + 1) * kN + ld_row + kWsRowsPerPass * i;
+                    slot[i] = key < a.top_k ? idx_row[key] : -1;
+                }
+            }
+        }
+        return;
+    }
+
+    // ---------------------------------------------------------------- consumers (warpgroups 0, 1)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    const int ct = tid;
+    const int lane = ct % 32;
+    const int wg = ct / 128;       // S keys [32 wg, +32); O columns [256 wg, +256)
+    const int wr = (ct / 32) % 4;  // rows [16 wr, 16 wr + 16)
+    const int g = lane / 4;
+    const int t = lane % 4;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    constexpr uint32_t kLboUnused = 16;
+    uint8_t* p_tile = smem + kPOff;
+
+#pragma unroll 1
+    for (int kt = 0; kt < n_tiles; ++kt) {
+        const int st = kt & 1;
+        tma::mbar_wait(full_bar + 8 * st, (kt >> 1) & 1);
+        wgmma::fence_proxy_async();  // the landed cp.async rows -> the tensor cores' async proxy
+        const uint32_t kv_base = sbase + kKvOff + st * kTileBytes;
+        // The same flags in every consumer warp: a uniform skip of a tile with no key.
+        const int* ok_t = ok_s + st * kN;
+        if (__any_sync(0xffffffffu, ok_t[lane] != 0 || ok_t[32 + lane] != 0)) {
+            float s[16];
+#pragma unroll
+            for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+            wgmma::fence();
+#pragma unroll
+            for (int kb = 0; kb < kDqk / 64; ++kb) {
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks) {
+                    const uint64_t da = wgmma::desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
+                    const uint64_t db =
+                        wgmma::desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
+                    wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
+                }
+            }
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::reg_fence(s);
+
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int hf = e >> 1;
+                    const int col = 32 * wg + 8 * i + 2 * t + (e & 1);
+                    float& x = s[4 * i + e];
+                    x = ok_t[col] != 0 ? x * a.scale_log2 : -INFINITY;
+                    mx[hf] = fmaxf(mx[hf], x);
+                }
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float v = mx[hf];
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+                if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+            }
+            tma::named_sync(1, 256);  // row maxima exchanged; both warpgroups are past P V of their last tile
+            float corr[2];
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+                const float m_new = fmaxf(m_run[hf], fmaxf(rs[0], rs[1]));
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                corr[hf] = ex2(m_run[hf] - m_use);
+                m_run[hf] = m_new;
+                float sum = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = s[4 * i + 2 * hf + e];
+                        x = ex2(x - m_use);
+                        sum += x;
+                    }
+                }
+                l_run[hf] = l_run[hf] * corr[hf] + sum;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = 16 * wr + 8 * hf + g;
+                    const int chunk = (4 * wg + i) ^ (r & 7);
+                    *reinterpret_cast<uint32_t*>(p_tile + r * 128 + chunk * 16 + 4 * t) =
+                        pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                o[4 * i + 0] *= corr[0];
+                o[4 * i + 1] *= corr[0];
+                o[4 * i + 2] *= corr[1];
+                o[4 * i + 3] *= corr[1];
+            }
+            wgmma::fence_proxy_async();
+            tma::named_sync(1, 256);  // P complete
+
+            wgmma::reg_fence(o);
+            wgmma::fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const uint64_t da = wgmma::desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
+                const uint64_t db = wgmma::desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+                wgmma::m64n256k16_bf16<1>(o, da, db, 1);
+            }
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::reg_fence(o);
+        }
+        __syncwarp();
+        if (lane == 0) tma::mbar_arrive(empty_bar + 8 * st);  // this warp is done with the stage
+    }
+
+    // ---------------------------------------------------------------- epilogue (consumers)
+    float l_tot[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float v = l_run[hf];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+    }
+    tma::named_sync(1, 256);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+        l_tot[hf] = rs[0] + rs[1];
+    }
+    OutT* out = static_cast<OutT*>(a.out);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wr + 8 * hf + g;
+        if (r >= n_valid) continue;
+        const int64_t tok = w.tok_base;
+        const int64_t h = w.row_flat0 + r;
+        const float l = l_tot[hf];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) store2<OutT>(orow + 8 * i, o[4 * i + 2 * hf] * inv, o[4 * i + 2 * hf + 1] * inv);
+        if (wg == 0 && t == 0) {
+            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+}
+
 template <bool kSparse, class OutT>
 void launch(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(mla_wgmma_kernel<kSparse, OutT>,
@@ -288,7 +548,23 @@ void launch(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
+template <class OutT>
+void launch_ws(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
+    PENSTOCK_CUDA_CHECK(
+        cudaFuncSetAttribute(mla_wgmma_ws_kernel<OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
+    mla_wgmma_ws_kernel<OutT><<<static_cast<unsigned>(n_ctas), kWsThreads, kWsSmemBytes, stream>>>(args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
+
+void launch_wgmma_ws_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
+    if (out_f32) {
+        launch_ws<float>(a, n_ctas, stream);
+    } else {
+        launch_ws<bf16>(a, n_ctas, stream);
+    }
+}
 
 void launch_wgmma(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
     if (!sparse) {

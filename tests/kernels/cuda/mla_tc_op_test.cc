@@ -69,7 +69,8 @@ struct Variant {
 std::vector<Variant> variants() {
     return {{"dispatch", cuda::MlaTcVariant::kAuto, true},
             {"mma.sync", cuda::MlaTcVariant::kMmaSync, false},
-            {"wgmma", cuda::MlaTcVariant::kWgmma, false}};
+            {"wgmma", cuda::MlaTcVariant::kWgmma, false},
+            {"wgmma-ws", cuda::MlaTcVariant::kWgmmaWs, false}};
 }
 
 class MlaTcOpTest : public CudaTest {
