@@ -204,6 +204,12 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--mla-form must be mha or absorbed");
     }
     setup.model_options.dsa_fp8_indexer = args.dsa_fp8_indexer;
+    if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
+        std::fprintf(stderr,
+                     "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores); "
+                     "--dsa-fp8-indexer runs FP8 keys on tensor cores, 2.3x faster per GLM-5.3 step at 16K "
+                     "(docs/perf/2026-12-01-serve-vs-bench.md)\n");
+    }
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
     return setup;
 }

@@ -206,6 +206,11 @@ TEST(SweepConfig, CommittedDeepPpStudyFiles) {
         EXPECT_TRUE(has_pair(c->server_args, "--chunked-prefill-size", cpu ? "128" : "8192")) << name;
         EXPECT_TRUE(has_pair(c->server_args, "--load-format", "dummy")) << name;
         EXPECT_EQ(has_pair(c->server_args, "--backend", "cuda"), !cpu) << name;
+        // GLM runs the FP8 indexer of production servers (docs/perf/2026-12-01-serve-vs-bench.md); K3 has no indexer.
+        const bool glm = std::string(name).find("glm") != std::string::npos;
+        EXPECT_EQ(std::find(c->server_args.begin(), c->server_args.end(), "--dsa-fp8-indexer") != c->server_args.end(),
+                  glm)
+            << name;
         ASSERT_EQ(c->layouts.size(), layouts.size()) << name;
         for (size_t i = 0; i < layouts.size(); ++i) {
             const SweepLayout& l = c->layouts[i];
