@@ -143,7 +143,9 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
     // q [n, n_heads, head_dim] with RoPE on the first rope_dim dims of every head; w = weights_proj(x) * n_heads^-0.5
     // (the scale applied by the GEMM's alpha to the fp32 accumulator).
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "q_proj");
+    std::optional<kernels::ProfileScope> part(std::in_place, ctx, "wq_b");
     Tensor q = linear_new_f32(wq_b_, cq, ctx).reshape({n, n_heads, hd});
+    part.emplace(ctx, "rope");
     kernels::rope({.x = q.view().slice(2, 0, dims_.rope_dim),
                    .positions = layout.positions,
                    .inv_freq = rope.inv_freq,
@@ -152,10 +154,13 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
                   ctx);
     const auto head_norm = static_cast<float>(std::pow(static_cast<double>(n_heads), -0.5));
     Tensor w = scratch(ctx, {n, n_heads}, DType::kF32);
+    part.emplace(ctx, "weights_proj");
     kernels::gemm({.out = w, .a = x, .b = weights_proj_.weight, .trans_b = true, .alpha = head_norm}, ctx);
+    part.reset();
     Tensor q8;
     Tensor q_scale;
     if (cache.fp8()) {
+        const kernels::ProfileScope quant_scope(ctx, "quant");
         q8 = scratch(ctx, {n, n_heads, hd}, DType::kF8E4M3);
         q_scale = scratch(ctx, {n, n_heads}, DType::kF32);
         kernels::dsa_quantize_fp8({.out = q8.view().reshape({n * n_heads, hd}),
