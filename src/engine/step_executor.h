@@ -10,6 +10,8 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -36,6 +38,10 @@ struct ExecutorStats {
     int64_t submitted = 0;      // steps (micro-batches) submitted so far
     double active_ms = 0;       // wall time with at least one step in flight (pipeline) / running steps (local)
     std::vector<parallel::StageStats> stages;  // per pipeline stage (one entry for the whole model in one process)
+    // One process (LocalExecutor): host wall time of each phase of its steps, in order: building and uploading the
+    // batch layout, enqueuing the layers (asynchronous on a GPU: the host's launch cost), the head (lm_head, then the
+    // copy of the logit rows to the host: on a GPU it waits for the layers to finish), sampling. Empty elsewhere.
+    std::vector<std::pair<std::string, double>> phase_ms;
 };
 
 // Called from the engine thread only (one thread; the executor may own communicators that are not thread-safe).
@@ -90,6 +96,7 @@ private:
     std::deque<runtime::StepOutput> done_;
     parallel::StageStats stats_;
     int64_t submitted_ = 0;
+    double layout_ms_ = 0, layers_ms_ = 0, head_ms_ = 0, sample_ms_ = 0;  // ExecutorStats::phase_ms
 };
 
 }  // namespace penstock::engine

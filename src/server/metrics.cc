@@ -104,6 +104,13 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
         line(&out, "penstock_pp_stage_steps_total", "stage=\"" + std::to_string(s) + "\"",
              static_cast<double>(x.stages[s].steps));
     }
+    if (!x.phase_ms.empty()) {
+        head(&out, "penstock_step_phase_seconds_total", "counter",
+             "Host wall time of each phase of the steps (one process): layout, layers_enqueue, head_and_wait, sample");
+        for (const auto& [phase, v] : x.phase_ms) {
+            line(&out, "penstock_step_phase_seconds_total", "phase=\"" + phase + "\"", v / 1e3);
+        }
+    }
     histogram(&out, "penstock_time_to_first_token_seconds", "Time to first token", m.ttft_s);
     histogram(&out, "penstock_e2e_request_latency_seconds", "End-to-end request latency", m.e2e_s);
     return out;

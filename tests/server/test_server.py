@@ -73,6 +73,14 @@ class Shared(unittest.TestCase):
                     "penstock_num_running_reqs", "penstock_prompt_tokens_total", "penstock_generation_tokens_total",
                     "penstock_time_to_first_token_seconds_count"):
             self.assertIn(key, m)
+        # One process: the host time of each step phase, which together make the executor's active time.
+        phases = {p: m.get('penstock_step_phase_seconds_total{phase="%s"}' % p)
+                  for p in ("layout", "layers_enqueue", "head_and_wait", "sample")}
+        for p, v in phases.items():
+            self.assertIsNotNone(v, p)
+            self.assertGreaterEqual(v, 0.0, p)
+        self.assertGreater(phases["layers_enqueue"], 0.0)  # the CPU runs the layers inside the enqueue
+        self.assertLessEqual(sum(phases.values()), m["penstock_pp_active_seconds_total"] * 1.0001 + 1e-6)
 
     def test_greedy_is_deterministic_and_seeded_sampling_repeats(self):
         body = {"input_ids": list(range(10, 40)), "sampling_params": {"max_new_tokens": 6, "ignore_eos": True,
