@@ -6,6 +6,7 @@
 // logits and wgmma sparse attention are TODO(#7).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops_dsa.h"
@@ -317,6 +318,62 @@ __global__ void __launch_bounds__(kQuantThreads)
     }
 }
 
+// The same for dim 128 (the indexer's head_dim), one warp per row: lane l holds elements [4 l, 4 l + 4) (one 16-byte
+// load, one 4-byte store). The butterflies of h = 1, 2 pair elements inside a lane, those of h = 4 .. 64 pair lane l
+// with lane l ^ (h / 4) at the same slot; the lane holding j (bit h of j clear) forms a + b and the one holding j + h
+// forms a - b from the same a (= element j) and b, so every output is the rounding of the reference's own sum or
+// difference. The amax is a warp max; the scale and the bytes as above. The block-per-row kernel took 1.6 ms for the
+// 16K x 32 query rows of a GLM-5.3 layer (ten block barriers per 128-element row).
+constexpr int kQuant128Warps = 8;
+
+__global__ void __launch_bounds__(kQuant128Warps * 32)
+    dsa_quantize_fp8_128_kernel(uint8_t* out, float* scale, const float* in, int64_t out0, int64_t scale0,
+                                int64_t in0, int n_rows, bool rotate, bool ue8m0, float norm) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    for (int r = static_cast<int>(blockIdx.x) * kQuant128Warps + warp; r < n_rows;
+         r += static_cast<int>(gridDim.x) * kQuant128Warps) {
+        const float4 x4 = *reinterpret_cast<const float4*>(in + static_cast<int64_t>(r) * in0 + 4 * lane);
+        float v[4] = {x4.x, x4.y, x4.z, x4.w};
+        if (rotate) {
+            float t0 = __fadd_rn(v[0], v[1]), t1 = __fsub_rn(v[0], v[1]);  // h = 1
+            float t2 = __fadd_rn(v[2], v[3]), t3 = __fsub_rn(v[2], v[3]);
+            v[0] = __fadd_rn(t0, t2);  // h = 2
+            v[2] = __fsub_rn(t0, t2);
+            v[1] = __fadd_rn(t1, t3);
+            v[3] = __fsub_rn(t1, t3);
+#pragma unroll
+            for (int m = 1; m < 32; m *= 2) {  // h = 4 m
+                const bool upper = (lane & m) != 0;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float other = __shfl_xor_sync(0xffffffffu, v[k], m);
+                    v[k] = upper ? __fsub_rn(other, v[k]) : __fadd_rn(v[k], other);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(v[k], norm);
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+        for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+        if (ue8m0) {
+            const float l = static_cast<float>(log2(static_cast<double>(s)));
+            s = ldexpf(1.0f, static_cast<int>(ceilf(l)));
+        }
+        uint32_t packed = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            float q = __fdiv_rn(v[k], s);
+            q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp (NaN passes through)
+            packed |= static_cast<uint32_t>(float_to_e4m3(q)) << (8 * k);
+        }
+        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(r) * out0 + 4 * lane) = packed;
+        if (lane == 0) scale[static_cast<int64_t>(r) * scale0] = s;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // sparse_mla_attention: block = kMlaWarps heads of one query row (grid.x = row, grid.y = head group); warp w owns
 // head blockIdx.y * kMlaWarps + w. The row's index list is walked in tiles of kMlaKeys entries: the tile's kv rows
@@ -569,6 +626,17 @@ void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream) {
     PENSTOCK_CHECK_LT(n_rows, int64_t{1} << 31) << op;
     if (n_rows == 0 || dim == 0) return;
     const float norm = 1.0f / std::sqrt(static_cast<float>(dim));  // the reference's host-side value
+    const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+    if (dim == 128 && addr(p.in.data) % 16 == 0 && p.in.stride(0) % 4 == 0 && addr(p.out.data) % 4 == 0 &&
+        p.out.stride(0) % 4 == 0) {
+        const int64_t blocks128 = std::min<int64_t>((n_rows + kQuant128Warps - 1) / kQuant128Warps, 65536);
+        dsa_quantize_fp8_128_kernel<<<static_cast<unsigned>(blocks128), kQuant128Warps * 32, 0,
+                                      static_cast<cudaStream_t>(stream)>>>(
+            p.out.ptr<uint8_t>(), p.scale.ptr<float>(), p.in.ptr<const float>(), p.out.stride(0), p.scale.stride(0),
+            p.in.stride(0), static_cast<int>(n_rows), p.rotate, p.ue8m0, norm);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     const int64_t blocks = n_rows < 65536 ? n_rows : 65536;
     dsa_quantize_fp8_kernel<<<static_cast<unsigned>(blocks), kQuantThreads, sizeof(float) * static_cast<size_t>(dim),
                               static_cast<cudaStream_t>(stream)>>>(

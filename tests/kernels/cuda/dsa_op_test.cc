@@ -12,7 +12,8 @@
 //    5K-60K keys, top_k 2048) rows in and beyond the select kernel's shared memory, rows below top_k, boundary ties
 //    in and beyond the replay's shared memory, logits over 60 binades, NaN / -inf / -FLT_MAX rows whose masked
 //    entries take part. Every case runs on each top-k variant (kAuto, kRangeRadix with its tied-row count, kLegacy).
-//  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows.
+//  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows; dim 128
+//    with aligned rows takes the warp-per-row kernel (4099 rows: a grid tail), strided / other dims the block one.
 //  - sparse_mla_attention: paged latent cache 576/512 with v a view of kv, index lists at page edges with -1 holes
 //    and an all -1 row, 3 / 16 / 96 heads, strided q.
 // PENSTOCK_CUDA_PERF=1 adds timing at model-like shapes (DsaPerf).
@@ -509,7 +510,10 @@ TEST_F(DsaOpTest, QuantizeFp8BitExact) {
                                              {65, 64, true, true, true},
                                              {129, 128, false, true, false},
                                              {127, 96, false, false, true},
-                                             {200, 512, true, true, false}}) {
+                                             {200, 512, true, true, false},
+                                             // the warp-per-row kernel (dim 128, aligned rows): a grid tail, plain
+                                             {4099, 128, true, true, false},
+                                             {300, 128, false, false, false}}) {
         const std::string name = shape_name(std::string(c.rotate ? "rot" : "plain") + (c.ue8m0 ? "_ue8m0" : "_f32s") +
                                                 (c.strided ? "_strided" : ""),
                                             {c.n_rows, c.dim});
