@@ -1,9 +1,9 @@
 // DSA ops on the GPU (kernels/ops_dsa.h; the CPU reference kernels/ref/dsa.cc is the spec): the lightning-indexer
 // logits, the FP8 index quantiser and sparse MLA attention. dsa_topk lives in dsa_topk.cu.
 // The fp8 indexer runs on Hopper wgmma where it applies (dsa_indexer_wgmma.cu: head_dim 128, 32 / 64 heads),
-// else on tensor cores with mma.sync (below); the rest on CUDA cores, except bf16 sparse MLA (bf16 tensor cores,
-// mla_tc.cu). All indexer variants skip key tiles past the rows' q_pos when it is given. Fusing the top-k into the
-// logits and wgmma sparse attention are TODO(#7).
+// else on tensor cores with mma.sync (below); the rest on CUDA cores, except bf16 sparse MLA (wgmma tensor cores,
+// mla_tc.h) and the quantiser's 128-wide rows (one warp per row). All indexer variants skip key tiles past the rows'
+// q_pos when it is given. Fusing the top-k into the logits is TODO(#7).
 #include <cuda_runtime.h>
 
 #include <algorithm>
