@@ -76,10 +76,13 @@ struct RopeParams {
 
 // out = alpha * a @ op(b) + beta * out, op(b) = b^T when trans_b (b is a torch Linear weight [n, k]) else b ([k, n]).
 // fp32; rows of a, b and out may be strided (stride(0) >= row length), last dim contiguous.
+// Batched: a, b and out may all be 3-D, [batch, ...] with the same batch count and any batch strides (one product
+// per batch index, e.g. MLA's per-head absorption over strided head slices); the CPU reference is the loop of 2-D
+// products, CUDA one strided-batched cuBLASLt call.
 struct GemmParams {
-    TensorView out;  // [m, n] f32
-    TensorView a;    // [m, k] f32
-    TensorView b;    // [n, k] f32 when trans_b, else [k, n]
+    TensorView out;  // [m, n] f32 (or [batch, m, n])
+    TensorView a;    // [m, k] f32 (or [batch, m, k])
+    TensorView b;    // [n, k] f32 when trans_b, else [k, n] (or [batch, ...])
     bool trans_b = true;
     float alpha = 1.0f;
     float beta = 0.0f;

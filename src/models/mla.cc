@@ -291,15 +291,16 @@ Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) 
     const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;  // kv_b rows per head
     const TensorView& w = kv_b_proj_.weight;                      // [n_heads * head_rows, kv_lora]
 
-    // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora])
+    // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora]): one
+    // GEMM batched over the heads (strided views; the CPU reference loops over them, CUDA makes one cuBLASLt call).
     Tensor q_abs = scratch(ctx, {n, d.n_heads, latent_dim}, q.dtype);
-    for (int64_t h = 0; h < d.n_heads; ++h) {
-        const TensorView out_h =
-            q_abs.view().as_strided(h * latent_dim, {n, d.kv_lora_rank}, {d.n_heads * latent_dim, 1});
-        const TensorView q_nope_h = q.select(1, h).slice(1, 0, d.qk_nope_head_dim);
-        const TensorView w_uk = w.slice(0, h * head_rows, h * head_rows + d.qk_nope_head_dim);
-        kernels::gemm({.out = out_h, .a = q_nope_h, .b = w_uk, .trans_b = false}, ctx);
-    }
+    PENSTOCK_CHECK(q.stride(2) == 1 && w.stride(1) == 1) << "absorb_q: last dims must be contiguous";
+    kernels::gemm(
+        {.out = q_abs.view().as_strided(0, {d.n_heads, n, d.kv_lora_rank}, {latent_dim, d.n_heads * latent_dim, 1}),
+         .a = q.as_strided(0, {d.n_heads, n, d.qk_nope_head_dim}, {q.stride(1), q.stride(0), 1}),
+         .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank}, {head_rows * w.stride(0), w.stride(0), 1}),
+         .trans_b = false},
+        ctx);
     kernels::copy({.out = q_abs.view().slice(2, d.kv_lora_rank, latent_dim),
                    .in = q.slice(2, d.qk_nope_head_dim, d.qk_head_dim())},
                   ctx);
@@ -311,13 +312,16 @@ void MlaAttention::absorb_out(const TensorView& o_lat, const TensorView& attn_ou
     const int64_t n = o_lat.size(0);
     const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
     const TensorView& w = kv_b_proj_.weight;
-    // attn_out[:, h] = o_lat_h @ W_UV_h^T  (W_UV_h = kv_b rows [h * head_rows + nope, + v), [v, kv_lora])
-    for (int64_t h = 0; h < d.n_heads; ++h) {
-        const TensorView out_h =
-            attn_out.as_strided(h * d.v_head_dim, {n, d.v_head_dim}, {d.n_heads * d.v_head_dim, 1});
-        const TensorView w_uv = w.slice(0, h * head_rows + d.qk_nope_head_dim, (h + 1) * head_rows);
-        kernels::gemm({.out = out_h, .a = o_lat.select(1, h), .b = w_uv, .trans_b = true}, ctx);
-    }
+    // attn_out[:, h] = o_lat_h @ W_UV_h^T  (W_UV_h = kv_b rows [h * head_rows + nope, + v), [v, kv_lora]), batched
+    // over the heads as in absorb_q.
+    PENSTOCK_CHECK(o_lat.stride(2) == 1 && w.stride(1) == 1) << "absorb_out: last dims must be contiguous";
+    kernels::gemm(
+        {.out = attn_out.as_strided(0, {d.n_heads, n, d.v_head_dim}, {d.v_head_dim, d.n_heads * d.v_head_dim, 1}),
+         .a = o_lat.as_strided(0, {d.n_heads, n, d.kv_lora_rank}, {o_lat.stride(1), o_lat.stride(0), 1}),
+         .b = w.as_strided(d.qk_nope_head_dim * w.stride(0), {d.n_heads, d.v_head_dim, d.kv_lora_rank},
+                           {head_rows * w.stride(0), w.stride(0), 1}),
+         .trans_b = true},
+        ctx);
 }
 
 void MlaAttention::attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q,

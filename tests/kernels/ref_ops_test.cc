@@ -194,6 +194,46 @@ TEST(RefGemm, MatchesNaive) {
     }
 }
 
+// Batched (3-D) views with the batch as a strided middle dim, as MLA's per-head absorption passes them: the product of
+// each batch index against a naive double computation.
+TEST(RefGemm, BatchedStridedViewsMatchNaive) {
+    constexpr uint32_t kSeed = 405;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    constexpr int64_t kH = 3, kN = 5, kK = 4, kM = 6;  // batch (heads), rows, contraction, columns
+    for (int trans_b = 0; trans_b < 2; ++trans_b) {
+        SCOPED_TRACE(::testing::Message() << "trans_b=" << trans_b);
+        // a: [n, H, k + 2] (the last 2 columns are not part of the product); b per head: rows of a [H * rows, cols]
+        Buffer a = random_buffer(rng, {kN, kH, kK + 2}, false);
+        const int64_t b_rows = trans_b ? kM + 1 : kK + 1;
+        const int64_t b_cols = trans_b ? kK : kM;
+        Buffer b = random_buffer(rng, {kH * b_rows, b_cols}, false);
+        Buffer out = random_buffer(rng, {kN, kH, kM}, false);
+        const std::vector<float> av = read_f32(a.view), bv = read_f32(b.view);
+        const TensorView a3 = a.view.as_strided(0, {kH, kN, kK}, {kK + 2, kH * (kK + 2), 1});
+        const TensorView b3 = trans_b ? b.view.as_strided(0, {kH, kM, kK}, {b_rows * kK, kK, 1})
+                                      : b.view.as_strided(0, {kH, kK, kM}, {b_rows * kM, kM, 1});
+        const TensorView o3 = out.view.as_strided(0, {kH, kN, kM}, {kM, kH * kM, 1});
+        ref::gemm({.out = o3, .a = a3, .b = b3, .trans_b = trans_b != 0, .alpha = 1.0f, .beta = 0.0f}, nullptr);
+        const std::vector<float> got = read_f32(out.view);
+        for (int64_t h = 0; h < kH; ++h) {
+            for (int64_t i = 0; i < kN; ++i) {
+                for (int64_t j = 0; j < kM; ++j) {
+                    double acc = 0;
+                    for (int64_t l = 0; l < kK; ++l) {
+                        const double x = av[size_t((i * kH + h) * (kK + 2) + l)];
+                        const double y = trans_b ? bv[size_t((h * b_rows + j) * kK + l)]
+                                                 : bv[size_t((h * b_rows + l) * kM + j)];
+                        acc += x * y;
+                    }
+                    EXPECT_NEAR(got[size_t((i * kH + h) * kM + j)], acc, 1e-5 * (1.0 + std::abs(acc)))
+                        << "h=" << h << " i=" << i << " j=" << j;
+                }
+            }
+        }
+    }
+}
+
 TEST(RefGemm, BetaZeroDoesNotReadOutAndKZeroScales) {
     const Tensor a = Tensor::from_f32({2, 1}, std::vector<float>{2.0f, 3.0f});
     const Tensor b = Tensor::from_f32({2, 1}, std::vector<float>{5.0f, 7.0f});  // [n, k], trans_b

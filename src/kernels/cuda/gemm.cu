@@ -132,9 +132,23 @@ void fallback_gemm(void* out, DType out_dtype, int64_t ld_out, const void* a, in
 
 // out[m, n] (row major, ld_out) = alpha * a[m, k] (ld_a) @ op(b) + beta * out. b is [n, k] (ld_b) when trans_b.
 // Falls back to fallback_gemm when cuBLASLt's heuristic offers no algorithm for the layout.
+// Batched (batch > 1): batch products, operand i at a + i * batch_a elements (b, out likewise).
+struct LtBatch {
+    int64_t count = 1;
+    int64_t a = 0, b = 0, out = 0;  // element strides between batch entries
+};
+
+void set_batch(cublasLtMatrixLayout_t layout, int64_t count, int64_t stride) {
+    const auto c = static_cast<int32_t>(count);
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                           &stride, sizeof(stride)));
+}
+
 void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_t ld_a, const void* b, int64_t ld_b,
                DType in_dtype, int64_t m, int64_t n, int64_t k, bool trans_b, float alpha, float beta,
-               cudaStream_t stream) {
+               cudaStream_t stream, const LtBatch& batch = {}) {
     LtContext& ctx = lt_context(stream);
     LtDesc d;
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -152,11 +166,25 @@ void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_
     // C = D: out's memory, column-major [n, m].
     PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, cuda_type(out_dtype), static_cast<uint64_t>(n),
                                                      static_cast<uint64_t>(m), ld_out));
+    if (batch.count > 1) {
+        set_batch(d.a, batch.count, batch.b);  // cuBLAS A is b's memory, B is a's
+        set_batch(d.b, batch.count, batch.a);
+        set_batch(d.c, batch.count, batch.out);
+    }
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
     const uint64_t ws = ctx.workspace_bytes;
     PENSTOCK_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const uint32_t align_a = alignment_of(b), align_b = alignment_of(a), align_c = alignment_of(out);
+    // Batched: every entry's address must keep the promised alignment (the batch stride in bytes counts too).
+    const auto entry_align = [&](const void* base, int64_t stride, DType dt) {
+        const uint32_t al = alignment_of(base);
+        if (batch.count <= 1) return al;
+        const uint32_t sa =
+            alignment_of(reinterpret_cast<const void*>(static_cast<uintptr_t>(stride) * dtype_bytes(dt, 1)));
+        return al < sa ? al : sa;
+    };
+    const uint32_t align_a = entry_align(b, batch.b, in_dtype), align_b = entry_align(a, batch.a, in_dtype),
+                   align_c = entry_align(out, batch.out, out_dtype);
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                                &align_a, sizeof(align_a)));
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -171,7 +199,14 @@ void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_
         cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &n_results);
     if (st != CUBLAS_STATUS_SUCCESS) n_results = 0;  // e.g. NOT_SUPPORTED for this layout: use the fallback
     if (n_results == 0) {
-        fallback_gemm(out, out_dtype, ld_out, a, ld_a, b, ld_b, in_dtype, m, n, k, trans_b, alpha, beta, stream);
+        const int64_t ib = static_cast<int64_t>(dtype_bytes(in_dtype, 1));
+        const int64_t ob = static_cast<int64_t>(dtype_bytes(out_dtype, 1));
+        for (int64_t i = 0; i < batch.count; ++i) {
+            fallback_gemm(static_cast<char*>(out) + i * batch.out * ob, out_dtype, ld_out,
+                          static_cast<const char*>(a) + i * batch.a * ib, ld_a,
+                          static_cast<const char*>(b) + i * batch.b * ib, ld_b, in_dtype, m, n, k, trans_b, alpha,
+                          beta, stream);
+        }
         return;
     }
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, b, d.a, a, d.b, &beta, out, d.c, out, d.c,
@@ -211,6 +246,24 @@ LtContext& lt_context(cudaStream_t stream) {
 }
 
 void gemm(const kernels::GemmParams& p, void* stream) {
+    if (p.a.ndim == 3) {  // batched: one strided-batched cuBLASLt product
+        PENSTOCK_CHECK(p.b.ndim == 3 && p.out.ndim == 3) << "gemm: batched a needs 3-D b and out";
+        const int64_t batch = p.a.size(0);
+        PENSTOCK_CHECK(p.b.size(0) == batch && p.out.size(0) == batch)
+            << "gemm: batch counts " << batch << ", " << p.b.size(0) << ", " << p.out.size(0);
+        const TensorView a0 = p.a.select(0, 0), b0 = p.b.select(0, 0), o0 = p.out.select(0, 0);
+        const int64_t m = a0.size(0), k = a0.size(1), n = p.trans_b ? b0.size(0) : b0.size(1);
+        check_matrix(a0, m, k, "gemm", "a");
+        check_matrix(b0, p.trans_b ? n : k, p.trans_b ? k : n, "gemm", "b");
+        check_matrix(o0, m, n, "gemm", "out");
+        check_dtypes(p.out.dtype, p.a.dtype, p.b.dtype, "gemm");
+        if (batch == 0 || m == 0 || n == 0) return;
+        PENSTOCK_CHECK(k > 0) << "gemm: batched with k == 0";
+        lt_matmul(p.out.data, p.out.dtype, ld_of(o0), p.a.data, ld_of(a0), p.b.data, ld_of(b0), p.a.dtype, m, n, k,
+                  p.trans_b, p.alpha, p.beta, static_cast<cudaStream_t>(stream),
+                  LtBatch{.count = batch, .a = p.a.stride(0), .b = p.b.stride(0), .out = p.out.stride(0)});
+        return;
+    }
     const int64_t m = p.a.size(0);
     const int64_t k = p.a.size(1);
     const int64_t n = p.trans_b ? p.b.size(0) : p.b.size(1);

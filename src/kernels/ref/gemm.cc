@@ -30,7 +30,21 @@ int ld_of(const TensorView& v, int64_t cols) {
 
 }  // namespace
 
-void gemm(const kernels::GemmParams& p, ThreadPool* /*pool*/) {
+void gemm(const kernels::GemmParams& p, ThreadPool* pool) {
+    if (p.a.ndim == 3) {  // batched: the 2-D product per batch index
+        PENSTOCK_CHECK(p.b.ndim == 3 && p.out.ndim == 3) << "gemm: batched a needs 3-D b and out";
+        const int64_t batch = p.a.size(0);
+        PENSTOCK_CHECK(p.b.size(0) == batch && p.out.size(0) == batch)
+            << "gemm: batch counts " << batch << ", " << p.b.size(0) << ", " << p.out.size(0);
+        for (int64_t i = 0; i < batch; ++i) {
+            kernels::GemmParams one = p;
+            one.out = p.out.select(0, i);
+            one.a = p.a.select(0, i);
+            one.b = p.b.select(0, i);
+            gemm(one, pool);
+        }
+        return;
+    }
     PENSTOCK_CHECK_EQ(p.a.ndim, 2);
     PENSTOCK_CHECK_EQ(p.b.ndim, 2);
     const int64_t m = p.a.size(0);
