@@ -70,6 +70,17 @@ def sweep(*args, timeout=180):
     return r, time.time() - t0
 
 
+def mark_interrupted(out, layout):
+    """Rewrites the first results.csv row of `layout` from ok to interrupted (a run cut short)."""
+    path = os.path.join(out, "results.csv")
+    with open(path) as f:
+        text = f.read().splitlines(keepends=True)
+    i = next(n for n, line in enumerate(text) if line.startswith(layout + ","))
+    text[i] = text[i].replace(",ok,", ",interrupted,", 1)
+    with open(path, "w") as f:
+        f.write("".join(text))
+
+
 class SweepE2E(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="penstock-sweep-")
@@ -164,12 +175,7 @@ class SweepE2E(unittest.TestCase):
         # --resume after a cut: the layout with a run that is not ok runs again, every other one is kept as it is.
         if not pending:
             cut = "pp2_tp1_ep1_cp1"
-            with open(os.path.join(out, "results.csv")) as f:
-                text = f.read().splitlines(keepends=True)
-            i = next(n for n, line in enumerate(text) if line.startswith(cut + ","))
-            text[i] = text[i].replace(",ok,", ",interrupted,", 1)
-            with open(os.path.join(out, "results.csv"), "w") as f:
-                f.write("".join(text))
+            mark_interrupted(out, cut)
             kept_dir = os.path.join(out, "pp1_tp1_ep1_cp1", "c2_r1", "summary.json")
             kept_mtime = os.path.getmtime(kept_dir)
             rr, _ = sweep(CI_MATRIX, "--output-dir", out, "--model", MODEL, "--resume")
@@ -186,12 +192,7 @@ class SweepE2E(unittest.TestCase):
             # A resume killed outright (a device call's time limit: SIGKILL, no clean-up) while it reruns the first
             # layout keeps every later layout's rows in results.csv.
             first = layouts[0]
-            with open(os.path.join(out, "results.csv")) as f:
-                text = f.read().splitlines(keepends=True)
-            i = next(n for n, line in enumerate(text) if line.startswith(first + ","))
-            text[i] = text[i].replace(",ok,", ",interrupted,", 1)
-            with open(os.path.join(out, "results.csv"), "w") as f:
-                f.write("".join(text))
+            mark_interrupted(out, first)
             p = subprocess.Popen([BINARY, "sweep", CI_MATRIX, "--output-dir", out, "--model", MODEL, "--resume"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in p.stdout:
