@@ -44,6 +44,7 @@ struct ForwardArgs {
     std::string mla_form = "mha";
     std::string fp8_weights = "auto";
     bool dsa_fp8_indexer = false;
+    bool fp8_attention = false;
     std::string backend = "cpu";
     std::string dtype = "float32";
     int64_t max_kv_chunk_capacity = 128 * 1024;
@@ -112,6 +113,7 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     }
     PENSTOCK_ASSIGN_OR_RETURN(setup.options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
     setup.options.dsa_fp8_indexer = args.dsa_fp8_indexer;
+    setup.options.fp8_attention = args.fp8_attention;
     if (args.dtype == "float32") {
         setup.options.dtype = DType::kF32;
     } else if (args.dtype == "bfloat16") {
@@ -278,6 +280,7 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
                         {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
                         {"--fp8-weights", static_cast<int64_t>(setup->options.fp8_weights), Agreement::kStage0Wins},
                         {"--dsa-fp8-indexer", setup->options.dsa_fp8_indexer ? 1 : 0, Agreement::kStage0Wins},
+                        {"--fp8-attention", setup->options.fp8_attention ? 1 : 0, Agreement::kStage0Wins},
                     });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
@@ -286,6 +289,7 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
     setup->eager_bank = agreed.values[6] != 0;
     setup->options.fp8_weights = static_cast<models::Fp8Weights>(agreed.values[7]);
     setup->options.dsa_fp8_indexer = agreed.values[8] != 0;
+    setup->options.fp8_attention = agreed.values[9] != 0;
     return ok_status();
 }
 
@@ -433,6 +437,9 @@ int main(int argc, char** argv) {
     forward->add_option("--chunk-size", fwd.chunk_size,
                         "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
     forward->add_option("--mla-form", fwd.mla_form, "MLA prefill form: mha or absorbed");
+    forward->add_flag("--fp8-attention", fwd.fp8_attention,
+                      "MLA MHA form: FP8 attention (e4m3 q, k, v with per-tensor dynamic scales; cuDNN's FP8 SDPA on "
+                      "CUDA); lossy: a few percent relative error on the attention output");
     forward->add_flag("--dsa-fp8-indexer", fwd.dsa_fp8_indexer,
                       "DSA families: the FP8 indexer (e4m3 q and keys after a Hadamard rotation, as DeepSeek-V3.2's "
                       "inference) instead of f32 keys as transformers computes");

@@ -145,10 +145,12 @@ void run_attention_bench(BenchContext& ctx) {
                              static_cast<double>(s.d_qk + s.d_v);
         // cudnn_sdpa (cuDNN's heuristic choice), cudnn_sdpa_autotuned (PENSTOCK_CUDNN_AUTOTUNE=1: the fastest engine
         // config, timed on the first call), cuda_core.
-        for (const int variant : {0, 1, 2}) {
-            const bool cudnn = variant < 2;
-            if ((!cudnn || variant == 1) && s.ragged) continue;
+        // cudnn_sdpa_no_lse (variant 3): the heuristic choice with no lse output (a one-round prefill's call).
+        for (const int variant : {0, 1, 3, 2}) {
+            const bool cudnn = variant != 2;
+            if ((!cudnn || variant != 0) && s.ragged) continue;
             if (variant == 1) setenv("PENSTOCK_CUDNN_AUTOTUNE", "1", /*overwrite=*/1);
+            p.lse = variant == 3 ? TensorView{} : lse.view();
             p.mask_kind = cudnn ? kernels::AttentionMaskKind::kCausalBottomRight : kernels::AttentionMaskKind::kGeneral;
             bool taken = false;
             if (cudnn) {
@@ -165,6 +167,7 @@ void run_attention_bench(BenchContext& ctx) {
             record["impl"] = !cudnn         ? "cuda_core"
                              : s.ragged     ? "cudnn_sdpa_ragged"
                              : variant == 1 ? "cudnn_sdpa_autotuned"
+                             : variant == 3 ? "cudnn_sdpa_no_lse"
                                             : "cudnn_sdpa";
             record["cudnn_taken"] = taken;
             record["dtype"] = "bf16";
@@ -176,6 +179,55 @@ void run_attention_bench(BenchContext& ctx) {
             record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
             ctx.report(record, t,
                        static_cast<double>(s.seq * (s.heads * (s.d_qk + s.d_v) + s.kv_heads * (s.d_qk + s.d_v)) * 2));
+        }
+        if (s.ragged) continue;
+        // FP8 (per-tensor e4m3 q / k / v and out, kernels/ops.h): cuDNN's FP8 SDPA (the heuristic's choice; FP8
+        // graphs are never autotuned, attention_cudnn.cc), with and without the lse output; the timed call is
+        // cuda::attention (its scale kernel included), the quantisation of the inputs (quantize_qkv_ms) is not.
+        Tensor scales = Tensor::empty({4}, DType::kF32, ctx.alloc());
+        auto scale = [&](int64_t i) { return scales.view().slice(0, i, i + 1); };
+        const Tensor q8 = Tensor::empty({s.seq, s.heads, s.d_qk}, DType::kF8E4M3, ctx.alloc());
+        const Tensor k8 = Tensor::empty({s.seq, s.kv_heads, s.d_qk}, DType::kF8E4M3, ctx.alloc());
+        const Tensor v8 = Tensor::empty({s.seq, s.kv_heads, s.d_v}, DType::kF8E4M3, ctx.alloc());
+        const Tensor o8 = Tensor::empty({s.seq, s.heads, s.d_v}, DType::kF8E4M3, ctx.alloc());
+        const Timing tq = time_events(
+            ctx,
+            [&] {
+                cuda::fp8_quantize_tensor({.out = q8, .scale = scale(0), .in = q}, ctx.stream().handle());
+                cuda::fp8_quantize_tensor({.out = k8, .scale = scale(1), .in = k}, ctx.stream().handle());
+                cuda::fp8_quantize_tensor({.out = v8, .scale = scale(2), .in = v}, ctx.stream().handle());
+            },
+            2, 10);
+        kernels::AttentionParams f = p;
+        f.mask_kind = kernels::AttentionMaskKind::kCausalBottomRight;
+        f.equal_lengths = true;
+        f.q = q8;
+        f.k = k8;
+        f.v = v8;
+        f.out = o8;
+        f.q_descale = scale(0);
+        f.k_descale = scale(1);
+        f.v_descale = scale(2);
+        f.out_descale = scale(3);
+        for (const int variant : {0, 2}) {  // with the lse output; without
+            f.lse = variant == 2 ? TensorView{} : lse.view();
+            cuda::attention(f, ctx.stream().handle());  // builds the plan outside timing
+            ctx.stream().synchronize();
+            const Timing t = time_events(
+                ctx, [&] { cuda::attention(f, ctx.stream().handle()); }, 5, 30);
+            nlohmann::json record = ctx.base_record("attention");
+            record["shape"] = s.name;
+            record["impl"] = variant == 0 ? "cudnn_fp8" : "cudnn_fp8_no_lse";
+            record["dtype"] = "fp8_e4m3";
+            record["heads"] = s.heads;
+            record["seq"] = s.seq;
+            record["d_qk"] = s.d_qk;
+            record["d_v"] = s.d_v;
+            record["time_ms"] = t.median_us * 1e-3;
+            record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
+            record["quantize_qkv_ms"] = tq.median_us * 1e-3;
+            ctx.report(record, t,
+                       static_cast<double>(s.seq * (s.heads * (s.d_qk + s.d_v) + s.kv_heads * (s.d_qk + s.d_v))));
         }
     }
 }

@@ -22,7 +22,7 @@
 //
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
 //                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
-//                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]]
+//                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +61,7 @@ struct Options {
     int warmup = 1;
     std::string mla_form = "mha";
     bool dsa_fp8_indexer = false;
+    bool fp8_attention = false;
     std::vector<std::string> fp8_weights{"auto"};
     bool breakdown = false;
     std::string json_path;
@@ -76,11 +77,12 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }
 
 int usage(const char* argv0) {
-    std::fprintf(stderr,
-                 "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
-                 "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json OUT]\n"
-                 "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]]\n",
-                 argv0);
+    std::fprintf(
+        stderr,
+        "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
+        "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json OUT]\n"
+        "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]\n",
+        argv0);
     return 2;
 }
 
@@ -184,6 +186,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
     mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
     mo.dummy_weights_seed = o.seed;
     mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
+    mo.fp8_attention = o.fp8_attention;
     Result<models::Fp8Weights> fp8_mode = models::parse_fp8_weights(fp8);
     if (!fp8_mode.ok()) {
         std::fprintf(stderr, "%s\n", fp8_mode.status().to_string().c_str());
@@ -311,6 +314,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"prefix", prefix},
                      {"mla_form", o.mla_form},
                      {"dsa_fp8_indexer", o.dsa_fp8_indexer},
+                     {"fp8_attention", o.fp8_attention},
                      {"fp8_weights", fp8_name},
                      {"median_ms", med},
                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
@@ -394,6 +398,8 @@ int main(int argc, char** argv) {
             while (std::getline(ss, item, ',')) o.fp8_weights.push_back(item);
         } else if (a == "--dsa-fp8-indexer") {
             o.dsa_fp8_indexer = true;
+        } else if (a == "--fp8-attention") {
+            o.fp8_attention = true;
         } else if (a == "--breakdown") {
             o.breakdown = true;
         } else if (a == "--json") {

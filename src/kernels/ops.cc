@@ -43,6 +43,12 @@ void fp8_gemm(const Fp8GemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fp
 void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_grouped_gemm, p, ctx);
 }
+void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(fp8_quantize_tensor, p, ctx);
+}
+void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(fp8_dequantize_tensor, p, ctx);
+}
 void embedding(const EmbeddingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(embedding, p, ctx); }
 void rms_norm(const RmsNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rms_norm, p, ctx); }
 void layer_norm(const LayerNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(layer_norm, p, ctx); }

@@ -132,7 +132,7 @@ enum class AttentionMaskKind : uint8_t {
 // buffer (e.g. the MLA absorbed form uses v = the first d_v columns of k).
 struct AttentionParams {
     TensorView out;           // [total_q, n_heads, d_v] f32
-    TensorView lse;           // [total_q, n_heads] f32
+    TensorView lse;           // [total_q, n_heads] f32; may be empty (data null: not computed, e.g. one key round)
     TensorView q;             // [total_q, n_heads, d_qk] f32, strided on dims 0 and 1
     TensorView k;             // [total_k, n_kv_heads, d_qk] f32, strided on dims 0 and 1
     TensorView v;             // [total_k, n_kv_heads, d_v] f32, strided on dims 0 and 1
@@ -151,7 +151,25 @@ struct AttentionParams {
     int32_t max_seqlen_q = 0;
     int32_t max_seqlen_k = 0;
     AttentionMaskKind mask_kind = AttentionMaskKind::kGeneral;
+    // Host hint: every sequence has as many keys as queries (len_k(s) == len_q(s)), e.g. a prefill chunk with no
+    // cached prefix. With kCausalBottomRight the diagonal is then also top-left aligned, which is the only causal
+    // form some backends take for FP8 (cuDNN's FP8 SDPA on Hopper). Wrong hints are a caller bug.
+    bool equal_lengths = false;
+
+    // FP8 attention (per-tensor scaling; opt-in, models::ModelOptions::fp8_attention). When q, k and v are f8e4m3
+    // (all three or none), their true values are e4m3_to_float(x) * descale with the f32 scalars below. out may then
+    // be f8e4m3 too: the op writes out_descale[0] = v_descale[0] * kFp8AttnOutHeadroom and
+    // out = e4m3(o * (1 / out_descale[0])), o the f32 result (|o| <= max |v| as a convex combination of v rows, so
+    // the headroom keeps the FP8 softmax probabilities' rounding from saturating). The reference computes o exactly
+    // from the dequantised inputs; the CUDA backend (cuDNN's FP8 SDPA) also rounds the probabilities to e4m3
+    // (scale 448), so the two agree to FP8 accuracy, not bit for bit. lse stays f32.
+    TensorView q_descale{};    // [1] f32 (FP8 q)
+    TensorView k_descale{};    // [1] f32 (FP8 k)
+    TensorView v_descale{};    // [1] f32 (FP8 v)
+    TensorView out_descale{};  // [1] f32, written (FP8 out)
 };
+
+inline constexpr float kFp8AttnOutHeadroom = 1.125f;
 
 // Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:
 // lse' = log(exp(lse) + exp(in_lse)); out' = out * exp(lse - lse') + in_out * exp(in_lse - lse'). -inf entries are
@@ -278,6 +296,18 @@ struct Fp8ActQuantParams {
     TensorView in;     // [m, k] f32 or bf16, rows may be strided
 };
 
+// Per-tensor FP8 (FP8 attention's q / k / v, models/mla.cc), in fp32:
+//   fp8_quantize_tensor:   amax = max |in| over the whole view; s = amax > 0 ? amax / 448 : 1; inv = 1 / s;
+//                          out = e4m3(in * inv) (penstock::float_to_e4m3); scale[0] = s (written).
+//   fp8_dequantize_tensor: out = e4m3_to_float(in) * scale[0] (read), rounded once to out's dtype.
+// in / out are 1- to 3-d views of one shape with the last dim contiguous (strided on the others); scale is a [1] f32
+// tensor on the same device (so the scale never travels to the host). A NaN input makes amax, and every output, NaN.
+struct Fp8TensorScaleParams {
+    TensorView out;    // quantize: f8e4m3; dequantize: f32 or bf16
+    TensorView scale;  // [1] f32: written by quantize, read by dequantize
+    TensorView in;     // quantize: f32 or bf16; dequantize: f8e4m3
+};
+
 // Block-scaled FP8 GEMM (a torch Linear with a DeepSeek FP8 weight on quantised activations):
 //   out[i, j] = sum_kb (a_scale[i, kb] * b_scale[j / 128, kb]) * sum_{k in block kb} e4m3(a[i, k]) * e4m3(b[j, k])
 // fp32 accumulation; bf16 out rounded once. The reference dequantises both operands per block to f32 and runs an
@@ -332,6 +362,8 @@ void paged_gather(const PagedGatherParams& p, const Context& ctx);
 void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx);
 void fp8_gemm(const Fp8GemmParams& p, const Context& ctx);
 void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx);
+void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
+void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 
 void embedding(const EmbeddingParams& p, const Context& ctx);
 void rms_norm(const RmsNormParams& p, const Context& ctx);

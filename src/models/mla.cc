@@ -147,8 +147,8 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
         const kernels::ProfileScope scope(ctx, "core");
         switch (options.mla_form) {
             case MlaForm::kMha:
-                attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity, attn_out,
-                           ctx);
+                attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity,
+                           options.fp8_attention, attn_out, ctx);
                 break;
             case MlaForm::kAbsorbed:
                 attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
@@ -174,7 +174,7 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
 
 void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                               const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
-                              const TensorView& attn_out, const kernels::Context& ctx) const {
+                              bool fp8_attention, const TensorView& attn_out, const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t n_seqs = layout.n_seqs;
@@ -193,13 +193,20 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // (merging one piece into an empty accumulator returns the piece unchanged, so the result is the same).
     const TensorView out3 = attn_out.reshape({n, d.n_heads, d.v_head_dim});
     const bool direct = n_rounds == 1 && attn_out.dtype == act;
+    // Every sequence attends to exactly its own chunk (no cached prefix, one round, no context-parallel row split):
+    // the attention's equal_lengths hint.
+    bool equal_lengths = n_rounds == 1 && !layout.cp && layout.q_pos_step == 1;
+    for (const SeqChunk& s : batch.seqs) equal_lengths = equal_lengths && s.prefix_len == 0;
+    // FP8 attention (ModelOptions::fp8_attention) on the one-round path: per-tensor e4m3 q, k, v and out.
+    const bool fp8 = fp8_attention && direct;
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {
         acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
         acc_lse = scratch_filled(ctx, {n, d.n_heads}, -std::numeric_limits<float>::infinity());
         piece_out = scratch(ctx, {n, d.n_heads, d.v_head_dim}, act);
     }
-    Tensor piece_lse = scratch(ctx, {n, d.n_heads});
+    Tensor piece_lse;
+    if (!direct) piece_lse = scratch(ctx, {n, d.n_heads});
     Tensor cu_k_host = Tensor::empty({n_seqs + 1}, DType::kI32);
     Tensor k_pos0_host = Tensor::empty({n_seqs}, DType::kI32);
     Tensor cu_k = scratch(ctx, {n_seqs + 1}, DType::kI32);
@@ -252,9 +259,14 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
                                                    {kvb_row, head_stride, 1});
         expand_scope.reset();
+        if (fp8) {
+            attend_mha_fp8(layout, q, k, v, cu_k, k_pos0, softmax_scale, static_cast<int32_t>(max_q),
+                           static_cast<int32_t>(max_k), bottom_right, all_visible, equal_lengths, out3, ctx);
+            continue;
+        }
         const kernels::ProfileScope attention_scope(ctx, "attention");
         kernels::attention({.out = direct ? out3 : piece_out.view(),
-                            .lse = piece_lse,
+                            .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge needs lse
                             .q = q,
                             .k = k,
                             .v = v,
@@ -269,7 +281,8 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                             .max_seqlen_k = static_cast<int32_t>(max_k),
                             .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
                                          : all_visible ? kernels::AttentionMaskKind::kAllVisible
-                                                       : kernels::AttentionMaskKind::kGeneral},
+                                                       : kernels::AttentionMaskKind::kGeneral,
+                            .equal_lengths = equal_lengths},
                            ctx);
         if (!direct) {
             kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
@@ -282,6 +295,55 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         return;
     }
     kernels::copy({.out = out3, .in = acc_out}, ctx);
+}
+
+void MlaAttention::attend_mha_fp8(const BatchLayout& layout, const TensorView& q, const TensorView& k,
+                                  const TensorView& v, const TensorView& cu_k, const TensorView& k_pos0,
+                                  float softmax_scale, int32_t max_q, int32_t max_k, bool bottom_right,
+                                  bool all_visible, bool equal_lengths, const TensorView& out3,
+                                  const kernels::Context& ctx) const {
+    const int64_t n = q.size(0), total = k.size(0);
+    // scales: q, k, v descales (written by the quantiser), out descale (written by the attention).
+    Tensor scales = scratch(ctx, {4});
+    auto scale = [&](int64_t i) { return scales.view().slice(0, i, i + 1); };
+    Tensor qf = scratch(ctx, {n, q.size(1), q.size(2)}, DType::kF8E4M3);
+    Tensor kf = scratch(ctx, {total, k.size(1), k.size(2)}, DType::kF8E4M3);
+    Tensor vf = scratch(ctx, {total, v.size(1), v.size(2)}, DType::kF8E4M3);
+    Tensor of = scratch(ctx, {n, out3.size(1), out3.size(2)}, DType::kF8E4M3);
+    {
+        const kernels::ProfileScope scope(ctx, "fp8_quant");
+        kernels::fp8_quantize_tensor({.out = qf, .scale = scale(0), .in = q}, ctx);
+        kernels::fp8_quantize_tensor({.out = kf, .scale = scale(1), .in = k}, ctx);
+        kernels::fp8_quantize_tensor({.out = vf, .scale = scale(2), .in = v}, ctx);
+    }
+    {
+        const kernels::ProfileScope scope(ctx, "attention");
+        kernels::attention({.out = of,
+                            .lse = TensorView{},  // one round: no merge, no lse
+                            .q = qf,
+                            .k = kf,
+                            .v = vf,
+                            .cu_seqlens_q = layout.cu_seqlens_q,
+                            .cu_seqlens_k = cu_k,
+                            .q_pos0 = layout.q_pos0,
+                            .k_pos0 = k_pos0,
+                            .scale = softmax_scale,
+                            .causal = true,
+                            .q_pos_step = layout.q_pos_step,
+                            .max_seqlen_q = max_q,
+                            .max_seqlen_k = max_k,
+                            .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
+                                         : all_visible ? kernels::AttentionMaskKind::kAllVisible
+                                                       : kernels::AttentionMaskKind::kGeneral,
+                            .equal_lengths = equal_lengths,
+                            .q_descale = scale(0),
+                            .k_descale = scale(1),
+                            .v_descale = scale(2),
+                            .out_descale = scale(3)},
+                           ctx);
+    }
+    const kernels::ProfileScope scope(ctx, "fp8_dequant");
+    kernels::fp8_dequantize_tensor({.out = out3, .scale = scale(3), .in = of}, ctx);
 }
 
 Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {

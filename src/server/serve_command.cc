@@ -52,6 +52,10 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                     "cost budget as a chunk length at prefix 0 (0: chunked-prefill-size)");
     cmd->add_option("--schedule-policy", a->schedule_policy, "fcfs or lpm");
     cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
+    cmd->add_flag("--fp8-attention", a->fp8_attention,
+                  "MLA MHA form (DeepSeek-V3, Kimi K3's MLA layers): FP8 attention (e4m3 q, k, v with per-tensor "
+                  "dynamic scales; cuDNN's FP8 SDPA on CUDA); lossy: a few percent relative error on the "
+                  "attention output (two-ended: stage 0 wins)");
     cmd->add_flag("--dsa-fp8-indexer", a->dsa_fp8_indexer,
                   "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
                   "index-K rows, as DeepSeek-V3.2's inference) instead of f32 keys as transformers computes "
@@ -204,6 +208,7 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--mla-form must be mha or absorbed");
     }
     setup.model_options.dsa_fp8_indexer = args.dsa_fp8_indexer;
+    setup.model_options.fp8_attention = args.fp8_attention;
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,
                      "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores); "
@@ -305,6 +310,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"num_hidden_layers", mc.num_hidden_layers},
                  {"mla_form", args.mla_form},
                  {"dsa_fp8_indexer", args.dsa_fp8_indexer},
+                 {"fp8_attention", args.fp8_attention},
                  {"fp8_weights", fp8_weights_info},
                  {"load_format", args.load_format},
                  {"num_layers_override", args.num_layers > 0 ? json(args.num_layers) : json(nullptr)},

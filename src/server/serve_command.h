@@ -27,6 +27,7 @@ struct ServeArgs {
     std::string schedule_policy = "fcfs";
     std::string mla_form = "mha";
     std::string fp8_weights = "auto";  // block-FP8 checkpoints: auto | native | dequant (models::Fp8Weights)
+    bool fp8_attention = false;        // MLA MHA form: FP8 attention (models::ModelOptions::fp8_attention)
     bool dsa_fp8_indexer = false;      // DSA families: the FP8 indexer (models::ModelOptions::dsa_fp8_indexer)
     std::string backend = "cpu";       // cpu | cuda (under mpirun: each rank on GPU local_rank / ranks_per_gpu)
     std::string dtype = "float32";     // float32 | bfloat16 (cuda): activations, KV cache, weights

@@ -97,6 +97,23 @@ if ! grep -q "setting --dsa-fp8-indexer differs from stage 0's" <<<"$out" ||
 fi
 echo "ok: --dsa-fp8-indexer changes the GLM logits; PP2 (stage 0 wins) bit-identical to one process"
 
+# --fp8-attention reaches the MLA MHA form: DeepSeek-V3's logits move; PP2 with the flag only on stage 0 (stage 0
+# wins, warned) is bit-identical to one process with it.
+dsv3="$fixtures/deepseek_v3_tiny"
+"$bin" forward --model "$dsv3" --input-ids "$ids" --out "$tmp/bf.safetensors" >/dev/null
+"$bin" forward --model "$dsv3" --input-ids "$ids" --fp8-attention --out "$tmp/fp8attn.safetensors" >/dev/null
+if cmp -s "$tmp/bf.safetensors" "$tmp/fp8attn.safetensors"; then
+  echo "FAIL: --fp8-attention left the logits unchanged"; exit 1
+fi
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 1 "$bin" forward --model "$dsv3" --input-ids "$ids" --pp 2 \
+      --fp8-attention --out "$tmp/fp8attn_pp.safetensors" : -np 1 "$bin" forward --model "$dsv3" --input-ids "$ids" \
+      --pp 2 2>&1)
+if ! grep -q "setting --fp8-attention differs from stage 0's" <<<"$out" ||
+   ! cmp -s "$tmp/fp8attn.safetensors" "$tmp/fp8attn_pp.safetensors"; then
+  echo "FAIL: --fp8-attention under PP2: $out"; exit 1
+fi
+echo "ok: --fp8-attention changes the DeepSeek-V3 logits; PP2 (stage 0 wins) bit-identical to one process"
+
 # Kimi K3 (AttnRes bank) with eager bank forwarding on and off: both bit-identical to the single-process run; the
 # per-stage counters report the bank bytes, which are the same both ways.
 for d in "$k3"/*/; do

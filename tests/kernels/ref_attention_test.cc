@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/ref/ref_ops.h"
 #include "ref_test_util.h"
@@ -381,6 +382,121 @@ TEST(RefAttention, HintsAreCheckedNeverUsed) {
                     .k_pos0 = pin.k_pos0,
                     .mask_kind = kernels::AttentionMaskKind::kAllVisible},
                    nullptr);
+}
+
+// FP8 attention (kernels/ops.h): e4m3 q / k / v with per-tensor descales equal the f32 attention of the dequantised
+// inputs; an FP8 out is that result times 1 / out_descale, rounded to e4m3, with out_descale = v_descale * headroom;
+// and the whole is within FP8 accuracy of the f32 attention on the original inputs.
+TEST(RefAttention, Fp8InputsAndOutput) {
+    constexpr uint32_t kSeed = 2468;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const AttnCase c{"fp8_ragged", 4, 2, 32, 16, {{5, 5, 0, 0}, {9, 9, 0, 0}, {1, 1, 0, 0}}, true, true};
+    const AttnInputs in = make_inputs(rng, c);
+    auto quantize = [](const TensorView& x, Tensor* scale) {
+        Tensor q = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF8E4M3);
+        *scale = Tensor::empty({1}, DType::kF32);
+        ref::fp8_quantize_tensor({.out = q, .scale = *scale, .in = x}, nullptr);
+        return q;
+    };
+    auto widen = [](const TensorView& x, const Tensor& scale) {
+        Tensor f = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF32);
+        ref::fp8_dequantize_tensor({.out = f, .scale = scale, .in = x}, nullptr);
+        return f;
+    };
+    Tensor qs, ks, vs;
+    const Tensor q8 = quantize(in.q.view, &qs), k8 = quantize(in.k.view, &ks), v8 = quantize(in.v_view, &vs);
+    kernels::AttentionParams p{.out = TensorView{},
+                               .lse = TensorView{},
+                               .q = q8,
+                               .k = k8,
+                               .v = v8,
+                               .cu_seqlens_q = in.cu_q,
+                               .cu_seqlens_k = in.cu_k,
+                               .q_pos0 = in.q_pos0,
+                               .k_pos0 = in.k_pos0,
+                               .scale = 1.0f / std::sqrt(32.0f),
+                               .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                               .equal_lengths = true,
+                               .q_descale = qs,
+                               .k_descale = ks,
+                               .v_descale = vs};
+    // The f32 attention of the dequantised inputs.
+    const Tensor qf = widen(q8, qs), kf = widen(k8, ks), vf = widen(v8, vs);
+    Tensor want = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
+    Tensor want_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
+    kernels::AttentionParams pf = p;
+    pf.q = qf;
+    pf.k = kf;
+    pf.v = vf;
+    pf.out = want;
+    pf.lse = want_lse;
+    ref::attention(pf, nullptr);
+    // f32 out: exactly that.
+    Tensor got = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
+    Tensor got_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
+    p.out = got;
+    p.lse = got_lse;
+    ref::attention(p, nullptr);
+    EXPECT_EQ(read_f32(got), read_f32(want));
+    EXPECT_EQ(read_f32(got_lse), read_f32(want_lse));
+    // FP8 out.
+    Tensor o8 = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF8E4M3);
+    Tensor od = Tensor::from_f32({1}, std::vector<float>{-1.0f});
+    p.out = o8;
+    p.out_descale = od;
+    ref::attention(p, nullptr);
+    const float out_descale = vs.ptr<float>()[0] * kernels::kFp8AttnOutHeadroom;
+    EXPECT_EQ(od.ptr<float>()[0], out_descale);
+    const std::vector<float> w = read_f32(want);
+    for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_EQ(o8.ptr<uint8_t>()[i], float_to_e4m3(w[i] * (1.0f / out_descale))) << i;
+    }
+    // Within FP8 accuracy of the unquantised f32 attention: relative RMS error a few percent.
+    const AttnOutputs exact = run_ref(c, in, nullptr);
+    const std::vector<float> e = read_f32(exact.out);
+    const Tensor o8f = widen(o8, od);
+    const std::vector<float> g = read_f32(o8f);
+    double err = 0.0, ref_sq = 0.0;
+    for (size_t i = 0; i < e.size(); ++i) {
+        err += (g[i] - e[i]) * (g[i] - e[i]);
+        ref_sq += e[i] * e[i];
+    }
+    std::printf("FP8 attention vs f32: relative RMS error %.4f\n", std::sqrt(err / ref_sq));
+    EXPECT_LT(std::sqrt(err / ref_sq), 0.08) << "relative RMS error of the FP8 attention";
+    EXPECT_GT(std::sqrt(err / ref_sq), 0.0) << "the FP8 path should round something";
+}
+
+TEST(RefAttention, Fp8RejectsMixedDtypesAndBrokenEqualLengthsHint) {
+    constexpr uint32_t kSeed = 1357;
+    std::mt19937 rng(kSeed);
+    const AttnCase c{"prefix", 2, 2, 16, 16, {{3, 5, 2, 0}}};
+    const AttnInputs in = make_inputs(rng, c);
+    Tensor out = Tensor::empty({in.total_q, 2, 16}, DType::kF32);
+    Tensor lse = Tensor::empty({in.total_q, 2}, DType::kF32);
+    Tensor q8 = Tensor::empty({in.total_q, 2, 16}, DType::kF8E4M3);
+    Tensor s = Tensor::from_f32({1}, std::vector<float>{1.0f});
+    kernels::AttentionParams p{.out = out,
+                               .lse = lse,
+                               .q = q8,
+                               .k = in.k.view,
+                               .v = in.v_view,
+                               .cu_seqlens_q = in.cu_q,
+                               .cu_seqlens_k = in.cu_k,
+                               .q_pos0 = in.q_pos0,
+                               .k_pos0 = in.k_pos0,
+                               .q_descale = s,
+                               .k_descale = s,
+                               .v_descale = s};
+    EXPECT_DEATH(ref::attention(p, nullptr), "all f8e4m3 or none");
+    kernels::AttentionParams f = p;
+    f.q = in.q.view;
+    f.equal_lengths = true;  // 3 queries, 5 keys
+    EXPECT_DEATH(ref::attention(f, nullptr), "equal_lengths hint broken");
+    f.equal_lengths = false;
+    Tensor o8 = Tensor::empty({in.total_q, 2, 16}, DType::kF8E4M3);
+    f.out = o8;
+    EXPECT_DEATH(ref::attention(f, nullptr), "FP8 out needs FP8 q, k and v");
 }
 
 }  // namespace

@@ -199,5 +199,103 @@ TEST(RefFp8GemmTest, GroupedRowsEmptyGroupsAndUntouchedTail) {
     EXPECT_TRUE(all_close(read_f32(out), expect, kF32Gemm, {n_rows, n}));
 }
 
+// Per-tensor FP8 (Fp8TensorScaleParams): the scale is the whole view's amax / 448 and every element is
+// e4m3(x * (1 / s)); strided views (dims 0 and 1) are read and written in place of contiguous ones; bf16 input; an
+// all-zero tensor gets scale 1; dequantisation is e4m3 * s and recovers x to e4m3's half-step (1/16 relative).
+TEST(RefFp8TensorTest, QuantizeIsAmaxScaledCastOverStridedViews) {
+    constexpr uint32_t kSeed = 4242;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    // [5, 3, 7] view of a [5, 4, 9] buffer (head 3 and the last 2 columns unused).
+    std::vector<float> buf(5 * 4 * 9);
+    for (float& x : buf) x = u(rng);
+    buf[2 * 36 + 1 * 9 + 4] = -7.5f;   // the amax, inside the view
+    buf[3 * 36 + 3 * 9 + 0] = 100.0f;  // outside the view: ignored
+    Tensor whole = Tensor::from_f32({5, 4, 9}, buf);
+    const TensorView in = whole.view().slice(1, 0, 3).slice(2, 0, 7);
+    Tensor qbuf = Tensor::empty({5, 3, 16}, DType::kF8E4M3);
+    std::memset(qbuf.ptr<uint8_t>(), 0xaa, 5 * 3 * 16);
+    const TensorView out = qbuf.view().slice(2, 2, 9);
+    Tensor scale = Tensor::empty({1}, DType::kF32);
+    ref::fp8_quantize_tensor({.out = out, .scale = scale, .in = in}, nullptr);
+    const float s = 7.5f / 448.0f;
+    EXPECT_EQ(scale.ptr<float>()[0], s);
+    const float inv = 1.0f / s;
+    for (int64_t i = 0; i < 5; ++i) {
+        for (int64_t h = 0; h < 3; ++h) {
+            for (int64_t c = 0; c < 16; ++c) {
+                const uint8_t got = qbuf.ptr<uint8_t>()[(i * 3 + h) * 16 + c];
+                if (c < 2 || c >= 9) {
+                    EXPECT_EQ(got, 0xaa) << "outside the view " << i << "," << h << "," << c;
+                } else {
+                    EXPECT_EQ(got, float_to_e4m3(buf[i * 36 + h * 9 + (c - 2)] * inv)) << i << "," << h << "," << c;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(e4m3_to_float(qbuf.ptr<uint8_t>()[(2 * 3 + 1) * 16 + 2 + 4]), -448.0f);
+
+    // Dequantised back into a strided f32 view: within half an e4m3 step of x.
+    Tensor back_buf = Tensor::from_f32({5, 3, 8}, std::vector<float>(5 * 3 * 8, -1.0f));
+    const TensorView back = back_buf.view().slice(2, 1, 8);
+    ref::fp8_dequantize_tensor({.out = back, .scale = scale, .in = out}, nullptr);
+    for (int64_t i = 0; i < 5; ++i) {
+        for (int64_t h = 0; h < 3; ++h) {
+            EXPECT_EQ(back_buf.ptr<float>()[(i * 3 + h) * 8], -1.0f);
+            for (int64_t c = 0; c < 7; ++c) {
+                const float x = buf[i * 36 + h * 9 + c];
+                const float y = back_buf.ptr<float>()[(i * 3 + h) * 8 + 1 + c];
+                EXPECT_EQ(y, e4m3_to_float(float_to_e4m3(x * inv)) * s);
+                EXPECT_LE(std::fabs(y - x), std::fabs(x) / 16.0f + s * 0.002f) << x;
+            }
+        }
+    }
+}
+
+TEST(RefFp8TensorTest, Bf16InputZerosAndNan) {
+    // bf16 in: widened exactly, then the same formula.
+    const std::vector<float> x = {0.5f, -0.25f, 2.0f, 0.0f};
+    Tensor in = Tensor::empty({2, 2}, DType::kBF16);
+    for (size_t i = 0; i < x.size(); ++i) in.ptr<uint16_t>()[i] = float_to_bf16(x[i]);
+    Tensor out = Tensor::empty({2, 2}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({1}, DType::kF32);
+    ref::fp8_quantize_tensor({.out = out, .scale = scale, .in = in}, nullptr);
+    EXPECT_EQ(scale.ptr<float>()[0], 2.0f / 448.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[0]), 112.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[1]), -56.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[2]), 448.0f);
+    EXPECT_EQ(out.ptr<uint8_t>()[3], 0);
+    Tensor bf = Tensor::empty({2, 2}, DType::kBF16);
+    ref::fp8_dequantize_tensor({.out = bf, .scale = scale, .in = out}, nullptr);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(bf16_to_float(bf.ptr<uint16_t>()[i]), x[i]) << i;
+
+    // All zeros: scale 1, zeros out.
+    Tensor z = Tensor::from_f32({3}, std::vector<float>{0.0f, -0.0f, 0.0f});
+    Tensor zq = Tensor::empty({3}, DType::kF8E4M3);
+    ref::fp8_quantize_tensor({.out = zq, .scale = scale, .in = z}, nullptr);
+    EXPECT_EQ(scale.ptr<float>()[0], 1.0f);
+    EXPECT_EQ(zq.ptr<uint8_t>()[0], 0);
+    EXPECT_EQ(zq.ptr<uint8_t>()[2], 0);
+
+    // A NaN makes the scale NaN and every output the NaN pattern.
+    Tensor n = Tensor::from_f32({3}, std::vector<float>{1.0f, NAN, 2.0f});
+    ref::fp8_quantize_tensor({.out = zq, .scale = scale, .in = n}, nullptr);
+    EXPECT_TRUE(std::isnan(scale.ptr<float>()[0]));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(zq.ptr<uint8_t>()[i], 0x7f) << i;
+}
+
+TEST(RefFp8TensorTest, RejectsWrongDtypesAndShapes) {
+    Tensor f = Tensor::from_f32({2, 3}, std::vector<float>(6, 1.0f));
+    Tensor q = Tensor::empty({2, 3}, DType::kF8E4M3);
+    Tensor q_bad = Tensor::empty({3, 2}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({1}, DType::kF32);
+    Tensor scale2 = Tensor::empty({2}, DType::kF32);
+    EXPECT_DEATH(ref::fp8_quantize_tensor({.out = f, .scale = scale, .in = f}, nullptr), "out must be f8e4m3");
+    EXPECT_DEATH(ref::fp8_quantize_tensor({.out = q_bad, .scale = scale, .in = f}, nullptr), "out");
+    EXPECT_DEATH(ref::fp8_quantize_tensor({.out = q, .scale = scale2, .in = f}, nullptr), "scale must be");
+    EXPECT_DEATH(ref::fp8_dequantize_tensor({.out = f, .scale = scale, .in = f}, nullptr), "in must be f8e4m3");
+}
+
 }  // namespace
 }  // namespace penstock::test

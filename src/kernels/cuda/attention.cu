@@ -14,7 +14,12 @@
 // Calls whose mask the caller promised (AttentionParams::mask_kind) go to cuDNN's SDPA first when the build has it
 // (attention_cudnn.h); this kernel runs whatever that path declines.
 // The bf16 MLA absorbed form goes to the tensor-core kernel of mla_tc.h (after the shape checks below).
+// FP8 q / k / v (per-tensor descales, kernels/ops.h) go to cuDNN's FP8 SDPA, else through bf16 copies (attention_fp8).
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -200,12 +205,96 @@ void launch(const AttnArgs& args, int64_t total_q, cudaStream_t stream) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
+// FP8 attention's scales: out_descale = v_descale * headroom, scale_o = 1 / out_descale (kernels/ops.h).
+__global__ void fp8_out_scale_kernel(float* out_descale, float* scale_o, const float* v_descale) {
+    const float d = __fmul_rn(*v_descale, kernels::kFp8AttnOutHeadroom);
+    *out_descale = d;
+    *scale_o = __fdiv_rn(1.0f, d);
+}
+
+// FP8 q / k / v (kernels/ops.h): cuDNN's FP8 SDPA when it takes the call (FP8 out, equal lengths: attention_cudnn.h);
+// otherwise the inputs are widened to bf16 (device scratch), the bf16 attention runs and an FP8 out is cast back.
+void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
+    const char* op = "attention";
+    PENSTOCK_CHECK(p.q.dtype == DType::kF8E4M3 && p.k.dtype == DType::kF8E4M3 && p.v.dtype == DType::kF8E4M3)
+        << op << ": q, k and v are all f8e4m3 or none is";
+    PENSTOCK_CHECK(p.q.ndim == 3 && p.k.ndim == 3 && p.v.ndim == 3 && p.out.ndim == 3) << op << ": 3-d views";
+    for (const TensorView* t : {&p.q_descale, &p.k_descale, &p.v_descale}) {
+        check_on_gpu(*t, op, "descale");
+        PENSTOCK_CHECK(t->dtype == DType::kF32 && t->numel() == 1 && t->data != nullptr)
+            << op << ": FP8 q, k, v need [1] f32 q_descale, k_descale and v_descale";
+    }
+    const bool fp8_out = p.out.dtype == DType::kF8E4M3;
+    float* scale_o = nullptr;
+    if (fp8_out) {
+        check_on_gpu(p.out_descale, op, "out_descale");
+        PENSTOCK_CHECK(p.out_descale.dtype == DType::kF32 && p.out_descale.numel() == 1 &&
+                       p.out_descale.data != nullptr)
+            << op << ": FP8 out needs a [1] f32 out_descale";
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scale_o), sizeof(float), stream));
+        fp8_out_scale_kernel<<<1, 1, 0, stream>>>(p.out_descale.ptr<float>(), scale_o, p.v_descale.ptr<const float>());
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        if (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream, scale_o)) {
+            PENSTOCK_CUDA_CHECK(cudaFreeAsync(scale_o, stream));
+            return;
+        }
+    }
+    // Fallback: bf16 copies of the dequantised inputs (and of the result).
+    std::vector<void*> owned;
+    auto widened = [&](const TensorView& x, const TensorView& descale) {
+        void* ptr = nullptr;
+        const int64_t n = x.size(0) * x.size(1) * x.size(2);
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(&ptr, static_cast<size_t>(std::max<int64_t>(n, 1)) * 2, stream));
+        owned.push_back(ptr);
+        const std::array<int64_t, 3> shape{x.size(0), x.size(1), x.size(2)};
+        TensorView w = TensorView::contiguous(ptr, DType::kBF16, shape, Device::kCUDA, x.device_index);
+        fp8_dequantize_tensor({.out = w, .scale = descale, .in = x}, stream);
+        return w;
+    };
+    kernels::AttentionParams b = p;
+    b.q = widened(p.q, p.q_descale);
+    b.k = widened(p.k, p.k_descale);
+    b.v = widened(p.v, p.v_descale);
+    if (fp8_out) {
+        void* ptr = nullptr;
+        const int64_t n = p.out.size(0) * p.out.size(1) * p.out.size(2);
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(&ptr, static_cast<size_t>(std::max<int64_t>(n, 1)) * 2, stream));
+        owned.push_back(ptr);
+        const std::array<int64_t, 3> shape{p.out.size(0), p.out.size(1), p.out.size(2)};
+        b.out = TensorView::contiguous(ptr, DType::kBF16, shape, Device::kCUDA, p.out.device_index);
+    }
+    attention(b, stream);
+    if (fp8_out) {
+        fp8_cast_scaled(p.out, b.out, scale_o, stream);
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(scale_o, stream));
+    }
+    for (void* ptr : owned) PENSTOCK_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+}
+
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, void* stream) {
+    if (p.q.dtype == DType::kF8E4M3 || p.k.dtype == DType::kF8E4M3 || p.v.dtype == DType::kF8E4M3) {
+        attention_fp8(p, static_cast<cudaStream_t>(stream));
+        return;
+    }
+    PENSTOCK_CHECK(p.out.dtype != DType::kF8E4M3) << "attention: FP8 out needs FP8 q, k and v";
     // Dense bf16 attention whose mask the caller promised (mask_kind) goes to cuDNN's SDPA when it takes the case
     // (attention_cudnn.h); everything else, and everything in a build without cuDNN, runs the kernel below.
     if (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream)) return;
+    if (p.lse.data == nullptr) {  // lse not wanted (cuDNN then skips it); the kernels below write one: scratch
+        PENSTOCK_CHECK(p.q.ndim == 3) << "attention: q must be 3-d";
+        const auto s = static_cast<cudaStream_t>(stream);
+        void* ptr = nullptr;
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(
+            &ptr, static_cast<size_t>(std::max<int64_t>(p.q.size(0) * p.q.size(1), 1)) * sizeof(float), s));
+        kernels::AttentionParams with_lse = p;
+        const std::array<int64_t, 2> shape{p.q.size(0), p.q.size(1)};
+        with_lse.lse = TensorView::contiguous(ptr, DType::kF32, shape, Device::kCUDA, p.q.device_index);
+        attention(with_lse, stream);
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(ptr, s));
+        return;
+    }
     PENSTOCK_CHECK(p.q.ndim == 3 && p.k.ndim == 3 && p.v.ndim == 3) << "attention: q, k, v must be 3-d";
     const int64_t total_q = p.q.size(0);
     const int64_t n_heads = p.q.size(1);

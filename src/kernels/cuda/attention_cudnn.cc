@@ -55,6 +55,16 @@ enum Uid : int64_t {
     kOffV,
     kOffO,
     kOffStats,
+    // FP8 graphs: per-tensor descales of q / k / v (the caller's device scalars), the probabilities' scale and descale
+    // (constants of the entry), the output scale (the caller's) and the two amax outputs (scratch, unused).
+    kDescaleQ,
+    kDescaleK,
+    kDescaleV,
+    kDescaleS,
+    kScaleS,
+    kScaleO,
+    kAmaxS,
+    kAmaxO,
 };
 
 // Everything a built graph depends on (the scale is a pass-by-value input, pointers are bound at execute).
@@ -63,8 +73,9 @@ struct GraphKey {
     int64_t b, h, h_kv, s_q, s_kv, d_qk, d_v;
     int64_t q0, q1, k0, k1, v0, v1, o0, o1, l0;
     int mask;       // kernels::AttentionMaskKind
-    int dtype;      // DType
+    int dtype;      // DType (f8e4m3: the FP8 graph, causal masks top-left aligned; see attention_cudnn.h)
     bool autotune;  // PENSTOCK_CUDNN_AUTOTUNE: every engine config built, the fastest kept on the first call
+    bool stats;     // the lse (Stats) output (an lse-less call has none)
     auto operator<=>(const GraphKey&) const = default;
 };
 
@@ -81,6 +92,7 @@ struct Entry {
     std::map<GraphKey, Plan> plans;
     void* scratch = nullptr;
     size_t scratch_bytes = 0;
+    float* fp8_consts = nullptr;  // {scale_s, descale_s} = {448, 1 / 448}: FP8 probabilities span e4m3's range
 };
 
 class CudnnCache {
@@ -94,6 +106,7 @@ public:
             (void)cudaSetDevice(key.first);
             e.plans.clear();
             if (e.scratch != nullptr) (void)cudaFree(e.scratch);
+            if (e.fp8_consts != nullptr) (void)cudaFree(e.fp8_consts);
             if (e.handle != nullptr) (void)cudnnDestroy(e.handle);
         }
     }
@@ -112,6 +125,9 @@ public:
         }
         PENSTOCK_LOG_INFO("attention: cuDNN {} (frontend {}) on device {}", cudnnGetVersion(), CUDNN_FRONTEND_VERSION,
                           device);
+        const float consts[2] = {448.0f, 1.0f / 448.0f};
+        PENSTOCK_CUDA_CHECK(cudaMalloc(&e.fp8_consts, sizeof(consts)));
+        PENSTOCK_CUDA_CHECK(cudaMemcpy(e.fp8_consts, consts, sizeof(consts), cudaMemcpyHostToDevice));
         return &e;
     }
 
@@ -130,10 +146,15 @@ int64_t bucket(int64_t n) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Dims 0/1 of a 3-d bf16 view: strides in whole 16-byte vectors, last dim contiguous, 16-byte aligned start.
+// Dims 0/1 of a 3-d bf16 or e4m3 view: strides in whole 16-byte vectors, last dim contiguous, 16-byte aligned start.
 bool tma_friendly(const TensorView& v) {
-    return v.ndim == 3 && v.stride(2) == 1 && v.stride(0) % 8 == 0 && v.stride(1) % 8 == 0 && v.stride(0) > 0 &&
+    const int64_t per16 = v.dtype == DType::kF8E4M3 ? 16 : 8;
+    return v.ndim == 3 && v.stride(2) == 1 && v.stride(0) % per16 == 0 && v.stride(1) % per16 == 0 && v.stride(0) > 0 &&
            v.stride(1) > 0 && aligned16(v.data);
+}
+
+bool scalar_on_gpu(const TensorView& t) {
+    return t.device == Device::kCUDA && t.data != nullptr && t.dtype == DType::kF32 && t.numel() == 1;
 }
 
 // The shape checks of attention_cudnn.h; false means "not a case this path covers" (the caller's kernel then checks
@@ -142,21 +163,38 @@ bool covered(const kernels::AttentionParams& p) {
     using kernels::AttentionMaskKind;
     if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
     if (p.mask_kind == AttentionMaskKind::kCausalBottomRight && (!p.causal || p.q_pos_step != 1)) return false;
-    if (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 || p.v.dtype != DType::kBF16 ||
-        p.out.dtype != DType::kBF16 || p.lse.dtype != DType::kF32) {
+    const bool fp8 = p.q.dtype == DType::kF8E4M3;
+    const DType io = fp8 ? DType::kF8E4M3 : DType::kBF16;
+    const bool stats = p.lse.data != nullptr;  // calls may omit lse (kernels/ops.h): no Stats output then
+    if (p.q.dtype != io || p.k.dtype != io || p.v.dtype != io || p.out.dtype != io ||
+        (stats && p.lse.dtype != DType::kF32)) {
         return false;
     }
-    for (const TensorView* t :
-         {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.cu_seqlens_q, &p.cu_seqlens_k, &p.q_pos0, &p.k_pos0}) {
+    // FP8 (Hopper): the output is FP8 too, the causal diagonal only top-left aligned (= bottom-right when every
+    // sequence has as many keys as queries), and the head dims multiples of 16.
+    if (fp8) {
+        if (!scalar_on_gpu(p.q_descale) || !scalar_on_gpu(p.k_descale) || !scalar_on_gpu(p.v_descale) ||
+            !scalar_on_gpu(p.out_descale)) {
+            return false;
+        }
+        if (p.q.size(2) % 16 != 0 || p.v.size(2) % 16 != 0) return false;
+        const bool one_equal_seq =
+            p.cu_seqlens_q.ndim == 1 && p.cu_seqlens_q.size(0) == 2 && p.q.size(0) == p.k.size(0);
+        if (!p.equal_lengths && !one_equal_seq) return false;  // (so no row is without keys either)
+    }
+    for (const TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.cu_seqlens_q, &p.cu_seqlens_k, &p.q_pos0, &p.k_pos0}) {
         if (t->device != Device::kCUDA || t->data == nullptr) return false;
     }
+    if (stats && p.lse.device != Device::kCUDA) return false;
     if (!tma_friendly(p.q) || !tma_friendly(p.k) || !tma_friendly(p.v) || !tma_friendly(p.out)) return false;
     const int64_t total_q = p.q.size(0), h = p.q.size(1), d_qk = p.q.size(2);
     const int64_t total_k = p.k.size(0), h_kv = p.k.size(1), d_v = p.v.size(2);
     if (total_q == 0 || total_k == 0 || h == 0 || h_kv == 0 || h % h_kv != 0) return false;
     if (p.k.size(2) != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
     if (p.out.size(0) != total_q || p.out.size(1) != h || p.out.size(2) != d_v) return false;
-    if (p.lse.ndim != 2 || p.lse.size(0) != total_q || p.lse.size(1) != h || p.lse.stride(1) != 1) return false;
+    if (stats && (p.lse.ndim != 2 || p.lse.size(0) != total_q || p.lse.size(1) != h || p.lse.stride(1) != 1)) {
+        return false;
+    }
     if (d_qk % 8 != 0 || d_v % 8 != 0 || d_qk > 256 || d_v > 256) return false;
     // Metadata: contiguous i32 vectors of n_seqs + 1 (cu_seqlens) and n_seqs (pos0) entries, n_seqs >= 1.
     const int64_t n_seqs = p.cu_seqlens_q.ndim == 1 ? p.cu_seqlens_q.size(0) - 1 : 0;
@@ -206,10 +244,13 @@ GraphKey key_of(const kernels::AttentionParams& p, bool ragged) {
                     .v1 = p.v.stride(1),
                     .o0 = p.out.stride(0),
                     .o1 = p.out.stride(1),
-                    .l0 = p.lse.stride(0),
+                    .l0 = p.lse.data != nullptr ? p.lse.stride(0) : 0,
                     .mask = static_cast<int>(p.mask_kind),
                     .dtype = static_cast<int>(p.q.dtype),
-                    .autotune = autotune_requested()};
+                    // Never for FP8: with cuDNN 9.19 an engine config tried while autotuning an FP8 d 192 / 128
+                    // graph faulted (illegal address, 2026-12-01); the heuristic's choice runs.
+                    .autotune = autotune_requested() && p.q.dtype != DType::kF8E4M3,
+                    .stats = p.lse.data != nullptr};
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, const char* name, Uid uid, int64_t n,
@@ -230,8 +271,9 @@ std::string describe(const GraphKey& k) {
 
 // Builds and plans the graph of `k`; an empty Plan (and a warning naming the shape) when cuDNN refuses it.
 Plan build_plan(const GraphKey& k, cudnnHandle_t handle) {
+    const bool fp8 = k.dtype == static_cast<int>(DType::kF8E4M3);
     auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+    g->set_io_data_type(fp8 ? fe::DataType_t::FP8_E4M3 : fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     // Ragged: the element offset of each sequence's first row, [B + 1] i64 (attention_cudnn_prep.cu fills them).
@@ -259,24 +301,54 @@ Plan build_plan(const GraphKey& k, cudnnHandle_t handle) {
                                .set_is_pass_by_value(true)
                                .set_data_type(fe::DataType_t::FLOAT));
     auto opts =
-        fe::graph::SDPA_attributes().set_name("penstock_attention").set_generate_stats(true).set_attn_scale(scale);
+        fe::graph::SDPA_attributes().set_name("penstock_attention").set_generate_stats(k.stats).set_attn_scale(scale);
     if (k.ragged) {
         opts.set_padding_mask(true)
             .set_seq_len_q(index_tensor(*g, "seq_len_q", kSeqLenQ, k.b, fe::DataType_t::INT32))
             .set_seq_len_kv(index_tensor(*g, "seq_len_kv", kSeqLenKv, k.b, fe::DataType_t::INT32));
     }
     if (k.mask == static_cast<int>(kernels::AttentionMaskKind::kCausalBottomRight)) {
-        opts.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
+        // FP8: top-left, equal to bottom-right for the calls covered() lets through (equal lengths).
+        opts.set_diagonal_alignment(fp8 ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+            .set_diagonal_band_right_bound(0);
     }
-    auto [o, stats] = g->sdpa(q, kt, v, opts);
+    std::shared_ptr<fe::graph::Tensor_attributes> o, stats;
+    if (fp8) {
+        auto scalar = [&](const char* name, Uid uid) {
+            return g->tensor(fe::graph::Tensor_attributes()
+                                 .set_name(name)
+                                 .set_uid(uid)
+                                 .set_dim({1, 1, 1, 1})
+                                 .set_stride({1, 1, 1, 1})
+                                 .set_data_type(fe::DataType_t::FLOAT));
+        };
+        auto outs = g->sdpa_fp8(q, kt, v, scalar("descale_q", kDescaleQ), scalar("descale_k", kDescaleK),
+                                scalar("descale_v", kDescaleV), scalar("descale_s", kDescaleS),
+                                scalar("scale_s", kScaleS), scalar("scale_o", kScaleO), opts);
+        o = outs[0];
+        stats = outs[1];
+        for (auto [t, uid] : {std::pair{outs[2], kAmaxS}, std::pair{outs[3], kAmaxO}}) {
+            t->set_output(true)
+                .set_uid(uid)
+                .set_dim({1, 1, 1, 1})
+                .set_stride({1, 1, 1, 1})
+                .set_data_type(fe::DataType_t::FLOAT);
+        }
+    } else {
+        auto outs = g->sdpa(q, kt, v, opts);
+        o = outs[0];
+        stats = outs[1];
+    }
     o->set_output(true).set_uid(kO).set_dim({k.b, k.h, k.s_q, k.d_v}).set_stride({k.s_q * k.o0, k.o1, k.o0, 1});
     ragged_offset(o, "off_o", kOffO);
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({k.b, k.h, k.s_q, 1})
-        .set_stride({k.s_q * k.l0, 1, k.l0, 1});
-    ragged_offset(stats, "off_stats", kOffStats);
+    if (k.stats) {
+        stats->set_output(true)
+            .set_uid(kStats)
+            .set_data_type(fe::DataType_t::FLOAT)
+            .set_dim({k.b, k.h, k.s_q, 1})
+            .set_stride({k.s_q * k.l0, 1, k.l0, 1});
+        ragged_offset(stats, "off_stats", kOffStats);
+    }
 
     std::string why;
     try {
@@ -307,8 +379,10 @@ size_t round_up(size_t n) { return (n + 255) & ~size_t{255}; }
 
 bool attention_cudnn_built() { return true; }
 
-bool attention_cudnn(const kernels::AttentionParams& p, void* stream) {
+bool attention_cudnn(const kernels::AttentionParams& p, void* stream, const float* fp8_scale_o) {
     if (!covered(p)) return false;
+    const bool fp8 = p.q.dtype == DType::kF8E4M3;
+    if (fp8 && fp8_scale_o == nullptr) return false;
     const auto s = static_cast<cudaStream_t>(stream);
     int device = 0;
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
@@ -339,7 +413,7 @@ bool attention_cudnn(const kernels::AttentionParams& p, void* stream) {
     const auto n = static_cast<size_t>(key.b);
     const size_t lens_bytes = key.ragged ? round_up(n * sizeof(int32_t)) : 0;
     const size_t off_bytes = key.ragged ? round_up((n + 1) * sizeof(int64_t)) : 0;
-    const size_t meta_bytes = 2 * lens_bytes + 5 * off_bytes;
+    const size_t meta_bytes = 2 * lens_bytes + 5 * off_bytes + (fp8 ? 256 : 0);  // FP8: the two amax outputs
     const size_t need = meta_bytes + round_up(static_cast<size_t>(plan->workspace_bytes));
     if (need > e->scratch_bytes) {
         if (capturing) return false;
@@ -357,8 +431,20 @@ bool attention_cudnn(const kernels::AttentionParams& p, void* stream) {
     void* workspace = base + meta_bytes;
     float scale = p.scale;
     std::unordered_map<int64_t, void*> pack = {
-        {kQ, p.q.data}, {kK, p.k.data}, {kV, p.v.data}, {kO, p.out.data}, {kStats, p.lse.data}, {kScale, &scale},
+        {kQ, p.q.data}, {kK, p.k.data}, {kV, p.v.data}, {kO, p.out.data}, {kScale, &scale},
     };
+    if (key.stats) pack.insert({kStats, p.lse.data});
+    if (fp8) {
+        auto* amax = reinterpret_cast<float*>(base + meta_bytes - 256);
+        pack.insert({{kDescaleQ, p.q_descale.data},
+                     {kDescaleK, p.k_descale.data},
+                     {kDescaleV, p.v_descale.data},
+                     {kScaleS, e->fp8_consts},
+                     {kDescaleS, e->fp8_consts + 1},
+                     {kScaleO, const_cast<float*>(fp8_scale_o)},
+                     {kAmaxS, amax},
+                     {kAmaxO, amax + 1}});
+    }
     if (key.ragged) {
         auto* seq_len_q = reinterpret_cast<int32_t*>(base);
         auto* seq_len_k = reinterpret_cast<int32_t*>(base + lens_bytes);
@@ -387,8 +473,8 @@ bool attention_cudnn(const kernels::AttentionParams& p, void* stream) {
                      {kOffQ, off[0]},
                      {kOffK, off[1]},
                      {kOffV, off[2]},
-                     {kOffO, off[3]},
-                     {kOffStats, off[4]}});
+                     {kOffO, off[3]}});
+        if (key.stats) pack.insert({kOffStats, off[4]});
     }
     if (plan->tune_pending) {  // first call of an autotuned key (never inside a capture: it synchronises)
         plan->tune_pending = false;
@@ -405,7 +491,7 @@ bool attention_cudnn(const kernels::AttentionParams& p, void* stream) {
         plan->graph = nullptr;  // do not try this key again
         return false;
     }
-    if (key.ragged) {  // the dense flavour has no row without keys
+    if (key.ragged && !fp8) {  // the dense flavour has no row without keys, nor has FP8 (equal lengths)
         sdpa_fill_empty_rows({.out = p.out.data,
                               .lse = p.lse.ptr<float>(),
                               .cu_q = p.cu_seqlens_q.ptr<const int32_t>(),

@@ -21,7 +21,12 @@ namespace penstock::cuda {
 // scratch (per-sequence lengths, ragged offsets, cuDNN's workspace) is held per (device, stream) and grows by
 // cudaMalloc outside stream capture only (a capture that would need more answers false). Not thread-safe across
 // threads sharing one stream.
-[[nodiscard]] bool attention_cudnn(const kernels::AttentionParams& p, void* stream);
+//
+// FP8 (kernels/ops.h, per-tensor scaling): q, k, v and out all f8e4m3 with their device descales, out_descale
+// already written by the caller and fp8_scale_o = 1 / out_descale on the device; head dims multiples of 16; every
+// sequence as long in keys as in queries (the equal_lengths hint, or one sequence with total_q == total_k), since on
+// Hopper cuDNN's FP8 SDPA aligns the causal diagonal top-left only. The probabilities are scaled by 448 into e4m3.
+[[nodiscard]] bool attention_cudnn(const kernels::AttentionParams& p, void* stream, const float* fp8_scale_o = nullptr);
 
 // True when this build compiled the cuDNN path (it may still decline a call or fail to load the library).
 bool attention_cudnn_built();

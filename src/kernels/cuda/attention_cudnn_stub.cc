@@ -4,7 +4,9 @@
 
 namespace penstock::cuda {
 
-bool attention_cudnn(const kernels::AttentionParams& /*p*/, void* /*stream*/) { return false; }
+bool attention_cudnn(const kernels::AttentionParams& /*p*/, void* /*stream*/, const float* /*fp8_scale_o*/) {
+    return false;
+}
 
 bool attention_cudnn_built() { return false; }
 

@@ -61,6 +61,11 @@ void paged_write(const kernels::PagedWriteParams& p, void* stream);
 void paged_gather(const kernels::PagedGatherParams& p, void* stream);
 void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream);
 void fp8_gemm(const kernels::Fp8GemmParams& p, void* stream);
+void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream);
+void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream);
+// out = e4m3(in * mult[0]) (mult a device f32 scalar), NaN -> 0x7f; same-shaped 1- to 3-d views (last dims
+// contiguous), in f32 or bf16. Not an op: FP8 attention's fallback path (attention.cu) uses it.
+void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream);
 void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, void* stream);
 void embedding(const kernels::EmbeddingParams& p, void* stream);
 void layer_norm(const kernels::LayerNormParams& p, void* stream);

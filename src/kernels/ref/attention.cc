@@ -2,7 +2,8 @@
 // attention: one task per (query row, head), range [0, total_q * n_heads). Scores, the max-subtracted softmax, lse and
 // the weighted sum of v accumulate in double and are rounded to f32 once on write, so results never depend on the
 // thread count. A row that sees no key writes out = 0 and lse = -inf. The host-side hints (max_seqlen_q/k, mask_kind)
-// are checked against the metadata, never used.
+// are checked against the metadata, never used. FP8 q / k / v (per-tensor descales) are dequantised to f32 first and an
+// FP8 out re-quantised after (kernels/ops.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kernels/ref/ref_ops.h"
 
 namespace penstock::ref {
@@ -59,6 +61,8 @@ void check_hints(const kernels::AttentionParams& p, const std::vector<int64_t>& 
         const int64_t len_k = cu_k[s + 1] - cu_k[s];
         if (p.max_seqlen_q > 0) PENSTOCK_CHECK_LE(len_q, p.max_seqlen_q) << "attention: max_seqlen_q hint, seq " << s;
         if (p.max_seqlen_k > 0) PENSTOCK_CHECK_LE(len_k, p.max_seqlen_k) << "attention: max_seqlen_k hint, seq " << s;
+        if (p.equal_lengths)
+            PENSTOCK_CHECK_EQ(len_q, len_k) << "attention: equal_lengths hint broken by sequence " << s;
         if (len_q == 0 || len_k == 0) continue;  // the mask promise covers sequences with rows and keys only
         switch (p.mask_kind) {
             case kernels::AttentionMaskKind::kGeneral:
@@ -77,9 +81,67 @@ void check_hints(const kernels::AttentionParams& p, const std::vector<int64_t>& 
     }
 }
 
+// FP8 attention (kernels/ops.h): the e4m3 inputs dequantised to f32, the f32 attention, out re-quantised with
+// out_descale = v_descale * kFp8AttnOutHeadroom.
+void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
+    PENSTOCK_CHECK(p.q.dtype == DType::kF8E4M3 && p.k.dtype == DType::kF8E4M3 && p.v.dtype == DType::kF8E4M3)
+        << "attention: q, k and v are all f8e4m3 or none is";
+    PENSTOCK_CHECK(p.q_descale.data != nullptr && p.k_descale.data != nullptr && p.v_descale.data != nullptr)
+        << "attention: FP8 q, k, v need q_descale, k_descale and v_descale";
+    auto widen = [&](const TensorView& x, const TensorView& descale) {
+        Tensor f = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF32);
+        fp8_dequantize_tensor({.out = f, .scale = descale, .in = x}, pool);
+        return f;
+    };
+    const Tensor q = widen(p.q, p.q_descale), k = widen(p.k, p.k_descale), v = widen(p.v, p.v_descale);
+    kernels::AttentionParams f = p;
+    f.q = q;
+    f.k = k;
+    f.v = v;
+
+    if (p.out.dtype != DType::kF8E4M3) {
+        attention(f, pool);
+        return;
+    }
+    PENSTOCK_CHECK(p.out_descale.device == Device::kCPU && p.out_descale.dtype == DType::kF32 &&
+                   p.out_descale.numel() == 1 && p.out_descale.data != nullptr)
+        << "attention: FP8 out needs a [1] f32 out_descale";
+    PENSTOCK_CHECK_EQ(p.out.ndim, 3) << "attention out";
+    Tensor o = Tensor::empty({p.out.size(0), p.out.size(1), p.out.size(2)}, DType::kF32);
+    f.out = o;
+    attention(f, pool);
+    const float out_descale = *static_cast<const float*>(p.v_descale.data) * kernels::kFp8AttnOutHeadroom;
+    const float inv = 1.0f / out_descale;
+    PENSTOCK_CHECK(p.out.stride(2) == 1 || p.out.size(2) <= 1) << "attention: out last dim must be contiguous";
+    for (int64_t i = 0; i < o.size(0); ++i) {
+        for (int64_t h = 0; h < o.size(1); ++h) {
+            const float* src = o.ptr<float>() + (i * o.size(1) + h) * o.size(2);
+            auto* dst = p.out.at<uint8_t>({i, h});
+            for (int64_t c = 0; c < o.size(2); ++c) {
+                const float y = src[c] * inv;
+                dst[c] = std::isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+            }
+        }
+    }
+    *static_cast<float*>(p.out_descale.data) = out_descale;
+}
+
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
+    if (p.q.dtype == DType::kF8E4M3 || p.k.dtype == DType::kF8E4M3 || p.v.dtype == DType::kF8E4M3) {
+        attention_fp8(p, pool);
+        return;
+    }
+    PENSTOCK_CHECK(p.out.dtype != DType::kF8E4M3) << "attention: FP8 out needs FP8 q, k and v";
+    if (p.lse.data == nullptr) {  // lse not wanted: computed into a scratch tensor
+        PENSTOCK_CHECK_EQ(p.q.ndim, 3);
+        Tensor lse = Tensor::empty({p.q.size(0), p.q.size(1)}, DType::kF32);
+        kernels::AttentionParams with_lse = p;
+        with_lse.lse = lse;
+        attention(with_lse, pool);
+        return;
+    }
     PENSTOCK_CHECK_EQ(p.q.ndim, 3);
     PENSTOCK_CHECK_EQ(p.k.ndim, 3);
     PENSTOCK_CHECK_EQ(p.v.ndim, 3);

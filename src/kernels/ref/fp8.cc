@@ -1,9 +1,11 @@
 // Reference block-scaled FP8 ops (kernels/ops.h: Fp8ActQuantParams, Fp8GemmParams, Fp8GroupedGemmParams): the
 // DeepSeek-V3 activation quantiser, and GEMMs that dequantise both operands per block to f32 (value = e4m3 * scale)
-// and run the f32 reference GEMM (OpenBLAS sgemm, fp32 accumulation). Host tensors only.
+// and run the f32 reference GEMM (OpenBLAS sgemm, fp32 accumulation); the per-tensor quantiser and dequantiser of FP8
+// attention (Fp8TensorScaleParams). Host tensors only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -145,6 +147,88 @@ void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, ThreadPool* /*pool
         dequant_gemm(p.out.slice(0, r0, r1), p.a.slice(0, r0, r1), p.a_scale.slice(0, r0, r1), p.b.select(0, g),
                      p.b_scale.select(0, g));
     }
+}
+
+namespace {
+
+// The [1] f32 scale of a per-tensor op, on the host.
+float* scale_slot(const TensorView& scale, const char* op) {
+    PENSTOCK_CHECK(scale.device == Device::kCPU && scale.dtype == DType::kF32 && scale.numel() == 1 &&
+                   scale.data != nullptr)
+        << op << ": scale must be a [1] f32 host tensor, got " << scale.shape_string();
+    return static_cast<float*>(scale.data);
+}
+
+// Calls f(index of out, index of in) for every element of two same-shaped 1- to 3-d views (last dims contiguous).
+template <class F>
+void for_each_pair(const TensorView& out, const TensorView& in, const char* op, F&& f) {
+    PENSTOCK_CHECK(out.device == Device::kCPU && in.device == Device::kCPU) << op << ": host tensors";
+    PENSTOCK_CHECK(in.ndim >= 1 && in.ndim <= 3 && out.ndim == in.ndim) << op << ": 1- to 3-d views of one shape";
+    for (int d = 0; d < in.ndim; ++d) {
+        PENSTOCK_CHECK_EQ(out.size(d), in.size(d))
+            << op << ": out " << out.shape_string() << " vs in " << in.shape_string();
+    }
+    PENSTOCK_CHECK((in.stride(in.ndim - 1) == 1 || in.size(in.ndim - 1) <= 1) &&
+                   (out.stride(out.ndim - 1) == 1 || out.size(out.ndim - 1) <= 1))
+        << op << ": last dims must be contiguous";
+    const int64_t d0 = in.ndim >= 3 ? in.size(in.ndim - 3) : 1;
+    const int64_t d1 = in.ndim >= 2 ? in.size(in.ndim - 2) : 1;
+    const int64_t d2 = in.size(in.ndim - 1);
+    auto st = [](const TensorView& v, int back) { return v.ndim >= back ? v.stride(v.ndim - back) : 0; };
+    for (int64_t i = 0; i < d0; ++i) {
+        for (int64_t j = 0; j < d1; ++j) {
+            for (int64_t c = 0; c < d2; ++c) {
+                f(i * st(out, 3) + j * st(out, 2) + c, i * st(in, 3) + j * st(in, 2) + c);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_quantize_tensor";
+    PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
+        << op << ": in must be f32 or bf16, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    float* scale = scale_slot(p.scale, op);
+    auto value = [&](int64_t i) {
+        return p.in.dtype == DType::kF32 ? static_cast<const float*>(p.in.data)[i]
+                                         : bf16_to_float(static_cast<const uint16_t*>(p.in.data)[i]);
+    };
+    float amax = 0.0f;
+    bool nan = false;
+    for_each_pair(p.out, p.in, op, [&](int64_t, int64_t i) {
+        const float a = std::fabs(value(i));
+        nan = nan || std::isnan(a);
+        amax = std::max(amax, a);
+    });
+    if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+    const float s = amax > 0.0f || nan ? amax / 448.0f : 1.0f;
+    const float inv = 1.0f / s;
+    auto* out = static_cast<uint8_t*>(p.out.data);
+    for_each_pair(p.out, p.in, op, [&](int64_t o, int64_t i) {
+        const float q = value(i) * inv;
+        out[o] = std::isnan(q) ? uint8_t{0x7f} : float_to_e4m3(q);
+    });
+    *scale = s;
+}
+
+void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_dequantize_tensor";
+    PENSTOCK_CHECK(p.in.dtype == DType::kF8E4M3) << op << ": in must be f8e4m3, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF32 || p.out.dtype == DType::kBF16)
+        << op << ": out must be f32 or bf16, got " << dtype_name(p.out.dtype);
+    const float s = *scale_slot(p.scale, op);
+    const auto* in = static_cast<const uint8_t*>(p.in.data);
+    for_each_pair(p.out, p.in, op, [&](int64_t o, int64_t i) {
+        const float v = e4m3_to_float(in[i]) * s;
+        if (p.out.dtype == DType::kF32) {
+            static_cast<float*>(p.out.data)[o] = v;
+        } else {
+            static_cast<uint16_t*>(p.out.data)[o] = float_to_bf16(v);
+        }
+    });
 }
 
 }  // namespace penstock::ref

@@ -1,0 +1,282 @@
+// Per-tensor FP8 quantise / dequantise on the GPU (kernels/ops.h Fp8TensorScaleParams), bit-exact with
+// ref::fp8_quantize_tensor / ref::fp8_dequantize_tensor. A view is walked as [d0, d1, d2] rows of d2 contiguous
+// elements (leading dims of size 1 added); thread t of the grid takes packs t, t + grid, ... of V elements (16-byte
+// loads of the wider side when every row start is aligned, else V = 1; rows found with at most one 32-bit division,
+// pack_offset).
+//   quantize: (1) memset of a scratch amax word; (2) a grid-stride max of |x| per thread, block max, one atomicMax
+//   per block on the float's bits (non-negative floats order like their bit patterns; a NaN's pattern is above +inf's,
+//   so a NaN wins, as in the reference); (3) the cast: every thread derives s = amax / 448 (1 for amax 0) and
+//   inv = 1 / s with IEEE division, writes e4m3(x * inv) by fp8.cuh's integer routine (0x7f for NaN), and block 0
+//   writes scale[0] = s. The amax word is separate from `scale` so the cast's readers never race its writer.
+//   dequantize: e4m3_to_f32_exact(q) * scale[0], rounded once to the output dtype.
+//   fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with the caller's device multiplier.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/vec.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// A view as [d0, d1, d2] with row strides (elements); d2 contiguous.
+struct Rows3 {
+    int64_t d0 = 1, d1 = 1, d2 = 1;
+    int64_t s0 = 0, s1 = 0;  // strides of dims 0 and 1
+};
+
+Rows3 rows_of(const TensorView& v) {
+    Rows3 r;
+    const auto dim = [&](int back) { return static_cast<size_t>(v.ndim - back); };  // back <= ndim checked below
+    if (v.ndim < 1 || v.ndim > 3) return r;
+    r.d2 = v.shape[dim(1)];
+    if (v.ndim >= 2) {
+        r.d1 = v.shape[dim(2)];
+        r.s1 = v.strides[dim(2)];
+    }
+    if (v.ndim >= 3) {
+        r.d0 = v.shape[dim(3)];
+        r.s0 = v.strides[dim(3)];
+    }
+    return r;
+}
+
+// Element offset of pack p (V elements along d2; d2 % V == 0). Views whose dims 0 and 1 collapse (s0 == d1 * s1: every
+// view FP8 attention passes) are rows of stride s1: one 32-bit division per pack (or none when the rows are packed,
+// s1 == d2); anything else takes the general 64-bit walk.
+template <int V>
+__device__ __forceinline__ int64_t pack_offset(int64_t p, const Rows3& r) {
+    if (r.s0 == r.d1 * r.s1 || r.d0 == 1) {
+        if (r.s1 == r.d2 || r.d0 * r.d1 == 1) return p * V;
+        const auto per_row = static_cast<uint32_t>(r.d2 / V);
+        if (p < (int64_t{1} << 32)) {
+            const auto pu = static_cast<uint32_t>(p);
+            const uint32_t row = pu / per_row;
+            return static_cast<int64_t>(row) * r.s1 + static_cast<int64_t>(pu - row * per_row) * V;
+        }
+    }
+    const int64_t per_row = r.d2 / V;
+    const int64_t row = p / per_row;
+    const int64_t col = (p - row * per_row) * V;
+    const int64_t i = row / r.d1;
+    return i * r.s0 + (row - i * r.d1) * r.s1 + col;
+}
+
+__device__ __forceinline__ float abs_max_bits_merge(float a, float b) {
+    // max on the bit patterns of non-negative floats: NaN (0x7fc...) beats +inf (0x7f800000), like the reference.
+    return __uint_as_float(max(__float_as_uint(a), __float_as_uint(b)));
+}
+
+template <class In, int V>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(unsigned* amax_bits, const In* __restrict__ in, Rows3 r, int64_t n_packs) {
+    float m = 0.0f;
+    for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
+         p += static_cast<int64_t>(gridDim.x) * kThreads) {
+        const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, r));
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(x.v[j])));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __shared__ float warp_max[kThreads / 32];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kThreads / 32; ++w) m = abs_max_bits_merge(m, warp_max[w]);
+        atomicMax(amax_bits, __float_as_uint(m));
+    }
+}
+
+template <class In, int V>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(uint8_t* __restrict__ out, float* scale, const In* __restrict__ in, const unsigned* amax_bits,
+                    Rows3 ro, Rows3 ri, int64_t n_packs) {
+    const float amax = __uint_as_float(*amax_bits);
+    const float s = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    const float inv = __fdiv_rn(1.0f, s);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+    for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
+         p += static_cast<int64_t>(gridDim.x) * kThreads) {
+        const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
+        Pack<uint8_t, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float y = __fmul_rn(to_f32(x.v[j]), inv);
+            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+        }
+        *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
+    }
+}
+
+// out = e4m3(x * mult[0]) with a given multiplier (fp8_cast_scaled).
+template <class In, int V>
+__global__ void __launch_bounds__(kThreads) cast_scaled_kernel(uint8_t* __restrict__ out, const In* __restrict__ in,
+                                                               const float* mult, Rows3 ro, Rows3 ri, int64_t n_packs) {
+    const float m = *mult;
+    for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
+         p += static_cast<int64_t>(gridDim.x) * kThreads) {
+        const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
+        Pack<uint8_t, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float y = __fmul_rn(to_f32(x.v[j]), m);
+            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+        }
+        *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
+    }
+}
+
+template <class Out, int V>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(Out* __restrict__ out, const uint8_t* __restrict__ in,
+                                                              const float* scale, Rows3 ro, Rows3 ri, int64_t n_packs) {
+    const float s = *scale;
+    for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
+         p += static_cast<int64_t>(gridDim.x) * kThreads) {
+        const Pack<uint8_t, V> q = *reinterpret_cast<const Pack<uint8_t, V>*>(in + pack_offset<V>(p, ri));
+        Pack<Out, V> y;
+#pragma unroll
+        for (int j = 0; j < V; ++j) y.v[j] = from_f32<Out>(__fmul_rn(e4m3_to_f32_exact(q.v[j]), s));
+        *reinterpret_cast<Pack<Out, V>*>(out + pack_offset<V>(p, ro)) = y;
+    }
+}
+
+// Rows of `v` start on `bytes`-aligned addresses (so V-element packs of its element size are aligned).
+bool rows_aligned(const TensorView& v, const Rows3& r, int64_t elem_bytes, int64_t bytes) {
+    if (reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(bytes) != 0) return false;
+    return (r.s0 * elem_bytes) % bytes == 0 && (r.s1 * elem_bytes) % bytes == 0;
+}
+
+void check_pair(const TensorView& out, const TensorView& in, const TensorView& scale, const char* op,
+                bool with_scale = true) {
+    check_on_gpu(out, op, "out");
+    check_on_gpu(in, op, "in");
+    if (with_scale) {
+        check_on_gpu(scale, op, "scale");
+        PENSTOCK_CHECK(scale.dtype == DType::kF32 && scale.numel() == 1 && scale.data != nullptr)
+            << op << ": scale must be a [1] f32 tensor, got " << scale.shape_string();
+    }
+    PENSTOCK_CHECK(in.ndim >= 1 && in.ndim <= 3 && out.ndim == in.ndim) << op << ": 1- to 3-d views of one shape";
+    for (int d = 0; d < in.ndim; ++d) {
+        PENSTOCK_CHECK_EQ(out.size(d), in.size(d))
+            << op << ": out " << out.shape_string() << " vs in " << in.shape_string();
+    }
+    const Rows3 ri = rows_of(in), ro = rows_of(out);
+    const auto last = static_cast<size_t>(in.ndim - 1);
+    PENSTOCK_CHECK((in.strides[last] == 1 || ri.d2 <= 1) && (out.strides[last] == 1 || ro.d2 <= 1))
+        << op << ": last dims must be contiguous";
+}
+
+unsigned grid_for(int64_t n_packs) {
+    const unsigned b = blocks_for(n_packs, kThreads);
+    return b < 132u * 16u ? b : 132u * 16u;
+}
+
+template <class In>
+void quantize_typed(const kernels::Fp8TensorScaleParams& p, cudaStream_t s, unsigned* amax_bits) {
+    const Rows3 ri = rows_of(p.in), ro = rows_of(p.out);
+    constexpr int kV = 16 / static_cast<int>(sizeof(In));
+    const bool vec = ri.d2 % kV == 0 && rows_aligned(p.in, ri, sizeof(In), 16) && rows_aligned(p.out, ro, 1, kV);
+    const int64_t n = ri.d0 * ri.d1 * ri.d2;
+    auto launch = [&](auto v_tag) {
+        constexpr int V = decltype(v_tag)::value;
+        const int64_t n_packs = n / V;
+        const In* in = static_cast<const In*>(p.in.data);
+        if (n_packs > 0) amax_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(amax_bits, in, ri, n_packs);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        quantize_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(
+            static_cast<uint8_t*>(p.out.data), static_cast<float*>(p.scale.data), in, amax_bits, ro, ri, n_packs);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    };
+    if (vec) {
+        launch(std::integral_constant<int, kV>{});
+    } else {
+        launch(std::integral_constant<int, 1>{});
+    }
+}
+
+template <class Out>
+void dequantize_typed(const kernels::Fp8TensorScaleParams& p, cudaStream_t s) {
+    const Rows3 ri = rows_of(p.in), ro = rows_of(p.out);
+    constexpr int kV = 8;
+    const bool vec = ri.d2 % kV == 0 && rows_aligned(p.in, ri, 1, kV) &&
+                     rows_aligned(p.out, ro, sizeof(Out), std::min<int64_t>(16, kV * sizeof(Out)));
+    const int64_t n = ri.d0 * ri.d1 * ri.d2;
+    auto launch = [&](auto v_tag) {
+        constexpr int V = decltype(v_tag)::value;
+        const int64_t n_packs = n / V;
+        if (n_packs == 0) return;
+        dequantize_kernel<Out, V><<<grid_for(n_packs), kThreads, 0, s>>>(
+            static_cast<Out*>(p.out.data), static_cast<const uint8_t*>(p.in.data),
+            static_cast<const float*>(p.scale.data), ro, ri, n_packs);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    };
+    if (vec) {
+        launch(std::integral_constant<int, kV>{});
+    } else {
+        launch(std::integral_constant<int, 1>{});
+    }
+}
+
+template <class In>
+void cast_scaled_typed(const TensorView& out, const TensorView& in, const float* mult, cudaStream_t s) {
+    const Rows3 ri = rows_of(in), ro = rows_of(out);
+    constexpr int kV = 16 / static_cast<int>(sizeof(In));
+    const bool vec = ri.d2 % kV == 0 && rows_aligned(in, ri, sizeof(In), 16) && rows_aligned(out, ro, 1, kV);
+    const int64_t n = ri.d0 * ri.d1 * ri.d2;
+    auto launch = [&](auto v_tag) {
+        constexpr int V = decltype(v_tag)::value;
+        const int64_t n_packs = n / V;
+        if (n_packs == 0) return;
+        cast_scaled_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(
+            static_cast<uint8_t*>(out.data), static_cast<const In*>(in.data), mult, ro, ri, n_packs);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    };
+    if (vec) {
+        launch(std::integral_constant<int, kV>{});
+    } else {
+        launch(std::integral_constant<int, 1>{});
+    }
+}
+
+}  // namespace
+
+void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream) {
+    const char* op = "fp8_cast_scaled";
+    check_pair(out, in, TensorView{}, op, /*with_scale=*/false);
+    PENSTOCK_CHECK(out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3";
+    dispatch_float(in.dtype, op,
+                   [&](auto t) { cast_scaled_typed<decltype(t)>(out, in, mult, static_cast<cudaStream_t>(stream)); });
+}
+
+void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream) {
+    const char* op = "fp8_quantize_tensor";
+    check_pair(p.out, p.in, p.scale, op);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    const auto s = static_cast<cudaStream_t>(stream);
+    unsigned* amax_bits = nullptr;
+    PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&amax_bits), sizeof(unsigned), s));
+    PENSTOCK_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), s));
+    dispatch_float(p.in.dtype, op, [&](auto t) { quantize_typed<decltype(t)>(p, s, amax_bits); });
+    PENSTOCK_CUDA_CHECK(cudaFreeAsync(amax_bits, s));
+}
+
+void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream) {
+    const char* op = "fp8_dequantize_tensor";
+    check_pair(p.out, p.in, p.scale, op);
+    PENSTOCK_CHECK(p.in.dtype == DType::kF8E4M3) << op << ": in must be f8e4m3, got " << dtype_name(p.in.dtype);
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.out.dtype, op, [&](auto t) { dequantize_typed<decltype(t)>(p, s); });
+}
+
+}  // namespace penstock::cuda

@@ -1,0 +1,321 @@
+// FP8 attention on the GPU (kernels/ops.h AttentionParams with e4m3 q / k / v / out; Fp8TensorScaleParams) against the
+// CPU reference:
+//  - cuda::fp8_quantize_tensor / fp8_dequantize_tensor bit-exact with the reference (scale and every byte) on the
+//    views FP8 attention feeds them: contiguous bf16 (16-byte packs), a strided MLA v slice, padded strides that
+//    force the element-wise path, f32, and an all-zero tensor;
+//  - cuda::attention with FP8 inputs and output against ref::attention on the same e4m3 bytes and descales: cuDNN's
+//    FP8 SDPA (one sequence, ragged batches with the equal_lengths hint, the MLA MHA layout with v a strided view,
+//    16 and 128 heads, d 192 / 128) and the bf16 fallback (a cached prefix: unequal lengths). out_descale must be
+//    exact; the dequantised outputs agree to FP8 accuracy (kFp8Attn below), and the test checks which path ran.
+// One "[conf] ..." line per output. Skips without a GPU; the cuDNN cases skip in a build without cuDNN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "tests/kernels/cuda/conformance_log.h"
+#include "tests/kernels/cuda/op_test_util.h"
+
+namespace penstock::test {
+namespace {
+
+// Dequantised FP8 attention outputs (device: probabilities rounded to e4m3 by cuDNN; reference: exact softmax) agree
+// to about two e4m3 steps: each output is rounded to e4m3 (1/16 relative) on both sides, and the probabilities'
+// rounding moves each term p_j v_j by up to 1/16 of itself, which for an output near zero (terms cancelling) is an
+// absolute error up to ~1/16 of the v range: atol is 0.1 of it (v is uniform in [-1, 1] here). The relative RMS error
+// over the whole output, the tighter check, must stay under 5%.
+constexpr Tolerance kFp8Attn{.atol = 1e-1, .rtol = 1.5e-1};
+
+std::vector<uint8_t> bytes_of(const Tensor& host) {
+    std::vector<uint8_t> b(static_cast<size_t>(host.nbytes()));
+    std::memcpy(b.data(), host.view().data, b.size());
+    return b;
+}
+
+float scalar_of(const Tensor& dev, const cuda::Stream& stream) {
+    const Tensor h = cuda::to_host(dev, stream);
+    return h.ptr<float>()[0];
+}
+
+class Fp8AttentionTest : public CudaTest {
+protected:
+    Tensor dev_empty(const Shape& shape, DType dt) { return Tensor::empty(shape, dt, alloc()); }
+
+    // Quantises `x` (a Pair's device and host views) on both sides; checks scale and bytes; returns the device e4m3
+    // tensor, its device scale, and the host ones (contiguous [x's shape]).
+    struct Quantized {
+        Tensor dev, dev_scale, host, host_scale;
+    };
+    Quantized quantize_both(const std::string& name, const TensorView& dv, const TensorView& hv) {
+        Shape shape;
+        for (int d = 0; d < dv.ndim; ++d) shape.push_back(dv.size(d));
+        Quantized q{dev_empty(shape, DType::kF8E4M3), dev_empty({1}, DType::kF32), Tensor::empty(shape, DType::kF8E4M3),
+                    Tensor::empty({1}, DType::kF32)};
+        cuda::fp8_quantize_tensor({.out = q.dev, .scale = q.dev_scale, .in = dv}, raw_stream());
+        // The reference reads the same rounded values: a host copy in the device dtype.
+        ref::fp8_quantize_tensor({.out = q.host, .scale = q.host_scale, .in = hv}, nullptr);
+        conf_exact("fp8_quantize_tensor", name + " bytes", bytes_of(cuda::to_host(q.dev, stream())), bytes_of(q.host));
+        conf_exact("fp8_quantize_tensor", name + " scale", std::vector<float>{scalar_of(q.dev_scale, stream())},
+                   std::vector<float>{q.host_scale.ptr<float>()[0]});
+        return q;
+    }
+};
+
+// A host view holding `p`'s values in the device dtype (bf16 values are already rounded in the Pair's f32 host copy,
+// so the f32 host view reads the same numbers).
+TEST_F(Fp8AttentionTest, TensorQuantizeMatchesReferenceBitExact) {
+    constexpr uint32_t kSeed = 3100;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    // Contiguous bf16 (16-byte packs), padded strides (element-wise path), f32, and the MLA v slice of a kv_b output.
+    const Pair a = random_pair(rng, {300, 16, 192}, DType::kBF16, /*strided=*/false, alloc(), stream());
+    quantize_both("bf16_contiguous", a.dv, a.hv);
+    const Pair b = random_pair(rng, {65, 3, 40}, DType::kBF16, /*strided=*/true, alloc(), stream());
+    quantize_both("bf16_padded", b.dv, b.hv);
+    const Pair c = random_pair(rng, {33, 5, 24}, DType::kF32, /*strided=*/false, alloc(), stream());
+    const Quantized qc = quantize_both("f32", c.dv, c.hv);
+    const Pair kvb = random_pair(rng, {129, 8, 256}, DType::kBF16, /*strided=*/false, alloc(), stream());
+    const Quantized qv = quantize_both("mla_v_slice", kvb.dv.slice(2, 128, 256), kvb.hv.slice(2, 128, 256));
+    const Pair z = make_pair_from(std::vector<float>(64, 0.0f), {4, 16}, DType::kBF16, false, alloc(), stream());
+    quantize_both("zeros", z.dv, z.hv);
+
+    // Dequantise to bf16 and f32: bit-exact.
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+        Tensor d = dev_empty({129, 8, 128}, dt);
+        cuda::fp8_dequantize_tensor({.out = d, .scale = qv.dev_scale, .in = qv.dev}, raw_stream());
+        Tensor h = Tensor::empty({129, 8, 128}, dt);
+        ref::fp8_dequantize_tensor({.out = h, .scale = qv.host_scale, .in = qv.host}, nullptr);
+        conf_exact("fp8_dequantize_tensor", std::string("mla_v_") + std::string(dtype_name(dt)),
+                   bytes_of(cuda::to_host(d, stream())), bytes_of(h));
+    }
+    Tensor d = dev_empty({33, 5, 24}, DType::kF32);
+    cuda::fp8_dequantize_tensor({.out = d, .scale = qc.dev_scale, .in = qc.dev}, raw_stream());
+    Tensor h = Tensor::empty({33, 5, 24}, DType::kF32);
+    ref::fp8_dequantize_tensor({.out = h, .scale = qc.host_scale, .in = qc.host}, nullptr);
+    conf_exact("fp8_dequantize_tensor", "f32", bytes_of(cuda::to_host(d, stream())), bytes_of(h));
+}
+
+struct Seq {
+    int32_t len_q, len_k, q_pos0, k_pos0;
+};
+
+struct Fp8Case {
+    std::string name;
+    int64_t n_heads, d_qk, d_v;
+    std::vector<Seq> seqs;
+    bool mla_layout;       // v = columns [d_qk - 64, + d_v) of a [T, H, d_qk - 64 + d_v] kv_b output
+    bool equal_lengths;    // the hint (true only where it holds)
+    bool want_cudnn;       // the path cuda::attention should take when the build has cuDNN
+    bool with_lse = true;  // false: lse left empty (a one-round prefill's call)
+};
+
+TEST_F(Fp8AttentionTest, AttentionMatchesReference) {
+    const std::vector<Fp8Case> cases = {
+        {"one_seq_h16", 16, 192, 128, {{300, 300, 0, 0}}, false, false, true},
+        {"ragged_equal_h16",
+         16,
+         192,
+         128,
+         {{1, 1, 0, 0}, {17, 17, 0, 0}, {64, 64, 0, 0}, {130, 130, 0, 0}},
+         false,
+         true,
+         true},
+        {"mla_layout_h128", 128, 192, 128, {{65, 65, 0, 0}, {200, 200, 0, 0}}, true, true, true},
+        {"d64_h4", 4, 64, 64, {{100, 100, 0, 0}}, false, true, true},
+        {"prefix_fallback", 16, 192, 128, {{17, 40, 23, 0}, {65, 65, 0, 0}}, true, false, false},
+        {"one_seq_h16_no_lse", 16, 192, 128, {{300, 300, 0, 0}}, true, false, true, false},
+        {"prefix_fallback_no_lse", 16, 192, 128, {{17, 40, 23, 0}}, false, false, false, false},
+    };
+    uint32_t seed = 3200;
+    for (const Fp8Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
+        int32_t max_q = 0, max_k = 0;
+        for (const Seq& s : c.seqs) {
+            cu_q.push_back(cu_q.back() + s.len_q);
+            cu_k.push_back(cu_k.back() + s.len_k);
+            qp.push_back(s.q_pos0);
+            kp.push_back(s.k_pos0);
+            max_q = std::max(max_q, s.len_q);
+            max_k = std::max(max_k, s.len_k);
+        }
+        const int64_t tq = cu_q.back(), tk = cu_k.back();
+        const Pair q = random_pair(rng, {tq, c.n_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
+        const Pair k = random_pair(rng, {tk, c.n_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
+        const int64_t nope = c.d_qk - 64;
+        const Pair vsrc = random_pair(rng, {tk, c.n_heads, c.mla_layout ? nope + c.d_v : c.d_v}, DType::kBF16, false,
+                                      alloc(), stream());
+        const TensorView vd = c.mla_layout ? vsrc.dv.slice(2, nope, nope + c.d_v) : vsrc.dv;
+        const TensorView vh = c.mla_layout ? vsrc.hv.slice(2, nope, nope + c.d_v) : vsrc.hv;
+        const Quantized q8 = quantize_both(c.name + " q", q.dv, q.hv);
+        const Quantized k8 = quantize_both(c.name + " k", k.dv, k.hv);
+        const Quantized v8 = quantize_both(c.name + " v", vd, vh);
+
+        const Tensor cu_q_d = dev_i32(cu_q, alloc(), stream()), cu_k_d = dev_i32(cu_k, alloc(), stream());
+        const Tensor qp_d = dev_i32(qp, alloc(), stream()), kp_d = dev_i32(kp, alloc(), stream());
+        Tensor out_d = dev_empty({tq, c.n_heads, c.d_v}, DType::kF8E4M3);
+        Tensor lse_d = dev_empty({tq, c.n_heads}, DType::kF32);
+        Tensor od_d = dev_empty({1}, DType::kF32);
+        const float scale = 2.0f / std::sqrt(static_cast<float>(c.d_qk));
+        kernels::AttentionParams dp{.out = out_d,
+                                    .lse = c.with_lse ? lse_d.view() : TensorView{},
+                                    .q = q8.dev,
+                                    .k = k8.dev,
+                                    .v = v8.dev,
+                                    .cu_seqlens_q = cu_q_d,
+                                    .cu_seqlens_k = cu_k_d,
+                                    .q_pos0 = qp_d,
+                                    .k_pos0 = kp_d,
+                                    .scale = scale,
+                                    .causal = true,
+                                    .max_seqlen_q = max_q,
+                                    .max_seqlen_k = max_k,
+                                    .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                                    .equal_lengths = c.equal_lengths,
+                                    .q_descale = q8.dev_scale,
+                                    .k_descale = k8.dev_scale,
+                                    .v_descale = v8.dev_scale,
+                                    .out_descale = od_d};
+        // Which path: cuDNN's FP8 SDPA takes the call exactly when expected (it needs out_descale and 1 / it on the
+        // device first, as cuda::attention prepares them).
+        if (cuda::attention_cudnn_built()) {
+            const float od = v8.host_scale.ptr<float>()[0] * kernels::kFp8AttnOutHeadroom;
+            const Tensor od_h = Tensor::from_f32({2}, std::vector<float>{od, 1.0f / od});
+            const Tensor od_pair = cuda::to_device(od_h, alloc(), stream());
+            kernels::AttentionParams probe = dp;
+            probe.out_descale = od_pair.view().slice(0, 0, 1);
+            const bool taken = cuda::attention_cudnn(probe, raw_stream(), od_pair.ptr<float>() + 1);
+            EXPECT_EQ(taken, c.want_cudnn) << "cuDNN FP8 path";
+            std::printf("[conf] attention_fp8 | %s | cudnn %s\n", c.name.c_str(), taken ? "taken" : "declined");
+        }
+        cuda::fill_bytes_async(out_d, 0xff, stream());
+        cuda::attention(dp, raw_stream());
+
+        const Tensor cu_q_h = i32_tensor(cu_q), cu_k_h = i32_tensor(cu_k), qp_h = i32_tensor(qp), kp_h = i32_tensor(kp);
+        Tensor out_h = Tensor::empty({tq, c.n_heads, c.d_v}, DType::kF8E4M3);
+        Tensor lse_h = Tensor::empty({tq, c.n_heads}, DType::kF32);
+        Tensor od_h = Tensor::empty({1}, DType::kF32);
+        kernels::AttentionParams hp = dp;
+        hp.out = out_h;
+        hp.lse = c.with_lse ? lse_h.view() : TensorView{};
+        hp.q = q8.host;
+        hp.k = k8.host;
+        hp.v = v8.host;
+        hp.cu_seqlens_q = cu_q_h;
+        hp.cu_seqlens_k = cu_k_h;
+        hp.q_pos0 = qp_h;
+        hp.k_pos0 = kp_h;
+        hp.q_descale = q8.host_scale;
+        hp.k_descale = k8.host_scale;
+        hp.v_descale = v8.host_scale;
+        hp.out_descale = od_h;
+        ref::attention(hp, nullptr);
+
+        conf_exact("attention_fp8", c.name + " out_descale", std::vector<float>{scalar_of(od_d, stream())},
+                   std::vector<float>{od_h.ptr<float>()[0]});
+        auto widened = [&](const Tensor& o8_host, float descale) {
+            std::vector<float> f(static_cast<size_t>(o8_host.numel()));
+            for (size_t i = 0; i < f.size(); ++i) f[i] = e4m3_to_float(o8_host.ptr<uint8_t>()[i]) * descale;
+            return f;
+        };
+        const float od = od_h.ptr<float>()[0];
+        const std::vector<float> got = widened(cuda::to_host(out_d, stream()), od), want = widened(out_h, od);
+        conf_close("attention_fp8", c.name + " out", got, want, kFp8Attn, {tq, c.n_heads, c.d_v});
+        // The output's relative RMS error against the reference: FP8 accuracy, a few percent at most.
+        double err = 0.0, ref_sq = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            err += (got[i] - want[i]) * (got[i] - want[i]);
+            ref_sq += want[i] * want[i];
+        }
+        const double rel = std::sqrt(err / std::max(ref_sq, 1e-30));
+        std::printf("[conf] attention_fp8 | %s out relative RMS | %.4f | < 0.05 | %s\n", c.name.c_str(), rel,
+                    rel < 0.05 ? "PASS" : "FAIL");
+        EXPECT_LT(rel, 0.05);
+        if (c.with_lse) {
+            conf_close("attention_fp8", c.name + " lse", read_f32(cuda::to_host(lse_d, stream())), read_f32(lse_h),
+                       Tolerance{.atol = 5e-2, .rtol = 1e-2}, {tq, c.n_heads});
+        }
+        if (HasFatalFailure()) return;
+    }
+}
+
+// bf16 attention with no lse wanted (models/mla.cc's one-round MHA call): cuDNN's graph without the Stats output, or
+// the kernels with a scratch lse, give the reference's out.
+TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
+    struct C {
+        std::string name;
+        std::vector<Seq> seqs;
+        bool want_cudnn;
+        kernels::AttentionMaskKind mask;
+    };
+    const std::vector<C> cases = {
+        {"one_seq", {{300, 300, 0, 0}}, true, kernels::AttentionMaskKind::kCausalBottomRight},
+        {"ragged_prefix", {{17, 40, 23, 0}, {65, 65, 0, 0}}, true, kernels::AttentionMaskKind::kCausalBottomRight},
+        {"no_promise_kernel", {{33, 33, 0, 0}}, false, kernels::AttentionMaskKind::kGeneral},
+    };
+    uint32_t seed = 3300;
+    for (const C& c : cases) {
+        SCOPED_TRACE(c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
+        int32_t max_q = 0, max_k = 0;
+        for (const Seq& s : c.seqs) {
+            cu_q.push_back(cu_q.back() + s.len_q);
+            cu_k.push_back(cu_k.back() + s.len_k);
+            qp.push_back(s.q_pos0);
+            kp.push_back(s.k_pos0);
+            max_q = std::max(max_q, s.len_q);
+            max_k = std::max(max_k, s.len_k);
+        }
+        const int64_t tq = cu_q.back(), tk = cu_k.back();
+        const Pair q = random_pair(rng, {tq, 16, 192}, DType::kBF16, false, alloc(), stream());
+        const Pair k = random_pair(rng, {tk, 16, 192}, DType::kBF16, false, alloc(), stream());
+        const Pair v = random_pair(rng, {tk, 16, 128}, DType::kBF16, false, alloc(), stream());
+        const Pair out = poisoned_pair({tq, 16, 128}, DType::kBF16, false, alloc(), stream());
+        const Tensor cu_q_d = dev_i32(cu_q, alloc(), stream()), cu_k_d = dev_i32(cu_k, alloc(), stream());
+        const Tensor qp_d = dev_i32(qp, alloc(), stream()), kp_d = dev_i32(kp, alloc(), stream());
+        kernels::AttentionParams dp{.out = out.dv,
+                                    .lse = TensorView{},
+                                    .q = q.dv,
+                                    .k = k.dv,
+                                    .v = v.dv,
+                                    .cu_seqlens_q = cu_q_d,
+                                    .cu_seqlens_k = cu_k_d,
+                                    .q_pos0 = qp_d,
+                                    .k_pos0 = kp_d,
+                                    .scale = 0.1f,
+                                    .causal = true,
+                                    .max_seqlen_q = max_q,
+                                    .max_seqlen_k = max_k,
+                                    .mask_kind = c.mask};
+        if (cuda::attention_cudnn_built()) {
+            EXPECT_EQ(cuda::attention_cudnn(dp, raw_stream()), c.want_cudnn) << "cuDNN path without lse";
+        }
+        cuda::attention(dp, raw_stream());
+        const Tensor cu_q_h = i32_tensor(cu_q), cu_k_h = i32_tensor(cu_k), qp_h = i32_tensor(qp), kp_h = i32_tensor(kp);
+        kernels::AttentionParams hp = dp;
+        hp.out = out.hv;
+        hp.q = q.hv;
+        hp.k = k.hv;
+        hp.v = v.hv;
+        hp.cu_seqlens_q = cu_q_h;
+        hp.cu_seqlens_k = cu_k_h;
+        hp.q_pos0 = qp_h;
+        hp.k_pos0 = kp_h;
+        ref::attention(hp, nullptr);
+        conf_pair("attention_no_lse", c.name + " out", out, out.hv, kBF16Tol, stream());
+    }
+}
+
+}  // namespace
+}  // namespace penstock::test
