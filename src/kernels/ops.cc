@@ -43,6 +43,9 @@ void fp8_gemm(const Fp8GemmParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fp
 void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_grouped_gemm, p, ctx);
 }
+void grouped_gemm_glu(const GroupedGluGemmParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(grouped_gemm_glu, p, ctx);
+}
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_quantize_tensor, p, ctx);
 }

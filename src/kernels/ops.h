@@ -273,6 +273,25 @@ struct GroupedGemmParams {
     TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
 };
 
+// The MoE experts' gate/up GEMM with the gated activation: [gate ; up] = grouped_gemm(a, b) into a [n_rows, 2 I]
+// buffer of out's dtype (b[g] = [gate rows I ; up rows I], the layout of a fused gate_up weight), then out =
+// silu_mul(gate, up) or situ_mul(gate, up; beta, linear_beta) (ops_kda.h). Bit-exact with that pair of ops on every
+// backend (SPEC §2: a fused kernel equals the unfused path); CUDA fuses the activation into the device grouped GEMM's
+// epilogue where cuda::grouped_gemm would run that kernel (kernels/cuda/grouped_gemm.h). Rows at or past
+// offsets[n_groups] of out are unspecified. `gate_up` is the caller's [n_rows, 2 I] buffer (out's dtype, rows
+// contiguous) for the unfused form; a fused backend leaves it untouched.
+enum class GluKind : uint8_t { kSilu, kSitu };
+struct GroupedGluGemmParams {
+    TensorView out;      // [n_rows, I] f32/bf16, rows may be strided
+    TensorView a;        // [n_rows, k] f32/bf16
+    TensorView b;        // [n_groups, 2 I, k] f32/bf16, contiguous
+    TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
+    TensorView gate_up;  // [n_rows, 2 I] scratch in out's dtype
+    GluKind act = GluKind::kSilu;
+    float situ_beta = 4.0f;
+    float situ_linear_beta = 25.0f;
+};
+
 // DeepSeek-style block-scaled FP8 (kernels/ref/fp8.cc; CUDA: kernels/cuda/fp8_gemm.h). Block size 128 along k for
 // activations (one scale per token per 128 columns) and 128 x 128 for weights (the checkpoints' `weight_scale_inv`).
 // Scales are multipliers: value = e4m3_to_float(q) * scale.
@@ -357,6 +376,7 @@ void fill(const FillParams& p, const Context& ctx);
 void fill_random(const FillRandomParams& p, const Context& ctx);
 void gather_rows(const GatherRowsParams& p, const Context& ctx);
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx);
+void grouped_gemm_glu(const GroupedGluGemmParams& p, const Context& ctx);
 void paged_write(const PagedWriteParams& p, const Context& ctx);
 void paged_gather(const PagedGatherParams& p, const Context& ctx);
 void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx);

@@ -292,34 +292,62 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         }
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
         scope.emplace(ctx, "experts");
-        Tensor gate_up = scratch(ctx, {n_rows, experts_gate_up_.size(1)}, expert_in.dtype);
         Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
-        const TensorView gate = gate_up.view().slice(1, 0, inter_);
-        {
-            const kernels::ProfileScope step(ctx, "gate_up");
-            if (fp8_in) {
-                kernels::fp8_grouped_gemm({.out = gate_up,
-                                           .a = permuted,
-                                           .a_scale = permuted_scale,
-                                           .b = experts_gate_up_,
-                                           .b_scale = experts_gate_up_scale_,
-                                           .offsets = offsets},
-                                          ctx);
-            } else {
-                expert_gemm(gate_up, permuted, experts_gate_up_, experts_gate_up_scale_, offsets, ctx);
+        // Plain (unquantised) experts: the gated activation rides on the gate/up GEMM (kernels::grouped_gemm_glu,
+        // bit-exact with the GEMM + activation pair below; CUDA fuses it into the GEMM's epilogue).
+        if (!fp8_in && !experts_gate_up_scale_.defined() && up_offset_ == inter_ &&
+            experts_gate_up_.size(1) == 2 * inter_) {
+            Tensor act = scratch(ctx, {n_rows, inter_}, expert_in.dtype);
+            Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
+            {
+                const kernels::ProfileScope step(ctx, "gate_up_act");
+                kernels::grouped_gemm_glu(
+                    {.out = act,
+                     .a = permuted,
+                     .b = experts_gate_up_,
+                     .offsets = offsets,
+                     .gate_up = gate_up,
+                     .act = act_.kind == GluActivation::Kind::kSilu ? kernels::GluKind::kSilu : kernels::GluKind::kSitu,
+                     .situ_beta = act_.situ_beta,
+                     .situ_linear_beta = act_.situ_linear_beta},
+                    ctx);
             }
+            {
+                const kernels::ProfileScope step(ctx, "down");
+                expert_gemm(expert_out, act, experts_down_, experts_down_scale_, offsets, ctx);
+            }
+            scope.emplace(ctx, "unpermute");
+            kernels::moe_unpermute(
+                {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
+        } else {
+            Tensor gate_up = scratch(ctx, {n_rows, experts_gate_up_.size(1)}, expert_in.dtype);
+            const TensorView gate = gate_up.view().slice(1, 0, inter_);
+            {
+                const kernels::ProfileScope step(ctx, "gate_up");
+                if (fp8_in) {
+                    kernels::fp8_grouped_gemm({.out = gate_up,
+                                               .a = permuted,
+                                               .a_scale = permuted_scale,
+                                               .b = experts_gate_up_,
+                                               .b_scale = experts_gate_up_scale_,
+                                               .offsets = offsets},
+                                              ctx);
+                } else {
+                    expert_gemm(gate_up, permuted, experts_gate_up_, experts_gate_up_scale_, offsets, ctx);
+                }
+            }
+            {
+                const kernels::ProfileScope step(ctx, "act");
+                glu_apply(act_, gate, gate_up.view().slice(1, up_offset_, up_offset_ + inter_), ctx);
+            }
+            {
+                const kernels::ProfileScope step(ctx, "down");
+                expert_gemm(expert_out, gate, experts_down_, experts_down_scale_, offsets, ctx);
+            }
+            scope.emplace(ctx, "unpermute");
+            kernels::moe_unpermute(
+                {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
         }
-        {
-            const kernels::ProfileScope step(ctx, "act");
-            glu_apply(act_, gate, gate_up.view().slice(1, up_offset_, up_offset_ + inter_), ctx);
-        }
-        {
-            const kernels::ProfileScope step(ctx, "down");
-            expert_gemm(expert_out, gate, experts_down_, experts_down_scale_, offsets, ctx);
-        }
-        scope.emplace(ctx, "unpermute");
-        kernels::moe_unpermute(
-            {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
     }
     scope.reset();
     if (latent) {

@@ -57,6 +57,10 @@ void fill(const kernels::FillParams& p, void* stream);
 void fill_random(const kernels::FillRandomParams& p, void* stream);
 void gather_rows(const kernels::GatherRowsParams& p, void* stream);
 void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
+// Fused into the device kernel's epilogue (grouped_gemm.h grouped_gemm_glu_tma) when out is bf16, I % 128 == 0 and
+// cuda::grouped_gemm would take the device kernel for the [2 I] problem; else grouped_gemm into the caller's gate_up
+// buffer and the activation op. PENSTOCK_GROUPED_GLU=unfused forces the second (A/B measurements).
+void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream);
 void paged_write(const kernels::PagedWriteParams& p, void* stream);
 void paged_gather(const kernels::PagedGatherParams& p, void* stream);
 void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/rows_vec.cuh"
 
@@ -23,7 +24,7 @@ template <bool kFast>
 struct SiluOp {
     __device__ float operator()(float g, float u) const {
         if constexpr (kFast) {
-            return __fdividef(g * u, 1.0f + __expf(-g));  // g < -88: the denominator is inf and the result 0
+            return silu_mul_fast(g, u);  // glu_act.cuh (shared with the grouped GEMM's fused epilogue)
         } else {
             return g / (1.0f + expf(-g)) * u;
         }

@@ -5,6 +5,8 @@
 // Supported: a and b both f32 or both bf16; out the same dtype as a, or f32.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -13,6 +15,7 @@
 
 #include "kernels/cuda/cublas_handles.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
 
@@ -289,6 +292,82 @@ void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream) {
     grouped_gemm_variant(p, GroupedGemmVariant::kAuto, stream);
 }
 
+void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
+    const char* op = "grouped_gemm_glu";
+    check_on_gpu(p.out, op, "out");
+    check_on_gpu(p.b, op, "b");
+    PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
+    PENSTOCK_CHECK(p.out.ndim == 2 && p.a.ndim == 2 && p.out.size(0) == p.a.size(0) && 2 * p.out.size(1) == p.b.size(1))
+        << op << ": out " << p.out.shape_string() << ", a " << p.a.shape_string() << ", b " << p.b.shape_string();
+    PENSTOCK_CHECK(is_float_dtype(p.out.dtype)) << op << ": out f32 or bf16";
+    const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
+    if (n_rows == 0 || inter == 0) return;
+    static const bool force_unfused = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GLU");
+        return e != nullptr && std::strcmp(e, "unfused") == 0;
+    }();
+    // The [2 I] problem as cuda::grouped_gemm sees it (the out view only describes the shape and dtype here).
+    const std::array<int64_t, 2> full_shape{n_rows, 2 * inter};
+    kernels::GroupedGemmParams full{
+        .out = TensorView::contiguous(p.out.data, p.out.dtype, full_shape, Device::kCUDA, p.out.device_index),
+        .a = p.a,
+        .b = p.b,
+        .offsets = p.offsets};
+    if (!force_unfused && p.out.dtype == DType::kBF16 && inter % 128 == 0 && p.out.stride(1) == 1 &&
+        p.out.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 &&
+        grouped_gemm_auto_takes_device(full, stream)) {
+        int dev = 0, sms = 0;
+        PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        grouped_gemm_glu_tma({.out = p.out, .a = p.a, .b = p.b, .offsets = p.offsets},
+                             p.act == kernels::GluKind::kSilu ? GluEpilogue::kSilu : GluEpilogue::kSitu, p.situ_beta,
+                             p.situ_linear_beta, sms, stream);
+        return;
+    }
+    // Unfused: [gate ; up] into the caller's buffer, then the activation op.
+    check_on_gpu(p.gate_up, op, "gate_up");
+    PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
+                   p.gate_up.dtype == p.out.dtype)
+        << op << ": gate_up scratch " << p.gate_up.shape_string();
+    full.out = p.gate_up;
+    grouped_gemm(full, stream);
+    const TensorView gate = full.out.slice(1, 0, inter), up = full.out.slice(1, inter, 2 * inter);
+    switch (p.act) {
+        case kernels::GluKind::kSilu:
+            silu_mul({.out = p.out, .gate = gate, .up = up}, stream);
+            break;
+        case kernels::GluKind::kSitu:
+            situ_mul({.out = p.out, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta},
+                     stream);
+            break;
+    }
+}
+
+namespace {
+
+bool stream_capturing(void* stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+    return capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream) {
+    constexpr int64_t kDeviceMaxAvgRows = 384;
+    static const int env_mode = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
+        if (e == nullptr) return 0;
+        if (std::strcmp(e, "cublaslt") == 0) return 1;
+        if (std::strcmp(e, "device") == 0) return 2;
+        return 0;
+    }();
+    const int64_t n_groups = p.b.size(0), n_rows = p.a.size(0);
+    const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
+    return grouped_gemm_device_unsupported(p) == nullptr &&
+           (stream_capturing(stream) || env_mode == 2 || (env_mode == 0 && small_groups));
+}
+
 void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVariant variant, void* stream) {
     const char* op = "grouped_gemm";
     check_on_gpu(p.b, op, "b");
@@ -316,14 +395,6 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     // them (the layer runs at the power limit). Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run on
     // the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device forces either
     // under kAuto (capture: always device).
-    constexpr int64_t kDeviceMaxAvgRows = 384;
-    static const int env_mode = [] {
-        const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
-        if (e == nullptr) return 0;
-        if (std::strcmp(e, "cublaslt") == 0) return 1;
-        if (std::strcmp(e, "device") == 0) return 2;
-        return 0;
-    }();
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
         const char* why = grouped_gemm_device_unsupported(p);
         PENSTOCK_CHECK(why == nullptr) << op << ": the device kernel cannot take this call: " << why;
@@ -331,18 +402,14 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         return;
     }
     if (variant == GroupedGemmVariant::kAuto) {
-        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-        PENSTOCK_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
-        const bool capturing = capture != cudaStreamCaptureStatusNone;
-        const char* why = grouped_gemm_device_unsupported(p);
-        const bool small_groups = n_rows <= kDeviceMaxAvgRows * n_groups;
-        if (why == nullptr && (capturing || env_mode == 2 || (env_mode == 0 && small_groups))) {
+        if (grouped_gemm_auto_takes_device(p, stream)) {
             grouped_gemm_device(p, GroupedGemmVariant::kDevice, stream);
             return;
         }
-        PENSTOCK_CHECK(!capturing) << op
-                                   << ": the stream is being captured, and the device kernel cannot take this call ("
-                                   << why << "); the cuBLASLt path copies the offsets to the host";
+        const char* why = grouped_gemm_device_unsupported(p);
+        PENSTOCK_CHECK(!stream_capturing(stream))
+            << op << ": the stream is being captured, and the device kernel cannot take this call (" << why
+            << "); the cuBLASLt path copies the offsets to the host";
     }
     const auto s = static_cast<cudaStream_t>(stream);
     // The cuBLASLt path: this host copy + sync is not graph capturable.

@@ -50,6 +50,16 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
 // The grid of kTmaCluster on this device: 2 x the co-resident 2-CTA clusters (0 when none).
 int grouped_gemm_tma_cluster_ctas();
 
+// The kTmaDyn kernel with the gated activation in its epilogue (cuda::grouped_gemm_glu): b [n_groups, 2 I, k] with
+// the gate rows first, out [n_rows, I] bf16 = act(bf16(a @ gate^T), bf16(a @ up^T)); I a multiple of 128. The same
+// accumulators as kTmaDyn on the [2 I] problem (same tiles along k, wgmma per element), the same rounding and
+// glu_act.cuh's formulas: bit-exact with kTmaDyn followed by silu_mul / situ_mul.
+enum class GluEpilogue { kSilu, kSitu };
+void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, float situ_beta, float situ_linear_beta,
+                          int sms, void* stream);
+// Whether cuda::grouped_gemm (kAuto) would run `p` on the default device kernel on this stream (the rule above).
+bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream);
+
 // cuda::grouped_gemm with an explicit variant (benches, tests).
 void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVariant variant, void* stream);
 

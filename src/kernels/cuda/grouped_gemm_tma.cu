@@ -43,8 +43,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/tile_sched.cuh"
@@ -95,16 +97,28 @@ struct TmaArgs {
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
     int b_box_rows;  // rows of tm_b's box: 128 (halves, multicast-capable) or 256 (one load per k-step, no cluster)
     int* sched;      // kDyn: this stream's tile counter pair (tile_sched.h)
+    // The fused gated epilogue (kAct != 0, grouped_gemm_glu): b is [n_groups, 2 I, k] with the gate rows first,
+    // glu_n = I; a tile is 128 output columns, its B halves the gate rows [n0, n0 + 128) and the up rows
+    // [I + n0, I + n0 + 128); out [n_rows, I] = act(bf16(gate), bf16(up)) (glu_act.cuh).
+    int glu_n;
+    float situ_beta, situ_linear_beta, situ_inv_beta, situ_inv_linear_beta;
 };
+
+// Fused gated activations (kAct): none, SiLU (silu_mul), SiTU (situ_mul, kDefaultSituMath).
+constexpr int kActNone = 0;
+constexpr int kActSilu = 1;
+constexpr int kActSitu = 2;
 
 using tile::smem_u32;
 using tile::store2;
 using Tile = tile::GroupTile;
 
-template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false>
+template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false, int kAct = kActNone>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                             TmaArgs p) {
+    static_assert(kAct == kActNone || (kDyn && std::is_same_v<OutT, bf16>), "the gated epilogue: kTmaDyn, bf16 out");
+    constexpr int kTileN = kAct != kActNone ? kBN / 2 : kBN;  // output columns per tile
     using S = Step<kBK>;
     constexpr int kStages = S::kStages;
     constexpr int kStageBytes = S::kStageBytes;
@@ -246,12 +260,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma::mbar_arrive(bars + 8 * stage);  // the consumers wake, read -1 and stop
                         break;
                     }
-                    ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
+                    ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
                 } else {
                     ct = unit_tile(cid + i * n_clusters, shared);
                 }
                 const bool one_box = p.b_box_rows == kBN;  // the whole box counts, zero fill included
-                const int halves = one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;  // a half wholly past n: not loaded
+                // a half wholly past n: not loaded (the gated form always loads both: gate and up)
+                const int halves = kAct != kActNone || one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;
                 const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
@@ -272,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma::load_3d(sb, &tm_b, kt * kBK, ct.n0, ct.group, full);
                     } else {
                         for (int h = 0; h < halves; ++h) {
-                            tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, ct.n0 + h * (kBN / 2), ct.group, full);
+                            const int brow = kAct != kActNone ? h * p.glu_n + ct.n0 : ct.n0 + h * (kBN / 2);
+                            tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, brow, ct.group, full);
                         }
                     }
                 }
@@ -314,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
                 const int t = *static_cast<volatile int*>(stage_tile + stage);
                 if (t < 0) break;
-                ct = tile::decode_group_tile<kBM, kBN>(t, prefix, offs, G);
+                ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
             } else {
                 ct = unit_tile(cid + i * n_clusters, shared);
             }
@@ -350,15 +366,43 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait<0>();
             release(static_cast<int>((s - 1) % kStages));
             wgmma::reg_fence(acc);
+            if constexpr (kAct != kActNone) {
+                // Columns 8 j + 2 t (+1) of the accumulator are gate column n0 + 8 j + 2 t for j < 16 and the matching
+                // up column for j + 16: each rounded to bf16 (what the unfused GEMM stores), then the activation.
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = 64 * cw + 16 * wr + 8 * hf + g;
-                if (r < ct.rows) {
-                    OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
-                    const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim (n % 8 == 0)
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = 64 * cw + 16 * wr + 8 * hf + g;
+                    if (r < ct.rows) {
+                        OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
 #pragma unroll
-                    for (int j = 0; j < 32; ++j) {
-                        if (8 * j < lim) store2<OutT>(orow + 8 * j, acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+                        for (int j = 0; j < 16; ++j) {
+                            float o[2];
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const float gv = __bfloat162float(__float2bfloat16_rn(acc[4 * j + 2 * hf + e]));
+                                const float uv = __bfloat162float(__float2bfloat16_rn(acc[4 * (j + 16) + 2 * hf + e]));
+                                if constexpr (kAct == kActSilu) {
+                                    o[e] = silu_mul_fast(gv, uv);
+                                } else {
+                                    o[e] = situ_mul_fast<kDefaultSituMath>(gv, uv, p.situ_beta, p.situ_linear_beta,
+                                                                           p.situ_inv_beta, p.situ_inv_linear_beta);
+                                }
+                            }
+                            store2<OutT>(orow + 8 * j, o[0], o[1]);
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = 64 * cw + 16 * wr + 8 * hf + g;
+                    if (r < ct.rows) {
+                        OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
+                        const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
+#pragma unroll
+                        for (int j = 0; j < 32; ++j) {
+                            if (8 * j < lim) store2<OutT>(orow + 8 * j, acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+                        }
                     }
                 }
             }
@@ -376,9 +420,9 @@ struct ClusterInfo {
     int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
 };
 
-template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false>
+template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false, int kAct = kActNone>
 void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, cudaStream_t s) {
-    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn>;
+    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn, kAct>;
     const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg{};
@@ -532,6 +576,60 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
         } else {
             run<bf16, 32>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
         }
+    }
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, float situ_beta, float situ_linear_beta,
+                          int sms, void* stream) {
+    const int64_t n_groups = p.b.size(0), n2 = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    const int64_t inter = n2 / 2;
+    PENSTOCK_CHECK(n2 % 2 == 0 && inter % (kBN / 2) == 0 && p.out.size(1) == inter)
+        << "grouped_gemm_glu_tma: b rows " << n2 << " (2 x a multiple of 128), out " << p.out.shape_string();
+    PENSTOCK_CHECK(p.out.dtype == DType::kBF16) << "grouped_gemm_glu_tma: bf16 out";
+    PENSTOCK_CHECK_LE(n_groups, kMaxGroups) << "grouped_gemm_glu_tma: groups";
+    if (n_rows == 0) return;
+    TmaArgs args{};
+    args.out = p.out.data;
+    args.offsets = p.offsets.ptr<int32_t>();
+    args.a = p.a.ptr<bf16>();
+    args.b = p.b.ptr<bf16>();
+    args.ldo = n_rows > 1 ? p.out.stride(0) : inter;
+    args.lda = n_rows > 1 ? p.a.stride(0) : k;
+    args.k = static_cast<int>(k);
+    args.n_rows = static_cast<int>(n_rows);
+    args.n = static_cast<int>(n2);
+    args.n_groups = static_cast<int>(n_groups);
+    args.n_tiles_n = static_cast<int>(inter / (kBN / 2));
+    args.k_steps = static_cast<int>((k + 63) / 64);
+    args.b_box_rows = kBN / 2;
+    args.glu_n = static_cast<int>(inter);
+    args.situ_beta = situ_beta;
+    args.situ_linear_beta = situ_linear_beta;
+    args.situ_inv_beta = 1.0f / situ_beta;  // as situ_mul computes them
+    args.situ_inv_linear_beta = 1.0f / situ_linear_beta;
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
+    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(args.lda * 2)};
+    const cuuint32_t a_box[2] = {64u, static_cast<cuuint32_t>(kBM)};
+    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n2),
+                                  static_cast<cuuint64_t>(n_groups)};
+    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n2 * k * 2)};
+    const cuuint32_t b_box[3] = {64u, static_cast<cuuint32_t>(kBN / 2), 1u};
+    const CUtensorMap tm_a = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box,
+                                               CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion());
+    const CUtensorMap tm_b = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box,
+                                               CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion());
+    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
+    const auto s = static_cast<cudaStream_t>(stream);
+    args.sched = dynamic_tile_counter(s);
+    const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
+    switch (act) {
+        case GluEpilogue::kSilu:
+            launch<bf16, 1, 64, false, true, kActSilu>(tm_a, tm_b, args, grid, s);
+            break;
+        case GluEpilogue::kSitu:
+            launch<bf16, 1, 64, false, true, kActSitu>(tm_a, tm_b, args, grid, s);
+            break;
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

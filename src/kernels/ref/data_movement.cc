@@ -5,7 +5,9 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "kernels/ops_kda.h"
 #include "kernels/random_hash.h"
+#include "kernels/ref/ref_kda.h"
 #include "kernels/ref/ref_ops.h"
 
 namespace penstock::ref {
@@ -184,6 +186,29 @@ void paged_gather(const kernels::PagedGatherParams& p, ThreadPool* /*pool*/) {
             std::memcpy(static_cast<char*>(p.out.data) + r * static_cast<int64_t>(row_bytes),
                         paged_row(p.cache, p.page_table, s, pos), row_bytes);
         }
+    }
+}
+
+void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, ThreadPool* pool) {
+    const char* op = "grouped_gemm_glu";
+    PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
+    PENSTOCK_CHECK(p.out.ndim == 2 && p.a.ndim == 2 && p.out.size(0) == p.a.size(0) && 2 * p.out.size(1) == p.b.size(1))
+        << op << ": out " << p.out.shape_string() << ", a " << p.a.shape_string() << ", b " << p.b.shape_string();
+    const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
+    // [gate ; up] in out's dtype in the caller's buffer, then the activation.
+    PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
+                   p.gate_up.dtype == p.out.dtype)
+        << op << ": gate_up scratch " << p.gate_up.shape_string();
+    grouped_gemm({.out = p.gate_up, .a = p.a, .b = p.b, .offsets = p.offsets}, pool);
+    const TensorView gate = p.gate_up.slice(1, 0, inter), up = p.gate_up.slice(1, inter, 2 * inter);
+    switch (p.act) {
+        case kernels::GluKind::kSilu:
+            silu_mul({.out = p.out, .gate = gate, .up = up}, pool);
+            return;
+        case kernels::GluKind::kSitu:
+            situ_mul({.out = p.out, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta},
+                     pool);
+            return;
     }
 }
 

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/ref/ref_ops.h"
+#include "tests/kernels/cuda/conformance_log.h"
 #include "tests/kernels/cuda/op_test_util.h"
 
 namespace penstock::test {
@@ -276,6 +278,85 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
             for (int64_t i = 0; i < off.back() * n; ++i) bad += element_f32(h.ptr<void>(), h.dtype(), i) != first;
             EXPECT_EQ(bad, 0) << "launch " << it << ": valid elements that differ from " << first;
         }
+    }
+}
+
+// kernels::grouped_gemm_glu on CUDA: the activation fused into kTmaDyn's epilogue is bit-exact with kTmaDyn into a
+// [gate ; up] buffer followed by silu_mul / situ_mul (SPEC §2), for SiLU and Kimi K3's SiTU, with empty, 1-row and
+// multi-tile groups and I = 128 / 384; the fused path ran (it leaves the caller's gate_up buffer untouched); and both
+// match the CPU reference to bf16 accuracy.
+TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+    if (prop.major != 9) GTEST_SKIP() << "the device kernels need sm_90";
+    struct G {
+        const char* name;
+        int64_t n_rows, inter, k;
+        std::vector<int32_t> sizes;
+        kernels::GluKind act;
+    };
+    const std::vector<G> cases = {
+        {"silu_i128", 700, 128, 576, {0, 1, 130, 300, 0, 200, 64}, kernels::GluKind::kSilu},
+        {"situ_i384_k3", 1000, 384, 1024, {257, 3, 0, 380, 129, 1, 200}, kernels::GluKind::kSitu},
+        {"silu_i384_one_group", 129, 384, 64, {129}, kernels::GluKind::kSilu},
+    };
+    uint32_t seed = 5100;
+    for (const G& c : cases) {
+        SCOPED_TRACE(c.name);
+        std::mt19937 rng(seed++);
+        const auto n_groups = static_cast<int64_t>(c.sizes.size());
+        std::vector<int32_t> off(1, 0);
+        for (int32_t v : c.sizes) off.push_back(off.back() + v);
+        const int64_t used = off.back();
+        const Pair a = random_pair(rng, {c.n_rows, c.k}, DType::kBF16, false, alloc(), stream());
+        const Pair b = random_pair(rng, {n_groups, 2 * c.inter, c.k}, DType::kBF16, false, alloc(), stream());
+        const Tensor off_dev = dev_i32(off, alloc(), stream());
+        Pair fused = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
+        Pair gate_up = poisoned_pair({c.n_rows, 2 * c.inter}, DType::kBF16, false, alloc(), stream());
+        const kernels::GroupedGluGemmParams gp{.out = fused.dv,
+                                               .a = a.dv,
+                                               .b = b.dv,
+                                               .offsets = off_dev,
+                                               .gate_up = gate_up.dv,
+                                               .act = c.act,
+                                               .situ_beta = 4.0f,
+                                               .situ_linear_beta = 25.0f};
+        cuda::grouped_gemm_glu(gp, raw_stream());
+        // The unfused pair on the GPU: kTmaDyn into [gate ; up], then the activation op.
+        Pair unfused = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
+        Pair gu2 = poisoned_pair({c.n_rows, 2 * c.inter}, DType::kBF16, false, alloc(), stream());
+        cuda::grouped_gemm_variant({.out = gu2.dv, .a = a.dv, .b = b.dv, .offsets = off_dev},
+                                   cuda::GroupedGemmVariant::kTmaDyn, raw_stream());
+        const TensorView g2 = gu2.dv.slice(1, 0, c.inter), u2 = gu2.dv.slice(1, c.inter, 2 * c.inter);
+        if (c.act == kernels::GluKind::kSilu) {
+            cuda::silu_mul({.out = unfused.dv, .gate = g2, .up = u2}, raw_stream());
+        } else {
+            cuda::situ_mul({.out = unfused.dv, .gate = g2, .up = u2, .beta = 4.0f, .linear_beta = 25.0f}, raw_stream());
+        }
+        const Readback rf = read_pair(fused, stream(), false), ru = read_pair(unfused, stream(), false);
+        std::vector<float> f(rf.values.begin(), rf.values.begin() + used * c.inter);
+        std::vector<float> u(ru.values.begin(), ru.values.begin() + used * c.inter);
+        conf_exact("grouped_gemm_glu", std::string(c.name) + " fused vs unfused", f, u);
+        const Readback rg = read_pair(gate_up, stream(), false);
+        int64_t touched = 0;
+        for (float v : rg.values) touched += !std::isnan(v);
+        EXPECT_EQ(touched, 0) << "the fused path should leave gate_up untouched (did the unfused path run?)";
+        // Against the CPU reference (f32 throughout): bf16 accuracy.
+        Tensor ref_gu = Tensor::empty({c.n_rows, 2 * c.inter}, DType::kF32);
+        ref::grouped_gemm_glu({.out = fused.hv,
+                               .a = a.hv,
+                               .b = b.hv,
+                               .offsets = i32_tensor(off),
+                               .gate_up = ref_gu,
+                               .act = c.act,
+                               .situ_beta = 4.0f,
+                               .situ_linear_beta = 25.0f},
+                              nullptr);
+        std::vector<float> want = read_f32(fused.hv);
+        want.resize(static_cast<size_t>(used * c.inter));
+        conf_close("grouped_gemm_glu", std::string(c.name) + " vs reference", f, want, kBF16Tol, {used, c.inter});
     }
 }
 
