@@ -85,12 +85,18 @@ Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ct
     return q;
 }
 
-void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx) {
+void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                    const Fp8Activations* xq) {
     if (layer.fp8()) {
         if (x.size(0) == 0) return;
-        std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "act_quant");
-        const Fp8Activations q = fp8_quantize_rows(x, ctx);
-        scope.reset();
+        Fp8Activations own;
+        if (xq == nullptr) {
+            const kernels::ProfileScope scope(ctx, "act_quant");
+            own = fp8_quantize_rows(x, ctx);
+        }
+        const Fp8Activations& q = xq != nullptr ? *xq : own;
+        PENSTOCK_CHECK(q.data.size(0) == x.size(0) && q.data.size(1) == x.size(1))
+            << "linear_forward: the shared FP8 activations do not match x";
         kernels::fp8_gemm({.out = out, .a = q.data, .a_scale = q.scale, .b = layer.weight, .b_scale = layer.scale},
                           ctx);
         if (layer.bias.defined()) {  // out += bias, through a contiguous copy when out is strided
@@ -112,9 +118,9 @@ void linear_forward(const Linear& layer, const TensorView& x, const TensorView& 
     kernels::gemm({.out = out, .a = x, .b = layer.weight, .trans_b = true, .alpha = 1.0f, .beta = beta}, ctx);
 }
 
-Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx) {
+Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx, const Fp8Activations* xq) {
     Tensor out = scratch(ctx, {x.size(0), layer.out_features()}, x.dtype);
-    linear_forward(layer, x, out, ctx);
+    linear_forward(layer, x, out, ctx, xq);
     return out;
 }
 

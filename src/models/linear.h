@@ -78,11 +78,15 @@ struct EmbedHead {
 
 // out[n, out_features] = x[n, in_features] @ W^T + b. Rows of x and out may be strided. An FP8 layer (fp8()) runs
 // fp8_act_quant on x (per token and 128 columns, scope "act_quant") then fp8_gemm: fp32 accumulation, out (f32 or
-// bf16) rounded once; the bias, if any, is added afterwards.
-void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx);
+// bf16) rounded once; the bias, if any, is added afterwards. `xq`, when given for an FP8 layer, is x already
+// quantised by fp8_quantize_rows (layers that read the same x share one quantisation; the per-row quantiser makes the
+// result bit-identical to quantising again). Ignored by dense layers.
+void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                    const Fp8Activations* xq = nullptr);
 
-// A new tensor on ctx's device [n_rows, out_features] = linear(x), in x's dtype.
-Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx);
+// A new tensor on ctx's device [n_rows, out_features] = linear(x), in x's dtype (xq as in linear_forward).
+Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Context& ctx,
+                  const Fp8Activations* xq = nullptr);
 // Like linear_new but the result is f32 whatever x's dtype (bf16 operands, fp32 accumulation, no bf16 rounding of
 // the output): the input of the f32-only DSA / KDA ops. Identical to linear_new for f32 x.
 Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx);

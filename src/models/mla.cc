@@ -80,15 +80,22 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     const int64_t qk = d.qk_head_dim();
     Projection p;
 
+    // FP8 q_a (or q) and kv_a read the same x: one quantisation for both (bit-identical to one each).
+    const Linear& q_first = d.q_lora_rank > 0 ? q_a_proj_ : q_proj_;
+    std::optional<Fp8Activations> xq;
     // q: [n, n_heads, qk_head_dim]
     {
         const kernels::ProfileScope scope(ctx, "q_proj");
+        if (q_first.fp8() && kv_a_proj_.fp8() && n > 0) {
+            const kernels::ProfileScope quant(ctx, "act_quant");
+            xq = fp8_quantize_rows(x, ctx);
+        }
         if (d.q_lora_rank > 0) {
-            p.cq = linear_new(q_a_proj_, x, ctx);
+            p.cq = linear_new(q_a_proj_, x, ctx, xq ? &*xq : nullptr);
             kernels::rms_norm({.out = p.cq, .in = p.cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
             p.q = linear_new(q_b_proj_, p.cq, ctx);
         } else {
-            p.q = linear_new(q_proj_, x, ctx);
+            p.q = linear_new(q_proj_, x, ctx, xq ? &*xq : nullptr);
         }
     }
     p.q = p.q.reshape({n, d.n_heads, qk});
@@ -97,7 +104,7 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
     {
         const kernels::ProfileScope scope(ctx, "kv_proj");
-        p.kv = linear_new(kv_a_proj_, x, ctx);
+        p.kv = linear_new(kv_a_proj_, x, ctx, xq ? &*xq : nullptr);
         const TensorView c = p.kv.view().slice(1, 0, d.kv_lora_rank);
         kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
     }

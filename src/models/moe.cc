@@ -42,8 +42,14 @@ void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const
         return;
     }
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gate_up");
-    Tensor g = linear_new(gate_, x, ctx);
-    Tensor u = linear_new(up_, x, ctx);
+    // FP8 gate and up read the same x: one quantisation for both (bit-identical to one each).
+    std::optional<Fp8Activations> xq;
+    if (gate_.fp8() && up_.fp8() && x.size(0) > 0) {
+        const kernels::ProfileScope quant(ctx, "act_quant");
+        xq = fp8_quantize_rows(x, ctx);
+    }
+    Tensor g = linear_new(gate_, x, ctx, xq ? &*xq : nullptr);
+    Tensor u = linear_new(up_, x, ctx, xq ? &*xq : nullptr);
     scope.emplace(ctx, "act");
     glu_apply(act_, g, u, ctx);
     scope.emplace(ctx, "down");

@@ -202,6 +202,15 @@ TEST(Fp8Weights, LinearIsActQuantThenTheDequantisedGemm) {
     Tensor want = Tensor::empty({kM, kN}, DType::kF32);
     models::linear_forward(dense, xq, want, kernels::Context{});
     expect_close(out, want, test::kF32Gemm, "native FP8 linear vs dense GEMM on act-quantised input");
+
+    // Shared activations (models/mla.cc's q_a / kv_a, a dense MLP's gate / up): x quantised once and handed over is
+    // bit-identical to the layer quantising it itself; a mismatched one is refused.
+    const models::Fp8Activations shared = models::fp8_quantize_rows(x, kernels::Context{});
+    Tensor again = Tensor::empty({kM, kN}, DType::kF32);
+    models::linear_forward(*native, x, again, kernels::Context{}, &shared);
+    EXPECT_EQ(std::memcmp(again.ptr<float>(), out.ptr<float>(), sizeof(float) * kM * kN), 0);
+    const models::Fp8Activations other = models::fp8_quantize_rows(x.slice(0, 0, 2), kernels::Context{});
+    EXPECT_DEATH(models::linear_forward(*native, x, again, kernels::Context{}, &other), "do not match x");
 }
 
 struct FixtureRun {
