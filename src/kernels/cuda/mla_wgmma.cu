@@ -72,6 +72,157 @@ __device__ __forceinline__ void wgmma_m64n32(float (&d)[16], uint64_t desc_a, ui
 }
 
 
+// ------------------------------------------------------------------------------------------------ the consumers' work
+// Shared by mla_wgmma_kernel (every warp also loads; CTA barriers) and mla_wgmma_ws_kernel (consumer warpgroups only;
+// named barrier 1 over their 256 threads): `sync` is the barrier between the two consumer warpgroups. Thread layout
+// of a consumer: warpgroup wg (S keys [32 wg, +32), O columns [256 wg, +256)), warp wr of it (rows [16 wr, +16)),
+// lane quad g and position t.
+struct MlaConsumerState {
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+    float o[128];
+};
+
+// One 64-key tile in stage kv_base: S_wg = Q K_wg^T (36 wgmma.m64n32k16); mask (`valid(col, hf)` for key column col
+// of the tile and row half hf), base-2 logits and row max exchanged with the other warpgroup through red_s; P_wg
+// (bf16) into the P tile; O rescaled; O_wg += P V_wg (4 wgmma.m64n256k16, V read N-major from the tile).
+template <class Valid, class Sync>
+__device__ __forceinline__ void mla_consume_tile(MlaConsumerState& cs, uint32_t sbase, uint32_t kv_base, float* red_s,
+                                                 uint8_t* p_tile, float scale_log2, int wg, int wr, int g, int t,
+                                                 const Valid& valid, const Sync& sync) {
+    constexpr uint32_t kLboUnused = 16;  // K-major swizzled: not used ("assumed 1")
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;  // overwritten (scale_d 0); defined for the compiler
+    wgmma::fence();
+#pragma unroll
+    for (int kb = 0; kb < kDqk / 64; ++kb) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const uint64_t da = wgmma::desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
+            const uint64_t db = wgmma::desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
+            wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
+        }
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::reg_fence(s);
+
+    // ---- mask, base-2 logits, row max over the tile's 64 keys (exchange with the other warpgroup)
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int hf = e >> 1;
+            const int col = 32 * wg + 8 * i + 2 * t + (e & 1);
+            float& x = s[4 * i + e];
+            x = valid(col, hf) ? x * scale_log2 : -INFINITY;
+            mx[hf] = fmaxf(mx[hf], x);
+        }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float v = mx[hf];
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+    }
+    sync();  // row maxima exchanged; both warpgroups are past P V of their last tile (P is free)
+    float corr[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+        const float m_new = fmaxf(cs.m_run[hf], fmaxf(rs[0], rs[1]));
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        corr[hf] = ex2(cs.m_run[hf] - m_use);
+        cs.m_run[hf] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& x = s[4 * i + 2 * hf + e];
+                x = ex2(x - m_use);
+                sum += x;
+            }
+        }
+        cs.l_run[hf] = cs.l_run[hf] * corr[hf] + sum;
+    }
+    // ---- P_wg (bf16) into the P tile: row 16 wr + 8 hf + g, key chunk 4 wg + i (swizzled by the row)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = 16 * wr + 8 * hf + g;
+            const int chunk = (4 * wg + i) ^ (r & 7);
+            *reinterpret_cast<uint32_t*>(p_tile + r * 128 + chunk * 16 + 4 * t) =
+                pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        cs.o[4 * i + 0] *= corr[0];
+        cs.o[4 * i + 1] *= corr[0];
+        cs.o[4 * i + 2] *= corr[1];
+        cs.o[4 * i + 3] *= corr[1];
+    }
+    wgmma::fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
+    sync();
+
+    // ---- O_wg += P V_wg: K = 64 keys in 4 steps of 16; N = columns [256 wg, +256) (4 blocks of 64)
+    wgmma::reg_fence(cs.o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t da = wgmma::desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
+        const uint64_t db = wgmma::desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+        wgmma::m64n256k16_bf16<1>(cs.o, da, db, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::reg_fence(cs.o);
+}
+
+// Row sums (this thread's keys -> the quad -> both warpgroups, through red_s: free once every consumer passed its
+// last tile's final barrier), then out = O / l and lse.
+template <bool kSparse, class OutT, class Sync>
+__device__ __forceinline__ void mla_store_rows(const MlaConsumerState& cs, const MlaTcArgs& a, const MlaWork& w,
+                                               float* red_s, int wg, int wr, int g, int t, const Sync& sync) {
+    float l_tot[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float v = cs.l_run[hf];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
+    }
+    sync();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
+        l_tot[hf] = rs[0] + rs[1];
+    }
+    OutT* out = static_cast<OutT*>(a.out);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wr + 8 * hf + g;
+        if (r >= w.n_valid) continue;
+        const int64_t tok = mla_row_token<kSparse>(a, w, r);
+        const int64_t h = mla_row_head<kSparse>(a, w, r);
+        const float l = l_tot[hf];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            store2<OutT>(orow + 8 * i, cs.o[4 * i + 2 * hf] * inv, cs.o[4 * i + 2 * hf + 1] * inv);
+        }
+        if (wg == 0 && t == 0) {
+            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (cs.m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+}
+
 template <bool kSparse, class OutT>
 __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -123,14 +274,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
             n_vis[hf] = r < n_valid ? mla_visible(a, w, r) : 0;
         }
     }
-    float m_run[2] = {-INFINITY, -INFINITY};
-    float l_run[2] = {0.0f, 0.0f};
-    float o[128];
+    MlaConsumerState cs;
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-
-    constexpr uint32_t kLboUnused = 16;  // K-major swizzled: not used ("assumed 1")
+    for (int i = 0; i < 128; ++i) cs.o[i] = 0.0f;
     uint8_t* p_tile = smem + kPOff;
+    const auto sync = [] { __syncthreads(); };
 
     for (int kt = 0; kt < n_tiles; ++kt) {
         cp_async_wait_all();
@@ -158,142 +306,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
         } else {
             if (kt * kN >= w.block_keys) continue;
         }
-
-        // ---- S_j = Q K_j^T (64 x 32)
-        float s[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) s[i] = 0.0f;  // overwritten (scale_d 0); defined for the compiler
-        wgmma::fence();
-#pragma unroll
-        for (int kb = 0; kb < kDqk / 64; ++kb) {
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                const uint64_t da = wgmma::desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
-                const uint64_t db =
-                    wgmma::desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
-                wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
+        const auto valid = [&](int col, int hf) {
+            if constexpr (kSparse) {
+                return ok_s[st * kN + col] != 0;
+            } else {
+                return kt * kN + col < n_vis[hf];
             }
-        }
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::reg_fence(s);
-
-        // ---- mask, base-2 logits, row max over the tile's 64 keys (exchange with the other warpgroup)
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int hf = e >> 1;
-                const int col = 32 * wg + 8 * i + 2 * t + (e & 1);
-                bool ok;
-                if constexpr (kSparse) {
-                    ok = ok_s[st * kN + col] != 0;
-                } else {
-                    ok = kt * kN + col < n_vis[hf];
-                }
-                float& x = s[4 * i + e];
-                x = ok ? x * a.scale_log2 : -INFINITY;
-                mx[hf] = fmaxf(mx[hf], x);
-            }
-        }
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            float v = mx[hf];
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-            if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
-        }
-        __syncthreads();
-        float corr[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
-            const float m_new = fmaxf(m_run[hf], fmaxf(rs[0], rs[1]));
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            corr[hf] = ex2(m_run[hf] - m_use);
-            m_run[hf] = m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& x = s[4 * i + 2 * hf + e];
-                    x = ex2(x - m_use);
-                    sum += x;
-                }
-            }
-            l_run[hf] = l_run[hf] * corr[hf] + sum;
-        }
-        // ---- P_j (bf16) into the P tile: row 16 wr + 8 hf + g, key chunk 4 wg + i (swizzled by the row)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = 16 * wr + 8 * hf + g;
-                const int chunk = (4 * wg + i) ^ (r & 7);
-                *reinterpret_cast<uint32_t*>(p_tile + r * 128 + chunk * 16 + 4 * t) =
-                    pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            o[4 * i + 0] *= corr[0];
-            o[4 * i + 1] *= corr[0];
-            o[4 * i + 2] *= corr[1];
-            o[4 * i + 3] *= corr[1];
-        }
-        wgmma::fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
-        __syncthreads();
-
-        // ---- O_j += P V_j: K = 64 keys in 4 steps of 16; N = columns [256 wg, +256) (4 blocks of 64)
-        wgmma::reg_fence(o);
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const uint64_t da = wgmma::desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
-            const uint64_t db = wgmma::desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
-            wgmma::m64n256k16_bf16<1>(o, da, db, 1);
-        }
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::reg_fence(o);
+        };
+        mla_consume_tile(cs, sbase, kv_base, red_s, p_tile, a.scale_log2, wg, wr, g, t, valid, sync);
     }
     cp_async_wait_all();
-
-    // ---------------------------------------------------------------- epilogue
-    // Row sums: this thread's keys -> the quad -> both warpgroups (red_s is free: every thread passed the last
-    // computed tile's final barrier after its reads of red_s).
-    float l_tot[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        float v = l_run[hf];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
-        l_tot[hf] = rs[0] + rs[1];
-    }
-    OutT* out = static_cast<OutT*>(a.out);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int r = 16 * wr + 8 * hf + g;
-        if (r >= n_valid) continue;
-        const int64_t tok = mla_row_token<kSparse>(a, w, r);
-        const int64_t h = mla_row_head<kSparse>(a, w, r);
-        const float l = l_tot[hf];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) store2<OutT>(orow + 8 * i, o[4 * i + 2 * hf] * inv, o[4 * i + 2 * hf + 1] * inv);
-        if (wg == 0 && t == 0) {
-            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-        }
-    }
+    mla_store_rows<kSparse, OutT>(cs, a, w, red_s, wg, wr, g, t, sync);
 }
 
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
@@ -396,13 +419,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) mla_wgmma_ws_kernel(MlaTcArgs a
     const int wr = (ct / 32) % 4;  // rows [16 wr, 16 wr + 16)
     const int g = lane / 4;
     const int t = lane % 4;
-    float m_run[2] = {-INFINITY, -INFINITY};
-    float l_run[2] = {0.0f, 0.0f};
-    float o[128];
+    MlaConsumerState cs;
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    constexpr uint32_t kLboUnused = 16;
+    for (int i = 0; i < 128; ++i) cs.o[i] = 0.0f;
     uint8_t* p_tile = smem + kPOff;
+    const auto sync = [] { tma::named_sync(1, 256); };
 
 #pragma unroll 1
     for (int kt = 0; kt < n_tiles; ++kt) {
@@ -413,131 +434,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) mla_wgmma_ws_kernel(MlaTcArgs a
         // The same flags in every consumer warp: a uniform skip of a tile with no key.
         const int* ok_t = ok_s + st * kN;
         if (__any_sync(0xffffffffu, ok_t[lane] != 0 || ok_t[32 + lane] != 0)) {
-            float s[16];
-#pragma unroll
-            for (int i = 0; i < 16; ++i) s[i] = 0.0f;
-            wgmma::fence();
-#pragma unroll
-            for (int kb = 0; kb < kDqk / 64; ++kb) {
-#pragma unroll
-                for (int ks = 0; ks < 4; ++ks) {
-                    const uint64_t da = wgmma::desc(sbase + kQOff + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
-                    const uint64_t db =
-                        wgmma::desc(kv_base + kb * kBlockBytes + wg * 32 * 128 + ks * 32, kLboUnused, 1024);
-                    wgmma_m64n32(s, da, db, (kb | ks) != 0 ? 1 : 0);
-                }
-            }
-            wgmma::commit();
-            wgmma::wait<0>();
-            wgmma::reg_fence(s);
-
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int hf = e >> 1;
-                    const int col = 32 * wg + 8 * i + 2 * t + (e & 1);
-                    float& x = s[4 * i + e];
-                    x = ok_t[col] != 0 ? x * a.scale_log2 : -INFINITY;
-                    mx[hf] = fmaxf(mx[hf], x);
-                }
-            }
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                float v = mx[hf];
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-                if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
-            }
-            tma::named_sync(1, 256);  // row maxima exchanged; both warpgroups are past P V of their last tile
-            float corr[2];
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
-                const float m_new = fmaxf(m_run[hf], fmaxf(rs[0], rs[1]));
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                corr[hf] = ex2(m_run[hf] - m_use);
-                m_run[hf] = m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = s[4 * i + 2 * hf + e];
-                        x = ex2(x - m_use);
-                        sum += x;
-                    }
-                }
-                l_run[hf] = l_run[hf] * corr[hf] + sum;
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    const int r = 16 * wr + 8 * hf + g;
-                    const int chunk = (4 * wg + i) ^ (r & 7);
-                    *reinterpret_cast<uint32_t*>(p_tile + r * 128 + chunk * 16 + 4 * t) =
-                        pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                o[4 * i + 0] *= corr[0];
-                o[4 * i + 1] *= corr[0];
-                o[4 * i + 2] *= corr[1];
-                o[4 * i + 3] *= corr[1];
-            }
-            wgmma::fence_proxy_async();
-            tma::named_sync(1, 256);  // P complete
-
-            wgmma::reg_fence(o);
-            wgmma::fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                const uint64_t da = wgmma::desc(sbase + kPOff + kk * 32, kLboUnused, 1024);
-                const uint64_t db = wgmma::desc(kv_base + 4 * wg * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
-                wgmma::m64n256k16_bf16<1>(o, da, db, 1);
-            }
-            wgmma::commit();
-            wgmma::wait<0>();
-            wgmma::reg_fence(o);
+            const auto valid = [&](int col, int) { return ok_t[col] != 0; };
+            mla_consume_tile(cs, sbase, kv_base, red_s, p_tile, a.scale_log2, wg, wr, g, t, valid, sync);
         }
         __syncwarp();
         if (lane == 0) tma::mbar_arrive(empty_bar + 8 * st);  // this warp is done with the stage
     }
-
-    // ---------------------------------------------------------------- epilogue (consumers)
-    float l_tot[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        float v = l_run[hf];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
-    }
-    tma::named_sync(1, 256);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
-        l_tot[hf] = rs[0] + rs[1];
-    }
-    OutT* out = static_cast<OutT*>(a.out);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int r = 16 * wr + 8 * hf + g;
-        if (r >= n_valid) continue;
-        const int64_t tok = w.tok_base;
-        const int64_t h = w.row_flat0 + r;
-        const float l = l_tot[hf];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) store2<OutT>(orow + 8 * i, o[4 * i + 2 * hf] * inv, o[4 * i + 2 * hf + 1] * inv);
-        if (wg == 0 && t == 0) {
-            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-        }
-    }
+    mla_store_rows<true, OutT>(cs, a, w, red_s, wg, wr, g, t, sync);
 }
 
 template <bool kSparse, class OutT>
