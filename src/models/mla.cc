@@ -204,8 +204,10 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // the attention's equal_lengths hint.
     bool equal_lengths = n_rounds == 1 && !layout.cp && layout.q_pos_step == 1;
     for (const SeqChunk& s : batch.seqs) equal_lengths = equal_lengths && s.prefix_len == 0;
-    // FP8 attention (ModelOptions::fp8_attention) on the one-round path: per-tensor e4m3 q, k, v and out.
-    const bool fp8 = fp8_attention && direct;
+    // FP8 attention (ModelOptions::fp8_attention) on the one-round path of chunks without a cached prefix: per-tensor
+    // e4m3 q, k, v and out. Chunks with a prefix stay in the activation dtype: cuDNN's FP8 SDPA (Hopper) aligns the
+    // causal diagonal top-left only, and its bf16 fallback would cost more than FP8 saves.
+    const bool fp8 = fp8_attention && direct && equal_lengths;
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {
         acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);

@@ -51,9 +51,9 @@ struct ModelOptions {
     bool dsa_fp8_indexer = false;
     // FP8 attention for the MLA MHA form (opt-in): q, k and v quantised to e4m3 with one dynamic scale per tensor, the
     // attention in FP8 (CUDA: cuDNN's FP8 SDPA, probabilities in e4m3) and its output dequantised. Taken for forwards
-    // whose keys fit one expansion round (every prefill within max_kv_chunk_capacity); others stay in the activation
-    // dtype. Lossy (kernels/ops.h AttentionParams): a few percent relative error on the attention output, more on
-    // the logits of a small random-weight model (tests/models/deepseek_v3_test.cc).
+    // whose sequences have no cached prefix (every key is in the chunk: one expansion round, equal lengths); chunks
+    // with a prefix stay in the activation dtype. Lossy (kernels/ops.h AttentionParams): a few percent relative error
+    // on the attention output, more on the logits of a small random-weight model (tests/models/deepseek_v3_test.cc).
     bool fp8_attention = false;
     // Families with per-request recurrent state (KDA): at most this many requests hold state at once (the cache
     // allocates min(n_pages, max_state_slots) slots).

@@ -146,12 +146,12 @@ TEST(DeepseekV3, MhaAndAbsorbedFormsAgree) {
 }
 
 // FP8 attention (ModelOptions::fp8_attention, MHA form): per-tensor e4m3 q, k, v and out around the reference
-// attention. Whole prompts, chunks of 5 (a cached prefix: unequal lengths) and ragged batches all take it (one key
-// round each). FP8 attention is lossy and this random-weight fixture is sensitive to it: on 2026-12-01 the logits'
-// relative RMS error against transformers was 4-20% (growing with the prompt: more keys, sharper score errors), so
-// this test guards the wiring, not the quality: the logits move (the path runs) and the error stays under 30% (a
-// wrong scale or an undequantised output gives ~100% or NaN). The attention's own accuracy is checked at the op
-// level (tests/kernels/ref_attention_test.cc, tests/kernels/cuda/fp8_attention_test.cc).
+// attention. Whole prompts and ragged batches take it; with chunks of 5 the first chunk of each prompt does (the later
+// ones have a cached prefix and stay f32). FP8 attention is lossy and this random-weight fixture is sensitive to it: on
+// 2026-12-01 the logits' relative RMS error against transformers was 4-20% (growing with the prompt: more keys, sharper
+// score errors), so this test guards the wiring, not the quality: the logits move (the path runs) and the error stays
+// under 30% (a wrong scale or an undequantised output gives ~100% or NaN). The attention's own accuracy is checked at
+// the op level (tests/kernels/ref_attention_test.cc, tests/kernels/cuda/fp8_attention_test.cc).
 TEST(DeepseekV3, Fp8AttentionStaysWithinFp8AccuracyOfTheReference) {
     const std::string dir = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny";
     const auto ref = testing::load_reference(dir);
