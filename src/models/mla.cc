@@ -268,31 +268,30 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
                                                    {kvb_row, head_stride, 1});
         expand_scope.reset();
+        const kernels::AttentionParams ap{.out = direct ? out3 : piece_out.view(),
+                                          .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge
+                                          .q = q,
+                                          .k = k,
+                                          .v = v,
+                                          .cu_seqlens_q = layout.cu_seqlens_q,
+                                          .cu_seqlens_k = cu_k,
+                                          .q_pos0 = layout.q_pos0,
+                                          .k_pos0 = k_pos0,
+                                          .scale = softmax_scale,
+                                          .causal = true,
+                                          .q_pos_step = layout.q_pos_step,
+                                          .max_seqlen_q = static_cast<int32_t>(max_q),
+                                          .max_seqlen_k = static_cast<int32_t>(max_k),
+                                          .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
+                                                       : all_visible ? kernels::AttentionMaskKind::kAllVisible
+                                                                     : kernels::AttentionMaskKind::kGeneral,
+                                          .equal_lengths = equal_lengths};
         if (fp8) {
-            attend_mha_fp8(layout, q, k, v, cu_k, k_pos0, softmax_scale, static_cast<int32_t>(max_q),
-                           static_cast<int32_t>(max_k), bottom_right, all_visible, equal_lengths, out3, ctx);
+            attend_mha_fp8(ap, ctx);
             continue;
         }
         const kernels::ProfileScope attention_scope(ctx, "attention");
-        kernels::attention({.out = direct ? out3 : piece_out.view(),
-                            .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge needs lse
-                            .q = q,
-                            .k = k,
-                            .v = v,
-                            .cu_seqlens_q = layout.cu_seqlens_q,
-                            .cu_seqlens_k = cu_k,
-                            .q_pos0 = layout.q_pos0,
-                            .k_pos0 = k_pos0,
-                            .scale = softmax_scale,
-                            .causal = true,
-                            .q_pos_step = layout.q_pos_step,
-                            .max_seqlen_q = static_cast<int32_t>(max_q),
-                            .max_seqlen_k = static_cast<int32_t>(max_k),
-                            .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
-                                         : all_visible ? kernels::AttentionMaskKind::kAllVisible
-                                                       : kernels::AttentionMaskKind::kGeneral,
-                            .equal_lengths = equal_lengths},
-                           ctx);
+        kernels::attention(ap, ctx);
         if (!direct) {
             kernels::merge_attention({.out = acc_out, .lse = acc_lse, .in_out = piece_out, .in_lse = piece_lse}, ctx);
         }
@@ -306,11 +305,8 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     kernels::copy({.out = out3, .in = acc_out}, ctx);
 }
 
-void MlaAttention::attend_mha_fp8(const BatchLayout& layout, const TensorView& q, const TensorView& k,
-                                  const TensorView& v, const TensorView& cu_k, const TensorView& k_pos0,
-                                  float softmax_scale, int32_t max_q, int32_t max_k, bool bottom_right,
-                                  bool all_visible, bool equal_lengths, const TensorView& out3,
-                                  const kernels::Context& ctx) const {
+void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const {
+    const TensorView &q = ap.q, &k = ap.k, &v = ap.v, &out3 = ap.out;
     const int64_t n = q.size(0), total = k.size(0);
     // scales: q, k, v descales (written by the quantiser), out descale (written by the attention).
     Tensor scales = scratch(ctx, {4});
@@ -327,29 +323,16 @@ void MlaAttention::attend_mha_fp8(const BatchLayout& layout, const TensorView& q
     }
     {
         const kernels::ProfileScope scope(ctx, "attention");
-        kernels::attention({.out = of,
-                            .lse = TensorView{},  // one round: no merge, no lse
-                            .q = qf,
-                            .k = kf,
-                            .v = vf,
-                            .cu_seqlens_q = layout.cu_seqlens_q,
-                            .cu_seqlens_k = cu_k,
-                            .q_pos0 = layout.q_pos0,
-                            .k_pos0 = k_pos0,
-                            .scale = softmax_scale,
-                            .causal = true,
-                            .q_pos_step = layout.q_pos_step,
-                            .max_seqlen_q = max_q,
-                            .max_seqlen_k = max_k,
-                            .mask_kind = bottom_right  ? kernels::AttentionMaskKind::kCausalBottomRight
-                                         : all_visible ? kernels::AttentionMaskKind::kAllVisible
-                                                       : kernels::AttentionMaskKind::kGeneral,
-                            .equal_lengths = equal_lengths,
-                            .q_descale = scale(0),
-                            .k_descale = scale(1),
-                            .v_descale = scale(2),
-                            .out_descale = scale(3)},
-                           ctx);
+        kernels::AttentionParams f = ap;
+        f.out = of;
+        f.q = qf;
+        f.k = kf;
+        f.v = vf;
+        f.q_descale = scale(0);
+        f.k_descale = scale(1);
+        f.v_descale = scale(2);
+        f.out_descale = scale(3);
+        kernels::attention(f, ctx);
     }
     const kernels::ProfileScope scope(ctx, "fp8_dequant");
     kernels::fp8_dequantize_tensor({.out = out3, .scale = scale(3), .in = of}, ctx);

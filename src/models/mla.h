@@ -80,12 +80,9 @@ private:
     void attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                     const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity, bool fp8_attention,
                     const TensorView& attn_out, const kernels::Context& ctx) const;
-    // The one-round MHA attention in FP8 (ModelOptions::fp8_attention): q, k, v quantised per tensor, FP8 attention,
-    // out3 = the dequantised result.
-    void attend_mha_fp8(const BatchLayout& layout, const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& cu_k, const TensorView& k_pos0, float softmax_scale, int32_t max_q,
-                        int32_t max_k, bool bottom_right, bool all_visible, bool equal_lengths, const TensorView& out3,
-                        const kernels::Context& ctx) const;
+    // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q, k,
+    // v quantised per tensor, FP8 attention, ap.out = the dequantised result.
+    void attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;

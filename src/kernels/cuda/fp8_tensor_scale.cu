@@ -98,32 +98,21 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <class In, int V>
+// out = e4m3(x * m), NaN -> 0x7f. kFromAmax (fp8_quantize_tensor): m = 1 / s with s derived from the amax word, and
+// block 0 writes scale[0] = s; else (fp8_cast_scaled) m = mult[0].
+template <class In, int V, bool kFromAmax>
 __global__ void __launch_bounds__(kThreads)
-    quantize_kernel(uint8_t* __restrict__ out, float* scale, const In* __restrict__ in, const unsigned* amax_bits,
-                    Rows3 ro, Rows3 ri, int64_t n_packs) {
-    const float amax = __uint_as_float(*amax_bits);
-    const float s = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
-    const float inv = __fdiv_rn(1.0f, s);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
-    for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
-         p += static_cast<int64_t>(gridDim.x) * kThreads) {
-        const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
-        Pack<uint8_t, V> q;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float y = __fmul_rn(to_f32(x.v[j]), inv);
-            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
-        }
-        *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
+    cast_kernel(uint8_t* __restrict__ out, const In* __restrict__ in, const float* mult, const unsigned* amax_bits,
+                float* scale, Rows3 ro, Rows3 ri, int64_t n_packs) {
+    float m;
+    if constexpr (kFromAmax) {
+        const float amax = __uint_as_float(*amax_bits);
+        const float s = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        m = __fdiv_rn(1.0f, s);
+        if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+    } else {
+        m = *mult;
     }
-}
-
-// out = e4m3(x * mult[0]) with a given multiplier (fp8_cast_scaled).
-template <class In, int V>
-__global__ void __launch_bounds__(kThreads) cast_scaled_kernel(uint8_t* __restrict__ out, const In* __restrict__ in,
-                                                               const float* mult, Rows3 ro, Rows3 ri, int64_t n_packs) {
-    const float m = *mult;
     for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
          p += static_cast<int64_t>(gridDim.x) * kThreads) {
         const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
@@ -182,20 +171,27 @@ unsigned grid_for(int64_t n_packs) {
     return b < 132u * 16u ? b : 132u * 16u;
 }
 
-template <class In>
-void quantize_typed(const kernels::Fp8TensorScaleParams& p, cudaStream_t s, unsigned* amax_bits) {
-    const Rows3 ri = rows_of(p.in), ro = rows_of(p.out);
+// The e4m3 cast of `in` into `out` (cast_kernel); kFromAmax: the amax of `in` first (amax_kernel, into amax_bits).
+template <class In, bool kFromAmax>
+void cast_typed(const TensorView& out, const TensorView& in, const float* mult, unsigned* amax_bits, float* scale,
+                cudaStream_t s) {
+    const Rows3 ri = rows_of(in), ro = rows_of(out);
     constexpr int kV = 16 / static_cast<int>(sizeof(In));
-    const bool vec = ri.d2 % kV == 0 && rows_aligned(p.in, ri, sizeof(In), 16) && rows_aligned(p.out, ro, 1, kV);
+    const bool vec = ri.d2 % kV == 0 && rows_aligned(in, ri, sizeof(In), 16) && rows_aligned(out, ro, 1, kV);
     const int64_t n = ri.d0 * ri.d1 * ri.d2;
     auto launch = [&](auto v_tag) {
         constexpr int V = decltype(v_tag)::value;
         const int64_t n_packs = n / V;
-        const In* in = static_cast<const In*>(p.in.data);
-        if (n_packs > 0) amax_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(amax_bits, in, ri, n_packs);
-        PENSTOCK_CUDA_LAUNCH_CHECK();
-        quantize_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(
-            static_cast<uint8_t*>(p.out.data), static_cast<float*>(p.scale.data), in, amax_bits, ro, ri, n_packs);
+        const In* x = static_cast<const In*>(in.data);
+        if constexpr (kFromAmax) {
+            if (n_packs > 0) amax_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(amax_bits, x, ri, n_packs);
+            PENSTOCK_CUDA_LAUNCH_CHECK();
+        } else if (n_packs == 0) {
+            return;
+        }
+        // (kFromAmax launches even with no packs: block 0 still writes the scale.)
+        cast_kernel<In, V, kFromAmax><<<grid_for(n_packs), kThreads, 0, s>>>(static_cast<uint8_t*>(out.data), x, mult,
+                                                                           amax_bits, scale, ro, ri, n_packs);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
     if (vec) {
@@ -228,35 +224,15 @@ void dequantize_typed(const kernels::Fp8TensorScaleParams& p, cudaStream_t s) {
     }
 }
 
-template <class In>
-void cast_scaled_typed(const TensorView& out, const TensorView& in, const float* mult, cudaStream_t s) {
-    const Rows3 ri = rows_of(in), ro = rows_of(out);
-    constexpr int kV = 16 / static_cast<int>(sizeof(In));
-    const bool vec = ri.d2 % kV == 0 && rows_aligned(in, ri, sizeof(In), 16) && rows_aligned(out, ro, 1, kV);
-    const int64_t n = ri.d0 * ri.d1 * ri.d2;
-    auto launch = [&](auto v_tag) {
-        constexpr int V = decltype(v_tag)::value;
-        const int64_t n_packs = n / V;
-        if (n_packs == 0) return;
-        cast_scaled_kernel<In, V><<<grid_for(n_packs), kThreads, 0, s>>>(
-            static_cast<uint8_t*>(out.data), static_cast<const In*>(in.data), mult, ro, ri, n_packs);
-        PENSTOCK_CUDA_LAUNCH_CHECK();
-    };
-    if (vec) {
-        launch(std::integral_constant<int, kV>{});
-    } else {
-        launch(std::integral_constant<int, 1>{});
-    }
-}
-
 }  // namespace
 
 void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream) {
     const char* op = "fp8_cast_scaled";
     check_pair(out, in, TensorView{}, op, /*with_scale=*/false);
     PENSTOCK_CHECK(out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3";
-    dispatch_float(in.dtype, op,
-                   [&](auto t) { cast_scaled_typed<decltype(t)>(out, in, mult, static_cast<cudaStream_t>(stream)); });
+    dispatch_float(in.dtype, op, [&](auto t) {
+        cast_typed<decltype(t), false>(out, in, mult, nullptr, nullptr, static_cast<cudaStream_t>(stream));
+    });
 }
 
 void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream) {
@@ -267,7 +243,9 @@ void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream) {
     unsigned* amax_bits = nullptr;
     PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&amax_bits), sizeof(unsigned), s));
     PENSTOCK_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), s));
-    dispatch_float(p.in.dtype, op, [&](auto t) { quantize_typed<decltype(t)>(p, s, amax_bits); });
+    dispatch_float(p.in.dtype, op, [&](auto t) {
+        cast_typed<decltype(t), true>(p.out, p.in, nullptr, amax_bits, static_cast<float*>(p.scale.data), s);
+    });
     PENSTOCK_CUDA_CHECK(cudaFreeAsync(amax_bits, s));
 }
 

@@ -106,6 +106,25 @@ struct Seq {
     int32_t len_q, len_k, q_pos0, k_pos0;
 };
 
+// A batch's metadata: cumulative lengths, start positions and the longest sequence.
+struct SeqMeta {
+    std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
+    int32_t max_q = 0, max_k = 0;
+};
+
+SeqMeta meta_of(const std::vector<Seq>& seqs) {
+    SeqMeta m;
+    for (const Seq& s : seqs) {
+        m.cu_q.push_back(m.cu_q.back() + s.len_q);
+        m.cu_k.push_back(m.cu_k.back() + s.len_k);
+        m.qp.push_back(s.q_pos0);
+        m.kp.push_back(s.k_pos0);
+        m.max_q = std::max(m.max_q, s.len_q);
+        m.max_k = std::max(m.max_k, s.len_k);
+    }
+    return m;
+}
+
 struct Fp8Case {
     std::string name;
     int64_t n_heads, d_qk, d_v;
@@ -138,16 +157,9 @@ TEST_F(Fp8AttentionTest, AttentionMatchesReference) {
         SCOPED_TRACE(c.name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
-        std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
-        int32_t max_q = 0, max_k = 0;
-        for (const Seq& s : c.seqs) {
-            cu_q.push_back(cu_q.back() + s.len_q);
-            cu_k.push_back(cu_k.back() + s.len_k);
-            qp.push_back(s.q_pos0);
-            kp.push_back(s.k_pos0);
-            max_q = std::max(max_q, s.len_q);
-            max_k = std::max(max_k, s.len_k);
-        }
+        const SeqMeta m = meta_of(c.seqs);
+        const std::vector<int32_t>&cu_q = m.cu_q, &cu_k = m.cu_k, &qp = m.qp, &kp = m.kp;
+        const int32_t max_q = m.max_q, max_k = m.max_k;
         const int64_t tq = cu_q.back(), tk = cu_k.back();
         const Pair q = random_pair(rng, {tq, c.n_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
         const Pair k = random_pair(rng, {tk, c.n_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
@@ -267,16 +279,9 @@ TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
         SCOPED_TRACE(c.name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
-        std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
-        int32_t max_q = 0, max_k = 0;
-        for (const Seq& s : c.seqs) {
-            cu_q.push_back(cu_q.back() + s.len_q);
-            cu_k.push_back(cu_k.back() + s.len_k);
-            qp.push_back(s.q_pos0);
-            kp.push_back(s.k_pos0);
-            max_q = std::max(max_q, s.len_q);
-            max_k = std::max(max_k, s.len_k);
-        }
+        const SeqMeta m = meta_of(c.seqs);
+        const std::vector<int32_t>&cu_q = m.cu_q, &cu_k = m.cu_k, &qp = m.qp, &kp = m.kp;
+        const int32_t max_q = m.max_q, max_k = m.max_k;
         const int64_t tq = cu_q.back(), tk = cu_k.back();
         const Pair q = random_pair(rng, {tq, 16, 192}, DType::kBF16, false, alloc(), stream());
         const Pair k = random_pair(rng, {tk, 16, 192}, DType::kBF16, false, alloc(), stream());
