@@ -493,7 +493,7 @@ bool attention_cudnn(const kernels::AttentionParams& p, void* stream, const floa
     }
     if (key.ragged && !fp8) {  // the dense flavour has no row without keys, nor has FP8 (equal lengths)
         sdpa_fill_empty_rows({.out = p.out.data,
-                              .lse = p.lse.ptr<float>(),
+                              .lse = static_cast<float*>(p.lse.data),  // null when the call wants no lse
                               .cu_q = p.cu_seqlens_q.ptr<const int32_t>(),
                               .cu_k = p.cu_seqlens_k.ptr<const int32_t>(),
                               .q_pos0 = p.q_pos0.ptr<const int32_t>(),

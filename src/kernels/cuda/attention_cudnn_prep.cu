@@ -55,7 +55,7 @@ __global__ void sdpa_empty_rows_kernel(SdpaEmptyRowsArgs a) {
         const int64_t h = (e % per_row) / a.d_v;
         const int64_t c = e % a.d_v;
         out[r * a.o0 + h * a.o1 + c] = 0;  // +0.0 in bf16 / f16
-        if (c == 0) a.lse[r * a.l0 + h * a.l1] = -INFINITY;
+        if (c == 0 && a.lse != nullptr) a.lse[r * a.l0 + h * a.l1] = -INFINITY;  // null: an lse-less call
     }
 }
 

@@ -272,6 +272,11 @@ TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
     const std::vector<C> cases = {
         {"one_seq", {{300, 300, 0, 0}}, true, kernels::AttentionMaskKind::kCausalBottomRight},
         {"ragged_prefix", {{17, 40, 23, 0}, {65, 65, 0, 0}}, true, kernels::AttentionMaskKind::kCausalBottomRight},
+        // a key piece [256, 400) of a chunk at [100, 400): rows before position 256 see no key (out 0, no lse write)
+        {"ragged_empty_rows",
+         {{300, 144, 100, 256}, {17, 17, 0, 0}},
+         true,
+         kernels::AttentionMaskKind::kCausalBottomRight},
         {"no_promise_kernel", {{33, 33, 0, 0}}, false, kernels::AttentionMaskKind::kGeneral},
     };
     uint32_t seed = 3300;
