@@ -510,6 +510,27 @@ CUtensorMapL2promotion l2_promotion() {
     return promo;
 }
 
+// The operand maps of both entry points: a [n_rows, k] (rows lda apart), box k_step x 128 rows; b [n_groups, n, k],
+// box k_step x b_rows; 128- (k_step 64) or 64-byte (32) swizzle.
+struct OperandMaps {
+    CUtensorMap a, b;
+};
+OperandMaps encode_maps(const kernels::GroupedGemmParams& p, int64_t lda, int k_step, int b_rows) {
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
+    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(lda * 2)};
+    const cuuint32_t a_box[2] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBM)};
+    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
+                                  static_cast<cuuint64_t>(n_groups)};
+    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
+    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(b_rows), 1u};
+    const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    return {
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion()),
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz,
+                          l2_promotion())};
+}
+
 }  // namespace
 
 int grouped_gemm_tma_cluster_ctas() { return 2 * max_pairs<bf16, 64>(); }
@@ -541,25 +562,15 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     args.n_groups = static_cast<int>(n_groups);
     args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
     args.k_steps = static_cast<int>((k + k_step - 1) / k_step);
-    const int64_t lda = n_rows > 1 ? p.a.stride(0) : k;
-    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
-    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(lda * 2)};
-    const cuuint32_t a_box[2] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBM)};
-    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
-                                  static_cast<cuuint64_t>(n_groups)};
-    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
     // PENSTOCK_GG_TMA_BBOX=256 (measurement knob; cluster 1 only): the weight tile as one 256-row box per k-step.
     static const bool env_one_box = [] {
         const char* e = std::getenv("PENSTOCK_GG_TMA_BBOX");
         return e != nullptr && std::strcmp(e, "256") == 0;
     }();
     args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
-    const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(args.b_box_rows), 1u};
-    const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-    const CUtensorMap tm_a =
-        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion());
-    const CUtensorMap tm_b =
-        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz, l2_promotion());
+    const OperandMaps maps = encode_maps(p, args.lda, k_step, args.b_box_rows);
+    const CUtensorMap& tm_a = maps.a;
+    const CUtensorMap& tm_b = maps.b;
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = cfg.dynamic_tiles ? dynamic_tile_counter(s) : nullptr;
@@ -608,17 +619,9 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     args.situ_linear_beta = situ_linear_beta;
     args.situ_inv_beta = 1.0f / situ_beta;  // as situ_mul computes them
     args.situ_inv_linear_beta = 1.0f / situ_linear_beta;
-    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
-    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(args.lda * 2)};
-    const cuuint32_t a_box[2] = {64u, static_cast<cuuint32_t>(kBM)};
-    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n2),
-                                  static_cast<cuuint64_t>(n_groups)};
-    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n2 * k * 2)};
-    const cuuint32_t b_box[3] = {64u, static_cast<cuuint32_t>(kBN / 2), 1u};
-    const CUtensorMap tm_a = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box,
-                                               CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion());
-    const CUtensorMap tm_b = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box,
-                                               CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion());
+    const OperandMaps maps = encode_maps(p, args.lda, 64, kBN / 2);
+    const CUtensorMap& tm_a = maps.a;
+    const CUtensorMap& tm_b = maps.b;
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = dynamic_tile_counter(s);
