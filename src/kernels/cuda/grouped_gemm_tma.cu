@@ -510,6 +510,27 @@ CUtensorMapL2promotion l2_promotion() {
     return promo;
 }
 
+// The arguments both entry points share: pointers, strides and sizes of p (out's columns: p.out.size(1), which is n,
+// or I for the gated form), output tiles of tile_n columns, k-steps of k_step.
+TmaArgs base_args(const kernels::GroupedGemmParams& p, int tile_n, int k_step) {
+    const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
+    const int64_t out_cols = p.out.size(1);
+    TmaArgs args{};
+    args.out = p.out.data;
+    args.offsets = p.offsets.ptr<int32_t>();
+    args.a = p.a.ptr<bf16>();
+    args.b = p.b.ptr<bf16>();
+    args.ldo = n_rows > 1 ? p.out.stride(0) : out_cols;
+    args.lda = n_rows > 1 ? p.a.stride(0) : k;
+    args.k = static_cast<int>(k);
+    args.n_rows = static_cast<int>(n_rows);
+    args.n = static_cast<int>(n);
+    args.n_groups = static_cast<int>(n_groups);
+    args.n_tiles_n = static_cast<int>((out_cols + tile_n - 1) / tile_n);
+    args.k_steps = static_cast<int>((k + k_step - 1) / k_step);
+    return args;
+}
+
 // The operand maps of both entry points: a [n_rows, k] (rows lda apart), box k_step x 128 rows; b [n_groups, n, k],
 // box k_step x b_rows; 128- (k_step 64) or 64-byte (32) swizzle.
 struct OperandMaps {
@@ -549,19 +570,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     PENSTOCK_CHECK(cfg.cluster == 1 || k_step == 64) << "grouped_gemm_tma: clusters take the 64-wide k-step";
     PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && cfg.cluster == 1 && !cfg.cp_async_producer))
         << "grouped_gemm_tma: dynamic tiles";
-    TmaArgs args{};
-    args.out = p.out.data;
-    args.offsets = p.offsets.ptr<int32_t>();
-    args.a = p.a.ptr<bf16>();
-    args.b = p.b.ptr<bf16>();
-    args.ldo = n_rows > 1 ? p.out.stride(0) : n;
-    args.lda = n_rows > 1 ? p.a.stride(0) : k;
-    args.k = static_cast<int>(k);
-    args.n_rows = static_cast<int>(n_rows);
-    args.n = static_cast<int>(n);
-    args.n_groups = static_cast<int>(n_groups);
-    args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
-    args.k_steps = static_cast<int>((k + k_step - 1) / k_step);
+    TmaArgs args = base_args(p, kBN, k_step);
     // PENSTOCK_GG_TMA_BBOX=256 (measurement knob; cluster 1 only): the weight tile as one 256-row box per k-step.
     static const bool env_one_box = [] {
         const char* e = std::getenv("PENSTOCK_GG_TMA_BBOX");
@@ -600,19 +609,7 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     PENSTOCK_CHECK(p.out.dtype == DType::kBF16) << "grouped_gemm_glu_tma: bf16 out";
     PENSTOCK_CHECK_LE(n_groups, kMaxGroups) << "grouped_gemm_glu_tma: groups";
     if (n_rows == 0) return;
-    TmaArgs args{};
-    args.out = p.out.data;
-    args.offsets = p.offsets.ptr<int32_t>();
-    args.a = p.a.ptr<bf16>();
-    args.b = p.b.ptr<bf16>();
-    args.ldo = n_rows > 1 ? p.out.stride(0) : inter;
-    args.lda = n_rows > 1 ? p.a.stride(0) : k;
-    args.k = static_cast<int>(k);
-    args.n_rows = static_cast<int>(n_rows);
-    args.n = static_cast<int>(n2);
-    args.n_groups = static_cast<int>(n_groups);
-    args.n_tiles_n = static_cast<int>(inter / (kBN / 2));
-    args.k_steps = static_cast<int>((k + 63) / 64);
+    TmaArgs args = base_args(p, kBN / 2, 64);
     args.b_box_rows = kBN / 2;
     args.glu_n = static_cast<int>(inter);
     args.situ_beta = situ_beta;
