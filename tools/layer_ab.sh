@@ -6,7 +6,8 @@
 # (docs/perf/2026-12-01-grouped-gemm-dyn.md).
 #   PKG=DIR (tools/session_gpu_pack.sh) OUT=DIR MODES="default PENSTOCK_GROUPED_GEMM=cublaslt ..." \
 #     [LAYERS="dsv3 dsv3n glm glmn k3kda k3mla"] [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
-# A mode is "default" (nothing set) or VAR=value[,VAR=value...]. Per run: OUT/<layer>.<mode#>.<round>.json (the model
+# A mode is "default" (nothing set) or VAR=value[,VAR=value...]; BIN=name (one of the VARs) runs ${PKG}/bin/name instead
+# of penstock_model_bench, for A/Bs of two builds. Per run: OUT/<layer>.<mode#>.<round>.json (the model
 # bench's JSON with --breakdown); OUT/ab.log (one line per run: median, min, the experts scope); OUT/clocks.log.
 set -uo pipefail
 PKG="${PKG:?}"; OUT="${OUT:?}"; T="${T:-16384}"
@@ -40,9 +41,13 @@ trap 'kill ${smi} 2>/dev/null' EXIT
         name=$1; cfg=$2; layers=$3; shift 3
         envs=()
         [ "${mode}" != default ] && IFS=, read -r -a envs <<<"${mode}"
+        bin="${PKG}/bin/penstock_model_bench"
+        for i in "${!envs[@]}"; do
+          if [[ "${envs[$i]}" == BIN=* ]]; then bin="${PKG}/bin/${envs[$i]#BIN=}"; unset 'envs[i]'; fi
+        done
         json="${OUT}/${b}.${m}.${round}.json"
         t0=$(date -u +%T)
-        env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" "${PKG}/bin/penstock_model_bench" --config "${PKG}/configs/${cfg}.json" \
+        env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" "${bin}" --config "${PKG}/configs/${cfg}.json" \
           --model-name "${name}" --layers "${layers}" --tokens "${T}" --reps "${REPS:-8}" --breakdown --json "${json}" "$@" \
           >"${OUT}/${b}.${m}.${round}.log" 2>&1
         rc=$?

@@ -169,10 +169,11 @@ void run_dense(BenchContext& ctx) {
                 }
                 report_gemm(ctx, "fp8_gemm", "wgmma", pr.name, T, T, pr.n, pr.k, twg, bytes_fp8, extra);
             }
-            if (!skip_tma() && cuda::fp8_gemm_variant(ptma, cuda::Fp8GemmVariant::kWgmmaTma, ctx.stream().handle())) {
-                const Timing tt = ctx.time(
-                    [&] { (void)cuda::fp8_gemm_variant(ptma, cuda::Fp8GemmVariant::kWgmmaTma, ctx.stream().handle()); },
-                    kWarmup, kReps);
+            for (const cuda::Fp8GemmVariant v :
+                 {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide}) {
+                if (skip_tma() || !cuda::fp8_gemm_variant(ptma, v, ctx.stream().handle())) continue;
+                const Timing tt =
+                    ctx.time([&] { (void)cuda::fp8_gemm_variant(ptma, v, ctx.stream().handle()); }, kWarmup, kReps);
                 nlohmann::json extra;
                 if (lt_ok) {
                     const auto [d, ref] = diff_rows(out_tma, out_lt, T, ctx.stream());
@@ -180,7 +181,8 @@ void run_dense(BenchContext& ctx) {
                     extra["max_abs_ref_16rows"] = ref;
                     extra["speedup_vs_cublaslt"] = tlt.median_us / tt.median_us;
                 }
-                report_gemm(ctx, "fp8_gemm", "wgmma_tma", pr.name, T, T, pr.n, pr.k, tt, bytes_fp8, extra);
+                report_gemm(ctx, "fp8_gemm", cuda::fp8_gemm_variant_name(v), pr.name, T, T, pr.n, pr.k, tt, bytes_fp8,
+                            extra);
             }
             const kernels::GemmParams pb{
                 .out = out_bf, .a = q.x, .b = w_bf16, .trans_b = true, .alpha = 1.0f, .beta = 0.0f};
@@ -231,8 +233,9 @@ void run_grouped(BenchContext& ctx) {
             ctx.stream().synchronize();
             const Timing tb = ctx.time([&] { cuda::grouped_gemm(pb, ctx.stream().handle()); }, kWarmup, kReps);
             const double bytes = static_cast<double>(rows * pr.k + experts * pr.n * pr.k + 2 * rows * pr.n);
-            for (const cuda::Fp8GemmVariant v : {cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kWgmmaTma}) {
-                if (v == cuda::Fp8GemmVariant::kWgmmaTma && skip_tma()) continue;
+            for (const cuda::Fp8GemmVariant v :
+                 {cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide}) {
+                if (v != cuda::Fp8GemmVariant::kWgmma && skip_tma()) continue;
                 cuda::fill_bytes_async(out, 0xff, ctx.stream());
                 if (!cuda::fp8_grouped_gemm_variant(p, v, ctx.stream().handle())) continue;
                 const Timing t = ctx.time([&] { (void)cuda::fp8_grouped_gemm_variant(p, v, ctx.stream().handle()); },
@@ -245,6 +248,38 @@ void run_grouped(BenchContext& ctx) {
                 extra["max_abs_diff_vs_bf16_16rows_rel"] = ref > 0 ? d / ref : d;
                 report_gemm(ctx, "fp8_grouped_gemm", cuda::fp8_gemm_variant_name(v), pr.name, T, rows, pr.n, pr.k, t,
                             bytes, extra);
+            }
+            if (pr.n == 4096) {
+                // gate_up with the gated activation and the down input's quantisation: the fused epilogue
+                // (fp8_grouped_gemm_glu) vs the same three ops in sequence (default GEMM, silu_mul, fp8_act_quant).
+                const int64_t inter = pr.n / 2, ikb = (inter + 127) / 128;
+                const Tensor act = Tensor::empty({rows, inter}, DType::kF8E4M3, ctx.alloc());
+                const Tensor act_scale = Tensor::empty({rows, ikb}, DType::kF32, ctx.alloc());
+                const kernels::Fp8GroupedGluGemmParams pg{.out = act,
+                                                          .out_scale = act_scale,
+                                                          .a = q.a,
+                                                          .a_scale = q.scale_v,
+                                                          .b = b,
+                                                          .b_scale = bs,
+                                                          .offsets = off_dev,
+                                                          .gate_up = out};
+                const Timing tf =
+                    ctx.time([&] { cuda::fp8_grouped_gemm_glu(pg, ctx.stream().handle()); }, kWarmup, kReps);
+                const TensorView g = out.view().slice(1, 0, inter), u = out.view().slice(1, inter, pr.n);
+                const Timing tu = ctx.time(
+                    [&] {
+                        cuda::fp8_grouped_gemm(p, ctx.stream().handle());
+                        cuda::silu_mul({.out = g, .gate = g, .up = u}, ctx.stream().handle());
+                        cuda::fp8_act_quant({.out = act, .scale = act_scale, .in = g}, ctx.stream().handle());
+                    },
+                    kWarmup, kReps);
+                nlohmann::json extra;
+                extra["experts"] = experts;
+                extra["topk"] = topk;
+                extra["unfused_us"] = tu.median_us;
+                extra["speedup_vs_unfused"] = tu.median_us / tf.median_us;
+                report_gemm(ctx, "fp8_grouped_gemm", "glu_fused", pr.name, T, rows, pr.n, pr.k, tf, bytes, extra);
+                report_gemm(ctx, "fp8_grouped_gemm", "glu_unfused", pr.name, T, rows, pr.n, pr.k, tu, bytes);
             }
             report_gemm(ctx, "fp8_grouped_gemm", "bf16_grouped_gemm", pr.name, T, rows, pr.n, pr.k, tb,
                         2.0 * static_cast<double>(rows * pr.k + experts * pr.n * pr.k + rows * pr.n));

@@ -46,6 +46,9 @@ void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx) {
 void grouped_gemm_glu(const GroupedGluGemmParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(grouped_gemm_glu, p, ctx);
 }
+void fp8_grouped_gemm_glu(const Fp8GroupedGluGemmParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(fp8_grouped_gemm_glu, p, ctx);
+}
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_quantize_tensor, p, ctx);
 }

@@ -351,6 +351,27 @@ struct Fp8GroupedGemmParams {
     TensorView offsets;  // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
 };
 
+// The FP8 MoE experts' gate/up GEMM with the gated activation and the down GEMM's input quantisation, i.e. the
+// sequence fp8_grouped_gemm(a, a_scale, b, b_scale) -> gate_up ([n_rows, 2 I], b[g] = [gate rows I ; up rows I]),
+// silu_mul / situ_mul(gate, up) written over gate_up's gate half (GroupedGluGemmParams' activation), then
+// fp8_act_quant(that half) -> out, out_scale. Bit-exact with that sequence on every backend (SPEC §2); CUDA fuses it
+// into the FP8 GEMM's epilogue when gate_up is bf16 and I % 128 == 0 (one 128 x 256 tile holds 128 gate and the
+// matching 128 up columns: one scale block of the output per row), and leaves gate_up untouched then. Rows at or
+// past offsets[n_groups] of out / out_scale are unspecified.
+struct Fp8GroupedGluGemmParams {
+    TensorView out;        // [n_rows, I] f8e4m3, rows may be strided
+    TensorView out_scale;  // [n_rows, ceil(I / 128)] f32, strided on dims 0 and 1
+    TensorView a;          // [n_rows, k] f8e4m3, rows may be strided
+    TensorView a_scale;    // [n_rows, ceil(k / 128)] f32, strided on dims 0 and 1
+    TensorView b;          // [n_groups, 2 I, k] f8e4m3, contiguous
+    TensorView b_scale;    // [n_groups, ceil(2 I / 128), ceil(k / 128)] f32, contiguous
+    TensorView offsets;    // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
+    TensorView gate_up;    // [n_rows, 2 I] f32 or bf16 scratch (the activation dtype), rows contiguous
+    GluKind act = GluKind::kSilu;
+    float situ_beta = 4.0f;
+    float situ_linear_beta = 25.0f;
+};
+
 // Paged row cache write: for sequence s, rows [cu_rows[s], cu_rows[s+1]) go to positions pos0[s], pos0[s] + 1, ...
 // of that sequence; position p lives in page page_table[s, p / page_size], slot p % page_size.
 struct PagedWriteParams {
@@ -382,6 +403,7 @@ void paged_gather(const PagedGatherParams& p, const Context& ctx);
 void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx);
 void fp8_gemm(const Fp8GemmParams& p, const Context& ctx);
 void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx);
+void fp8_grouped_gemm_glu(const Fp8GroupedGluGemmParams& p, const Context& ctx);
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 

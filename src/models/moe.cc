@@ -36,20 +36,22 @@ Result<DenseMlp> DenseMlp::load(WeightReader& r, const std::string& prefix, int6
     return m;
 }
 
-void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
+void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                               const Fp8Activations* xq) const {
     if (gate_.out_features() == 0) {  // more tp ranks than intermediate columns: this rank adds nothing
         kernels::fill({.out = out, .value = 0.0f}, ctx);
         return;
     }
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gate_up");
-    // FP8 gate and up read the same x: one quantisation for both (bit-identical to one each).
-    std::optional<Fp8Activations> xq;
-    if (gate_.fp8() && up_.fp8() && x.size(0) > 0) {
+    // FP8 gate and up read the same x: one quantisation for both (bit-identical to one each), or the caller's.
+    std::optional<Fp8Activations> own;
+    if (xq == nullptr && fp8_gate_up() && x.size(0) > 0) {
         const kernels::ProfileScope quant(ctx, "act_quant");
-        xq = fp8_quantize_rows(x, ctx);
+        own = fp8_quantize_rows(x, ctx);
+        xq = &*own;
     }
-    Tensor g = linear_new(gate_, x, ctx, xq ? &*xq : nullptr);
-    Tensor u = linear_new(up_, x, ctx, xq ? &*xq : nullptr);
+    Tensor g = linear_new(gate_, x, ctx, xq);
+    Tensor u = linear_new(up_, x, ctx, xq);
     scope.emplace(ctx, "act");
     glu_apply(act_, g, u, ctx);
     scope.emplace(ctx, "down");
@@ -270,6 +272,11 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     Tensor zo;  // latent MoE: the weighted expert sum in the latent width
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
     if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
+    // FP8 routed experts reading x itself (no latent projection) and an FP8 shared expert: x is quantised once for
+    // both (bit-identical: the quantiser works per row).
+    std::optional<Fp8Activations> shared_xq;
+    const bool share_xq =
+        experts_gate_up_scale_.defined() && !latent && !shared_.empty() && shared_[0].fp8_gate_up() && n > 0;
     if (n_rows > 0 && inter_ > 0) {
         // FP8 experts: every token row is quantised once (1 x 128 blocks, scales row-major) and the e4m3 rows and their
         // scales are permuted, instead of quantising each of its top_k copies; per-row quantisation makes the two
@@ -279,11 +286,21 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         Tensor permuted, permuted_scale;
         if (fp8_in) {
             const int64_t kb = (width + kernels::kFp8Block - 1) / kernels::kFp8Block;
-            Tensor q = scratch(ctx, {n, width}, DType::kF8E4M3);
-            Tensor q_scale = scratch(ctx, {n, kb});
+            Tensor q, q_scale;
             {
                 const kernels::ProfileScope quant(ctx, "act_quant");
-                kernels::fp8_act_quant({.out = q, .scale = q_scale, .in = expert_in}, ctx);
+                if (share_xq) {
+                    // The shared expert reads the same x: one quantisation (its dense GEMMs want the transposed
+                    // scales), and a row-major copy of the scales for the row permutation.
+                    shared_xq = fp8_quantize_rows(x, ctx);
+                    q = shared_xq->data;
+                    q_scale = scratch(ctx, {n, kb});
+                    kernels::copy({.out = q_scale, .in = shared_xq->scale}, ctx);
+                } else {
+                    q = scratch(ctx, {n, width}, DType::kF8E4M3);
+                    q_scale = scratch(ctx, {n, kb});
+                    kernels::fp8_act_quant({.out = q, .scale = q_scale, .in = expert_in}, ctx);
+                }
             }
             permuted = scratch(ctx, {n_rows, width}, DType::kF8E4M3);
             permuted_scale = scratch(ctx, {n_rows, kb});
@@ -299,6 +316,8 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
         scope.emplace(ctx, "experts");
         Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
+        const kernels::GluKind glu_kind =
+            act_.kind == GluActivation::Kind::kSilu ? kernels::GluKind::kSilu : kernels::GluKind::kSitu;
         // Plain (unquantised) experts: the gated activation rides on the gate/up GEMM (kernels::grouped_gemm_glu,
         // bit-exact with the GEMM + activation pair below; CUDA fuses it into the GEMM's epilogue).
         if (!fp8_in && !experts_gate_up_scale_.defined() && up_offset_ == inter_ &&
@@ -307,24 +326,55 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
             {
                 const kernels::ProfileScope step(ctx, "gate_up_act");
-                kernels::grouped_gemm_glu(
-                    {.out = act,
-                     .a = permuted,
-                     .b = experts_gate_up_,
-                     .offsets = offsets,
-                     .gate_up = gate_up,
-                     .act = act_.kind == GluActivation::Kind::kSilu ? kernels::GluKind::kSilu : kernels::GluKind::kSitu,
-                     .situ_beta = act_.situ_beta,
-                     .situ_linear_beta = act_.situ_linear_beta},
-                    ctx);
+                kernels::grouped_gemm_glu({.out = act,
+                                           .a = permuted,
+                                           .b = experts_gate_up_,
+                                           .offsets = offsets,
+                                           .gate_up = gate_up,
+                                           .act = glu_kind,
+                                           .situ_beta = act_.situ_beta,
+                                           .situ_linear_beta = act_.situ_linear_beta},
+                                          ctx);
             }
             {
                 const kernels::ProfileScope step(ctx, "down");
                 expert_gemm(expert_out, act, experts_down_, experts_down_scale_, offsets, ctx);
             }
-            scope.emplace(ctx, "unpermute");
-            kernels::moe_unpermute(
-                {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
+        } else if (fp8_in && experts_down_scale_.defined() && up_offset_ == inter_ &&
+                   experts_gate_up_.size(1) == 2 * inter_) {
+            // FP8 experts: the gated activation and the down GEMM's input quantisation ride on the gate/up GEMM
+            // (kernels::fp8_grouped_gemm_glu, bit-exact with GEMM + activation + fp8_act_quant; CUDA fuses all three
+            // into the GEMM's epilogue). The quantised activations keep fp8_quantize_rows' scale layout.
+            Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
+            const int64_t kb = (inter_ + kernels::kFp8Block - 1) / kernels::kFp8Block;
+            Tensor act = scratch(ctx, {n_rows, inter_}, DType::kF8E4M3);
+            Tensor act_scale_store = scratch(ctx, {kb * n_rows});
+            const TensorView act_scale = act_scale_store.view().as_strided(0, {n_rows, kb}, {1, n_rows});
+            {
+                const kernels::ProfileScope step(ctx, "gate_up_act");
+                kernels::fp8_grouped_gemm_glu({.out = act,
+                                               .out_scale = act_scale,
+                                               .a = permuted,
+                                               .a_scale = permuted_scale,
+                                               .b = experts_gate_up_,
+                                               .b_scale = experts_gate_up_scale_,
+                                               .offsets = offsets,
+                                               .gate_up = gate_up,
+                                               .act = glu_kind,
+                                               .situ_beta = act_.situ_beta,
+                                               .situ_linear_beta = act_.situ_linear_beta},
+                                              ctx);
+            }
+            {
+                const kernels::ProfileScope step(ctx, "down");
+                kernels::fp8_grouped_gemm({.out = expert_out,
+                                           .a = act,
+                                           .a_scale = act_scale,
+                                           .b = experts_down_,
+                                           .b_scale = experts_down_scale_,
+                                           .offsets = offsets},
+                                          ctx);
+            }
         } else {
             Tensor gate_up = scratch(ctx, {n_rows, experts_gate_up_.size(1)}, expert_in.dtype);
             const TensorView gate = gate_up.view().slice(1, 0, inter_);
@@ -350,10 +400,10 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
                 const kernels::ProfileScope step(ctx, "down");
                 expert_gemm(expert_out, gate, experts_down_, experts_down_scale_, offsets, ctx);
             }
-            scope.emplace(ctx, "unpermute");
-            kernels::moe_unpermute(
-                {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
         }
+        scope.emplace(ctx, "unpermute");
+        kernels::moe_unpermute(
+            {.out = routed_out, .expert_out = expert_out, .sorted_pairs = sorted, .topk_weights = weights}, ctx);
     }
     scope.reset();
     if (latent) {
@@ -370,7 +420,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     if (!shared_.empty()) {
         const kernels::ProfileScope shared_scope(ctx, "shared");
         Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
-        shared_[0].forward_partial(x, s, ctx);
+        shared_[0].forward_partial(x, s, ctx, shared_xq ? &*shared_xq : nullptr);
         kernels::add({.out = out, .a = out, .b = s}, ctx);
     }
     tp_.all_reduce_sum(out, ctx);

@@ -33,9 +33,12 @@ public:
                                                const TensorParallel& tp = TensorParallel{});
     // out[n, hidden] = mlp(x[n, hidden]), summed over the tp group; out may not alias x.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
-    // This rank's partial sum (no collective).
-    void forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+    // This rank's partial sum (no collective). xq: x already quantised by fp8_quantize_rows (FP8 gate / up read it
+    // instead of quantising x again; bit-identical), or null.
+    void forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                         const Fp8Activations* xq = nullptr) const;
     int64_t intermediate() const { return gate_.out_features(); }
+    bool fp8_gate_up() const { return gate_.fp8() && up_.fp8(); }
 
 private:
     Linear gate_, up_, down_;

@@ -71,6 +71,10 @@ void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream)
 // contiguous), in f32 or bf16. Not an op: FP8 attention's fallback path (attention.cu) uses it.
 void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream);
 void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, void* stream);
+// Fused into the FP8 TMA kernel's epilogue (fp8_gemm.h fp8_wgmma_tma_glu) when gate_up is bf16, I % 128 == 0 and
+// that kernel takes the call; else fp8_grouped_gemm into gate_up, the activation op and fp8_act_quant.
+// PENSTOCK_GROUPED_GLU=unfused forces the second (A/B measurements).
+void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);
 void embedding(const kernels::EmbeddingParams& p, void* stream);
 void layer_norm(const kernels::LayerNormParams& p, void* stream);
 void rope(const kernels::RopeParams& p, void* stream);

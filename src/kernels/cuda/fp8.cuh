@@ -4,6 +4,7 @@
 // only, so the result does not depend on -ftz / fast-math. Host-callable too (tests check it against core).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -68,8 +69,39 @@ PENSTOCK_HOST_DEVICE float e4m3_to_f32_exact(uint8_t v) {
     return out;
 }
 
+// x / s from r = 1 / s (both IEEE round-to-nearest) by Markstein's correction: q = x r, e = x - q s (exact in one
+// fma), q + e r. Markstein's theorem makes that the correctly rounded quotient, i.e. IEEE x / s, whenever no step
+// overflows or underflows. The FP8 quantisers' operands (s = max(amax, 1e-4) / 448 finite, |x| <= amax) satisfy that
+// for every quotient the e4m3 cast can tell apart: |x / s| <= 448.0001, and a quotient >= 2^-10 (below it the cast
+// gives +-0) has |x| >= 2e-10, far from f32 underflow. Smaller quotients may differ from x / s in the last f32 bits
+// but cast to the same e4m3 byte (a zero keeps x's sign); NaN x gives NaN. The caller divides instead when r is 0 (s
+// infinite).
+// Element-wise, no branch and no call: what the fused FP8 epilogues use instead of a division per element
+// (tests/kernels/cuda/quantize_e4m3_test.cc checks it against x / s on the host).
+PENSTOCK_HOST_DEVICE float div_by_recip(float x, float s, float r) {
+    const float q = x * r;
+    const float e = fmaf(-q, s, x);
+    return e == 0.0f ? q : fmaf(e, r, q);  // q exact: q itself, which keeps the sign of a zero quotient
+}
+
 #if defined(__CUDACC__)
 __device__ __forceinline__ uint8_t float_to_e4m3(float x) { return e4m3_from_f32_bits(__float_as_uint(x)); }
+
+// The e4m3 bytes of (lo, hi) (lo in bits 0-7, hi in bits 8-15) by the hardware cast, cvt.rn.satfinite.e4m3x2.f32
+// (sm_89+; one instruction for two values), with NaN stored as 0x7f as the quantisers store it. Equal to
+// e4m3_from_f32_bits for |x| <= 464 (round to nearest even, subnormals included); above, the hardware saturates to
+// +-448 where the software gives NaN, so callers pass only |x| <= 464: the block quantisers' quotients x / s with
+// s = amax / 448 are at most 448.0001. tests/kernels/cuda/fp8_gemm_test.cc (ActQuantCastsEveryTiePoint) checks every
+// e4m3 rounding tie and its neighbours, every bf16 value and 2^20 f32 patterns in that range.
+__device__ __forceinline__ uint32_t e4m3x2_in_range(float lo, float hi) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 t;\n\tcvt.rn.satfinite.e4m3x2.f32 t, %2, %1;\n\tcvt.u32.u16 %0, t;\n\t}"
+        : "=r"(r)
+        : "f"(lo), "f"(hi));
+    if (isnan(lo)) r = (r & 0xff00u) | 0x7fu;
+    if (isnan(hi)) r = (r & 0x00ffu) | 0x7f00u;
+    return r;
+}
 #endif
 
 }  // namespace penstock::cuda

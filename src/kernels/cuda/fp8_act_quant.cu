@@ -3,7 +3,8 @@
 // w = row * kb + group over [0, m * kb); lane l holds columns 4 l .. 4 l + 3 of the group (one 8- or 16-byte load and
 // one 4-byte store when rows are aligned and k % 4 == 0, else 4 strided scalar accesses). Numerics: amax by a warp
 // max (exact, order-free), s = amax / 448 and x / s by __fdiv_rn (IEEE round to nearest, independent of fast-math
-// flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)), NaN quotients as 0x7f.
+// flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)), NaN quotients as 0x7f. Rows that
+// allow it take the wide mapping below (half a warp per group, one reciprocal per group).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -81,6 +82,64 @@ __global__ void fp8_act_quant_kernel(QuantArgs p) {
     if (lane == 0) p.scale[r * p.ss_row + gi * p.ss_col] = s;
 }
 
+// Eight consecutive elements from a 16-byte aligned address (bf16: one 16-byte load; f32: two).
+__device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __uint_as_float(w[j] << 16);
+        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load8(const float* src, float (&v)[8]) {
+    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// The wide mapping (k % 8 == 0, 16-byte aligned input rows, 8-byte aligned output rows): a half-warp per (row,
+// group), lane l of it holds columns 8 l .. 8 l + 7 (one 16-byte bf16 load or two f32 ones, one 8-byte store), the
+// group's amax by four xor-shuffles inside the half-warp, the quotients from one reciprocal of s (fp8.cuh
+// div_by_recip: the e4m3 bytes of the division, with no division per element) and the cast by the hardware, two
+// values per instruction (fp8.cuh e4m3x2_in_range: the same bytes for quotients in range). Twice the columns per
+// thread and half the shuffles of the kernel above.
+template <class In>
+__global__ void fp8_act_quant_x8_kernel(QuantArgs p) {
+    const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;  // range [0, m * kb)
+    const int sub = static_cast<int>(threadIdx.x) & 15;
+    if (w >= p.m * p.kb) return;  // uniform across the half-warp
+    const unsigned mask = (threadIdx.x & 16) != 0 ? 0xffff0000u : 0x0000ffffu;
+    const int64_t r = w / p.kb;
+    const int64_t gi = w - r * p.kb;
+    const int64_t c = gi * kFp8Block + 8 * sub;
+    const bool valid = c < p.k;  // k % 8 == 0: all eight columns or none
+    float v[8];
+    if (valid) {
+        load8(static_cast<const In*>(p.in) + r * p.ld_in + c, v);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+    for (int d = 8; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, d));
+    amax = fmaxf(amax, 1e-4f);
+    const float s = __fdiv_rn(amax, 448.0f);
+    const float rc = __frcp_rn(s);
+    float y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = rc != 0.0f ? div_by_recip(v[j], s, rc) : __fdiv_rn(v[j], s);  // rc 0: inf amax
+    // |y| <= 448.0001: the hardware cast gives the software cast's bytes (fp8.cuh e4m3x2_in_range).
+    uint32_t q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = e4m3x2_in_range(y[2 * j], y[2 * j + 1]);
+    if (valid)
+        *reinterpret_cast<uint2*>(p.out + r * p.ld_out + c) = make_uint2(q[0] | (q[1] << 16), q[2] | (q[3] << 16));
+    if (sub == 0) p.scale[r * p.ss_row + gi * p.ss_col] = s;
+}
+
 void check_2d(const TensorView& v, int64_t rows, int64_t cols, const char* name) {
     check_on_gpu(v, "fp8_act_quant", name);
     PENSTOCK_CHECK(v.ndim == 2 && v.size(0) == rows && v.size(1) == cols)
@@ -119,6 +178,8 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
     const auto addr = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr); };
     const bool vec = k % 4 == 0 && addr(p.in.data) % static_cast<uintptr_t>(4 * in_bytes) == 0 &&
                      (a.ld_in * in_bytes) % (4 * in_bytes) == 0 && addr(p.out.data) % 4 == 0 && a.ld_out % 4 == 0;
+    const bool wide = k % 8 == 0 && addr(p.in.data) % 16 == 0 && (a.ld_in * in_bytes) % 16 == 0 &&
+                      addr(p.out.data) % 8 == 0 && a.ld_out % 8 == 0;
     constexpr int kThreads = 256;
     PENSTOCK_CHECK_LE(m * kb, (int64_t{1} << 31) - 1)
         << "fp8_act_quant: m * ceil(k / 128) warps, m " << m << " k " << k;
@@ -126,7 +187,10 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
     const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.in.dtype, "fp8_act_quant", [&](auto tag) {
         using In = decltype(tag);
-        if (vec) {
+        if (wide) {
+            const auto wide_blocks = static_cast<unsigned>((m * kb * 16 + kThreads - 1) / kThreads);
+            fp8_act_quant_x8_kernel<In><<<wide_blocks, kThreads, 0, s>>>(a);
+        } else if (vec) {
             fp8_act_quant_kernel<In, true><<<blocks, kThreads, 0, s>>>(a);
         } else {
             fp8_act_quant_kernel<In, false><<<blocks, kThreads, 0, s>>>(a);

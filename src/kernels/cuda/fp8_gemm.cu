@@ -12,9 +12,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cublas_handles.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/launch_util.cuh"
@@ -262,6 +265,8 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v) {
             return "wgmma";
         case Fp8GemmVariant::kWgmmaTma:
             return "wgmma_tma";
+        case Fp8GemmVariant::kWgmmaTmaWide:
+            return "wgmma_tma_wide";
         case Fp8GemmVariant::kCudaCore:
             return "cuda_core";
     }
@@ -304,8 +309,17 @@ void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream) {
 
 namespace {
 
-// The kernels' form (validated): kWgmma / kWgmmaTma when supported (false otherwise), kCudaCore always, kAuto the
-// TMA kernel where supported, else the CUDA-core kernel.
+// kAuto's TMA tile width (fp8_gemm.h).
+int auto_tile_n(int64_t n) {
+    static const bool narrow = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_TILE_N");
+        return e != nullptr && std::strcmp(e, "128") == 0;
+    }();
+    return narrow || n <= 128 ? 128 : 256;
+}
+
+// The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide when supported (false otherwise), kCudaCore always,
+// kAuto the TMA kernel where supported, else the CUDA-core kernel.
 bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
     switch (v) {
         case Fp8GemmVariant::kCublasLt:
@@ -315,15 +329,16 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
             fp8_wgmma(p, stream);
             return true;
         case Fp8GemmVariant::kWgmmaTma:
+        case Fp8GemmVariant::kWgmmaTmaWide:
             if (!fp8_wgmma_supported(p)) return false;
-            fp8_wgmma_tma(p, stream);
+            fp8_wgmma_tma(p, v == Fp8GemmVariant::kWgmmaTmaWide ? 256 : 128, stream);
             return true;
         case Fp8GemmVariant::kCudaCore:
             fp8_cuda_core(p, stream);
             return true;
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
-                fp8_wgmma_tma(p, stream);
+                fp8_wgmma_tma(p, auto_tile_n(p.b.size(1)), stream);
             } else {
                 fp8_cuda_core(p, stream);
             }
@@ -347,6 +362,52 @@ bool fp8_grouped_gemm_variant(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVar
     if (p.b.size(0) == 0 || p.b.size(1) == 0) return true;
     if (v == Fp8GemmVariant::kCublasLt) return false;
     return run_grouped_form(p, v, stream);
+}
+
+void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
+    const char* op = "fp8_grouped_gemm_glu";
+    check_on_gpu(p.b, op, "b");
+    PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
+    const int64_t n_rows = p.a.size(0), inter = p.b.size(1) / 2;
+    check_on_gpu(p.gate_up, op, "gate_up");
+    PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
+                   (p.gate_up.dtype == DType::kF32 || p.gate_up.dtype == DType::kBF16))
+        << op << ": gate_up scratch " << p.gate_up.shape_string() << " " << dtype_name(p.gate_up.dtype)
+        << ", expected f32 or bf16 [" << n_rows << ", " << 2 * inter << "]";
+    check_on_gpu(p.out, op, "out");
+    check_on_gpu(p.out_scale, op, "out_scale");
+    PENSTOCK_CHECK(p.out.ndim == 2 && p.out.size(0) == n_rows && p.out.size(1) == inter &&
+                   p.out.dtype == DType::kF8E4M3 && p.out.stride(1) == 1)
+        << op << ": out " << dtype_name(p.out.dtype) << " " << p.out.shape_string() << ", expected f8e4m3 [" << n_rows
+        << ", " << inter << "] with contiguous rows";
+    PENSTOCK_CHECK(p.out_scale.ndim == 2 && p.out_scale.size(0) == n_rows && p.out_scale.size(1) == blocks_of(inter) &&
+                   p.out_scale.dtype == DType::kF32)
+        << op << ": out_scale " << p.out_scale.shape_string() << ", expected f32 [" << n_rows << ", "
+        << blocks_of(inter) << "]";
+    const kernels::Fp8GroupedGemmParams gp{
+        .out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets};
+    check_grouped(gp);
+    if (n_rows == 0 || inter == 0) return;
+    static const bool force_unfused = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GLU");
+        return e != nullptr && std::strcmp(e, "unfused") == 0;
+    }();
+    const bool out_aligned =
+        reinterpret_cast<uintptr_t>(p.out.data) % 2 == 0 && (n_rows == 1 || p.out.stride(0) % 2 == 0);
+    if (!force_unfused && p.gate_up.dtype == DType::kBF16 && inter % 128 == 0 && out_aligned &&
+        fp8_wgmma_supported(gp)) {
+        fp8_wgmma_tma_glu(p, stream);
+        return;
+    }
+    // Unfused: the GEMM into gate_up, the activation over its gate half, the quantisation of that half.
+    fp8_grouped_gemm(gp, stream);
+    const TensorView gate = p.gate_up.slice(1, 0, inter), up = p.gate_up.slice(1, inter, 2 * inter);
+    if (p.act == kernels::GluKind::kSilu) {
+        silu_mul({.out = gate, .gate = gate, .up = up}, stream);
+    } else {
+        situ_mul({.out = gate, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta}, stream);
+    }
+    fp8_act_quant({.out = p.out, .scale = p.out_scale, .in = gate}, stream);
 }
 
 void fp8_gemm(const kernels::Fp8GemmParams& p, void* stream) {

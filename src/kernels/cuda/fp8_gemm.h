@@ -14,8 +14,13 @@
 //    kWgmmaTma (fp8_gemm_tma.cu): warp-specialised, a TMA producer and two consumer warpgroups on mbarriers, so one
 //    warpgroup's promotion overlaps the other's wgmma. Needs: sm_90; k % 16 == 0; n % 8 == 0; 16-byte aligned a / b
 //    rows; out rows 8-byte (f32) / 4-byte (bf16) aligned with even row strides; n_groups <= 4096.
+//  - kWgmmaTmaWide: the same kernel with a 128 x 256 CTA tile (four 48 KiB stages): a third fewer operand bytes per
+//    FLOP through L2. Each consumer warpgroup runs the two 128-column halves as two wgmma chains into the same block
+//    registers, promoting each into its own accumulators (128 + 64 registers). Same conditions as kWgmmaTma.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
-// kAuto: dense -> kCublasLt, else kWgmmaTma, else kCudaCore; grouped -> kWgmmaTma, else kCudaCore.
+// kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
+// kernel of kAuto is kWgmmaTmaWide when n > 128, else kWgmmaTma; PENSTOCK_FP8_TILE_N=128 (read once per process)
+// makes it kWgmmaTma always, for A/B runs.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +29,7 @@
 
 namespace penstock::cuda {
 
-enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kCudaCore };
+enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kWgmmaTmaWide, kCudaCore };
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 
@@ -40,7 +45,14 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 // 0 and 1 (last dim contiguous). Validated by the callers above.
 bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
 void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);      // fp8_grouped_gemm.cu
-void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_gemm_tma.cu
+// fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
+// The kWgmmaTmaWide kernel with the gated epilogue (kernels/ops.h Fp8GroupedGluGemmParams): tile j holds the gate rows
+// [128 j, +128) and the up rows [I + 128 j, +128) of b, rounds both to bf16, applies the activation (glu_act.cuh),
+// rounds to bf16 and quantises the 128 columns of each row as fp8_act_quant does, straight from the registers.
+// Needs fp8_wgmma_supported of the gate_up problem (out = gate_up), bf16 gate_up, I % 128 == 0, out rows with even
+// strides and a 2-byte aligned base. gate_up is not written.
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);
 void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream);
 
 }  // namespace penstock::cuda

@@ -21,8 +21,10 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
+#include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/tile_sched.cuh"
 #include "kernels/cuda/tile_sched.h"
@@ -35,18 +37,23 @@ namespace {
 
 using namespace fp8;  // NOLINT(google-build-using-namespace): the kernels' shared tiling
 
-constexpr int kStages = 6;
 constexpr int kThreads = 384;
-constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-constexpr int kBarBytes = 2 * kStages * 8;
-
 constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the bulk copies' bytes
 
-constexpr int kSlotBytes = 4 * kStages;  // the tile id whose first k-step is in stage i
-
-int smem_bytes(int n_groups) { return kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes + 8 * (n_groups + 1); }
-static_assert(kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes + 8 * (kMaxGroups + 1) <= 227 * 1024,
-              "shared memory");
+// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
+template <int BN>
+struct Pipe {
+    static constexpr int kHalves = BN / 128;  // 128-column halves: one weight-scale block and one wgmma chain each
+    static constexpr int kStageBytes = kABytes + BN * kBK;
+    static constexpr int kStages = BN == 128 ? 6 : 4;
+    static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
+    static constexpr int kBarBytes = 2 * kStages * 8;
+    static constexpr int kSlotBytes = 4 * kStages;  // the tile id whose first k-step is in stage i
+    static constexpr int kFixedBytes = kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+    static int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
+    static_assert(BN == 128 || BN == 256, "tile widths");
+    static_assert(kFixedBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
+};
 
 using tma::load_2d;
 using tma::load_3d;
@@ -56,15 +63,109 @@ using tma::mbar_init;
 using tma::mbar_wait;
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
-template <class OutT>
+// The fused gated epilogue (kAct != kActNone, fp8_grouped_gemm_glu): b is [n_groups, 2 I, k] with the gate rows
+// first (p.n = 2 I), tile j of a group's n-tiles has the gate rows [128 j, +128) as its first B half and the up rows
+// [I + 128 j, +128) as its second, and writes the output columns [128 j, +128): one 1 x 128 quantisation block.
+constexpr int kActNone = 0;
+constexpr int kActSilu = 1;
+constexpr int kActSitu = 2;
+struct GluArgs {
+    uint8_t* out;      // [n_rows, I] e4m3
+    float* out_scale;  // [n_rows, I / 128]
+    int64_t ldo, os_row, os_col;
+    int inter;  // I
+    float situ_beta, situ_linear_beta, situ_inv_beta, situ_inv_linear_beta;
+};
+
+// The B rows of half h of a tile (the gate / up blocks in the gated form, else consecutive 128-row blocks).
+template <int BN, int kAct>
+__device__ __forceinline__ int b_row(const Tile& ct, int h, const GluArgs& glu) {
+    if constexpr (kAct != kActNone) {
+        return h * glu.inter + (ct.n0 / BN) * 128;
+    } else {
+        return ct.n0 + 128 * h;
+    }
+}
+
+// The gated epilogue of one thread's fragment: gate = acc[0], up = acc[1] (the same columns 8 i + 2 t (+1) of rows
+// r_lo, r_lo + 8), each rounded to bf16 as the GEMM would store it, then act in f32 rounded to bf16 (silu_mul /
+// situ_mul), then fp8_act_quant's block of 128 columns: amax over the row (the quad's four lanes hold it), s =
+// max(amax, 1e-4) / 448, e4m3(v / s) (NaN: 0x7f). The quotients come from one reciprocal per row (fp8.cuh
+// div_by_recip: the same e4m3 bytes as the division) so that the 64 elements of a thread run without a branch or
+// call between them, and the cast from the hardware (e4m3x2_in_range: the same bytes in range). Zeroes acc.
+template <int kAct>
+__device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& ct, int tile_j, int r_lo, int t,
+                                               float (&acc)[2][64]) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float v[32];
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float gv = __bfloat162float(__float2bfloat16_rn(acc[0][4 * i + 2 * hf + e]));
+                const float uv = __bfloat162float(__float2bfloat16_rn(acc[1][4 * i + 2 * hf + e]));
+                float o;
+                if constexpr (kAct == kActSilu) {
+                    o = silu_mul_fast(gv, uv);
+                } else {
+                    o = situ_mul_fast<kDefaultSituMath>(gv, uv, glu.situ_beta, glu.situ_linear_beta, glu.situ_inv_beta,
+                                                        glu.situ_inv_linear_beta);
+                }
+                o = __bfloat162float(__float2bfloat16_rn(o));
+                v[2 * i + e] = o;
+                amax = fmaxf(amax, fabsf(o));
+            }
+        }
+        // The quad (lanes 4 q .. 4 q + 3) holds the row's 128 columns; every lane takes part in the shuffles.
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        amax = fmaxf(amax, 1e-4f);
+        const float sc = __fdiv_rn(amax, 448.0f);
+        const float rc = __frcp_rn(sc);
+        if (rc != 0.0f) {
+#pragma unroll
+            for (int k = 0; k < 32; ++k) v[k] = div_by_recip(v[k], sc, rc);
+        } else {  // amax infinite: the division itself (inf / inf is NaN, finite / inf is +-0)
+#pragma unroll
+            for (int k = 0; k < 32; ++k) v[k] = __fdiv_rn(v[k], sc);
+        }
+        const int r = r_lo + 8 * hf;
+        if (r < ct.rows) {
+            const int64_t row = ct.row0 + r;
+            uint8_t* orow = glu.out + row * glu.ldo + tile_j * 128 + 2 * t;
+            // |v / s| <= 448.0001: the hardware cast gives the software cast's bytes (fp8.cuh e4m3x2_in_range).
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                *reinterpret_cast<uint16_t*>(orow + 8 * i) =
+                    static_cast<uint16_t>(e4m3x2_in_range(v[2 * i], v[2 * i + 1]));
+            }
+            if (t == 0) glu.out_scale[row * glu.os_row + static_cast<int64_t>(tile_j) * glu.os_col] = sc;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        acc[0][i] = 0.0f;
+        acc[1][i] = 0.0f;
+    }
+}
+
+template <class OutT, int BN, int kAct = kActNone>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b, Args p,
-                        int* sched) {
+                        int* sched, GluArgs glu) {
+    static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;
+    using P = Pipe<BN>;
+    constexpr int kStages = P::kStages;
+    constexpr int kStage = P::kStageBytes;
+    constexpr int kPipeBytes = P::kPipeBytes;
+    constexpr int kBarBytes = P::kBarBytes;
     const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
@@ -100,16 +201,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
                     break;
                 }
-                const Tile ct = decode(t, prefix, offs, G);
+                const Tile ct = tile::decode_group_tile<kBM, BN>(t, prefix, offs, G);
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
                     const uint32_t full = bars + 8 * stage;
-                    mbar_expect_tx(full, kStageBytes);
-                    const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
+                    mbar_expect_tx(full, kStage);
+                    const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
                     load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
-                    load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
+#pragma unroll
+                    for (int h = 0; h < P::kHalves; ++h) {
+                        load_3d(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK, b_row<BN, kAct>(ct, h, glu), ct.group,
+                                full);
+                    }
                 }
             }
             tile_sched::finish(sched, grid);  // the last CTA resets the pair for the next launch
@@ -122,11 +227,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int wr = (tid >> 5) & 3;
         const int t = lane & 3;
         const int r_lo = 64 * cw + 16 * wr + (lane >> 2);  // this thread's two tile rows: r_lo and r_lo + 8
-        float acc[64];
+        constexpr int kHalves = P::kHalves;
+        float acc[kHalves][64];
         float blk[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
-            acc[i] = 0.0f;
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h) acc[h][i] = 0.0f;
             blk[i] = 0.0f;
         }
         int64_t s = 0;
@@ -135,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_wait(bars + 8 * first, static_cast<uint32_t>(s / kStages) & 1u);
             const int tile_id = *static_cast<volatile int*>(stage_tile + first);
             if (tile_id < 0) break;
-            const Tile ct = decode(tile_id, prefix, offs, G);
+            const Tile ct = tile::decode_group_tile<kBM, BN>(tile_id, prefix, offs, G);
             if (64 * cw >= ct.rows) {
                 // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
                 // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
@@ -151,29 +258,57 @@ __global__ void __launch_bounds__(kThreads, 1)
                 continue;
             }
             const TileScales sc = tile_scales(p, ct, r_lo);
+            // The weight-scale row of each 128-row B half (a half wholly past n reads the first half's: its columns
+            // are never stored).
+            const float* sb_row[kHalves];
+            const float* sb_group = p.b_scale + static_cast<int64_t>(ct.group) * p.bs_gstride;
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h) {
+                const int brow = b_row<BN, kAct>(ct, h, glu);
+                sb_row[h] =
+                    sb_group + static_cast<int64_t>((brow < p.n ? brow : b_row<BN, kAct>(ct, 0, glu)) / 128) * p.bs_row;
+            }
             for (int kt = 0; kt < KT; ++kt, ++s) {
                 const int stage = static_cast<int>(s % kStages);
                 const auto use = static_cast<uint32_t>(s / kStages);
-                const float sb = __ldg(sc.b + kt);
+                float sb[kHalves];
+#pragma unroll
+                for (int h = 0; h < kHalves; ++h) sb[h] = __ldg(sb_row[h] + kt);
                 const float sa_lo = __ldg(sc.a_lo + kt * p.as_col);
                 const float sa_hi = __ldg(sc.a_hi + kt * p.as_col);
                 mbar_wait(bars + 8 * stage, use & 1u);
-                const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
-                wgmma::reg_fence(blk);
-                wgmma::fence();
+                const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
+                // One wgmma chain per 128-column half into the same block registers, each promoted before the
+                // next is issued (two halves' blocks and accumulators would not fit in the registers); the
+                // other warpgroup's chains keep the tensor cores busy meanwhile.
 #pragma unroll
-                for (int ks = 0; ks < kBK / 32; ++ks) {
-                    const uint64_t da = make_desc(sa + cw * 64 * 128 + ks * 32);
-                    const uint64_t db = make_desc(sa + kABytes + ks * 32);
-                    wgmma::m64n128k32_e4m3(blk, da, db, ks != 0 ? 1 : 0);
+                for (int h = 0; h < kHalves; ++h) {
+                    wgmma::reg_fence(blk);
+                    wgmma::fence();
+#pragma unroll
+                    for (int ks = 0; ks < kBK / 32; ++ks) {
+                        const uint64_t da = make_desc(sa + cw * 64 * 128 + ks * 32);
+                        const uint64_t db = make_desc(sa + kABytes + h * 128 * kBK + ks * 32);
+                        wgmma::m64n128k32_e4m3(blk, da, db, ks != 0 ? 1 : 0);
+                    }
+                    wgmma::commit();
+                    wgmma::wait<0>();
+                    wgmma::reg_fence(blk);
+                    // this warpgroup is done with the stage
+                    if (h == kHalves - 1 && (tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));
+                    promote(acc[h], blk, sa_lo * sb[h], sa_hi * sb[h]);
                 }
-                wgmma::commit();
-                wgmma::wait<0>();
-                wgmma::reg_fence(blk);
-                if ((tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));  // this warpgroup is done with it
-                promote(acc, blk, sa_lo * sb, sa_hi * sb);
             }
-            store_tile<OutT>(p, ct, r_lo, t, acc);
+            if constexpr (kAct != kActNone) {
+                store_glu_tile<kAct>(glu, ct, ct.n0 / BN, r_lo, t, acc);
+            } else {
+#pragma unroll
+                for (int h = 0; h < kHalves; ++h) {
+                    Tile half = ct;
+                    half.n0 += 128 * h;
+                    store_tile<OutT>(p, half, r_lo, t, acc[h]);
+                }
+            }
         }
     }
 }
@@ -184,37 +319,86 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
     return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides, box);
 }
 
-}  // namespace
+// The tensor maps, arguments and grid of a call in the kernels' grouped form with n_tiles_n n-tiles per group.
+struct Prepared {
+    CUtensorMap tm_a, tm_b;
+    Args args;
+    int grid;
+};
 
-// fp8_wgmma_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply (16-byte aligned
-// bases and row strides, dims < 2^31).
-void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, void* stream) {
+Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n) {
+    Prepared r{};
+    r.args = make_args(p);
+    Args& args = r.args;
+    args.n_tiles_n = n_tiles_n;
     const int64_t n_groups = p.b.size(0), n_rows = p.a.size(0);
-    if (n_rows == 0) return;
-    const Args args = make_args(p);
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(args.k), static_cast<cuuint64_t>(args.n_rows)};
     const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(args.lda)};
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(args.k), static_cast<cuuint64_t>(args.n),
                                   static_cast<cuuint64_t>(args.n_groups)};
     const int64_t b_gstride = n_groups > 1 ? args.b_gstride : args.ldb * args.n;
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(args.ldb), static_cast<cuuint64_t>(b_gstride)};
-    const CUtensorMap tm_a = encode(args.a, 2, a_dims, a_strides);
-    const CUtensorMap tm_b = encode(args.b, 3, b_dims, b_strides);
-    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
-    const int grid = static_cast<int>(tile_bound < device_sms() ? tile_bound : device_sms());
-    const int smem = smem_bytes(args.n_groups);
-    const auto s = static_cast<cudaStream_t>(stream);
-    int* sched = dynamic_tile_counter(s);
-    auto launch = [&](auto kernel) {
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, args, sched);
-    };
-    if (p.out.dtype == DType::kF32) {
-        launch(fp8_gemm_tma_kernel<float>);
-    } else {
-        launch(fp8_gemm_tma_kernel<bf16>);
-    }
+    r.tm_a = encode(args.a, 2, a_dims, a_strides);
+    r.tm_b = encode(args.b, 3, b_dims, b_strides);  // 128-row boxes: one per B half
+    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
+    r.grid = static_cast<int>(tile_bound < device_sms() ? tile_bound : device_sms());
+    return r;
+}
+
+template <class Kernel>
+void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s) {
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu);
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+// fp8_wgmma_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply (16-byte aligned
+// bases and row strides, dims < 2^31).
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream) {
+    if (p.a.size(0) == 0) return;
+    const int64_t n = p.b.size(1);
+    const Prepared pr = prepare(p, static_cast<int>((n + tile_n - 1) / tile_n));
+    const auto s = static_cast<cudaStream_t>(stream);
+    const bool f32 = p.out.dtype == DType::kF32;
+    const GluArgs none{};
+    if (tile_n == 256) {
+        const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
+        f32 ? launch(fp8_gemm_tma_kernel<float, 256>, pr, smem, none, s)
+            : launch(fp8_gemm_tma_kernel<bf16, 256>, pr, smem, none, s);
+    } else {
+        const int smem = Pipe<128>::smem_bytes(pr.args.n_groups);
+        f32 ? launch(fp8_gemm_tma_kernel<float, 128>, pr, smem, none, s)
+            : launch(fp8_gemm_tma_kernel<bf16, 128>, pr, smem, none, s);
+    }
+}
+
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
+    const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
+    if (n_rows == 0) return;
+    // The gate_up problem as the GEMM sees it; its out is not written (the epilogue writes p.out / p.out_scale).
+    const kernels::Fp8GroupedGemmParams gp{
+        .out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets};
+    const Prepared pr = prepare(gp, static_cast<int>(inter / 128));
+    GluArgs glu{};
+    glu.out = p.out.ptr<uint8_t>();
+    glu.out_scale = p.out_scale.ptr<float>();
+    glu.ldo = n_rows > 1 ? p.out.stride(0) : inter;
+    glu.os_row = p.out_scale.stride(0);
+    glu.os_col = p.out_scale.stride(1);
+    glu.inter = static_cast<int>(inter);
+    glu.situ_beta = p.situ_beta;
+    glu.situ_linear_beta = p.situ_linear_beta;
+    glu.situ_inv_beta = 1.0f / p.situ_beta;  // as situ_mul computes them
+    glu.situ_inv_linear_beta = 1.0f / p.situ_linear_beta;
+    const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (p.act == kernels::GluKind::kSilu) {
+        launch(fp8_gemm_tma_kernel<bf16, 256, kActSilu>, pr, smem, glu, s);
+    } else {
+        launch(fp8_gemm_tma_kernel<bf16, 256, kActSitu>, pr, smem, glu, s);
+    }
 }
 
 }  // namespace penstock::cuda

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "kernels/ref/ref_kda.h"
 #include "kernels/ref/ref_ops.h"
 
 namespace penstock::ref {
@@ -147,6 +148,32 @@ void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, ThreadPool* /*pool
         dequant_gemm(p.out.slice(0, r0, r1), p.a.slice(0, r0, r1), p.a_scale.slice(0, r0, r1), p.b.select(0, g),
                      p.b_scale.select(0, g));
     }
+}
+
+// The specification: the three ops in sequence (kernels/ops.h Fp8GroupedGluGemmParams).
+void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, ThreadPool* pool) {
+    const char* op = "fp8_grouped_gemm_glu";
+    PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
+    const int64_t n_rows = p.a.size(0), inter = p.b.size(1) / 2;
+    PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
+                   (p.gate_up.dtype == DType::kF32 || p.gate_up.dtype == DType::kBF16))
+        << op << ": gate_up scratch " << p.gate_up.shape_string() << " " << dtype_name(p.gate_up.dtype)
+        << ", expected f32 or bf16 [" << n_rows << ", " << 2 * inter << "]";
+    PENSTOCK_CHECK(p.out.ndim == 2 && p.out.size(0) == n_rows && p.out.size(1) == inter)
+        << op << ": out " << p.out.shape_string() << ", expected [" << n_rows << ", " << inter << "]";
+    fp8_grouped_gemm(
+        {.out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets}, pool);
+    const TensorView gate = p.gate_up.slice(1, 0, inter), up = p.gate_up.slice(1, inter, 2 * inter);
+    switch (p.act) {
+        case kernels::GluKind::kSilu:
+            silu_mul({.out = gate, .gate = gate, .up = up}, pool);
+            break;
+        case kernels::GluKind::kSitu:
+            situ_mul({.out = gate, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta},
+                     pool);
+            break;
+    }
+    fp8_act_quant({.out = p.out, .scale = p.out_scale, .in = gate}, pool);
 }
 
 namespace {

@@ -1,7 +1,9 @@
 // Reference GEMM: out = alpha * a @ op(b) + beta * out through OpenBLAS cblas_sgemm (f32 in, f32 accumulation).
 // Row strides of a, b and out become lda/ldb/ldc; the last dim must be contiguous. As in BLAS, beta == 0 means out is
-// not read (NaN/inf already in out do not propagate). One sgemm call over the whole problem: OpenBLAS threads over
-// m/n only, so the result does not depend on `pool` (which is unused) nor on the row partitioning.
+// not read (NaN/inf already in out do not propagate). One sgemm call over the whole problem, so the result does not
+// depend on `pool` (which is unused) nor on the row partitioning. It can depend on OpenBLAS's own thread count
+// (OPENBLAS_NUM_THREADS, or the cores a process is bound to): on a 2-core AMD EPYC VM with OpenBLAS 0.3.21, one and
+// two threads give different roundings. Runs compared bit for bit must use the same count (tests/apps/pp_cli_test.sh).
 #include <cblas.h>
 
 #include <cstdint>

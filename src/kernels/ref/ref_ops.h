@@ -13,6 +13,7 @@ void fill_random(const kernels::FillRandomParams& p, ThreadPool* pool);
 void gather_rows(const kernels::GatherRowsParams& p, ThreadPool* pool);
 void grouped_gemm(const kernels::GroupedGemmParams& p, ThreadPool* pool);
 void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, ThreadPool* pool);
+void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, ThreadPool* pool);
 void paged_write(const kernels::PagedWriteParams& p, ThreadPool* pool);
 void paged_gather(const kernels::PagedGatherParams& p, ThreadPool* pool);
 void fp8_act_quant(const kernels::Fp8ActQuantParams& p, ThreadPool* pool);

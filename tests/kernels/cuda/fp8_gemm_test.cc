@@ -1,14 +1,15 @@
 // The block-scaled FP8 ops on CUDA (kernels/cuda/fp8_gemm.h) against the CPU reference (kernels/ref/fp8.cc) on seeded
-// inputs. fp8_act_quant: bit-exact bytes and scales (f32 / bf16 input, k = 1, 130 (scalar path), 200 (ragged, vector
-// path), 7168, strided rows, both scale layouts, zero / NaN / inf groups). fp8_gemm: every variant on m = 1, m not a
-// multiple of the 128-row tile, k = 128 j and ragged k, n not a multiple of 128, the DeepSeek-V3 projection shapes;
-// each variant must take the calls fp8_gemm.h promises it (cuBLASLt: bf16 out; whether it takes f32 out is printed).
-// fp8_grouped_gemm: empty and 1-row groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes, rows past
-// offsets[n_groups] untouched, and under CUDA-graph capture (no host sync). Fp8Test covers cuBLASLt, the cp.async
-// wgmma kernel and the CUDA-core kernel; Fp8TmaTest the warp-specialised TMA kernel and the default dispatch.
+// inputs. fp8_act_quant: bit-exact bytes and scales (f32 / bf16 input, k = 1, 130 (scalar path), 132 (4-wide path),
+// 200 (ragged, 8-wide path), 7168, strided rows, both scale layouts, zero / NaN / inf groups). fp8_gemm: every variant
+// on m = 1, m not a multiple of the 128-row tile, k = 128 j and ragged k, n not a multiple of 128, the DeepSeek-V3
+// projection shapes; each variant must take the calls fp8_gemm.h promises it (cuBLASLt: bf16 out; whether it takes f32
+// out is printed). fp8_grouped_gemm: empty and 1-row groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes,
+// rows past offsets[n_groups] untouched, and under CUDA-graph capture (no host sync). Fp8Test covers cuBLASLt, the
+// cp.async wgmma kernel and the CUDA-core kernel; Fp8TmaTest the warp-specialised TMA kernel and the default dispatch.
 // Tolerances: bf16 out kBF16Tol, f32 out kFp8GemmF32 (tests/kernels/tolerance.h); inputs are scaled so outputs are
 // O(1). Each case prints its max abs error. Skips without a GPU (CudaTest); the wgmma / cuBLASLt expectations need
-// sm_90.
+// sm_90. fp8_grouped_gemm_glu (Fp8TmaTest.GroupedGemmGluBitExact): the fused epilogue's e4m3 bytes and scales equal
+// the unfused GEMM + activation + fp8_act_quant on the GPU, for both tile widths of the GEMM.
 #include "kernels/cuda/fp8_gemm.h"
 
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_kda.h"
 #include "kernels/ref/ref_ops.h"
 #include "tests/kernels/cuda/op_test_util.h"
 
@@ -138,7 +140,7 @@ TEST_F(Fp8Test, ActQuantBitExact) {
     const Q kCases[] = {{1, 128, DType::kF32, false, false},   {37, 7168, DType::kBF16, false, true},
                         {5, 200, DType::kBF16, false, false},  {6, 130, DType::kF32, false, true},
                         {300, 576, DType::kBF16, true, false}, {4, 1, DType::kF32, false, false},
-                        {129, 2048, DType::kF32, false, true}};
+                        {129, 2048, DType::kF32, false, true}, {9, 132, DType::kBF16, false, false}};
     uint32_t seed = 900;
     for (const Q& q : kCases) {
         SCOPED_TRACE(::testing::Message() << "m=" << q.m << " k=" << q.k << " " << dtype_name(q.dt)
@@ -178,6 +180,71 @@ TEST_F(Fp8Test, ActQuantBitExact) {
             }
         }
         EXPECT_EQ(bad_s, 0) << "scales differ";
+    }
+}
+
+// Every quotient the e4m3 cast can be asked for, through the op: rows whose first column is 448 (so s = 1 and the
+// quotients are the inputs themselves) carry every e4m3 rounding tie (the midpoints of adjacent e4m3 values,
+// subnormals included) and the f32 values either side of it, every bf16 value of magnitude <= 448, and 2^20 seeded
+// f32 patterns in that range, both signs, NaN; as f32 and as bf16 input. Bytes and scales must equal the reference's
+// (the 8-wide kernel casts with the hardware instruction: fp8.cuh e4m3x2_in_range).
+TEST_F(Fp8Test, ActQuantCastsEveryTiePoint) {
+    std::vector<float> vals;
+    std::vector<float> grid;  // the non-negative e4m3 values, in order
+    for (uint32_t b = 0; b < 0x7f; ++b) grid.push_back(e4m3_to_float(static_cast<uint8_t>(b)));
+    for (size_t i = 0; i + 1 < grid.size(); ++i) {
+        const float mid = 0.5f * (grid[i] + grid[i + 1]);  // exact: adjacent e4m3 values differ in few bits
+        for (const float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), grid[i]}) {
+            vals.push_back(x);
+            vals.push_back(-x);
+        }
+    }
+    for (uint32_t h = 0; h < 0x8000u; ++h) {
+        const float x = bits_float(h << 16);
+        if (x <= 448.0f) {
+            vals.push_back(x);
+            vals.push_back(-x);
+        }
+    }
+    PENSTOCK_SEEDED(3300);
+    std::mt19937 rng(3300);
+    const uint32_t max_bits = float_bits(448.0f);
+    for (int i = 0; i < (1 << 20); ++i) {
+        const uint32_t b = rng() % (max_bits + 1);
+        vals.push_back((rng() & 1) != 0 ? -bits_float(b) : bits_float(b));
+    }
+    vals.push_back(NAN);
+    constexpr int64_t kCols = 128;
+    const int64_t rows = (static_cast<int64_t>(vals.size()) + kCols - 2) / (kCols - 1);
+    std::vector<float> x(static_cast<size_t>(rows * kCols), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) x[static_cast<size_t>(r * kCols)] = (r % 2 == 0) ? 448.0f : -448.0f;
+    for (size_t i = 0; i < vals.size(); ++i) {
+        const auto r = static_cast<int64_t>(i) / (kCols - 1), c = 1 + static_cast<int64_t>(i) % (kCols - 1);
+        x[static_cast<size_t>(r * kCols + c)] = vals[i];
+    }
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(dtype_name(dt));
+        const Pair in = make_pair_from(x, {rows, kCols}, dt, false, alloc(), stream());
+        Tensor out_h = Tensor::empty({rows, kCols}, DType::kF8E4M3), scale_h = Tensor::empty({rows, 1}, DType::kF32);
+        ref::fp8_act_quant({.out = out_h, .scale = scale_h, .in = in.hv}, nullptr);
+        Tensor out_d = Tensor::empty({rows, kCols}, DType::kF8E4M3, alloc());
+        Tensor scale_d = Tensor::empty({rows, 1}, DType::kF32, alloc());
+        cuda::fill_bytes_async(out_d, 0xa5, stream());
+        cuda::fp8_act_quant({.out = out_d, .scale = scale_d, .in = in.dv}, raw_stream());
+        const Tensor got = cuda::to_host(out_d, stream()), got_s = cuda::to_host(scale_d, stream());
+        int64_t bad = 0, bad_s = 0;
+        for (int64_t i = 0; i < rows * kCols; ++i) {
+            const uint8_t g = got.ptr<uint8_t>()[i], e = out_h.ptr<uint8_t>()[i];
+            if (g != e && bad++ < 5) {
+                std::printf("[fp8] tie test %s: input %a -> 0x%02x, reference 0x%02x\n", dtype_name(dt).data(),
+                            static_cast<double>(x[static_cast<size_t>(i)]), g, e);
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) bad_s += got_s.ptr<float>()[r] != scale_h.ptr<float>()[r];
+        std::printf("[fp8] tie test %s: %lld values, %lld bytes / %lld scales differ\n", dtype_name(dt).data(),
+                    static_cast<long long>(rows * kCols), static_cast<long long>(bad), static_cast<long long>(bad_s));
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(bad_s, 0);
     }
 }
 
@@ -238,7 +305,8 @@ void run_dense_cases(Fp8Test& test, const Variants& variants) {
                     if (!lt_layout || g.out == DType::kBF16) {
                         EXPECT_EQ(ran, lt_layout) << what;
                     }
-                } else if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma) {
+                } else if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
+                           v == cuda::Fp8GemmVariant::kWgmmaTmaWide) {
                     EXPECT_EQ(ran, wgmma_expected) << what;
                 } else {
                     EXPECT_TRUE(ran) << what;
@@ -325,7 +393,8 @@ void run_grouped_cases(Fp8Test& test, const Variants& variants) {
             } else {
                 ran = cuda::fp8_grouped_gemm_variant(p, v, test.raw_stream());
             }
-            if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma) {
+            if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
+                v == cuda::Fp8GemmVariant::kWgmmaTmaWide) {
                 EXPECT_EQ(ran, wgmma_expected) << what;
             }
             if (!ran) {
@@ -349,10 +418,12 @@ TEST_F(Fp8Test, GroupedGemmVariants) {
 // tell them apart (tools/fp8_gemm_run.sh runs this suite on its own).
 class Fp8TmaTest : public Fp8Test {};
 TEST_F(Fp8TmaTest, DenseGemm) {
-    run_dense_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kAuto});
+    run_dense_cases(
+        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kAuto});
 }
 TEST_F(Fp8TmaTest, GroupedGemm) {
-    run_grouped_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kAuto});
+    run_grouped_cases(
+        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kAuto});
 }
 
 }  // namespace
@@ -393,21 +464,118 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
             cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
             const kernels::Fp8GroupedGemmParams p{
                 .out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale, .offsets = off_d};
-            ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(p, cuda::Fp8GemmVariant::kWgmmaTma, raw_stream()));
+            // Both tile widths, alternating; each is checked on two of every eight launches.
+            const cuda::Fp8GemmVariant v =
+                it % 2 == 0 ? cuda::Fp8GemmVariant::kWgmmaTma : cuda::Fp8GemmVariant::kWgmmaTmaWide;
+            ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(p, v, raw_stream()));
             finish_or_exit(
                 raw_stream(), 30.0,
                 "[fp8] launch " + std::to_string(it) + " (n=" + std::to_string(n) + " k=" + std::to_string(k) + ")");
             ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-            if (it % 8 != 7) continue;
+            if (it % 8 < 6) continue;
             const std::vector<float> got = read_any(out, stream());
             int64_t bad = 0;
             for (int64_t i = 0; i < off.back() * n; ++i) bad += got[static_cast<size_t>(i)] != static_cast<float>(k);
-            EXPECT_EQ(bad, 0) << "launch " << it << ": valid elements that are not K";
+            EXPECT_EQ(bad, 0) << "launch " << it << " (" << cuda::fp8_gemm_variant_name(v)
+                              << "): valid elements that are not K";
             checked += off.back() * n;
         }
         std::printf("[fp8] tail-heavy routing n=%lld k=%lld: %lld launches finished, %lld elements checked\n",
                     static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(kLaunches),
                     static_cast<long long>(checked));
+    }
+}
+
+// fp8_grouped_gemm_glu: bit-exact with its unfused sequence (kernels/ops.h) run op by op on the GPU, with the GEMM of
+// either TMA tile width; the fused cases leave gate_up untouched (so the fused epilogue did run), the others (I not
+// a multiple of 128, f32 activations) take the unfused path and must equal it too.
+TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
+    if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
+    struct C {
+        const char* name;
+        int64_t inter, k;
+        std::vector<int32_t> sizes;
+        kernels::GluKind act;
+        DType act_dtype;
+        bool fused;
+    };
+    std::mt19937 srng(2700);
+    const std::vector<C> cases = {
+        {"silu I=256 tile edges", 256, 384, {127, 0, 129, 64, 1}, kernels::GluKind::kSilu, DType::kBF16, true},
+        {"situ I=384 16 groups", 384, 256, random_sizes(srng, 16, 40, 0.2), kernels::GluKind::kSitu, DType::kBF16,
+         true},
+        {"silu DSV3 I=2048 k=7168", 2048, 7168, {0, 130, 161}, kernels::GluKind::kSilu, DType::kBF16, true},
+        {"silu I=200 (unfused)", 200, 256, {50, 0, 77}, kernels::GluKind::kSilu, DType::kBF16, false},
+        {"situ f32 (unfused)", 256, 128, {33, 95}, kernels::GluKind::kSitu, DType::kF32, false},
+    };
+    uint32_t seed = 2800;
+    for (const C& c : cases) {
+        SCOPED_TRACE(::testing::Message() << c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const std::vector<int32_t> off = offsets_of(c.sizes);
+        const int64_t used = off.back(), rows = used + 5, n2 = 2 * c.inter, kb = blocks_of(c.inter);
+        const auto groups = static_cast<int64_t>(c.sizes.size());
+        const Activations x = make_activations(rng, rows, c.k, /*transposed_scale=*/true, alloc(), stream());
+        const Weights w = make_weights(rng, groups, n2, c.k, alloc(), stream());
+        const Tensor off_d = dev_i32(off, alloc(), stream());
+        // The op under test, poisoned outputs; scales in fp8_quantize_rows' transposed layout.
+        Tensor gate_up = Tensor::empty({rows, n2}, c.act_dtype, alloc());
+        Tensor out = Tensor::empty({rows, c.inter}, DType::kF8E4M3, alloc());
+        Tensor scale = Tensor::empty({kb * rows}, DType::kF32, alloc());
+        for (const Tensor* t : {&gate_up, &out, &scale}) cuda::fill_bytes_async(*t, 0xff, stream());
+        const TensorView scale_v = scale.view().as_strided(0, {rows, kb}, {1, rows});
+        cuda::fp8_grouped_gemm_glu({.out = out,
+                                    .out_scale = scale_v,
+                                    .a = x.a_d,
+                                    .a_scale = x.scale_dv,
+                                    .b = w.b_d,
+                                    .b_scale = w.scale_d,
+                                    .offsets = off_d,
+                                    .gate_up = gate_up,
+                                    .act = c.act},
+                                   raw_stream());
+        const Tensor got = cuda::to_host(out, stream()), got_s = cuda::to_host(scale, stream());
+        const Tensor got_gu = cuda::to_host(gate_up, stream());
+        int64_t gu_written = 0;
+        const auto gu_bytes = static_cast<int64_t>(dtype_bytes(c.act_dtype, static_cast<size_t>(used * n2)));
+        for (int64_t i = 0; i < gu_bytes; ++i) gu_written += got_gu.ptr<uint8_t>()[i] != 0xff;
+        if (c.fused) {
+            EXPECT_EQ(gu_written, 0) << "the fused epilogue must leave gate_up untouched";
+        } else {
+            EXPECT_GT(gu_written, 0) << "the unfused path writes gate_up";
+        }
+        for (const cuda::Fp8GemmVariant v : {cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kWgmmaTma}) {
+            // The unfused sequence, op by op.
+            Tensor gu2 = Tensor::empty({rows, n2}, c.act_dtype, alloc());
+            Tensor out2 = Tensor::empty({rows, c.inter}, DType::kF8E4M3, alloc());
+            Tensor scale2 = Tensor::empty({rows, kb}, DType::kF32, alloc());
+            ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(
+                {.out = gu2, .a = x.a_d, .a_scale = x.scale_dv, .b = w.b_d, .b_scale = w.scale_d, .offsets = off_d}, v,
+                raw_stream()));
+            const TensorView g = gu2.view().slice(1, 0, c.inter), u = gu2.view().slice(1, c.inter, n2);
+            if (c.act == kernels::GluKind::kSilu) {
+                cuda::silu_mul({.out = g, .gate = g, .up = u}, raw_stream());
+            } else {
+                cuda::situ_mul({.out = g, .gate = g, .up = u, .beta = 4.0f, .linear_beta = 25.0f}, raw_stream());
+            }
+            cuda::fp8_act_quant({.out = out2, .scale = scale2, .in = g}, raw_stream());
+            const Tensor want = cuda::to_host(out2, stream()), want_s = cuda::to_host(scale2, stream());
+            int64_t bad = 0, bad_s = 0;
+            for (int64_t i = 0; i < used * c.inter; ++i) bad += got.ptr<uint8_t>()[i] != want.ptr<uint8_t>()[i];
+            for (int64_t r = 0; r < used; ++r) {
+                for (int64_t b = 0; b < kb; ++b) {
+                    const float e = want_s.ptr<float>()[r * kb + b], a = got_s.ptr<float>()[b * rows + r];
+                    bad_s += std::memcmp(&e, &a, sizeof(float)) != 0;
+                }
+            }
+            std::printf("[fp8] glu %-28s vs unfused (%s GEMM): %lld / %lld bytes, %lld / %lld scales differ\n", c.name,
+                        cuda::fp8_gemm_variant_name(v), static_cast<long long>(bad),
+                        static_cast<long long>(used * c.inter), static_cast<long long>(bad_s),
+                        static_cast<long long>(used * kb));
+            EXPECT_EQ(bad, 0) << cuda::fp8_gemm_variant_name(v);
+            EXPECT_EQ(bad_s, 0) << cuda::fp8_gemm_variant_name(v);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 // that exercise the 16-byte path, the scalar path and the tail. The host sweep needs no GPU and always runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -97,6 +98,53 @@ TEST(Fp8HostTest, DeviceRoutineMatchesCoreOnSweepOfAllFloats) {
     std::vector<uint8_t> got(bits.size());
     for (size_t i = 0; i < bits.size(); ++i) got[i] = cuda::e4m3_from_f32_bits(bits[i]);
     EXPECT_TRUE(same_bytes(got, expected_e4m3(bits), bits));
+}
+
+// fp8.cuh div_by_recip, the FP8 quantisers' quotient, against IEEE division (the CPU reference's), on the quantiser's
+// operands: s = max(amax, 1e-4) / 448 and x = any bf16 or f32 with |x| <= amax, amax over every binade of bf16 (and
+// 0). The e4m3 bytes must be equal everywhere, the f32 quotients wherever |x / s| >= 2^-10 (every quotient the
+// cast can tell apart from 0). Seeded; ~8M pairs, plus x = +-amax, +-0 and NaN in every block.
+TEST(Fp8HostTest, DivByRecipCastsLikeTheDivision) {
+    PENSTOCK_SEEDED(4242);
+    std::mt19937 rng(4242);
+    std::uniform_int_distribution<uint32_t> bits16(0, 0xffff);
+    auto bf16_value = [](uint32_t b16) { return bits_float(b16 << 16); };
+    int64_t checked = 0, bad_bytes = 0, bad_f32 = 0;
+    for (int block = 0; block < 40000; ++block) {
+        float amax = std::fabs(bf16_value(bits16(rng) & 0x7fffu));
+        if (!std::isfinite(amax)) amax = 0.0f;
+        const float s = std::max(amax, 1e-4f) / 448.0f;
+        const float r = 1.0f / s;
+        std::vector<float> xs = {amax, -amax, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()};
+        for (int i = 0; i < 200; ++i) {
+            const float x = bf16_value(bits16(rng));
+            if (std::fabs(x) <= amax) xs.push_back(x);
+            // and a value scaled into [-amax, amax] with bf16 rounding, so small amax blocks get many
+            xs.push_back(bf16_value(float_bits(amax * (static_cast<float>(rng() % 2001) / 1000.0f - 1.0f)) >> 16));
+            // and an f32 value (fp8_act_quant's f32 inputs)
+            xs.push_back(
+                amax * std::ldexp(static_cast<float>(rng() % (1u << 24)) / 16777216.0f, -static_cast<int>(rng() % 40)) *
+                (rng() % 2 == 0 ? 1.0f : -1.0f));
+        }
+        for (const float x : xs) {
+            if (std::fabs(x) > amax) continue;
+            const float want = x / s, got = cuda::div_by_recip(x, s, r);
+            const uint8_t wb = std::isnan(want) ? 0x7f : cuda::e4m3_from_f32_bits(float_bits(want));
+            const uint8_t gb = std::isnan(got) ? 0x7f : cuda::e4m3_from_f32_bits(float_bits(got));
+            if (wb != gb && bad_bytes++ < 5) {
+                std::printf("[fp8] div_by_recip mismatch: x %a s %a: %a (0x%02x) vs %a (0x%02x)\n",
+                            static_cast<double>(x), static_cast<double>(s), static_cast<double>(got), gb,
+                            static_cast<double>(want), wb);
+            }
+            if (std::fabs(want) >= 0x1p-10f && float_bits(want) != float_bits(got)) ++bad_f32;
+            ++checked;
+        }
+    }
+    std::printf("[fp8] div_by_recip: %lld pairs, %lld e4m3 / %lld f32 mismatches\n", static_cast<long long>(checked),
+                static_cast<long long>(bad_bytes), static_cast<long long>(bad_f32));
+    EXPECT_GT(checked, 4000000);
+    EXPECT_EQ(bad_bytes, 0);
+    EXPECT_EQ(bad_f32, 0);
 }
 
 class QuantizeE4m3Test : public CudaTest {
