@@ -74,14 +74,16 @@ Tensor scratch_filled(const kernels::Context& ctx, const Shape& shape, float val
     return t;
 }
 
-Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx) {
-    const int64_t m = x.size(0), k = x.size(1);
+Fp8Activations fp8_rows_scratch(int64_t m, int64_t k, const kernels::Context& ctx) {
     const int64_t kb = (k + kernels::kFp8Block - 1) / kernels::kFp8Block;
     Tensor scale_store = scratch(ctx, {kb * m});
     const TensorView scale = scale_store.view().as_strided(0, {m, kb}, {1, m});
-    Fp8Activations q{
-        .data = scratch(ctx, {m, k}, DType::kF8E4M3), .scale_store = std::move(scale_store), .scale = scale};
-    if (m > 0) kernels::fp8_act_quant({.out = q.data, .scale = q.scale, .in = x}, ctx);
+    return {.data = scratch(ctx, {m, k}, DType::kF8E4M3), .scale_store = std::move(scale_store), .scale = scale};
+}
+
+Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx) {
+    Fp8Activations q = fp8_rows_scratch(x.size(0), x.size(1), ctx);
+    if (x.size(0) > 0) kernels::fp8_act_quant({.out = q.data, .scale = q.scale, .in = x}, ctx);
     return q;
 }
 

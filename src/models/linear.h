@@ -36,6 +36,8 @@ struct Fp8Activations {
     Tensor scale_store;  // [ceil(k / 128) * n_rows] f32, owns `scale`'s memory
     TensorView scale;    // [n_rows, ceil(k / 128)] f32 view, strides {1, n_rows}
 };
+// Uninitialised e4m3 rows [m, k] and their scales in the layout above, on ctx's device.
+Fp8Activations fp8_rows_scratch(int64_t m, int64_t k, const kernels::Context& ctx);
 // kernels::fp8_act_quant of x [n_rows, k] (f32 or bf16, rows may be strided) into new scratch on ctx's device.
 Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx);
 

@@ -346,14 +346,11 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             // (kernels::fp8_grouped_gemm_glu, bit-exact with GEMM + activation + fp8_act_quant; CUDA fuses all three
             // into the GEMM's epilogue). The quantised activations keep fp8_quantize_rows' scale layout.
             Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
-            const int64_t kb = (inter_ + kernels::kFp8Block - 1) / kernels::kFp8Block;
-            Tensor act = scratch(ctx, {n_rows, inter_}, DType::kF8E4M3);
-            Tensor act_scale_store = scratch(ctx, {kb * n_rows});
-            const TensorView act_scale = act_scale_store.view().as_strided(0, {n_rows, kb}, {1, n_rows});
+            const Fp8Activations act = fp8_rows_scratch(n_rows, inter_, ctx);
             {
                 const kernels::ProfileScope step(ctx, "gate_up_act");
-                kernels::fp8_grouped_gemm_glu({.out = act,
-                                               .out_scale = act_scale,
+                kernels::fp8_grouped_gemm_glu({.out = act.data,
+                                               .out_scale = act.scale,
                                                .a = permuted,
                                                .a_scale = permuted_scale,
                                                .b = experts_gate_up_,
@@ -368,8 +365,8 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             {
                 const kernels::ProfileScope step(ctx, "down");
                 kernels::fp8_grouped_gemm({.out = expert_out,
-                                           .a = act,
-                                           .a_scale = act_scale,
+                                           .a = act.data,
+                                           .a_scale = act.scale,
                                            .b = experts_down_,
                                            .b_scale = experts_down_scale_,
                                            .offsets = offsets},
