@@ -1,5 +1,6 @@
 // cuda::rms_norm timing over model-sized shapes, every variant, f32 and bf16 (same Params as the op; correctness is
 // the conformance test's job). Bytes moved: in + out per element and the weight once, the least the op must move.
+// Then the fused form (residual add + norm + FP8 rows) against the three ops it replaces.
 #include <random>
 #include <string>
 #include <vector>
@@ -70,6 +71,50 @@ void run_rms_norm_bench(BenchContext& ctx) {
                 }
                 ctx.stream().synchronize();  // x_host / w_host die at the end of this iteration
             }
+        }
+    }
+
+    // A decoder block's norm with both fusions (kernels/ops.h RmsNormParams: hidden += sub_out, then the norm and the
+    // FP8 rows of its output) against the three ops it replaces (add, rms_norm, fp8_act_quant), bf16, auto mapping.
+    // Bytes: the fused op's least traffic (read hidden and sub_out, write hidden, out, e4m3 and scales); the unfused
+    // figure is over the same bytes, so the GB/s ratio is the time ratio.
+    for (const int64_t dim : {1536, 7168}) {
+        for (const int64_t n_rows : {4096, 16384}) {
+            const int64_t kb = (dim + kernels::kFp8Block - 1) / kernels::kFp8Block;
+            const Tensor hidden =
+                cuda::to_device(random_host({n_rows, dim}, DType::kBF16, rng), ctx.alloc(), ctx.stream());
+            const Tensor sub =
+                cuda::to_device(random_host({n_rows, dim}, DType::kBF16, rng), ctx.alloc(), ctx.stream());
+            const Tensor w = cuda::to_device(random_host({dim}, DType::kBF16, rng), ctx.alloc(), ctx.stream());
+            const Tensor y = Tensor::empty({n_rows, dim}, DType::kBF16, ctx.alloc());
+            const Tensor q = Tensor::empty({n_rows, dim}, DType::kF8E4M3, ctx.alloc());
+            const Tensor scale = Tensor::empty({kb * n_rows}, DType::kF32, ctx.alloc());
+            const TensorView scale_v = scale.view().as_strided(0, {n_rows, kb}, {1, n_rows});  // cuBLASLt's layout
+            const double bytes =
+                static_cast<double>(n_rows * dim) * (2.0 * 4 + 1) + static_cast<double>(n_rows * kb) * 4;
+            // hidden grows by sub each call; the values stay finite over the timed reps (bf16 range).
+            const kernels::RmsNormParams fused{.out = y,
+                                               .in = hidden,
+                                               .weight = w,
+                                               .eps = 1e-6f,
+                                               .residual = sub,
+                                               .quant_out = q,
+                                               .quant_scale = scale_v};
+            const Timing t_fused = ctx.time([&] { cuda::rms_norm(fused, ctx.stream().handle()); });
+            const Timing t_unfused = ctx.time([&] {
+                cuda::add({.out = hidden, .a = hidden, .b = sub}, ctx.stream().handle());
+                cuda::rms_norm({.out = y, .in = hidden, .weight = w, .eps = 1e-6f}, ctx.stream().handle());
+                cuda::fp8_act_quant({.out = q, .scale = scale_v, .in = y}, ctx.stream().handle());
+            });
+            for (const bool is_fused : {false, true}) {
+                nlohmann::json record = ctx.base_record("add_rms_norm_fp8");
+                record["variant"] = is_fused ? "fused" : "add + rms_norm + fp8_act_quant";
+                record["dtype"] = "bf16";
+                record["n_rows"] = n_rows;
+                record["dim"] = dim;
+                ctx.report(record, is_fused ? t_fused : t_unfused, bytes);
+            }
+            ctx.stream().synchronize();
         }
     }
 }

@@ -45,11 +45,20 @@ struct EmbeddingParams {
 };
 
 // out = weight * (x * rsqrt(mean(x^2) + eps)), fp32 accumulation. out may alias in. Rows may be strided (stride(0)).
+// Two optional fusions (off while their data is nullptr), each equal bit for bit to the unfused sequence (SPEC §2):
+//   residual:   first in = in + residual in place (AddParams' rounding: the f32 sum rounded once to in's dtype), then
+//               x = that sum: the pre-norm residual add of a decoder block ("hidden += sub_out; normed =
+//               norm(hidden)"). residual may not alias in or out.
+//   quant_out:  then also fp8_act_quant(out) -> quant_out, quant_scale (Fp8ActQuantParams, on out's rounded values):
+//               the FP8 input of the projections that read out, without a pass over out of their own.
 struct RmsNormParams {
     TensorView out;     // [n_rows, dim] f32
     TensorView in;      // [n_rows, dim] f32
     TensorView weight;  // [dim] f32
     float eps = 1e-6f;
+    TensorView residual = {};     // [n_rows, dim] in's dtype, rows may be strided; optional
+    TensorView quant_out = {};    // [n_rows, dim] f8e4m3, rows may be strided; optional
+    TensorView quant_scale = {};  // [n_rows, ceil(dim / 128)] f32, strided on dims 0 and 1 (Fp8ActQuantParams::scale)
 };
 
 // out = ((x - mean) * rsqrt(var + eps)) * weight + bias (biased variance, fp32). bias optional (data == nullptr).

@@ -81,24 +81,24 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
     const auto eps = static_cast<float>(config_.rms_norm_eps);
     Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
     Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
+    BlockNorms norms(n, h, eps, ctx);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         const kernels::ProfileScope layer_scope(ctx, "layer");
-        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
+        const Fp8Activations* xq = norms.apply(layer.input_norm, act->hidden, sub_out, normed, layer.attn->fp8_input());
         {
             const kernels::ProfileScope scope(ctx, "attn");
             layer.attn->forward(batch, layout, normed, index, &mla_cache->latent, rope_, softmax_scale_, options_,
-                                sub_out, ctx);
+                                sub_out, ctx, xq);
         }
-        residual_add(act->hidden, sub_out, ctx);
-        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
+        xq = norms.apply(layer.post_norm, act->hidden, sub_out, normed, layer.ffn->fp8_input());
         {
             const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
-            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch}, xq);
         }
-        residual_add(act->hidden, sub_out, ctx);
     }
+    norms.finish(act->hidden, sub_out);
 }
 
 Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activations& act,

@@ -292,22 +292,23 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     // [n, index_topk] i32: the latest full layer's selection for this layout's rows (sparse path); a stage starting
     // at a shared layer gets the previous stage's from the pipeline.
     Tensor key_pos = act->dsa_topk;
+    BlockNorms norms(n, h, eps, ctx);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         const kernels::ProfileScope layer_scope(ctx, "layer");
-        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
+        const Fp8Activations* xq = norms.apply(layer.input_norm, act->hidden, sub_out, normed, layer.attn->fp8_input());
         std::optional<kernels::ProfileScope> attn_scope(std::in_place, ctx, "attn");
         if (dense) {
             layer.attn->forward(batch, layout, normed, index, &dsa_cache->latent, rope_, softmax_scale_, options_,
-                                sub_out, ctx);
+                                sub_out, ctx, xq);
             if (layer.indexer) {
                 const kernels::ProfileScope scope(ctx, "indexer");
                 const kernels::ProfileScope keys_scope(ctx, "k_write");
                 layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
             }
         } else {
-            const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx);
+            const MlaAttention::Projection proj = layer.attn->project(layout, normed, rope_, ctx, xq);
             {
                 const kernels::ProfileScope scope(ctx, "kv_write");
                 const Tensor kv_rows = layout.cp ? cp_gather_rows(layout, proj.kv, ctx) : proj.kv;
@@ -332,14 +333,13 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
             attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
         }
         attn_scope.reset();
-        residual_add(act->hidden, sub_out, ctx);
-        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
+        xq = norms.apply(layer.post_norm, act->hidden, sub_out, normed, layer.ffn->fp8_input());
         {
             const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
-            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+            layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch}, xq);
         }
-        residual_add(act->hidden, sub_out, ctx);
     }
+    norms.finish(act->hidden, sub_out);
     act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer
 }
 

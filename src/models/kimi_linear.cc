@@ -342,23 +342,24 @@ void KimiLinearModel::embed(const BatchLayout& layout, Activations* act, const k
 
 void KimiLinearModel::attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                                 const TensorView& x, KimiLinearCache* cache, const TensorView& slots,
-                                const TensorView& out, const kernels::Context& ctx) const {
+                                const TensorView& out, const kernels::Context& ctx, const Fp8Activations* xq) const {
     const kernels::ProfileScope scope(ctx, layer.kda ? "kda" : "attn");
     if (layer.kda) {  // context parallelism: KdaAttention gathers what its recurrences need
         layer.kda->forward(layout, x, cache->states().recurrent(layer.kda_slot_layer),
                            cache->states().conv(layer.kda_slot_layer), slots, out, ctx);
     } else {
-        layer.mla->forward(batch, layout, x, index, cache->latent(index), no_rope_, softmax_scale_, options_, out, ctx);
+        layer.mla->forward(batch, layout, x, index, cache->latent(index), no_rope_, softmax_scale_, options_, out, ctx,
+                           xq);
     }
 }
 
 void KimiLinearModel::ffn(const Layer& layer, int64_t index, const ForwardBatch& batch, const TensorView& x,
-                          const TensorView& out, const kernels::Context& ctx) const {
+                          const TensorView& out, const kernels::Context& ctx, const Fp8Activations* xq) const {
     const kernels::ProfileScope scope(ctx, layer.moe ? "moe" : "mlp");
     if (layer.moe) {
-        layer.moe->forward(x, out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch});
+        layer.moe->forward(x, out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch}, xq);
     } else {
-        layer.mlp->forward(x, out, ctx);
+        layer.mlp->forward(x, out, ctx, xq);
     }
 }
 
@@ -376,17 +377,17 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
     const auto eps = static_cast<float>(config_.rms_norm_eps);
     Tensor normed = scratch(ctx, {n, h}, act->hidden.dtype());
     Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
+    BlockNorms norms(n, h, eps, ctx);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
         const kernels::ProfileScope layer_scope(ctx, "layer");
-        block_rms_norm(layer.input_norm, act->hidden, normed, eps, ctx);
-        attention(layer, index, batch, layout, normed, kc, slots, sub_out, ctx);
-        residual_add(act->hidden, sub_out, ctx);
-        block_rms_norm(layer.post_norm, act->hidden, normed, eps, ctx);
-        ffn(layer, index, batch, normed, sub_out, ctx);
-        residual_add(act->hidden, sub_out, ctx);
+        const Fp8Activations* xq = norms.apply(layer.input_norm, act->hidden, sub_out, normed, attn_fp8_input(layer));
+        attention(layer, index, batch, layout, normed, kc, slots, sub_out, ctx, xq);
+        xq = norms.apply(layer.post_norm, act->hidden, sub_out, normed, ffn_fp8_input(layer));
+        ffn(layer, index, batch, normed, sub_out, ctx, xq);
     }
+    norms.finish(act->hidden, sub_out);
 }
 
 void KimiLinearModel::attn_res_read(const Activations& act, int64_t n_rows, const ResidualQuery& q,
@@ -412,6 +413,7 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
     PENSTOCK_CHECK(act->bank.defined()) << "AttnRes needs the bank from embed() / the previous stage";
     Tensor mixed = scratch(ctx, {n, h}, act->hidden.dtype());
     Tensor sub_out = scratch(ctx, {n, h}, act->hidden.dtype());
+    BlockNorms norms(n, h, eps, ctx);  // the FP8 rows only: each norm reads a fresh mix, not hidden + sub_out
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const int64_t index = range_.begin + static_cast<int64_t>(i);
@@ -430,15 +432,17 @@ void KimiLinearModel::forward_layers_attn_res(const ForwardBatch& batch, const B
                 ++rows;
             }
         }
-        block_rms_norm(layer.input_norm, mixed, mixed, eps, ctx);
-        attention(layer, index, batch, layout, mixed, cache, slots, sub_out, ctx);
+        const Fp8Activations* xq = norms.fp8_rows(attn_fp8_input(layer));
+        block_rms_norm(layer.input_norm, mixed, mixed, eps, ctx, {}, xq);
+        attention(layer, index, batch, layout, mixed, cache, slots, sub_out, ctx, xq);
         residual_add(act->hidden, sub_out, ctx);
         {
             const kernels::ProfileScope scope(ctx, "attn_res");
             attn_res_read(*act, rows, layer.mlp_res, mixed, ctx);
         }
-        block_rms_norm(layer.post_norm, mixed, mixed, eps, ctx);
-        ffn(layer, index, batch, mixed, sub_out, ctx);
+        xq = norms.fp8_rows(ffn_fp8_input(layer));
+        block_rms_norm(layer.post_norm, mixed, mixed, eps, ctx, {}, xq);
+        ffn(layer, index, batch, mixed, sub_out, ctx, xq);
         residual_add(act->hidden, sub_out, ctx);
     }
 }

@@ -101,12 +101,18 @@ private:
                        const kernels::Context& ctx) const;
     void forward_layers_attn_res(const ForwardBatch& batch, const BatchLayout& layout, Activations* act,
                                  KimiLinearCache* cache, const TensorView& slots, const kernels::Context& ctx) const;
+    // xq (attention, ffn): x's FP8 rows from the norm that made x, or null (MlaAttention / MoeBlock forward).
     void attention(const Layer& layer, int64_t index, const ForwardBatch& batch, const BatchLayout& layout,
                    const TensorView& x, KimiLinearCache* cache, const TensorView& slots, const TensorView& out,
-                   const kernels::Context& ctx) const;
+                   const kernels::Context& ctx, const Fp8Activations* xq) const;
     // out = the layer's MoE or dense MLP of x (profiling scope "moe" / "mlp").
     void ffn(const Layer& layer, int64_t index, const ForwardBatch& batch, const TensorView& x, const TensorView& out,
-             const kernels::Context& ctx) const;
+             const kernels::Context& ctx, const Fp8Activations* xq) const;
+    // Whether the layer's attention (MLA; KDA quantises its own inputs) and its ffn read x in FP8.
+    static bool attn_fp8_input(const Layer& layer) { return layer.mla && layer.mla->fp8_input(); }
+    static bool ffn_fp8_input(const Layer& layer) {
+        return layer.moe ? layer.moe->fp8_input() : layer.mlp && layer.mlp->fp8_gate_up();
+    }
 
     loader::ModelConfig config_;
     KimiConfig kimi_;

@@ -140,9 +140,35 @@ Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx) {
 }
 
 void block_rms_norm(const TensorView& weight, const TensorView& in, const TensorView& out, float eps,
-                    const kernels::Context& ctx) {
+                    const kernels::Context& ctx, const TensorView& residual, const Fp8Activations* xq) {
     const kernels::ProfileScope scope(ctx, "norm");
-    kernels::rms_norm({.out = out, .in = in, .weight = weight, .eps = eps}, ctx);
+    kernels::rms_norm({.out = out,
+                       .in = in,
+                       .weight = weight,
+                       .eps = eps,
+                       .residual = residual,
+                       .quant_out = xq != nullptr ? xq->data.view() : TensorView{},
+                       .quant_scale = xq != nullptr ? xq->scale : TensorView{}},
+                      ctx);
+}
+
+const Fp8Activations* BlockNorms::apply(const TensorView& weight, const TensorView& hidden, const TensorView& sub_out,
+                                        const TensorView& out, bool fp8_out) {
+    const Fp8Activations* xq = fp8_rows(fp8_out);
+    block_rms_norm(weight, hidden, out, eps_, ctx_, pending_ ? sub_out : TensorView{}, xq);
+    pending_ = true;
+    return xq;
+}
+
+const Fp8Activations* BlockNorms::fp8_rows(bool want) {
+    if (!want || n_rows_ == 0) return nullptr;
+    if (!xq_) xq_ = fp8_rows_scratch(n_rows_, dim_, ctx_);
+    return &*xq_;
+}
+
+void BlockNorms::finish(const TensorView& hidden, const TensorView& sub_out) {
+    if (pending_) residual_add(hidden, sub_out, ctx_);
+    pending_ = false;
 }
 
 void residual_add(const TensorView& hidden, const TensorView& sub_out, const kernels::Context& ctx) {

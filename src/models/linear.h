@@ -1,6 +1,7 @@
 // Linear layers over the op interface: y = x W^T (+ b), W a torch Linear weight [out, in].
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -96,9 +97,38 @@ Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::C
 Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx);
 
 // The two steps around a decoder layer's blocks, under their profiling scopes (kernels/profile.h): out = RMSNorm(in)
-// * weight ("norm"; out may alias in), and hidden += sub_out ("residual").
+// * weight ("norm"; out may alias in), and hidden += sub_out ("residual"). The norm takes the fusions of
+// kernels::RmsNormParams: a defined `residual` is added to in first (in += residual, the residual_add of the block
+// before, bit-identical), and a non-null xq also gets out's FP8 rows (fp8_rows_scratch layout, [n, dim]).
 void block_rms_norm(const TensorView& weight, const TensorView& in, const TensorView& out, float eps,
-                    const kernels::Context& ctx);
+                    const kernels::Context& ctx, const TensorView& residual = {}, const Fp8Activations* xq = nullptr);
 void residual_add(const TensorView& hidden, const TensorView& sub_out, const kernels::Context& ctx);
+
+// The norms of a stage's pre-norm decoder blocks with block_rms_norm's fusions. Each block reads
+// out = RMSNorm(hidden) and writes sub_out, to be added to hidden: apply() folds that add into the next block's norm
+// and finish() does it for the stage's last block. Norms whose output feeds FP8 projections also quantise it, into
+// one buffer that the blocks share (each consumes it before the next norm). Bit-identical to residual_add +
+// block_rms_norm + fp8_quantize_rows per block.
+class BlockNorms {
+public:
+    BlockNorms(int64_t n_rows, int64_t dim, float eps, const kernels::Context& ctx)
+        : n_rows_(n_rows), dim_(dim), eps_(eps), ctx_(ctx) {}
+    // out = RMSNorm(hidden += the previous block's sub_out) * weight; returns out's FP8 rows when fp8_out (and there
+    // are rows), else null.
+    const Fp8Activations* apply(const TensorView& weight, const TensorView& hidden, const TensorView& sub_out,
+                                const TensorView& out, bool fp8_out);
+    // hidden += sub_out of the last block, if a block ran.
+    void finish(const TensorView& hidden, const TensorView& sub_out);
+    // The shared FP8 rows buffer [n_rows, dim] when `want` (and there are rows), else null: for norms that cannot
+    // take the residual add (Kimi's attention residuals) but quantise their output all the same.
+    const Fp8Activations* fp8_rows(bool want);
+
+private:
+    int64_t n_rows_, dim_;
+    float eps_;
+    const kernels::Context& ctx_;
+    bool pending_ = false;  // sub_out holds a block's output not yet added to hidden
+    std::optional<Fp8Activations> xq_;
+};
 
 }  // namespace penstock::models

@@ -73,29 +73,45 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     return a;
 }
 
+bool MlaAttention::fp8_input() const {
+    const Linear& q_first = dims_.q_lora_rank > 0 ? q_a_proj_ : q_proj_;
+    return q_first.fp8() && kv_a_proj_.fp8();
+}
+
 MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
-                                               const kernels::Context& ctx) const {
+                                               const kernels::Context& ctx, const Fp8Activations* xq) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t qk = d.qk_head_dim();
     Projection p;
 
-    // FP8 q_a (or q) and kv_a read the same x: one quantisation for both (bit-identical to one each).
-    const Linear& q_first = d.q_lora_rank > 0 ? q_a_proj_ : q_proj_;
-    std::optional<Fp8Activations> xq;
+    // FP8 q_a (or q) and kv_a read the same x: the caller's FP8 rows, or one quantisation here for both
+    // (bit-identical to one each).
+    std::optional<Fp8Activations> own;
+    if (!fp8_input()) xq = nullptr;
     // q: [n, n_heads, qk_head_dim]
     {
         const kernels::ProfileScope scope(ctx, "q_proj");
-        if (q_first.fp8() && kv_a_proj_.fp8() && n > 0) {
+        if (xq == nullptr && fp8_input() && n > 0) {
             const kernels::ProfileScope quant(ctx, "act_quant");
-            xq = fp8_quantize_rows(x, ctx);
+            own = fp8_quantize_rows(x, ctx);
+            xq = &*own;
         }
         if (d.q_lora_rank > 0) {
-            p.cq = linear_new(q_a_proj_, x, ctx, xq ? &*xq : nullptr);
-            kernels::rms_norm({.out = p.cq, .in = p.cq, .weight = q_a_norm_, .eps = kLatentNormEps}, ctx);
-            p.q = linear_new(q_b_proj_, p.cq, ctx);
+            p.cq = linear_new(q_a_proj_, x, ctx, xq);
+            // An FP8 q_b reads the q latent's FP8 rows, made by its norm (bit-identical to quantising cq).
+            std::optional<Fp8Activations> cq_q;
+            if (q_b_proj_.fp8() && n > 0) cq_q = fp8_rows_scratch(n, d.q_lora_rank, ctx);
+            kernels::rms_norm({.out = p.cq,
+                               .in = p.cq,
+                               .weight = q_a_norm_,
+                               .eps = kLatentNormEps,
+                               .quant_out = cq_q ? cq_q->data.view() : TensorView{},
+                               .quant_scale = cq_q ? cq_q->scale : TensorView{}},
+                              ctx);
+            p.q = linear_new(q_b_proj_, p.cq, ctx, cq_q ? &*cq_q : nullptr);
         } else {
-            p.q = linear_new(q_proj_, x, ctx, xq ? &*xq : nullptr);
+            p.q = linear_new(q_proj_, x, ctx, xq);
         }
     }
     p.q = p.q.reshape({n, d.n_heads, qk});
@@ -104,7 +120,7 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     // latent rows [n, kv_lora + rope] = [RMSNorm(c) ; RoPE(k_pe)]
     {
         const kernels::ProfileScope scope(ctx, "kv_proj");
-        p.kv = linear_new(kv_a_proj_, x, ctx, xq ? &*xq : nullptr);
+        p.kv = linear_new(kv_a_proj_, x, ctx, xq);
         const TensorView c = p.kv.view().slice(1, 0, d.kv_lora_rank);
         kernels::rms_norm({.out = c, .in = c, .weight = kv_a_norm_, .eps = kLatentNormEps}, ctx);
     }
@@ -129,10 +145,11 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
 
 void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, int64_t layer,
                            kv_cache::PagedRowCache* cache, const RopeTable& rope, float softmax_scale,
-                           const ModelOptions& options, const TensorView& out, const kernels::Context& ctx) const {
+                           const ModelOptions& options, const TensorView& out, const kernels::Context& ctx,
+                           const Fp8Activations* xq) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
-    const Projection p = project(layout, x, rope, ctx);
+    const Projection p = project(layout, x, rope, ctx, xq);
     const TensorView q3 = p.q.view();
 
     // The chunk's latents join the cache before attention reads prefix + chunk from it. Under context parallelism
@@ -186,7 +203,6 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     const int64_t n = layout.n_tokens;
     const int64_t n_seqs = layout.n_seqs;
     const int64_t qk = d.qk_head_dim();
-    const int64_t kvb_row = d.n_heads * (d.qk_nope_head_dim + d.v_head_dim);
     // Each round expands at most `piece` keys per sequence, so a round holds <= capacity keys in total.
     const int64_t piece = std::max<int64_t>(1, capacity / std::max<int64_t>(n_seqs, 1));
     int64_t n_rounds = 0;
@@ -253,20 +269,35 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         kernels::paged_gather(
             {.out = latent, .cache = cache.layer_view(layer), .page_table = layout.page_table, .cu_rows = cu_k, .pos0 = k_pos0},
             ctx);
-        // kvb = c @ kv_b^T: per head [k_nope (nope) ; v (v_head_dim)].
-        Tensor kvb = linear_new(kv_b_proj_, latent.view().slice(1, 0, d.kv_lora_rank), ctx);
-        // K = [k_nope_h ; k_pe] per head: k_pe (one head) is broadcast over the heads with a stride-0 view.
+        // K = [k_nope_h ; k_pe] and V per head from c (the latent's first kv_lora columns): k_nope_h = c @ W_UK_h^T
+        // straight into K's head slices and v_h = c @ W_UV_h^T into V, two GEMMs batched over the heads (strided
+        // head views of kv_b, c broadcast with a batch stride of 0; absorb_q's scheme), so no [total, H, nope + v]
+        // intermediate is written and copied apart. k_pe (one head) is broadcast over the heads with a stride-0 view.
+        const TensorView w = kv_b_proj_.weight;  // [H * (nope + v), kv_lora]
+        const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
+        PENSTOCK_CHECK(w.stride(1) == 1) << "kv_b: last dim must be contiguous";
+        const TensorView c_heads =
+            latent.view().as_strided(0, {d.n_heads, total, d.kv_lora_rank}, {0, d.latent_dim(), 1});
         Tensor k = scratch(ctx, {total, d.n_heads, qk}, act);
-        const int64_t head_stride = d.qk_nope_head_dim + d.v_head_dim;
-        kernels::copy({.out = k.view().slice(2, 0, d.qk_nope_head_dim),
-                       .in = kvb.view().as_strided(0, {total, d.n_heads, d.qk_nope_head_dim}, {kvb_row, head_stride, 1})},
+        Tensor v_buf = scratch(ctx, {total, d.n_heads, d.v_head_dim}, act);
+        kernels::gemm({.out = k.view().as_strided(0, {d.n_heads, total, d.qk_nope_head_dim}, {qk, d.n_heads * qk, 1}),
+                       .a = c_heads,
+                       .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
+                                         {head_rows * w.stride(0), w.stride(0), 1}),
+                       .trans_b = true},
+                      ctx);
+        kernels::gemm({.out = v_buf.view().as_strided(0, {d.n_heads, total, d.v_head_dim},
+                                                      {d.v_head_dim, d.n_heads * d.v_head_dim, 1}),
+                       .a = c_heads,
+                       .b = w.as_strided(d.qk_nope_head_dim * w.stride(0), {d.n_heads, d.v_head_dim, d.kv_lora_rank},
+                                         {head_rows * w.stride(0), w.stride(0), 1}),
+                       .trans_b = true},
                       ctx);
         kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk),
                        .in = latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim},
                                                       {d.latent_dim(), 0, 1})},
                       ctx);
-        const TensorView v = kvb.view().as_strided(d.qk_nope_head_dim, {total, d.n_heads, d.v_head_dim},
-                                                   {kvb_row, head_stride, 1});
+        const TensorView v = v_buf.view();
         expand_scope.reset();
         const kernels::AttentionParams ap{.out = direct ? out3 : piece_out.view(),
                                           .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge

@@ -53,9 +53,14 @@ public:
 
     // out[n_tokens, hidden] = MLA(x) for the batch; writes the batch's latent rows of `layer` into `cache` first.
     // x: [n_tokens, hidden] f32 (already input-normalised).
+    // xq: x's FP8 rows (fp8_rows_scratch layout, e.g. from the norm that made x) for the FP8 q_a (or q) and kv_a
+    // projections, instead of quantising x here (bit-identical); read only when fp8_input().
     void forward(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, int64_t layer,
                  kv_cache::PagedRowCache* cache, const RopeTable& rope, float softmax_scale,
-                 const ModelOptions& options, const TensorView& out, const kernels::Context& ctx) const;
+                 const ModelOptions& options, const TensorView& out, const kernels::Context& ctx,
+                 const Fp8Activations* xq = nullptr) const;
+    // True when the projections of x are FP8 (q_a or q, and kv_a): forward() / project() then take xq.
+    bool fp8_input() const;
 
     const MlaDims& dims() const { return dims_; }
 
@@ -66,7 +71,7 @@ public:
         Tensor kv;  // [n_tokens, kv_lora + rope] f32: the cache rows [RMSNorm(c) ; RoPE(k_pe)]
     };
     Projection project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
-                       const kernels::Context& ctx) const;
+                       const kernels::Context& ctx, const Fp8Activations* xq = nullptr) const;
     // q_abs [n, n_heads, kv_lora + rope] = [q_nope_h @ W_UK_h ; q_pe_h] for q [n, n_heads, qk_head_dim].
     Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].

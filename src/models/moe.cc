@@ -58,11 +58,11 @@ void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const
     linear_forward(down_, g, out, ctx);
 }
 
-void DenseMlp::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const {
-    forward_partial(x, out, ctx);
+void DenseMlp::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                       const Fp8Activations* xq) const {
+    forward_partial(x, out, ctx, xq);
     tp_.all_reduce_sum(out, ctx);
 }
-
 
 Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, const loader::ModelConfig& c,
                                 const MoeLoadOptions& o, const TensorParallel& tp) {
@@ -222,7 +222,7 @@ void expert_gemm(const TensorView& out, const TensorView& a, const Tensor& w, co
 }  // namespace
 
 void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
-                       const DecisionSite& site) const {
+                       const DecisionSite& site, const Fp8Activations* xq) const {
     const int64_t n = x.size(0);
     const bool latent = latent_down_.weight.defined();
     Tensor z;  // latent MoE: the experts' input
@@ -272,11 +272,10 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     Tensor zo;  // latent MoE: the weighted expert sum in the latent width
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
     if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
-    // FP8 routed experts reading x itself (no latent projection) and an FP8 shared expert: x is quantised once for
-    // both (bit-identical: the quantiser works per row).
-    std::optional<Fp8Activations> shared_xq;
-    const bool share_xq =
-        experts_gate_up_scale_.defined() && !latent && !shared_.empty() && shared_[0].fp8_gate_up() && n > 0;
+    // x's FP8 rows for the FP8 routed experts reading x itself (no latent projection) and an FP8 shared expert: the
+    // caller's (a norm that quantised its output, bit-identical), else quantised here once for both.
+    std::optional<Fp8Activations> own_xq;
+    const bool shared_fp8 = !shared_.empty() && shared_[0].fp8_gate_up();
     if (n_rows > 0 && inter_ > 0) {
         // FP8 experts: every token row is quantised once (1 x 128 blocks, scales row-major) and the e4m3 rows and their
         // scales are permuted, instead of quantising each of its top_k copies; per-row quantisation makes the two
@@ -289,16 +288,18 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             Tensor q, q_scale;
             {
                 const kernels::ProfileScope quant(ctx, "act_quant");
-                if (share_xq) {
-                    // The shared expert reads the same x: one quantisation (its dense GEMMs want the transposed
-                    // scales), and a row-major copy of the scales for the row permutation.
-                    shared_xq = fp8_quantize_rows(x, ctx);
-                    q = shared_xq->data;
-                    q_scale = scratch(ctx, {n, kb});
-                    kernels::copy({.out = q_scale, .in = shared_xq->scale}, ctx);
+                q_scale = scratch(ctx, {n, kb});
+                if (xq == nullptr && !latent && shared_fp8) {
+                    own_xq = fp8_quantize_rows(x, ctx);
+                    xq = &*own_xq;
+                }
+                if (xq != nullptr && !latent) {
+                    // x's rows as quantised above or by the caller (their dense GEMMs' transposed scales), with a
+                    // row-major copy of the scales for the row permutation.
+                    q = xq->data;
+                    kernels::copy({.out = q_scale, .in = xq->scale}, ctx);
                 } else {
                     q = scratch(ctx, {n, width}, DType::kF8E4M3);
-                    q_scale = scratch(ctx, {n, kb});
                     kernels::fp8_act_quant({.out = q, .scale = q_scale, .in = expert_in}, ctx);
                 }
             }
@@ -417,7 +418,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     if (!shared_.empty()) {
         const kernels::ProfileScope shared_scope(ctx, "shared");
         Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
-        shared_[0].forward_partial(x, s, ctx, shared_xq ? &*shared_xq : nullptr);
+        shared_[0].forward_partial(x, s, ctx, shared_fp8 ? xq : nullptr);
         kernels::add({.out = out, .a = out, .b = s}, ctx);
     }
     tp_.all_reduce_sum(out, ctx);
@@ -439,12 +440,19 @@ Result<FeedForward> FeedForward::load(WeightReader& reader, const std::string& p
 }
 
 void FeedForward::forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
-                          const DecisionSite& site) const {
+                          const DecisionSite& site, const Fp8Activations* xq) const {
     if (moe_) {
-        moe_->forward(x, out, ctx, site);
+        moe_->forward(x, out, ctx, site, xq);
     } else {
-        mlp_->forward(x, out, ctx);
+        mlp_->forward(x, out, ctx, xq);
     }
+}
+
+bool FeedForward::fp8_input() const { return moe_ ? moe_->fp8_input() : mlp_->fp8_gate_up(); }
+
+bool MoeBlock::fp8_input() const {
+    return (experts_gate_up_scale_.defined() && !latent_down_.weight.defined()) ||
+           (!shared_.empty() && shared_[0].fp8_gate_up());
 }
 
 }  // namespace penstock::models

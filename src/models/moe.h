@@ -31,8 +31,9 @@ public:
     [[nodiscard]] static Result<DenseMlp> load(WeightReader& reader, const std::string& prefix, int64_t hidden,
                                                int64_t intermediate, const GluActivation& act = GluActivation{},
                                                const TensorParallel& tp = TensorParallel{});
-    // out[n, hidden] = mlp(x[n, hidden]), summed over the tp group; out may not alias x.
-    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx) const;
+    // out[n, hidden] = mlp(x[n, hidden]), summed over the tp group; out may not alias x. xq as in forward_partial.
+    void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
+                 const Fp8Activations* xq = nullptr) const;
     // This rank's partial sum (no collective). xq: x already quantised by fp8_quantize_rows (FP8 gate / up read it
     // instead of quantising x again; bit-identical), or null.
     void forward_partial(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
@@ -74,9 +75,14 @@ public:
                                                const MoeLoadOptions& options = MoeLoadOptions{},
                                                const TensorParallel& tp = TensorParallel{});
     // out[n, hidden] = sum_k w_k E_k(x) + shared(x), summed over the tp group; out may not alias x. With site.pins
-    // set, the routing passes through DecisionPins::moe (record / compare / pin) before the experts run.
+    // set, the routing passes through DecisionPins::moe (record / compare / pin) before the experts run. xq: x's
+    // FP8 rows (fp8_rows_scratch layout, e.g. from the norm that made x), read by the FP8 routed experts that take x
+    // itself and the FP8 shared expert instead of quantising x here (bit-identical); null: quantised here if needed.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
-                 const DecisionSite& site = DecisionSite{}) const;
+                 const DecisionSite& site = DecisionSite{}, const Fp8Activations* xq = nullptr) const;
+    // True when forward() reads x in FP8 (FP8 routed experts on x itself, or an FP8 shared expert): the caller may
+    // then hand it xq.
+    bool fp8_input() const;
 
 private:
     // Native FP8 experts (WeightReader::fp8_native): this rank's experts stacked as e4m3 with their block scales;
@@ -119,8 +125,10 @@ public:
                                                   const TensorParallel& tp = TensorParallel{});
     // out[n, hidden] = ffn(x[n, hidden]); out may not alias x. `site` reaches the MoE's routing (MoeBlock::forward).
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
-                 const DecisionSite& site = DecisionSite{}) const;
+                 const DecisionSite& site = DecisionSite{}, const Fp8Activations* xq = nullptr) const;
     bool is_moe() const { return moe_ != nullptr; }
+    // True when forward() reads x in FP8 and so takes xq (MoeBlock::fp8_input; the dense MLP: FP8 gate / up).
+    bool fp8_input() const;
 
 private:
     std::unique_ptr<MoeBlock> moe_;

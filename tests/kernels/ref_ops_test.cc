@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -114,6 +115,50 @@ TEST(RefRmsNorm, MatchesNaiveIncludingStridedAndInPlace) {
             const std::vector<float> in_orig = backing_values(in);
             ref::rms_norm({.out = in.view, .in = in.view, .weight = w, .eps = eps}, nullptr);
             EXPECT_TRUE(all_close(backing_values(in), expected_backing(in, in_orig, expect), kF32Reduction));
+        }
+    }
+}
+
+// The fused residual add and FP8 quantisation equal the ops in sequence (add on the rows, rms_norm, fp8_act_quant
+// of out) bit for bit, on strided rows with whole and partial 128-column groups.
+TEST(RefRmsNorm, FusedResidualAndQuantEqualTheOpsInSequence) {
+    constexpr uint32_t kSeed = 203;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    for (const RowCase& c : {RowCase{1, 7, true}, RowCase{5, 200, false}, RowCase{6, 256, true}}) {
+        SCOPED_TRACE(::testing::Message() << "n_rows=" << c.n_rows << " dim=" << c.dim << " strided=" << c.strided);
+        const int64_t kb = (c.dim + 127) / 128;
+        Buffer in = random_buffer(rng, {c.n_rows, c.dim}, c.strided, -2.0f, 2.0f);
+        Buffer res = random_buffer(rng, {c.n_rows, c.dim}, c.strided, -2.0f, 2.0f);
+        const Tensor w = Tensor::from_f32({c.dim}, random_floats(rng, c.dim, 0.5f, 1.5f));
+        // The sequence on a copy of in.
+        const std::vector<float> x = read_f32(in.view), d = read_f32(res.view);
+        std::vector<float> sum(x.size());
+        for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + d[i];
+        const Tensor sum_t = Tensor::from_f32({c.n_rows, c.dim}, sum);
+        Tensor want_out = Tensor::zeros({c.n_rows, c.dim}, DType::kF32);
+        Tensor want_q = Tensor::zeros({c.n_rows, c.dim}, DType::kF8E4M3);
+        Tensor want_s = Tensor::zeros({c.n_rows, kb}, DType::kF32);
+        ref::rms_norm({.out = want_out, .in = sum_t, .weight = w, .eps = 1e-6f}, nullptr);
+        ref::fp8_act_quant({.out = want_q, .scale = want_s, .in = want_out}, nullptr);
+        // The fused op, scales in the transposed layout.
+        Buffer out = random_buffer(rng, {c.n_rows, c.dim}, c.strided);
+        Tensor got_q = Tensor::zeros({c.n_rows, c.dim}, DType::kF8E4M3);
+        Tensor got_s = Tensor::zeros({kb * c.n_rows}, DType::kF32);
+        ref::rms_norm({.out = out.view,
+                       .in = in.view,
+                       .weight = w,
+                       .eps = 1e-6f,
+                       .residual = res.view,
+                       .quant_out = got_q,
+                       .quant_scale = got_s.view().as_strided(0, {c.n_rows, kb}, {1, c.n_rows})},
+                      nullptr);
+        EXPECT_EQ(read_f32(in.view), sum) << "in holds the residual sum";
+        EXPECT_EQ(read_f32(out.view), read_f32(want_out.view()));
+        EXPECT_EQ(0, std::memcmp(got_q.view().data, want_q.view().data, static_cast<size_t>(c.n_rows * c.dim)));
+        for (int64_t r = 0; r < c.n_rows; ++r) {
+            for (int64_t g = 0; g < kb; ++g)
+                EXPECT_EQ(got_s.ptr<float>()[g * c.n_rows + r], want_s.ptr<float>()[r * kb + g]);
         }
     }
 }

@@ -552,6 +552,13 @@ TEST(Fp8Weights, MoeExpertsAreActQuantThenTheDequantisedExperts) {
             std::memcpy(want.ptr<float>() + t * 128, y.data(), 128 * sizeof(float));
         }
         expect_close(out, want, test::kF32Gemm, "FP8 MoE block vs per-token dequantised experts");
+
+        // x's FP8 rows from the caller (the fused norm's, models::BlockNorms) give the same bytes as quantising here.
+        EXPECT_TRUE(moe->fp8_input());
+        const models::Fp8Activations xq = models::fp8_quantize_rows(x, kernels::Context{});
+        Tensor out_xq = Tensor::empty({kT, 128}, DType::kF32);
+        moe->forward(x, out_xq, kernels::Context{}, {}, &xq);
+        EXPECT_EQ(0, std::memcmp(out.view().data, out_xq.view().data, static_cast<size_t>(kT * 128) * sizeof(float)));
     }
 }
 

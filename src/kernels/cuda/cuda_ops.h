@@ -61,6 +61,12 @@ void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
 // cuda::grouped_gemm would take the device kernel for the [2 I] problem; else grouped_gemm into the caller's gate_up
 // buffer and the activation op. PENSTOCK_GROUPED_GLU=unfused forces the second (A/B measurements).
 void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream);
+// The unfused tail of both gated GEMMs: out = act(gate) * up over gate_up = [gate | up] ([n_rows, 2 I], halves of I
+// columns; out [n_rows, I] may be gate_up's gate half), GroupedGluGemmParams' activation (silu_mul / situ_mul).
+void glu_from_gate_up(kernels::GluKind act, float situ_beta, float situ_linear_beta, const TensorView& out,
+                      const TensorView& gate_up, void* stream);
+// PENSTOCK_GROUPED_GLU=unfused (read once per process): both gated GEMMs take their unfused form.
+bool grouped_glu_forced_unfused();
 void paged_write(const kernels::PagedWriteParams& p, void* stream);
 void paged_gather(const kernels::PagedGatherParams& p, void* stream);
 void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream);

@@ -125,18 +125,9 @@ __global__ void fp8_act_quant_x8_kernel(QuantArgs p) {
     for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
 #pragma unroll
     for (int d = 8; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, d));
-    amax = fmaxf(amax, 1e-4f);
-    const float s = __fdiv_rn(amax, 448.0f);
-    const float rc = __frcp_rn(s);
-    float y[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = rc != 0.0f ? div_by_recip(v[j], s, rc) : __fdiv_rn(v[j], s);  // rc 0: inf amax
-    // |y| <= 448.0001: the hardware cast gives the software cast's bytes (fp8.cuh e4m3x2_in_range).
-    uint32_t q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = e4m3x2_in_range(y[2 * j], y[2 * j + 1]);
-    if (valid)
-        *reinterpret_cast<uint2*>(p.out + r * p.ld_out + c) = make_uint2(q[0] | (q[1] << 16), q[2] | (q[3] << 16));
+    uint32_t q[2];
+    const float s = act_quant_group(v, amax, q);
+    if (valid) *reinterpret_cast<uint2*>(p.out + r * p.ld_out + c) = make_uint2(q[0], q[1]);
     if (sub == 0) p.scale[r * p.ss_row + gi * p.ss_col] = s;
 }
 

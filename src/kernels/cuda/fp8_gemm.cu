@@ -388,10 +388,7 @@ void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* strea
         .out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets};
     check_grouped(gp);
     if (n_rows == 0 || inter == 0) return;
-    static const bool force_unfused = [] {
-        const char* e = std::getenv("PENSTOCK_GROUPED_GLU");
-        return e != nullptr && std::strcmp(e, "unfused") == 0;
-    }();
+    const bool force_unfused = grouped_glu_forced_unfused();
     const bool out_aligned =
         reinterpret_cast<uintptr_t>(p.out.data) % 2 == 0 && (n_rows == 1 || p.out.stride(0) % 2 == 0);
     if (!force_unfused && p.gate_up.dtype == DType::kBF16 && inter % 128 == 0 && out_aligned &&
@@ -401,12 +398,8 @@ void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* strea
     }
     // Unfused: the GEMM into gate_up, the activation over its gate half, the quantisation of that half.
     fp8_grouped_gemm(gp, stream);
-    const TensorView gate = p.gate_up.slice(1, 0, inter), up = p.gate_up.slice(1, inter, 2 * inter);
-    if (p.act == kernels::GluKind::kSilu) {
-        silu_mul({.out = gate, .gate = gate, .up = up}, stream);
-    } else {
-        situ_mul({.out = gate, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta}, stream);
-    }
+    const TensorView gate = p.gate_up.slice(1, 0, inter);
+    glu_from_gate_up(p.act, p.situ_beta, p.situ_linear_beta, gate, p.gate_up, stream);
     fp8_act_quant({.out = p.out, .scale = p.out_scale, .in = gate}, stream);
 }
 

@@ -302,10 +302,7 @@ void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
     PENSTOCK_CHECK(is_float_dtype(p.out.dtype)) << op << ": out f32 or bf16";
     const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
     if (n_rows == 0 || inter == 0) return;
-    static const bool force_unfused = [] {
-        const char* e = std::getenv("PENSTOCK_GROUPED_GLU");
-        return e != nullptr && std::strcmp(e, "unfused") == 0;
-    }();
+    const bool force_unfused = grouped_glu_forced_unfused();
     // The [2 I] problem as cuda::grouped_gemm sees it (the out view only describes the shape and dtype here).
     const std::array<int64_t, 2> full_shape{n_rows, 2 * inter};
     kernels::GroupedGemmParams full{
@@ -331,16 +328,29 @@ void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
         << op << ": gate_up scratch " << p.gate_up.shape_string();
     full.out = p.gate_up;
     grouped_gemm(full, stream);
-    const TensorView gate = full.out.slice(1, 0, inter), up = full.out.slice(1, inter, 2 * inter);
-    switch (p.act) {
+    glu_from_gate_up(p.act, p.situ_beta, p.situ_linear_beta, p.out, p.gate_up, stream);
+}
+
+void glu_from_gate_up(kernels::GluKind act, float situ_beta, float situ_linear_beta, const TensorView& out,
+                      const TensorView& gate_up, void* stream) {
+    const int64_t inter = gate_up.size(1) / 2;
+    const TensorView gate = gate_up.slice(1, 0, inter), up = gate_up.slice(1, inter, 2 * inter);
+    switch (act) {
         case kernels::GluKind::kSilu:
-            silu_mul({.out = p.out, .gate = gate, .up = up}, stream);
+            silu_mul({.out = out, .gate = gate, .up = up}, stream);
             break;
         case kernels::GluKind::kSitu:
-            situ_mul({.out = p.out, .gate = gate, .up = up, .beta = p.situ_beta, .linear_beta = p.situ_linear_beta},
-                     stream);
+            situ_mul({.out = out, .gate = gate, .up = up, .beta = situ_beta, .linear_beta = situ_linear_beta}, stream);
             break;
     }
+}
+
+bool grouped_glu_forced_unfused() {
+    static const bool forced = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GLU");
+        return e != nullptr && std::strcmp(e, "unfused") == 0;
+    }();
+    return forced;
 }
 
 namespace {

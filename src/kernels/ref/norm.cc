@@ -35,10 +35,21 @@ void rms_norm(const kernels::RmsNormParams& p, ThreadPool* pool) {
     check_rows(p.in, n_rows, dim, "rms_norm in");
     check_rows(p.out, n_rows, dim, "rms_norm out");
     check_vec(p.weight, dim, "rms_norm weight");
+    const bool residual = p.residual.data != nullptr;
+    if (residual) {
+        check_rows(p.residual, n_rows, dim, "rms_norm residual");
+        PENSTOCK_CHECK(p.residual.data != p.in.data && p.residual.data != p.out.data)
+            << "rms_norm: residual may not alias in or out";
+    }
     const float* w = p.weight.ptr<const float>();
 
     parallel_for(pool, n_rows, /*grain=*/8, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
+            if (residual) {  // the fused residual add (ref::add's f32 sum), in place, before the norm reads the row
+                float* xs = p.in.at<float>({r});
+                const float* add = p.residual.at<const float>({r});
+                for (int64_t i = 0; i < dim; ++i) xs[i] = xs[i] + add[i];
+            }
             const float* x = p.in.at<const float>({r});
             float* y = p.out.at<float>({r});
             double sum_sq = 0.0;
@@ -48,6 +59,8 @@ void rms_norm(const kernels::RmsNormParams& p, ThreadPool* pool) {
             for (int64_t i = 0; i < dim; ++i) y[i] = w[i] * (x[i] * inv_rms);
         }
     });
+    // The fused quantisation is fp8_act_quant of the finished output (ops.h).
+    if (p.quant_out.data != nullptr) fp8_act_quant({.out = p.quant_out, .scale = p.quant_scale, .in = p.out}, pool);
 }
 
 void layer_norm(const kernels::LayerNormParams& p, ThreadPool* pool) {

@@ -72,31 +72,41 @@ TEST_F(GemmOpTest, MatchesReference) {
 
 // Batched (3-D) products over strided head slices, the layout of MLA's absorption (q [n, H, d] as [H, n, d]; the
 // weight's per-head row blocks): one strided-batched cuBLASLt call against the reference's loop. The padded row
-// pitch 3 makes bf16 rows 2-byte aligned, which cuBLASLt declines: that case runs the per-batch fallback.
+// pitch 3 makes bf16 rows 2-byte aligned, which cuBLASLt declines: that case runs the per-batch fallback. With a
+// broadcast (batch stride 0) a as well.
 TEST_F(GemmOpTest, BatchedStridedMatchesReference) {
     constexpr int64_t kH = 5, kN = 37, kK = 24, kM = 40;
     uint32_t seed = 1150;
     for (DType dt : {DType::kF32, DType::kBF16}) {
         for (int trans_b = 0; trans_b < 2; ++trans_b) {
             for (int64_t pad : {8, 3}) {
-                SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " trans_b=" << trans_b << " pad=" << pad);
-                PENSTOCK_SEEDED(seed);
-                std::mt19937 rng(seed++);
-                const int64_t ka = kK + pad;
-                Pair a = random_pair(rng, {kN, kH, ka}, dt, false, alloc(), stream());
-                const int64_t b_rows = trans_b ? kM + 2 : kK + 2;
-                const int64_t b_cols = trans_b ? kK : kM;
-                Pair b = random_pair(rng, {kH * b_rows, b_cols}, dt, false, alloc(), stream());
-                Pair out = poisoned_pair({kN, kH, kM}, dt, false, alloc(), stream());
-                const auto a3 = [&](const TensorView& v) { return v.as_strided(0, {kH, kN, kK}, {ka, kH * ka, 1}); };
-                const auto b3 = [&](const TensorView& v) {
-                    return trans_b ? v.as_strided(0, {kH, kM, kK}, {b_rows * kK, kK, 1})
-                                   : v.as_strided(0, {kH, kK, kM}, {b_rows * kM, kM, 1});
-                };
-                const auto o3 = [&](const TensorView& v) { return v.as_strided(0, {kH, kN, kM}, {kM, kH * kM, 1}); };
-                cuda::gemm({.out = o3(out.dv), .a = a3(a.dv), .b = b3(b.dv), .trans_b = trans_b != 0}, raw_stream());
-                ref::gemm({.out = o3(out.hv), .a = a3(a.hv), .b = b3(b.hv), .trans_b = trans_b != 0}, nullptr);
-                expect_pair_close(out, out.hv, gemm_tol(dt, dt), stream(), false);
+                for (const bool bcast : {false, true}) {
+                    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " trans_b=" << trans_b << " pad=" << pad
+                                                      << " broadcast_a=" << bcast);
+                    PENSTOCK_SEEDED(seed);
+                    std::mt19937 rng(seed++);
+                    const int64_t ka = kK + pad;
+                    Pair a = random_pair(rng, {kN, kH, ka}, dt, false, alloc(), stream());
+                    const int64_t b_rows = trans_b ? kM + 2 : kK + 2;
+                    const int64_t b_cols = trans_b ? kK : kM;
+                    Pair b = random_pair(rng, {kH * b_rows, b_cols}, dt, false, alloc(), stream());
+                    Pair out = poisoned_pair({kN, kH, kM}, dt, false, alloc(), stream());
+                    // broadcast_a: one [n, k] matrix for every batch entry (batch stride 0), MLA's K / V expansion.
+                    const auto a3 = [&](const TensorView& v) {
+                        return v.as_strided(0, {kH, kN, kK}, {bcast ? 0 : ka, kH * ka, 1});
+                    };
+                    const auto b3 = [&](const TensorView& v) {
+                        return trans_b ? v.as_strided(0, {kH, kM, kK}, {b_rows * kK, kK, 1})
+                                       : v.as_strided(0, {kH, kK, kM}, {b_rows * kM, kM, 1});
+                    };
+                    const auto o3 = [&](const TensorView& v) {
+                        return v.as_strided(0, {kH, kN, kM}, {kM, kH * kM, 1});
+                    };
+                    cuda::gemm({.out = o3(out.dv), .a = a3(a.dv), .b = b3(b.dv), .trans_b = trans_b != 0},
+                               raw_stream());
+                    ref::gemm({.out = o3(out.hv), .a = a3(a.hv), .b = b3(b.hv), .trans_b = trans_b != 0}, nullptr);
+                    expect_pair_close(out, out.hv, gemm_tol(dt, dt), stream(), false);
+                }
             }
         }
     }

@@ -1,7 +1,8 @@
 // cuda::rms_norm against penstock::ref::rms_norm on seeded inputs: f32 and bf16 activations, f32 and bf16 weights,
 // every variant, contiguous / strided (aligned and unaligned, so both the 16-byte and the scalar path run) / in-place
 // layouts, and a shape grid with 1 row, dim 1, dims off multiples of 32 and 128, and the model dims 7168 and 12288.
-// Strided outputs are poisoned first and their padding must come back untouched.
+// Strided outputs are poisoned first and their padding must come back untouched. The fused residual add and FP8
+// quantisation are checked byte for byte against the unfused ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +187,124 @@ TEST_F(RmsNormTest, MatchesReferenceOnShapeGrid) {
             }
         }
     }
+}
+
+// The fusions of RmsNormParams (residual add, FP8 rows of the output) against the unfused ops on the GPU, byte for
+// byte (SPEC §2): the sum written back to in, out, the e4m3 rows and their scales. The unfused side gets the sum
+// from the host (an f32 add rounded once to the dtype, which is what the add op computes), then runs rms_norm and
+// fp8_act_quant with the same variant. Dims cover whole and partial 128-column groups (200, 1000), dims off the
+// 16-byte path (129: the quantiser runs after the norm), warp- and block-per-row mappings, both scale layouts, a
+// padded (strided) layout and the in-place one (out = in).
+TEST_F(RmsNormTest, FusedResidualAndQuantMatchTheUnfusedOps) {
+    struct FusedCase {
+        Shape2 shape;
+        DType dtype, weight_dtype;
+        bool residual, quant, transposed_scale, in_place;
+        int64_t pad;  // row padding in elements (0: contiguous)
+        cuda::RmsNormVariant variant;
+    };
+    std::vector<FusedCase> cases;
+    const Shape2 kFusedShapes[] = {{1, 128},   {3, 200}, {5, 512},   {7, 1000},   {4, 1536},
+                                   {33, 7168}, {3, 129}, {4099, 64}, {257, 7168}, {2, 12288}};
+    for (const Shape2& shape : kFusedShapes) {
+        for (const auto& dt : {std::pair{DType::kBF16, DType::kBF16}, std::pair{DType::kBF16, DType::kF32},
+                               std::pair{DType::kF32, DType::kF32}}) {
+            for (const auto variant :
+                 {cuda::RmsNormVariant::kAuto, cuda::RmsNormVariant::kWarpPerRow, cuda::RmsNormVariant::kBlockPerRow}) {
+                const int64_t i = static_cast<int64_t>(cases.size());
+                cases.push_back({.shape = shape,
+                                 .dtype = dt.first,
+                                 .weight_dtype = dt.second,
+                                 .residual = i % 5 != 4,
+                                 .quant = i % 5 != 3,
+                                 .transposed_scale = i % 2 == 0,
+                                 .in_place = i % 7 == 1,
+                                 .pad = i % 3 == 2 ? 8 : 0,
+                                 .variant = variant});
+            }
+        }
+    }
+    uint32_t seed = 5000;
+    int n_fused_bytes = 0;
+    for (const FusedCase& c : cases) {
+        SCOPED_TRACE(::testing::Message()
+                     << "n_rows=" << c.shape.n_rows << " dim=" << c.shape.dim << " dtype=" << dtype_name(c.dtype)
+                     << " weight=" << dtype_name(c.weight_dtype) << " residual=" << c.residual << " quant=" << c.quant
+                     << " transposed_scale=" << c.transposed_scale << " in_place=" << c.in_place << " pad=" << c.pad
+                     << " variant=" << variant_name(c.variant));
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const int64_t n = c.shape.n_rows, dim = c.shape.dim, ld = dim + c.pad, kb = (dim + 127) / 128;
+        const std::vector<float> x = round_to(random_floats(rng, n * ld, -3.0f, 3.0f), c.dtype);
+        const std::vector<float> d = round_to(random_floats(rng, n * ld, -3.0f, 3.0f), c.dtype);
+        const std::vector<float> w = round_to(random_floats(rng, dim, -2.0f, 2.0f), c.weight_dtype);
+        std::vector<float> sum = x;
+        if (c.residual) {
+            for (size_t i = 0; i < sum.size(); ++i) sum[i] = x[i] + d[i];
+            sum = round_to(sum, c.dtype);
+        }
+        const Tensor w_dev = cuda::to_device(host_tensor(w, c.weight_dtype, {dim}), alloc(), stream());
+        // Two runs: [0] the fused op on x (+ d), [1] rms_norm on the host sum, then fp8_act_quant of its out.
+        Tensor in[2], out[2], q[2], sc[2];
+        for (int k = 0; k < 2; ++k) {
+            in[k] = cuda::to_device(host_tensor(k == 0 ? x : sum, c.dtype, {n * ld}), alloc(), stream());
+            out[k] = c.in_place ? in[k] : Tensor::empty({n * ld}, c.dtype, alloc());
+            if (!c.in_place) cuda::fill_bytes_async(out[k], 0xff, stream());
+            q[k] = Tensor::empty({n * ld}, DType::kF8E4M3, alloc());
+            sc[k] = Tensor::empty({n * kb}, DType::kF32, alloc());
+            cuda::fill_bytes_async(q[k], 0xee, stream());
+            cuda::fill_bytes_async(sc[k], 0xee, stream());
+        }
+        const Tensor d_dev = cuda::to_device(host_tensor(d, c.dtype, {n * ld}), alloc(), stream());
+        const auto rows = [&](const Tensor& t) { return row_view(t, n, dim, ld, 0); };
+        const auto scales = [&](const Tensor& t) {
+            return c.transposed_scale ? t.view().as_strided(0, {n, kb}, {1, n})
+                                      : t.view().as_strided(0, {n, kb}, {kb, 1});
+        };
+        cuda::rms_norm({.out = rows(out[0]),
+                        .in = rows(in[0]),
+                        .weight = w_dev,
+                        .eps = kEps,
+                        .residual = c.residual ? rows(d_dev) : TensorView{},
+                        .quant_out = c.quant ? rows(q[0]) : TensorView{},
+                        .quant_scale = c.quant ? scales(sc[0]) : TensorView{}},
+                       c.variant, raw_stream());
+        cuda::rms_norm({.out = rows(out[1]), .in = rows(in[1]), .weight = w_dev, .eps = kEps}, c.variant, raw_stream());
+        if (c.quant) {
+            cuda::fp8_act_quant({.out = rows(q[1]), .scale = scales(sc[1]), .in = rows(out[1])}, raw_stream());
+        }
+        const auto same_bytes = [&](const Tensor& a, const Tensor& b, const char* what) {
+            const Tensor ha = cuda::to_host(a, stream()), hb = cuda::to_host(b, stream());
+            const auto nbytes = static_cast<size_t>(ha.numel() * dtype_bits(ha.dtype()) / 8);
+            int64_t diff = 0;
+            for (size_t i = 0; i < nbytes; ++i) {
+                diff +=
+                    static_cast<const uint8_t*>(ha.view().data)[i] != static_cast<const uint8_t*>(hb.view().data)[i];
+            }
+            EXPECT_EQ(diff, 0) << what << ": bytes differ from the unfused ops";
+            n_fused_bytes += static_cast<int>(nbytes > 0);
+        };
+        same_bytes(in[0], in[1], "in (the residual sum)");
+        same_bytes(out[0], out[1], "out");
+        if (c.quant) {
+            same_bytes(q[0], q[1], "quant_out");
+            same_bytes(sc[0], sc[1], "quant_scale");
+        }
+        if (HasFatalFailure()) return;
+    }
+    EXPECT_GT(n_fused_bytes, 0);
+}
+
+// The fused op refuses a residual that aliases in and a quant_out of the wrong shape.
+TEST_F(RmsNormTest, FusedArgumentsAreChecked) {
+    const Tensor w = Tensor::empty({256}, DType::kBF16, alloc());
+    const Tensor x = Tensor::empty({4, 256}, DType::kBF16, alloc());
+    const Tensor y = Tensor::empty({4, 256}, DType::kBF16, alloc());
+    const Tensor q = Tensor::empty({4, 128}, DType::kF8E4M3, alloc());
+    const Tensor s = Tensor::empty({4, 2}, DType::kF32, alloc());
+    EXPECT_DEATH(cuda::rms_norm({.out = y, .in = x, .weight = w, .residual = x}, raw_stream()), "alias");
+    EXPECT_DEATH(cuda::rms_norm({.out = y, .in = x, .weight = w, .quant_out = q, .quant_scale = s}, raw_stream()),
+                 "quant_out");
 }
 
 TEST_F(RmsNormTest, ZeroRowsIsANoOp) {
