@@ -5,7 +5,7 @@
 # can slow the rest of the layer down: only interleaved reps of the whole layer show the net effect
 # (docs/perf/2026-12-01-grouped-gemm-dyn.md).
 #   PKG=DIR (tools/session_gpu_pack.sh) OUT=DIR MODES="default PENSTOCK_GROUPED_GEMM=cublaslt ..." \
-#     [LAYERS="dsv3 dsv3n glm glmn k3kda k3mla"] [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
+#     [LAYERS="dsv3 dsv3n dsv3n2 glm glmn k3kda k3mla"] (dsv3n2: two layers, 3:5) [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
 # A mode is "default" (nothing set) or VAR=value[,VAR=value...]; BIN=name (one of the VARs) runs ${PKG}/bin/name instead
 # of penstock_model_bench, for A/Bs of two builds. Per run: OUT/<layer>.<mode#>.<round>.json (the model
 # bench's JSON with --breakdown); OUT/ab.log (one line per run: median, min, the experts scope); OUT/clocks.log.
@@ -32,6 +32,7 @@ trap 'kill ${smi} 2>/dev/null' EXIT
         case ${b} in
           dsv3) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights dequant ;;
           dsv3n) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights native ;;
+          dsv3n2) set -- deepseek-v3.mla-moe.2layers deepseek-v3 3:5 --fp8-weights native ;;
           glm) set -- glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights dequant ;;
           glmn) set -- glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights native ;;
           k3kda) set -- kimi-k3.kda-moe kimi-k3 1:2 ;;

@@ -97,8 +97,8 @@ void DeepseekV3Model::forward_layers(const ForwardBatch& batch, const BatchLayou
             const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
             layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch}, xq);
         }
+        if (i + 1 == layers_.size()) norms.finish(act->hidden, sub_out);  // the stage's last add, in its layer
     }
-    norms.finish(act->hidden, sub_out);
 }
 
 Tensor DeepseekV3Model::compute_logits(const BatchLayout& layout, const Activations& act,

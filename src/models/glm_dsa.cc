@@ -338,8 +338,8 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
             const kernels::ProfileScope scope(ctx, layer.ffn->is_moe() ? "moe" : "mlp");
             layer.ffn->forward(normed, sub_out, ctx, {.pins = options_.decisions, .layer = index, .batch = &batch}, xq);
         }
+        if (i + 1 == layers_.size()) norms.finish(act->hidden, sub_out);  // the stage's last add, in its layer
     }
-    norms.finish(act->hidden, sub_out);
     act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer
 }
 

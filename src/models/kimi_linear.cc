@@ -386,8 +386,8 @@ void KimiLinearModel::forward_layers(const ForwardBatch& batch, const BatchLayou
         attention(layer, index, batch, layout, normed, kc, slots, sub_out, ctx, xq);
         xq = norms.apply(layer.post_norm, act->hidden, sub_out, normed, ffn_fp8_input(layer));
         ffn(layer, index, batch, normed, sub_out, ctx, xq);
+        if (i + 1 == layers_.size()) norms.finish(act->hidden, sub_out);  // the stage's last add, in its layer
     }
-    norms.finish(act->hidden, sub_out);
 }
 
 void KimiLinearModel::attn_res_read(const Activations& act, int64_t n_rows, const ResidualQuery& q,

@@ -117,7 +117,7 @@ public:
     // are rows), else null.
     const Fp8Activations* apply(const TensorView& weight, const TensorView& hidden, const TensorView& sub_out,
                                 const TensorView& out, bool fp8_out);
-    // hidden += sub_out of the last block, if a block ran.
+    // hidden += sub_out of the last block, if a block ran (callers do it inside the last layer's profiling scope).
     void finish(const TensorView& hidden, const TensorView& sub_out);
     // The shared FP8 rows buffer [n_rows, dim] when `want` (and there are rows), else null: for norms that cannot
     // take the residual add (Kimi's attention residuals) but quantise their output all the same.
