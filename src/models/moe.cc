@@ -269,13 +269,26 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         kernels::transfer({.out = count, .in = offsets.view().slice(0, n_local, n_local + 1)}, ctx);
         n_rows = count.ptr<const int32_t>()[0];
     }
-    Tensor zo;  // latent MoE: the weighted expert sum in the latent width
-    const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
-    if (!latent) kernels::fill({.out = out, .value = 0.0f}, ctx);
     // x's FP8 rows for the FP8 routed experts reading x itself (no latent projection) and an FP8 shared expert: the
     // caller's (a norm that quantised its output, bit-identical), else quantised here once for both.
     std::optional<Fp8Activations> own_xq;
     const bool shared_fp8 = !shared_.empty() && shared_[0].fp8_gate_up();
+    Tensor zo;  // latent MoE: the weighted expert sum in the latent width
+    const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
+    // Plain MoE: the shared expert writes out first and the routed experts' weighted sum accumulates onto it (one
+    // pass over out fewer than zeroing it, then adding the shared output; the sum is rounded once).
+    const bool shared_first = !latent && !shared_.empty();
+    if (shared_first) {
+        scope.emplace(ctx, "shared");
+        if (xq == nullptr && experts_gate_up_scale_.defined() && shared_fp8 && n > 0) {
+            const kernels::ProfileScope quant(ctx, "act_quant");
+            own_xq = fp8_quantize_rows(x, ctx);
+            xq = &*own_xq;
+        }
+        shared_[0].forward_partial(x, out, ctx, shared_fp8 ? xq : nullptr);
+    } else if (!latent) {
+        kernels::fill({.out = out, .value = 0.0f}, ctx);
+    }
     if (n_rows > 0 && inter_ > 0) {
         // FP8 experts: every token row is quantised once (1 x 128 blocks, scales row-major) and the e4m3 rows and their
         // scales are permuted, instead of quantising each of its top_k copies; per-row quantisation makes the two
@@ -289,10 +302,6 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             {
                 const kernels::ProfileScope quant(ctx, "act_quant");
                 q_scale = scratch(ctx, {n, kb});
-                if (xq == nullptr && !latent && shared_fp8) {
-                    own_xq = fp8_quantize_rows(x, ctx);
-                    xq = &*own_xq;
-                }
                 if (xq != nullptr && !latent) {
                     // x's rows as quantised above or by the caller (their dense GEMMs' transposed scales), with a
                     // row-major copy of the scales for the row permutation.
@@ -415,7 +424,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         linear_forward(latent_up_, zo, out, ctx);
         if (tp_.rank() != 0) kernels::fill({.out = out, .value = 0.0f}, ctx);
     }
-    if (!shared_.empty()) {
+    if (!shared_.empty() && !shared_first) {
         const kernels::ProfileScope shared_scope(ctx, "shared");
         Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
         shared_[0].forward_partial(x, s, ctx, shared_fp8 ? xq : nullptr);
