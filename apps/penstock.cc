@@ -443,9 +443,11 @@ int main(int argc, char** argv) {
     forward->add_flag("--dsa-fp8-indexer", fwd.dsa_fp8_indexer,
                       "DSA families: the FP8 indexer (e4m3 q and keys after a Hadamard rotation, as DeepSeek-V3.2's "
                       "inference) instead of f32 keys as transformers computes");
-    forward->add_option("--fp8-weights", fwd.fp8_weights,
-                        "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on "
-                        "load) or auto (native on cuda, dequant on cpu)");
+    forward->add_option(
+        "--fp8-weights", fwd.fp8_weights,
+        "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on "
+        "load) or auto (native on cuda, dequant on cpu); with dummy weights, native generates block-FP8 "
+        "weights for any config");
     forward->add_option("--backend", fwd.backend, "cpu or cuda");
     forward->add_option("--dtype", fwd.dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     forward->add_option("--max-kv-chunk-capacity", fwd.max_kv_chunk_capacity,

@@ -240,16 +240,19 @@ Result<std::unique_ptr<Model>> KimiLinearModel::load(const loader::ModelConfig& 
     };
     const int64_t block_n = config.fp8 ? config.fp8->block_n : 128;
     const int64_t block_k = config.fp8 ? config.fp8->block_k : 128;
+    PENSTOCK_ASSIGN_OR_RETURN(const Fp8Weights fp8, resolve_fp8_weights(config, options));
+    const Fp8ReadMode fp8_mode{.native = fp8 == Fp8Weights::kNative, .block_n = block_n, .block_k = block_k};
     PENSTOCK_ASSIGN_OR_RETURN(
         loader::WeightMap loaded,
-        checkpoint.load(wanted, loader::LoadOptions{.target = DType::kF32}, block_n, block_k, stats));
+        checkpoint.load(wanted, loader::LoadOptions{.target = DType::kF32, .dequantize_fp8 = !fp8_mode.native}, block_n,
+                        block_k, stats));
     loader::WeightMap weights;
     for (auto& [name, tensor] : loaded) weights.emplace(std::string(strip(name)), std::move(tensor));
     if (options.dtype != DType::kF32 && (options.dtype != DType::kBF16 || options.placement.device == Device::kCPU)) {
         return invalid_argument(
             "--dtype: the cpu backend computes in float32; the cuda backend in float32 or bfloat16");
     }
-    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed);
+    WeightReader r(&weights, options.placement, options.dtype, options.dummy_weights_seed, fp8_mode);
     const int64_t h = config.hidden_size;
     const bool attn_res = m->kimi_.attn_res_block_size > 0;
     PENSTOCK_ASSIGN_OR_RETURN(m->io_, EmbedHead::load(r, config, m->is_first_stage(), m->is_last_stage(), options.tp));

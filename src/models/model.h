@@ -127,9 +127,10 @@ public:
                                                         loader::LoadStats* stats);
 
 // The FP8 mode a load of `config` with `options` uses: kNative or kDequant (kAuto resolved: native on the CUDA
-// placement when config.fp8 is set). A config without block-FP8 quantisation is always kDequant (an explicit
-// kNative there has no effect and is logged as such). Errors: kNative with a weight_block_size other than
-// [128, 128] (the FP8 kernels' block), or for a family without native FP8 linears (kimi_linear).
+// placement when config.fp8 is set). A config without block-FP8 quantisation is kDequant (an explicit kNative there
+// has no effect and is logged as such), except with dummy weights, where an explicit kNative generates block-FP8
+// weights (a stand-in for a quantised checkpoint whose config does not declare it, e.g. Kimi K3's). Error: kNative
+// with a weight_block_size other than [128, 128] (the FP8 kernels' block).
 [[nodiscard]] Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options);
 
 // True when load_model knows `model_type`.

@@ -33,19 +33,21 @@ const char* fp8_weights_name(Fp8Weights mode) {
 
 Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options) {
     if (!config.fp8) {
+        // Dummy weights stand in for a quantised checkpoint whose config does not say so (Kimi K3's FP8 / MXFP4
+        // release): `native` asked for explicitly generates block-FP8 weights where the families take them.
+        if (options.fp8_weights == Fp8Weights::kNative && options.dummy_weights_seed != 0) return Fp8Weights::kNative;
         if (options.fp8_weights == Fp8Weights::kNative) {
             PENSTOCK_LOG_WARN("--fp8-weights native has no effect: the config has no block-FP8 quantization_config");
         }
         return Fp8Weights::kDequant;
     }
     const bool kernel_blocks = config.fp8->block_n == 128 && config.fp8->block_k == 128;
-    const bool family = config.model_type != "kimi_linear";
     switch (options.fp8_weights) {
         case Fp8Weights::kDequant:
             return Fp8Weights::kDequant;
         case Fp8Weights::kAuto:
-            return options.placement.device == Device::kCUDA && kernel_blocks && family ? Fp8Weights::kNative
-                                                                                        : Fp8Weights::kDequant;
+            return options.placement.device == Device::kCUDA && kernel_blocks ? Fp8Weights::kNative
+                                                                              : Fp8Weights::kDequant;
         case Fp8Weights::kNative:
             if (!kernel_blocks) {
                 return invalid_argument(
@@ -53,10 +55,6 @@ Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const 
                     "(the FP8 kernels' block), got [" +
                     std::to_string(config.fp8->block_n) + ", " + std::to_string(config.fp8->block_k) +
                     "]; use --fp8-weights dequant");
-            }
-            if (!family) {
-                return unimplemented("--fp8-weights native is not implemented for model_type '" + config.model_type +
-                                     "'; use --fp8-weights dequant");
             }
             return Fp8Weights::kNative;
     }

@@ -60,9 +60,11 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                   "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
                   "index-K rows, as DeepSeek-V3.2's inference) instead of f32 keys as transformers computes "
                   "(two-ended: stage 0 wins)");
-    cmd->add_option("--fp8-weights", a->fp8_weights,
-                    "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
-                    "auto (native on cuda, dequant on cpu)");
+    cmd->add_option(
+        "--fp8-weights", a->fp8_weights,
+        "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
+        "auto (native on cuda, dequant on cpu); with --load-format dummy, native generates block-FP8 weights for any "
+        "config");
     cmd->add_option("--backend", a->backend, "cpu or cuda (cuda: GPU 0; under mpirun GPU local_rank / --ranks-per-gpu)");
     cmd->add_option("--device-links", a->device_links,
                     "--backend cuda under mpirun: nccl (device-to-device) or host (staged through MPI)");

@@ -2,7 +2,8 @@
 // an FP8 Linear is exactly fp8_act_quant + the dequantised GEMM; the tiny DeepSeek-style FP8 checkpoint runs with
 // native weights within a stated bound of the dequantised run and of transformers' logits (the activation
 // quantisation is the only extra rounding), and so does a GLM DSA checkpoint converted to FP8 (indexer weights
-// dequantised on load); tensor/expert-parallel slices keep whole 128-blocks and sum to the
+// dequantised on load), and so do Kimi Linear and a K3-shaped variant (KDA weights dequantised on load);
+// tensor/expert-parallel slices keep whole 128-blocks and sum to the
 // unsliced result; slices that cut a block are refused with a clear error; dummy FP8 weights are seeded, finite and
 // scaled like the dense ones; the mode resolution (auto / native / dequant).
 #include <gtest/gtest.h>
@@ -385,6 +386,60 @@ TEST(Fp8Weights, GlmDsaFp8CheckpointNativeMatchesDequantised) {
     std::printf("GLM DSA native FP8 vs dequant max |diff| %.4g\n", worst);
 }
 
+// Kimi Linear (KDA + MLA + MoE with I = 64 < 128, a dense first layer) and a K3-shaped variant from an FP8
+// checkpoint: native mode keeps the
+// MLA projections, the dense MLP and the experts e4m3 (the KDA projections are dequantised on load); the logits stay
+// within the activation-rounding bound of the dequantised load and argmax agrees.
+class KimiFp8 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KimiFp8, CheckpointNativeMatchesDequantised) {
+    const std::filesystem::path src = GetParam();
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("penstock_fp8_kimi_" + src.filename().string() + std::to_string(::getpid()));
+    write_fp8_copy(src, dir);
+    if (HasFatalFailure()) return;
+    const std::vector<testing::ReferencePrompt> ref = testing::load_reference(src);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& p : ref) prompts.push_back(p.ids);
+    Result<loader::ModelConfig> config = loader::load_model_config(dir);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    ASSERT_TRUE(config->fp8.has_value());
+    Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(dir);
+    ASSERT_TRUE(ckpt.ok());
+    auto run = [&](Fp8Weights mode) -> std::vector<Tensor> {
+        models::ModelOptions options;
+        options.fp8_weights = mode;
+        auto model = models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, options, nullptr);
+        EXPECT_TRUE(model.ok()) << model.status().to_string();
+        if (!model.ok()) return {};
+        runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 16, .n_threads = 2});
+        auto logits = runner.prefill_all_logits(prompts, /*chunk_size=*/0);
+        EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+        return logits.ok() ? std::move(logits).value() : std::vector<Tensor>{};
+    };
+    const std::vector<Tensor> native = run(Fp8Weights::kNative);
+    const std::vector<Tensor> dequant = run(Fp8Weights::kDequant);
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(native.size(), prompts.size());
+    ASSERT_EQ(dequant.size(), prompts.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const testing::LogitsComparison c =
+            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbs);
+        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbs) << "prompt " << i << ": " << c.describe();
+        EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
+        worst = std::max(worst, c.max_abs_diff);
+        std::printf("prompt %zu (%zu tokens): %s\n", i, prompts[i].size(), c.describe().c_str());
+    }
+    EXPECT_GT(worst, 0.0);
+    std::printf("%s native FP8 vs dequant max |diff| %.4g\n", src.filename().c_str(), worst);
+}
+
+// Kimi Linear, and K3's shape (AttnRes, latent MoE with SiTU, gated NoPE MLA with q_lora).
+INSTANTIATE_TEST_SUITE_P(Fp8Weights, KimiFp8,
+                         ::testing::Values(std::string(PENSTOCK_FIXTURES_DIR) + "/kimi_linear_tiny",
+                                           std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block2"));
+
 TEST(Fp8Weights, TensorParallelSlicesKeepWholeBlocks) {
     std::mt19937 rng(3);
     loader::WeightMap whole;
@@ -674,10 +729,16 @@ TEST(Fp8Weights, ModeResolution) {
     EXPECT_NE(bad.status().to_string().find("[128, 128]"), std::string::npos) << bad.status().to_string();
     loader::ModelConfig kimi = *fp8;
     kimi.model_type = "kimi_linear";
-    EXPECT_FALSE(resolved(kimi, cpu, Fp8Weights::kNative).ok());
+    EXPECT_EQ(*resolved(kimi, cpu, Fp8Weights::kNative), Fp8Weights::kNative);
     loader::ModelConfig bf16 = *fp8;
     bf16.fp8.reset();
     EXPECT_EQ(*resolved(bf16, cuda, Fp8Weights::kNative), Fp8Weights::kDequant);
+    EXPECT_EQ(*resolved(bf16, cuda, Fp8Weights::kAuto), Fp8Weights::kDequant);
+    // Dummy weights: an explicit native generates block-FP8 weights without a quantization_config.
+    models::ModelOptions dummy = cuda;
+    dummy.dummy_weights_seed = 7;
+    EXPECT_EQ(*resolved(bf16, dummy, Fp8Weights::kNative), Fp8Weights::kNative);
+    EXPECT_EQ(*resolved(bf16, dummy, Fp8Weights::kAuto), Fp8Weights::kDequant);
     EXPECT_FALSE(models::parse_fp8_weights("fp8").ok());
     EXPECT_EQ(*models::parse_fp8_weights("native"), Fp8Weights::kNative);
 }
