@@ -78,10 +78,21 @@ Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& pref
     }
     a.options_.dims.n_heads = heads.size();
     const IndexRange cols{heads.begin * d.head_dim, heads.end * d.head_dim};  // this rank's channels of one of q/k/v
-    PENSTOCK_ASSIGN_OR_RETURN(Tensor q, r.take_host_slice(prefix + ".q_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
-    PENSTOCK_ASSIGN_OR_RETURN(Tensor k, r.take_host_slice(prefix + ".k_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
-    PENSTOCK_ASSIGN_OR_RETURN(Tensor v, r.take_host_slice(prefix + ".v_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
-    a.qkv_proj_.weight = r.place(stack_rows({&q, &k, &v}));
+    constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
+    if (r.fp8_native(prefix + ".q_proj.weight")) {
+        // Native FP8 q / k / v stay three e4m3 weights with their block scales (one GEMM each, sharing x's FP8 rows).
+        PENSTOCK_ASSIGN_OR_RETURN(a.q_proj_, take_linear_rows(r, prefix + ".q_proj", qkv, d.hidden, cols, false, kFp8));
+        PENSTOCK_ASSIGN_OR_RETURN(a.k_proj_, take_linear_rows(r, prefix + ".k_proj", qkv, d.hidden, cols, false, kFp8));
+        PENSTOCK_ASSIGN_OR_RETURN(a.v_proj_, take_linear_rows(r, prefix + ".v_proj", qkv, d.hidden, cols, false, kFp8));
+    } else {
+        PENSTOCK_ASSIGN_OR_RETURN(
+            Tensor q, r.take_host_slice(prefix + ".q_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+        PENSTOCK_ASSIGN_OR_RETURN(
+            Tensor k, r.take_host_slice(prefix + ".k_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+        PENSTOCK_ASSIGN_OR_RETURN(
+            Tensor v, r.take_host_slice(prefix + ".v_proj.weight", {qkv, d.hidden}, 0, cols.begin, cols.end));
+        a.qkv_proj_.weight = r.place(stack_rows({&q, &k, &v}));
+    }
 
     Tensor conv_q, conv_k, conv_v;
     if (r.contains(prefix + ".conv1d.weight")) {
@@ -122,13 +133,14 @@ Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& pref
         PENSTOCK_ASSIGN_OR_RETURN(a.g_b_proj_, take_linear_rows(r, prefix + ".g_b_proj", qkv, d.head_dim, cols, false));
     }
     PENSTOCK_ASSIGN_OR_RETURN(a.o_norm_, r.take(prefix + ".o_norm.weight", {d.head_dim}));
-    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, qkv, cols, false, false));
+    PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_,
+                              take_linear_cols(r, prefix + ".o_proj", d.hidden, qkv, cols, false, false, kFp8));
     return a;
 }
 
 void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const TensorView& recurrent_state,
                            const TensorView& conv_state, const TensorView& state_slots, const TensorView& out,
-                           const kernels::Context& ctx) const {
+                           const kernels::Context& ctx, const Fp8Activations* xq) const {
     const KdaDims& d = options_.dims;
     const int64_t n = layout.n_tokens;
     const int64_t qkv = d.qkv_dim();
@@ -139,7 +151,21 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     // Per-row work (the input projections, the gates, the output gate, norm and o_proj) runs on this layout's rows.
     // [n, 3 qkv] = x @ [Wq; Wk; Wv]^T; f [n, qkv] = the low-rank forget gate; beta [n, n_heads].
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "qkv_proj");
-    Tensor mixed = linear_new_f32(qkv_proj_, x, ctx);
+    Tensor mixed;
+    if (fp8_input()) {
+        std::optional<Fp8Activations> own;
+        if (xq == nullptr && n > 0) {
+            const kernels::ProfileScope quant(ctx, "act_quant");
+            own = fp8_quantize_rows(x, ctx);
+            xq = &*own;
+        }
+        mixed = scratch(ctx, {n, 3 * qkv});
+        linear_forward(q_proj_, x, mixed.view().slice(1, 0, qkv), ctx, xq);
+        linear_forward(k_proj_, x, mixed.view().slice(1, qkv, 2 * qkv), ctx, xq);
+        linear_forward(v_proj_, x, mixed.view().slice(1, 2 * qkv, 3 * qkv), ctx, xq);
+    } else {
+        mixed = linear_new_f32(qkv_proj_, x, ctx);
+    }
     scope.emplace(ctx, "gates");
     Tensor f = linear_new_f32(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
     kernels::kda_gate({.out = f.view().reshape({n, d.n_heads, hd}),

@@ -47,15 +47,20 @@ public:
     // activation dtype (f32 or bf16; the layer computes in f32 between its projections). Sequence s reads and updates
     // slot state_slots[s] ([n_seqs] i32 on ctx's device) of recurrent_state [n_slots, n_heads, head_dim, head_dim] f32
     // and conv_state [n_slots, conv_kernel - 1, 3 qkv] f32 (a new request's slot is zero).
+    // xq: x's FP8 rows (fp8_rows_scratch layout, from the norm that made x) for the FP8 q / k / v projections, or
+    // null (quantised here when fp8_input()).
     void forward(const BatchLayout& layout, const TensorView& x, const TensorView& recurrent_state,
                  const TensorView& conv_state, const TensorView& state_slots, const TensorView& out,
-                 const kernels::Context& ctx) const;
+                 const kernels::Context& ctx, const Fp8Activations* xq = nullptr) const;
 
     const KdaOptions& options() const { return options_; }
+    // True when q / k / v are native FP8 (models.md "FP8 weights"): forward() then reads x in FP8.
+    bool fp8_input() const { return q_proj_.fp8(); }
 
 private:
     KdaOptions options_;
-    Linear qkv_proj_;     // [3 qkv, hidden]: q, k, v rows stacked
+    Linear qkv_proj_;                  // [3 qkv, hidden]: q, k, v rows stacked (dense weights)
+    Linear q_proj_, k_proj_, v_proj_;  // native FP8 only (qkv_proj_ undefined): one FP8 GEMM each into mixed's thirds
     Tensor conv_weight_;  // [3 qkv, conv_kernel] f32
     Linear f_a_proj_, f_b_proj_;
     Tensor a_log_;    // [n_heads] f32

@@ -349,7 +349,7 @@ void KimiLinearModel::attention(const Layer& layer, int64_t index, const Forward
     const kernels::ProfileScope scope(ctx, layer.kda ? "kda" : "attn");
     if (layer.kda) {  // context parallelism: KdaAttention gathers what its recurrences need
         layer.kda->forward(layout, x, cache->states().recurrent(layer.kda_slot_layer),
-                           cache->states().conv(layer.kda_slot_layer), slots, out, ctx);
+                           cache->states().conv(layer.kda_slot_layer), slots, out, ctx, xq);
     } else {
         layer.mla->forward(batch, layout, x, index, cache->latent(index), no_rope_, softmax_scale_, options_, out, ctx,
                            xq);

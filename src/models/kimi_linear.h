@@ -108,8 +108,10 @@ private:
     // out = the layer's MoE or dense MLP of x (profiling scope "moe" / "mlp").
     void ffn(const Layer& layer, int64_t index, const ForwardBatch& batch, const TensorView& x, const TensorView& out,
              const kernels::Context& ctx, const Fp8Activations* xq) const;
-    // Whether the layer's attention (MLA; KDA quantises its own inputs) and its ffn read x in FP8.
-    static bool attn_fp8_input(const Layer& layer) { return layer.mla && layer.mla->fp8_input(); }
+    // Whether the layer's attention (MLA or KDA) and its ffn read x in FP8.
+    static bool attn_fp8_input(const Layer& layer) {
+        return layer.mla ? layer.mla->fp8_input() : layer.kda && layer.kda->fp8_input();
+    }
     static bool ffn_fp8_input(const Layer& layer) {
         return layer.moe ? layer.moe->fp8_input() : layer.mlp && layer.mlp->fp8_gate_up();
     }

@@ -2,7 +2,7 @@
 // an FP8 Linear is exactly fp8_act_quant + the dequantised GEMM; the tiny DeepSeek-style FP8 checkpoint runs with
 // native weights within a stated bound of the dequantised run and of transformers' logits (the activation
 // quantisation is the only extra rounding), and so does a GLM DSA checkpoint converted to FP8 (indexer weights
-// dequantised on load), and so do Kimi Linear and a K3-shaped variant (KDA weights dequantised on load);
+// dequantised on load), and so do Kimi Linear and a K3-shaped variant (KDA gate projections dequantised on load);
 // tensor/expert-parallel slices keep whole 128-blocks and sum to the
 // unsliced result; slices that cut a block are refused with a clear error; dummy FP8 weights are seeded, finite and
 // scaled like the dense ones; the mode resolution (auto / native / dequant).
@@ -48,6 +48,11 @@ constexpr double kFp8ActQuantLogitsRelRms = 0.25;
 // selection also moves with the rounded q latent): measured max |diff| 0.07 / 0.72 / 1.19 / 2.33 for the prompts of
 // 1 / 7 / 64 / 200 tokens; bound at 1.5x.
 constexpr double kFp8ActQuantLogitsMaxAbsDsa = 3.5;
+// The same for the Kimi fixtures converted to FP8, where also every KDA layer's q / k / v and o_proj take rounded
+// inputs (5-8 FP8 GEMMs per layer): measured max |diff| over the 4 prompts 0.91 / 0.85 / 1.82 / 1.36 (Kimi Linear,
+// 8 layers) and 0.05 / 1.53 / 3.30 / 3.26 (the K3-shaped variant: 5 layers, AttnRes mixes of the rounded outputs,
+// SiTU); bound at 1.5x the larger, argmax unchanged everywhere.
+constexpr double kFp8ActQuantLogitsMaxAbsKimi = 5.0;
 const std::string kFp8Fixture = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny_fp8";
 
 // One rank of a tp group without peers: all_reduce is the identity (tests sum the ranks' partial results themselves),
@@ -388,7 +393,8 @@ TEST(Fp8Weights, GlmDsaFp8CheckpointNativeMatchesDequantised) {
 
 // Kimi Linear (KDA + MLA + MoE with I = 64 < 128, a dense first layer) and a K3-shaped variant from an FP8
 // checkpoint: native mode keeps the
-// MLA projections, the dense MLP and the experts e4m3 (the KDA projections are dequantised on load); the logits stay
+// MLA projections, KDA's q / k / v / o, the dense MLP and the experts e4m3 (KDA's gate projections are dequantised
+// on load); the logits stay
 // within the activation-rounding bound of the dequantised load and argmax agrees.
 class KimiFp8 : public ::testing::TestWithParam<std::string> {};
 
@@ -425,8 +431,8 @@ TEST_P(KimiFp8, CheckpointNativeMatchesDequantised) {
     double worst = 0.0;
     for (size_t i = 0; i < prompts.size(); ++i) {
         const testing::LogitsComparison c =
-            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbs);
-        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbs) << "prompt " << i << ": " << c.describe();
+            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbsKimi);
+        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbsKimi) << "prompt " << i << ": " << c.describe();
         EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
         worst = std::max(worst, c.max_abs_diff);
         std::printf("prompt %zu (%zu tokens): %s\n", i, prompts[i].size(), c.describe().c_str());
