@@ -345,65 +345,14 @@ void write_fp8_copy(const std::filesystem::path& src, const std::filesystem::pat
     std::ofstream(dst / "config.json") << config.dump(1);
 }
 
-// GLM-5.x DSA (MLA + lightning indexer + MoE) from an FP8 checkpoint: native mode keeps the MLA projections and the
-// experts e4m3 and dequantises the indexer's weights on load (docs/design/models.md); the logits stay within the
-// activation-rounding bound of the dequantised load, on dense (<= index_topk keys) and sparse prompts.
-TEST(Fp8Weights, GlmDsaFp8CheckpointNativeMatchesDequantised) {
-    const std::filesystem::path src = std::string(PENSTOCK_FIXTURES_DIR) + "/glm_moe_dsa_tiny";
-    const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() / ("penstock_fp8_glm_" + std::to_string(::getpid()));
-    write_fp8_copy(src, dir);
-    if (HasFatalFailure()) return;
-    const std::vector<testing::ReferencePrompt> ref = testing::load_reference(src);
-    std::vector<std::vector<int32_t>> prompts;
-    for (const auto& p : ref) prompts.push_back(p.ids);
-    Result<loader::ModelConfig> config = loader::load_model_config(dir);
-    ASSERT_TRUE(config.ok()) << config.status().to_string();
-    ASSERT_TRUE(config->fp8.has_value());
-    Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(dir);
-    ASSERT_TRUE(ckpt.ok());
-    auto run = [&](Fp8Weights mode) -> std::vector<Tensor> {
-        models::ModelOptions options;
-        options.fp8_weights = mode;
-        auto model = models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, options, nullptr);
-        EXPECT_TRUE(model.ok()) << model.status().to_string();
-        if (!model.ok()) return {};
-        runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 16, .n_threads = 2});
-        auto logits = runner.prefill_all_logits(prompts, /*chunk_size=*/0);
-        EXPECT_TRUE(logits.ok()) << logits.status().to_string();
-        return logits.ok() ? std::move(logits).value() : std::vector<Tensor>{};
-    };
-    const std::vector<Tensor> native = run(Fp8Weights::kNative);
-    const std::vector<Tensor> dequant = run(Fp8Weights::kDequant);
-    std::filesystem::remove_all(dir);
-    ASSERT_EQ(native.size(), prompts.size());
-    ASSERT_EQ(dequant.size(), prompts.size());
-    double worst = 0.0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        const testing::LogitsComparison c =
-            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbsDsa);
-        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbsDsa) << "prompt " << i << ": " << c.describe();
-        EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
-        worst = std::max(worst, c.max_abs_diff);
-        std::printf("prompt %zu (%zu tokens): %s\n", i, prompts[i].size(), c.describe().c_str());
-    }
-    EXPECT_GT(worst, 0.0);
-    std::printf("GLM DSA native FP8 vs dequant max |diff| %.4g\n", worst);
-}
-
-// Kimi Linear (KDA + MLA + MoE with I = 64 < 128, a dense first layer) and a K3-shaped variant from an FP8
-// checkpoint: native mode keeps the
-// MLA projections, KDA's q / k / v / o, the dense MLP and the experts e4m3 (KDA's gate projections are dequantised
-// on load); the logits stay
-// within the activation-rounding bound of the dequantised load and argmax agrees.
-class KimiFp8 : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(KimiFp8, CheckpointNativeMatchesDequantised) {
-    const std::filesystem::path src = GetParam();
+// The fixture at `src` converted to FP8 (write_fp8_copy), loaded native and dequantised: on its reference prompts the
+// two runs' logits differ by at most `bound` (the activation rounding, measured per family above) and agree on every
+// argmax.
+void expect_native_matches_dequantised(const std::filesystem::path& src, double bound) {
     const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                      ("penstock_fp8_kimi_" + src.filename().string() + std::to_string(::getpid()));
+                                      ("penstock_fp8_" + src.filename().string() + "_" + std::to_string(::getpid()));
     write_fp8_copy(src, dir);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     const std::vector<testing::ReferencePrompt> ref = testing::load_reference(src);
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& p : ref) prompts.push_back(p.ids);
@@ -430,15 +379,31 @@ TEST_P(KimiFp8, CheckpointNativeMatchesDequantised) {
     ASSERT_EQ(dequant.size(), prompts.size());
     double worst = 0.0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-        const testing::LogitsComparison c =
-            testing::compare_logits(native[i], dequant[i], 2.0 * kFp8ActQuantLogitsMaxAbsKimi);
-        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbsKimi) << "prompt " << i << ": " << c.describe();
+        const testing::LogitsComparison c = testing::compare_logits(native[i], dequant[i], 2.0 * bound);
+        EXPECT_LE(c.max_abs_diff, bound) << "prompt " << i << ": " << c.describe();
         EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
         worst = std::max(worst, c.max_abs_diff);
         std::printf("prompt %zu (%zu tokens): %s\n", i, prompts[i].size(), c.describe().c_str());
     }
     EXPECT_GT(worst, 0.0);
     std::printf("%s native FP8 vs dequant max |diff| %.4g\n", src.filename().c_str(), worst);
+}
+
+// GLM-5.x DSA (MLA + lightning indexer + MoE) from an FP8 checkpoint: native mode keeps the MLA projections and the
+// experts e4m3 and dequantises the indexer's weights on load (docs/design/models.md); dense (<= index_topk keys) and
+// sparse prompts.
+TEST(Fp8Weights, GlmDsaFp8CheckpointNativeMatchesDequantised) {
+    expect_native_matches_dequantised(std::string(PENSTOCK_FIXTURES_DIR) + "/glm_moe_dsa_tiny",
+                                      kFp8ActQuantLogitsMaxAbsDsa);
+}
+
+// Kimi Linear (KDA + MLA + MoE with I = 64 < 128, a dense first layer) and a K3-shaped variant from an FP8
+// checkpoint: native mode keeps the MLA projections, KDA's q / k / v / o, the dense MLP and the experts e4m3 (KDA's
+// gate projections are dequantised on load).
+class KimiFp8 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KimiFp8, CheckpointNativeMatchesDequantised) {
+    expect_native_matches_dequantised(GetParam(), kFp8ActQuantLogitsMaxAbsKimi);
 }
 
 // Kimi Linear, and K3's shape (AttnRes, latent MoE with SiTU, gated NoPE MLA with q_lora).
