@@ -154,11 +154,7 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     Tensor mixed;
     if (fp8_input()) {
         std::optional<Fp8Activations> own;
-        if (xq == nullptr && n > 0) {
-            const kernels::ProfileScope quant(ctx, "act_quant");
-            own = fp8_quantize_rows(x, ctx);
-            xq = &*own;
-        }
+        xq = fp8_rows_of(x, xq, own, ctx);
         mixed = scratch(ctx, {n, 3 * qkv});
         linear_forward(q_proj_, x, mixed.view().slice(1, 0, qkv), ctx, xq);
         linear_forward(k_proj_, x, mixed.view().slice(1, qkv, 2 * qkv), ctx, xq);

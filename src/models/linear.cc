@@ -87,16 +87,20 @@ Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ct
     return q;
 }
 
+const Fp8Activations* fp8_rows_of(const TensorView& x, const Fp8Activations* xq, std::optional<Fp8Activations>& own,
+                                  const kernels::Context& ctx) {
+    if (xq != nullptr || x.size(0) == 0) return xq;
+    const kernels::ProfileScope scope(ctx, "act_quant");
+    own = fp8_quantize_rows(x, ctx);
+    return &*own;
+}
+
 void linear_forward(const Linear& layer, const TensorView& x, const TensorView& out, const kernels::Context& ctx,
                     const Fp8Activations* xq) {
     if (layer.fp8()) {
         if (x.size(0) == 0) return;
-        Fp8Activations own;
-        if (xq == nullptr) {
-            const kernels::ProfileScope scope(ctx, "act_quant");
-            own = fp8_quantize_rows(x, ctx);
-        }
-        const Fp8Activations& q = xq != nullptr ? *xq : own;
+        std::optional<Fp8Activations> own;
+        const Fp8Activations& q = *fp8_rows_of(x, xq, own, ctx);
         PENSTOCK_CHECK(q.data.size(0) == x.size(0) && q.data.size(1) == x.size(1))
             << "linear_forward: the shared FP8 activations do not match x";
         kernels::fp8_gemm({.out = out, .a = q.data, .a_scale = q.scale, .b = layer.weight, .b_scale = layer.scale},

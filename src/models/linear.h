@@ -41,6 +41,10 @@ struct Fp8Activations {
 Fp8Activations fp8_rows_scratch(int64_t m, int64_t k, const kernels::Context& ctx);
 // kernels::fp8_act_quant of x [n_rows, k] (f32 or bf16, rows may be strided) into new scratch on ctx's device.
 Fp8Activations fp8_quantize_rows(const TensorView& x, const kernels::Context& ctx);
+// x's FP8 rows for layers that share one quantisation: `xq` when the caller has them (e.g. from the norm that made
+// x), else fp8_quantize_rows(x) into `own` (profiling scope "act_quant"); null for an empty x.
+const Fp8Activations* fp8_rows_of(const TensorView& x, const Fp8Activations* xq, std::optional<Fp8Activations>& own,
+                                  const kernels::Context& ctx);
 
 // A temporary on ctx's device (uninitialised), and one filled with `value`.
 Tensor scratch(const kernels::Context& ctx, const Shape& shape, DType dtype = DType::kF32);

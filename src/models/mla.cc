@@ -92,11 +92,7 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     // q: [n, n_heads, qk_head_dim]
     {
         const kernels::ProfileScope scope(ctx, "q_proj");
-        if (xq == nullptr && fp8_input() && n > 0) {
-            const kernels::ProfileScope quant(ctx, "act_quant");
-            own = fp8_quantize_rows(x, ctx);
-            xq = &*own;
-        }
+        if (fp8_input()) xq = fp8_rows_of(x, xq, own, ctx);
         if (d.q_lora_rank > 0) {
             p.cq = linear_new(q_a_proj_, x, ctx, xq);
             // An FP8 q_b reads the q latent's FP8 rows, made by its norm (bit-identical to quantising cq).

@@ -45,11 +45,7 @@ void DenseMlp::forward_partial(const TensorView& x, const TensorView& out, const
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gate_up");
     // FP8 gate and up read the same x: one quantisation for both (bit-identical to one each), or the caller's.
     std::optional<Fp8Activations> own;
-    if (xq == nullptr && fp8_gate_up() && x.size(0) > 0) {
-        const kernels::ProfileScope quant(ctx, "act_quant");
-        own = fp8_quantize_rows(x, ctx);
-        xq = &*own;
-    }
+    if (fp8_gate_up()) xq = fp8_rows_of(x, xq, own, ctx);
     Tensor g = linear_new(gate_, x, ctx, xq);
     Tensor u = linear_new(up_, x, ctx, xq);
     scope.emplace(ctx, "act");
@@ -280,11 +276,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const bool shared_first = !latent && !shared_.empty();
     if (shared_first) {
         scope.emplace(ctx, "shared");
-        if (xq == nullptr && experts_gate_up_scale_.defined() && shared_fp8 && n > 0) {
-            const kernels::ProfileScope quant(ctx, "act_quant");
-            own_xq = fp8_quantize_rows(x, ctx);
-            xq = &*own_xq;
-        }
+        if (experts_gate_up_scale_.defined() && shared_fp8) xq = fp8_rows_of(x, xq, own_xq, ctx);
         shared_[0].forward_partial(x, out, ctx, shared_fp8 ? xq : nullptr);
     } else if (!latent) {
         kernels::fill({.out = out, .value = 0.0f}, ctx);
