@@ -5,7 +5,8 @@
 # can slow the rest of the layer down: only interleaved reps of the whole layer show the net effect
 # (docs/perf/2026-12-01-grouped-gemm-dyn.md).
 #   PKG=DIR (tools/session_gpu_pack.sh) OUT=DIR MODES="default PENSTOCK_GROUPED_GEMM=cublaslt ..." \
-#     [LAYERS="dsv3 dsv3n dsv3n2 glm glmn k3kda k3mla"] (dsv3n2: two layers, 3:5) [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
+#     [LAYERS="dsv3 dsv3n dsv3n2 dsv3na dsv3a glm glmn k3kda k3mla k3mlan k3mlana"] (dsv3n2: two layers, 3:5; a suffix
+#     n: native FP8 weights, a: --fp8-attention) [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
 # A mode is "default" (nothing set) or VAR=value[,VAR=value...]; BIN=name (one of the VARs) runs ${PKG}/bin/name instead
 # of penstock_model_bench, for A/Bs of two builds. Per run: OUT/<layer>.<mode#>.<round>.json (the model
 # bench's JSON with --breakdown); OUT/ab.log (one line per run: median, min, the experts scope); OUT/clocks.log.
@@ -33,10 +34,14 @@ trap 'kill ${smi} 2>/dev/null' EXIT
           dsv3) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights dequant ;;
           dsv3n) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights native ;;
           dsv3n2) set -- deepseek-v3.mla-moe.2layers deepseek-v3 3:5 --fp8-weights native ;;
+          dsv3na) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights native --fp8-attention ;;
+          dsv3a) set -- deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights dequant --fp8-attention ;;
           glm) set -- glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights dequant ;;
           glmn) set -- glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights native ;;
           k3kda) set -- kimi-k3.kda-moe kimi-k3 1:2 ;;
           k3mla) set -- kimi-k3.mla-moe kimi-k3 3:4 ;;
+          k3mlan) set -- kimi-k3.mla-moe kimi-k3 3:4 --fp8-weights native ;;
+          k3mlana) set -- kimi-k3.mla-moe kimi-k3 3:4 --fp8-weights native --fp8-attention ;;
           *) echo "unknown layer ${b}"; continue ;;
         esac
         name=$1; cfg=$2; layers=$3; shift 3
@@ -56,7 +61,9 @@ trap 'kill ${smi} 2>/dev/null' EXIT
 import json, sys
 r = json.load(open(sys.argv[1]))[0]
 b = {x['scope']: x['median_ms'] for x in r['breakdown']}
-print(f\"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}), experts {b.get('layer.moe.experts', 0):.2f} ms\")" "${json}" 2>/dev/null)"
+attn = sum(v for k, v in b.items() if k.endswith('.attention'))
+quant = sum(v for k, v in b.items() if k.endswith('.fp8_quant'))
+print(f\"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}), experts {b.get('layer.moe.experts', 0):.2f} ms, attention {attn:.2f} ms, fp8_quant {quant:.2f} ms\")" "${json}" 2>/dev/null)"
       done
     done
   done

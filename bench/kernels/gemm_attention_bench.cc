@@ -209,15 +209,33 @@ void run_attention_bench(BenchContext& ctx) {
         f.k_descale = scale(1);
         f.v_descale = scale(2);
         f.out_descale = scale(3);
-        for (const int variant : {0, 2}) {  // with the lse output; without
-            f.lse = variant == 2 ? TensorView{} : lse.view();
+        // Penstock's FP8 wgmma kernel (attention_fp8_wgmma.h; FP8 out with and without lse, bf16 out without), then
+        // cuDNN's FP8 SDPA (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn) in the same run.
+        // (_pp: PENSTOCK_FP8_ATTN_PINGPONG=1, the consumer warpgroups take turns issuing)
+        struct V {
+            const char* impl;
+            bool lse, bf16_out, cudnn, pingpong;
+        };
+        const V kVariants[] = {{"wgmma_fp8", true, false, false, false},
+                               {"wgmma_fp8_no_lse", false, false, false, false},
+                               {"wgmma_fp8_bf16_out_no_lse", false, true, false, false},
+                               {"wgmma_fp8_bf16_out_no_lse_pp", false, true, false, true},
+                               {"cudnn_fp8", true, false, true, false},
+                               {"cudnn_fp8_no_lse", false, false, true, false}};
+        for (const V& var : kVariants) {
+            f.lse = var.lse ? lse.view() : TensorView{};
+            f.out = var.bf16_out ? out.view() : o8.view();
+            if (var.cudnn) setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
+            if (var.pingpong) setenv("PENSTOCK_FP8_ATTN_PINGPONG", "1", /*overwrite=*/1);
             cuda::attention(f, ctx.stream().handle());  // builds the plan outside timing
             ctx.stream().synchronize();
             const Timing t = time_events(
                 ctx, [&] { cuda::attention(f, ctx.stream().handle()); }, 5, 30);
+            unsetenv("PENSTOCK_FP8_ATTENTION_KERNEL");
+            unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
             nlohmann::json record = ctx.base_record("attention");
             record["shape"] = s.name;
-            record["impl"] = variant == 0 ? "cudnn_fp8" : "cudnn_fp8_no_lse";
+            record["impl"] = var.impl;
             record["dtype"] = "fp8_e4m3";
             record["heads"] = s.heads;
             record["seq"] = s.seq;

@@ -216,10 +216,10 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // the attention's equal_lengths hint.
     bool equal_lengths = n_rounds == 1 && !layout.cp && layout.q_pos_step == 1;
     for (const SeqChunk& s : batch.seqs) equal_lengths = equal_lengths && s.prefix_len == 0;
-    // FP8 attention (ModelOptions::fp8_attention) on the one-round path of chunks without a cached prefix: per-tensor
-    // e4m3 q, k, v and out. Chunks with a prefix stay in the activation dtype: cuDNN's FP8 SDPA (Hopper) aligns the
-    // causal diagonal top-left only, and its bf16 fallback would cost more than FP8 saves.
-    const bool fp8 = fp8_attention && direct && equal_lengths;
+    // FP8 attention (ModelOptions::fp8_attention) on the one-round path: per-tensor e4m3 q, k, v, the output straight
+    // in the activation dtype. Chunks with a cached prefix take it too (the CUDA backend's FP8 kernel aligns the
+    // causal diagonal bottom-right); context-parallel row splits (no promised mask) stay in the activation dtype.
+    const bool fp8 = fp8_attention && direct && layout.q_pos_step == 1 && !layout.cp;
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {
         acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
@@ -333,15 +333,14 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
 }
 
 void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const {
-    const TensorView &q = ap.q, &k = ap.k, &v = ap.v, &out3 = ap.out;
+    const TensorView &q = ap.q, &k = ap.k, &v = ap.v;
     const int64_t n = q.size(0), total = k.size(0);
-    // scales: q, k, v descales (written by the quantiser), out descale (written by the attention).
-    Tensor scales = scratch(ctx, {4});
+    // scales: q, k, v descales (written by the quantiser).
+    Tensor scales = scratch(ctx, {3});
     auto scale = [&](int64_t i) { return scales.view().slice(0, i, i + 1); };
     Tensor qf = scratch(ctx, {n, q.size(1), q.size(2)}, DType::kF8E4M3);
     Tensor kf = scratch(ctx, {total, k.size(1), k.size(2)}, DType::kF8E4M3);
     Tensor vf = scratch(ctx, {total, v.size(1), v.size(2)}, DType::kF8E4M3);
-    Tensor of = scratch(ctx, {n, out3.size(1), out3.size(2)}, DType::kF8E4M3);
     {
         const kernels::ProfileScope scope(ctx, "fp8_quant");
         kernels::fp8_quantize_tensor({.out = qf, .scale = scale(0), .in = q}, ctx);
@@ -350,19 +349,15 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const kern
     }
     {
         const kernels::ProfileScope scope(ctx, "attention");
-        kernels::AttentionParams f = ap;
-        f.out = of;
+        kernels::AttentionParams f = ap;  // out: out3 in the activation dtype
         f.q = qf;
         f.k = kf;
         f.v = vf;
         f.q_descale = scale(0);
         f.k_descale = scale(1);
         f.v_descale = scale(2);
-        f.out_descale = scale(3);
         kernels::attention(f, ctx);
     }
-    const kernels::ProfileScope scope(ctx, "fp8_dequant");
-    kernels::fp8_dequantize_tensor({.out = out3, .scale = scale(3), .in = of}, ctx);
 }
 
 Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {

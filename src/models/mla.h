@@ -86,7 +86,7 @@ private:
                     const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity, bool fp8_attention,
                     const TensorView& attn_out, const kernels::Context& ctx) const;
     // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q, k,
-    // v quantised per tensor, FP8 attention, ap.out = the dequantised result.
+    // v quantised per tensor, then the FP8 attention writes ap.out in its own dtype.
     void attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,

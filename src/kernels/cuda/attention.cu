@@ -14,7 +14,8 @@
 // Calls whose mask the caller promised (AttentionParams::mask_kind) go to cuDNN's SDPA first when the build has it
 // (attention_cudnn.h); this kernel runs whatever that path declines.
 // The bf16 MLA absorbed form goes to the tensor-core kernel of mla_tc.h (after the shape checks below).
-// FP8 q / k / v (per-tensor descales, kernels/ops.h) go to cuDNN's FP8 SDPA, else through bf16 copies (attention_fp8).
+// FP8 q / k / v (per-tensor descales, kernels/ops.h) go to Penstock's FP8 wgmma kernel (attention_fp8_wgmma.h), else
+// cuDNN's FP8 SDPA, else through bf16 copies (attention_fp8).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_fp8_wgmma.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
@@ -212,8 +214,9 @@ __global__ void fp8_out_scale_kernel(float* out_descale, float* scale_o, const f
     *scale_o = __fdiv_rn(1.0f, d);
 }
 
-// FP8 q / k / v (kernels/ops.h): cuDNN's FP8 SDPA when it takes the call (FP8 out, equal lengths: attention_cudnn.h);
-// otherwise the inputs are widened to bf16 (device scratch), the bf16 attention runs and an FP8 out is cast back.
+// FP8 q / k / v (kernels/ops.h): the FP8 wgmma kernel when it takes the call (attention_fp8_wgmma.h: bf16 or FP8 out,
+// promised masks, Hopper), else cuDNN's FP8 SDPA (FP8 out, equal lengths: attention_cudnn.h); otherwise the inputs
+// are widened to bf16 (device scratch), the bf16 attention runs and an FP8 out is cast back.
 void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
     const char* op = "attention";
     PENSTOCK_CHECK(p.q.dtype == DType::kF8E4M3 && p.k.dtype == DType::kF8E4M3 && p.v.dtype == DType::kF8E4M3)
@@ -234,20 +237,25 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
         PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scale_o), sizeof(float), stream));
         fp8_out_scale_kernel<<<1, 1, 0, stream>>>(p.out_descale.ptr<float>(), scale_o, p.v_descale.ptr<const float>());
         PENSTOCK_CUDA_LAUNCH_CHECK();
-        if (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream, scale_o)) {
+        if (attention_fp8_wgmma(p, scale_o, stream) ||
+            (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream, scale_o))) {
             PENSTOCK_CUDA_CHECK(cudaFreeAsync(scale_o, stream));
             return;
         }
+    } else if (attention_fp8_wgmma(p, nullptr, stream)) {
+        return;
     }
-    // Fallback: bf16 copies of the dequantised inputs (and of the result).
+    // Fallback: bf16 copies of the dequantised inputs (and of the result), f32 ones for an f32 out.
     std::vector<void*> owned;
+    const DType wide = p.out.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
     auto widened = [&](const TensorView& x, const TensorView& descale) {
         void* ptr = nullptr;
         const int64_t n = x.size(0) * x.size(1) * x.size(2);
-        PENSTOCK_CUDA_CHECK(cudaMallocAsync(&ptr, static_cast<size_t>(std::max<int64_t>(n, 1)) * 2, stream));
+        PENSTOCK_CUDA_CHECK(
+            cudaMallocAsync(&ptr, dtype_bytes(wide, static_cast<size_t>(std::max<int64_t>(n, 1))), stream));
         owned.push_back(ptr);
         const std::array<int64_t, 3> shape{x.size(0), x.size(1), x.size(2)};
-        TensorView w = TensorView::contiguous(ptr, DType::kBF16, shape, Device::kCUDA, x.device_index);
+        TensorView w = TensorView::contiguous(ptr, wide, shape, Device::kCUDA, x.device_index);
         fp8_dequantize_tensor({.out = w, .scale = descale, .in = x}, stream);
         return w;
     };

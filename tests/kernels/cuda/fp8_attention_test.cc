@@ -5,12 +5,15 @@
 //    force the element-wise path, f32, and an all-zero tensor;
 //  - cuda::attention with FP8 inputs and output against ref::attention on the same e4m3 bytes and descales: cuDNN's
 //    FP8 SDPA (one sequence, ragged batches with the equal_lengths hint, the MLA MHA layout with v a strided view,
-//    16 and 128 heads, d 192 / 128) and the bf16 fallback (a cached prefix: unequal lengths). out_descale must be
-//    exact; the dequantised outputs agree to FP8 accuracy (kFp8Attn below), and the test checks which path ran.
+//    16 and 128 heads, d 192 / 128) and the bf16 fallback (a cached prefix: unequal lengths), with Penstock's FP8
+//    wgmma kernel switched off. out_descale must be exact; the dequantised outputs agree to FP8 accuracy (kFp8Attn
+//    below), and the test checks which path ran;
+//  - the FP8 wgmma kernel (attention_fp8_wgmma.h), bf16 and e4m3 out, over the cases it covers.
 // One "[conf] ..." line per output. Skips without a GPU; the cuDNN cases skip in a build without cuDNN.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -18,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_fp8_wgmma.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "tests/kernels/cuda/conformance_log.h"
@@ -135,7 +139,13 @@ struct Fp8Case {
     bool with_lse = true;  // false: lse left empty (a one-round prefill's call)
 };
 
+// cuDNN's FP8 SDPA and the bf16 fallback: PENSTOCK_FP8_ATTENTION_KERNEL=cudnn keeps cuda::attention off the FP8 wgmma
+// kernel (WgmmaKernelMatchesReference tests that one).
 TEST_F(Fp8AttentionTest, AttentionMatchesReference) {
+    setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
+    struct Unset {
+        ~Unset() { unsetenv("PENSTOCK_FP8_ATTENTION_KERNEL"); }
+    } unset;
     const std::vector<Fp8Case> cases = {
         {"one_seq_h16", 16, 192, 128, {{300, 300, 0, 0}}, false, false, true},
         {"ragged_equal_h16",
@@ -257,6 +267,175 @@ TEST_F(Fp8AttentionTest, AttentionMatchesReference) {
                        Tolerance{.atol = 5e-2, .rtol = 1e-2}, {tq, c.n_heads});
         }
         if (HasFatalFailure()) return;
+    }
+}
+
+// Penstock's FP8 wgmma kernel (attention_fp8_wgmma.h) through cuda::attention, which tries it first: bf16 and e4m3
+// out, with and without lse, against the reference on the same e4m3 bytes and descales. The cases cover what the kernel
+// promises beyond cuDNN's FP8 SDPA: key prefixes (len_k > len_q, bottom-right diagonal), rows before the diagonal
+// (len_k < len_q: out 0, lse -inf), no mask (kAllVisible), GQA, every (d_qk, d_v) it takes, ragged batches whose
+// sequences end mid-tile, several 128-key tiles per row (the online softmax's rescaling), and the MLA v slice.
+TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
+    struct C {
+        std::string name;
+        int64_t heads, kv_heads, d_qk, d_v;
+        std::vector<Seq> seqs;
+        bool mla_layout;
+        kernels::AttentionMaskKind mask;
+    };
+    using kernels::AttentionMaskKind;
+    const std::vector<C> cases = {
+        {"one_seq_mla", 16, 16, 192, 128, {{300, 300, 0, 0}}, true, AttentionMaskKind::kCausalBottomRight},
+        {"ragged_equal",
+         8,
+         8,
+         192,
+         128,
+         {{1, 1, 0, 0}, {17, 17, 0, 0}, {128, 128, 0, 0}, {130, 130, 0, 0}, {257, 257, 0, 0}},
+         false,
+         AttentionMaskKind::kCausalBottomRight},
+        {"prefix",
+         8,
+         8,
+         192,
+         128,
+         {{17, 40, 23, 0}, {65, 65, 0, 0}, {200, 1000, 800, 0}},
+         true,
+         AttentionMaskKind::kCausalBottomRight},
+        {"rows_before_diagonal",
+         4,
+         4,
+         192,
+         128,
+         {{300, 144, 100, 256}, {17, 17, 0, 0}},
+         false,
+         AttentionMaskKind::kCausalBottomRight},
+        {"all_visible", 4, 4, 128, 128, {{100, 333, 0, 0}, {5, 1, 0, 0}}, false, AttentionMaskKind::kAllVisible},
+        {"gqa_d128",
+         16,
+         2,
+         128,
+         128,
+         {{129, 129, 0, 0}, {260, 260, 0, 0}},
+         false,
+         AttentionMaskKind::kCausalBottomRight},
+        {"d64", 4, 4, 64, 64, {{100, 100, 0, 0}, {3, 70, 67, 0}}, false, AttentionMaskKind::kCausalBottomRight},
+        {"d256_v128", 4, 2, 256, 128, {{190, 190, 0, 0}}, false, AttentionMaskKind::kCausalBottomRight},
+        {"long_1500", 4, 4, 192, 128, {{1500, 1500, 0, 0}}, true, AttentionMaskKind::kCausalBottomRight},
+    };
+    uint32_t seed = 3400;
+    for (const C& c : cases) {
+        for (const DType out_dt : {DType::kBF16, DType::kF8E4M3}) {
+            for (const bool with_lse : {true, false}) {
+                // The e4m3-out runs take the ping-pong schedule (PENSTOCK_FP8_ATTN_PINGPONG), the bf16 ones not.
+                const bool pingpong = out_dt == DType::kF8E4M3;
+                if (pingpong) {
+                    setenv("PENSTOCK_FP8_ATTN_PINGPONG", "1", /*overwrite=*/1);
+                } else {
+                    unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
+                }
+                const std::string name =
+                    c.name + (out_dt == DType::kBF16 ? " bf16" : " e4m3 pingpong") + (with_lse ? "" : " no_lse");
+                SCOPED_TRACE(name);
+                PENSTOCK_SEEDED(seed);
+                std::mt19937 rng(seed++);
+                const SeqMeta m = meta_of(c.seqs);
+                const int64_t tq = m.cu_q.back(), tk = m.cu_k.back();
+                const Pair q = random_pair(rng, {tq, c.heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
+                const Pair k = random_pair(rng, {tk, c.kv_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
+                const int64_t nope = c.d_qk - 64;
+                const Pair vsrc = random_pair(rng, {tk, c.kv_heads, c.mla_layout ? nope + c.d_v : c.d_v}, DType::kBF16,
+                                              false, alloc(), stream());
+                const TensorView vd = c.mla_layout ? vsrc.dv.slice(2, nope, nope + c.d_v) : vsrc.dv;
+                const TensorView vh = c.mla_layout ? vsrc.hv.slice(2, nope, nope + c.d_v) : vsrc.hv;
+                const Quantized q8 = quantize_both(name + " q", q.dv, q.hv);
+                const Quantized k8 = quantize_both(name + " k", k.dv, k.hv);
+                const Quantized v8 = quantize_both(name + " v", vd, vh);
+                const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
+                const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
+                Tensor out_d = dev_empty({tq, c.heads, c.d_v}, out_dt);
+                Tensor lse_d = dev_empty({tq, c.heads}, DType::kF32);
+                Tensor od_d = dev_empty({1}, DType::kF32);
+                const bool causal = c.mask == AttentionMaskKind::kCausalBottomRight;
+                kernels::AttentionParams dp{.out = out_d,
+                                            .lse = with_lse ? lse_d.view() : TensorView{},
+                                            .q = q8.dev,
+                                            .k = k8.dev,
+                                            .v = v8.dev,
+                                            .cu_seqlens_q = cu_q_d,
+                                            .cu_seqlens_k = cu_k_d,
+                                            .q_pos0 = qp_d,
+                                            .k_pos0 = kp_d,
+                                            .scale = 3.0f / std::sqrt(static_cast<float>(c.d_qk)),
+                                            .causal = causal,
+                                            .max_seqlen_q = m.max_q,
+                                            .max_seqlen_k = m.max_k,
+                                            .mask_kind = c.mask,
+                                            .q_descale = q8.dev_scale,
+                                            .k_descale = k8.dev_scale,
+                                            .v_descale = v8.dev_scale,
+                                            .out_descale = out_dt == DType::kF8E4M3 ? od_d.view() : TensorView{}};
+                const bool covered = cuda::attention_fp8_wgmma_covers(dp);
+                EXPECT_TRUE(covered) << "the FP8 wgmma kernel declined";
+                std::printf("[conf] attention_fp8_wgmma | %s | %s\n", name.c_str(), covered ? "taken" : "declined");
+                cuda::fill_bytes_async(out_d, 0xff, stream());
+                cuda::fill_bytes_async(lse_d, 0xff, stream());
+                cuda::attention(dp, raw_stream());
+                unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
+
+                const Tensor cu_q_h = i32_tensor(m.cu_q), cu_k_h = i32_tensor(m.cu_k);
+                const Tensor qp_h = i32_tensor(m.qp), kp_h = i32_tensor(m.kp);
+                // (the reference writes f32 or e4m3)
+                Tensor out_h = Tensor::empty({tq, c.heads, c.d_v}, out_dt == DType::kF8E4M3 ? out_dt : DType::kF32);
+                Tensor lse_h = Tensor::empty({tq, c.heads}, DType::kF32);
+                Tensor od_h = Tensor::empty({1}, DType::kF32);
+                kernels::AttentionParams hp = dp;
+                hp.out = out_h;
+                hp.lse = with_lse ? lse_h.view() : TensorView{};
+                hp.q = q8.host;
+                hp.k = k8.host;
+                hp.v = v8.host;
+                hp.cu_seqlens_q = cu_q_h;
+                hp.cu_seqlens_k = cu_k_h;
+                hp.q_pos0 = qp_h;
+                hp.k_pos0 = kp_h;
+                hp.q_descale = q8.host_scale;
+                hp.k_descale = k8.host_scale;
+                hp.v_descale = v8.host_scale;
+                hp.out_descale = out_dt == DType::kF8E4M3 ? od_h.view() : TensorView{};
+                ref::attention(hp, nullptr);
+
+                std::vector<float> got, want;
+                const Tensor got_h = cuda::to_host(out_d, stream());
+                if (out_dt == DType::kF8E4M3) {
+                    conf_exact("attention_fp8_wgmma", name + " out_descale",
+                               std::vector<float>{scalar_of(od_d, stream())}, std::vector<float>{od_h.ptr<float>()[0]});
+                    const float od = od_h.ptr<float>()[0];
+                    for (int64_t i = 0; i < got_h.numel(); ++i) {
+                        got.push_back(e4m3_to_float(got_h.ptr<uint8_t>()[i]) * od);
+                        want.push_back(e4m3_to_float(out_h.ptr<uint8_t>()[i]) * od);
+                    }
+                } else {
+                    got = read_f32(to_f32(got_h));
+                    want = read_f32(out_h);
+                }
+                conf_close("attention_fp8_wgmma", name + " out", got, want, kFp8Attn, {tq, c.heads, c.d_v});
+                double err = 0.0, ref_sq = 0.0;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    err += (got[i] - want[i]) * (got[i] - want[i]);
+                    ref_sq += want[i] * want[i];
+                }
+                const double rel = std::sqrt(err / std::max(ref_sq, 1e-30));
+                std::printf("[conf] attention_fp8_wgmma | %s out relative RMS | %.4f | < 0.05 | %s\n", name.c_str(),
+                            rel, rel < 0.05 ? "PASS" : "FAIL");
+                EXPECT_LT(rel, 0.05);
+                if (with_lse) {
+                    conf_close("attention_fp8_wgmma", name + " lse", read_f32(cuda::to_host(lse_d, stream())),
+                               read_f32(lse_h), Tolerance{.atol = 5e-2, .rtol = 1e-2}, {tq, c.heads});
+                }
+                if (HasFatalFailure()) return;
+            }
+        }
     }
 }
 

@@ -1,0 +1,682 @@
+// FP8 flash attention forward on Hopper tensor cores (contract: attention_fp8_wgmma.h; kernels/ops.h AttentionParams
+// with e4m3 q / k / v and per-tensor descales). sm_90a.
+//
+// Tiling: a CTA owns 128 query rows of one sequence and one head and walks that sequence's key tiles of 128 keys,
+// the diagonal tile first (causal) so that only the first tiles need a mask. 384 threads = a producer warpgroup (one
+// thread issues the TMA loads; setmaxnreg 24) and two consumer warpgroups of 64 query rows each (setmaxnreg 240).
+//  - Shared memory: the q tile (d_qk / 64 boxes of 128 rows x 64 bytes) and a ring of kStages stages, each a k tile
+//    (d_qk / 64 boxes of 128 keys x 64 bytes) and a v tile (2 boxes of d_v rows x 64 keys), every box in TMA's
+//    64-byte swizzle, the layout the wgmma descriptors read (type 2, stride 512 bytes per 8 rows). Each stage has a
+//    "full" mbarrier (the producer's expect_tx) and an "empty" one (one arrive per consumer warpgroup).
+//  - Scores: S[64 x 128] = q k^T by d_qk / 32 wgmma.m64n128k32.e4m3 from shared memory (both operands K-major, as
+//    e4m3 wgmma requires), f32 accumulate.
+//  - Online softmax in registers (exp2 on the special-function unit with the log2(e)-folded scale scale * q_descale *
+//    k_descale; a row's running max, the output rescaled when the max grows, skipped by a warp whose rows' maxima
+//    held). The row sums come from the tensor cores: each value tile carries 8 extra rows of e4m3 ones, so the value
+//    product's columns d_v .. d_v + 7 accumulate sum_j P_ij (of the rounded probabilities, the ones the numerator
+//    uses) and are rescaled with O; the softmax does no additions. Masked keys (beyond the row's causal limit or the
+//    sequence's keys) are set to -inf before the max, so the garbage a tile reads past its sequence never counts.
+//  - Values: O[64 x d_v] += P V with P in registers: the probabilities times 2^8 (added in the exponent of exp2: it
+//    moves e4m3's subnormal floor from 2^-9 to 2^-17 of the row max) rounded to e4m3 in the A-operand fragment. The
+//    score accumulator holds, per thread and k32 step, the columns {2t, 2t+1, 8+2t, 9+2t, 16+2t, 17+2t, 24+2t, 25+2t}
+//    where the A fragment wants {4t..4t+3, 16+4t..16+4t+3}; instead of shuffling the bytes across the quad, the keys
+//    of v are stored in that order (vt_perm below), which leaves the sum over keys unchanged.
+//  - v must be K-major for e4m3 wgmma, i.e. transposed: a pre-pass (vt_kernel) writes vt [h_kv, d_v, width], each
+//    sequence's keys from a 128-aligned column (128 ceil(cu_k[s] / 128) + 128 s: no tile holds two sequences, the
+//    padding is zero) in the permuted order within each 32 keys. It moves 2 bytes per v element (~0.15 ms for
+//    DeepSeek-V3's 16K x 128 heads x 128), a few percent of the attention.
+//  - Schedule per consumer warpgroup (FlashAttention-3's intra-warpgroup overlap): tile i's score wgmma and tile
+//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight.
+//  - Epilogue: O * v_descale / (256 l) to bf16, or to e4m3 with the caller's 1 / out_descale; lse = m * scale *
+//    q_descale * k_descale + ln l (natural log) when asked; a row without keys gets 0 and -inf.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention_fp8_wgmma.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/fp8_gemm_common.cuh"
+#include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+constexpr int kBM = 128;             // query rows per CTA (two consumer warpgroups of 64)
+constexpr int kBN = 128;             // keys per tile
+constexpr int kThreads = 384;        // producer warpgroup + two consumer warpgroups
+constexpr int kBoxBytes = 64;        // TMA box width = the 64-byte swizzle span
+constexpr float kPScaleLog2 = 8.0f;  // the probabilities' scale before the e4m3 cast: 2^8, added in the exponent
+
+// Position p (0..31) of a 32-key block of vt holds key vt_perm(p) of the block: the key that the score accumulator
+// puts where the e4m3 A fragment reads column p (the header's comment).
+__host__ __device__ constexpr int vt_perm(int p) {
+    return 16 * (p >> 4) + 2 * ((p & 15) >> 2) + 8 * ((p & 3) >> 1) + (p & 1);
+}
+
+template <int kDqk, int kDv>
+struct Layout {
+    static constexpr int kQBoxes = kDqk / kBoxBytes;
+    static constexpr int kQBytes = kQBoxes * kBM * kBoxBytes;
+    static constexpr int kKBytes = kQBoxes * kBN * kBoxBytes;
+    // One box: d_v rows x 64 keys (TMA), then 8 rows of e4m3 ones (written once per stage: the row sums' B rows).
+    static constexpr int kVBoxBytes = (kDv + 8) * kBoxBytes;
+    static constexpr int kVBytes = 2 * kVBoxBytes;
+    static constexpr int kStageBytes = kKBytes + kVBytes;
+    static constexpr int kTxBytes = kKBytes + 2 * kDv * kBoxBytes;  // what TMA writes into a stage
+    static constexpr int kStages = (kQBytes + 3 * kStageBytes + 1024 + 256 <= 227 * 1024) ? 3 : 2;
+    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, full[kStages], empty[kStages]
+    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kStages) + 1024;  // + alignment slack
+    static_assert(kDqk % 64 == 0 && kDqk <= 256, "d_qk: a multiple of 64 up to 256");
+    static_assert(kDv == 64 || kDv == 128, "d_v: 64 or 128");
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+struct Fp8AttnArgs {
+    void* out;
+    float* lse;  // null: not wanted
+    const int32_t* cu_q;
+    const int32_t* cu_k;
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    const float* scale_o;  // FP8 out: 1 / out_descale
+    int64_t o0, o1, l0;    // out / lse strides (elements)
+    int group;             // n_heads / n_kv_heads
+    float scale;
+    bool causal;
+    bool pingpong;  // the two consumer warpgroups take turns issuing their wgmma (PENSTOCK_FP8_ATTN_PINGPONG)
+};
+
+// ------------------------------------------------------------------------------------------------ wgmma, A in
+// registers D[64 x 136] += A[64 x 32] B[32 x 136] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
+// words of the 8-bit A fragment), B K-major from shared memory (descriptor).
+__device__ __forceinline__ void m64n136k32_e4m3_rs(float (&d)[68], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %73, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67"
+        "}, "
+        "{%68, %69, %70, %71}, %72, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// D[64 x 72] += A[64 x 32] B[32 x 72] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
+// words of the 8-bit A fragment), B K-major from shared memory (descriptor).
+__device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %41, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35"
+        "}, "
+        "{%36, %37, %38, %39}, %40, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// The value product over d_v + 8 columns: the 8 extra B rows are e4m3 ones (kOnesRows), so the accumulator columns
+// d_v .. d_v + 7 all hold the row sum of the rounded probabilities, accumulated (and rescaled) with O itself.
+template <int kDv>
+__device__ __forceinline__ void pv_mma(float (&o)[kDv / 2 + 4], const uint32_t (&a)[4], uint64_t desc_b) {
+    if constexpr (kDv == 128) {
+        m64n136k32_e4m3_rs(o, a, desc_b);
+    } else {
+        m64n72k32_e4m3_rs(o, a, desc_b);
+    }
+}
+
+// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, subnormal results flushed to 0);
+// exp2f adds range handling around it, and the softmax is bound by these instructions.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) { return wgmma::desc_swizzle<64>(saddr, 16, 512); }
+
+// Four probabilities (already scaled) as the e4m3 bytes of one A-fragment word, a in the low byte.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+    return e4m3x2_in_range(a, b) | (e4m3x2_in_range(c, d) << 16);
+}
+
+// ------------------------------------------------------------------------------------------------ v transpose
+// vt[h][c][col0(s) + j'] = v[cu_k[s] + j][h][c] for the keys j of each sequence s, with j' the position of j in its
+// 32-key block's vt_perm order; the columns of a sequence's last 128-key tile past its keys are zero. Block = 128
+// keys x d_v of one (sequence, kv head), staged in shared memory (rows padded by 16 bytes).
+template <int kDv>
+__global__ void __launch_bounds__(256)
+    vt_kernel(const uint8_t* __restrict__ v, int64_t v0, int64_t v1, uint8_t* __restrict__ vt, int64_t width,
+              const int32_t* __restrict__ cu_k) {
+    constexpr int kRow = kDv + 16;
+    __shared__ __align__(16) uint8_t tile[kBN * kRow];
+    const int s = static_cast<int>(blockIdx.y);
+    const int h = static_cast<int>(blockIdx.z);
+    const int32_t k_start = cu_k[s];
+    const int32_t len = cu_k[s + 1] - k_start;
+    const int32_t j0 = static_cast<int32_t>(blockIdx.x) * kBN;
+    if (j0 >= len) return;  // no tile of the attention reads it
+    const int tid = static_cast<int>(threadIdx.x);
+    constexpr int kChunks = kDv / 16;  // 16-byte chunks per key row
+    for (int i = tid; i < kBN * kChunks; i += 256) {
+        const int r = i / kChunks, c = i % kChunks;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (j0 + r < len) {
+            val = __ldg(
+                reinterpret_cast<const uint4*>(v + (static_cast<int64_t>(k_start) + j0 + r) * v0 + h * v1 + 16 * c));
+        }
+        *reinterpret_cast<uint4*>(tile + r * kRow + 16 * c) = val;
+    }
+    __syncthreads();
+    const int64_t col0 = static_cast<int64_t>(kBN) * ((k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * s + j0;
+    uint8_t* base = vt + static_cast<int64_t>(h) * kDv * width + col0;
+    for (int i = tid; i < kDv * (kBN / 16); i += 256) {
+        const int c = i / (kBN / 16), p0 = 16 * (i % (kBN / 16));
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            uint32_t x = 0;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int p = p0 + 4 * q + b;
+                const int key = (p & ~31) + vt_perm(p & 31);
+                x |= static_cast<uint32_t>(tile[key * kRow + c]) << (8 * b);
+            }
+            w[q] = x;
+        }
+        *reinterpret_cast<uint4*>(base + static_cast<int64_t>(c) * width + p0) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ attention
+template <class OutT>
+__device__ __forceinline__ void store_out2(OutT* p, float x, float y);
+template <>
+__device__ __forceinline__ void store_out2<bf16>(bf16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_out2<uint8_t>(uint8_t* p, float x, float y) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(e4m3x2_in_range(x, y));
+}
+
+template <int kDqk, int kDv, class OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                         const __grid_constant__ CUtensorMap tm_vt, Fp8AttnArgs a) {
+    using L = Layout<kDqk, kDv>;
+    constexpr int kStages = L::kStages;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = tile::smem_u32(smem_raw);
+    const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
+    const uint32_t s_q = sbase;
+    const uint32_t bars = sbase + L::kBarOffset;
+    const uint32_t q_full = bars;
+    auto full = [&](int st) { return bars + 8u * (1 + st); };
+    auto empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
+    auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
+
+    const int seq = static_cast<int>(blockIdx.z);
+    const int head = static_cast<int>(blockIdx.y);
+    const int kv_head = head / a.group;
+    const int32_t q_start = a.cu_q[seq], len_q = a.cu_q[seq + 1] - q_start;
+    const int32_t k_start = a.cu_k[seq], len_k = a.cu_k[seq + 1] - k_start;
+    const int m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;  // the longest rows first
+    if (m0 >= len_q) return;
+    // Bottom-right causal diagonal: row i sees keys j <= i + off.
+    const int off = len_k - len_q;
+    int last_key = len_k - 1;
+    if (a.causal) last_key = min(last_key, m0 + kBM - 1 + off);
+    const int n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
+    const int64_t vt_col0 = static_cast<int64_t>(kBN) * ((k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * seq;
+
+    const int tid = static_cast<int>(threadIdx.x);
+    if (tid == 0) {
+        tma::mbar_init(q_full, 1);
+        for (int i = 0; i < kStages; ++i) {
+            tma::mbar_init(full(i), 1);
+            tma::mbar_init(empty(i), 2);
+        }
+        tma::fence_mbar_init();
+    }
+    __syncthreads();
+    const int wg = tid >> 7;
+    if (wg == 0) {
+        // ------------------------------------------------------------ producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (tid == 0) {
+            tma::prefetch_map(&tm_q);
+            tma::prefetch_map(&tm_k);
+            tma::prefetch_map(&tm_vt);
+            tma::mbar_expect_tx(q_full, L::kQBytes);
+#pragma unroll
+            for (int b = 0; b < L::kQBoxes; ++b) {
+                tma::load_3d(s_q + b * kBM * kBoxBytes, &tm_q, b * kBoxBytes, head, q_start + m0, q_full);
+            }
+            for (int it = 0; it < n_tiles; ++it) {
+                const int j = n_tiles - 1 - it;
+                const int st = it % kStages;
+                tma::mbar_wait(empty(st), ((it / kStages) & 1) ^ 1);
+                tma::mbar_expect_tx(full(st), L::kTxBytes);
+                const uint32_t sk = s_k(st);
+#pragma unroll
+                for (int b = 0; b < L::kQBoxes; ++b) {
+                    tma::load_3d(sk + b * kBN * kBoxBytes, &tm_k, b * kBoxBytes, kv_head, k_start + j * kBN, full(st));
+                }
+#pragma unroll
+                for (int b = 0; b < 2; ++b) {
+                    tma::load_3d(sk + L::kKBytes + b * L::kVBoxBytes, &tm_vt,
+                                 static_cast<int>(vt_col0 + j * kBN + b * kBoxBytes), 0, kv_head, full(st));
+                }
+            }
+        }
+        return;
+    }
+    // ------------------------------------------------------------ consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int cw = wg - 1;
+    const int lane = tid & 31;
+    const int t4 = lane & 3;
+    const int r_lo = m0 + 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);   // rows r_lo and r_lo + 8 of the sequence
+    const int lim_lo = a.causal ? min(r_lo + off, len_k - 1) : len_k - 1;  // last visible key of each row
+    const int lim_hi = a.causal ? min(r_lo + 8 + off, len_k - 1) : len_k - 1;
+    const float alpha = a.scale * __ldg(a.q_descale) * __ldg(a.k_descale);  // score units -> logits
+    // -> log2 units; kept positive so that a masked -inf score stays -inf (a zero descale is a caller's mistake)
+    const float c = fmaxf(alpha * 1.4426950408889634f, 1e-30f);
+
+    // O's d_v columns, then 8 columns that all accumulate the row sum l (pv_mma)
+    constexpr int kAcc = kDv / 2 + 4;
+    float o[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
+    float m_lo = -INFINITY, m_hi = -INFINITY;
+    // The value tiles' ones rows (TMA never writes them), made visible to the tensor cores' async proxy before the
+    // first value product.
+    for (int i = tid - 128; i < kStages * 2 * 8 * kBoxBytes / 16; i += 256) {
+        const int per_stage = 2 * 8 * kBoxBytes / 16;
+        const int st = i / per_stage, r = i % per_stage, b = r / (8 * kBoxBytes / 16), w = r % (8 * kBoxBytes / 16);
+        const uint32_t addr = s_k(st) + L::kKBytes + b * L::kVBoxBytes + kDv * kBoxBytes + 16 * w;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0x38383838u) : "memory");
+    }
+    wgmma::fence_proxy_async();
+    tma::named_sync(3, 256);
+    const uint32_t q_rows = s_q + static_cast<uint32_t>(cw) * 64 * kBoxBytes;
+    // Per tile it (key tile j = n_tiles - 1 - it, stage it % kStages): the scores' wgmma is issued together with the
+    // previous tile's value wgmma, so that this tile's softmax runs while the tensor cores do the previous tile's
+    // P V (FlashAttention-3's intra-warpgroup overlap): issue S_it, issue O += P_(it-1) V_(it-1), wait for S_it,
+    // mask / max / exp2 / row sums of S_it, wait for the value product, release stage it - 1, rescale O by the max's
+    // correction and pack P_it. The last tile's value product runs after the loop.
+    auto issue_scores = [&](int st, float(&sc)[64]) {
+        const uint32_t sk = s_k(st);
+        wgmma::reg_fence(sc);
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kDqk / 32; ++ks) {
+            const uint32_t koff = static_cast<uint32_t>((ks >> 1) * kBN * kBoxBytes + (ks & 1) * 32);
+            const uint32_t qoff = static_cast<uint32_t>((ks >> 1) * kBM * kBoxBytes + (ks & 1) * 32);
+            wgmma::m64n128k32_e4m3(sc, sw64_desc(q_rows + qoff), sw64_desc(sk + koff), ks != 0 ? 1 : 0);
+        }
+        wgmma::commit();
+    };
+    auto issue_values = [&](int st, const uint32_t(&pa)[4][4]) {
+        const uint32_t sv = s_k(st) + L::kKBytes;
+        wgmma::reg_fence(o);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t voff = static_cast<uint32_t>((kk >> 1) * L::kVBoxBytes + (kk & 1) * 32);
+            pv_mma<kDv>(o, pa[kk], sw64_desc(sv + voff));
+        }
+        wgmma::commit();
+    };
+    // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8); returns the
+    // correction of the previous accumulators (O and the row sums) for the two rows.
+    auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
+        const int key0 = j * kBN + 2 * t4;
+        if (j * kBN + kBN - 1 > lim_lo || j * kBN + kBN - 1 > lim_hi) {
+#pragma unroll
+            for (int nb = 0; nb < 16; ++nb) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int key = key0 + 8 * nb + e;
+                    if (key > lim_lo) sc[4 * nb + e] = -INFINITY;
+                    if (key > lim_hi) sc[4 * nb + 2 + e] = -INFINITY;
+                }
+            }
+        }
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb) {
+            mx_lo = fmaxf(mx_lo, fmaxf(sc[4 * nb], sc[4 * nb + 1]));
+            mx_hi = fmaxf(mx_hi, fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]));
+        }
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
+        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * c;
+        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * c;
+        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo * c - base_lo);  // 0: nothing accumulated yet
+        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi * c - base_hi);
+        // p * 2^8 = 2^(s c - base + 8): the e4m3 scale folded into the exponent
+        const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                sc[4 * nb + e] = ex2(fmaf(sc[4 * nb + e], c, nb_lo));
+                sc[4 * nb + 2 + e] = ex2(fmaf(sc[4 * nb + 2 + e], c, nb_hi));
+            }
+        }
+    };
+    // P in the A fragment of each 32-key step (see vt_perm).
+    auto pack = [&](const float(&x)[64], uint32_t(&pa)[4][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const float* y = x + 16 * kk;
+            pa[kk][0] = pack_e4m3x4(y[0], y[1], y[4], y[5]);
+            pa[kk][1] = pack_e4m3x4(y[2], y[3], y[6], y[7]);
+            pa[kk][2] = pack_e4m3x4(y[8], y[9], y[12], y[13]);
+            pa[kk][3] = pack_e4m3x4(y[10], y[11], y[14], y[15]);
+        }
+    };
+    auto rescale = [&](float corr_lo, float corr_hi) {
+#pragma unroll
+        for (int nb = 0; nb < kDv / 8 + 1; ++nb) {
+            o[4 * nb] *= corr_lo;
+            o[4 * nb + 1] *= corr_lo;
+            o[4 * nb + 2] *= corr_hi;
+            o[4 * nb + 3] *= corr_hi;
+        }
+    };
+    auto release = [&](int st) {
+        if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
+    };
+
+    // Ping-pong (a.pingpong): named barrier 1 + w lets warpgroup w issue; each warpgroup hands the turn to the other
+    // after issuing, so one's softmax overlaps the other's tensor-core work. Both issue n_tiles + 1 times; warpgroup
+    // 1 opens with a hand-over and skips its last one, so every barrier phase gets its 256 threads.
+    const bool pp = a.pingpong && n_tiles > 0;
+    auto turn_begin = [&]() {
+        if (pp) tma::named_sync(1 + cw, 256);
+    };
+    auto turn_end = [&](bool final_turn) {
+        if (pp && !(cw == 1 && final_turn)) tma::named_arrive(2 - cw, 256);
+    };
+    if (pp && cw == 1) tma::named_arrive(1, 256);
+
+    tma::mbar_wait(q_full, 0);
+    float s[64];
+    uint32_t pa[4][4];
+    if (n_tiles > 0) {
+        tma::mbar_wait(full(0), 0);
+        turn_begin();
+        issue_scores(0, s);
+        turn_end(false);
+        wgmma::wait<0>();
+        wgmma::reg_fence(s);
+        float corr_lo, corr_hi;
+        softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
+        pack(s, pa);
+    }
+    for (int it = 1; it < n_tiles; ++it) {
+        const int st = it % kStages, prev = (it - 1) % kStages;
+        tma::mbar_wait(full(st), (it / kStages) & 1);
+        turn_begin();
+        issue_scores(st, s);
+        issue_values(prev, pa);
+        turn_end(false);
+        wgmma::wait<1>();  // the scores (committed first)
+        wgmma::reg_fence(s);
+        float corr_lo, corr_hi;
+        softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        wgmma::wait<0>();  // the value product
+        wgmma::reg_fence(o);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
+        }
+        release(prev);
+        // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
+        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
+        pack(s, pa);
+    }
+    if (n_tiles > 0) {
+        const int last = (n_tiles - 1) % kStages;
+        turn_begin();
+        issue_values(last, pa);
+        turn_end(true);
+        wgmma::wait<0>();
+        wgmma::reg_fence(o);
+        release(last);
+    }
+    // Epilogue: the row sums (column d_v of the accumulators), then the rows this thread holds.
+    const float l_lo = o[4 * (kDv / 8)], l_hi = o[4 * (kDv / 8) + 2];
+    float mult = __ldg(a.v_descale);  // l sums the probabilities times 2^8 too
+    if constexpr (sizeof(OutT) == 1) mult *= __ldg(a.scale_o);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = r_lo + 8 * hf;
+        if (r >= len_q) continue;
+        const float l = hf == 0 ? l_lo : l_hi;
+        const float m = hf == 0 ? m_lo : m_hi;
+        const float f = l > 0.0f ? mult / l : 0.0f;
+        const int64_t row = static_cast<int64_t>(q_start) + r;
+        OutT* orow = static_cast<OutT*>(a.out) + row * a.o0 + static_cast<int64_t>(head) * a.o1 + 2 * t4;
+#pragma unroll
+        for (int nb = 0; nb < kDv / 8; ++nb)
+            store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
+        if (a.lse != nullptr && t4 == 0) {
+            // ln(l / 2^8): l sums the scaled probabilities
+            a.lse[row * a.l0 + head] =
+                l > 0.0f ? fmaf(m, alpha, logf(l) - kPScaleLog2 * 0.6931471805599453f) : -INFINITY;
+        }
+    }
+}
+
+CUtensorMap map_u8(const void* base, const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                   const cuuint32_t (&box)[3]) {
+    return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// q / k: last dim contiguous, byte strides multiples of 16 (TMA), 16-byte aligned start.
+bool tma_rows(const TensorView& t) {
+    return t.ndim == 3 && t.stride(2) == 1 && t.stride(0) > 0 && t.stride(1) > 0 && t.stride(0) % 16 == 0 &&
+           t.stride(1) % 16 == 0 && aligned16(t.data);
+}
+
+bool on_gpu(const TensorView& t) { return t.device == Device::kCUDA && t.data != nullptr; }
+
+bool scalar_on_gpu(const TensorView& t) { return on_gpu(t) && t.dtype == DType::kF32 && t.numel() == 1; }
+
+// Read on every call (a benchmark flips it between runs); the lookup is negligible next to an attention call.
+// PENSTOCK_FP8_ATTN_PINGPONG=1: the warpgroups take turns issuing (default off).
+bool pingpong_enabled() {
+    const char* e = std::getenv("PENSTOCK_FP8_ATTN_PINGPONG");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
+bool disabled_by_env() {
+    const char* e = std::getenv("PENSTOCK_FP8_ATTENTION_KERNEL");
+    return e != nullptr && std::strcmp(e, "cudnn") == 0;
+}
+
+template <int kDqk, int kDv, class OutT>
+void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
+            int n_seqs, cudaStream_t stream) {
+    using L = Layout<kDqk, kDv>;
+    const int64_t h = p.q.size(1), h_kv = p.k.size(1);
+    const cuuint32_t qk_box[3] = {kBoxBytes, 1u, static_cast<cuuint32_t>(kBM)};
+    const cuuint64_t q_dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(h),
+                                  static_cast<cuuint64_t>(p.q.size(0))};
+    const cuuint64_t q_strides[2] = {static_cast<cuuint64_t>(p.q.stride(1)), static_cast<cuuint64_t>(p.q.stride(0))};
+    const cuuint64_t k_dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(h_kv),
+                                  static_cast<cuuint64_t>(p.k.size(0))};
+    const cuuint64_t k_strides[2] = {static_cast<cuuint64_t>(p.k.stride(1)), static_cast<cuuint64_t>(p.k.stride(0))};
+    const cuuint64_t vt_dims[3] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(kDv),
+                                   static_cast<cuuint64_t>(h_kv)};
+    const cuuint64_t vt_strides[2] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(width * kDv)};
+    const cuuint32_t vt_box[3] = {kBoxBytes, static_cast<cuuint32_t>(kDv), 1u};
+    const CUtensorMap tm_q = map_u8(p.q.data, q_dims, q_strides, qk_box);
+    const CUtensorMap tm_k = map_u8(p.k.data, k_dims, k_strides, qk_box);
+    const CUtensorMap tm_vt = map_u8(vt, vt_dims, vt_strides, vt_box);
+    auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
+    const dim3 grid(static_cast<unsigned>((max_q + kBM - 1) / kBM), static_cast<unsigned>(h),
+                    static_cast<unsigned>(n_seqs));
+    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_vt, args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+template <int kDqk, int kDv>
+void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
+         int n_seqs, bool fp8_out, cudaStream_t stream) {
+    fp8_out ? launch<kDqk, kDv, uint8_t>(p, args, vt, width, max_q, n_seqs, stream)
+            : launch<kDqk, kDv, bf16>(p, args, vt, width, max_q, n_seqs, stream);
+}
+
+}  // namespace
+
+bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
+    using kernels::AttentionMaskKind;
+    if (disabled_by_env()) return false;
+    if (p.q.dtype != DType::kF8E4M3 || p.k.dtype != DType::kF8E4M3 || p.v.dtype != DType::kF8E4M3) return false;
+    if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF8E4M3) return false;
+    if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
+    if (p.mask_kind == AttentionMaskKind::kCausalBottomRight && (!p.causal || p.q_pos_step != 1)) return false;
+    if (!(p.scale > 0.0f)) return false;
+    if (p.q.ndim != 3 || p.k.ndim != 3 || p.v.ndim != 3 || p.out.ndim != 3) return false;
+    for (const TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.cu_seqlens_q, &p.cu_seqlens_k}) {
+        if (!on_gpu(*t)) return false;
+    }
+    if (!scalar_on_gpu(p.q_descale) || !scalar_on_gpu(p.k_descale) || !scalar_on_gpu(p.v_descale)) return false;
+    if (p.out.dtype == DType::kF8E4M3 && !scalar_on_gpu(p.out_descale)) return false;
+    const int64_t total_q = p.q.size(0), h = p.q.size(1), d_qk = p.q.size(2);
+    const int64_t total_k = p.k.size(0), h_kv = p.k.size(1), d_v = p.v.size(2);
+    if (!((d_qk == 64 && d_v == 64) || (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128) ||
+          (d_qk == 256 && d_v == 128))) {
+        return false;
+    }
+    if (h == 0 || h_kv == 0 || h % h_kv != 0 || h > 65535) return false;
+    if (p.k.size(2) != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
+    if (p.out.size(0) != total_q || p.out.size(1) != h || p.out.size(2) != d_v) return false;
+    if (total_q >= (int64_t{1} << 31) || total_k >= (int64_t{1} << 31)) return false;
+    if (!tma_rows(p.q) || !tma_rows(p.k) || !tma_rows(p.v)) return false;  // v: 16-byte row loads in vt_kernel
+    // out: pairs of elements (4-byte bf16 / 2-byte e4m3 stores)
+    if (p.out.stride(2) != 1 || p.out.stride(0) % 2 != 0 || p.out.stride(1) % 2 != 0 ||
+        (reinterpret_cast<uintptr_t>(p.out.data) & 3u) != 0) {
+        return false;
+    }
+    if (p.lse.data != nullptr && (p.lse.device != Device::kCUDA || p.lse.dtype != DType::kF32 || p.lse.ndim != 2 ||
+                                  p.lse.size(0) != total_q || p.lse.size(1) != h || p.lse.stride(1) != 1)) {
+        return false;
+    }
+    if (p.cu_seqlens_q.ndim != 1 || p.cu_seqlens_k.ndim != 1 || p.cu_seqlens_q.size(0) < 2 ||
+        p.cu_seqlens_k.size(0) != p.cu_seqlens_q.size(0) || p.cu_seqlens_q.size(0) - 1 > 65535 ||
+        p.cu_seqlens_q.dtype != DType::kI32 || p.cu_seqlens_k.dtype != DType::kI32 || p.cu_seqlens_q.stride(0) != 1 ||
+        p.cu_seqlens_k.stride(0) != 1) {
+        return false;
+    }
+    return fp8::device_major() == 9;
+}
+
+bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o, cudaStream_t stream) {
+    if (!attention_fp8_wgmma_covers(p)) return false;
+    const bool fp8_out = p.out.dtype == DType::kF8E4M3;
+    PENSTOCK_CHECK(!fp8_out || scale_o != nullptr) << "attention: FP8 out needs 1 / out_descale on the device";
+    const int64_t total_q = p.q.size(0), total_k = p.k.size(0), h_kv = p.k.size(1);
+    const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
+    if (total_q == 0) return true;
+    const int n_seqs = static_cast<int>(p.cu_seqlens_q.size(0) - 1);
+    const int64_t max_q = p.max_seqlen_q > 0 ? p.max_seqlen_q : total_q;
+    const int64_t max_k = p.max_seqlen_k > 0 ? p.max_seqlen_k : total_k;
+    // vt: every sequence's keys from a 128-aligned column (vt_kernel): at most 128 (ceil(total_k / 128) + n_seqs).
+    const int64_t width = static_cast<int64_t>(kBN) * ((total_k + kBN - 1) / kBN + n_seqs);
+    PENSTOCK_CHECK_LT(width, int64_t{1} << 31) << "attention: too many keys for the FP8 kernel";
+    uint8_t* vt = nullptr;
+    const auto vt_bytes = static_cast<size_t>(std::max<int64_t>(width * d_v * h_kv, 1));
+    PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&vt), vt_bytes, stream));
+    const auto* cu_k = p.cu_seqlens_k.ptr<const int32_t>();
+    if (total_k > 0) {
+        const dim3 vgrid(static_cast<unsigned>((max_k + kBN - 1) / kBN), static_cast<unsigned>(n_seqs),
+                         static_cast<unsigned>(h_kv));
+        const auto* v = static_cast<const uint8_t*>(p.v.data);
+        if (d_v == 64) {
+            vt_kernel<64><<<vgrid, 256, 0, stream>>>(v, p.v.stride(0), p.v.stride(1), vt, width, cu_k);
+        } else {
+            vt_kernel<128><<<vgrid, 256, 0, stream>>>(v, p.v.stride(0), p.v.stride(1), vt, width, cu_k);
+        }
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    }
+    Fp8AttnArgs args{};
+    args.out = p.out.data;
+    args.lse = p.lse.data != nullptr ? p.lse.ptr<float>() : nullptr;
+    args.cu_q = p.cu_seqlens_q.ptr<const int32_t>();
+    args.cu_k = cu_k;
+    args.q_descale = p.q_descale.ptr<const float>();
+    args.k_descale = p.k_descale.ptr<const float>();
+    args.v_descale = p.v_descale.ptr<const float>();
+    args.scale_o = scale_o;
+    args.o0 = p.out.stride(0);
+    args.o1 = p.out.stride(1);
+    args.l0 = p.lse.data != nullptr ? p.lse.stride(0) : 0;
+    args.group = static_cast<int>(p.q.size(1) / h_kv);
+    args.scale = p.scale;
+    args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
+    args.pingpong = pingpong_enabled();
+    if (d_qk == 64) {
+        run<64, 64>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+    } else if (d_qk == 128) {
+        run<128, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+    } else if (d_qk == 192) {
+        run<192, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+    } else {
+        run<256, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+    }
+    PENSTOCK_CUDA_CHECK(cudaFreeAsync(vt, stream));
+    return true;
+}
+
+}  // namespace penstock::cuda
