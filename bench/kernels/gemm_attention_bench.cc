@@ -211,28 +211,39 @@ void run_attention_bench(BenchContext& ctx) {
         f.out_descale = scale(3);
         // Penstock's FP8 wgmma kernel (attention_fp8_wgmma.h; FP8 out with and without lse, bf16 out without), then
         // cuDNN's FP8 SDPA (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn) in the same run.
-        // (_pp: PENSTOCK_FP8_ATTN_PINGPONG=1, the consumer warpgroups take turns issuing)
+        // (env: _pp PENSTOCK_FP8_ATTN_PINGPONG=1, the consumer warpgroups take turns issuing; _qsmem
+        // PENSTOCK_FP8_ATTN_QREGS=0, q read from shared memory by every score product; _mma_probe
+        // PENSTOCK_FP8_ATTN_PROBE=mma, the loads and products without the softmax: not attention, a ceiling)
         struct V {
             const char* impl;
-            bool lse, bf16_out, cudnn, pingpong;
+            bool lse, bf16_out, cudnn;
+            const char* env;  // NAME=VALUE or null
         };
-        const V kVariants[] = {{"wgmma_fp8", true, false, false, false},
-                               {"wgmma_fp8_no_lse", false, false, false, false},
-                               {"wgmma_fp8_bf16_out_no_lse", false, true, false, false},
-                               {"wgmma_fp8_bf16_out_no_lse_pp", false, true, false, true},
-                               {"cudnn_fp8", true, false, true, false},
-                               {"cudnn_fp8_no_lse", false, false, true, false}};
+        const V kVariants[] = {
+            {"wgmma_fp8", true, false, false, nullptr},
+            {"wgmma_fp8_no_lse", false, false, false, nullptr},
+            {"wgmma_fp8_bf16_out_no_lse", false, true, false, nullptr},
+            {"wgmma_fp8_bf16_out_no_lse_pp", false, true, false, "PENSTOCK_FP8_ATTN_PINGPONG=1"},
+            {"wgmma_fp8_bf16_out_no_lse_qsmem", false, true, false, "PENSTOCK_FP8_ATTN_QREGS=0"},
+            {"wgmma_fp8_bf16_out_no_lse_mma_probe", false, true, false, "PENSTOCK_FP8_ATTN_PROBE=mma"},
+            {"cudnn_fp8", true, false, true, nullptr},
+            {"cudnn_fp8_no_lse", false, false, true, nullptr}};
         for (const V& var : kVariants) {
             f.lse = var.lse ? lse.view() : TensorView{};
             f.out = var.bf16_out ? out.view() : o8.view();
             if (var.cudnn) setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
-            if (var.pingpong) setenv("PENSTOCK_FP8_ATTN_PINGPONG", "1", /*overwrite=*/1);
+            std::string env_name;
+            if (var.env != nullptr) {
+                const std::string e = var.env;
+                env_name = e.substr(0, e.find('='));
+                setenv(env_name.c_str(), e.substr(e.find('=') + 1).c_str(), /*overwrite=*/1);
+            }
             cuda::attention(f, ctx.stream().handle());  // builds the plan outside timing
             ctx.stream().synchronize();
             const Timing t = time_events(
                 ctx, [&] { cuda::attention(f, ctx.stream().handle()); }, 5, 30);
             unsetenv("PENSTOCK_FP8_ATTENTION_KERNEL");
-            unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
+            if (!env_name.empty()) unsetenv(env_name.c_str());
             nlohmann::json record = ctx.base_record("attention");
             record["shape"] = s.name;
             record["impl"] = var.impl;

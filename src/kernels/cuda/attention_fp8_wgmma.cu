@@ -94,12 +94,17 @@ struct Fp8AttnArgs {
     float scale;
     bool causal;
     bool pingpong;  // the two consumer warpgroups take turns issuing their wgmma (PENSTOCK_FP8_ATTN_PINGPONG)
+    // Measurement probe (PENSTOCK_FP8_ATTN_PROBE=mma): every probability 1 and no softmax, the same loads and
+    // products (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
+    bool mma_only;
 };
 
-// ------------------------------------------------------------------------------------------------ wgmma, A in
-// registers D[64 x 136] += A[64 x 32] B[32 x 136] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
-// words of the 8-bit A fragment), B K-major from shared memory (descriptor).
-__device__ __forceinline__ void m64n136k32_e4m3_rs(float (&d)[68], const uint32_t (&a)[4], uint64_t desc_b) {
+// ------------------------------------------------------------------------------------------------ wgmma, A in regs
+
+// D[64 x 136] (+)= A[64 x 32] B[32 x 136] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
+// words of the 8-bit A fragment), B K-major from shared memory (descriptor); scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n136k32_e4m3_rs(float (&d)[68], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -123,12 +128,41 @@ __device__ __forceinline__ void m64n136k32_e4m3_rs(float (&d)[68], const uint32_
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
           "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// D[64 x 72] += A[64 x 32] B[32 x 72] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
-// words of the 8-bit A fragment), B K-major from shared memory (descriptor).
-__device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b) {
+// D[64 x 128] (+)= A[64 x 32] B[32 x 128] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
+// words of the 8-bit A fragment), B K-major from shared memory (descriptor); scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 72] (+)= A[64 x 32] B[32 x 72] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
+// words of the 8-bit A fragment), B K-major from shared memory (descriptor); scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -146,7 +180,7 @@ __device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t
           "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
           "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
           "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 // The value product over d_v + 8 columns: the 8 extra B rows are e4m3 ones (kOnesRows), so the accumulator columns
@@ -154,9 +188,9 @@ __device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t
 template <int kDv>
 __device__ __forceinline__ void pv_mma(float (&o)[kDv / 2 + 4], const uint32_t (&a)[4], uint64_t desc_b) {
     if constexpr (kDv == 128) {
-        m64n136k32_e4m3_rs(o, a, desc_b);
+        m64n136k32_e4m3_rs(o, a, desc_b, 1);
     } else {
-        m64n72k32_e4m3_rs(o, a, desc_b);
+        m64n72k32_e4m3_rs(o, a, desc_b, 1);
     }
 }
 
@@ -170,9 +204,17 @@ __device__ __forceinline__ float ex2(float x) {
 
 __device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) { return wgmma::desc_swizzle<64>(saddr, 16, 512); }
 
-// Four probabilities (already scaled) as the e4m3 bytes of one A-fragment word, a in the low byte.
+// Four probabilities (already scaled, in e4m3's range) as the e4m3 bytes of one A-fragment word, a in the low byte:
+// two hardware casts straight into the word's halves (no zero-extend, shift and or).
 __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    return e4m3x2_in_range(a, b) | (e4m3x2_in_range(c, d) << 16);
+    uint32_t r;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(r)
+        : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
 }
 
 // ------------------------------------------------------------------------------------------------ v transpose
@@ -235,7 +277,7 @@ __device__ __forceinline__ void store_out2<uint8_t>(uint8_t* p, float x, float y
     *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(e4m3x2_in_range(x, y));
 }
 
-template <int kDqk, int kDv, class OutT>
+template <int kDqk, int kDv, class OutT, bool kQRegs>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                          const __grid_constant__ CUtensorMap tm_vt, Fp8AttnArgs a) {
@@ -341,26 +383,36 @@ __global__ void __launch_bounds__(kThreads, 1)
     // P V (FlashAttention-3's intra-warpgroup overlap): issue S_it, issue O += P_(it-1) V_(it-1), wait for S_it,
     // mask / max / exp2 / row sums of S_it, wait for the value product, release stage it - 1, rescale O by the max's
     // correction and pack P_it. The last tile's value product runs after the loop.
+    // kQRegs: q's A fragments live in registers (loaded once from the swizzled tile), so the score products read
+    // only k from shared memory.
+    uint32_t qf[kQRegs ? kDqk / 32 : 1][4];
+    // Descriptors: one per tile base, the k steps' offsets added as constants (a descriptor's address field is the
+    // byte address / 16 and shared memory stays below 256 KiB, so desc(a + off) = desc(a) + off / 16 never carries).
+    const uint64_t q_desc = sw64_desc(q_rows);
     auto issue_scores = [&](int st, float(&sc)[64]) {
-        const uint32_t sk = s_k(st);
+        const uint64_t k_desc = sw64_desc(s_k(st));
         wgmma::reg_fence(sc);
         wgmma::fence();
 #pragma unroll
         for (int ks = 0; ks < kDqk / 32; ++ks) {
-            const uint32_t koff = static_cast<uint32_t>((ks >> 1) * kBN * kBoxBytes + (ks & 1) * 32);
-            const uint32_t qoff = static_cast<uint32_t>((ks >> 1) * kBM * kBoxBytes + (ks & 1) * 32);
-            wgmma::m64n128k32_e4m3(sc, sw64_desc(q_rows + qoff), sw64_desc(sk + koff), ks != 0 ? 1 : 0);
+            const uint64_t koff = static_cast<uint64_t>(((ks >> 1) * kBN * kBoxBytes + (ks & 1) * 32) >> 4);
+            if constexpr (kQRegs) {
+                m64n128k32_e4m3_rs(sc, qf[ks], k_desc + koff, ks != 0 ? 1 : 0);
+            } else {
+                const uint64_t qoff = static_cast<uint64_t>(((ks >> 1) * kBM * kBoxBytes + (ks & 1) * 32) >> 4);
+                wgmma::m64n128k32_e4m3(sc, q_desc + qoff, k_desc + koff, ks != 0 ? 1 : 0);
+            }
         }
         wgmma::commit();
     };
     auto issue_values = [&](int st, const uint32_t(&pa)[4][4]) {
-        const uint32_t sv = s_k(st) + L::kKBytes;
+        const uint64_t v_desc = sw64_desc(s_k(st) + L::kKBytes);
         wgmma::reg_fence(o);
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            const uint32_t voff = static_cast<uint32_t>((kk >> 1) * L::kVBoxBytes + (kk & 1) * 32);
-            pv_mma<kDv>(o, pa[kk], sw64_desc(sv + voff));
+            const uint64_t voff = static_cast<uint64_t>(((kk >> 1) * L::kVBoxBytes + (kk & 1) * 32) >> 4);
+            pv_mma<kDv>(o, pa[kk], v_desc + voff);
         }
         wgmma::commit();
     };
@@ -379,12 +431,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         }
-        float mx_lo = m_lo, mx_hi = m_hi;
+        // The rows' maxima by a tree (depth 6 instead of a chain of 32 dependent max operations).
+        float t_lo[16], t_hi[16];
 #pragma unroll
         for (int nb = 0; nb < 16; ++nb) {
-            mx_lo = fmaxf(mx_lo, fmaxf(sc[4 * nb], sc[4 * nb + 1]));
-            mx_hi = fmaxf(mx_hi, fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]));
+            t_lo[nb] = fmaxf(sc[4 * nb], sc[4 * nb + 1]);
+            t_hi[nb] = fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]);
         }
+#pragma unroll
+        for (int lvl = 0; lvl < 4; ++lvl) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int w = 8 >> lvl;
+                if (i < w) {
+                    t_lo[i] = fmaxf(t_lo[i], t_lo[i + w]);
+                    t_hi[i] = fmaxf(t_hi[i], t_hi[i + w]);
+                }
+            }
+        }
+        float mx_lo = fmaxf(m_lo, t_lo[0]), mx_hi = fmaxf(m_hi, t_hi[0]);
         mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
         mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
@@ -444,6 +509,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (pp && cw == 1) tma::named_arrive(1, 256);
 
     tma::mbar_wait(q_full, 0);
+    if constexpr (kQRegs) {
+        // The A fragment of k32 step ks: rows r, r + 8 (r = this thread's row in the tile), columns 4 t .. 4 t + 3
+        // (words 0, 1) and 16 + 4 t .. (words 2, 3) of box ks / 2's half ks % 2; TMA's 64-byte swizzle XORs the
+        // 16-byte chunk with (row / 2) % 4 (the same for r and r + 8).
+        const int r = 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);
+        const uint32_t sw = static_cast<uint32_t>((r >> 1) & 3);
+#pragma unroll
+        for (int ks = 0; ks < kDqk / 32; ++ks) {
+            const uint32_t row_lo = s_q + static_cast<uint32_t>((ks >> 1) * kBM * kBoxBytes + r * kBoxBytes + 4 * t4);
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const uint32_t chunk = static_cast<uint32_t>(2 * (ks & 1) + (w >> 1));
+                const uint32_t addr = row_lo + (w & 1) * 8 * kBoxBytes + ((chunk ^ sw) << 4);
+                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qf[ks][w]) : "r"(addr));
+            }
+        }
+    }
     float s[64];
     uint32_t pa[4][4];
     if (n_tiles > 0) {
@@ -454,20 +536,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::wait<0>();
         wgmma::reg_fence(s);
         float corr_lo, corr_hi;
-        softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
-        pack(s, pa);
+        if (a.mma_only) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = 0x38383838u;
+        } else {
+            softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
+            pack(s, pa);
+        }
     }
+    int prev = 0, st = 0;
+    uint32_t phase = 0;  // of stage st's "full" barrier
     for (int it = 1; it < n_tiles; ++it) {
-        const int st = it % kStages, prev = (it - 1) % kStages;
-        tma::mbar_wait(full(st), (it / kStages) & 1);
+        prev = st;
+        if (++st == kStages) {
+            st = 0;
+            phase ^= 1u;
+        }
+        tma::mbar_wait(full(st), phase);
         turn_begin();
         issue_scores(st, s);
         issue_values(prev, pa);
         turn_end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
-        float corr_lo, corr_hi;
-        softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        float corr_lo = 1.0f, corr_hi = 1.0f;
+        if (!a.mma_only) softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
         wgmma::wait<0>();  // the value product
         wgmma::reg_fence(o);
 #pragma unroll
@@ -478,16 +571,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         release(prev);
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
         if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
-        pack(s, pa);
+        if (!a.mma_only) pack(s, pa);
     }
     if (n_tiles > 0) {
-        const int last = (n_tiles - 1) % kStages;
         turn_begin();
-        issue_values(last, pa);
+        issue_values(st, pa);  // the last tile's stage
         turn_end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
-        release(last);
+        release(st);
     }
     // Epilogue: the row sums (column d_v of the accumulators), then the rows this thread holds.
     const float l_lo = o[4 * (kDv / 8)], l_hi = o[4 * (kDv / 8) + 2];
@@ -532,10 +624,13 @@ bool on_gpu(const TensorView& t) { return t.device == Device::kCUDA && t.data !=
 bool scalar_on_gpu(const TensorView& t) { return on_gpu(t) && t.dtype == DType::kF32 && t.numel() == 1; }
 
 // Read on every call (a benchmark flips it between runs); the lookup is negligible next to an attention call.
-// PENSTOCK_FP8_ATTN_PINGPONG=1: the warpgroups take turns issuing (default off).
-bool pingpong_enabled() {
-    const char* e = std::getenv("PENSTOCK_FP8_ATTN_PINGPONG");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+// The kernel's knobs (read per call: a benchmark flips them between runs): PENSTOCK_FP8_ATTN_PINGPONG=1 (the
+// warpgroups take turns issuing; default off), PENSTOCK_FP8_ATTN_QREGS=0 (q's fragments read from shared memory by
+// every score product instead of held in registers), PENSTOCK_FP8_ATTN_PROBE=mma (measurement only, see
+// Fp8AttnArgs::mma_only).
+bool env_is(const char* name, const char* value) {
+    const char* e = std::getenv(name);
+    return e != nullptr && std::strcmp(e, value) == 0;
 }
 
 bool disabled_by_env() {
@@ -543,7 +638,7 @@ bool disabled_by_env() {
     return e != nullptr && std::strcmp(e, "cudnn") == 0;
 }
 
-template <int kDqk, int kDv, class OutT>
+template <int kDqk, int kDv, class OutT, bool kQRegs>
 void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
             int n_seqs, cudaStream_t stream) {
     using L = Layout<kDqk, kDv>;
@@ -562,7 +657,7 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
     const CUtensorMap tm_q = map_u8(p.q.data, q_dims, q_strides, qk_box);
     const CUtensorMap tm_k = map_u8(p.k.data, k_dims, k_strides, qk_box);
     const CUtensorMap tm_vt = map_u8(vt, vt_dims, vt_strides, vt_box);
-    auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT>;
+    auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT, kQRegs>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     const dim3 grid(static_cast<unsigned>((max_q + kBM - 1) / kBM), static_cast<unsigned>(h),
                     static_cast<unsigned>(n_seqs));
@@ -572,9 +667,14 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
 
 template <int kDqk, int kDv>
 void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
-         int n_seqs, bool fp8_out, cudaStream_t stream) {
-    fp8_out ? launch<kDqk, kDv, uint8_t>(p, args, vt, width, max_q, n_seqs, stream)
-            : launch<kDqk, kDv, bf16>(p, args, vt, width, max_q, n_seqs, stream);
+         int n_seqs, bool fp8_out, bool q_regs, cudaStream_t stream) {
+    if (q_regs) {
+        fp8_out ? launch<kDqk, kDv, uint8_t, true>(p, args, vt, width, max_q, n_seqs, stream)
+                : launch<kDqk, kDv, bf16, true>(p, args, vt, width, max_q, n_seqs, stream);
+    } else {
+        fp8_out ? launch<kDqk, kDv, uint8_t, false>(p, args, vt, width, max_q, n_seqs, stream)
+                : launch<kDqk, kDv, bf16, false>(p, args, vt, width, max_q, n_seqs, stream);
+    }
 }
 
 }  // namespace
@@ -665,15 +765,17 @@ bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o
     args.group = static_cast<int>(p.q.size(1) / h_kv);
     args.scale = p.scale;
     args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
-    args.pingpong = pingpong_enabled();
+    args.pingpong = env_is("PENSTOCK_FP8_ATTN_PINGPONG", "1");
+    args.mma_only = env_is("PENSTOCK_FP8_ATTN_PROBE", "mma");
+    const bool q_regs = !env_is("PENSTOCK_FP8_ATTN_QREGS", "0");
     if (d_qk == 64) {
-        run<64, 64>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+        run<64, 64>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     } else if (d_qk == 128) {
-        run<128, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+        run<128, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     } else if (d_qk == 192) {
-        run<192, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+        run<192, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     } else {
-        run<256, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, stream);
+        run<256, 128>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     }
     PENSTOCK_CUDA_CHECK(cudaFreeAsync(vt, stream));
     return true;

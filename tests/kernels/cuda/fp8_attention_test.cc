@@ -327,15 +327,15 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
     for (const C& c : cases) {
         for (const DType out_dt : {DType::kBF16, DType::kF8E4M3}) {
             for (const bool with_lse : {true, false}) {
-                // The e4m3-out runs take the ping-pong schedule (PENSTOCK_FP8_ATTN_PINGPONG), the bf16 ones not.
-                const bool pingpong = out_dt == DType::kF8E4M3;
-                if (pingpong) {
+                // The e4m3-out runs take the kernel's other schedule (PENSTOCK_FP8_ATTN_PINGPONG) and q from shared
+                // memory (PENSTOCK_FP8_ATTN_QREGS=0), the bf16 ones the defaults.
+                const bool other = out_dt == DType::kF8E4M3;
+                if (other) {
                     setenv("PENSTOCK_FP8_ATTN_PINGPONG", "1", /*overwrite=*/1);
-                } else {
-                    unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
+                    setenv("PENSTOCK_FP8_ATTN_QREGS", "0", /*overwrite=*/1);
                 }
                 const std::string name =
-                    c.name + (out_dt == DType::kBF16 ? " bf16" : " e4m3 pingpong") + (with_lse ? "" : " no_lse");
+                    c.name + (out_dt == DType::kBF16 ? " bf16" : " e4m3 pingpong q_smem") + (with_lse ? "" : " no_lse");
                 SCOPED_TRACE(name);
                 PENSTOCK_SEEDED(seed);
                 std::mt19937 rng(seed++);
@@ -382,6 +382,7 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
                 cuda::fill_bytes_async(lse_d, 0xff, stream());
                 cuda::attention(dp, raw_stream());
                 unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
+                unsetenv("PENSTOCK_FP8_ATTN_QREGS");
 
                 const Tensor cu_q_h = i32_tensor(m.cu_q), cu_k_h = i32_tensor(m.cu_k);
                 const Tensor qp_h = i32_tensor(m.qp), kp_h = i32_tensor(m.kp);
