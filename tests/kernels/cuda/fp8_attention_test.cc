@@ -440,6 +440,61 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
     }
 }
 
+// FP8 q / k / v with an f32 out: no FP8 kernel takes it (the wgmma kernel writes bf16 or e4m3, cuDNN e4m3), so the
+// fallback widens the inputs to f32 and runs the f32 attention: the reference's result to f32 accuracy.
+TEST_F(Fp8AttentionTest, F32OutFallbackMatchesReference) {
+    constexpr uint32_t kSeed = 3500;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const std::vector<Seq> seqs = {{70, 70, 0, 0}, {20, 45, 25, 0}};
+    const SeqMeta m = meta_of(seqs);
+    const int64_t tq = m.cu_q.back(), tk = m.cu_k.back(), h = 4, d = 64;
+    const Pair q = random_pair(rng, {tq, h, d}, DType::kBF16, false, alloc(), stream());
+    const Pair k = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
+    const Pair v = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
+    const Quantized q8 = quantize_both("f32_out q", q.dv, q.hv);
+    const Quantized k8 = quantize_both("f32_out k", k.dv, k.hv);
+    const Quantized v8 = quantize_both("f32_out v", v.dv, v.hv);
+    const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
+    const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
+    const Pair out = poisoned_pair({tq, h, d}, DType::kF32, false, alloc(), stream());
+    kernels::AttentionParams dp{.out = out.dv,
+                                .lse = TensorView{},
+                                .q = q8.dev,
+                                .k = k8.dev,
+                                .v = v8.dev,
+                                .cu_seqlens_q = cu_q_d,
+                                .cu_seqlens_k = cu_k_d,
+                                .q_pos0 = qp_d,
+                                .k_pos0 = kp_d,
+                                .scale = 0.2f,
+                                .causal = true,
+                                .max_seqlen_q = m.max_q,
+                                .max_seqlen_k = m.max_k,
+                                .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                                .q_descale = q8.dev_scale,
+                                .k_descale = k8.dev_scale,
+                                .v_descale = v8.dev_scale};
+    EXPECT_FALSE(cuda::attention_fp8_wgmma_covers(dp)) << "an f32 out is not the FP8 kernel's";
+    cuda::attention(dp, raw_stream());
+    const Tensor cu_q_h = i32_tensor(m.cu_q), cu_k_h = i32_tensor(m.cu_k);
+    const Tensor qp_h = i32_tensor(m.qp), kp_h = i32_tensor(m.kp);
+    kernels::AttentionParams hp = dp;
+    hp.out = out.hv;
+    hp.q = q8.host;
+    hp.k = k8.host;
+    hp.v = v8.host;
+    hp.cu_seqlens_q = cu_q_h;
+    hp.cu_seqlens_k = cu_k_h;
+    hp.q_pos0 = qp_h;
+    hp.k_pos0 = kp_h;
+    hp.q_descale = q8.host_scale;
+    hp.k_descale = k8.host_scale;
+    hp.v_descale = v8.host_scale;
+    ref::attention(hp, nullptr);
+    conf_pair("attention_fp8", "f32_out_fallback out", out, out.hv, kF32Tol, stream());
+}
+
 // bf16 attention with no lse wanted (models/mla.cc's one-round MHA call): cuDNN's graph without the Stats output, or
 // the kernels with a scratch lse, give the reference's out.
 TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
