@@ -170,8 +170,9 @@ struct AttentionParams {
     // be f8e4m3 too: the op writes out_descale[0] = v_descale[0] * kFp8AttnOutHeadroom and
     // out = e4m3(o * (1 / out_descale[0])), o the f32 result (|o| <= max |v| as a convex combination of v rows, so
     // the headroom keeps the FP8 softmax probabilities' rounding from saturating). The reference computes o exactly
-    // from the dequantised inputs; the CUDA backend (cuDNN's FP8 SDPA) also rounds the probabilities to e4m3
-    // (scale 448), so the two agree to FP8 accuracy, not bit for bit. lse stays f32.
+    // from the dequantised inputs; the CUDA backend (Penstock's FP8 wgmma kernel, else cuDNN's FP8 SDPA) also rounds
+    // the probabilities to e4m3 (scaled by 2^8, resp. 448), so the two agree to FP8 accuracy, not bit for bit. lse
+    // stays f32.
     TensorView q_descale{};    // [1] f32 (FP8 q)
     TensorView k_descale{};    // [1] f32 (FP8 k)
     TensorView v_descale{};    // [1] f32 (FP8 v)
