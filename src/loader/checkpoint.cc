@@ -83,6 +83,7 @@ enum class Decode : uint8_t {
     kFp8Blocks,  // DeepSeek FP8: weight_scale_inv per block
     kFp8Scaled,  // compressed-tensors FP8: weight_scale per tensor / channel / block
     kMxfp4,      // compressed-tensors MXFP4: weight_packed + weight_scale (e8m0 per 32 columns)
+    kMxfp4Fp8,   // the same re-encoded as block FP8 (native FP8 loads): X.weight e4m3 + X.weight_scale_inv
 };
 
 // One tensor to produce: its bytes and, when dequantising, its scale's. `name` is the returned name (X.weight for
@@ -96,8 +97,21 @@ struct Job {
     Decode decode = Decode::kPlain;
 };
 
-Result<Tensor> run_job(const Job& job, const LoadOptions& options, int64_t block_n, int64_t block_k) {
+// A job's tensors: the named one, and for kMxfp4Fp8 its block scales (`<name>_scale_inv`) and inexact elements.
+struct JobOutput {
+    Tensor tensor = {};
+    Tensor scale_inv = {};
+    int64_t n_inexact = 0;
+};
+
+Result<JobOutput> run_job(const Job& job, const LoadOptions& options, int64_t block_n, int64_t block_k) {
     const TensorView v = job.file->view(*job.info);
+    if (job.decode == Decode::kMxfp4Fp8) {
+        Result<Fp8Blocks> b = mxfp4_to_fp8_blocks(v, job.scale_file->view(*job.scale), block_n, block_k);
+        if (!b.ok()) return b.status().with_context(job.file->path().string() + ": tensor '" + job.info->name + "'");
+        return JobOutput{
+            .tensor = std::move(b->weight), .scale_inv = std::move(b->scale_inv), .n_inexact = b->n_inexact};
+    }
     if (job.scale != nullptr) {
         const TensorView sv = job.scale_file->view(*job.scale);
         Result<Tensor> t = job.decode == Decode::kMxfp4 ? dequantize_mxfp4(v, sv, options.target)
@@ -105,10 +119,13 @@ Result<Tensor> run_job(const Job& job, const LoadOptions& options, int64_t block
                                ? dequantize_fp8_scaled(v, sv, block_n, block_k, options.target)
                                : dequantize_fp8_blocks(v, sv, block_n, block_k, options.target);
         if (!t.ok()) return t.status().with_context(job.file->path().string() + ": tensor '" + job.info->name + "'");
-        return t;
+        return JobOutput{.tensor = std::move(t).value()};
     }
-    if (is_float_source(v.dtype)) return convert_float(v, options.target);
-    return copy_raw(v);
+    if (is_float_source(v.dtype)) {
+        PENSTOCK_ASSIGN_OR_RETURN(Tensor t, convert_float(v, options.target));
+        return JobOutput{.tensor = std::move(t)};
+    }
+    return JobOutput{.tensor = copy_raw(v)};
 }
 
 }  // namespace
@@ -243,7 +260,8 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
         PENSTOCK_ASSIGN_OR_RETURN(auto loc, locate(name));
         Job job{.name = name, .file = loc.first, .info = loc.second};
         if (const std::string_view base = packed_base(name); !base.empty()) {
-            // MXFP4 (compressed-tensors): dequantised into X.weight whatever dequantize_fp8 says (no native FP4 path)
+            // MXFP4 (compressed-tensors): dequantised into X.weight, or for native FP8 loads (dequantize_fp8 false)
+            // re-encoded as block FP8 (X.weight e4m3 + X.weight_scale_inv; mxfp4_to_fp8_blocks)
             const std::string scale = std::string(base) + std::string(kCtScale);
             if (index.count(std::string(base) + std::string(kGlobalScale)) != 0) {
                 return unimplemented(loc.first->path().string() + ": tensor '" + name + "' has a '" +
@@ -255,7 +273,8 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
                                         scale + "'");
             }
             job.name = std::string(base) + ".weight";
-            PENSTOCK_RETURN_IF_ERROR(attach_scale(job, scale, Decode::kMxfp4));
+            PENSTOCK_RETURN_IF_ERROR(
+                attach_scale(job, scale, options.dequantize_fp8 ? Decode::kMxfp4 : Decode::kMxfp4Fp8));
         } else if (job.info->dtype == DType::kF8E4M3) {
             const std::string scale = name + std::string(kScaleSuffix);
             const bool has_scale = index.count(scale) != 0;
@@ -284,11 +303,11 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
     }
 
     // Convert (in parallel over tensors when asked); report the first failure in job order.
-    std::vector<Tensor> out(jobs.size());
+    std::vector<JobOutput> out(jobs.size());
     std::vector<Status> errors(jobs.size());
     auto convert = [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-            Result<Tensor> t = run_job(jobs[static_cast<size_t>(i)], options, fp8_block_n, fp8_block_k);
+            Result<JobOutput> t = run_job(jobs[static_cast<size_t>(i)], options, fp8_block_n, fp8_block_k);
             if (t.ok()) {
                 out[static_cast<size_t>(i)] = std::move(t).value();
             } else {
@@ -307,13 +326,23 @@ Result<WeightMap> Checkpoint::load(const std::function<bool(std::string_view)>& 
     result.reserve(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
         if (!errors[i].ok()) return errors[i];
-        result.emplace(jobs[i].name, std::move(out[i]));
+        if (out[i].scale_inv.defined()) {
+            if (index.count(jobs[i].name + std::string(kScaleSuffix)) != 0 || index.count(jobs[i].name) != 0) {
+                return invalid_argument(jobs[i].file->path().string() + ": '" + jobs[i].info->name +
+                                        "' would become '" + jobs[i].name + "' and '" + jobs[i].name +
+                                        std::string(kScaleSuffix) + "', which the checkpoint also holds");
+            }
+            result.emplace(jobs[i].name + std::string(kScaleSuffix), std::move(out[i].scale_inv));
+            st->n_mxfp4_fp8_inexact += out[i].n_inexact;
+        }
+        result.emplace(jobs[i].name, std::move(out[i].tensor));
     }
     st->n_tensors += static_cast<int64_t>(result.size());
     for (const Job& job : jobs) {
         st->n_fp8_block += job.decode == Decode::kFp8Blocks ? 1 : 0;
         st->n_fp8_scaled += job.decode == Decode::kFp8Scaled ? 1 : 0;
         st->n_mxfp4 += job.decode == Decode::kMxfp4 ? 1 : 0;
+        st->n_mxfp4_fp8 += job.decode == Decode::kMxfp4Fp8 ? 1 : 0;
     }
     return result;
 }

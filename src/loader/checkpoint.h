@@ -26,7 +26,10 @@ struct LoadStats {
     // of which dequantised on load, by format
     int64_t n_fp8_block = 0;   // DeepSeek block FP8 (`weight_scale_inv`)
     int64_t n_fp8_scaled = 0;  // compressed-tensors FP8 (`weight_scale`)
-    int64_t n_mxfp4 = 0;       // compressed-tensors MXFP4 (`weight_packed` + `weight_scale`)
+    int64_t n_mxfp4 = 0;       // compressed-tensors MXFP4 (`weight_packed` + `weight_scale`) dequantised
+    int64_t n_mxfp4_fp8 = 0;   // MXFP4 re-encoded as block FP8 (native FP8 loads: LoadOptions::dequantize_fp8 false)
+    int64_t n_mxfp4_fp8_inexact =
+        0;  // elements of those that e4m3 could not hold exactly (rounded; see weight_convert.h)
 };
 
 struct LayerRange {
@@ -76,7 +79,9 @@ public:
     // compressed-tensors checkpoints (Kimi K3's mixed layout): FP8 `X.weight` with `X.weight_scale` (a multiplier per
     // tensor, output channel or block) and MXFP4 `X.weight_packed` (u8, two e2m1 per byte, low nibble first) with
     // `X.weight_scale` (e8m0 per 32 columns) are always dequantised into `X.weight` (weight_convert.h), their scales
-    // not returned; NVFP4 (`X.weight_global_scale`) -> Unimplemented;
+    // not returned, except that with dequantize_fp8 false an MXFP4 weight becomes block FP8 (`X.weight` e4m3 and
+    // `X.weight_scale_inv` f32 [.., ceil(out/block_n), ceil(in/block_k)], mxfp4_to_fp8_blocks) for the native FP8
+    // kernels; NVFP4 (`X.weight_global_scale`) -> Unimplemented;
     // integer, bool, e8m0 and fp4 tensors copied unchanged. `stats` may be null; when given, this call's files,
     // bytes and tensors are added to it (a file opened by an earlier call is opened, and listed, again).
     // Errors: a tensor named in the index but absent from its shard -> NotFound naming both; a missing or malformed

@@ -295,7 +295,7 @@ ModelConfig defaults_for(std::string_view model_type) {
     return ok_status();
 }
 
-[[nodiscard]] Status read_quantization(const json& j, std::optional<Fp8QuantConfig>* fp8) {
+[[nodiscard]] Status read_quantization(const json& j, std::optional<Fp8QuantConfig>* fp8, bool* compressed_tensors) {
     const FieldReader top(j, "");
     std::string name;
     const json* q = top.find({"quantization_config"}, &name);
@@ -304,6 +304,7 @@ ModelConfig defaults_for(std::string_view model_type) {
     const FieldReader r(*q, name + ".");
     std::string method;
     PENSTOCK_RETURN_IF_ERROR(r.get_string({"quant_method"}, &method));
+    *compressed_tensors = method == "compressed-tensors";
     if (method != "fp8") return ok_status();  // other schemes (compressed-tensors, ...) stay in `raw`
     std::string fmt = "e4m3";
     PENSTOCK_RETURN_IF_ERROR(r.get_string({"fmt"}, &fmt));
@@ -429,7 +430,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& j) {
     PENSTOCK_RETURN_IF_ERROR(read_fields(j, &c));
     PENSTOCK_RETURN_IF_ERROR(validate(c));
     PENSTOCK_RETURN_IF_ERROR(read_rope(j, c.max_position_embeddings, &c.rope));
-    PENSTOCK_RETURN_IF_ERROR(read_quantization(j, &c.fp8));
+    PENSTOCK_RETURN_IF_ERROR(read_quantization(j, &c.fp8, &c.compressed_tensors));
     c.raw = j;
     return c;
 }

@@ -45,6 +45,9 @@ struct ModelConfig {
     std::string scoring_func /*"sigmoid"|"softmax"*/, topk_method, hidden_act;
     RopeConfig rope;
     std::optional<Fp8QuantConfig> fp8;  // from quantization_config {quant_method: fp8, weight_block_size}
+    // quantization_config {quant_method: compressed-tensors} (Kimi K3's FP8 / MXFP4 release): the tensors say the
+    // formats (loader.md); native FP8 loads re-encode the MXFP4 weights as 128 x 128 block FP8.
+    bool compressed_tensors = false;
     nlohmann::json raw;                 // the whole config.json, for family-specific fields
 
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -241,6 +242,63 @@ Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scal
             }
         }
         encode(row.data(), cols, target, out.ptr<uint8_t>() + r * cols * dst_bytes);
+    }
+    return out;
+}
+
+Result<Fp8Blocks> mxfp4_to_fp8_blocks(const TensorView& packed, const TensorView& scale, int64_t block_n,
+                                      int64_t block_k) {
+    if (block_n <= 0 || block_k <= 0) {
+        return invalid_argument("FP8 block sizes must be positive, got [" + std::to_string(block_n) + ", " +
+                                std::to_string(block_k) + "]");
+    }
+    // The exact values first (e2m1 * 2^(s - 127) is exact in f32), then one power-of-two scale per block.
+    PENSTOCK_ASSIGN_OR_RETURN(const Tensor x, dequantize_mxfp4(packed, scale, DType::kF32));
+    const std::vector<int64_t> shape = x.view().shape_vec();
+    if (shape.size() < 2) {
+        return invalid_argument("MXFP4 to block FP8 needs a matrix (or a stack of them), got weight_packed " +
+                                packed.shape_string());
+    }
+    const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    const int64_t mats = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
+    const int64_t sr = (rows + block_n - 1) / block_n, sc = (cols + block_k - 1) / block_k;
+    std::vector<int64_t> sshape(shape.begin(), shape.end() - 2);
+    sshape.push_back(sr);
+    sshape.push_back(sc);
+    Fp8Blocks out{.weight = Tensor::empty(shape, DType::kF8E4M3), .scale_inv = Tensor::empty(sshape, DType::kF32)};
+    const float* xv = x.ptr<float>();
+    auto* q = out.weight.ptr<uint8_t>();
+    float* s = out.scale_inv.ptr<float>();
+    for (int64_t m = 0; m < mats; ++m) {
+        for (int64_t bi = 0; bi < sr; ++bi) {
+            for (int64_t bj = 0; bj < sc; ++bj) {
+                const int64_t r0 = bi * block_n, r1 = std::min(rows, r0 + block_n);
+                const int64_t c0 = bj * block_k, c1 = std::min(cols, c0 + block_k);
+                float amax = 0.0f;
+                for (int64_t r = r0; r < r1; ++r) {
+                    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xv[(m * rows + r) * cols + c]));
+                }
+                // 2^k with amax / 2^k <= 448: k = ceil(log2(amax / 448)), from frexp (amax = f 2^e, f in [0.5, 1)).
+                int k = 0;
+                if (amax > 0.0f) {
+                    int e = 0;
+                    (void)std::frexp(amax / 448.0f, &e);
+                    k = e;  // 2^e >= amax / 448 up to the division's rounding, which the two loops settle exactly
+                    while (std::ldexp(amax, -k) > 448.0f) ++k;
+                    while (std::ldexp(amax, -(k - 1)) <= 448.0f) --k;
+                }
+                const float step = std::ldexp(1.0f, k);
+                s[(m * sr + bi) * sc + bj] = step;
+                for (int64_t r = r0; r < r1; ++r) {
+                    for (int64_t c = c0; c < c1; ++c) {
+                        const int64_t i = (m * rows + r) * cols + c;
+                        const uint8_t e4 = float_to_e4m3(std::ldexp(xv[i], -k));  // exact scaling by 2^-k
+                        q[i] = e4;
+                        out.n_inexact += e4m3_to_float(e4) * step != xv[i] ? 1 : 0;
+                    }
+                }
+            }
+        }
     }
     return out;
 }

@@ -39,6 +39,22 @@ bool is_float_source(DType dtype);
 // A scale of 0xff (e8m0 NaN) or a shape mismatch -> InvalidArgument.
 [[nodiscard]] Result<Tensor> dequantize_mxfp4(const TensorView& packed, const TensorView& scale, DType target);
 
+// An MXFP4 weight (as dequantize_mxfp4 takes it) re-encoded in DeepSeek's block FP8 for the native FP8 kernels:
+//   weight    [..., n_rows, n_cols] f8_e4m3fn
+//   scale_inv [..., ceil(n_rows / block_n), ceil(n_cols / block_k)] f32, a power of two per block
+// so that e4m3(weight) * scale_inv reproduces e2m1 * 2^(s - 127). Per block, scale_inv = 2^k with the smallest k such
+// that the block's largest magnitude / 2^k <= 448; every element is then x / 2^k rounded to e4m3 (nearest even).
+// e2m1 values have at most two significant bits, so an element is exact unless its group's exponent lies more than
+// about 12 binades below the block's largest (it then falls into e4m3's subnormals and rounds, or flushes to 0);
+// `n_inexact` (optional) counts those elements. Same errors as dequantize_mxfp4, and block sizes must be positive.
+struct Fp8Blocks {
+    Tensor weight;
+    Tensor scale_inv;
+    int64_t n_inexact = 0;
+};
+[[nodiscard]] Result<Fp8Blocks> mxfp4_to_fp8_blocks(const TensorView& packed, const TensorView& scale, int64_t block_n,
+                                                    int64_t block_k);
+
 // A contiguous host copy of a view's bytes in its own dtype.
 Tensor copy_raw(const TensorView& src);
 

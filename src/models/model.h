@@ -129,7 +129,9 @@ public:
 // The FP8 mode a load of `config` with `options` uses: kNative or kDequant (kAuto resolved: native on the CUDA
 // placement when config.fp8 is set). A config without block-FP8 quantisation is kDequant (an explicit kNative there
 // has no effect and is logged as such), except with dummy weights, where an explicit kNative generates block-FP8
-// weights (a stand-in for a quantised checkpoint whose config does not declare it, e.g. Kimi K3's). Error: kNative
+// weights (a stand-in for a quantised checkpoint whose config does not declare it, e.g. Kimi K3's). A
+// compressed-tensors config (Kimi K3's FP8 / MXFP4 release) resolves like a block-FP8 one: native re-encodes its MXFP4
+// weights as 128 x 128 block FP8 on load, and its per-channel FP8 weights are dequantised in both modes. Error: kNative
 // with a weight_block_size other than [128, 128] (the FP8 kernels' block).
 [[nodiscard]] Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options);
 

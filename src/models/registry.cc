@@ -32,6 +32,18 @@ const char* fp8_weights_name(Fp8Weights mode) {
 }
 
 Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options) {
+    if (!config.fp8 && config.compressed_tensors) {
+        // Kimi K3's compressed-tensors release: native re-encodes the MXFP4 weights (the routed experts) as 128 x 128
+        // block FP8 on load (loader.md); its FP8 weights (per-channel scales) are dequantised either way.
+        switch (options.fp8_weights) {
+            case Fp8Weights::kDequant:
+                return Fp8Weights::kDequant;
+            case Fp8Weights::kAuto:
+                return options.placement.device == Device::kCUDA ? Fp8Weights::kNative : Fp8Weights::kDequant;
+            case Fp8Weights::kNative:
+                return Fp8Weights::kNative;
+        }
+    }
     if (!config.fp8) {
         // Dummy weights stand in for a quantised checkpoint whose config does not say so (Kimi K3's FP8 / MXFP4
         // release): `native` asked for explicitly generates block-FP8 weights where the families take them.

@@ -243,6 +243,13 @@ Result<std::unique_ptr<runtime::ModelRunner>> load_serve_runner(const ServeArgs&
                      static_cast<long long>(stats.n_tensors), static_cast<long long>(stats.n_fp8_block),
                      static_cast<long long>(stats.n_fp8_scaled), static_cast<long long>(stats.n_mxfp4));
     }
+    if (stats.n_mxfp4_fp8 > 0) {
+        std::fprintf(stderr,
+                     "penstock serve: note: layers [%lld, %lld): %lld MXFP4 weight tensors re-encoded as block FP8 "
+                     "for the FP8 kernels (%lld elements rounded)\n",
+                     static_cast<long long>(range.begin), static_cast<long long>(range.end),
+                     static_cast<long long>(stats.n_mxfp4_fp8), static_cast<long long>(stats.n_mxfp4_fp8_inexact));
+    }
     return std::make_unique<runtime::ModelRunner>(
         std::move(model),
         runtime::RunnerOptions{.n_pages = setup.n_pages, .n_threads = args.threads, .backend = backend, .cp = cp});

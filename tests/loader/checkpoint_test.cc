@@ -13,6 +13,7 @@
 
 #include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
+#include "loader/weight_convert.h"
 #include "test_util.h"
 
 namespace penstock::loader {
@@ -195,9 +196,9 @@ TEST(CheckpointTest, DequantisesMxfp4) {
     v.push_back({"layers.0.norm.weight", TensorView::contiguous(norm.data(), DType::kBF16, Shape{1})});
     ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors", v).ok());
     for (DType target : {DType::kF32, DType::kBF16}) {
-        for (bool deq_fp8 : {true, false}) {  // MXFP4 is dequantised either way (no native FP4 path)
+        {  // (native FP8 loads re-encode MXFP4 as block FP8 instead: Mxfp4BecomesBlockFp8ForNativeLoads)
             LoadStats stats;
-            const WeightMap m = load_all(dir.path(), {.target = target, .dequantize_fp8 = deq_fp8}, &stats);
+            const WeightMap m = load_all(dir.path(), {.target = target, .dequantize_fp8 = true}, &stats);
             ASSERT_EQ(m.size(), 3u);
             EXPECT_EQ(stats.n_mxfp4, 2);
             EXPECT_EQ(stats.n_fp8_block + stats.n_fp8_scaled, 0);
@@ -239,6 +240,69 @@ TEST(CheckpointTest, DequantisesMxfp4) {
     const WeightMap m3 = load_all(dir3.path(), {});
     ASSERT_EQ(m3.count("p.weight"), 1u);
     EXPECT_EQ(std::memcmp(m3.at("p.weight").ptr<float>(), m.at("p.weight").ptr<float>(), 32 * sizeof(float)), 0);
+}
+
+// Native FP8 loads (dequantize_fp8 false): an MXFP4 weight becomes X.weight e4m3 + X.weight_scale_inv (one power of
+// two per 128 x 128 block, [.., ceil(out/128), ceil(in/128)]) for the FP8 kernels. With group exponents within a few
+// binades of each other e4m3 holds every element exactly (bit for bit the dequantised value); with exponents 50
+// binades apart the small groups round into e4m3's subnormals, and exactly those elements are counted as inexact.
+TEST(CheckpointTest, Mxfp4BecomesBlockFp8ForNativeLoads) {
+    // a: 2-D with a partial group and two column blocks (200 columns), exponents 120..126; b: stacked [2, 130, 64]
+    // (two row blocks), exponents 118..127; c: exponents 100..149 (as Mxfp4Example draws them), not all exact.
+    Mxfp4Example a({3, 200}, 21), b({2, 130, 64}, 22), c({4, 96}, 23);
+    std::mt19937 rng(24);
+    for (auto& e : a.scale) e = static_cast<uint8_t>(120 + rng() % 7);
+    for (auto& e : b.scale) e = static_cast<uint8_t>(118 + rng() % 10);
+    TempDir dir;
+    NamedViews v = a.views("l.0.e.0.w1");
+    for (auto& x : b.views("l.0.e.w13")) v.push_back(x);
+    for (auto& x : c.views("l.0.e.1.w1")) v.push_back(x);
+    ASSERT_TRUE(write_safetensors(dir.path() / "model.safetensors", v).ok());
+    LoadStats stats;
+    const WeightMap m = load_all(dir.path(), {.target = DType::kBF16, .dequantize_fp8 = false}, &stats);
+    ASSERT_EQ(m.size(), 6u);
+    EXPECT_EQ(stats.n_mxfp4_fp8, 3);
+    EXPECT_EQ(stats.n_mxfp4, 0);
+    int64_t inexact = 0;
+    for (const auto& [ex, name] :
+         {std::pair<const Mxfp4Example*, std::string>{&a, "l.0.e.0.w1"}, {&b, "l.0.e.w13"}, {&c, "l.0.e.1.w1"}}) {
+        ASSERT_EQ(m.count(name + ".weight"), 1u) << name;
+        ASSERT_EQ(m.count(name + ".weight_scale_inv"), 1u) << name;
+        const Tensor& w = m.at(name + ".weight");
+        const Tensor& sc = m.at(name + ".weight_scale_inv");
+        ASSERT_EQ(w.dtype(), DType::kF8E4M3);
+        ASSERT_EQ(w.view().shape_vec(), ex->shape);
+        ASSERT_EQ(sc.dtype(), DType::kF32);
+        const int64_t rows = ex->shape[ex->shape.size() - 2], cols = ex->shape.back();
+        const int64_t sr = (rows + 127) / 128, scn = (cols + 127) / 128;
+        Shape want_sshape(ex->shape.begin(), ex->shape.end() - 2);
+        want_sshape.push_back(sr);
+        want_sshape.push_back(scn);
+        ASSERT_EQ(sc.view().shape_vec(), want_sshape);
+        int64_t here = 0;
+        for (int64_t i = 0; i < w.numel(); ++i) {
+            const int64_t mat = i / (rows * cols), r = (i / cols) % rows, col = i % cols;
+            const float step = sc.ptr<float>()[(mat * sr + r / 128) * scn + col / 128];
+            ASSERT_EQ(step, std::ldexp(1.0f, std::ilogb(step))) << name << ": scales are powers of two";
+            const float got = e4m3_to_float(w.ptr<uint8_t>()[i]) * step, want = ex->want(i);
+            if (float_bits(got) == float_bits(want)) continue;
+            ++here;
+            // rounded in e4m3's subnormal range (steps of 2^-9 of the scale): off by at most half a step
+            EXPECT_LE(std::fabs(got - want), std::ldexp(step, -10)) << name << "[" << i << "]";
+            EXPECT_LT(std::fabs(want), std::ldexp(step, -6)) << name << "[" << i << "]: only subnormals round";
+        }
+        if (ex != &c) {
+            EXPECT_EQ(here, 0) << name << ": within a few binades every element is exact";
+        }
+        inexact += here;
+    }
+    EXPECT_GT(inexact, 0) << "c's exponents 50 binades apart must round some elements";
+    EXPECT_EQ(stats.n_mxfp4_fp8_inexact, inexact);
+    // The 2-D one through the loader's own block dequantiser: bit for bit the MXFP4 values.
+    const Result<Tensor> back = dequantize_fp8_blocks(
+        m.at("l.0.e.0.w1.weight").view(), m.at("l.0.e.0.w1.weight_scale_inv").view(), 128, 128, DType::kF32);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    for (int64_t i = 0; i < back->numel(); ++i) ASSERT_EQ(float_bits(back->ptr<float>()[i]), float_bits(a.want(i)));
 }
 
 TEST(CheckpointTest, Mxfp4ErrorsAreReported) {
