@@ -48,15 +48,18 @@ float scalar_of(const Tensor& dev, const cuda::Stream& stream) {
     return h.ptr<float>()[0];
 }
 
+// An e4m3 tensor quantised on both sides (Fp8AttentionTest::quantize_both): the device tensor and its device scale,
+// and the host ones (contiguous).
+struct Quantized {
+    Tensor dev, dev_scale, host, host_scale;
+};
+
 class Fp8AttentionTest : public CudaTest {
 protected:
     Tensor dev_empty(const Shape& shape, DType dt) { return Tensor::empty(shape, dt, alloc()); }
 
     // Quantises `x` (a Pair's device and host views) on both sides; checks scale and bytes; returns the device e4m3
     // tensor, its device scale, and the host ones (contiguous [x's shape]).
-    struct Quantized {
-        Tensor dev, dev_scale, host, host_scale;
-    };
     Quantized quantize_both(const std::string& name, const TensorView& dv, const TensorView& hv) {
         Shape shape;
         for (int d = 0; d < dv.ndim; ++d) shape.push_back(dv.size(d));
@@ -115,6 +118,37 @@ struct SeqMeta {
     std::vector<int32_t> cu_q{0}, cu_k{0}, qp, kp;
     int32_t max_q = 0, max_k = 0;
 };
+
+// The metadata of a SeqMeta as host tensors (what the reference reads).
+struct HostMeta {
+    Tensor cu_q, cu_k, qp, kp;
+};
+
+HostMeta host_meta(const SeqMeta& m) {
+    return {i32_tensor(m.cu_q), i32_tensor(m.cu_k), i32_tensor(m.qp), i32_tensor(m.kp)};
+}
+
+// The reference's twin of device call `dp`: the same e4m3 bytes and descales (the Quantized host copies), the host
+// metadata, and the caller's host outputs (an empty lse or out_descale: none).
+kernels::AttentionParams host_twin(const kernels::AttentionParams& dp, const HostMeta& hm, const Quantized& q8,
+                                   const Quantized& k8, const Quantized& v8, const TensorView& out,
+                                   const TensorView& lse, const TensorView& out_descale) {
+    kernels::AttentionParams hp = dp;
+    hp.out = out;
+    hp.lse = lse;
+    hp.q = q8.host;
+    hp.k = k8.host;
+    hp.v = v8.host;
+    hp.cu_seqlens_q = hm.cu_q;
+    hp.cu_seqlens_k = hm.cu_k;
+    hp.q_pos0 = hm.qp;
+    hp.k_pos0 = hm.kp;
+    hp.q_descale = q8.host_scale;
+    hp.k_descale = k8.host_scale;
+    hp.v_descale = v8.host_scale;
+    hp.out_descale = out_descale;
+    return hp;
+}
 
 SeqMeta meta_of(const std::vector<Seq>& seqs) {
     SeqMeta m;
@@ -222,25 +256,11 @@ TEST_F(Fp8AttentionTest, AttentionMatchesReference) {
         cuda::fill_bytes_async(out_d, 0xff, stream());
         cuda::attention(dp, raw_stream());
 
-        const Tensor cu_q_h = i32_tensor(cu_q), cu_k_h = i32_tensor(cu_k), qp_h = i32_tensor(qp), kp_h = i32_tensor(kp);
         Tensor out_h = Tensor::empty({tq, c.n_heads, c.d_v}, DType::kF8E4M3);
         Tensor lse_h = Tensor::empty({tq, c.n_heads}, DType::kF32);
         Tensor od_h = Tensor::empty({1}, DType::kF32);
-        kernels::AttentionParams hp = dp;
-        hp.out = out_h;
-        hp.lse = c.with_lse ? lse_h.view() : TensorView{};
-        hp.q = q8.host;
-        hp.k = k8.host;
-        hp.v = v8.host;
-        hp.cu_seqlens_q = cu_q_h;
-        hp.cu_seqlens_k = cu_k_h;
-        hp.q_pos0 = qp_h;
-        hp.k_pos0 = kp_h;
-        hp.q_descale = q8.host_scale;
-        hp.k_descale = k8.host_scale;
-        hp.v_descale = v8.host_scale;
-        hp.out_descale = od_h;
-        ref::attention(hp, nullptr);
+        ref::attention(host_twin(dp, host_meta(m), q8, k8, v8, out_h, c.with_lse ? lse_h.view() : TensorView{}, od_h),
+                       nullptr);
 
         conf_exact("attention_fp8", c.name + " out_descale", std::vector<float>{scalar_of(od_d, stream())},
                    std::vector<float>{od_h.ptr<float>()[0]});
@@ -384,27 +404,13 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
                 unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
                 unsetenv("PENSTOCK_FP8_ATTN_QREGS");
 
-                const Tensor cu_q_h = i32_tensor(m.cu_q), cu_k_h = i32_tensor(m.cu_k);
-                const Tensor qp_h = i32_tensor(m.qp), kp_h = i32_tensor(m.kp);
                 // (the reference writes f32 or e4m3)
                 Tensor out_h = Tensor::empty({tq, c.heads, c.d_v}, out_dt == DType::kF8E4M3 ? out_dt : DType::kF32);
                 Tensor lse_h = Tensor::empty({tq, c.heads}, DType::kF32);
                 Tensor od_h = Tensor::empty({1}, DType::kF32);
-                kernels::AttentionParams hp = dp;
-                hp.out = out_h;
-                hp.lse = with_lse ? lse_h.view() : TensorView{};
-                hp.q = q8.host;
-                hp.k = k8.host;
-                hp.v = v8.host;
-                hp.cu_seqlens_q = cu_q_h;
-                hp.cu_seqlens_k = cu_k_h;
-                hp.q_pos0 = qp_h;
-                hp.k_pos0 = kp_h;
-                hp.q_descale = q8.host_scale;
-                hp.k_descale = k8.host_scale;
-                hp.v_descale = v8.host_scale;
-                hp.out_descale = out_dt == DType::kF8E4M3 ? od_h.view() : TensorView{};
-                ref::attention(hp, nullptr);
+                ref::attention(host_twin(dp, host_meta(m), q8, k8, v8, out_h, with_lse ? lse_h.view() : TensorView{},
+                                         out_dt == DType::kF8E4M3 ? od_h.view() : TensorView{}),
+                               nullptr);
 
                 std::vector<float> got, want;
                 const Tensor got_h = cuda::to_host(out_d, stream());
@@ -477,21 +483,7 @@ TEST_F(Fp8AttentionTest, F32OutFallbackMatchesReference) {
                                 .v_descale = v8.dev_scale};
     EXPECT_FALSE(cuda::attention_fp8_wgmma_covers(dp)) << "an f32 out is not the FP8 kernel's";
     cuda::attention(dp, raw_stream());
-    const Tensor cu_q_h = i32_tensor(m.cu_q), cu_k_h = i32_tensor(m.cu_k);
-    const Tensor qp_h = i32_tensor(m.qp), kp_h = i32_tensor(m.kp);
-    kernels::AttentionParams hp = dp;
-    hp.out = out.hv;
-    hp.q = q8.host;
-    hp.k = k8.host;
-    hp.v = v8.host;
-    hp.cu_seqlens_q = cu_q_h;
-    hp.cu_seqlens_k = cu_k_h;
-    hp.q_pos0 = qp_h;
-    hp.k_pos0 = kp_h;
-    hp.q_descale = q8.host_scale;
-    hp.k_descale = k8.host_scale;
-    hp.v_descale = v8.host_scale;
-    ref::attention(hp, nullptr);
+    ref::attention(host_twin(dp, host_meta(m), q8, k8, v8, out.hv, TensorView{}, TensorView{}), nullptr);
     conf_pair("attention_fp8", "f32_out_fallback out", out, out.hv, kF32Tol, stream());
 }
 
