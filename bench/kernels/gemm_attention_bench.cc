@@ -11,6 +11,7 @@
 
 #include "bench/kernels/bench_harness.h"
 #include "core/dtype.h"
+#include "kernels/cuda/attention_bf16_wgmma.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -146,14 +147,21 @@ void run_attention_bench(BenchContext& ctx) {
         // cudnn_sdpa (cuDNN's heuristic choice), cudnn_sdpa_autotuned (PENSTOCK_CUDNN_AUTOTUNE=1: the fastest engine
         // config, timed on the first call), cuda_core.
         // cudnn_sdpa_no_lse (variant 3): the heuristic choice with no lse output (a one-round prefill's call).
-        for (const int variant : {0, 1, 3, 2}) {
-            const bool cudnn = variant != 2;
-            if ((!cudnn || variant != 0) && s.ragged) continue;
+        // wgmma_bf16 / wgmma_bf16_no_lse (variants 4, 5): Penstock's bf16 wgmma kernel (attention_bf16_wgmma.h),
+        // which cuda::attention tries first; the cuDNN variants run with PENSTOCK_ATTENTION_KERNEL=cudnn.
+        for (const int variant : {4, 5, 0, 1, 3, 2}) {
+            const bool wgmma = variant >= 4;
+            const bool cudnn = variant != 2 && !wgmma;
+            if ((!cudnn || variant != 0) && s.ragged && !wgmma) continue;
             if (variant == 1) setenv("PENSTOCK_CUDNN_AUTOTUNE", "1", /*overwrite=*/1);
-            p.lse = variant == 3 ? TensorView{} : lse.view();
-            p.mask_kind = cudnn ? kernels::AttentionMaskKind::kCausalBottomRight : kernels::AttentionMaskKind::kGeneral;
+            if (cudnn) setenv("PENSTOCK_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
+            p.lse = variant == 3 || variant == 5 ? TensorView{} : lse.view();
+            p.mask_kind = cudnn || wgmma ? kernels::AttentionMaskKind::kCausalBottomRight
+                                         : kernels::AttentionMaskKind::kGeneral;
             bool taken = false;
-            if (cudnn) {
+            if (wgmma) {
+                taken = cuda::attention_bf16_wgmma_covers(p);
+            } else if (cudnn) {
                 taken = cuda::attention_cudnn(p, ctx.stream().handle());  // also builds the plan (outside timing)
                 ctx.stream().synchronize();
             }
@@ -164,7 +172,9 @@ void run_attention_bench(BenchContext& ctx) {
             nlohmann::json record = ctx.base_record("attention");
             record["shape"] = s.name;
             unsetenv("PENSTOCK_CUDNN_AUTOTUNE");
-            record["impl"] = !cudnn         ? "cuda_core"
+            unsetenv("PENSTOCK_ATTENTION_KERNEL");
+            record["impl"] = wgmma          ? (variant == 4 ? "wgmma_bf16" : "wgmma_bf16_no_lse")
+                             : !cudnn       ? "cuda_core"
                              : s.ragged     ? "cudnn_sdpa_ragged"
                              : variant == 1 ? "cudnn_sdpa_autotuned"
                              : variant == 3 ? "cudnn_sdpa_no_lse"

@@ -11,8 +11,9 @@
 // memory as fp32 (K rows padded by one float so lane j reading key j is conflict free); lane j computes the score of
 // key j of the tile, the warp updates the running max / sum, and each lane accumulates d_v / 32 output columns.
 // CUDA cores only: correct first.
-// Calls whose mask the caller promised (AttentionParams::mask_kind) go to cuDNN's SDPA first when the build has it
-// (attention_cudnn.h); this kernel runs whatever that path declines.
+// Calls whose mask the caller promised (AttentionParams::mask_kind) go to Penstock's bf16 wgmma kernel first
+// (attention_bf16_wgmma.h: sm_90, the common head dims), then to cuDNN's SDPA when the build has it
+// (attention_cudnn.h); this kernel runs whatever those paths decline.
 // The bf16 MLA absorbed form goes to the tensor-core kernel of mla_tc.h (after the shape checks below).
 // FP8 q / k / v (per-tensor descales, kernels/ops.h) go to Penstock's FP8 wgmma kernel (attention_fp8_wgmma.h), else
 // cuDNN's FP8 SDPA, else through bf16 copies (attention_fp8).
@@ -22,6 +23,7 @@
 #include <array>
 #include <vector>
 
+#include "kernels/cuda/attention_bf16_wgmma.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_fp8_wgmma.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -287,9 +289,13 @@ void attention(const kernels::AttentionParams& p, void* stream) {
         return;
     }
     PENSTOCK_CHECK(p.out.dtype != DType::kF8E4M3) << "attention: FP8 out needs FP8 q, k and v";
-    // Dense bf16 attention whose mask the caller promised (mask_kind) goes to cuDNN's SDPA when it takes the case
-    // (attention_cudnn.h); everything else, and everything in a build without cuDNN, runs the kernel below.
-    if (p.mask_kind != kernels::AttentionMaskKind::kGeneral && attention_cudnn(p, stream)) return;
+    // Dense bf16 attention whose mask the caller promised (mask_kind) goes to Penstock's wgmma kernel
+    // (attention_bf16_wgmma.h), else to cuDNN's SDPA when it takes the case (attention_cudnn.h); everything else, and
+    // everything in a build without cuDNN, runs the kernel below.
+    if (p.mask_kind != kernels::AttentionMaskKind::kGeneral) {
+        if (attention_bf16_wgmma(p, static_cast<cudaStream_t>(stream))) return;
+        if (attention_cudnn(p, stream)) return;
+    }
     if (p.lse.data == nullptr) {  // lse not wanted (cuDNN then skips it); the kernels below write one: scratch
         PENSTOCK_CHECK(p.q.ndim == 3) << "attention: q must be 3-d";
         const auto s = static_cast<cudaStream_t>(stream);

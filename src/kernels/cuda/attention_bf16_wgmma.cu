@@ -1,0 +1,457 @@
+// bf16 flash attention forward on Hopper tensor cores (contract: attention_bf16_wgmma.h). sm_90a.
+//
+// Tiling as the FP8 kernel (attention_fp8_wgmma.cu): a CTA owns 128 query rows of one sequence and one head and walks
+// that sequence's key tiles of 128 keys, the diagonal tile first (causal) so that only the first tiles need a mask.
+// 384 threads = a producer warpgroup (one thread issues the TMA loads; setmaxnreg 24) and two consumer warpgroups of
+// 64 query rows each (setmaxnreg 240).
+//  - Shared memory, every box in TMA's 128-byte swizzle (64 bf16 per row, 8-row atoms of 1024 bytes): the q tile
+//    (d_qk / 64 boxes of 128 rows), and a ring of stages, each a k tile (d_qk / 64 boxes of 128 keys) and a v tile
+//    (d_v / 64 boxes of 128 keys), loaded straight from q / k / v (v needs no transpose: the value product reads it
+//    N-major). Each stage has a "full" mbarrier (the producer's expect_tx) and an "empty" one (one arrive per
+//    consumer warpgroup).
+//  - Scores: S[64 x 128] = q k^T by d_qk / 16 wgmma.m64n128k16.bf16, both operands K-major from shared memory, f32
+//    accumulate.
+//  - Online softmax in registers: keys past a row's causal limit or the sequence set to -inf, the row max by a tree,
+//    exp2 on the special-function unit with the log2(e)-folded scale, the output rescaled when the max grows (skipped
+//    by a warp whose rows' maxima held), the row sums of the f32 probabilities by four independent chains per row.
+//  - Values: O[64 x d_v] += P V with P in registers: bf16's A fragment of a k16 step is exactly the score
+//    accumulator's layout of 16 key columns (rows r, r + 8; columns 2t, 2t + 1, 8 + 2t, 9 + 2t), so packing is one
+//    cvt per pair; B = the v tile read N-major (transpose bit; LBO = one 128-key box between 64-column blocks, SBO
+//    1024 bytes between 8-key groups).
+//  - Schedule per consumer warpgroup (FlashAttention-3's intra-warpgroup overlap): tile i's score wgmma and tile
+//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight.
+//  - Epilogue: O / l to bf16 pairs; lse = m * scale + ln l (natural log) when asked; a row without keys gets 0, -inf.
+#include "kernels/cuda/attention_bf16_wgmma.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_wgmma_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8_gemm_common.cuh"
+#include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace penstock::cuda {
+
+namespace {
+
+using attn_wgmma::ex2;
+
+constexpr int kBM = 128;       // query rows per CTA (two consumer warpgroups of 64)
+constexpr int kBN = 128;       // keys per tile
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kBox = 64;       // bf16 columns per TMA box = the 128-byte swizzle span
+constexpr int kBoxRowBytes = 128;
+
+template <int kDqk, int kDv>
+struct Layout {
+    static constexpr int kQBoxes = kDqk / kBox;
+    static constexpr int kVBoxes = kDv / kBox;
+    static constexpr int kQBytes = kQBoxes * kBM * kBoxRowBytes;
+    static constexpr int kKBytes = kQBoxes * kBN * kBoxRowBytes;
+    static constexpr int kVBytes = kVBoxes * kBN * kBoxRowBytes;
+    static constexpr int kStageBytes = kKBytes + kVBytes;
+    static constexpr int kFixed = kQBytes + 1024 + 128;  // + alignment slack + barriers
+    static constexpr int kStages = kFixed + 4 * kStageBytes <= 227 * 1024   ? 4
+                                   : kFixed + 3 * kStageBytes <= 227 * 1024 ? 3
+                                                                            : 2;
+    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, full[kStages], empty[kStages]
+    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kStages) + 1024;
+    static_assert(kDqk % 64 == 0 && kDv % 64 == 0, "head dims: multiples of 64");
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+struct Bf16AttnArgs {
+    bf16* out;
+    float* lse;  // null: not wanted
+    const int32_t* cu_q;
+    const int32_t* cu_k;
+    int64_t o0, o1, l0;  // out / lse strides (elements)
+    int group;           // n_heads / n_kv_heads
+    float scale;
+    bool causal;
+};
+
+// ------------------------------------------------------------------------------------------------ wgmma
+
+#define PENSTOCK_ATTN_D64 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+#define PENSTOCK_ATTN_D64_OUT(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), \
+    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+    "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), \
+    "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), \
+    "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
+    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// D[64 x 128] (+)= A[64 x 16] B[16 x 128] in bf16, f32 accumulate, A and B K-major from shared memory; scale_d 0
+// overwrites D.
+__device__ __forceinline__ void m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " PENSTOCK_ATTN_D64 "%64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : PENSTOCK_ATTN_D64_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 128] += A[64 x 16] B[16 x 128] in bf16, f32 accumulate, A from registers (the thread's four words of the
+// 16-bit A fragment), B N-major from shared memory (transpose bit).
+__device__ __forceinline__ void m64n128k16_rs_nmajor(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " PENSTOCK_ATTN_D64
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_ATTN_D64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// D[64 x 64] += A[64 x 16] B[16 x 64], as m64n128k16_rs_nmajor.
+__device__ __forceinline__ void m64n64k16_rs_nmajor(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <int kDv>
+__device__ __forceinline__ void pv_mma(float (&o)[kDv / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+    if constexpr (kDv == 128) {
+        m64n128k16_rs_nmajor(o, a, desc_b);
+    } else {
+        m64n64k16_rs_nmajor(o, a, desc_b);
+    }
+}
+
+// Two f32 as the bf16 pair of one A-fragment word, lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(r) : "f"(lo), "f"(hi));
+    return r;
+}
+
+// K-major operand rows (q or k) in 128-byte swizzle: SBO 1024 bytes between 8-row groups (LBO unused).
+__device__ __forceinline__ uint64_t kmajor_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
+
+// ------------------------------------------------------------------------------------------------ attention
+template <int kDqk, int kDv>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_bf16_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, Bf16AttnArgs a) {
+    using L = Layout<kDqk, kDv>;
+    constexpr int kStages = L::kStages;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = tile::smem_u32(smem_raw);
+    const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
+    const uint32_t s_q = sbase;
+    const uint32_t bars = sbase + L::kBarOffset;
+    const uint32_t q_full = bars;
+    auto full = [&](int st) { return bars + 8u * (1 + st); };
+    auto empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
+    auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
+
+    const int seq = static_cast<int>(blockIdx.z);
+    const int head = static_cast<int>(blockIdx.y);
+    const int kv_head = head / a.group;
+    const int32_t q_start = a.cu_q[seq], len_q = a.cu_q[seq + 1] - q_start;
+    const int32_t k_start = a.cu_k[seq], len_k = a.cu_k[seq + 1] - k_start;
+    const int m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;  // the longest rows first
+    if (m0 >= len_q) return;
+    // Bottom-right causal diagonal: row i sees keys j <= i + off.
+    const int off = len_k - len_q;
+    int last_key = len_k - 1;
+    if (a.causal) last_key = min(last_key, m0 + kBM - 1 + off);
+    const int n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
+
+    const int tid = static_cast<int>(threadIdx.x);
+    if (tid == 0) {
+        tma::mbar_init(q_full, 1);
+        for (int i = 0; i < kStages; ++i) {
+            tma::mbar_init(full(i), 1);
+            tma::mbar_init(empty(i), 2);
+        }
+        tma::fence_mbar_init();
+    }
+    __syncthreads();
+    const int wg = tid >> 7;
+    if (wg == 0) {
+        // ------------------------------------------------------------ producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (tid == 0 && n_tiles > 0) {
+            tma::prefetch_map(&tm_q);
+            tma::prefetch_map(&tm_k);
+            tma::prefetch_map(&tm_v);
+            tma::mbar_expect_tx(q_full, L::kQBytes);
+#pragma unroll
+            for (int b = 0; b < L::kQBoxes; ++b) {
+                tma::load_3d(s_q + b * kBM * kBoxRowBytes, &tm_q, b * kBox, head, q_start + m0, q_full);
+            }
+            for (int it = 0; it < n_tiles; ++it) {
+                const int j = n_tiles - 1 - it;
+                const int st = it % kStages;
+                tma::mbar_wait(empty(st), ((it / kStages) & 1) ^ 1);
+                tma::mbar_expect_tx(full(st), L::kStageBytes);
+                const uint32_t sk = s_k(st);
+#pragma unroll
+                for (int b = 0; b < L::kQBoxes; ++b) {
+                    tma::load_3d(sk + b * kBN * kBoxRowBytes, &tm_k, b * kBox, kv_head, k_start + j * kBN, full(st));
+                }
+#pragma unroll
+                for (int b = 0; b < L::kVBoxes; ++b) {
+                    tma::load_3d(sk + L::kKBytes + b * kBN * kBoxRowBytes, &tm_v, b * kBox, kv_head,
+                                 k_start + j * kBN, full(st));
+                }
+            }
+        }
+        return;
+    }
+    // ------------------------------------------------------------ consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int cw = wg - 1;
+    const int lane = tid & 31;
+    const int t4 = lane & 3;
+    const int r_lo = m0 + 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);   // rows r_lo and r_lo + 8 of the sequence
+    const int lim_lo = a.causal ? min(r_lo + off, len_k - 1) : len_k - 1;  // last visible key of each row
+    const int lim_hi = a.causal ? min(r_lo + 8 + off, len_k - 1) : len_k - 1;
+    const float c = a.scale * 1.4426950408889634f;  // score -> log2 units (scale > 0: a masked -inf stays -inf)
+
+    constexpr int kAcc = kDv / 2;
+    float o[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
+    float m_lo = -INFINITY, m_hi = -INFINITY;
+    float l_lo = 0.0f, l_hi = 0.0f;  // this thread's share of the rows' sums (the quad adds them up at the end)
+    // Descriptors: one per tile base, the k steps' offsets added as constants (a descriptor's address field is the
+    // byte address / 16 and shared memory stays below 256 KiB, so desc(a + off) = desc(a) + off / 16 never carries).
+    const uint64_t q_desc = kmajor_desc(s_q + static_cast<uint32_t>(cw) * 64 * kBoxRowBytes);
+    auto issue_scores = [&](int st, float(&sc)[64]) {
+        const uint64_t k_desc = kmajor_desc(s_k(st));
+        wgmma::reg_fence(sc);
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kDqk / 16; ++ks) {
+            const uint64_t qoff = static_cast<uint64_t>(((ks >> 2) * kBM * kBoxRowBytes + (ks & 3) * 32) >> 4);
+            const uint64_t koff = static_cast<uint64_t>(((ks >> 2) * kBN * kBoxRowBytes + (ks & 3) * 32) >> 4);
+            m64n128k16_ss(sc, q_desc + qoff, k_desc + koff, ks != 0 ? 1 : 0);
+        }
+        wgmma::commit();
+    };
+    auto issue_values = [&](int st, const uint32_t(&pa)[8][4]) {
+        const uint64_t v_desc = wgmma::desc(s_k(st) + L::kKBytes, kBN * kBoxRowBytes, 1024);
+        wgmma::reg_fence(o);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) pv_mma<kDv>(o, pa[kk], v_desc + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        wgmma::commit();
+    };
+    // Mask, running max, exp2 and row sums of one tile's scores (in place: sc becomes the probabilities); returns
+    // the correction of the previous accumulators (O and l) for the two rows and applies it to l.
+    auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
+        attn_wgmma::mask_tile(sc, j * kBN, t4, lim_lo, lim_hi);
+        float mx_lo, mx_hi;
+        attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
+        // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
+        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * c;
+        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * c;
+        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo * c - base_lo);  // 0: nothing accumulated yet
+        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi * c - base_hi);
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+        float sl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sh[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                sc[4 * nb + e] = ex2(fmaf(sc[4 * nb + e], c, -base_lo));
+                sc[4 * nb + 2 + e] = ex2(fmaf(sc[4 * nb + 2 + e], c, -base_hi));
+                sl[(2 * nb + e) & 3] += sc[4 * nb + e];
+                sh[(2 * nb + e) & 3] += sc[4 * nb + 2 + e];
+            }
+        }
+        l_lo = fmaf(l_lo, corr_lo, (sl[0] + sl[1]) + (sl[2] + sl[3]));
+        l_hi = fmaf(l_hi, corr_hi, (sh[0] + sh[1]) + (sh[2] + sh[3]));
+    };
+    // P as the A fragments of the eight k16 steps: step kk's 16 keys are the accumulator's n-blocks 2 kk, 2 kk + 1.
+    auto pack = [&](const float(&x)[64], uint32_t(&pa)[8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+            const float* y = x + 8 * kk;
+            pa[kk][0] = pack_bf16x2(y[0], y[1]);
+            pa[kk][1] = pack_bf16x2(y[2], y[3]);
+            pa[kk][2] = pack_bf16x2(y[4], y[5]);
+            pa[kk][3] = pack_bf16x2(y[6], y[7]);
+        }
+    };
+    auto rescale = [&](float corr_lo, float corr_hi) {
+#pragma unroll
+        for (int nb = 0; nb < kDv / 8; ++nb) {
+            o[4 * nb] *= corr_lo;
+            o[4 * nb + 1] *= corr_lo;
+            o[4 * nb + 2] *= corr_hi;
+            o[4 * nb + 3] *= corr_hi;
+        }
+    };
+    auto release = [&](int st) {
+        if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
+    };
+
+    float s[64];
+    uint32_t pa[8][4];
+    int st = 0;
+    if (n_tiles > 0) {
+        tma::mbar_wait(q_full, 0);
+        tma::mbar_wait(full(0), 0);
+        issue_scores(0, s);
+        wgmma::wait<0>();
+        wgmma::reg_fence(s);
+        float corr_lo, corr_hi;
+        softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
+        pack(s, pa);
+    }
+    int prev = 0;
+    uint32_t phase = 0;  // of stage st's "full" barrier
+    for (int it = 1; it < n_tiles; ++it) {
+        prev = st;
+        if (++st == kStages) {
+            st = 0;
+            phase ^= 1u;
+        }
+        tma::mbar_wait(full(st), phase);
+        issue_scores(st, s);
+        issue_values(prev, pa);
+        wgmma::wait<1>();  // the scores (committed first)
+        wgmma::reg_fence(s);
+        float corr_lo, corr_hi;
+        softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        wgmma::wait<0>();  // the value product
+        wgmma::reg_fence(o);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
+        }
+        release(prev);
+        // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
+        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
+        pack(s, pa);
+    }
+    if (n_tiles > 0) {
+        issue_values(st, pa);  // the last tile's stage
+        wgmma::wait<0>();
+        wgmma::reg_fence(o);
+        release(st);
+    }
+    // Epilogue: the rows' sums over the quad, then the rows this thread holds.
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = r_lo + 8 * hf;
+        if (r >= len_q) continue;
+        const float l = hf == 0 ? l_lo : l_hi;
+        const float m = hf == 0 ? m_lo : m_hi;
+        const float f = l > 0.0f ? 1.0f / l : 0.0f;
+        const int64_t row = static_cast<int64_t>(q_start) + r;
+        bf16* orow = a.out + row * a.o0 + static_cast<int64_t>(head) * a.o1 + 2 * t4;
+#pragma unroll
+        for (int nb = 0; nb < kDv / 8; ++nb) {
+            tile::store2<bf16>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
+        }
+        if (a.lse != nullptr && t4 == 0) a.lse[row * a.l0 + head] = l > 0.0f ? fmaf(m, a.scale, logf(l)) : -INFINITY;
+    }
+}
+
+// A [rows, heads, d] bf16 operand as a 3-d tensor map with 64-column x 128-row boxes of one head.
+CUtensorMap map_rows(const TensorView& t, int64_t d) {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(t.size(1)),
+                                static_cast<cuuint64_t>(std::max<int64_t>(t.size(0), 1))};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(t.stride(1) * 2), static_cast<cuuint64_t>(t.stride(0) * 2)};
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBox), 1u, 128u};
+    return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, t.data, 3, dims, strides, box);
+}
+
+template <int kDqk, int kDv>
+void launch(const kernels::AttentionParams& p, const Bf16AttnArgs& args, int64_t max_q, int n_seqs,
+            cudaStream_t stream) {
+    using L = Layout<kDqk, kDv>;
+    const CUtensorMap tm_q = map_rows(p.q, kDqk);
+    const CUtensorMap tm_k = map_rows(p.k, kDqk);
+    const CUtensorMap tm_v = map_rows(p.v, kDv);
+    auto* kernel = attention_bf16_kernel<kDqk, kDv>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
+    const dim3 grid(static_cast<unsigned>((max_q + kBM - 1) / kBM), static_cast<unsigned>(p.q.size(1)),
+                    static_cast<unsigned>(n_seqs));
+    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, args);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool attention_bf16_wgmma_covers(const kernels::AttentionParams& p) {
+    if (attn_wgmma::env_is("PENSTOCK_ATTENTION_KERNEL", "cudnn")) return false;
+    if (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 || p.v.dtype != DType::kBF16 ||
+        p.out.dtype != DType::kBF16) {
+        return false;
+    }
+    if (!attn_wgmma::covers_common(p)) return false;
+    const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
+    if (!((d_qk == 64 && d_v == 64) || (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128))) return false;
+    return fp8::device_major() == 9;
+}
+
+bool attention_bf16_wgmma(const kernels::AttentionParams& p, cudaStream_t stream) {
+    if (!attention_bf16_wgmma_covers(p)) return false;
+    const int64_t total_q = p.q.size(0), d_qk = p.q.size(2);
+    if (total_q == 0) return true;
+    const int n_seqs = static_cast<int>(p.cu_seqlens_q.size(0) - 1);
+    const int64_t max_q = p.max_seqlen_q > 0 ? p.max_seqlen_q : total_q;
+    Bf16AttnArgs args{};
+    args.out = p.out.ptr<bf16>();
+    args.lse = p.lse.data != nullptr ? p.lse.ptr<float>() : nullptr;
+    args.cu_q = p.cu_seqlens_q.ptr<const int32_t>();
+    args.cu_k = p.cu_seqlens_k.ptr<const int32_t>();
+    args.o0 = p.out.stride(0);
+    args.o1 = p.out.stride(1);
+    args.l0 = p.lse.data != nullptr ? p.lse.stride(0) : 0;
+    args.group = static_cast<int>(p.q.size(1) / p.k.size(1));
+    args.scale = p.scale;
+    args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
+    if (d_qk == 64) {
+        launch<64, 64>(p, args, max_q, n_seqs, stream);
+    } else if (d_qk == 128) {
+        launch<128, 128>(p, args, max_q, n_seqs, stream);
+    } else {
+        launch<192, 128>(p, args, max_q, n_seqs, stream);
+    }
+    return true;
+}
+
+}  // namespace penstock::cuda

@@ -1,0 +1,123 @@
+// Pieces shared by Penstock's two flash-attention forward kernels on Hopper's wgmma (attention_bf16_wgmma.cu and
+// attention_fp8_wgmma.cu): the exp2 of the softmax, the causal / length mask of a score tile, the tile's row maxima,
+// and the host-side checks of the AttentionParams contract that both kernels share. Both kernels hold a score tile
+// as the f32 accumulator of wgmma.m64n128 over one warpgroup: per thread 64 values, sc[4 nb + e] at row r (this
+// thread's row, lane / 4 within its warp's 16) and sc[4 nb + 2 + e] at row r + 8, both at key column 8 nb + 2 t + e
+// (t = lane % 4, e = 0, 1). Device helpers are used from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace penstock::cuda::attn_wgmma {
+
+// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, subnormal results flushed to 0);
+// exp2f adds range handling around it, and the softmax is bound by these instructions.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Sets to -inf the scores of the keys past each of the thread's two rows' last visible key (lim_lo / lim_hi, the
+// sequence's key index) in the tile whose first key is tile_key0; a tile entirely visible to both rows is untouched.
+__device__ __forceinline__ void mask_tile(float (&sc)[64], int tile_key0, int t4, int lim_lo, int lim_hi) {
+    if (tile_key0 + 127 <= lim_lo && tile_key0 + 127 <= lim_hi) return;
+    const int key0 = tile_key0 + 2 * t4;
+#pragma unroll
+    for (int nb = 0; nb < 16; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int key = key0 + 8 * nb + e;
+            if (key > lim_lo) sc[4 * nb + e] = -INFINITY;
+            if (key > lim_hi) sc[4 * nb + 2 + e] = -INFINITY;
+        }
+    }
+}
+
+// The running maxima of the thread's two rows after this tile: max(m, the tile's row max), by a tree (depth 6
+// instead of a chain of 32 dependent max operations) and then across the quad that shares the rows.
+__device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, float m_hi, float& mx_lo,
+                                             float& mx_hi) {
+    float t_lo[16], t_hi[16];
+#pragma unroll
+    for (int nb = 0; nb < 16; ++nb) {
+        t_lo[nb] = fmaxf(sc[4 * nb], sc[4 * nb + 1]);
+        t_hi[nb] = fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]);
+    }
+#pragma unroll
+    for (int lvl = 0; lvl < 4; ++lvl) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int w = 8 >> lvl;
+            if (i < w) {
+                t_lo[i] = fmaxf(t_lo[i], t_lo[i + w]);
+                t_hi[i] = fmaxf(t_hi[i], t_hi[i + w]);
+            }
+        }
+    }
+    mx_lo = fmaxf(m_lo, t_lo[0]);
+    mx_hi = fmaxf(m_hi, t_hi[0]);
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+}
+
+// ------------------------------------------------------------------------------------------------ host side
+
+inline bool env_is(const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+inline bool on_gpu(const TensorView& t) { return t.device == Device::kCUDA && t.data != nullptr; }
+
+// A TMA-loadable [rows, heads, d] operand: last dim contiguous, 16-byte aligned start and row / head strides.
+inline bool tma_rows(const TensorView& t) {
+    const auto bytes = static_cast<int64_t>(dtype_bytes(t.dtype, 1));
+    return t.ndim == 3 && t.stride(2) == 1 && t.stride(0) > 0 && t.stride(1) > 0 && (t.stride(0) * bytes) % 16 == 0 &&
+           (t.stride(1) * bytes) % 16 == 0 && (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
+}
+
+// The contract checks both kernels share (everything but the dtypes and head dims): the promised masks
+// (kCausalBottomRight with causal and q_pos_step 1, or kAllVisible), positive scale, 3-d q / k / v / out on the GPU
+// with matching sizes and TMA-loadable q / k / v, out in element pairs (stride(2) 1, even strides, 4-byte aligned),
+// an optional f32 lse [total_q, H] with contiguous rows, GQA, and int32 cu_seqlens of up to 65535 sequences.
+inline bool covers_common(const kernels::AttentionParams& p) {
+    using kernels::AttentionMaskKind;
+    if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
+    if (p.mask_kind == AttentionMaskKind::kCausalBottomRight && (!p.causal || p.q_pos_step != 1)) return false;
+    if (!(p.scale > 0.0f)) return false;
+    if (p.q.ndim != 3 || p.k.ndim != 3 || p.v.ndim != 3 || p.out.ndim != 3) return false;
+    for (const TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.cu_seqlens_q, &p.cu_seqlens_k}) {
+        if (!on_gpu(*t)) return false;
+    }
+    const int64_t total_q = p.q.size(0), h = p.q.size(1), d_qk = p.q.size(2);
+    const int64_t total_k = p.k.size(0), h_kv = p.k.size(1), d_v = p.v.size(2);
+    if (h == 0 || h_kv == 0 || h % h_kv != 0 || h > 65535) return false;
+    if (p.k.size(2) != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
+    if (p.out.size(0) != total_q || p.out.size(1) != h || p.out.size(2) != d_v) return false;
+    if (total_q >= (int64_t{1} << 31) || total_k >= (int64_t{1} << 31)) return false;
+    if (!tma_rows(p.q) || !tma_rows(p.k) || !tma_rows(p.v)) return false;
+    if (p.out.stride(2) != 1 || p.out.stride(0) % 2 != 0 || p.out.stride(1) % 2 != 0 ||
+        (reinterpret_cast<uintptr_t>(p.out.data) & 3u) != 0) {
+        return false;
+    }
+    if (p.lse.data != nullptr && (p.lse.device != Device::kCUDA || p.lse.dtype != DType::kF32 || p.lse.ndim != 2 ||
+                                  p.lse.size(0) != total_q || p.lse.size(1) != h || p.lse.stride(1) != 1)) {
+        return false;
+    }
+    return p.cu_seqlens_q.ndim == 1 && p.cu_seqlens_k.ndim == 1 && p.cu_seqlens_q.size(0) >= 2 &&
+           p.cu_seqlens_k.size(0) == p.cu_seqlens_q.size(0) && p.cu_seqlens_q.size(0) - 1 <= 65535 &&
+           p.cu_seqlens_q.dtype == DType::kI32 && p.cu_seqlens_k.dtype == DType::kI32 &&
+           p.cu_seqlens_q.stride(0) == 1 && p.cu_seqlens_k.stride(0) == 1;
+}
+
+}  // namespace penstock::cuda::attn_wgmma
