@@ -76,6 +76,12 @@ struct Bf16AttnArgs {
     int group;           // n_heads / n_kv_heads
     float scale;
     bool causal;
+    // The two consumer warpgroups take turns issuing their wgmma (named barriers; PENSTOCK_ATTN_PINGPONG, on unless
+    // 0): one warpgroup's softmax then overlaps the other's products (FlashAttention-3's inter-warpgroup schedule).
+    bool pingpong;
+    // Measurement probe (PENSTOCK_ATTN_PROBE=mma): every probability 1 and no softmax, the same loads and products
+    // (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
+    bool mma_only;
 };
 
 // ------------------------------------------------------------------------------------------------ wgmma
@@ -321,18 +327,37 @@ __global__ void __launch_bounds__(kThreads, 1)
         if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
     };
 
+    // Ping-pong (a.pingpong): named barrier 1 + w lets warpgroup w issue; each warpgroup hands the turn to the other
+    // after issuing, so one's softmax overlaps the other's tensor-core work. Both issue n_tiles + 1 times; warpgroup
+    // 1 opens with a hand-over and skips its last one, so every barrier phase gets its 256 threads.
+    const bool pp = a.pingpong && n_tiles > 0;
+    auto turn_begin = [&]() {
+        if (pp) tma::named_sync(1 + cw, 256);
+    };
+    auto turn_end = [&](bool final_turn) {
+        if (pp && !(cw == 1 && final_turn)) tma::named_arrive(2 - cw, 256);
+    };
+    if (pp && cw == 1) tma::named_arrive(1, 256);
+
     float s[64];
     uint32_t pa[8][4];
     int st = 0;
     if (n_tiles > 0) {
         tma::mbar_wait(q_full, 0);
         tma::mbar_wait(full(0), 0);
+        turn_begin();
         issue_scores(0, s);
+        turn_end(false);
         wgmma::wait<0>();
         wgmma::reg_fence(s);
         float corr_lo, corr_hi;
-        softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
-        pack(s, pa);
+        if (a.mma_only) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) pa[i / 4][i % 4] = 0x3F803F80u;  // bf16 ones
+        } else {
+            softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
+            pack(s, pa);
+        }
     }
     int prev = 0;
     uint32_t phase = 0;  // of stage st's "full" barrier
@@ -343,12 +368,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             phase ^= 1u;
         }
         tma::mbar_wait(full(st), phase);
+        turn_begin();
         issue_scores(st, s);
         issue_values(prev, pa);
+        turn_end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
-        float corr_lo, corr_hi;
-        softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        float corr_lo = 1.0f, corr_hi = 1.0f;
+        if (!a.mma_only) softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
         wgmma::wait<0>();  // the value product
         wgmma::reg_fence(o);
 #pragma unroll
@@ -359,10 +386,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         release(prev);
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
         if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
-        pack(s, pa);
+        if (!a.mma_only) pack(s, pa);
     }
     if (n_tiles > 0) {
+        turn_begin();
         issue_values(st, pa);  // the last tile's stage
+        turn_end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
         release(st);
@@ -444,6 +473,8 @@ bool attention_bf16_wgmma(const kernels::AttentionParams& p, cudaStream_t stream
     args.group = static_cast<int>(p.q.size(1) / p.k.size(1));
     args.scale = p.scale;
     args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
+    args.pingpong = !attn_wgmma::env_is("PENSTOCK_ATTN_PINGPONG", "0");
+    args.mma_only = attn_wgmma::env_is("PENSTOCK_ATTN_PROBE", "mma");
     if (d_qk == 64) {
         launch<64, 64>(p, args, max_q, n_seqs, stream);
     } else if (d_qk == 128) {
