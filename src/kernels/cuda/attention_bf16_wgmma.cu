@@ -5,10 +5,13 @@
 // 384 threads = a producer warpgroup (one thread issues the TMA loads; setmaxnreg 24) and two consumer warpgroups of
 // 64 query rows each (setmaxnreg 240).
 //  - Shared memory, every box in TMA's 128-byte swizzle (64 bf16 per row, 8-row atoms of 1024 bytes): the q tile
-//    (d_qk / 64 boxes of 128 rows), and a ring of stages, each a k tile (d_qk / 64 boxes of 128 keys) and a v tile
-//    (d_v / 64 boxes of 128 keys), loaded straight from q / k / v (v needs no transpose: the value product reads it
-//    N-major). Each stage has a "full" mbarrier (the producer's expect_tx) and an "empty" one (one arrive per
-//    consumer warpgroup).
+//    (d_qk / 64 boxes of 128 rows), a ring of k slots (d_qk / 64 boxes of 128 keys) and a ring of v slots (d_v / 64
+//    boxes of 128 keys), loaded straight from q / k / v (v needs no transpose: the value product reads it N-major).
+//    Two rings because the consumers use tile i's k with tile i - 1's v: a k slot is free as soon as its scores are
+//    done, a v slot when its value product is, and the producer loads v one tile behind k. With one ring of (k, v)
+//    stages the next tile's load waited for the value product and the MMA-only pipeline (PENSTOCK_ATTN_PROBE) ran
+//    below cuDNN at d 192 (547 TFLOP/s at 16K). Every slot has a "full" mbarrier (the producer's expect_tx) and an
+//    "empty" one (one arrive per consumer warpgroup).
 //  - Scores: S[64 x 128] = q k^T by d_qk / 16 wgmma.m64n128k16.bf16, both operands K-major from shared memory, f32
 //    accumulate.
 //  - Online softmax in registers: keys past a row's causal limit or the sequence set to -inf, the row max by a tree,
@@ -56,13 +59,17 @@ struct Layout {
     static constexpr int kQBytes = kQBoxes * kBM * kBoxRowBytes;
     static constexpr int kKBytes = kQBoxes * kBN * kBoxRowBytes;
     static constexpr int kVBytes = kVBoxes * kBN * kBoxRowBytes;
-    static constexpr int kStageBytes = kKBytes + kVBytes;
-    static constexpr int kFixed = kQBytes + 1024 + 128;  // + alignment slack + barriers
+    static constexpr int kStageBytes = kKBytes + kVBytes;  // one k and one v slot
+    static constexpr int kFixed = kQBytes + 1024 + 128;    // + alignment slack + barriers
+    // kStages k slots and kStages v slots (two rings: a k slot frees when its scores are done, a v slot when its
+    // value product is)
     static constexpr int kStages = kFixed + 4 * kStageBytes <= 227 * 1024   ? 4
                                    : kFixed + 3 * kStageBytes <= 227 * 1024 ? 3
                                                                             : 2;
-    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, full[kStages], empty[kStages]
-    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kStages) + 1024;
+    static constexpr int kVOffset = kQBytes + kStages * kKBytes;
+    // q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages]
+    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 4 * kStages) + 1024;
     static_assert(kDqk % 64 == 0 && kDv % 64 == 0, "head dims: multiples of 64");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -178,9 +185,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t s_q = sbase;
     const uint32_t bars = sbase + L::kBarOffset;
     const uint32_t q_full = bars;
-    auto full = [&](int st) { return bars + 8u * (1 + st); };
-    auto empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
-    auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
+    auto k_full = [&](int st) { return bars + 8u * (1 + st); };
+    auto k_empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
+    auto v_full = [&](int st) { return bars + 8u * (1 + 2 * kStages + st); };
+    auto v_empty = [&](int st) { return bars + 8u * (1 + 3 * kStages + st); };
+    auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kKBytes; };
+    auto s_v = [&](int st) { return sbase + L::kVOffset + static_cast<uint32_t>(st) * L::kVBytes; };
 
     const int seq = static_cast<int>(blockIdx.z);
     const int head = static_cast<int>(blockIdx.y);
@@ -199,8 +209,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
         tma::mbar_init(q_full, 1);
         for (int i = 0; i < kStages; ++i) {
-            tma::mbar_init(full(i), 1);
-            tma::mbar_init(empty(i), 2);
+            tma::mbar_init(k_full(i), 1);
+            tma::mbar_init(k_empty(i), 2);
+            tma::mbar_init(v_full(i), 1);
+            tma::mbar_init(v_empty(i), 2);
         }
         tma::fence_mbar_init();
     }
@@ -218,20 +230,29 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int b = 0; b < L::kQBoxes; ++b) {
                 tma::load_3d(s_q + b * kBM * kBoxRowBytes, &tm_q, b * kBox, head, q_start + m0, q_full);
             }
-            for (int it = 0; it < n_tiles; ++it) {
-                const int j = n_tiles - 1 - it;
-                const int st = it % kStages;
-                tma::mbar_wait(empty(st), ((it / kStages) & 1) ^ 1);
-                tma::mbar_expect_tx(full(st), L::kStageBytes);
-                const uint32_t sk = s_k(st);
+            // The consumers use k of tile it with v of tile it - 1: load in that order, v one tile behind k.
+            for (int it = 0; it <= n_tiles; ++it) {
+                if (it < n_tiles) {
+                    const int j = n_tiles - 1 - it;
+                    const int st = it % kStages;
+                    tma::mbar_wait(k_empty(st), ((it / kStages) & 1) ^ 1);
+                    tma::mbar_expect_tx(k_full(st), L::kKBytes);
 #pragma unroll
-                for (int b = 0; b < L::kQBoxes; ++b) {
-                    tma::load_3d(sk + b * kBN * kBoxRowBytes, &tm_k, b * kBox, kv_head, k_start + j * kBN, full(st));
+                    for (int b = 0; b < L::kQBoxes; ++b) {
+                        tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_k, b * kBox, kv_head, k_start + j * kBN,
+                                     k_full(st));
+                    }
                 }
+                if (it >= 1) {
+                    const int iv = it - 1, j = n_tiles - 1 - iv;
+                    const int st = iv % kStages;
+                    tma::mbar_wait(v_empty(st), ((iv / kStages) & 1) ^ 1);
+                    tma::mbar_expect_tx(v_full(st), L::kVBytes);
 #pragma unroll
-                for (int b = 0; b < L::kVBoxes; ++b) {
-                    tma::load_3d(sk + L::kKBytes + b * kBN * kBoxRowBytes, &tm_v, b * kBox, kv_head,
-                                 k_start + j * kBN, full(st));
+                    for (int b = 0; b < L::kVBoxes; ++b) {
+                        tma::load_3d(s_v(st) + b * kBN * kBoxRowBytes, &tm_v, b * kBox, kv_head, k_start + j * kBN,
+                                     v_full(st));
+                    }
                 }
             }
         }
@@ -269,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::commit();
     };
     auto issue_values = [&](int st, const uint32_t(&pa)[8][4]) {
-        const uint64_t v_desc = wgmma::desc(s_k(st) + L::kKBytes, kBN * kBoxRowBytes, 1024);
+        const uint64_t v_desc = wgmma::desc(s_v(st), kBN * kBoxRowBytes, 1024);
         wgmma::reg_fence(o);
         wgmma::fence();
 #pragma unroll
@@ -323,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             o[4 * nb + 3] *= corr_hi;
         }
     };
-    auto release = [&](int st) {
-        if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
+    auto release = [&](uint32_t bar) {
+        if ((tid & 127) == 0) tma::mbar_arrive(bar);
     };
 
     // Ping-pong (a.pingpong): named barrier 1 + w lets warpgroup w issue; each warpgroup hands the turn to the other
@@ -341,15 +362,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     float s[64];
     uint32_t pa[8][4];
-    int st = 0;
     if (n_tiles > 0) {
         tma::mbar_wait(q_full, 0);
-        tma::mbar_wait(full(0), 0);
+        tma::mbar_wait(k_full(0), 0);
         turn_begin();
         issue_scores(0, s);
         turn_end(false);
         wgmma::wait<0>();
         wgmma::reg_fence(s);
+        release(k_empty(0));
         float corr_lo, corr_hi;
         if (a.mma_only) {
 #pragma unroll
@@ -359,21 +380,23 @@ __global__ void __launch_bounds__(kThreads, 1)
             pack(s, pa);
         }
     }
-    int prev = 0;
-    uint32_t phase = 0;  // of stage st's "full" barrier
+    // Tile it's k sits in k slot it % kStages, tile it - 1's v in v slot (it - 1) % kStages.
+    int ks = 0, vs = 0;
+    uint32_t k_phase = 0, v_phase = 0;
     for (int it = 1; it < n_tiles; ++it) {
-        prev = st;
-        if (++st == kStages) {
-            st = 0;
-            phase ^= 1u;
+        if (++ks == kStages) {
+            ks = 0;
+            k_phase ^= 1u;
         }
-        tma::mbar_wait(full(st), phase);
+        tma::mbar_wait(k_full(ks), k_phase);
+        tma::mbar_wait(v_full(vs), v_phase);
         turn_begin();
-        issue_scores(st, s);
-        issue_values(prev, pa);
+        issue_scores(ks, s);
+        issue_values(vs, pa);
         turn_end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
+        release(k_empty(ks));
         float corr_lo = 1.0f, corr_hi = 1.0f;
         if (!a.mma_only) softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
         wgmma::wait<0>();  // the value product
@@ -383,18 +406,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
         }
-        release(prev);
+        release(v_empty(vs));
+        if (++vs == kStages) {
+            vs = 0;
+            v_phase ^= 1u;
+        }
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
         if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
         if (!a.mma_only) pack(s, pa);
     }
     if (n_tiles > 0) {
+        tma::mbar_wait(v_full(vs), v_phase);
         turn_begin();
-        issue_values(st, pa);  // the last tile's stage
+        issue_values(vs, pa);  // the last tile's v
         turn_end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
-        release(st);
+        release(v_empty(vs));
     }
     // Epilogue: the rows' sums over the quad, then the rows this thread holds.
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
