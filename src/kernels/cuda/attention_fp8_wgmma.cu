@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "kernels/cuda/attention_fp8_wgmma.h"
+#include "kernels/cuda/attention_wgmma_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_gemm_common.cuh"
@@ -49,6 +50,8 @@
 namespace penstock::cuda {
 
 namespace {
+
+using attn_wgmma::ex2;
 
 constexpr int kBM = 128;             // query rows per CTA (two consumer warpgroups of 64)
 constexpr int kBN = 128;             // keys per tile
@@ -192,14 +195,6 @@ __device__ __forceinline__ void pv_mma(float (&o)[kDv / 2 + 4], const uint32_t (
     } else {
         m64n72k32_e4m3_rs(o, a, desc_b, 1);
     }
-}
-
-// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, subnormal results flushed to 0);
-// exp2f adds range handling around it, and the softmax is bound by these instructions.
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 __device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) { return wgmma::desc_swizzle<64>(saddr, 16, 512); }
@@ -419,41 +414,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8); returns the
     // correction of the previous accumulators (O and the row sums) for the two rows.
     auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
-        const int key0 = j * kBN + 2 * t4;
-        if (j * kBN + kBN - 1 > lim_lo || j * kBN + kBN - 1 > lim_hi) {
-#pragma unroll
-            for (int nb = 0; nb < 16; ++nb) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int key = key0 + 8 * nb + e;
-                    if (key > lim_lo) sc[4 * nb + e] = -INFINITY;
-                    if (key > lim_hi) sc[4 * nb + 2 + e] = -INFINITY;
-                }
-            }
-        }
-        // The rows' maxima by a tree (depth 6 instead of a chain of 32 dependent max operations).
-        float t_lo[16], t_hi[16];
-#pragma unroll
-        for (int nb = 0; nb < 16; ++nb) {
-            t_lo[nb] = fmaxf(sc[4 * nb], sc[4 * nb + 1]);
-            t_hi[nb] = fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]);
-        }
-#pragma unroll
-        for (int lvl = 0; lvl < 4; ++lvl) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int w = 8 >> lvl;
-                if (i < w) {
-                    t_lo[i] = fmaxf(t_lo[i], t_lo[i + w]);
-                    t_hi[i] = fmaxf(t_hi[i], t_hi[i + w]);
-                }
-            }
-        }
-        float mx_lo = fmaxf(m_lo, t_lo[0]), mx_hi = fmaxf(m_hi, t_hi[0]);
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        attn_wgmma::mask_tile(sc, j * kBN, t4, lim_lo, lim_hi);
+        float mx_lo, mx_hi;
+        attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
         // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
         const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * c;
         const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * c;
@@ -611,32 +574,7 @@ CUtensorMap map_u8(const void* base, const cuuint64_t (&dims)[3], const cuuint64
                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// q / k: last dim contiguous, byte strides multiples of 16 (TMA), 16-byte aligned start.
-bool tma_rows(const TensorView& t) {
-    return t.ndim == 3 && t.stride(2) == 1 && t.stride(0) > 0 && t.stride(1) > 0 && t.stride(0) % 16 == 0 &&
-           t.stride(1) % 16 == 0 && aligned16(t.data);
-}
-
-bool on_gpu(const TensorView& t) { return t.device == Device::kCUDA && t.data != nullptr; }
-
-bool scalar_on_gpu(const TensorView& t) { return on_gpu(t) && t.dtype == DType::kF32 && t.numel() == 1; }
-
-// Read on every call (a benchmark flips it between runs); the lookup is negligible next to an attention call.
-// The kernel's knobs (read per call: a benchmark flips them between runs): PENSTOCK_FP8_ATTN_PINGPONG=1 (the
-// warpgroups take turns issuing; default off), PENSTOCK_FP8_ATTN_QREGS=0 (q's fragments read from shared memory by
-// every score product instead of held in registers), PENSTOCK_FP8_ATTN_PROBE=mma (measurement only, see
-// Fp8AttnArgs::mma_only).
-bool env_is(const char* name, const char* value) {
-    const char* e = std::getenv(name);
-    return e != nullptr && std::strcmp(e, value) == 0;
-}
-
-bool disabled_by_env() {
-    const char* e = std::getenv("PENSTOCK_FP8_ATTENTION_KERNEL");
-    return e != nullptr && std::strcmp(e, "cudnn") == 0;
-}
+bool scalar_on_gpu(const TensorView& t) { return attn_wgmma::on_gpu(t) && t.dtype == DType::kF32 && t.numel() == 1; }
 
 template <int kDqk, int kDv, class OutT, bool kQRegs>
 void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
@@ -680,43 +618,16 @@ void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8
 }  // namespace
 
 bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
-    using kernels::AttentionMaskKind;
-    if (disabled_by_env()) return false;
+    if (attn_wgmma::env_is("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn")) return false;
     if (p.q.dtype != DType::kF8E4M3 || p.k.dtype != DType::kF8E4M3 || p.v.dtype != DType::kF8E4M3) return false;
     if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF8E4M3) return false;
-    if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
-    if (p.mask_kind == AttentionMaskKind::kCausalBottomRight && (!p.causal || p.q_pos_step != 1)) return false;
-    if (!(p.scale > 0.0f)) return false;
-    if (p.q.ndim != 3 || p.k.ndim != 3 || p.v.ndim != 3 || p.out.ndim != 3) return false;
-    for (const TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.cu_seqlens_q, &p.cu_seqlens_k}) {
-        if (!on_gpu(*t)) return false;
-    }
+    // (the common checks include v's 16-byte rows, which vt_kernel's loads need)
+    if (!attn_wgmma::covers_common(p)) return false;
     if (!scalar_on_gpu(p.q_descale) || !scalar_on_gpu(p.k_descale) || !scalar_on_gpu(p.v_descale)) return false;
     if (p.out.dtype == DType::kF8E4M3 && !scalar_on_gpu(p.out_descale)) return false;
-    const int64_t total_q = p.q.size(0), h = p.q.size(1), d_qk = p.q.size(2);
-    const int64_t total_k = p.k.size(0), h_kv = p.k.size(1), d_v = p.v.size(2);
+    const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
     if (!((d_qk == 64 && d_v == 64) || (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128) ||
           (d_qk == 256 && d_v == 128))) {
-        return false;
-    }
-    if (h == 0 || h_kv == 0 || h % h_kv != 0 || h > 65535) return false;
-    if (p.k.size(2) != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
-    if (p.out.size(0) != total_q || p.out.size(1) != h || p.out.size(2) != d_v) return false;
-    if (total_q >= (int64_t{1} << 31) || total_k >= (int64_t{1} << 31)) return false;
-    if (!tma_rows(p.q) || !tma_rows(p.k) || !tma_rows(p.v)) return false;  // v: 16-byte row loads in vt_kernel
-    // out: pairs of elements (4-byte bf16 / 2-byte e4m3 stores)
-    if (p.out.stride(2) != 1 || p.out.stride(0) % 2 != 0 || p.out.stride(1) % 2 != 0 ||
-        (reinterpret_cast<uintptr_t>(p.out.data) & 3u) != 0) {
-        return false;
-    }
-    if (p.lse.data != nullptr && (p.lse.device != Device::kCUDA || p.lse.dtype != DType::kF32 || p.lse.ndim != 2 ||
-                                  p.lse.size(0) != total_q || p.lse.size(1) != h || p.lse.stride(1) != 1)) {
-        return false;
-    }
-    if (p.cu_seqlens_q.ndim != 1 || p.cu_seqlens_k.ndim != 1 || p.cu_seqlens_q.size(0) < 2 ||
-        p.cu_seqlens_k.size(0) != p.cu_seqlens_q.size(0) || p.cu_seqlens_q.size(0) - 1 > 65535 ||
-        p.cu_seqlens_q.dtype != DType::kI32 || p.cu_seqlens_k.dtype != DType::kI32 || p.cu_seqlens_q.stride(0) != 1 ||
-        p.cu_seqlens_k.stride(0) != 1) {
         return false;
     }
     return fp8::device_major() == 9;
@@ -765,9 +676,13 @@ bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o
     args.group = static_cast<int>(p.q.size(1) / h_kv);
     args.scale = p.scale;
     args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
-    args.pingpong = env_is("PENSTOCK_FP8_ATTN_PINGPONG", "1");
-    args.mma_only = env_is("PENSTOCK_FP8_ATTN_PROBE", "mma");
-    const bool q_regs = !env_is("PENSTOCK_FP8_ATTN_QREGS", "0");
+    // The kernel's knobs (read per call: a benchmark flips them between runs): PENSTOCK_FP8_ATTN_PINGPONG=1 (the
+    // warpgroups take turns issuing; default off), PENSTOCK_FP8_ATTN_PROBE=mma (measurement only, see
+    // Fp8AttnArgs::mma_only), PENSTOCK_FP8_ATTN_QREGS=0 (q's fragments read from shared memory by every score product
+    // instead of held in registers).
+    args.pingpong = attn_wgmma::env_is("PENSTOCK_FP8_ATTN_PINGPONG", "1");
+    args.mma_only = attn_wgmma::env_is("PENSTOCK_FP8_ATTN_PROBE", "mma");
+    const bool q_regs = !attn_wgmma::env_is("PENSTOCK_FP8_ATTN_QREGS", "0");
     if (d_qk == 64) {
         run<64, 64>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     } else if (d_qk == 128) {
