@@ -6,12 +6,14 @@
 // models/mla.cc lays them out (v a view into kv_b's output); hints exact and unknown (0); single sequences (cuDNN's
 // dense flavour, or ragged when rows lack keys) and batches (ragged). Also: the calls the path must decline (no mask
 // promise, f32, misaligned strides), and cuda::attention's dispatch. Skips without a GPU, and the conformance cases
-// skip when the build has no cuDNN.
+// skip when the build has no cuDNN. The same cases (plus multi-tile ones) also run Penstock's bf16 wgmma kernel
+// (attention_bf16_wgmma.h), which cuda::attention tries before cuDNN.
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -267,7 +269,7 @@ TEST_F(AttentionCudnnTest, DispatchMatchesReference) {
 // tiles (128 keys each): long single sequences, ragged batches across tile edges, cached prefixes (more keys than
 // queries, bottom-right diagonal), a key piece that starts inside the chunk, all-visible, GQA, the three head-dim
 // pairs, and no lse. It must take every case (all are within its contract); on a GPU other than sm_90 it declines
-// and the test skips.
+// and the test skips. Also with the warpgroup ping-pong switched off (PENSTOCK_ATTN_PINGPONG=0).
 TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
     const auto props = cuda::device_properties(0);
     if (!props.ok() || props->cc_major != 9) GTEST_SKIP() << "the bf16 wgmma kernel needs sm_90";
@@ -292,21 +294,30 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
                      Layout::kMlaMha});
     cases.push_back({"padded_long", 4, 4, 192, 128, {{500, 650, 150, 0}}, M::kCausalBottomRight, true,
                      Layout::kPadded, false});
+    // Passes: the default (ping-pong on) with lse; without lse; with the warpgroups' ping-pong off
+    // (PENSTOCK_ATTN_PINGPONG=0, the other issue schedule). The last two on the cases of at most two sequences.
+    struct Pass {
+        const char* suffix;
+        bool lse, pingpong;
+    };
     uint32_t seed = 2900;
     int n = 0;
-    for (const bool with_lse : {true, false}) {
+    for (const Pass& pass : {Pass{"", true, true}, Pass{"_no_lse", false, true}, Pass{"_no_pingpong", true, false}}) {
+        if (!pass.pingpong) setenv("PENSTOCK_ATTN_PINGPONG", "0", /*overwrite=*/1);
         for (const Case& c : cases) {
-            if (!with_lse && c.seqs.size() > 2) continue;  // the no-lse pass: a subset
+            if ((!pass.lse || !pass.pingpong) && c.seqs.size() > 2) continue;
             Case named = c;
-            named.want_lse = with_lse;
-            if (!with_lse) named.name += "_no_lse";
+            named.want_lse = pass.lse;
+            named.name += pass.suffix;
             const bool t = check(named, DType::kBF16, seed++, [&](const kernels::AttentionParams& p) {
                 return cuda::attention_bf16_wgmma(p, static_cast<cudaStream_t>(raw_stream()));
             });
             EXPECT_TRUE(t) << named.name << ": the bf16 wgmma kernel declined a case it covers";
             ++n;
-            if (HasFatalFailure()) return;
+            if (HasFatalFailure()) break;
         }
+        unsetenv("PENSTOCK_ATTN_PINGPONG");
+        if (HasFatalFailure()) return;
     }
     std::printf("[conf] attention_bf16_wgmma | cases | %d\n", n);
 }
