@@ -192,18 +192,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kKBytes; };
     auto s_v = [&](int st) { return sbase + L::kVOffset + static_cast<uint32_t>(st) * L::kVBytes; };
 
-    const int seq = static_cast<int>(blockIdx.z);
-    const int head = static_cast<int>(blockIdx.y);
-    const int kv_head = head / a.group;
-    const int32_t q_start = a.cu_q[seq], len_q = a.cu_q[seq + 1] - q_start;
-    const int32_t k_start = a.cu_k[seq], len_k = a.cu_k[seq + 1] - k_start;
-    const int m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;  // the longest rows first
-    if (m0 >= len_q) return;
-    // Bottom-right causal diagonal: row i sees keys j <= i + off.
-    const int off = len_k - len_q;
-    int last_key = len_k - 1;
-    if (a.causal) last_key = min(last_key, m0 + kBM - 1 + off);
-    const int n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
+    const attn_wgmma::CtaWork cta = attn_wgmma::cta_work<kBM, kBN>(a.cu_q, a.cu_k, a.group, a.causal);
+    if (!cta.valid) return;
+    const int n_tiles = cta.n_tiles;
 
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
@@ -228,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::mbar_expect_tx(q_full, L::kQBytes);
 #pragma unroll
             for (int b = 0; b < L::kQBoxes; ++b) {
-                tma::load_3d(s_q + b * kBM * kBoxRowBytes, &tm_q, b * kBox, head, q_start + m0, q_full);
+                tma::load_3d(s_q + b * kBM * kBoxRowBytes, &tm_q, b * kBox, cta.head, cta.q_start + cta.m0, q_full);
             }
             // The consumers use k of tile it with v of tile it - 1: load in that order, v one tile behind k.
             for (int it = 0; it <= n_tiles; ++it) {
@@ -239,8 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::mbar_expect_tx(k_full(st), L::kKBytes);
 #pragma unroll
                     for (int b = 0; b < L::kQBoxes; ++b) {
-                        tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_k, b * kBox, kv_head, k_start + j * kBN,
-                                     k_full(st));
+                        tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_k, b * kBox, cta.kv_head,
+                                     cta.k_start + j * kBN, k_full(st));
                     }
                 }
                 if (it >= 1) {
@@ -250,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::mbar_expect_tx(v_full(st), L::kVBytes);
 #pragma unroll
                     for (int b = 0; b < L::kVBoxes; ++b) {
-                        tma::load_3d(s_v(st) + b * kBN * kBoxRowBytes, &tm_v, b * kBox, kv_head, k_start + j * kBN,
-                                     v_full(st));
+                        tma::load_3d(s_v(st) + b * kBN * kBoxRowBytes, &tm_v, b * kBox, cta.kv_head,
+                                     cta.k_start + j * kBN, v_full(st));
                     }
                 }
             }
@@ -261,11 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ------------------------------------------------------------ consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int cw = wg - 1;
-    const int lane = tid & 31;
-    const int t4 = lane & 3;
-    const int r_lo = m0 + 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);   // rows r_lo and r_lo + 8 of the sequence
-    const int lim_lo = a.causal ? min(r_lo + off, len_k - 1) : len_k - 1;  // last visible key of each row
-    const int lim_hi = a.causal ? min(r_lo + 8 + off, len_k - 1) : len_k - 1;
+    const int t4 = tid & 3;
+    const attn_wgmma::ConsumerRows rows = attn_wgmma::consumer_rows(cta, cw, tid, a.causal);
     const float c = a.scale * 1.4426950408889634f;  // score -> log2 units (scale > 0: a masked -inf stays -inf)
 
     constexpr int kAcc = kDv / 2;
@@ -300,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Mask, running max, exp2 and row sums of one tile's scores (in place: sc becomes the probabilities); returns
     // the correction of the previous accumulators (O and l) for the two rows and applies it to l.
     auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
-        attn_wgmma::mask_tile(sc, j * kBN, t4, lim_lo, lim_hi);
+        attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
         float mx_lo, mx_hi;
         attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
         // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
@@ -335,39 +323,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             pa[kk][3] = pack_bf16x2(y[6], y[7]);
         }
     };
-    auto rescale = [&](float corr_lo, float corr_hi) {
-#pragma unroll
-        for (int nb = 0; nb < kDv / 8; ++nb) {
-            o[4 * nb] *= corr_lo;
-            o[4 * nb + 1] *= corr_lo;
-            o[4 * nb + 2] *= corr_hi;
-            o[4 * nb + 3] *= corr_hi;
-        }
-    };
     auto release = [&](uint32_t bar) {
         if ((tid & 127) == 0) tma::mbar_arrive(bar);
     };
 
-    // Ping-pong (a.pingpong): named barrier 1 + w lets warpgroup w issue; each warpgroup hands the turn to the other
-    // after issuing, so one's softmax overlaps the other's tensor-core work. Both issue n_tiles + 1 times; warpgroup
-    // 1 opens with a hand-over and skips its last one, so every barrier phase gets its 256 threads.
-    const bool pp = a.pingpong && n_tiles > 0;
-    auto turn_begin = [&]() {
-        if (pp) tma::named_sync(1 + cw, 256);
-    };
-    auto turn_end = [&](bool final_turn) {
-        if (pp && !(cw == 1 && final_turn)) tma::named_arrive(2 - cw, 256);
-    };
-    if (pp && cw == 1) tma::named_arrive(1, 256);
+    const attn_wgmma::PingPong pp{a.pingpong && n_tiles > 0, cw};  // (a.pingpong: the warpgroups take turns)
+    pp.open();
 
     float s[64];
     uint32_t pa[8][4];
     if (n_tiles > 0) {
         tma::mbar_wait(q_full, 0);
         tma::mbar_wait(k_full(0), 0);
-        turn_begin();
+        pp.begin();
         issue_scores(0, s);
-        turn_end(false);
+        pp.end(false);
         wgmma::wait<0>();
         wgmma::reg_fence(s);
         release(k_empty(0));
@@ -390,10 +360,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         tma::mbar_wait(k_full(ks), k_phase);
         tma::mbar_wait(v_full(vs), v_phase);
-        turn_begin();
+        pp.begin();
         issue_scores(ks, s);
         issue_values(vs, pa);
-        turn_end(false);
+        pp.end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
         release(k_empty(ks));
@@ -412,14 +382,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             v_phase ^= 1u;
         }
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
-        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
+        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
         if (!a.mma_only) pack(s, pa);
     }
     if (n_tiles > 0) {
         tma::mbar_wait(v_full(vs), v_phase);
-        turn_begin();
+        pp.begin();
         issue_values(vs, pa);  // the last tile's v
-        turn_end(true);
+        pp.end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
         release(v_empty(vs));
@@ -431,18 +401,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-        const int r = r_lo + 8 * hf;
-        if (r >= len_q) continue;
+        const int r = rows.r_lo + 8 * hf;
+        if (r >= cta.len_q) continue;
         const float l = hf == 0 ? l_lo : l_hi;
         const float m = hf == 0 ? m_lo : m_hi;
         const float f = l > 0.0f ? 1.0f / l : 0.0f;
-        const int64_t row = static_cast<int64_t>(q_start) + r;
-        bf16* orow = a.out + row * a.o0 + static_cast<int64_t>(head) * a.o1 + 2 * t4;
+        const int64_t row = static_cast<int64_t>(cta.q_start) + r;
+        bf16* orow = a.out + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
 #pragma unroll
         for (int nb = 0; nb < kDv / 8; ++nb) {
             tile::store2<bf16>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
         }
-        if (a.lse != nullptr && t4 == 0) a.lse[row * a.l0 + head] = l > 0.0f ? fmaf(m, a.scale, logf(l)) : -INFINITY;
+        if (a.lse != nullptr && t4 == 0)
+            a.lse[row * a.l0 + cta.head] = l > 0.0f ? fmaf(m, a.scale, logf(l)) : -INFINITY;
     }
 }
 

@@ -261,15 +261,14 @@ __global__ void __launch_bounds__(256)
 }
 
 // ------------------------------------------------------------------------------------------------ attention
+// Two adjacent outputs: bf16 through tile::store2, e4m3 (already scaled into range) as one 2-byte store.
 template <class OutT>
-__device__ __forceinline__ void store_out2(OutT* p, float x, float y);
-template <>
-__device__ __forceinline__ void store_out2<bf16>(bf16* p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_out2<uint8_t>(uint8_t* p, float x, float y) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(e4m3x2_in_range(x, y));
+__device__ __forceinline__ void store_out2(OutT* p, float x, float y) {
+    if constexpr (sizeof(OutT) == 1) {
+        *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(e4m3x2_in_range(x, y));
+    } else {
+        tile::store2<OutT>(p, x, y);
+    }
 }
 
 template <int kDqk, int kDv, class OutT, bool kQRegs>
@@ -288,19 +287,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
     auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
 
-    const int seq = static_cast<int>(blockIdx.z);
-    const int head = static_cast<int>(blockIdx.y);
-    const int kv_head = head / a.group;
-    const int32_t q_start = a.cu_q[seq], len_q = a.cu_q[seq + 1] - q_start;
-    const int32_t k_start = a.cu_k[seq], len_k = a.cu_k[seq + 1] - k_start;
-    const int m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;  // the longest rows first
-    if (m0 >= len_q) return;
-    // Bottom-right causal diagonal: row i sees keys j <= i + off.
-    const int off = len_k - len_q;
-    int last_key = len_k - 1;
-    if (a.causal) last_key = min(last_key, m0 + kBM - 1 + off);
-    const int n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
-    const int64_t vt_col0 = static_cast<int64_t>(kBN) * ((k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * seq;
+    const attn_wgmma::CtaWork cta = attn_wgmma::cta_work<kBM, kBN>(a.cu_q, a.cu_k, a.group, a.causal);
+    if (!cta.valid) return;
+    const int n_tiles = cta.n_tiles;
+    const int64_t vt_col0 =
+        static_cast<int64_t>(kBN) * ((cta.k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * cta.seq;
 
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
@@ -323,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::mbar_expect_tx(q_full, L::kQBytes);
 #pragma unroll
             for (int b = 0; b < L::kQBoxes; ++b) {
-                tma::load_3d(s_q + b * kBM * kBoxBytes, &tm_q, b * kBoxBytes, head, q_start + m0, q_full);
+                tma::load_3d(s_q + b * kBM * kBoxBytes, &tm_q, b * kBoxBytes, cta.head, cta.q_start + cta.m0, q_full);
             }
             for (int it = 0; it < n_tiles; ++it) {
                 const int j = n_tiles - 1 - it;
@@ -333,12 +324,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const uint32_t sk = s_k(st);
 #pragma unroll
                 for (int b = 0; b < L::kQBoxes; ++b) {
-                    tma::load_3d(sk + b * kBN * kBoxBytes, &tm_k, b * kBoxBytes, kv_head, k_start + j * kBN, full(st));
+                    tma::load_3d(sk + b * kBN * kBoxBytes, &tm_k, b * kBoxBytes, cta.kv_head, cta.k_start + j * kBN,
+                                 full(st));
                 }
 #pragma unroll
                 for (int b = 0; b < 2; ++b) {
                     tma::load_3d(sk + L::kKBytes + b * L::kVBoxBytes, &tm_vt,
-                                 static_cast<int>(vt_col0 + j * kBN + b * kBoxBytes), 0, kv_head, full(st));
+                                 static_cast<int>(vt_col0 + j * kBN + b * kBoxBytes), 0, cta.kv_head, full(st));
                 }
             }
         }
@@ -349,9 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1;
     const int lane = tid & 31;
     const int t4 = lane & 3;
-    const int r_lo = m0 + 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);   // rows r_lo and r_lo + 8 of the sequence
-    const int lim_lo = a.causal ? min(r_lo + off, len_k - 1) : len_k - 1;  // last visible key of each row
-    const int lim_hi = a.causal ? min(r_lo + 8 + off, len_k - 1) : len_k - 1;
+    const attn_wgmma::ConsumerRows rows = attn_wgmma::consumer_rows(cta, cw, tid, a.causal);
     const float alpha = a.scale * __ldg(a.q_descale) * __ldg(a.k_descale);  // score units -> logits
     // -> log2 units; kept positive so that a masked -inf score stays -inf (a zero descale is a caller's mistake)
     const float c = fmaxf(alpha * 1.4426950408889634f, 1e-30f);
@@ -414,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8); returns the
     // correction of the previous accumulators (O and the row sums) for the two rows.
     auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
-        attn_wgmma::mask_tile(sc, j * kBN, t4, lim_lo, lim_hi);
+        attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
         float mx_lo, mx_hi;
         attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
         // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
@@ -446,30 +436,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             pa[kk][3] = pack_e4m3x4(y[10], y[11], y[14], y[15]);
         }
     };
-    auto rescale = [&](float corr_lo, float corr_hi) {
-#pragma unroll
-        for (int nb = 0; nb < kDv / 8 + 1; ++nb) {
-            o[4 * nb] *= corr_lo;
-            o[4 * nb + 1] *= corr_lo;
-            o[4 * nb + 2] *= corr_hi;
-            o[4 * nb + 3] *= corr_hi;
-        }
-    };
     auto release = [&](int st) {
         if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
     };
 
-    // Ping-pong (a.pingpong): named barrier 1 + w lets warpgroup w issue; each warpgroup hands the turn to the other
-    // after issuing, so one's softmax overlaps the other's tensor-core work. Both issue n_tiles + 1 times; warpgroup
-    // 1 opens with a hand-over and skips its last one, so every barrier phase gets its 256 threads.
-    const bool pp = a.pingpong && n_tiles > 0;
-    auto turn_begin = [&]() {
-        if (pp) tma::named_sync(1 + cw, 256);
-    };
-    auto turn_end = [&](bool final_turn) {
-        if (pp && !(cw == 1 && final_turn)) tma::named_arrive(2 - cw, 256);
-    };
-    if (pp && cw == 1) tma::named_arrive(1, 256);
+    // (a.pingpong: the warpgroups take turns issuing; the O accumulator's row-sum columns are rescaled with it)
+    const attn_wgmma::PingPong pp{a.pingpong && n_tiles > 0, cw};
+    pp.open();
 
     tma::mbar_wait(q_full, 0);
     if constexpr (kQRegs) {
@@ -493,9 +466,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t pa[4][4];
     if (n_tiles > 0) {
         tma::mbar_wait(full(0), 0);
-        turn_begin();
+        pp.begin();
         issue_scores(0, s);
-        turn_end(false);
+        pp.end(false);
         wgmma::wait<0>();
         wgmma::reg_fence(s);
         float corr_lo, corr_hi;
@@ -516,10 +489,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             phase ^= 1u;
         }
         tma::mbar_wait(full(st), phase);
-        turn_begin();
+        pp.begin();
         issue_scores(st, s);
         issue_values(prev, pa);
-        turn_end(false);
+        pp.end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
         float corr_lo = 1.0f, corr_hi = 1.0f;
@@ -533,13 +506,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         release(prev);
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
-        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) rescale(corr_lo, corr_hi);
+        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
         if (!a.mma_only) pack(s, pa);
     }
     if (n_tiles > 0) {
-        turn_begin();
+        pp.begin();
         issue_values(st, pa);  // the last tile's stage
-        turn_end(true);
+        pp.end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
         release(st);
@@ -550,19 +523,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (sizeof(OutT) == 1) mult *= __ldg(a.scale_o);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-        const int r = r_lo + 8 * hf;
-        if (r >= len_q) continue;
+        const int r = rows.r_lo + 8 * hf;
+        if (r >= cta.len_q) continue;
         const float l = hf == 0 ? l_lo : l_hi;
         const float m = hf == 0 ? m_lo : m_hi;
         const float f = l > 0.0f ? mult / l : 0.0f;
-        const int64_t row = static_cast<int64_t>(q_start) + r;
-        OutT* orow = static_cast<OutT*>(a.out) + row * a.o0 + static_cast<int64_t>(head) * a.o1 + 2 * t4;
+        const int64_t row = static_cast<int64_t>(cta.q_start) + r;
+        OutT* orow = static_cast<OutT*>(a.out) + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
 #pragma unroll
         for (int nb = 0; nb < kDv / 8; ++nb)
             store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
         if (a.lse != nullptr && t4 == 0) {
             // ln(l / 2^8): l sums the scaled probabilities
-            a.lse[row * a.l0 + head] =
+            a.lse[row * a.l0 + cta.head] =
                 l > 0.0f ? fmaf(m, alpha, logf(l) - kPScaleLog2 * 0.6931471805599453f) : -INFINITY;
         }
     }

@@ -1,6 +1,7 @@
 // Pieces shared by Penstock's two flash-attention forward kernels on Hopper's wgmma (attention_bf16_wgmma.cu and
-// attention_fp8_wgmma.cu): the exp2 of the softmax, the causal / length mask of a score tile, the tile's row maxima,
-// and the host-side checks of the AttentionParams contract that both kernels share. Both kernels hold a score tile
+// attention_fp8_wgmma.cu): a CTA's work and a consumer thread's rows, the warpgroups' ping-pong turns, the exp2 of
+// the softmax, the causal / length mask of a score tile, the tile's row maxima, the accumulator's rescale, and the
+// host-side checks of the AttentionParams contract that both kernels share. Both kernels hold a score tile
 // as the f32 accumulator of wgmma.m64n128 over one warpgroup: per thread 64 values, sc[4 nb + e] at row r (this
 // thread's row, lane / 4 within its warp's 16) and sc[4 nb + 2 + e] at row r + 8, both at key column 8 nb + 2 t + e
 // (t = lane % 4, e = 0, 1). Device helpers are used from .cu files only.
@@ -13,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/cuda_check.h"  // (tma_util.cuh uses its macros)
+#include "kernels/cuda/tma_util.cuh"
 #include "kernels/ops.h"
 
 namespace penstock::cuda::attn_wgmma {
@@ -68,6 +71,80 @@ __device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, 
     mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
     mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
     mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+}
+
+// The work of one CTA: 128 query rows [m0, m0 + 128) of sequence blockIdx.z and head blockIdx.y (the grid's x runs
+// the query tiles, reversed so that the longest rows start first), with its key range: bottom-right causal rows i
+// see keys j <= i + off, off = len_k - len_q; n_tiles 128-key tiles (0 when no row sees a key). valid is false when
+// the tile lies past the sequence (the CTA returns).
+struct CtaWork {
+    int seq, head, kv_head;
+    int32_t q_start, len_q, k_start, len_k;
+    int m0, off, n_tiles;
+    bool valid;
+};
+
+template <int kBM, int kBN>
+__device__ __forceinline__ CtaWork cta_work(const int32_t* cu_q, const int32_t* cu_k, int group, bool causal) {
+    CtaWork w{};
+    w.seq = static_cast<int>(blockIdx.z);
+    w.head = static_cast<int>(blockIdx.y);
+    w.kv_head = w.head / group;
+    w.q_start = cu_q[w.seq];
+    w.len_q = cu_q[w.seq + 1] - w.q_start;
+    w.k_start = cu_k[w.seq];
+    w.len_k = cu_k[w.seq + 1] - w.k_start;
+    w.m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;
+    w.valid = w.m0 < w.len_q;
+    w.off = w.len_k - w.len_q;
+    int last_key = w.len_k - 1;
+    if (causal) last_key = min(last_key, w.m0 + kBM - 1 + w.off);
+    w.n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
+    return w;
+}
+
+// A consumer thread's two rows (r_lo and r_lo + 8 of the sequence: consumer warpgroup cw holds rows [64 cw, +64) of
+// the tile, its warps 16 each) and each row's last visible key.
+struct ConsumerRows {
+    int r_lo, lim_lo, lim_hi;
+};
+
+__device__ __forceinline__ ConsumerRows consumer_rows(const CtaWork& w, int cw, int tid, bool causal) {
+    ConsumerRows r{};
+    r.r_lo = w.m0 + 64 * cw + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2);
+    r.lim_lo = causal ? min(r.r_lo + w.off, w.len_k - 1) : w.len_k - 1;
+    r.lim_hi = causal ? min(r.r_lo + 8 + w.off, w.len_k - 1) : w.len_k - 1;
+    return r;
+}
+
+// The two consumer warpgroups taking turns at issuing their wgmma (FlashAttention-3's ping-pong): named barrier
+// 1 + cw lets warpgroup cw issue, and each hands the turn to the other after issuing, so one's softmax overlaps the
+// other's tensor-core work. Both issue n_tiles + 1 times; warpgroup 1 opens with a hand-over (open()) and skips its
+// last one, so every barrier phase gets its 256 threads. Everything is a no-op when off.
+struct PingPong {
+    bool on;
+    int cw;
+    __device__ __forceinline__ void open() const {
+        if (on && cw == 1) tma::named_arrive(1, 256);
+    }
+    __device__ __forceinline__ void begin() const {
+        if (on) tma::named_sync(1 + cw, 256);
+    }
+    __device__ __forceinline__ void end(bool final_turn) const {
+        if (on && !(cw == 1 && final_turn)) tma::named_arrive(2 - cw, 256);
+    }
+};
+
+// Multiplies the accumulator's rows by the softmax's corrections (N / 4 column pairs per row, rows r and r + 8).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], float corr_lo, float corr_hi) {
+#pragma unroll
+    for (int nb = 0; nb < N / 4; ++nb) {
+        o[4 * nb] *= corr_lo;
+        o[4 * nb + 1] *= corr_lo;
+        o[4 * nb + 2] *= corr_hi;
+        o[4 * nb + 3] *= corr_hi;
+    }
 }
 
 // ------------------------------------------------------------------------------------------------ host side
