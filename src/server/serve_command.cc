@@ -54,7 +54,7 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
     cmd->add_flag("--fp8-attention", a->fp8_attention,
                   "MLA MHA form (DeepSeek-V3, Kimi K3's MLA layers): FP8 attention (e4m3 q, k, v with per-tensor "
-                  "dynamic scales; cuDNN's FP8 SDPA on CUDA); lossy: a few percent relative error on the "
+                  "dynamic scales; on Hopper Penstock's FP8 wgmma kernel); lossy: a few percent relative error on the "
                   "attention output (two-ended: stage 0 wins)");
     cmd->add_flag("--dsa-fp8-indexer", a->dsa_fp8_indexer,
                   "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
