@@ -164,6 +164,15 @@ for m in "$tmp/dsv3_config.json" "$fixtures/glm_moe_dsa_tiny" "$fixtures/kimi_li
   cmp -s "$tmp/dummy1.safetensors" "$tmp/dummy3.safetensors" || { echo "FAIL: dummy pp=3 differs for $m"; exit 1; }
   echo "ok: $(basename "$m") --load-format dummy: pp=3 bit-identical to one process, 0 files read"
 done
+# Block-FP8 dummy weights (--fp8-weights native, what the 8-GPU Kimi K3 study serves): also per stage, bit-identical.
+m="$(dirname "$0")/../data/variants_k3/k3_tiny_block2"
+"$bin" forward --model "$m" --load-format dummy --fp8-weights native --input-ids "$dids" --chunk-size 17 \
+  --out "$tmp/dummy1.safetensors" >/dev/null
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 3 "$bin" forward --model "$m" --load-format dummy --fp8-weights native \
+      --input-ids "$dids" --chunk-size 17 --pp 3 --out "$tmp/dummy3.safetensors" 2>&1) ||
+  { echo "FAIL: dummy fp8 pp=3 $m: $out"; exit 1; }
+cmp -s "$tmp/dummy1.safetensors" "$tmp/dummy3.safetensors" || { echo "FAIL: dummy fp8 pp=3 differs for $m"; exit 1; }
+echo "ok: $(basename "$m") --load-format dummy --fp8-weights native: pp=3 bit-identical to one process"
 set +e
 bad=$("$bin" forward --load-format bogus --input-ids 1 2>&1); rc=$?
 set -e

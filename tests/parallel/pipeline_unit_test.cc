@@ -52,16 +52,18 @@ TEST(Partition, BalancedIsCompleteAndBeatsEvenSplitOnDeepSeekV3) {
 
 // The Deep-PP sweep files (bench/sweeps/deep_pp_{8,2}gpu_*.toml) serve the first layers of GLM-5.3 / Kimi K3 with
 // dummy weights so that the weights fit 141 GB GPUs: with the balanced partition (or the pinned one), the routed
-// experts a rank holds (its stage's MoE layers / tp, bf16) stay under 100 GB in every layout of those files.
+// experts a rank holds (its stage's MoE layers / tp; one byte per weight in FP8, else two) stay under 100 GB in every
+// layout of those files.
 TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
     struct Case {
         const char* config;
         int64_t num_layers;
         int np;
         std::vector<int64_t> pinned_pp2;  // the 2-GPU file's PP2 partition ({} = balanced)
+        bool fp8_dummy = false;           // the file passes --fp8-weights native (block-FP8 dummy weights)
     };
     const Case cases[] = {{"glm-5.3.json", 32, 8, {}},
-                          {"kimi-k3.json", 8, 8, {}},
+                          {"kimi-k3.json", 16, 8, {}, true},
                           {"glm-5.3.json", 8, 2, {}},
                           {"kimi-k3.json", 3, 2, {2, 1}}};
     for (const Case& c : cases) {
@@ -75,9 +77,9 @@ TEST(Partition, DeepPpSweepDepthsFitTheGpus) {
         ASSERT_TRUE(config.ok()) << config.status().to_string();
         // Routed experts of one MoE layer: gate, up, down of [moe_intermediate, expert hidden] each, one byte per
         // weight where the checkpoint is block FP8 (GLM-5.3: the dummy weights are FP8 too, run natively on the
-        // GPU), else two (bf16).
+        // GPU) or the file asks for FP8 dummy weights (Kimi K3 on 8 GPUs), else two (bf16).
         const int64_t expert_hidden = config->raw.value("routed_expert_hidden_size", config->hidden_size);
-        const double bytes = config->fp8.has_value() ? 1.0 : 2.0;
+        const double bytes = config->fp8.has_value() || c.fp8_dummy ? 1.0 : 2.0;
         const double layer_gb =
             3.0 * bytes * static_cast<double>(config->n_routed_experts * config->moe_intermediate_size * expert_hidden) /
             1e9;
