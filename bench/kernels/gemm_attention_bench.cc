@@ -232,7 +232,8 @@ void run_attention_bench(BenchContext& ctx) {
         // cuDNN's FP8 SDPA (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn) in the same run.
         // (env: _pp PENSTOCK_FP8_ATTN_PINGPONG=1, the consumer warpgroups take turns issuing; _qsmem
         // PENSTOCK_FP8_ATTN_QREGS=0, q read from shared memory by every score product; _mma_probe
-        // PENSTOCK_FP8_ATTN_PROBE=mma, the loads and products without the softmax: not attention, a ceiling)
+        // PENSTOCK_FP8_ATTN_PROBE=mma, the loads and products without the softmax: not attention, a ceiling; _expfmaN
+        // PENSTOCK_FP8_ATTN_EXP_FMA=N, N of 16 column blocks' exponentials on the FMA pipes)
         struct V {
             const char* impl;
             bool lse, bf16_out, cudnn;
@@ -245,6 +246,10 @@ void run_attention_bench(BenchContext& ctx) {
             {"wgmma_fp8_bf16_out_no_lse_pp", false, true, false, "PENSTOCK_FP8_ATTN_PINGPONG=1"},
             {"wgmma_fp8_bf16_out_no_lse_qsmem", false, true, false, "PENSTOCK_FP8_ATTN_QREGS=0"},
             {"wgmma_fp8_bf16_out_no_lse_mma_probe", false, true, false, "PENSTOCK_FP8_ATTN_PROBE=mma"},
+            {"wgmma_fp8_bf16_out_no_lse_expfma0", false, true, false, "PENSTOCK_FP8_ATTN_EXP_FMA=0"},
+            {"wgmma_fp8_bf16_out_no_lse_expfma4", false, true, false, "PENSTOCK_FP8_ATTN_EXP_FMA=4"},
+            {"wgmma_fp8_bf16_out_no_lse_expfma6", false, true, false, "PENSTOCK_FP8_ATTN_EXP_FMA=6"},
+            {"wgmma_fp8_bf16_out_no_lse_expfma8", false, true, false, "PENSTOCK_FP8_ATTN_EXP_FMA=8"},
             {"cudnn_fp8", true, false, true, nullptr},
             {"cudnn_fp8_no_lse", false, false, true, nullptr}};
         for (const V& var : kVariants) {

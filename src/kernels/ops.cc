@@ -55,6 +55,9 @@ void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
 void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_dequantize_tensor, p, ctx);
 }
+void fp8_quantize_heads(const Fp8HeadQuantParams& p, const Context& ctx) {
+    PENSTOCK_DISPATCH(fp8_quantize_heads, p, ctx);
+}
 void embedding(const EmbeddingParams& p, const Context& ctx) { PENSTOCK_DISPATCH(embedding, p, ctx); }
 void rms_norm(const RmsNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(rms_norm, p, ctx); }
 void layer_norm(const LayerNormParams& p, const Context& ctx) { PENSTOCK_DISPATCH(layer_norm, p, ctx); }

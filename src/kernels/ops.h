@@ -165,21 +165,28 @@ struct AttentionParams {
     // form some backends take for FP8 (cuDNN's FP8 SDPA on Hopper). Wrong hints are a caller bug.
     bool equal_lengths = false;
 
-    // FP8 attention (per-tensor scaling; opt-in, models::ModelOptions::fp8_attention). When q, k and v are f8e4m3
-    // (all three or none), their true values are e4m3_to_float(x) * descale with the f32 scalars below. out may then
+    // FP8 attention (opt-in, models::ModelOptions::fp8_attention). When q, k and v are f8e4m3 (all three or none),
+    // their true values are e4m3_to_float(x) * descale: q and k per tensor ([1]) or per row and head
+    // (q_descale[i, h], k_descale[j, h_kv]; fp8_quantize_heads writes them), v per tensor. out may then
     // be f8e4m3 too: the op writes out_descale[0] = v_descale[0] * kFp8AttnOutHeadroom and
     // out = e4m3(o * (1 / out_descale[0])), o the f32 result (|o| <= max |v| as a convex combination of v rows, so
     // the headroom keeps the FP8 softmax probabilities' rounding from saturating). The reference computes o exactly
     // from the dequantised inputs; the CUDA backend (Penstock's FP8 wgmma kernel, else cuDNN's FP8 SDPA) also rounds
     // the probabilities to e4m3 (scaled by 2^8, resp. 448), so the two agree to FP8 accuracy, not bit for bit. lse
     // stays f32.
-    TensorView q_descale{};    // [1] f32 (FP8 q)
-    TensorView k_descale{};    // [1] f32 (FP8 k)
+    TensorView q_descale{};    // [1] or [total_q, n_heads] f32 (FP8 q), strided on both dims
+    TensorView k_descale{};    // [1] or [total_k, n_kv_heads] f32 (FP8 k), strided on both dims
     TensorView v_descale{};    // [1] f32 (FP8 v)
     TensorView out_descale{};  // [1] f32, written (FP8 out)
+    // Host hint for per-row k descales: 0 (no promise), or kFp8AttnKeyBlock when k_descale is constant over each
+    // block of that many keys of a sequence counted from its first key (keys [128 b, 128 b + 128) of sequence s, per
+    // kv head), as fp8_quantize_heads with that block writes it: the CUDA FP8 kernel, which scales a whole key tile
+    // at once, takes per-row k descales only with it. Wrong hints are a caller bug.
+    int32_t k_descale_block = 0;
 };
 
 inline constexpr float kFp8AttnOutHeadroom = 1.125f;
+inline constexpr int32_t kFp8AttnKeyBlock = 128;
 
 // Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:
 // lse' = log(exp(lse) + exp(in_lse)); out' = out * exp(lse - lse') + in_out * exp(in_lse - lse'). -inf entries are
@@ -337,6 +344,24 @@ struct Fp8TensorScaleParams {
     TensorView in;     // quantize: f32 or bf16; dequantize: f8e4m3
 };
 
+// FP8 attention's q and k quantised per head in blocks of rows (models/mla.cc), in fp32: x = [in ; in_tail] along the
+// last dim (in_tail optional, e.g. k = [k_nope ; k_pe] with k_pe broadcast over the heads by a stride-0 view, so
+// the concatenation is never written in bf16). The rows of each sequence s (cu_seqlens; all n rows one sequence when
+// it is empty) form blocks of `block` rows from the sequence's first row (the last block may be shorter); per block
+// and head h:
+//   amax = max |x[r, h, :]| over the block's rows r; s = amax > 0 ? amax / 448 : 1; inv = 1 / s;
+//   out[r, h, :] = e4m3(x[r, h, :] * inv) (penstock::float_to_e4m3; NaN -> 0x7f); scale[r, h] = s for each row r.
+// A NaN in a block makes its s, and every output of the block, NaN (as fp8_quantize_tensor). block 1: per row and
+// head (q); kFp8AttnKeyBlock with the keys' cu_seqlens: AttentionParams::k_descale_block's promise (k).
+struct Fp8HeadQuantParams {
+    TensorView out;           // [n, H, d + d_tail] f8e4m3, strided on dims 0 and 1
+    TensorView scale;         // [n, H] f32, written, strided on both dims
+    TensorView in;            // [n, H, d] f32 or bf16, strided on dims 0 and 1 (the last dim contiguous)
+    TensorView in_tail{};     // [n, H, d_tail] of in's dtype (strides may be 0), or empty (d_tail = 0)
+    TensorView cu_seqlens{};  // [n_seqs + 1] i32 (0 .. n), or empty: one sequence
+    int32_t block = 1;        // rows per block, >= 1
+};
+
 // Block-scaled FP8 GEMM (a torch Linear with a DeepSeek FP8 weight on quantised activations):
 //   out[i, j] = sum_kb (a_scale[i, kb] * b_scale[j / 128, kb]) * sum_{k in block kb} e4m3(a[i, k]) * e4m3(b[j, k])
 // fp32 accumulation; bf16 out rounded once. The reference dequantises both operands per block to f32 and runs an
@@ -416,6 +441,7 @@ void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx);
 void fp8_grouped_gemm_glu(const Fp8GroupedGluGemmParams& p, const Context& ctx);
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
+void fp8_quantize_heads(const Fp8HeadQuantParams& p, const Context& ctx);
 
 void embedding(const EmbeddingParams& p, const Context& ctx);
 void rms_norm(const RmsNormParams& p, const Context& ctx);

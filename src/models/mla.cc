@@ -216,9 +216,10 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // the attention's equal_lengths hint.
     bool equal_lengths = n_rounds == 1 && !layout.cp && layout.q_pos_step == 1;
     for (const SeqChunk& s : batch.seqs) equal_lengths = equal_lengths && s.prefix_len == 0;
-    // FP8 attention (ModelOptions::fp8_attention) on the one-round path: per-tensor e4m3 q, k, v, the output straight
-    // in the activation dtype. Chunks with a cached prefix take it too (the CUDA backend's FP8 kernel aligns the
-    // causal diagonal bottom-right); context-parallel row splits (no promised mask) stay in the activation dtype.
+    // FP8 attention (ModelOptions::fp8_attention) on the one-round path: e4m3 q, k (per-row and per-block scales), v,
+    // the output straight in the activation dtype. Chunks with a cached prefix take it too (the CUDA backend's FP8
+    // kernel aligns the causal diagonal bottom-right); context-parallel row splits (no promised mask) stay in the
+    // activation dtype.
     const bool fp8 = fp8_attention && direct && layout.q_pos_step == 1 && !layout.cp;
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {
@@ -289,10 +290,10 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                          {head_rows * w.stride(0), w.stride(0), 1}),
                        .trans_b = true},
                       ctx);
-        kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk),
-                       .in = latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim},
-                                                      {d.latent_dim(), 0, 1})},
-                      ctx);
+        const TensorView k_pe =
+            latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim}, {d.latent_dim(), 0, 1});
+        // (FP8: the quantiser reads k_pe itself, so K's rope columns are never written in bf16)
+        if (!fp8) kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk), .in = k_pe}, ctx);
         const TensorView v = v_buf.view();
         expand_scope.reset();
         const kernels::AttentionParams ap{.out = direct ? out3 : piece_out.view(),
@@ -314,7 +315,7 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                                                      : kernels::AttentionMaskKind::kGeneral,
                                           .equal_lengths = equal_lengths};
         if (fp8) {
-            attend_mha_fp8(ap, ctx);
+            attend_mha_fp8(ap, k_pe, ctx);
             continue;
         }
         const kernels::ProfileScope attention_scope(ctx, "attention");
@@ -332,20 +333,27 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     kernels::copy({.out = out3, .in = acc_out}, ctx);
 }
 
-void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const {
+void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe,
+                                  const kernels::Context& ctx) const {
     const TensorView &q = ap.q, &k = ap.k, &v = ap.v;
-    const int64_t n = q.size(0), total = k.size(0);
-    // scales: q, k, v descales (written by the quantiser).
-    Tensor scales = scratch(ctx, {3});
-    auto scale = [&](int64_t i) { return scales.view().slice(0, i, i + 1); };
+    const int64_t n = q.size(0), total = k.size(0), nope = k.size(2) - k_pe.size(2);
+    Tensor q_scale = scratch(ctx, {n, q.size(1)});
+    Tensor k_scale = scratch(ctx, {total, k.size(1)});
+    Tensor v_scale = scratch(ctx, {1});
     Tensor qf = scratch(ctx, {n, q.size(1), q.size(2)}, DType::kF8E4M3);
     Tensor kf = scratch(ctx, {total, k.size(1), k.size(2)}, DType::kF8E4M3);
     Tensor vf = scratch(ctx, {total, v.size(1), v.size(2)}, DType::kF8E4M3);
     {
         const kernels::ProfileScope scope(ctx, "fp8_quant");
-        kernels::fp8_quantize_tensor({.out = qf, .scale = scale(0), .in = q}, ctx);
-        kernels::fp8_quantize_tensor({.out = kf, .scale = scale(1), .in = k}, ctx);
-        kernels::fp8_quantize_tensor({.out = vf, .scale = scale(2), .in = v}, ctx);
+        kernels::fp8_quantize_heads({.out = qf, .scale = q_scale, .in = q}, ctx);
+        kernels::fp8_quantize_heads({.out = kf,
+                                     .scale = k_scale,
+                                     .in = k.slice(2, 0, nope),
+                                     .in_tail = k_pe,
+                                     .cu_seqlens = ap.cu_seqlens_k,
+                                     .block = kernels::kFp8AttnKeyBlock},
+                                    ctx);
+        kernels::fp8_quantize_tensor({.out = vf, .scale = v_scale, .in = v}, ctx);
     }
     {
         const kernels::ProfileScope scope(ctx, "attention");
@@ -353,9 +361,10 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const kern
         f.q = qf;
         f.k = kf;
         f.v = vf;
-        f.q_descale = scale(0);
-        f.k_descale = scale(1);
-        f.v_descale = scale(2);
+        f.q_descale = q_scale;
+        f.k_descale = k_scale;
+        f.v_descale = v_scale;
+        f.k_descale_block = kernels::kFp8AttnKeyBlock;
         kernels::attention(f, ctx);
     }
 }

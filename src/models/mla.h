@@ -85,9 +85,11 @@ private:
     void attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                     const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity, bool fp8_attention,
                     const TensorView& attn_out, const kernels::Context& ctx) const;
-    // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q, k,
-    // v quantised per tensor, then the FP8 attention writes ap.out in its own dtype.
-    void attend_mha_fp8(const kernels::AttentionParams& ap, const kernels::Context& ctx) const;
+    // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q
+    // quantised per row and head, k = [ap.k's first nope columns ; k_pe] per head in blocks of kFp8AttnKeyBlock keys
+    // of each sequence (kernels::fp8_quantize_heads; k_pe [total_k, H, rope] is the rope'd latent broadcast over the
+    // heads, so K is never concatenated in bf16), v per tensor; the FP8 attention writes ap.out in its own dtype.
+    void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, const kernels::Context& ctx) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;

@@ -49,10 +49,11 @@ struct ModelOptions {
     // DSA FP8 indexer (DeepSeek-V3.2 reference): Hadamard-rotated q and k quantised to e4m3 with one scale per row;
     // the index-K cache then holds 132 bytes per token per full layer. false: f32 keys (as transformers computes).
     bool dsa_fp8_indexer = false;
-    // FP8 attention for the MLA MHA form (opt-in): q, k and v quantised to e4m3 with one dynamic scale per tensor, the
-    // attention in FP8 (CUDA: cuDNN's FP8 SDPA, probabilities in e4m3) and its output dequantised. Taken for forwards
-    // whose sequences have no cached prefix (every key is in the chunk: one expansion round, equal lengths); chunks
-    // with a prefix stay in the activation dtype. Lossy (kernels/ops.h AttentionParams): a few percent relative error
+    // FP8 attention for the MLA MHA form (opt-in): q quantised to e4m3 with a dynamic scale per row and head, k per
+    // head and block of 128 keys, v per tensor (kernels::fp8_quantize_heads / fp8_quantize_tensor), the attention in
+    // FP8 (CUDA: Penstock's FP8 kernel, probabilities in e4m3) straight into the activation dtype. Taken when every
+    // sequence's keys fit one expansion round (cached prefixes included) outside context parallelism; otherwise the
+    // attention stays in the activation dtype. Lossy (kernels/ops.h AttentionParams): a few percent relative error
     // on the attention output, more on the logits of a small random-weight model (tests/models/deepseek_v3_test.cc).
     bool fp8_attention = false;
     // Families with per-request recurrent state (KDA): at most this many requests hold state at once (the cache

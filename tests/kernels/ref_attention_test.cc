@@ -467,6 +467,84 @@ TEST(RefAttention, Fp8InputsAndOutput) {
     EXPECT_GT(std::sqrt(err / ref_sq), 0.0) << "the FP8 path should round something";
 }
 
+// Per-row FP8 descales (q per row and head, k per block of keys of each sequence, fp8_quantize_heads): the result is
+// the f32 attention of x * descale[row, head] dequantised here by hand; with k_descale_block promised the reference
+// checks that the k descales are equal within each block and aborts on a broken promise.
+TEST(RefAttention, Fp8PerRowDescales) {
+    constexpr uint32_t kSeed = 2469;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const AttnCase c{"fp8_rows", 4, 2, 32, 16, {{5, 5, 0, 0}, {3, 9, 6, 0}, {1, 1, 0, 0}}, true, false};
+    const AttnInputs in = make_inputs(rng, c);
+    auto quantize = [](const TensorView& x, const TensorView& cu, int32_t block, Tensor* scale) {
+        Tensor q = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF8E4M3);
+        *scale = Tensor::empty({x.size(0), x.size(1)}, DType::kF32);
+        ref::fp8_quantize_heads({.out = q, .scale = *scale, .in = x, .cu_seqlens = cu, .block = block}, nullptr);
+        return q;
+    };
+    auto widen = [](const Tensor& x, const Tensor& scale) {
+        std::vector<float> f(static_cast<size_t>(x.numel()));
+        const int64_t heads = x.size(1), d = x.size(2);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+            f[static_cast<size_t>(i)] = e4m3_to_float(x.ptr<uint8_t>()[i]) * scale.ptr<float>()[i / d];
+        }
+        return Tensor::from_f32({x.size(0), heads, d}, f);
+    };
+    Tensor qs, ks, vs = Tensor::empty({1}, DType::kF32);
+    const Tensor q8 = quantize(in.q.view, TensorView{}, 1, &qs);
+    const Tensor k8 = quantize(in.k.view, in.cu_k, 4, &ks);
+    Tensor v8 = Tensor::empty({in.total_k, c.n_kv_heads, c.d_v}, DType::kF8E4M3);
+    ref::fp8_quantize_tensor({.out = v8, .scale = vs, .in = in.v_view}, nullptr);
+    EXPECT_NE(qs.ptr<float>()[0], qs.ptr<float>()[c.n_heads]) << "per-row q scales should differ";
+    kernels::AttentionParams p{.out = TensorView{},
+                               .lse = TensorView{},
+                               .q = q8,
+                               .k = k8,
+                               .v = v8,
+                               .cu_seqlens_q = in.cu_q,
+                               .cu_seqlens_k = in.cu_k,
+                               .q_pos0 = in.q_pos0,
+                               .k_pos0 = in.k_pos0,
+                               .scale = 1.0f / std::sqrt(32.0f),
+                               .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                               .q_descale = qs,
+                               .k_descale = ks,
+                               .v_descale = vs,
+                               .k_descale_block = 4};
+    const Tensor qf = widen(q8, qs), kf = widen(k8, ks);
+    Tensor vf = Tensor::empty({in.total_k, c.n_kv_heads, c.d_v}, DType::kF32);
+    ref::fp8_dequantize_tensor({.out = vf, .scale = vs, .in = v8}, nullptr);
+    Tensor want = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
+    Tensor want_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
+    kernels::AttentionParams pf = p;
+    pf.q = qf;
+    pf.k = kf;
+    pf.v = vf;
+    pf.out = want;
+    pf.lse = want_lse;
+    ref::attention(pf, nullptr);
+    Tensor got = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
+    Tensor got_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
+    p.out = got;
+    p.lse = got_lse;
+    ref::attention(p, nullptr);
+    EXPECT_EQ(read_f32(got), read_f32(want));
+    EXPECT_EQ(read_f32(got_lse), read_f32(want_lse));
+    // A block of 4 keys holds one descale per head; promising blocks of 2 holds too (a refinement), blocks of 8 not.
+    p.k_descale_block = 2;
+    ref::attention(p, nullptr);
+    p.k_descale_block = 8;
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(ref::attention(p, nullptr), "k_descale_block 8 promised");
+    // Descales of the wrong shape.
+    p.k_descale_block = 0;
+    p.q_descale = ks;
+    EXPECT_DEATH(ref::attention(p, nullptr), "q_descale must be");
+    p.q_descale = qs;
+    p.v_descale = qs;
+    EXPECT_DEATH(ref::attention(p, nullptr), "v_descale is per tensor");
+}
+
 TEST(RefAttention, Fp8RejectsMixedDtypesAndBrokenEqualLengthsHint) {
     constexpr uint32_t kSeed = 1357;
     std::mt19937 rng(kSeed);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -295,6 +296,97 @@ TEST(RefFp8TensorTest, RejectsWrongDtypesAndShapes) {
     EXPECT_DEATH(ref::fp8_quantize_tensor({.out = q_bad, .scale = scale, .in = f}, nullptr), "out");
     EXPECT_DEATH(ref::fp8_quantize_tensor({.out = q, .scale = scale2, .in = f}, nullptr), "scale must be");
     EXPECT_DEATH(ref::fp8_dequantize_tensor({.out = f, .scale = scale, .in = f}, nullptr), "in must be f8e4m3");
+}
+
+// fp8_quantize_heads: per head, blocks of `block` rows counted from each sequence's first row share s = amax / 448
+// (the amax over the block's rows of [in ; in_tail]); every element is e4m3(x * (1 / s)) and every row of the block
+// gets scale s. Two sequences (5 and 2 rows) in blocks of 2 (the first sequence's last block has one row), a tail
+// broadcast over the heads by a stride-0 view, out a strided view whose padding stays untouched.
+TEST(RefFp8HeadsTest, BlocksPerSequenceWithBroadcastTail) {
+    constexpr uint32_t kSeed = 4343;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    constexpr int64_t n = 7, h = 2, d = 4, dt = 2;
+    std::vector<float> x(n * h * d), t(n * dt);
+    for (float& v : x) v = u(rng);
+    for (float& v : t) v = u(rng);
+    x[(3 * h + 1) * d + 2] = -9.0f;  // row 3, head 1: its block (rows 2, 3) gets 9 / 448 on head 1 only
+    t[6 * dt + 1] = 5.0f;            // row 6's tail: block (5, 6) gets 5 / 448 on both heads
+    Tensor in = Tensor::from_f32({n, h, d}, x);
+    Tensor tail_buf = Tensor::from_f32({n, dt}, t);
+    const TensorView tail = tail_buf.view().as_strided(0, {n, h, dt}, {dt, 0, 1});
+    Tensor obuf = Tensor::empty({n, h, 8}, DType::kF8E4M3);
+    std::memset(obuf.ptr<uint8_t>(), 0xaa, static_cast<size_t>(n * h * 8));
+    const TensorView out = obuf.view().slice(2, 1, 1 + d + dt);
+    Tensor scale = Tensor::empty({n, h}, DType::kF32);
+    const Tensor cu = Tensor::from_i32({3}, std::vector<int32_t>{0, 5, 7});
+    ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in, .in_tail = tail, .cu_seqlens = cu, .block = 2},
+                            nullptr);
+    auto value = [&](int64_t r, int64_t hh, int64_t c) { return c < d ? x[(r * h + hh) * d + c] : t[r * dt + c - d]; };
+    const std::vector<std::pair<int64_t, int64_t>> blocks = {{0, 2}, {2, 4}, {4, 5}, {5, 7}};
+    for (const auto& [r0, r1] : blocks) {
+        for (int64_t hh = 0; hh < h; ++hh) {
+            float amax = 0.0f;
+            for (int64_t r = r0; r < r1; ++r) {
+                for (int64_t c = 0; c < d + dt; ++c) amax = std::max(amax, std::fabs(value(r, hh, c)));
+            }
+            const float sc = amax / 448.0f;
+            for (int64_t r = r0; r < r1; ++r) {
+                EXPECT_EQ(scale.ptr<float>()[r * h + hh], sc) << r << "," << hh;
+                const uint8_t* row = obuf.ptr<uint8_t>() + (r * h + hh) * 8;
+                EXPECT_EQ(row[0], 0xaa);
+                EXPECT_EQ(row[7], 0xaa);
+                for (int64_t c = 0; c < d + dt; ++c) {
+                    EXPECT_EQ(row[1 + c], float_to_e4m3(value(r, hh, c) * (1.0f / sc))) << r << "," << hh << "," << c;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(scale.ptr<float>()[2 * h + 1], 9.0f / 448.0f);
+    EXPECT_EQ(scale.ptr<float>()[3 * h + 1], 9.0f / 448.0f);
+    EXPECT_EQ(scale.ptr<float>()[5 * h + 0], 5.0f / 448.0f);
+    EXPECT_EQ(e4m3_to_float(obuf.ptr<uint8_t>()[(3 * h + 1) * 8 + 1 + 2]), -448.0f);
+}
+
+// Per row (block 1, no sequences), bf16 input: a zero row gets scale 1 and zeros, a NaN row scale NaN and 0x7f
+// everywhere, and neither touches its neighbours.
+TEST(RefFp8HeadsTest, PerRowBf16ZerosAndNan) {
+    const std::vector<float> x = {0.5f, -2.0f, 0.0f, 0.0f, 1.0f, NAN, 3.0f, 0.75f};  // [4, 1, 2]
+    Tensor in = Tensor::empty({4, 1, 2}, DType::kBF16);
+    for (size_t i = 0; i < x.size(); ++i) in.ptr<uint16_t>()[i] = float_to_bf16(x[i]);
+    Tensor out = Tensor::empty({4, 1, 2}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({4, 1}, DType::kF32);
+    ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in}, nullptr);
+    EXPECT_EQ(scale.ptr<float>()[0], 2.0f / 448.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[0]), 112.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[1]), -448.0f);
+    EXPECT_EQ(scale.ptr<float>()[1], 1.0f);
+    EXPECT_EQ(out.ptr<uint8_t>()[2], 0);
+    EXPECT_EQ(out.ptr<uint8_t>()[3], 0);
+    EXPECT_TRUE(std::isnan(scale.ptr<float>()[2]));
+    EXPECT_EQ(out.ptr<uint8_t>()[4], 0x7f);
+    EXPECT_EQ(out.ptr<uint8_t>()[5], 0x7f);
+    EXPECT_EQ(scale.ptr<float>()[3], 3.0f / 448.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[6]), 448.0f);
+    EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[7]), 112.0f);  // 0.75 * 448 / 3
+}
+
+TEST(RefFp8HeadsTest, RejectsBadShapesAndSequences) {
+    Tensor in = Tensor::from_f32({4, 2, 8}, std::vector<float>(64, 1.0f));
+    Tensor out = Tensor::empty({4, 2, 8}, DType::kF8E4M3);
+    Tensor out_wide = Tensor::empty({4, 2, 10}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({4, 2}, DType::kF32);
+    Tensor scale_bad = Tensor::empty({4, 1}, DType::kF32);
+    Tensor tail_bf16 = Tensor::empty({4, 2, 2}, DType::kBF16);
+    Tensor cu_bad = Tensor::from_i32({2}, std::vector<int32_t>{0, 3});
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out_wide, .scale = scale, .in = in}, nullptr), "out");
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out, .scale = scale_bad, .in = in}, nullptr), "scale");
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out_wide, .scale = scale, .in = in, .in_tail = tail_bf16}, nullptr),
+                 "in_tail");
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in, .cu_seqlens = cu_bad}, nullptr),
+                 "cu_seqlens");
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in, .block = 0}, nullptr), "block");
 }
 
 }  // namespace

@@ -21,12 +21,14 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/attention_bf16_wgmma.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_fp8_wgmma.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
 
@@ -216,6 +218,21 @@ __global__ void fp8_out_scale_kernel(float* out_descale, float* scale_o, const f
     *scale_o = __fdiv_rn(1.0f, d);
 }
 
+// The FP8 fallback's widening with per-row descales: out[r, h, :] = e4m3(x[r, h, :]) * descale[r d0 + h d1], one CTA
+// row of threads per (r, h) pair; out contiguous.
+template <class Out>
+__global__ void dequantize_rows_kernel(Out* __restrict__ out, const uint8_t* __restrict__ x, const float* descale,
+                                       int64_t n_rows, int64_t heads, int64_t d, int64_t x0, int64_t x1, int64_t d0,
+                                       int64_t d1) {
+    const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+    if (u >= n_rows * heads) return;
+    const int64_t r = u / heads, h = u - r * heads;
+    const float s = descale[r * d0 + h * d1];
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        out[u * d + c] = from_f32<Out>(__fmul_rn(e4m3_to_f32_exact(x[r * x0 + h * x1 + c]), s));
+    }
+}
+
 // FP8 q / k / v (kernels/ops.h): the FP8 wgmma kernel when it takes the call (attention_fp8_wgmma.h: bf16 or FP8 out,
 // promised masks, Hopper), else cuDNN's FP8 SDPA (FP8 out, equal lengths: attention_cudnn.h); otherwise the inputs
 // are widened to bf16 (device scratch), the bf16 attention runs and an FP8 out is cast back.
@@ -226,8 +243,12 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
     PENSTOCK_CHECK(p.q.ndim == 3 && p.k.ndim == 3 && p.v.ndim == 3 && p.out.ndim == 3) << op << ": 3-d views";
     for (const TensorView* t : {&p.q_descale, &p.k_descale, &p.v_descale}) {
         check_on_gpu(*t, op, "descale");
-        PENSTOCK_CHECK(t->dtype == DType::kF32 && t->numel() == 1 && t->data != nullptr)
-            << op << ": FP8 q, k, v need [1] f32 q_descale, k_descale and v_descale";
+        PENSTOCK_CHECK(t->dtype == DType::kF32 && t->data != nullptr) << op << ": FP8 q, k, v need f32 descales";
+    }
+    PENSTOCK_CHECK(p.v_descale.numel() == 1) << op << ": v_descale is per tensor ([1])";
+    for (const auto& [x, t] : {std::pair{&p.q, &p.q_descale}, std::pair{&p.k, &p.k_descale}}) {
+        PENSTOCK_CHECK(t->numel() == 1 || (t->ndim == 2 && t->size(0) == x->size(0) && t->size(1) == x->size(1)))
+            << op << ": q_descale / k_descale must be [1] or [rows, heads], got " << t->shape_string();
     }
     const bool fp8_out = p.out.dtype == DType::kF8E4M3;
     float* scale_o = nullptr;
@@ -258,7 +279,27 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
         owned.push_back(ptr);
         const std::array<int64_t, 3> shape{x.size(0), x.size(1), x.size(2)};
         TensorView w = TensorView::contiguous(ptr, wide, shape, Device::kCUDA, x.device_index);
-        fp8_dequantize_tensor({.out = w, .scale = descale, .in = x}, stream);
+        if (descale.numel() == 1) {
+            fp8_dequantize_tensor({.out = w, .scale = descale, .in = x}, stream);
+            return w;
+        }
+        const int64_t units = x.size(0) * x.size(1);
+        if (units == 0) return w;
+        PENSTOCK_CHECK(x.stride(2) == 1 || x.size(2) <= 1) << op << ": last dims must be contiguous";
+        const dim3 block(32, 8);
+        const auto grid = static_cast<unsigned>((units + 7) / 8);
+        auto* xin = static_cast<const uint8_t*>(x.data);
+        const auto* ds = descale.ptr<const float>();
+        if (wide == DType::kF32) {
+            dequantize_rows_kernel<float><<<grid, block, 0, stream>>>(static_cast<float*>(ptr), xin, ds, x.size(0),
+                                                                      x.size(1), x.size(2), x.stride(0), x.stride(1),
+                                                                      descale.stride(0), descale.stride(1));
+        } else {
+            dequantize_rows_kernel<bf16><<<grid, block, 0, stream>>>(static_cast<bf16*>(ptr), xin, ds, x.size(0),
+                                                                     x.size(1), x.size(2), x.stride(0), x.stride(1),
+                                                                     descale.stride(0), descale.stride(1));
+        }
+        PENSTOCK_CUDA_LAUNCH_CHECK();
         return w;
     };
     kernels::AttentionParams b = p;

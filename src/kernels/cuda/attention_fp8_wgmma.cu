@@ -1,5 +1,5 @@
 // FP8 flash attention forward on Hopper tensor cores (contract: attention_fp8_wgmma.h; kernels/ops.h AttentionParams
-// with e4m3 q / k / v and per-tensor descales). sm_90a.
+// with e4m3 q / k / v, q / k descales per tensor or per row, v's per tensor). sm_90a.
 //
 // Tiling: a CTA owns 128 query rows of one sequence and one head and walks that sequence's key tiles of 128 keys,
 // the diagonal tile first (causal) so that only the first tiles need a mask. 384 threads = a producer warpgroup (one
@@ -10,12 +10,15 @@
 //    "full" mbarrier (the producer's expect_tx) and an "empty" one (one arrive per consumer warpgroup).
 //  - Scores: S[64 x 128] = q k^T by d_qk / 32 wgmma.m64n128k32.e4m3 from shared memory (both operands K-major, as
 //    e4m3 wgmma requires), f32 accumulate.
-//  - Online softmax in registers (exp2 on the special-function unit with the log2(e)-folded scale scale * q_descale *
-//    k_descale; a row's running max, the output rescaled when the max grows, skipped by a warp whose rows' maxima
-//    held). The row sums come from the tensor cores: each value tile carries 8 extra rows of e4m3 ones, so the value
-//    product's columns d_v .. d_v + 7 accumulate sum_j P_ij (of the rounded probabilities, the ones the numerator
-//    uses) and are rescaled with O; the softmax does no additions. Masked keys (beyond the row's causal limit or the
-//    sequence's keys) are set to -inf before the max, so the garbage a tile reads past its sequence never counts.
+//  - Online softmax in registers (exp2 with the log2(e)-folded scale scale * q_descale(row) * k_descale(tile): a
+//    thread's two rows have their own q descale, and a key tile one k descale, read at its first key, which
+//    k_descale_block promises for per-row k descales; a row's running max in log2 units, the output rescaled when the
+//    max grows, skipped by a warp whose rows' maxima held). A share of the exponentials (Fp8AttnArgs::exp_fma) runs
+//    on the FMA pipes instead of the special-function unit (attn_wgmma::exp2_tile_e4m3). The row sums come from the
+//    tensor cores: each value tile carries 8 extra rows of e4m3 ones, so the value product's columns d_v .. d_v + 7
+//    accumulate sum_j P_ij (of the rounded probabilities, the ones the numerator uses) and are rescaled with O; the
+//    softmax does no additions. Masked keys (beyond the row's causal limit or the sequence's keys) are set to -inf
+//    before the max, so the garbage a tile reads past its sequence never counts.
 //  - Values: O[64 x d_v] += P V with P in registers: the probabilities times 2^8 (added in the exponent of exp2: it
 //    moves e4m3's subnormal floor from 2^-9 to 2^-17 of the row max) rounded to e4m3 in the A-operand fragment. The
 //    score accumulator holds, per thread and k32 step, the columns {2t, 2t+1, 8+2t, 9+2t, 16+2t, 17+2t, 24+2t, 25+2t}
@@ -27,8 +30,8 @@
 //    DeepSeek-V3's 16K x 128 heads x 128), a few percent of the attention.
 //  - Schedule per consumer warpgroup (FlashAttention-3's intra-warpgroup overlap): tile i's score wgmma and tile
 //    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight.
-//  - Epilogue: O * v_descale / (256 l) to bf16, or to e4m3 with the caller's 1 / out_descale; lse = m * scale *
-//    q_descale * k_descale + ln l (natural log) when asked; a row without keys gets 0 and -inf.
+//  - Epilogue: O * v_descale / (256 l) to bf16, or to e4m3 with the caller's 1 / out_descale; lse = (m - 8) ln 2 +
+//    ln l (natural log; m the running max in log2 units) when asked; a row without keys gets 0 and -inf.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -58,6 +61,7 @@ constexpr int kBN = 128;             // keys per tile
 constexpr int kThreads = 384;        // producer warpgroup + two consumer warpgroups
 constexpr int kBoxBytes = 64;        // TMA box width = the 64-byte swizzle span
 constexpr float kPScaleLog2 = 8.0f;  // the probabilities' scale before the e4m3 cast: 2^8, added in the exponent
+constexpr int kExpFmaDefault = 4;    // Fp8AttnArgs::exp_fma unless PENSTOCK_FP8_ATTN_EXP_FMA says otherwise
 
 // Position p (0..31) of a 32-key block of vt holds key vt_perm(p) of the block: the key that the score accumulator
 // puts where the e4m3 A fragment reads column p (the header's comment).
@@ -88,9 +92,10 @@ struct Fp8AttnArgs {
     float* lse;  // null: not wanted
     const int32_t* cu_q;
     const int32_t* cu_k;
-    const float* q_descale;
-    const float* k_descale;
+    const float* q_descale;  // q_descale[row * qd0 + head * qd1]: per row and head, or per tensor (strides 0)
+    const float* k_descale;  // k_descale[key * kd0 + kv_head * kd1], read at each tile's first key
     const float* v_descale;
+    int64_t qd0, qd1, kd0, kd1;
     const float* scale_o;  // FP8 out: 1 / out_descale
     int64_t o0, o1, l0;    // out / lse strides (elements)
     int group;             // n_heads / n_kv_heads
@@ -100,6 +105,9 @@ struct Fp8AttnArgs {
     // Measurement probe (PENSTOCK_FP8_ATTN_PROBE=mma): every probability 1 and no softmax, the same loads and
     // products (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
     bool mma_only;
+    // Of every 16 column blocks of a score tile, how many take their exponentials on the FMA pipes
+    // (attn_wgmma::exp2_tile_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA).
+    int exp_fma;
 };
 
 // ------------------------------------------------------------------------------------------------ wgmma, A in regs
@@ -329,16 +337,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lane = tid & 31;
     const int t4 = lane & 3;
     const attn_wgmma::ConsumerRows rows = attn_wgmma::consumer_rows(cta, cw, tid, a.causal);
-    const float alpha = a.scale * __ldg(a.q_descale) * __ldg(a.k_descale);  // score units -> logits
-    // -> log2 units; kept positive so that a masked -inf score stays -inf (a zero descale is a caller's mistake)
-    const float c = fmaxf(alpha * 1.4426950408889634f, 1e-30f);
+    // Score units -> log2 units of the logits: scale * log2(e) * q_descale(row) * k_descale(tile), the last factor per
+    // key tile (k_descale_block: one descale per tile of keys; per tensor, the same every tile); kept positive so that
+    // a masked -inf score stays -inf (a zero descale is a caller's mistake). Rows past the sequence take q_descale 1.
+    auto q_descale = [&](int r) {
+        return r < cta.len_q ? __ldg(a.q_descale + (static_cast<int64_t>(cta.q_start) + r) * a.qd0 +
+                                     static_cast<int64_t>(cta.head) * a.qd1)
+                             : 1.0f;
+    };
+    const float cq_lo = a.scale * 1.4426950408889634f * q_descale(rows.r_lo);
+    const float cq_hi = a.scale * 1.4426950408889634f * q_descale(rows.r_lo + 8);
 
     // O's d_v columns, then 8 columns that all accumulate the row sum l (pv_mma)
     constexpr int kAcc = kDv / 2 + 4;
     float o[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY;
+    float m_lo = -INFINITY, m_hi = -INFINITY;  // the rows' running maxima of the logits in log2 units
     // The value tiles' ones rows (TMA never writes them), made visible to the tensor cores' async proxy before the
     // first value product.
     for (int i = tid - 128; i < kStages * 2 * 8 * kBoxBytes / 16; i += 256) {
@@ -392,24 +407,36 @@ __global__ void __launch_bounds__(kThreads, 1)
     // correction of the previous accumulators (O and the row sums) for the two rows.
     auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
         attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
+        const float sk = __ldg(a.k_descale + (static_cast<int64_t>(cta.k_start) + j * kBN) * a.kd0 +
+                               static_cast<int64_t>(cta.kv_head) * a.kd1);
+        const float c_lo = fmaxf(cq_lo * sk, 1e-30f), c_hi = fmaxf(cq_hi * sk, 1e-30f);
         float mx_lo, mx_hi;
-        attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
+        attn_wgmma::tile_row_max(sc, -INFINITY, -INFINITY, mx_lo, mx_hi);
+        // (c > 0: the max of the scaled scores is the scaled max, and -inf stays -inf)
+        mx_lo = fmaxf(m_lo, mx_lo * c_lo);
+        mx_hi = fmaxf(m_hi, mx_hi * c_hi);
         // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
-        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * c;
-        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * c;
-        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo * c - base_lo);  // 0: nothing accumulated yet
-        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi * c - base_hi);
+        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo;
+        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi;
+        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo - base_lo);  // 0: nothing accumulated yet
+        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi - base_hi);
         // p * 2^8 = 2^(s c - base + 8): the e4m3 scale folded into the exponent
         const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
         m_lo = mx_lo;
         m_hi = mx_hi;
-#pragma unroll
-        for (int nb = 0; nb < 16; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                sc[4 * nb + e] = ex2(fmaf(sc[4 * nb + e], c, nb_lo));
-                sc[4 * nb + 2 + e] = ex2(fmaf(sc[4 * nb + 2 + e], c, nb_hi));
-            }
+        switch (a.exp_fma) {  // (uniform: one of the unrolled bodies per launch)
+            case 4:
+                attn_wgmma::exp2_tile_e4m3<4>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                break;
+            case 6:
+                attn_wgmma::exp2_tile_e4m3<6>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                break;
+            case 8:
+                attn_wgmma::exp2_tile_e4m3<8>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                break;
+            default:
+                attn_wgmma::exp2_tile_e4m3<0>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                break;
         }
     };
     // P in the A fragment of each 32-key step (see vt_perm).
@@ -521,9 +548,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int nb = 0; nb < kDv / 8; ++nb)
             store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
         if (a.lse != nullptr && t4 == 0) {
-            // ln(l / 2^8): l sums the scaled probabilities
-            a.lse[row * a.l0 + cta.head] =
-                l > 0.0f ? fmaf(m, alpha, logf(l) - kPScaleLog2 * 0.6931471805599453f) : -INFINITY;
+            // (m - 8) ln 2 + ln l: l sums the probabilities times 2^8
+            a.lse[row * a.l0 + cta.head] = l > 0.0f ? fmaf(m - kPScaleLog2, 0.6931471805599453f, logf(l)) : -INFINITY;
         }
     }
 }
@@ -535,6 +561,12 @@ CUtensorMap map_u8(const void* base, const cuuint64_t (&dims)[3], const cuuint64
 }
 
 bool scalar_on_gpu(const TensorView& t) { return attn_wgmma::on_gpu(t) && t.dtype == DType::kF32 && t.numel() == 1; }
+
+// A per-tensor ([1]) or per-row ([rows, heads]) f32 descale on the GPU.
+bool descale_on_gpu(const TensorView& t, int64_t rows, int64_t heads) {
+    if (scalar_on_gpu(t)) return true;
+    return attn_wgmma::on_gpu(t) && t.dtype == DType::kF32 && t.ndim == 2 && t.size(0) == rows && t.size(1) == heads;
+}
 
 template <int kDqk, int kDv, class OutT, bool kQRegs>
 void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
@@ -583,7 +615,12 @@ bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
     if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF8E4M3) return false;
     // (the common checks include v's 16-byte rows, which vt_kernel's loads need)
     if (!attn_wgmma::covers_common(p)) return false;
-    if (!scalar_on_gpu(p.q_descale) || !scalar_on_gpu(p.k_descale) || !scalar_on_gpu(p.v_descale)) return false;
+    // q / k descales per tensor or per row; per-row k ones constant over each key tile (k_descale_block == kBN)
+    if (!descale_on_gpu(p.q_descale, p.q.size(0), p.q.size(1)) || !scalar_on_gpu(p.v_descale)) return false;
+    if (!scalar_on_gpu(p.k_descale) &&
+        !(p.k_descale_block == kBN && descale_on_gpu(p.k_descale, p.k.size(0), p.k.size(1)))) {
+        return false;
+    }
     if (p.out.dtype == DType::kF8E4M3 && !scalar_on_gpu(p.out_descale)) return false;
     const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
     if (!((d_qk == 64 && d_v == 64) || (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128) ||
@@ -629,6 +666,14 @@ bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o
     args.q_descale = p.q_descale.ptr<const float>();
     args.k_descale = p.k_descale.ptr<const float>();
     args.v_descale = p.v_descale.ptr<const float>();
+    if (p.q_descale.numel() != 1) {
+        args.qd0 = p.q_descale.stride(0);
+        args.qd1 = p.q_descale.stride(1);
+    }
+    if (p.k_descale.numel() != 1) {
+        args.kd0 = p.k_descale.stride(0);
+        args.kd1 = p.k_descale.stride(1);
+    }
     args.scale_o = scale_o;
     args.o0 = p.out.stride(0);
     args.o1 = p.out.stride(1);
@@ -643,6 +688,13 @@ bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o
     args.pingpong = attn_wgmma::env_is("PENSTOCK_FP8_ATTN_PINGPONG", "1");
     args.mma_only = attn_wgmma::env_is("PENSTOCK_FP8_ATTN_PROBE", "mma");
     const bool q_regs = !attn_wgmma::env_is("PENSTOCK_FP8_ATTN_QREGS", "0");
+    args.exp_fma = kExpFmaDefault;
+    if (const char* e = std::getenv("PENSTOCK_FP8_ATTN_EXP_FMA"); e != nullptr) {
+        const int n = std::atoi(e);
+        PENSTOCK_CHECK(n == 0 || n == 4 || n == 6 || n == 8)
+            << "PENSTOCK_FP8_ATTN_EXP_FMA: 0, 4, 6 or 8 (of 16 column blocks), not " << e;
+        args.exp_fma = n;
+    }
     if (d_qk == 64) {
         run<64, 64>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
     } else if (d_qk == 128) {

@@ -1,7 +1,8 @@
-// FP8 flash attention forward of Penstock's own (attention_fp8_wgmma.cu): e4m3 q / k / v with per-tensor descales
-// (kernels/ops.h AttentionParams), f32 accumulation on Hopper's e4m3 tensor cores (wgmma), the probabilities rounded
-// to e4m3 for the value product, out bf16 or e4m3 (out = e4m3(o * scale_o[0]), scale_o = 1 / out_descale, which the
-// caller has written). Covers, on an sm_90 device:
+// FP8 flash attention forward of Penstock's own (attention_fp8_wgmma.cu): e4m3 q / k / v (kernels/ops.h
+// AttentionParams) with q and k descales per tensor or per row (per-row k ones only with k_descale_block ==
+// kFp8AttnKeyBlock, the kernel's key tile) and v's per tensor, f32 accumulation on Hopper's e4m3 tensor cores (wgmma),
+// the probabilities rounded to e4m3 for the value product, out bf16 or e4m3 (out = e4m3(o * scale_o[0]), scale_o = 1 /
+// out_descale, which the caller has written). Covers, on an sm_90 device:
 //  - the promised masks: kCausalBottomRight (causal, q_pos_step 1; any len_k >= or < len_q per sequence: rows before
 //    the diagonal get out 0, lse -inf) and kAllVisible; not kGeneral;
 //  - (d_qk, d_v) in {(64, 64), (128, 128), (192, 128), (256, 128)}; GQA by head groups;

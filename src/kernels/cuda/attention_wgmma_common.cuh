@@ -28,6 +28,41 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
+// 2^x on the FMA pipes, for the share of a score tile's exponentials that the FP8 softmax moves off the
+// special-function unit (16 results per clock per SM, against 128 FMAs: with e4m3 products the exponentials, not the
+// tensor cores, bound the softmax; FlashAttention-4 splits them the same way). x is clamped to [-100, +inf) (a masked
+// -inf score gives 2^-100, which the e4m3 cast rounds to 0: use it only where the result is cast to e4m3 after the 2^8
+// scale), rounded to the nearest integer j by adding and subtracting 1.5 * 2^23, 2^(x - j) taken from a degree-2
+// polynomial fitted for relative error on [-0.5, 0.5] (at most 1.73e-3 = 2^-9.2, against e4m3's rounding error of up to
+// 2^-4), and j added to the exponent field. Valid for x <= 127 (the FP8 softmax's arguments are <= 8). A NaN argument
+// gives 2^-100 where ex2 gives NaN.
+__device__ __forceinline__ float ex2_fma_e4m3(float x) {
+    x = fmaxf(x, -100.0f);
+    const float t = x + 12582912.0f;        // the low mantissa bits hold j (two's complement)
+    const float f = x - (t - 12582912.0f);  // x - j, exact
+    const float p = fmaf(fmaf(0.23842676f, f, 0.70344490f), f, 1.00044305f);
+    return __int_as_float(__float_as_int(p) + static_cast<int>(static_cast<unsigned>(__float_as_int(t)) << 23));
+}
+
+// The FP8 softmax's exponentials of one score tile in place: sc = 2^(sc c + b) with (c, b) = (c_lo, b_lo) on the
+// thread's first row and (c_hi, b_hi) on its second. kFma of every 16 column blocks (8 keys each, spread over the tile:
+// block nb when nb kFma mod 16 < kFma) run on the FMA pipes (ex2_fma_e4m3), the rest on the special-function unit
+// (ex2).
+template <int kFma>
+__device__ __forceinline__ void exp2_tile_e4m3(float (&sc)[64], float c_lo, float c_hi, float b_lo, float b_hi) {
+    static_assert(kFma >= 0 && kFma <= 16, "column blocks on the FMA pipes");
+#pragma unroll
+    for (int nb = 0; nb < 16; ++nb) {
+        const bool fma_pipe = (nb * kFma) % 16 < kFma;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float x_lo = fmaf(sc[4 * nb + e], c_lo, b_lo), x_hi = fmaf(sc[4 * nb + 2 + e], c_hi, b_hi);
+            sc[4 * nb + e] = fma_pipe ? ex2_fma_e4m3(x_lo) : ex2(x_lo);
+            sc[4 * nb + 2 + e] = fma_pipe ? ex2_fma_e4m3(x_hi) : ex2(x_hi);
+        }
+    }
+}
+
 // Sets to -inf the scores of the keys past each of the thread's two rows' last visible key (lim_lo / lim_hi, the
 // sequence's key index) in the tile whose first key is tile_key0; a tile entirely visible to both rows is untouched.
 __device__ __forceinline__ void mask_tile(float (&sc)[64], int tile_key0, int t4, int lim_lo, int lim_hi) {

@@ -73,6 +73,7 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream);
 void fp8_gemm(const kernels::Fp8GemmParams& p, void* stream);
 void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream);
 void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, void* stream);
+void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream);
 // out = e4m3(in * mult[0]) (mult a device f32 scalar), NaN -> 0x7f; same-shaped 1- to 3-d views (last dims
 // contiguous), in f32 or bf16. Not an op: FP8 attention's fallback path (attention.cu) uses it.
 void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream);

@@ -10,6 +10,13 @@
 //   writes scale[0] = s. The amax word is separate from `scale` so the cast's readers never race its writer.
 //   dequantize: e4m3_to_f32_exact(q) * scale[0], rounded once to the output dtype.
 //   fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with the caller's device multiplier.
+// fp8_quantize_heads (bit-exact with ref::fp8_quantize_heads): one unit = a block of rows of one head; block 1 takes a
+// warp per unit (8 per CTA), a longer block a CTA. The unit's group walks its packs (V elements of [in ; in_tail])
+// twice: the max |x| (shuffles, then shared memory across a CTA's warps; NaN wins as above), then the cast with
+// inv = 1 / s (the second read hits L1 / L2: one DRAM read per element). Blocks of a sequence are found without a
+// prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s <= x (binary search), as block
+// x - cu[s] / block - s of it; such a base grows by at least the sequence's block count, so at most n / block +
+// n_seqs units cover every block and the surplus ones (past their sequence's rows) return at once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -224,7 +231,178 @@ void dequantize_typed(const kernels::Fp8TensorScaleParams& p, cudaStream_t s) {
     }
 }
 
+struct HeadQuantArgs {
+    int64_t n, h, d, dt;  // rows, heads, in's and in_tail's last dims
+    int64_t s0, s1;       // in's row / head strides (elements)
+    int64_t t0, t1;       // in_tail's
+    int64_t o0, o1;       // out's
+    int64_t c0, c1;       // scale's
+    const int32_t* cu;    // null: one sequence of n rows
+    int n_seqs, block;
+};
+
+template <class In, int V, bool kWarpUnit>
+__global__ void __launch_bounds__(kThreads)
+    head_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
+                      const In* __restrict__ tail, HeadQuantArgs a) {
+    int64_t r0, r1, head;
+    int lane, width;
+    if constexpr (kWarpUnit) {  // block 1: unit = (row, head)
+        const int64_t u = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+        if (u >= a.n * a.h) return;
+        r0 = u / a.h;
+        head = u - r0 * a.h;
+        r1 = r0 + 1;
+        lane = static_cast<int>(threadIdx.x % 32);
+        width = 32;
+    } else {
+        head = blockIdx.y;
+        int64_t x = blockIdx.x, base = 0, end = a.n;
+        if (a.cu != nullptr) {
+            int lo = 0, hi = a.n_seqs - 1;  // the last s with cu[s] / block + s <= x
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) / 2;
+                if (__ldg(a.cu + mid) / a.block + mid <= x) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            base = __ldg(a.cu + lo);
+            end = __ldg(a.cu + lo + 1);
+            x -= base / a.block + lo;
+        }
+        r0 = base + x * a.block;
+        if (r0 >= end) return;  // (uniform over the CTA)
+        r1 = min(end, r0 + a.block);
+        lane = static_cast<int>(threadIdx.x);
+        width = kThreads;
+    }
+    const int64_t per_row = (a.d + a.dt) / V, n_packs = (r1 - r0) * per_row;
+    auto load = [&](int64_t i) {
+        const int64_t r = r0 + i / per_row, c = (i % per_row) * V;
+        const In* src = c < a.d ? in + r * a.s0 + head * a.s1 + c : tail + r * a.t0 + head * a.t1 + (c - a.d);
+        return *reinterpret_cast<const Pack<In, V>*>(src);
+    };
+    float m = 0.0f;
+    for (int64_t i = lane; i < n_packs; i += width) {
+        const Pack<In, V> x = load(i);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(x.v[j])));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if constexpr (!kWarpUnit) {
+        __shared__ float warp_max[kThreads / 32];
+        if (lane % 32 == 0) warp_max[lane / 32] = m;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kThreads / 32; ++w) m = abs_max_bits_merge(m, warp_max[w]);
+    }
+    const float amax = m;
+    const float sc = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    const float inv = __fdiv_rn(1.0f, sc);
+    for (int64_t i = lane; i < n_packs; i += width) {
+        const Pack<In, V> x = load(i);
+        Pack<uint8_t, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float y = __fmul_rn(to_f32(x.v[j]), inv);
+            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+        }
+        const int64_t r = r0 + i / per_row, c = (i % per_row) * V;
+        *reinterpret_cast<Pack<uint8_t, V>*>(out + r * a.o0 + head * a.o1 + c) = q;
+    }
+    for (int64_t r = r0 + lane; r < r1; r += width) scale[r * a.c0 + head * a.c1] = sc;
+}
+
 }  // namespace
+
+void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
+    const char* op = "fp8_quantize_heads";
+    check_on_gpu(p.out, op, "out");
+    check_on_gpu(p.in, op, "in");
+    check_on_gpu(p.scale, op, "scale");
+    PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
+        << op << ": in must be f32 or bf16, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    PENSTOCK_CHECK(p.scale.dtype == DType::kF32 && p.scale.ndim == 2) << op << ": scale must be [n, H] f32";
+    PENSTOCK_CHECK(p.in.ndim == 3 && p.out.ndim == 3) << op << ": in and out are [n, H, d]";
+    const bool has_tail = p.in_tail.data != nullptr;
+    HeadQuantArgs a{};
+    a.n = p.in.size(0);
+    a.h = p.in.size(1);
+    a.d = p.in.size(2);
+    a.dt = has_tail ? p.in_tail.size(2) : 0;
+    if (has_tail) {
+        check_on_gpu(p.in_tail, op, "in_tail");
+        PENSTOCK_CHECK(p.in_tail.dtype == p.in.dtype && p.in_tail.ndim == 3 && p.in_tail.size(0) == a.n &&
+                       p.in_tail.size(1) == a.h)
+            << op << ": in_tail must be [n, H, d_tail] of in's dtype, got " << p.in_tail.shape_string();
+        PENSTOCK_CHECK(p.in_tail.stride(2) == 1 || a.dt <= 1) << op << ": in_tail's last dim must be contiguous";
+        a.t0 = p.in_tail.stride(0);
+        a.t1 = p.in_tail.stride(1);
+    }
+    PENSTOCK_CHECK(p.out.size(0) == a.n && p.out.size(1) == a.h && p.out.size(2) == a.d + a.dt)
+        << op << ": out " << p.out.shape_string() << " vs in " << p.in.shape_string() << " + " << a.dt;
+    PENSTOCK_CHECK(p.scale.size(0) == a.n && p.scale.size(1) == a.h) << op << ": scale " << p.scale.shape_string();
+    PENSTOCK_CHECK((p.in.stride(2) == 1 || a.d <= 1) && (p.out.stride(2) == 1 || a.d + a.dt <= 1))
+        << op << ": last dims must be contiguous";
+    PENSTOCK_CHECK_GE(p.block, 1) << op << ": block";
+    a.s0 = p.in.stride(0);
+    a.s1 = p.in.stride(1);
+    a.o0 = p.out.stride(0);
+    a.o1 = p.out.stride(1);
+    a.c0 = p.scale.stride(0);
+    a.c1 = p.scale.stride(1);
+    a.block = p.block;
+    a.n_seqs = 1;
+    if (p.cu_seqlens.data != nullptr) {
+        check_on_gpu(p.cu_seqlens, op, "cu_seqlens");
+        PENSTOCK_CHECK(p.cu_seqlens.dtype == DType::kI32 && p.cu_seqlens.ndim == 1 && p.cu_seqlens.size(0) >= 1 &&
+                       p.cu_seqlens.stride(0) == 1)
+            << op << ": cu_seqlens must be a contiguous [n_seqs + 1] i32 tensor";
+        a.cu = p.cu_seqlens.ptr<const int32_t>();
+        a.n_seqs = static_cast<int>(p.cu_seqlens.size(0) - 1);
+    }
+    if (a.n == 0 || a.h == 0 || a.n_seqs == 0) return;
+    PENSTOCK_CHECK_LE(a.h, 65535) << op << ": heads";
+    const auto s = static_cast<cudaStream_t>(stream);
+    dispatch_float(p.in.dtype, op, [&](auto t) {
+        using In = decltype(t);
+        constexpr int kV = 16 / static_cast<int>(sizeof(In));
+        auto aligned = [](const void* ptr, int64_t st0, int64_t st1, int64_t elem, int64_t bytes) {
+            return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0 && (st0 * elem) % bytes == 0 &&
+                   (st1 * elem) % bytes == 0;
+        };
+        const bool vec = a.d % kV == 0 && a.dt % kV == 0 && aligned(p.in.data, a.s0, a.s1, sizeof(In), 16) &&
+                         (!has_tail || aligned(p.in_tail.data, a.t0, a.t1, sizeof(In), 16)) &&
+                         aligned(p.out.data, a.o0, a.o1, 1, kV) && (a.d + a.dt) % kV == 0;
+        auto launch = [&](auto v_tag) {
+            constexpr int V = decltype(v_tag)::value;
+            auto* o = static_cast<uint8_t*>(p.out.data);
+            auto* sc = static_cast<float*>(p.scale.data);
+            const auto* x = static_cast<const In*>(p.in.data);
+            const auto* tl = has_tail ? static_cast<const In*>(p.in_tail.data) : x;
+            if (p.block == 1) {
+                const int64_t units = a.n * a.h, per_cta = kThreads / 32;
+                head_quant_kernel<In, V, true>
+                    <<<static_cast<unsigned>((units + per_cta - 1) / per_cta), kThreads, 0, s>>>(o, sc, x, tl, a);
+            } else {
+                const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
+                head_quant_kernel<In, V, false>
+                    <<<dim3(static_cast<unsigned>(units), static_cast<unsigned>(a.h)), kThreads, 0, s>>>(o, sc, x, tl,
+                                                                                                         a);
+            }
+            PENSTOCK_CUDA_LAUNCH_CHECK();
+        };
+        if (vec) {
+            launch(std::integral_constant<int, kV>{});
+        } else {
+            launch(std::integral_constant<int, 1>{});
+        }
+    });
+}
 
 void fp8_cast_scaled(const TensorView& out, const TensorView& in, const float* mult, void* stream) {
     const char* op = "fp8_cast_scaled";

@@ -2,8 +2,8 @@
 // attention: one task per (query row, head), range [0, total_q * n_heads). Scores, the max-subtracted softmax, lse and
 // the weighted sum of v accumulate in double and are rounded to f32 once on write, so results never depend on the
 // thread count. A row that sees no key writes out = 0 and lse = -inf. The host-side hints (max_seqlen_q/k, mask_kind)
-// are checked against the metadata, never used. FP8 q / k / v (per-tensor descales) are dequantised to f32 first and an
-// FP8 out re-quantised after (kernels/ops.h).
+// are checked against the metadata, never used. FP8 q / k / v (per-tensor or per-row descales) are dequantised to f32
+// first and an FP8 out re-quantised after (kernels/ops.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -81,19 +81,57 @@ void check_hints(const kernels::AttentionParams& p, const std::vector<int64_t>& 
     }
 }
 
-// FP8 attention (kernels/ops.h): the e4m3 inputs dequantised to f32, the f32 attention, out re-quantised with
-// out_descale = v_descale * kFp8AttnOutHeadroom.
+// AttentionParams::k_descale_block's promise: the per-row k descales are equal within each block of that many keys of
+// a sequence (from its first key), per kv head.
+void check_k_descale_blocks(const kernels::AttentionParams& p) {
+    const int64_t n_seqs = p.cu_seqlens_k.size(0) - 1, b = p.k_descale_block;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+        const int64_t k0 = *p.cu_seqlens_k.at<int32_t>({s}), k1 = *p.cu_seqlens_k.at<int32_t>({s + 1});
+        for (int64_t j = k0; j < k1; ++j) {
+            const int64_t first = k0 + (j - k0) / b * b;
+            for (int64_t h = 0; h < p.k.size(1); ++h) {
+                const float a = *p.k_descale.at<float>({j, h}), f = *p.k_descale.at<float>({first, h});
+                PENSTOCK_CHECK(a == f || (std::isnan(a) && std::isnan(f)))
+                    << "attention: k_descale_block " << b << " promised, but key " << j - k0 << " of sequence " << s
+                    << " (head " << h << ") has descale " << a << " where its block's first key has " << f;
+            }
+        }
+    }
+}
+
+// FP8 attention (kernels/ops.h): the e4m3 inputs dequantised to f32 (per tensor or per row and head), the f32
+// attention, out re-quantised with out_descale = v_descale * kFp8AttnOutHeadroom.
 void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK(p.q.dtype == DType::kF8E4M3 && p.k.dtype == DType::kF8E4M3 && p.v.dtype == DType::kF8E4M3)
         << "attention: q, k and v are all f8e4m3 or none is";
     PENSTOCK_CHECK(p.q_descale.data != nullptr && p.k_descale.data != nullptr && p.v_descale.data != nullptr)
         << "attention: FP8 q, k, v need q_descale, k_descale and v_descale";
-    auto widen = [&](const TensorView& x, const TensorView& descale) {
+    PENSTOCK_CHECK(p.v_descale.numel() == 1) << "attention: v_descale is per tensor ([1])";
+    // x * descale, the descale per tensor ([1]) or per row and head ([rows, heads])
+    auto widen = [&](const TensorView& x, const TensorView& descale, const char* name) {
         Tensor f = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF32);
-        fp8_dequantize_tensor({.out = f, .scale = descale, .in = x}, pool);
+        if (descale.numel() == 1) {
+            fp8_dequantize_tensor({.out = f, .scale = descale, .in = x}, pool);
+            return f;
+        }
+        PENSTOCK_CHECK(descale.device == Device::kCPU && descale.dtype == DType::kF32 && descale.ndim == 2 &&
+                       descale.size(0) == x.size(0) && descale.size(1) == x.size(1))
+            << "attention: " << name << " must be [1] or [" << x.size(0) << ", " << x.size(1) << "] f32, got "
+            << descale.shape_string();
+        PENSTOCK_CHECK(x.stride(2) == 1 || x.size(2) <= 1) << "attention: last dims must be contiguous";
+        for (int64_t i = 0; i < x.size(0); ++i) {
+            for (int64_t h = 0; h < x.size(1); ++h) {
+                const float s = *descale.at<float>({i, h});
+                const auto* src = x.at<uint8_t>({i, h});
+                float* dst = f.ptr<float>() + (i * x.size(1) + h) * x.size(2);
+                for (int64_t c = 0; c < x.size(2); ++c) dst[c] = e4m3_to_float(src[c]) * s;
+            }
+        }
         return f;
     };
-    const Tensor q = widen(p.q, p.q_descale), k = widen(p.k, p.k_descale), v = widen(p.v, p.v_descale);
+    if (p.k_descale_block > 0 && p.k_descale.numel() != 1) check_k_descale_blocks(p);
+    const Tensor q = widen(p.q, p.q_descale, "q_descale"), k = widen(p.k, p.k_descale, "k_descale"),
+                 v = widen(p.v, p.v_descale, "v_descale");
     kernels::AttentionParams f = p;
     f.q = q;
     f.k = k;

@@ -258,4 +258,73 @@ void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, ThreadPool* /
     });
 }
 
+void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, ThreadPool* /*pool*/) {
+    const char* op = "fp8_quantize_heads";
+    PENSTOCK_CHECK(p.in.device == Device::kCPU && p.out.device == Device::kCPU && p.scale.device == Device::kCPU)
+        << op << ": host tensors";
+    PENSTOCK_CHECK(p.in.dtype == DType::kF32 || p.in.dtype == DType::kBF16)
+        << op << ": in must be f32 or bf16, got " << dtype_name(p.in.dtype);
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out must be f8e4m3, got " << dtype_name(p.out.dtype);
+    PENSTOCK_CHECK(p.scale.dtype == DType::kF32 && p.scale.ndim == 2) << op << ": scale must be [n, H] f32";
+    PENSTOCK_CHECK(p.in.ndim == 3 && p.out.ndim == 3) << op << ": in and out are [n, H, d]";
+    const bool tail = p.in_tail.data != nullptr;
+    const int64_t n = p.in.size(0), h = p.in.size(1), d = p.in.size(2);
+    const int64_t dt = tail ? p.in_tail.size(2) : 0;
+    if (tail) {
+        PENSTOCK_CHECK(p.in_tail.device == Device::kCPU && p.in_tail.dtype == p.in.dtype && p.in_tail.ndim == 3 &&
+                       p.in_tail.size(0) == n && p.in_tail.size(1) == h)
+            << op << ": in_tail must be [n, H, d_tail] of in's dtype, got " << p.in_tail.shape_string();
+        PENSTOCK_CHECK(p.in_tail.stride(2) == 1 || dt <= 1) << op << ": in_tail's last dim must be contiguous";
+    }
+    PENSTOCK_CHECK(p.out.size(0) == n && p.out.size(1) == h && p.out.size(2) == d + dt)
+        << op << ": out " << p.out.shape_string() << " vs in " << p.in.shape_string() << " + " << dt;
+    PENSTOCK_CHECK(p.scale.size(0) == n && p.scale.size(1) == h) << op << ": scale " << p.scale.shape_string();
+    PENSTOCK_CHECK((p.in.stride(2) == 1 || d <= 1) && (p.out.stride(2) == 1 || d + dt <= 1))
+        << op << ": last dims must be contiguous";
+    PENSTOCK_CHECK_GE(p.block, 1) << op << ": block";
+    std::vector<int64_t> cu = {0, n};
+    if (p.cu_seqlens.data != nullptr) {
+        PENSTOCK_CHECK(p.cu_seqlens.device == Device::kCPU && p.cu_seqlens.dtype == DType::kI32 &&
+                       p.cu_seqlens.ndim == 1 && p.cu_seqlens.size(0) >= 1)
+            << op << ": cu_seqlens must be a host [n_seqs + 1] i32 tensor";
+        cu.assign(static_cast<size_t>(p.cu_seqlens.size(0)), 0);
+        for (int64_t s = 0; s < p.cu_seqlens.size(0); ++s) cu[static_cast<size_t>(s)] = *p.cu_seqlens.at<int32_t>({s});
+        PENSTOCK_CHECK(cu.front() == 0 && cu.back() == n) << op << ": cu_seqlens must run from 0 to n = " << n;
+        for (size_t s = 1; s < cu.size(); ++s) PENSTOCK_CHECK_LE(cu[s - 1], cu[s]) << op << ": cu_seqlens";
+    }
+    auto value = [&](const TensorView& t, int64_t r, int64_t hh, int64_t c) {
+        return t.dtype == DType::kF32 ? *t.at<float>({r, hh, c}) : bf16_to_float(*t.at<uint16_t>({r, hh, c}));
+    };
+    auto x = [&](int64_t r, int64_t hh, int64_t c) {
+        return c < d ? value(p.in, r, hh, c) : value(p.in_tail, r, hh, c - d);
+    };
+    for (size_t s = 0; s + 1 < cu.size(); ++s) {
+        for (int64_t r0 = cu[s]; r0 < cu[s + 1]; r0 += p.block) {
+            const int64_t r1 = std::min<int64_t>(cu[s + 1], r0 + p.block);
+            for (int64_t hh = 0; hh < h; ++hh) {
+                float amax = 0.0f;
+                bool nan = false;
+                for (int64_t r = r0; r < r1; ++r) {
+                    for (int64_t c = 0; c < d + dt; ++c) {
+                        const float a = std::fabs(x(r, hh, c));
+                        nan = nan || std::isnan(a);
+                        amax = std::max(amax, a);
+                    }
+                }
+                if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+                const float sc = amax > 0.0f || nan ? amax / 448.0f : 1.0f;
+                const float inv = 1.0f / sc;
+                for (int64_t r = r0; r < r1; ++r) {
+                    auto* o = p.out.at<uint8_t>({r, hh});
+                    for (int64_t c = 0; c < d + dt; ++c) {
+                        const float q = x(r, hh, c) * inv;
+                        o[c] = std::isnan(q) ? uint8_t{0x7f} : float_to_e4m3(q);
+                    }
+                    *p.scale.at<float>({r, hh}) = sc;
+                }
+            }
+        }
+    }
+}
+
 }  // namespace penstock::ref

@@ -21,6 +21,7 @@ void fp8_gemm(const kernels::Fp8GemmParams& p, ThreadPool* pool);
 void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, ThreadPool* pool);
 void fp8_quantize_tensor(const kernels::Fp8TensorScaleParams& p, ThreadPool* pool);
 void fp8_dequantize_tensor(const kernels::Fp8TensorScaleParams& p, ThreadPool* pool);
+void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, ThreadPool* pool);
 void embedding(const kernels::EmbeddingParams& p, ThreadPool* pool);
 void rms_norm(const kernels::RmsNormParams& p, ThreadPool* pool);
 void layer_norm(const kernels::LayerNormParams& p, ThreadPool* pool);

@@ -73,6 +73,36 @@ protected:
                    std::vector<float>{q.host_scale.ptr<float>()[0]});
         return q;
     }
+
+    // The same with fp8_quantize_heads: x = [dv ; dtail] (dtail may be empty) per head in blocks of `block` rows of
+    // each sequence of cu (empty: one sequence); checks every byte and every [n, H] scale bit for bit.
+    Quantized quantize_heads_both(const std::string& name, const TensorView& dv, const TensorView& hv,
+                                  const TensorView& dtail, const TensorView& htail, const std::vector<int32_t>& cu,
+                                  int32_t block) {
+        const int64_t n = dv.size(0), h = dv.size(1), d = dv.size(2) + (dtail.data != nullptr ? dtail.size(2) : 0);
+        Quantized q{dev_empty({n, h, d}, DType::kF8E4M3), dev_empty({n, h}, DType::kF32),
+                    Tensor::empty({n, h, d}, DType::kF8E4M3), Tensor::empty({n, h}, DType::kF32)};
+        const Tensor cu_d = cu.empty() ? Tensor{} : dev_i32(cu, alloc(), stream());
+        const Tensor cu_h = cu.empty() ? Tensor{} : Tensor::from_i32({static_cast<int64_t>(cu.size())}, cu);
+        cuda::fp8_quantize_heads({.out = q.dev,
+                                  .scale = q.dev_scale,
+                                  .in = dv,
+                                  .in_tail = dtail,
+                                  .cu_seqlens = cu.empty() ? TensorView{} : cu_d.view(),
+                                  .block = block},
+                                 raw_stream());
+        ref::fp8_quantize_heads({.out = q.host,
+                                 .scale = q.host_scale,
+                                 .in = hv,
+                                 .in_tail = htail,
+                                 .cu_seqlens = cu.empty() ? TensorView{} : cu_h.view(),
+                                 .block = block},
+                                nullptr);
+        conf_exact("fp8_quantize_heads", name + " bytes", bytes_of(cuda::to_host(q.dev, stream())), bytes_of(q.host));
+        conf_exact("fp8_quantize_heads", name + " scales", read_f32(cuda::to_host(q.dev_scale, stream())),
+                   read_f32(q.host_scale));
+        return q;
+    }
 };
 
 // A host view holding `p`'s values in the device dtype (bf16 values are already rounded in the Pair's f32 host copy,
@@ -107,6 +137,35 @@ TEST_F(Fp8AttentionTest, TensorQuantizeMatchesReferenceBitExact) {
     Tensor h = Tensor::empty({33, 5, 24}, DType::kF32);
     ref::fp8_dequantize_tensor({.out = h, .scale = qc.host_scale, .in = qc.host}, nullptr);
     conf_exact("fp8_dequantize_tensor", "f32", bytes_of(cuda::to_host(d, stream())), bytes_of(h));
+}
+
+// fp8_quantize_heads (FP8 attention's per-row q and per-block k scales) bit-exact with the reference: per row (block 1)
+// over contiguous bf16 (16-byte packs) and padded strides (the element-wise path); per 128-key block of ragged
+// sequences (blocks ending mid-sequence, a sequence shorter than a block, an empty one) with the MLA K pieces, k_nope
+// a slice of a wider buffer and k_pe a stride-0 broadcast over the heads; f32 with blocks of 3 rows and no sequences;
+// an all-zero block (scale 1).
+TEST_F(Fp8AttentionTest, HeadQuantizeMatchesReferenceBitExact) {
+    constexpr uint32_t kSeed = 3150;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const Pair a = random_pair(rng, {200, 16, 192}, DType::kBF16, /*strided=*/false, alloc(), stream(), -4.0f, 4.0f);
+    quantize_heads_both("per_row_bf16", a.dv, a.hv, TensorView{}, TensorView{}, {}, 1);
+    const Pair b = random_pair(rng, {37, 3, 40}, DType::kBF16, /*strided=*/true, alloc(), stream());
+    quantize_heads_both("per_row_padded", b.dv, b.hv, TensorView{}, TensorView{}, {}, 1);
+    // MLA K: k_nope = columns [0, 128) of a [n, 8, 256] kv_b output, k_pe = one [n, 64] row broadcast over 8 heads.
+    const std::vector<int32_t> cu = {0, 300, 300, 317, 573};
+    const Pair kvb = random_pair(rng, {573, 8, 256}, DType::kBF16, /*strided=*/false, alloc(), stream());
+    const Pair pe = random_pair(rng, {573, 1, 64}, DType::kBF16, /*strided=*/false, alloc(), stream(), -8.0f, 8.0f);
+    auto bcast = [](const TensorView& v) { return v.as_strided(0, {v.size(0), 8, 64}, {v.stride(0), 0, 1}); };
+    quantize_heads_both("mla_k_blocks", kvb.dv.slice(2, 0, 128), kvb.hv.slice(2, 0, 128), bcast(pe.dv), bcast(pe.hv),
+                        cu, kernels::kFp8AttnKeyBlock);
+    const Pair c = random_pair(rng, {10, 4, 24}, DType::kF32, /*strided=*/false, alloc(), stream());
+    const Pair ct = random_pair(rng, {10, 4, 8}, DType::kF32, /*strided=*/false, alloc(), stream());
+    quantize_heads_both("f32_tail_block3", c.dv, c.hv, ct.dv, ct.hv, {}, 3);
+    const Pair z =
+        make_pair_from(std::vector<float>(6 * 2 * 16, 0.0f), {6, 2, 16}, DType::kBF16, false, alloc(), stream());
+    const Quantized qz = quantize_heads_both("zeros", z.dv, z.hv, TensorView{}, TensorView{}, {0, 6}, 4);
+    EXPECT_EQ(read_f32(qz.host_scale), std::vector<float>(12, 1.0f));
 }
 
 struct Seq {
@@ -348,14 +407,19 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
         for (const DType out_dt : {DType::kBF16, DType::kF8E4M3}) {
             for (const bool with_lse : {true, false}) {
                 // The e4m3-out runs take the kernel's other schedule (PENSTOCK_FP8_ATTN_PINGPONG) and q from shared
-                // memory (PENSTOCK_FP8_ATTN_QREGS=0), the bf16 ones the defaults.
+                // memory (PENSTOCK_FP8_ATTN_QREGS=0), the bf16 ones the defaults. The four runs of a case split the
+                // softmax's exponentials between the special-function unit and the FMA pipes in each way the kernel
+                // offers (PENSTOCK_FP8_ATTN_EXP_FMA: the default, 0, 6 and 8 of 16 column blocks on the FMA pipes).
                 const bool other = out_dt == DType::kF8E4M3;
                 if (other) {
                     setenv("PENSTOCK_FP8_ATTN_PINGPONG", "1", /*overwrite=*/1);
                     setenv("PENSTOCK_FP8_ATTN_QREGS", "0", /*overwrite=*/1);
                 }
-                const std::string name =
-                    c.name + (out_dt == DType::kBF16 ? " bf16" : " e4m3 pingpong q_smem") + (with_lse ? "" : " no_lse");
+                const char* exp_fma = other ? (with_lse ? "6" : "8") : (with_lse ? nullptr : "0");
+                if (exp_fma != nullptr) setenv("PENSTOCK_FP8_ATTN_EXP_FMA", exp_fma, /*overwrite=*/1);
+                const std::string name = c.name + (out_dt == DType::kBF16 ? " bf16" : " e4m3 pingpong q_smem") +
+                                         (with_lse ? "" : " no_lse") + " exp_fma " + (exp_fma ? exp_fma : "default") +
+                                         ((out_dt == DType::kBF16) != with_lse ? " per_row_scales" : "");
                 SCOPED_TRACE(name);
                 PENSTOCK_SEEDED(seed);
                 std::mt19937 rng(seed++);
@@ -368,8 +432,21 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
                                               false, alloc(), stream());
                 const TensorView vd = c.mla_layout ? vsrc.dv.slice(2, nope, nope + c.d_v) : vsrc.dv;
                 const TensorView vh = c.mla_layout ? vsrc.hv.slice(2, nope, nope + c.d_v) : vsrc.hv;
-                const Quantized q8 = quantize_both(name + " q", q.dv, q.hv);
-                const Quantized k8 = quantize_both(name + " k", k.dv, k.hv);
+                // Half of the runs (bf16 out without lse, e4m3 out with it) take q's descales per row and k's per
+                // 128-key block (fp8_quantize_heads, k as two column pieces when d_qk > 64), the others per tensor.
+                const bool per_row = (out_dt == DType::kBF16) != with_lse;
+                const int64_t kn = c.d_qk > 64 ? c.d_qk - 64 : c.d_qk;
+                auto cols = [](const TensorView& x, int64_t c0, int64_t c1) {
+                    return c0 < c1 ? x.slice(2, c0, c1) : TensorView{};
+                };
+                const Quantized q8 =
+                    per_row ? quantize_heads_both(name + " q", q.dv, q.hv, TensorView{}, TensorView{}, {}, 1)
+                            : quantize_both(name + " q", q.dv, q.hv);
+                const Quantized k8 = per_row
+                                         ? quantize_heads_both(name + " k", k.dv.slice(2, 0, kn), k.hv.slice(2, 0, kn),
+                                                               cols(k.dv, kn, c.d_qk), cols(k.hv, kn, c.d_qk), m.cu_k,
+                                                               kernels::kFp8AttnKeyBlock)
+                                         : quantize_both(name + " k", k.dv, k.hv);
                 const Quantized v8 = quantize_both(name + " v", vd, vh);
                 const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
                 const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
@@ -394,7 +471,8 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
                                             .q_descale = q8.dev_scale,
                                             .k_descale = k8.dev_scale,
                                             .v_descale = v8.dev_scale,
-                                            .out_descale = out_dt == DType::kF8E4M3 ? od_d.view() : TensorView{}};
+                                            .out_descale = out_dt == DType::kF8E4M3 ? od_d.view() : TensorView{},
+                                            .k_descale_block = per_row ? kernels::kFp8AttnKeyBlock : 0};
                 const bool covered = cuda::attention_fp8_wgmma_covers(dp);
                 EXPECT_TRUE(covered) << "the FP8 wgmma kernel declined";
                 std::printf("[conf] attention_fp8_wgmma | %s | %s\n", name.c_str(), covered ? "taken" : "declined");
@@ -403,6 +481,7 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
                 cuda::attention(dp, raw_stream());
                 unsetenv("PENSTOCK_FP8_ATTN_PINGPONG");
                 unsetenv("PENSTOCK_FP8_ATTN_QREGS");
+                unsetenv("PENSTOCK_FP8_ATTN_EXP_FMA");
 
                 // (the reference writes f32 or e4m3)
                 Tensor out_h = Tensor::empty({tq, c.heads, c.d_v}, out_dt == DType::kF8E4M3 ? out_dt : DType::kF32);
@@ -447,44 +526,59 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
 }
 
 // FP8 q / k / v with an f32 out: no FP8 kernel takes it (the wgmma kernel writes bf16 or e4m3, cuDNN e4m3), so the
-// fallback widens the inputs to f32 and runs the f32 attention: the reference's result to f32 accuracy.
+// fallback widens the inputs to f32 and runs the f32 attention: the reference's result to f32 accuracy. Per-tensor
+// descales, then per-row q and k descales with k's in blocks of 2 keys and no k_descale_block promise (which the FP8
+// kernel declines even for a bf16 out).
 TEST_F(Fp8AttentionTest, F32OutFallbackMatchesReference) {
-    constexpr uint32_t kSeed = 3500;
-    PENSTOCK_SEEDED(kSeed);
-    std::mt19937 rng(kSeed);
-    const std::vector<Seq> seqs = {{70, 70, 0, 0}, {20, 45, 25, 0}};
-    const SeqMeta m = meta_of(seqs);
-    const int64_t tq = m.cu_q.back(), tk = m.cu_k.back(), h = 4, d = 64;
-    const Pair q = random_pair(rng, {tq, h, d}, DType::kBF16, false, alloc(), stream());
-    const Pair k = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
-    const Pair v = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
-    const Quantized q8 = quantize_both("f32_out q", q.dv, q.hv);
-    const Quantized k8 = quantize_both("f32_out k", k.dv, k.hv);
-    const Quantized v8 = quantize_both("f32_out v", v.dv, v.hv);
-    const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
-    const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
-    const Pair out = poisoned_pair({tq, h, d}, DType::kF32, false, alloc(), stream());
-    kernels::AttentionParams dp{.out = out.dv,
-                                .lse = TensorView{},
-                                .q = q8.dev,
-                                .k = k8.dev,
-                                .v = v8.dev,
-                                .cu_seqlens_q = cu_q_d,
-                                .cu_seqlens_k = cu_k_d,
-                                .q_pos0 = qp_d,
-                                .k_pos0 = kp_d,
-                                .scale = 0.2f,
-                                .causal = true,
-                                .max_seqlen_q = m.max_q,
-                                .max_seqlen_k = m.max_k,
-                                .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
-                                .q_descale = q8.dev_scale,
-                                .k_descale = k8.dev_scale,
-                                .v_descale = v8.dev_scale};
-    EXPECT_FALSE(cuda::attention_fp8_wgmma_covers(dp)) << "an f32 out is not the FP8 kernel's";
-    cuda::attention(dp, raw_stream());
-    ref::attention(host_twin(dp, host_meta(m), q8, k8, v8, out.hv, TensorView{}, TensorView{}), nullptr);
-    conf_pair("attention_fp8", "f32_out_fallback out", out, out.hv, kF32Tol, stream());
+    for (const bool per_row : {false, true}) {
+        SCOPED_TRACE(per_row ? "per-row descales" : "per-tensor descales");
+        const uint32_t kSeed = per_row ? 3501 : 3500;
+        PENSTOCK_SEEDED(kSeed);
+        std::mt19937 rng(kSeed);
+        const std::vector<Seq> seqs = {{70, 70, 0, 0}, {20, 45, 25, 0}};
+        const SeqMeta m = meta_of(seqs);
+        const int64_t tq = m.cu_q.back(), tk = m.cu_k.back(), h = 4, d = 64;
+        const Pair q = random_pair(rng, {tq, h, d}, DType::kBF16, false, alloc(), stream());
+        const Pair k = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
+        const Pair v = random_pair(rng, {tk, h, d}, DType::kBF16, false, alloc(), stream());
+        const std::string tag = per_row ? "f32_out_per_row" : "f32_out";
+        const Quantized q8 = per_row ? quantize_heads_both(tag + " q", q.dv, q.hv, TensorView{}, TensorView{}, {}, 1)
+                                     : quantize_both(tag + " q", q.dv, q.hv);
+        const Quantized k8 = per_row
+                                 ? quantize_heads_both(tag + " k", k.dv, k.hv, TensorView{}, TensorView{}, m.cu_k, 2)
+                                 : quantize_both(tag + " k", k.dv, k.hv);
+        const Quantized v8 = quantize_both(tag + " v", v.dv, v.hv);
+        const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
+        const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
+        const Pair out = poisoned_pair({tq, h, d}, DType::kF32, false, alloc(), stream());
+        kernels::AttentionParams dp{.out = out.dv,
+                                    .lse = TensorView{},
+                                    .q = q8.dev,
+                                    .k = k8.dev,
+                                    .v = v8.dev,
+                                    .cu_seqlens_q = cu_q_d,
+                                    .cu_seqlens_k = cu_k_d,
+                                    .q_pos0 = qp_d,
+                                    .k_pos0 = kp_d,
+                                    .scale = 0.2f,
+                                    .causal = true,
+                                    .max_seqlen_q = m.max_q,
+                                    .max_seqlen_k = m.max_k,
+                                    .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                                    .q_descale = q8.dev_scale,
+                                    .k_descale = k8.dev_scale,
+                                    .v_descale = v8.dev_scale};
+        EXPECT_FALSE(cuda::attention_fp8_wgmma_covers(dp)) << "an f32 out is not the FP8 kernel's";
+        if (per_row) {
+            kernels::AttentionParams b = dp;
+            Tensor ob = dev_empty({tq, h, d}, DType::kBF16);
+            b.out = ob;
+            EXPECT_FALSE(cuda::attention_fp8_wgmma_covers(b)) << "per-row k descales without the block promise";
+        }
+        cuda::attention(dp, raw_stream());
+        ref::attention(host_twin(dp, host_meta(m), q8, k8, v8, out.hv, TensorView{}, TensorView{}), nullptr);
+        conf_pair("attention_fp8", tag + "_fallback out", out, out.hv, kF32Tol, stream());
+    }
 }
 
 // bf16 attention with no lse wanted (models/mla.cc's one-round MHA call): cuDNN's graph without the Stats output, or
