@@ -403,12 +403,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma::commit();
     };
-    // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8); returns the
-    // correction of the previous accumulators (O and the row sums) for the two rows.
-    auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
+    // Key tile j's k descale (at its first key): read before the tile's score product is awaited, so that the load's
+    // latency stays off the softmax's path.
+    auto k_tile_descale = [&](int j) {
+        return __ldg(a.k_descale + (static_cast<int64_t>(cta.k_start) + j * kBN) * a.kd0 +
+                     static_cast<int64_t>(cta.kv_head) * a.kd1);
+    };
+    // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8), sk the
+    // tile's k descale; returns the correction of the previous accumulators (O and the row sums) for the two rows.
+    auto softmax = [&](float(&sc)[64], int j, float sk, float& corr_lo, float& corr_hi) {
         attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
-        const float sk = __ldg(a.k_descale + (static_cast<int64_t>(cta.k_start) + j * kBN) * a.kd0 +
-                               static_cast<int64_t>(cta.kv_head) * a.kd1);
         const float c_lo = fmaxf(cq_lo * sk, 1e-30f), c_hi = fmaxf(cq_hi * sk, 1e-30f);
         float mx_lo, mx_hi;
         attn_wgmma::tile_row_max(sc, -INFINITY, -INFINITY, mx_lo, mx_hi);
@@ -479,6 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float s[64];
     uint32_t pa[4][4];
     if (n_tiles > 0) {
+        const float sk = k_tile_descale(n_tiles - 1);
         tma::mbar_wait(full(0), 0);
         pp.begin();
         issue_scores(0, s);
@@ -490,13 +495,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = 0x38383838u;
         } else {
-            softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
+            softmax(s, n_tiles - 1, sk, corr_lo, corr_hi);  // o is 0: no rescale
             pack(s, pa);
         }
     }
     int prev = 0, st = 0;
     uint32_t phase = 0;  // of stage st's "full" barrier
     for (int it = 1; it < n_tiles; ++it) {
+        const float sk = k_tile_descale(n_tiles - 1 - it);
         prev = st;
         if (++st == kStages) {
             st = 0;
@@ -510,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
         float corr_lo = 1.0f, corr_hi = 1.0f;
-        if (!a.mma_only) softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        if (!a.mma_only) softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
         wgmma::wait<0>();  // the value product
         wgmma::reg_fence(o);
 #pragma unroll

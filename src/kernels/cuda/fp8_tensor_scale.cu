@@ -11,12 +11,13 @@
 //   dequantize: e4m3_to_f32_exact(q) * scale[0], rounded once to the output dtype.
 //   fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with the caller's device multiplier.
 // fp8_quantize_heads (bit-exact with ref::fp8_quantize_heads): one unit = a block of rows of one head; block 1 takes a
-// warp per unit (8 per CTA), a longer block a CTA. The unit's group walks its packs (V elements of [in ; in_tail])
-// twice: the max |x| (shuffles, then shared memory across a CTA's warps; NaN wins as above), then the cast with
-// inv = 1 / s (the second read hits L1 / L2: one DRAM read per element). Blocks of a sequence are found without a
-// prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s <= x (binary search), as block
-// x - cu[s] / block - s of it; such a base grows by at least the sequence's block count, so at most n / block +
-// n_seqs units cover every block and the surplus ones (past their sequence's rows) return at once.
+// warp per unit (8 per CTA), a longer block a CTA. The unit's group reads its packs (V elements of [in ; in_tail],
+// walked without a division per pack) into registers for the max |x| (shuffles, then shared memory across a CTA's
+// warps; NaN wins as above) and casts them with inv = 1 / s: one read per element (a unit too large for the
+// registers, > 4 packs per lane of a warp or 16 per thread of a CTA, reads them again, from L1 / L2). Blocks of a
+// sequence are found without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s <=
+// x (binary search), as block x - cu[s] / block - s of it; such a base grows by at least the sequence's block count, so
+// at most n / block + n_seqs units cover every block and the surplus ones (past their sequence's rows) return at once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -241,18 +242,42 @@ struct HeadQuantArgs {
     int n_seqs, block;
 };
 
-template <class In, int V, bool kWarpUnit>
+// A unit's packs, i = lane, lane + width, ... of n_packs, walked as (row, pack column) with no division per step.
+struct PackWalk {
+    int row, col;      // of the current pack, row relative to the unit's first row
+    int d_row, d_col;  // the step of width packs: width = d_row * per_row + d_col
+    int per_row;
+    __device__ __forceinline__ PackWalk(int lane, int width, int per_row_)
+        : row(lane / per_row_),
+          col(lane % per_row_),
+          d_row(width / per_row_),
+          d_col(width % per_row_),
+          per_row(per_row_) {}
+    __device__ __forceinline__ void next() {
+        row += d_row;
+        col += d_col;
+        if (col >= per_row) {
+            col -= per_row;
+            ++row;
+        }
+    }
+};
+
+// kHeld: packs a thread keeps in registers between the max and the cast; a unit with more packs than kHeld * width
+// reads them again in the cast (from L1 / L2).
+template <class In, int V, bool kWarpUnit, int kHeld>
 __global__ void __launch_bounds__(kThreads)
     head_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
                       const In* __restrict__ tail, HeadQuantArgs a) {
-    int64_t r0, r1, head;
-    int lane, width;
-    if constexpr (kWarpUnit) {  // block 1: unit = (row, head)
-        const int64_t u = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-        if (u >= a.n * a.h) return;
-        r0 = u / a.h;
-        head = u - r0 * a.h;
-        r1 = r0 + 1;
+    int64_t r0, head;
+    int rows, lane, width;
+    if constexpr (kWarpUnit) {  // block 1: unit = (row, head), u = row * h + head < 2^31 (checked on the host)
+        const auto u = static_cast<uint32_t>(blockIdx.x * (kThreads / 32) + threadIdx.x / 32);
+        if (u >= static_cast<uint32_t>(a.n * a.h)) return;
+        const uint32_t row = u / static_cast<uint32_t>(a.h);
+        r0 = row;
+        head = u - row * static_cast<uint32_t>(a.h);
+        rows = 1;
         lane = static_cast<int>(threadIdx.x % 32);
         width = 32;
     } else {
@@ -274,21 +299,41 @@ __global__ void __launch_bounds__(kThreads)
         }
         r0 = base + x * a.block;
         if (r0 >= end) return;  // (uniform over the CTA)
-        r1 = min(end, r0 + a.block);
+        rows = static_cast<int>(min(end - r0, static_cast<int64_t>(a.block)));
         lane = static_cast<int>(threadIdx.x);
         width = kThreads;
     }
-    const int64_t per_row = (a.d + a.dt) / V, n_packs = (r1 - r0) * per_row;
-    auto load = [&](int64_t i) {
-        const int64_t r = r0 + i / per_row, c = (i % per_row) * V;
-        const In* src = c < a.d ? in + r * a.s0 + head * a.s1 + c : tail + r * a.t0 + head * a.t1 + (c - a.d);
+    const int per_row = static_cast<int>((a.d + a.dt) / V), n_packs = rows * per_row;
+    const In* in_u = in + r0 * a.s0 + head * a.s1;
+    const In* tail_u = tail + r0 * a.t0 + head * a.t1;
+    uint8_t* out_u = out + r0 * a.o0 + head * a.o1;
+    auto load = [&](const PackWalk& w) {
+        const int64_t c = static_cast<int64_t>(w.col) * V;
+        const In* src = c < a.d ? in_u + w.row * a.s0 + c : tail_u + w.row * a.t0 + (c - a.d);
         return *reinterpret_cast<const Pack<In, V>*>(src);
     };
-    float m = 0.0f;
-    for (int64_t i = lane; i < n_packs; i += width) {
-        const Pack<In, V> x = load(i);
+    auto pack_max = [](float m, const Pack<In, V>& x) {
 #pragma unroll
         for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(x.v[j])));
+        return m;
+    };
+    const bool held = n_packs <= kHeld * width;
+    Pack<In, V> keep[kHeld];
+    float m = 0.0f;
+    {
+        PackWalk w(lane, width, per_row);
+        if (held) {
+#pragma unroll
+            for (int k = 0; k < kHeld; ++k) {
+                if (lane + k * width < n_packs) {
+                    keep[k] = load(w);
+                    m = pack_max(m, keep[k]);
+                }
+                w.next();
+            }
+        } else {
+            for (int i = lane; i < n_packs; i += width, w.next()) m = pack_max(m, load(w));
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -297,23 +342,30 @@ __global__ void __launch_bounds__(kThreads)
         if (lane % 32 == 0) warp_max[lane / 32] = m;
         __syncthreads();
 #pragma unroll
-        for (int w = 0; w < kThreads / 32; ++w) m = abs_max_bits_merge(m, warp_max[w]);
+        for (int i = 0; i < kThreads / 32; ++i) m = abs_max_bits_merge(m, warp_max[i]);
     }
-    const float amax = m;
-    const float sc = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
     const float inv = __fdiv_rn(1.0f, sc);
-    for (int64_t i = lane; i < n_packs; i += width) {
-        const Pack<In, V> x = load(i);
+    auto store = [&](const PackWalk& w, const Pack<In, V>& x) {
         Pack<uint8_t, V> q;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
             const float y = __fmul_rn(to_f32(x.v[j]), inv);
             q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
         }
-        const int64_t r = r0 + i / per_row, c = (i % per_row) * V;
-        *reinterpret_cast<Pack<uint8_t, V>*>(out + r * a.o0 + head * a.o1 + c) = q;
+        *reinterpret_cast<Pack<uint8_t, V>*>(out_u + w.row * a.o0 + static_cast<int64_t>(w.col) * V) = q;
+    };
+    PackWalk w(lane, width, per_row);
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < kHeld; ++k) {
+            if (lane + k * width < n_packs) store(w, keep[k]);
+            w.next();
+        }
+    } else {
+        for (int i = lane; i < n_packs; i += width, w.next()) store(w, load(w));
     }
-    for (int64_t r = r0 + lane; r < r1; r += width) scale[r * a.c0 + head * a.c1] = sc;
+    for (int r = lane; r < rows; r += width) scale[(r0 + r) * a.c0 + head * a.c1] = sc;
 }
 
 }  // namespace
@@ -367,6 +419,8 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
     }
     if (a.n == 0 || a.h == 0 || a.n_seqs == 0) return;
     PENSTOCK_CHECK_LE(a.h, 65535) << op << ": heads";
+    PENSTOCK_CHECK_LT(a.n * a.h, int64_t{1} << 31) << op << ": rows x heads";
+    PENSTOCK_CHECK_LT((a.d + a.dt) * std::max<int64_t>(p.block, 1), int64_t{1} << 31) << op << ": block size";
     const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.in.dtype, op, [&](auto t) {
         using In = decltype(t);
@@ -386,11 +440,11 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
             const auto* tl = has_tail ? static_cast<const In*>(p.in_tail.data) : x;
             if (p.block == 1) {
                 const int64_t units = a.n * a.h, per_cta = kThreads / 32;
-                head_quant_kernel<In, V, true>
+                head_quant_kernel<In, V, true, 4>
                     <<<static_cast<unsigned>((units + per_cta - 1) / per_cta), kThreads, 0, s>>>(o, sc, x, tl, a);
             } else {
                 const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
-                head_quant_kernel<In, V, false>
+                head_quant_kernel<In, V, false, 16>
                     <<<dim3(static_cast<unsigned>(units), static_cast<unsigned>(a.h)), kThreads, 0, s>>>(o, sc, x, tl,
                                                                                                          a);
             }
