@@ -217,6 +217,39 @@ void run_attention_bench(BenchContext& ctx) {
                 cuda::fp8_quantize_tensor({.out = v8, .scale = scale(2), .in = v}, ctx.stream().handle());
             },
             2, 10);
+        {
+            // The quantisers one by one: per tensor (fp8_quantize_tensor: amax, then the cast) against per row
+            // (fp8_quantize_heads, block 1: q) and per 128-key block of the sequence with k read as two column pieces
+            // ([k_nope ; k_pe], models/mla.cc's form: in_tail; the whole k when d_qk <= 64).
+            const Tensor q_rows = Tensor::empty({s.seq, s.heads}, DType::kF32, ctx.alloc());
+            const Tensor k_rows = Tensor::empty({s.seq, s.kv_heads}, DType::kF32, ctx.alloc());
+            const Tensor cu_k =
+                cuda::to_device(Tensor::from_i32({2}, std::vector<int32_t>{0, static_cast<int32_t>(s.seq)}),
+                                ctx.alloc(), ctx.stream());
+            const int64_t kn = s.d_qk > 64 ? s.d_qk - 64 : s.d_qk;
+            const TensorView kv = k.view();
+            const TensorView k_tail = kn < s.d_qk ? kv.slice(2, kn, s.d_qk) : TensorView{};
+            auto one = [&](auto&& fn) { return time_events(ctx, fn, 2, 10).median_us * 1e-3; };
+            void* const st = ctx.stream().handle();
+            nlohmann::json record = ctx.base_record("fp8_quantize");
+            record["shape"] = s.name;
+            record["seq"] = s.seq;
+            record["impl"] = "fp8_quantize";
+            record["q_tensor_ms"] = one([&] { cuda::fp8_quantize_tensor({.out = q8, .scale = scale(0), .in = q}, st); });
+            record["k_tensor_ms"] = one([&] { cuda::fp8_quantize_tensor({.out = k8, .scale = scale(1), .in = k}, st); });
+            record["v_tensor_ms"] = one([&] { cuda::fp8_quantize_tensor({.out = v8, .scale = scale(2), .in = v}, st); });
+            record["q_rows_ms"] = one([&] { cuda::fp8_quantize_heads({.out = q8, .scale = q_rows, .in = q}, st); });
+            record["k_blocks_ms"] = one([&] {
+                cuda::fp8_quantize_heads({.out = k8,
+                                          .scale = k_rows,
+                                          .in = kv.slice(2, 0, kn),
+                                          .in_tail = k_tail,
+                                          .cu_seqlens = cu_k,
+                                          .block = kernels::kFp8AttnKeyBlock},
+                                         st);
+            });
+            ctx.report(record, Timing{}, 0.0);
+        }
         kernels::AttentionParams f = p;
         f.mask_kind = kernels::AttentionMaskKind::kCausalBottomRight;
         f.equal_lengths = true;
