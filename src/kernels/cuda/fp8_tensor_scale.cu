@@ -11,10 +11,13 @@
 //   dequantize: e4m3_to_f32_exact(q) * scale[0], rounded once to the output dtype.
 //   fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with the caller's device multiplier.
 // fp8_quantize_heads (bit-exact with ref::fp8_quantize_heads): one unit = a block of rows of one head; block 1 takes a
-// warp per unit (8 per CTA), a longer block a CTA. The unit's group reads its packs (V elements of [in ; in_tail],
-// walked without a division per pack) into registers for the max |x| (shuffles, then shared memory across a CTA's
-// warps; NaN wins as above) and casts them with inv = 1 / s: one read per element (a unit too large for the
-// registers, > 4 packs per lane of a warp or 16 per thread of a CTA, reads them again, from L1 / L2). Blocks of a
+// group of lanes per unit (a power of two holding the row in <= 4 packs per lane: 8 lanes for a 192-wide bf16 row,
+// 4 units per warp), a longer block a CTA. The unit's threads read its packs (V elements of [in ; in_tail], walked
+// without a division per pack) into registers for the max |x| (shuffles, then shared memory across a CTA's warps;
+// NaN wins as above) and cast them with inv = 1 / s by the hardware e4m3x2 cast (the quotients are <= 448.0001, where
+// it equals the software rounding): one read per element (a unit too large for the registers, > 4 packs per lane or
+// 16 per thread of a CTA, reads them again, from L1 / L2). The per-tensor cast keeps the software rounding (its
+// quotients are bounded the same way, but it is memory-bound as it is). Blocks of a
 // sequence are found without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s <=
 // x (binary search), as block x - cu[s] / block - s of it; such a base grows by at least the sequence's block count, so
 // at most n / block + n_seqs units cover every block and the surplus ones (past their sequence's rows) return at once.
@@ -263,23 +266,30 @@ struct PackWalk {
     }
 };
 
-// kHeld: packs a thread keeps in registers between the max and the cast; a unit with more packs than kHeld * width
-// reads them again in the cast (from L1 / L2).
-template <class In, int V, bool kWarpUnit, int kHeld>
+// kHeld: packs a thread keeps in registers between the max and the cast; a unit with more packs than kHeld times its
+// group's threads reads them again in the cast (from L1 / L2). kLaneGroups (block 1): a unit = (row, head) per group
+// of `group` lanes (a power of two up to 32, picked on the host so that a row's packs fill about kHeld per lane),
+// 32 / group units per warp; else a unit = (block, head) per CTA.
+template <class In, int V, bool kLaneGroups, int kHeld>
 __global__ void __launch_bounds__(kThreads)
     head_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
-                      const In* __restrict__ tail, HeadQuantArgs a) {
-    int64_t r0, head;
-    int rows, lane, width;
-    if constexpr (kWarpUnit) {  // block 1: unit = (row, head), u = row * h + head < 2^31 (checked on the host)
-        const auto u = static_cast<uint32_t>(blockIdx.x * (kThreads / 32) + threadIdx.x / 32);
-        if (u >= static_cast<uint32_t>(a.n * a.h)) return;
-        const uint32_t row = u / static_cast<uint32_t>(a.h);
-        r0 = row;
-        head = u - row * static_cast<uint32_t>(a.h);
-        rows = 1;
-        lane = static_cast<int>(threadIdx.x % 32);
-        width = 32;
+                      const In* __restrict__ tail, HeadQuantArgs a, int group) {
+    int64_t r0 = 0, head = 0;
+    int rows = 0, lane, width;
+    if constexpr (kLaneGroups) {  // u = row * h + head < 2^31 (checked on the host)
+        const uint32_t warp = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+        const uint32_t lane32 = threadIdx.x % 32, per_warp = 32u / static_cast<uint32_t>(group);
+        const uint32_t units = static_cast<uint32_t>(a.n * a.h);
+        if (warp * per_warp >= units) return;  // (the whole warp: its shuffles need every lane)
+        const uint32_t u = warp * per_warp + lane32 / static_cast<uint32_t>(group);
+        if (u < units) {  // a group past the end joins the shuffles with no packs
+            const uint32_t row = u / static_cast<uint32_t>(a.h);
+            r0 = row;
+            head = u - row * static_cast<uint32_t>(a.h);
+            rows = 1;
+        }
+        lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
+        width = group;
     } else {
         head = blockIdx.y;
         int64_t x = blockIdx.x, base = 0, end = a.n;
@@ -335,23 +345,33 @@ __global__ void __launch_bounds__(kThreads)
             for (int i = lane; i < n_packs; i += width, w.next()) m = pack_max(m, load(w));
         }
     }
+    if constexpr (kLaneGroups) {
+        for (int o = group / 2; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
+    } else {
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if constexpr (!kWarpUnit) {
+        for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
         __shared__ float warp_max[kThreads / 32];
         if (lane % 32 == 0) warp_max[lane / 32] = m;
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < kThreads / 32; ++i) m = abs_max_bits_merge(m, warp_max[i]);
     }
+    if (rows == 0) return;
     const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
     const float inv = __fdiv_rn(1.0f, sc);
+    // e4m3 of x * inv by the hardware cast: |x * inv| <= 448.0001 (e4m3x2_in_range's range), NaN -> 0x7f; an
+    // infinite amax makes inv 0 and every quotient 0 or NaN, as in the reference.
     auto store = [&](const PackWalk& w, const Pack<In, V>& x) {
         Pack<uint8_t, V> q;
+        if constexpr (V == 1) {
+            q.v[0] = static_cast<uint8_t>(e4m3x2_in_range(__fmul_rn(to_f32(x.v[0]), inv), 0.0f) & 0xffu);
+        } else {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float y = __fmul_rn(to_f32(x.v[j]), inv);
-            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+            for (int j = 0; j < V; j += 2) {
+                const uint32_t b = e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), inv), __fmul_rn(to_f32(x.v[j + 1]), inv));
+                q.v[j] = static_cast<uint8_t>(b & 0xffu);
+                q.v[j + 1] = static_cast<uint8_t>(b >> 8);
+            }
         }
         *reinterpret_cast<Pack<uint8_t, V>*>(out_u + w.row * a.o0 + static_cast<int64_t>(w.col) * V) = q;
     };
@@ -439,14 +459,20 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
             const auto* x = static_cast<const In*>(p.in.data);
             const auto* tl = has_tail ? static_cast<const In*>(p.in_tail.data) : x;
             if (p.block == 1) {
-                const int64_t units = a.n * a.h, per_cta = kThreads / 32;
-                head_quant_kernel<In, V, true, 4>
-                    <<<static_cast<unsigned>((units + per_cta - 1) / per_cta), kThreads, 0, s>>>(o, sc, x, tl, a);
+                // lanes per (row, head): the smallest power of two that holds the row in at most 4 packs per lane
+                constexpr int kHeldRow = 4;
+                const int64_t per_row = (a.d + a.dt) / V;
+                int group = 1;
+                while (group < 32 && group * kHeldRow < per_row) group *= 2;
+                const int64_t units_per_cta = (kThreads / 32) * (32 / group);
+                head_quant_kernel<In, V, true, kHeldRow>
+                    <<<static_cast<unsigned>((a.n * a.h + units_per_cta - 1) / units_per_cta), kThreads, 0, s>>>(
+                        o, sc, x, tl, a, group);
             } else {
                 const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
                 head_quant_kernel<In, V, false, 16>
                     <<<dim3(static_cast<unsigned>(units), static_cast<unsigned>(a.h)), kThreads, 0, s>>>(o, sc, x, tl,
-                                                                                                         a);
+                                                                                                         a, kThreads);
             }
             PENSTOCK_CUDA_LAUNCH_CHECK();
         };
