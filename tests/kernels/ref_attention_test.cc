@@ -384,6 +384,29 @@ TEST(RefAttention, HintsAreCheckedNeverUsed) {
                    nullptr);
 }
 
+// Runs `p` (FP8 q / k / v) with an f32 out and lse, and the f32 attention of (qf, kf, vf) under the same metadata;
+// expects the same out and lse bit for bit. Returns the f32 attention's out.
+Tensor expect_fp8_equals_f32_of(kernels::AttentionParams p, const Tensor& qf, const Tensor& kf, const Tensor& vf) {
+    const int64_t tq = p.q.size(0), heads = p.q.size(1), dv = p.v.size(2);
+    Tensor want = Tensor::empty({tq, heads, dv}, DType::kF32);
+    Tensor want_lse = Tensor::empty({tq, heads}, DType::kF32);
+    kernels::AttentionParams pf = p;
+    pf.q = qf;
+    pf.k = kf;
+    pf.v = vf;
+    pf.out = want;
+    pf.lse = want_lse;
+    ref::attention(pf, nullptr);
+    Tensor got = Tensor::empty({tq, heads, dv}, DType::kF32);
+    Tensor got_lse = Tensor::empty({tq, heads}, DType::kF32);
+    p.out = got;
+    p.lse = got_lse;
+    ref::attention(p, nullptr);
+    EXPECT_EQ(read_f32(got), read_f32(want));
+    EXPECT_EQ(read_f32(got_lse), read_f32(want_lse));
+    return want;
+}
+
 // FP8 attention (kernels/ops.h): e4m3 q / k / v with per-tensor descales equal the f32 attention of the dequantised
 // inputs; an FP8 out is that result times 1 / out_descale, rounded to e4m3, with out_descale = v_descale * headroom;
 // and the whole is within FP8 accuracy of the f32 attention on the original inputs.
@@ -421,25 +444,8 @@ TEST(RefAttention, Fp8InputsAndOutput) {
                                .q_descale = qs,
                                .k_descale = ks,
                                .v_descale = vs};
-    // The f32 attention of the dequantised inputs.
-    const Tensor qf = widen(q8, qs), kf = widen(k8, ks), vf = widen(v8, vs);
-    Tensor want = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
-    Tensor want_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
-    kernels::AttentionParams pf = p;
-    pf.q = qf;
-    pf.k = kf;
-    pf.v = vf;
-    pf.out = want;
-    pf.lse = want_lse;
-    ref::attention(pf, nullptr);
-    // f32 out: exactly that.
-    Tensor got = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
-    Tensor got_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
-    p.out = got;
-    p.lse = got_lse;
-    ref::attention(p, nullptr);
-    EXPECT_EQ(read_f32(got), read_f32(want));
-    EXPECT_EQ(read_f32(got_lse), read_f32(want_lse));
+    // f32 out: exactly the f32 attention of the dequantised inputs.
+    const Tensor want = expect_fp8_equals_f32_of(p, widen(q8, qs), widen(k8, ks), widen(v8, vs));
     // FP8 out.
     Tensor o8 = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF8E4M3);
     Tensor od = Tensor::from_f32({1}, std::vector<float>{-1.0f});
@@ -511,25 +517,13 @@ TEST(RefAttention, Fp8PerRowDescales) {
                                .k_descale = ks,
                                .v_descale = vs,
                                .k_descale_block = 4};
-    const Tensor qf = widen(q8, qs), kf = widen(k8, ks);
     Tensor vf = Tensor::empty({in.total_k, c.n_kv_heads, c.d_v}, DType::kF32);
     ref::fp8_dequantize_tensor({.out = vf, .scale = vs, .in = v8}, nullptr);
-    Tensor want = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
-    Tensor want_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
-    kernels::AttentionParams pf = p;
-    pf.q = qf;
-    pf.k = kf;
-    pf.v = vf;
-    pf.out = want;
-    pf.lse = want_lse;
-    ref::attention(pf, nullptr);
+    expect_fp8_equals_f32_of(p, widen(q8, qs), widen(k8, ks), vf);
     Tensor got = Tensor::empty({in.total_q, c.n_heads, c.d_v}, DType::kF32);
     Tensor got_lse = Tensor::empty({in.total_q, c.n_heads}, DType::kF32);
     p.out = got;
     p.lse = got_lse;
-    ref::attention(p, nullptr);
-    EXPECT_EQ(read_f32(got), read_f32(want));
-    EXPECT_EQ(read_f32(got_lse), read_f32(want_lse));
     // A block of 4 keys holds one descale per head; promising blocks of 2 holds too (a refinement), blocks of 8 not.
     p.k_descale_block = 2;
     ref::attention(p, nullptr);
