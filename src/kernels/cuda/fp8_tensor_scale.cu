@@ -313,7 +313,8 @@ __global__ void __launch_bounds__(kThreads)
         lane = static_cast<int>(threadIdx.x);
         width = kThreads;
     }
-    const int per_row = static_cast<int>((a.d + a.dt) / V), n_packs = rows * per_row;
+    // (a row of no columns has no packs; the walk still needs a positive row length)
+    const int per_row = max(1, static_cast<int>((a.d + a.dt) / V)), n_packs = a.d + a.dt > 0 ? rows * per_row : 0;
     const In* in_u = in + r0 * a.s0 + head * a.s1;
     const In* tail_u = tail + r0 * a.t0 + head * a.t1;
     uint8_t* out_u = out + r0 * a.o0 + head * a.o1;
