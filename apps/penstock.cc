@@ -438,8 +438,9 @@ int main(int argc, char** argv) {
                         "run the prompt as chunks of N tokens through the KV cache (0: one chunk)");
     forward->add_option("--mla-form", fwd.mla_form, "MLA prefill form: mha or absorbed");
     forward->add_flag("--fp8-attention", fwd.fp8_attention,
-                      "MLA MHA form: FP8 attention (e4m3 q, k, v with per-tensor dynamic scales; on Hopper Penstock's "
-                      "FP8 wgmma kernel); lossy: a few percent relative error on the attention output");
+                      "MLA MHA form: FP8 attention (e4m3 q per row, k per 128-key block, v per tensor, dynamic "
+                      "scales; on Hopper Penstock's FP8 wgmma kernel); lossy: a few percent relative error on the "
+                      "attention output");
     forward->add_flag("--dsa-fp8-indexer", fwd.dsa_fp8_indexer,
                       "DSA families: the FP8 indexer (e4m3 q and keys after a Hadamard rotation, as DeepSeek-V3.2's "
                       "inference) instead of f32 keys as transformers computes");

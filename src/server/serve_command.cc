@@ -53,9 +53,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--schedule-policy", a->schedule_policy, "fcfs or lpm");
     cmd->add_option("--mla-form", a->mla_form, "mha or absorbed");
     cmd->add_flag("--fp8-attention", a->fp8_attention,
-                  "MLA MHA form (DeepSeek-V3, Kimi K3's MLA layers): FP8 attention (e4m3 q, k, v with per-tensor "
-                  "dynamic scales; on Hopper Penstock's FP8 wgmma kernel); lossy: a few percent relative error on the "
-                  "attention output (two-ended: stage 0 wins)");
+                  "MLA MHA form (DeepSeek-V3, Kimi K3's MLA layers): FP8 attention (e4m3 q per row, k per 128-key "
+                  "block, v per tensor, dynamic scales; on Hopper Penstock's FP8 wgmma kernel); lossy: a few percent "
+                  "relative error on the attention output (two-ended: stage 0 wins)");
     cmd->add_flag("--dsa-fp8-indexer", a->dsa_fp8_indexer,
                   "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
                   "index-K rows, as DeepSeek-V3.2's inference) instead of f32 keys as transformers computes "
