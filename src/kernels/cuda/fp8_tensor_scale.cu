@@ -291,8 +291,11 @@ __global__ void __launch_bounds__(kThreads)
         lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
         width = group;
     } else {
-        head = blockIdx.y;
-        int64_t x = blockIdx.x, base = 0, end = a.n;
+        // head fastest: the CTAs resident together read whole rows (all heads of a few blocks), not one head's slice
+        // of every row
+        const int64_t flat = blockIdx.x;
+        int64_t x = flat / a.h, base = 0, end = a.n;
+        head = flat - x * a.h;
         if (a.cu != nullptr) {
             int lo = 0, hi = a.n_seqs - 1;  // the last s with cu[s] / block + s <= x
             while (lo < hi) {
@@ -471,9 +474,9 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
                         o, sc, x, tl, a, group);
             } else {
                 const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
+                PENSTOCK_CHECK_LT(units * a.h, int64_t{1} << 31) << op << ": blocks x heads";
                 head_quant_kernel<In, V, false, 16>
-                    <<<dim3(static_cast<unsigned>(units), static_cast<unsigned>(a.h)), kThreads, 0, s>>>(o, sc, x, tl,
-                                                                                                         a, kThreads);
+                    <<<static_cast<unsigned>(units * a.h), kThreads, 0, s>>>(o, sc, x, tl, a, kThreads);
             }
             PENSTOCK_CUDA_LAUNCH_CHECK();
         };
