@@ -84,18 +84,25 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::de
 // crow0 + 8j / kHeads, head (8j + 2t + e) % kHeads (0 past n_rows).
 template <int kHeads>
 __device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2]) {
+    // All 128 loads first (rows past n_rows read row 0 and are zeroed after), then the products: a product right
+    // after its loads waits out their latency, 64 times in a row.
+    float w[32][2], qs[32][2];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int r = crow0 + (8 * j) / kHeads;
+        const int64_t rr = r < a.n_rows ? r : 0;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int h = (8 * j + 2 * t + e) % kHeads;
+            w[j][e] = __ldg(a.weights + rr * a.w0 + h);
+            qs[j][e] = __ldg(a.q_scale + rr * a.qs0 + static_cast<int64_t>(h) * a.qs1);
+        }
+    }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
         const int r = crow0 + (8 * j) / kHeads;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int h = (8 * j + 2 * t + e) % kHeads;
-            gate[j][e] = r < a.n_rows ? __ldg(a.weights + static_cast<int64_t>(r) * a.w0 + h) *
-                                            __ldg(a.q_scale + static_cast<int64_t>(r) * a.qs0 +
-                                                  static_cast<int64_t>(h) * a.qs1) *
-                                            a.scale
-                                      : 0.0f;
-        }
+        for (int e = 0; e < 2; ++e) gate[j][e] = r < a.n_rows ? w[j][e] * qs[j][e] * a.scale : 0.0f;
     }
 }
 
@@ -311,16 +318,24 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     const int crow0 = row0 + c * kRows;  // this warpgroup's rows [crow0, crow0 + kRows)
     const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytesF16;
     // This warpgroup's q rows, widened: (row, head) pair p = row_local * kHeads + head, 8 16-byte chunks each.
-    for (int i = ctid; i < kPairs * 8; i += 128) {
-        const int pair = i / 8;
-        const int c8 = i % 8;
-        const int r = crow0 + pair / kHeads;
-        const int h = pair % kHeads;
-        const bool ok = r < a.n_rows;
-        const uint4 x = load16_or_zero(q + static_cast<int64_t>(ok ? r : 0) * a.q0 + static_cast<int64_t>(h) * a.q1 +
-                                           16 * c8,
-                                       ok);
-        store_f16_chunk(qc, kPairs, pair, c8, x);
+    // (in batches of 8 loads before their stores: the stores are volatile asm, which no later load passes)
+    constexpr int kQBatch = 8;
+    static_assert(kPairs * 8 % (128 * kQBatch) == 0, "whole batches");
+    for (int i0 = ctid; i0 < kPairs * 8; i0 += 128 * kQBatch) {
+        uint4 x[kQBatch];
+#pragma unroll
+        for (int b = 0; b < kQBatch; ++b) {
+            const int i = i0 + 128 * b, pair = i / 8, c8 = i % 8;
+            const int r = crow0 + pair / kHeads;
+            const bool ok = r < a.n_rows;
+            x[b] = load16_or_zero(
+                q + static_cast<int64_t>(ok ? r : 0) * a.q0 + static_cast<int64_t>(pair % kHeads) * a.q1 + 16 * c8, ok);
+        }
+#pragma unroll
+        for (int b = 0; b < kQBatch; ++b) {
+            const int i = i0 + 128 * b;
+            store_f16_chunk(qc, kPairs, i / 8, i % 8, x[b]);
+        }
     }
     wgmma::fence_proxy_async();
     tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
