@@ -183,10 +183,32 @@ struct AttentionParams {
     // kv head), as fp8_quantize_heads with that block writes it: the CUDA FP8 kernel, which scales a whole key tile
     // at once, takes per-row k descales only with it. Wrong hints are a caller bug.
     int32_t k_descale_block = 0;
+    // FP8 out per row and head, in the block-FP8 activation layout a following FP8 GEMM reads (o_proj): when set, out
+    // is f8e4m3 with d_v == 128 (one 128-column block per head) and contiguous over (heads, d_v) in each row,
+    // out_descale is unused, and the result is bit for bit that of the same call with a bf16 out followed by
+    // fp8_act_quant of those bf16 rows viewed [total_q, n_heads * 128]: out_scale[i, h] (written) is row i's scale of
+    // block h. The CUDA FP8 kernel writes it from its epilogue; other paths compose the two ops.
+    TensorView out_scale{};  // [total_q, n_heads] f32, strided on both dims
 };
 
 inline constexpr float kFp8AttnOutHeadroom = 1.125f;
 inline constexpr int32_t kFp8AttnKeyBlock = 128;
+inline constexpr int64_t kFp8AttnOutScaleBlock = 128;  // d_v with out_scale: one activation block per head
+
+// out_scale's checks (AttentionParams), then out viewed as fp8_act_quant's [total_q, n_heads * d_v] rows.
+inline TensorView fp8_attention_out_rows(const AttentionParams& p) {
+    PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3 && p.out.ndim == 3) << "attention: out_scale needs an f8e4m3 out";
+    const int64_t rows = p.out.size(0), heads = p.out.size(1), d_v = p.out.size(2);
+    PENSTOCK_CHECK_EQ(d_v, kFp8AttnOutScaleBlock) << "attention: out_scale needs d_v 128 (one block per head)";
+    PENSTOCK_CHECK(p.out.stride(2) == 1 && (p.out.stride(1) == d_v || heads <= 1))
+        << "attention: out_scale needs out contiguous over (heads, d_v) in each row, got strides " << p.out.stride(0)
+        << ", " << p.out.stride(1) << ", " << p.out.stride(2);
+    PENSTOCK_CHECK(p.out_scale.dtype == DType::kF32 && p.out_scale.ndim == 2 && p.out_scale.size(0) == rows &&
+                   p.out_scale.size(1) == heads && p.out_scale.device == p.out.device)
+        << "attention: out_scale must be [" << rows << ", " << heads << "] f32 on out's device, got "
+        << p.out_scale.shape_string();
+    return p.out.as_strided(0, {rows, heads * d_v}, {rows > 1 ? p.out.stride(0) : heads * d_v, 1});
+}
 
 // Merges a partial attention result (in_out, in_lse) into the running (out, lse) by log-sum-exp:
 // lse' = log(exp(lse) + exp(in_lse)); out' = out * exp(lse - lse') + in_out * exp(in_lse - lse'). -inf entries are

@@ -163,23 +163,34 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
     }
 
     Tensor attn_out = scratch(ctx, {n, d.n_heads * d.v_head_dim}, x.dtype);
+    // FP8 attention before an FP8 o_proj: the attention's epilogue quantises its rows for o_proj (one 128-column
+    // block per head), so neither a bf16 attn_out nor o_proj's activation quantisation is needed.
+    std::optional<Fp8Activations> attn_rows;
+    if (options.fp8_attention && options.fp8_attention_rows && options.mla_form == MlaForm::kMha && o_proj_.fp8() &&
+        !variant_.output_gate && d.v_head_dim == kernels::kFp8AttnOutScaleBlock && n > 0) {
+        attn_rows = fp8_rows_scratch(n, d.n_heads * d.v_head_dim, ctx);
+    }
+    bool rows_written = false;
     {
         const kernels::ProfileScope scope(ctx, "core");
         switch (options.mla_form) {
             case MlaForm::kMha:
-                attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity,
-                           options.fp8_attention, attn_out, ctx);
+                rows_written =
+                    attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity,
+                               options.fp8_attention, attn_out, attn_rows ? &*attn_rows : nullptr, ctx);
                 break;
             case MlaForm::kAbsorbed:
                 attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
                 break;
         }
     }
-    output(x, attn_out, out, ctx);
+    output(x, attn_out, out, ctx, rows_written ? &*attn_rows : nullptr);
 }
 
 void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
-                          const kernels::Context& ctx) const {
+                          const kernels::Context& ctx, const Fp8Activations* attn_rows) const {
+    PENSTOCK_CHECK(attn_rows == nullptr || (!variant_.output_gate && o_proj_.fp8()))
+        << "MLA output: FP8 attention rows need an FP8 o_proj and no output gate";
     if (variant_.output_gate) {
         const kernels::ProfileScope scope(ctx, "out_gate");
         // The gate stays f32 (the GEMM's accumulator, unrounded); attn_out is gated in place in its own dtype (bf16:
@@ -188,13 +199,14 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
         kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
     }
     const kernels::ProfileScope scope(ctx, "o_proj");
-    linear_forward(o_proj_, attn_out, out, ctx);
+    linear_forward(o_proj_, attn_out, out, ctx, attn_rows);
     tp_.all_reduce_sum(out, ctx);
 }
 
-void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
+bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                               const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
-                              bool fp8_attention, const TensorView& attn_out, const kernels::Context& ctx) const {
+                              bool fp8_attention, const TensorView& attn_out, Fp8Activations* attn_rows,
+                              const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t n_seqs = layout.n_seqs;
@@ -229,6 +241,7 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     }
     Tensor piece_lse;
     if (!direct) piece_lse = scratch(ctx, {n, d.n_heads});
+    bool rows_written = false;  // attn_rows written by the FP8 path (one round with keys)
     Tensor cu_k_host = Tensor::empty({n_seqs + 1}, DType::kI32);
     Tensor k_pos0_host = Tensor::empty({n_seqs}, DType::kI32);
     Tensor cu_k = scratch(ctx, {n_seqs + 1}, DType::kI32);
@@ -315,7 +328,8 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                                                      : kernels::AttentionMaskKind::kGeneral,
                                           .equal_lengths = equal_lengths};
         if (fp8) {
-            attend_mha_fp8(ap, k_pe, ctx);
+            attend_mha_fp8(ap, k_pe, attn_rows, ctx);
+            rows_written = attn_rows != nullptr;
             continue;
         }
         const kernels::ProfileScope attention_scope(ctx, "attention");
@@ -328,12 +342,13 @@ void MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         if (cu_k_host.ptr<int32_t>()[n_seqs] == 0) {
             kernels::fill({.out = out3, .value = 0.0f}, ctx);  // no keys at all: the empty accumulator
         }
-        return;
+        return rows_written;
     }
     kernels::copy({.out = out3, .in = acc_out}, ctx);
+    return false;
 }
 
-void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe,
+void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, Fp8Activations* attn_rows,
                                   const kernels::Context& ctx) const {
     const TensorView &q = ap.q, &k = ap.k, &v = ap.v;
     const int64_t n = q.size(0), total = k.size(0), nope = k.size(2) - k_pe.size(2);
@@ -365,6 +380,10 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const Tens
         f.k_descale = k_scale;
         f.v_descale = v_scale;
         f.k_descale_block = kernels::kFp8AttnKeyBlock;
+        if (attn_rows != nullptr) {  // o_proj's FP8 rows: [n, H * 128] e4m3, scales [n, H] (strides {1, n})
+            f.out = attn_rows->data.view().reshape({n, q.size(1), v.size(2)});
+            f.out_scale = attn_rows->scale;
+        }
         kernels::attention(f, ctx);
     }
 }

@@ -76,20 +76,25 @@ public:
     Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
     void absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const;
-    // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x), summed over the tp group.
-    void output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
-                const kernels::Context& ctx) const;
+    // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x), summed over the tp group. attn_rows:
+    // attn_out's FP8 rows when the attention wrote them instead (FP8 o_proj, no output gate), else null.
+    void output(const TensorView& x, const TensorView& attn_out, const TensorView& out, const kernels::Context& ctx,
+                const Fp8Activations* attn_rows = nullptr) const;
 
 private:
-    // attn_out[n_tokens, n_heads * v_head_dim] from q[n_tokens, n_heads, qk_head_dim] and the cached latents.
-    void attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
+    // attn_out[n_tokens, n_heads * v_head_dim] from q[n_tokens, n_heads, qk_head_dim] and the cached latents. With
+    // attn_rows (non-null) the FP8 path writes o_proj's FP8 rows there instead (AttentionParams::out_scale; bit for
+    // bit fp8_act_quant of the bf16 attn_out) and returns true; false: attn_out holds the result.
+    bool attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                     const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity, bool fp8_attention,
-                    const TensorView& attn_out, const kernels::Context& ctx) const;
+                    const TensorView& attn_out, Fp8Activations* attn_rows, const kernels::Context& ctx) const;
     // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q
     // quantised per row and head, k = [ap.k's first nope columns ; k_pe] per head in blocks of kFp8AttnKeyBlock keys
     // of each sequence (kernels::fp8_quantize_heads; k_pe [total_k, H, rope] is the rope'd latent broadcast over the
-    // heads, so K is never concatenated in bf16), v per tensor; the FP8 attention writes ap.out in its own dtype.
-    void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, const kernels::Context& ctx) const;
+    // heads, so K is never concatenated in bf16), v per tensor; the FP8 attention writes ap.out in its own dtype, or
+    // attn_rows (non-null: e4m3 rows and their per-head block scales for the FP8 o_proj).
+    void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, Fp8Activations* attn_rows,
+                        const kernels::Context& ctx) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;

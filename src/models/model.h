@@ -56,6 +56,11 @@ struct ModelOptions {
     // attention stays in the activation dtype. Lossy (kernels/ops.h AttentionParams): a few percent relative error
     // on the attention output, more on the logits of a small random-weight model (tests/models/deepseek_v3_test.cc).
     bool fp8_attention = false;
+    // With fp8_attention before an FP8 o_proj (no output gate, v_head_dim 128): the attention's epilogue writes
+    // o_proj's e4m3 input rows and their per-head block scales itself (kernels::AttentionParams::out_scale), bit for
+    // bit the bf16 output followed by o_proj's activation quantisation, which it replaces. false: that unfused pair
+    // (the A/B and the test of the equality, tests/models/fp8_weights_test.cc).
+    bool fp8_attention_rows = true;
     // Families with per-request recurrent state (KDA): at most this many requests hold state at once (the cache
     // allocates min(n_pages, max_state_slots) slots).
     int64_t max_state_slots = 256;

@@ -539,6 +539,104 @@ TEST(RefAttention, Fp8PerRowDescales) {
     EXPECT_DEATH(ref::attention(p, nullptr), "v_descale is per tensor");
 }
 
+// out_scale (kernels/ops.h): an e4m3 out per row and head is the bf16 result followed by fp8_act_quant of its rows,
+// bit for bit, with the scales in the block-FP8 GEMMs' transposed layout; 3 heads (not a power of two), a sequence
+// whose rows see no key (out 0: the scale's 1e-4 floor), and the checks of the contract.
+TEST(RefAttention, Fp8OutPerRowAndHeadIsBf16ThenActQuant) {
+    constexpr uint32_t kSeed = 2471;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    const AttnCase c{"fp8_rows_out", 3, 3, 32, 128, {{5, 5, 0, 0}, {3, 9, 6, 0}, {2, 2, 0, 5}, {1, 1, 0, 0}}};
+    const AttnInputs in = make_inputs(rng, c);
+    auto quantize = [](const TensorView& x, Tensor* scale) {
+        Tensor q = Tensor::empty({x.size(0), x.size(1), x.size(2)}, DType::kF8E4M3);
+        *scale = Tensor::empty({1}, DType::kF32);
+        ref::fp8_quantize_tensor({.out = q, .scale = *scale, .in = x}, nullptr);
+        return q;
+    };
+    Tensor qs, ks, vs;
+    const Tensor q8 = quantize(in.q.view, &qs), k8 = quantize(in.k.view, &ks), v8 = quantize(in.v_view, &vs);
+    const int64_t tq = in.total_q, h = c.n_heads;
+    Tensor bf = Tensor::empty({tq, h, 128}, DType::kBF16), lse_bf = Tensor::empty({tq, h}, DType::kF32);
+    kernels::AttentionParams p{.out = bf,
+                               .lse = lse_bf,
+                               .q = q8,
+                               .k = k8,
+                               .v = v8,
+                               .cu_seqlens_q = in.cu_q,
+                               .cu_seqlens_k = in.cu_k,
+                               .q_pos0 = in.q_pos0,
+                               .k_pos0 = in.k_pos0,
+                               .scale = 1.0f / std::sqrt(32.0f),
+                               .mask_kind = kernels::AttentionMaskKind::kGeneral,
+                               .q_descale = qs,
+                               .k_descale = ks,
+                               .v_descale = vs};
+    ref::attention(p, nullptr);
+    Tensor want = Tensor::empty({tq, h * 128}, DType::kF8E4M3), want_scale = Tensor::empty({tq, h}, DType::kF32);
+    ref::fp8_act_quant({.out = want, .scale = want_scale, .in = bf.view().reshape({tq, h * 128})}, nullptr);
+
+    Tensor got = Tensor::empty({tq, h, 128}, DType::kF8E4M3), lse = Tensor::empty({tq, h}, DType::kF32);
+    Tensor scale_store = Tensor::empty({h * tq}, DType::kF32);  // [tq, h] with strides {1, tq}
+    const TensorView got_scale = scale_store.view().as_strided(0, {tq, h}, {1, tq});
+    kernels::AttentionParams f = p;
+    f.out = got;
+    f.lse = lse;
+    f.out_scale = got_scale;
+    ref::attention(f, nullptr);
+    for (int64_t i = 0; i < want.numel(); ++i) {
+        ASSERT_EQ(got.ptr<uint8_t>()[i], want.ptr<uint8_t>()[i]) << "byte " << i;
+    }
+    for (int64_t i = 0; i < tq; ++i) {
+        for (int64_t j = 0; j < h; ++j) {
+            EXPECT_EQ(*got_scale.at<float>({i, j}), want_scale.ptr<float>()[i * h + j]) << "row " << i << " head " << j;
+            EXPECT_EQ(lse.ptr<float>()[i * h + j], lse_bf.ptr<float>()[i * h + j]) << "lse row " << i;
+        }
+    }
+    // Rows 8 and 9 (queries at 0..1, keys at 5..6) see no key: zero bytes and the floor's scale; the others more.
+    for (int64_t i = 0; i < tq; ++i) {
+        for (int64_t j = 0; j < h; ++j) {
+            const float sc = want_scale.ptr<float>()[i * h + j];
+            if (i == 8 || i == 9) {
+                EXPECT_EQ(sc, 1e-4f / 448.0f) << "row " << i;
+                EXPECT_EQ(got.ptr<uint8_t>()[(i * h + j) * 128], 0) << "row " << i;
+            } else {
+                EXPECT_GT(sc, 1e-4f / 448.0f) << "row " << i;
+            }
+        }
+    }
+
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    kernels::AttentionParams bad = f;
+    bad.out = bf;
+    EXPECT_DEATH(ref::attention(bad, nullptr), "out_scale needs an f8e4m3 out");
+    Tensor wide = Tensor::empty({tq, h, 256}, DType::kF8E4M3);
+    bad.out = wide.view().slice(2, 0, 128);  // rows of 2 x 128 bytes per head: not contiguous over (heads, d_v)
+    EXPECT_DEATH(ref::attention(bad, nullptr), "contiguous over");
+    bad.out = got;
+    bad.out_scale = scale_store.view().as_strided(0, {tq, h - 1}, {1, tq});
+    EXPECT_DEATH(ref::attention(bad, nullptr), "out_scale must be");
+    const AttnCase c64{"fp8_rows_out_d64", 2, 2, 32, 64, {{3, 3, 0, 0}}};
+    const AttnInputs in64 = make_inputs(rng, c64);
+    Tensor s64;
+    const Tensor q64 = quantize(in64.q.view, &s64), k64 = quantize(in64.k.view, &s64),
+                 v64 = quantize(in64.v_view, &s64);
+    Tensor o64 = Tensor::empty({3, 2, 64}, DType::kF8E4M3), sc64 = Tensor::empty({3, 2}, DType::kF32);
+    kernels::AttentionParams d64 = p;
+    d64.out = o64;
+    d64.lse = {};
+    d64.out_scale = sc64;
+    d64.q = q64;
+    d64.k = k64;
+    d64.v = v64;
+    d64.q_descale = d64.k_descale = d64.v_descale = s64;
+    d64.cu_seqlens_q = in64.cu_q;
+    d64.cu_seqlens_k = in64.cu_k;
+    d64.q_pos0 = in64.q_pos0;
+    d64.k_pos0 = in64.k_pos0;
+    EXPECT_DEATH(ref::attention(d64, nullptr), "out_scale needs d_v 128");
+}
+
 TEST(RefAttention, Fp8RejectsMixedDtypesAndBrokenEqualLengthsHint) {
     constexpr uint32_t kSeed = 1357;
     std::mt19937 rng(kSeed);

@@ -19,6 +19,7 @@
 
 #include "common/reference.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 #include "kernels/tolerance.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -676,6 +677,58 @@ TEST(Fp8Weights, DummyNativeFixtureModelRunsFiniteAndDeterministic) {
     for (int64_t i = 0; i < a.numel(); ++i) ASSERT_TRUE(std::isfinite(a.ptr<const float>()[i])) << i;
     EXPECT_EQ(std::memcmp(a.ptr<float>(), b.ptr<float>(), a.nbytes()), 0);
     EXPECT_NE(std::memcmp(a.ptr<float>(), c.ptr<float>(), a.nbytes()), 0);
+}
+
+// FP8 attention before the FP8 o_proj (ModelOptions::fp8_attention_rows): the attention's epilogue writes o_proj's
+// e4m3 rows and scales, bit for bit the bf16 output and o_proj's activation quantisation it replaces, so the logits
+// are identical with the fusion on and off. The tiny FP8 fixture's shape with v_head_dim 128 (one block per head; the
+// fixture's own 32 takes the unfused path, also checked) and dummy native FP8 weights; whole prompts (the FP8 path)
+// and chunks of 17 (later chunks read a cached prefix: still one expansion round, the same path).
+TEST(Fp8Weights, FusedAttentionRowsMatchTheUnfusedPair) {
+    Result<loader::ModelConfig> config = loader::load_model_config(kFp8Fixture);
+    ASSERT_TRUE(config.ok());
+    for (const int64_t v_head_dim : {int64_t{128}, config->v_head_dim}) {
+        loader::ModelConfig cfg = *config;
+        cfg.v_head_dim = v_head_dim;
+        // (the profile says which path ran: o_proj quantises its input itself only when unfused)
+        bool quantised_by_o_proj = false;
+        auto logits_of = [&](bool rows, int64_t chunk) -> Tensor {
+            models::ModelOptions options;
+            options.dummy_weights_seed = 11;
+            options.fp8_weights = Fp8Weights::kNative;
+            options.fp8_attention = true;
+            options.fp8_attention_rows = rows;
+            loader::LoadStats stats;
+            auto model =
+                models::load_model(cfg, loader::Checkpoint::none(), {0, cfg.num_hidden_layers}, options, &stats);
+            EXPECT_TRUE(model.ok()) << model.status().to_string();
+            if (!model.ok()) return Tensor();
+            runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 8, .n_threads = 2});
+            std::vector<int32_t> prompt;
+            for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 100);
+            const std::vector<std::vector<int32_t>> prompts{prompt};
+            kernels::Profiler profiler(Device::kCPU);
+            runner.set_profiler(&profiler);
+            auto l = runner.prefill_all_logits(prompts, chunk);
+            runner.set_profiler(nullptr);
+            EXPECT_TRUE(l.ok()) << l.status().to_string();
+            quantised_by_o_proj = false;
+            for (const kernels::ProfileTotal& t : kernels::aggregate(profiler.collect())) {
+                quantised_by_o_proj = quantised_by_o_proj || t.path == "layer.attn.o_proj.act_quant";
+            }
+            return l.ok() ? l->front() : Tensor();
+        };
+        for (const int64_t chunk : {int64_t{0}, int64_t{17}}) {
+            SCOPED_TRACE(::testing::Message() << "v_head_dim " << v_head_dim << " chunk " << chunk);
+            const Tensor fused = logits_of(true, chunk);
+            EXPECT_EQ(quantised_by_o_proj, v_head_dim != 128) << "the attention should write o_proj's rows";
+            const Tensor plain = logits_of(false, chunk);
+            EXPECT_TRUE(quantised_by_o_proj);
+            ASSERT_TRUE(fused.defined() && plain.defined());
+            for (int64_t i = 0; i < fused.numel(); ++i) ASSERT_TRUE(std::isfinite(fused.ptr<const float>()[i])) << i;
+            EXPECT_EQ(std::memcmp(fused.ptr<float>(), plain.ptr<float>(), fused.nbytes()), 0);
+        }
+    }
 }
 
 TEST(Fp8Weights, ModeResolution) {

@@ -250,6 +250,24 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
         PENSTOCK_CHECK(t->numel() == 1 || (t->ndim == 2 && t->size(0) == x->size(0) && t->size(1) == x->size(1)))
             << op << ": q_descale / k_descale must be [1] or [rows, heads], got " << t->shape_string();
     }
+    if (p.out_scale.data != nullptr) {  // FP8 out per row and head (kernels/ops.h)
+        PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3) << op << ": out_scale needs an f8e4m3 out";
+        const TensorView rows = kernels::fp8_attention_out_rows(p);
+        check_on_gpu(p.out_scale, op, "out_scale");
+        if (attention_fp8_wgmma(p, nullptr, stream)) return;
+        // else the bf16 result, then its rows' block quantisation
+        void* ptr = nullptr;
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(&ptr, static_cast<size_t>(std::max<int64_t>(rows.numel(), 1)) * 2, stream));
+        kernels::AttentionParams b = p;
+        b.out = TensorView::contiguous(ptr, DType::kBF16,
+                                       std::array<int64_t, 3>{p.out.size(0), p.out.size(1), p.out.size(2)},
+                                       Device::kCUDA, p.out.device_index);
+        b.out_scale = {};
+        attention_fp8(b, stream);
+        fp8_act_quant({.out = rows, .scale = p.out_scale, .in = b.out.reshape({rows.size(0), rows.size(1)})}, stream);
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+        return;
+    }
     const bool fp8_out = p.out.dtype == DType::kF8E4M3;
     float* scale_o = nullptr;
     if (fp8_out) {

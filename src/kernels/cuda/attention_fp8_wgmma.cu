@@ -97,6 +97,8 @@ struct Fp8AttnArgs {
     const float* v_descale;
     int64_t qd0, qd1, kd0, kd1;
     const float* scale_o;  // FP8 out: 1 / out_descale
+    float* out_scale;      // FP8 out per row and head (AttentionParams::out_scale), else null
+    int64_t os0, os1;      // out_scale's strides
     int64_t o0, o1, l0;    // out / lse strides (elements)
     int group;             // n_heads / n_kv_heads
     float scale;
@@ -263,6 +265,61 @@ __device__ __forceinline__ void store_out2(OutT* p, float x, float y) {
         *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(e4m3x2_in_range(x, y));
     } else {
         tile::store2<OutT>(p, x, y);
+    }
+}
+
+// The epilogue of an e4m3 out per row and head (AttentionParams::out_scale, d_v 128): a row's 128 values lie in the
+// four lanes of a quad (32 each: columns 2 t4 + 8 nb + {0, 1}). Each value is rounded to bf16 exactly as the bf16
+// epilogue stores it, the quad's maximum of |x| gives fp8_act_quant's scale s = max(amax, 1e-4) / 448, and each value
+// is cast as act_quant_group casts it (the quotient from one reciprocal, div_by_recip, then the hardware cast): the
+// bytes and the scale of a bf16 out followed by fp8_act_quant, bit for bit.
+template <int kAcc>
+__device__ __forceinline__ void row_block_epilogue(const Fp8AttnArgs& a, float (&o)[kAcc], float l_lo, float l_hi,
+                                                   float m_lo, float m_hi, int r_lo, int t4,
+                                                   const attn_wgmma::CtaWork& cta) {
+    constexpr int kNb = 16;  // 8-column blocks of d_v 128
+    const float mult = __ldg(a.v_descale);
+    float amax[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {  // (every lane: the quad shuffles below take the whole warp)
+        const float l = hf == 0 ? l_lo : l_hi;
+        const float f = l > 0.0f ? mult / l : 0.0f;
+        float m = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < kNb; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& x = o[4 * nb + 2 * hf + e];
+                x = __bfloat162float(__float2bfloat16_rn(x * f));
+                m = fmaxf(m, fabsf(x));
+            }
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        amax[hf] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = r_lo + 8 * hf;
+        if (r >= cta.len_q) continue;
+        const float sc = __fdiv_rn(fmaxf(amax[hf], 1e-4f), 448.0f);
+        const float rc = __frcp_rn(sc);
+        auto quot = [&](float x) { return rc != 0.0f ? div_by_recip(x, sc, rc) : __fdiv_rn(x, sc); };
+        const int64_t row = static_cast<int64_t>(cta.q_start) + r;
+        auto* orow = static_cast<uint8_t*>(a.out) + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
+#pragma unroll
+        for (int nb = 0; nb < kNb; ++nb) {
+            *reinterpret_cast<uint16_t*>(orow + 8 * nb) =
+                static_cast<uint16_t>(e4m3x2_in_range(quot(o[4 * nb + 2 * hf]), quot(o[4 * nb + 2 * hf + 1])));
+        }
+        if (t4 == 0) {
+            a.out_scale[row * a.os0 + static_cast<int64_t>(cta.head) * a.os1] = sc;
+            if (a.lse != nullptr) {
+                const float l = hf == 0 ? l_lo : l_hi;
+                const float m = hf == 0 ? m_lo : m_hi;
+                a.lse[row * a.l0 + cta.head] =
+                    l > 0.0f ? fmaf(m - kPScaleLog2, 0.6931471805599453f, logf(l)) : -INFINITY;
+            }
+        }
     }
 }
 
@@ -539,6 +596,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Epilogue: the row sums (column d_v of the accumulators), then the rows this thread holds.
     const float l_lo = o[4 * (kDv / 8)], l_hi = o[4 * (kDv / 8) + 2];
+    if constexpr (sizeof(OutT) == 1 && kDv == 128) {
+        if (a.out_scale != nullptr) {
+            row_block_epilogue(a, o, l_lo, l_hi, m_lo, m_hi, rows.r_lo, t4, cta);
+            return;
+        }
+    }
     float mult = __ldg(a.v_descale);  // l sums the probabilities times 2^8 too
     if constexpr (sizeof(OutT) == 1) mult *= __ldg(a.scale_o);
 #pragma unroll
@@ -627,7 +690,15 @@ bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
         !(p.k_descale_block == kBN && descale_on_gpu(p.k_descale, p.k.size(0), p.k.size(1)))) {
         return false;
     }
-    if (p.out.dtype == DType::kF8E4M3 && !scalar_on_gpu(p.out_descale)) return false;
+    if (p.out_scale.data != nullptr) {  // per row and head: d_v 128, 2-byte aligned pairs of columns
+        if (p.out.dtype != DType::kF8E4M3 || p.v.size(2) != kernels::kFp8AttnOutScaleBlock) return false;
+        if (!attn_wgmma::on_gpu(p.out_scale) || p.out.stride(2) != 1 || p.out.stride(0) % 2 != 0 ||
+            p.out.stride(1) % 2 != 0 || reinterpret_cast<uintptr_t>(p.out.data) % 2 != 0) {
+            return false;
+        }
+    } else if (p.out.dtype == DType::kF8E4M3 && !scalar_on_gpu(p.out_descale)) {
+        return false;
+    }
     const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
     if (!((d_qk == 64 && d_v == 64) || (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128) ||
           (d_qk == 256 && d_v == 128))) {
@@ -639,7 +710,8 @@ bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
 bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o, cudaStream_t stream) {
     if (!attention_fp8_wgmma_covers(p)) return false;
     const bool fp8_out = p.out.dtype == DType::kF8E4M3;
-    PENSTOCK_CHECK(!fp8_out || scale_o != nullptr) << "attention: FP8 out needs 1 / out_descale on the device";
+    PENSTOCK_CHECK(!fp8_out || scale_o != nullptr || p.out_scale.data != nullptr)
+        << "attention: FP8 out needs 1 / out_descale on the device";
     const int64_t total_q = p.q.size(0), total_k = p.k.size(0), h_kv = p.k.size(1);
     const int64_t d_qk = p.q.size(2), d_v = p.v.size(2);
     if (total_q == 0) return true;
@@ -681,6 +753,11 @@ bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o
         args.kd1 = p.k_descale.stride(1);
     }
     args.scale_o = scale_o;
+    if (p.out_scale.data != nullptr) {
+        args.out_scale = p.out_scale.ptr<float>();
+        args.os0 = p.out_scale.stride(0);
+        args.os1 = p.out_scale.stride(1);
+    }
     args.o0 = p.out.stride(0);
     args.o1 = p.out.stride(1);
     args.l0 = p.lse.data != nullptr ? p.lse.stride(0) : 0;

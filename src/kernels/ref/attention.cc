@@ -138,7 +138,17 @@ void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
     f.v = v;
 
     if (p.out.dtype != DType::kF8E4M3) {
+        PENSTOCK_CHECK(p.out_scale.data == nullptr) << "attention: out_scale needs an f8e4m3 out";
         attention(f, pool);
+        return;
+    }
+    if (p.out_scale.data != nullptr) {  // per row and head: the bf16 result, then fp8_act_quant of its rows
+        const TensorView o2 = kernels::fp8_attention_out_rows(p);
+        Tensor o = Tensor::empty({p.out.size(0), p.out.size(1), p.out.size(2)}, DType::kBF16);
+        f.out = o;
+        f.out_scale = {};
+        attention(f, pool);
+        fp8_act_quant({.out = o2, .scale = p.out_scale, .in = o.view().reshape({o2.size(0), o2.size(1)})}, pool);
         return;
     }
     PENSTOCK_CHECK(p.out_descale.device == Device::kCPU && p.out_descale.dtype == DType::kF32 &&

@@ -648,5 +648,126 @@ TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
     }
 }
 
+// out_scale (kernels/ops.h): the FP8 kernel's per-row-and-head e4m3 epilogue against the same kernel's bf16 out
+// followed by fp8_act_quant, bit for bit (bytes, scales in the transposed layout the FP8 GEMMs read, lse); then the
+// composed path (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn: cuDNN's FP8 SDPA or the fallback, then fp8_act_quant) against
+// the same composition written out, and the reference's values to FP8 accuracy. Cases: MLA's 192 / 128 with
+// 16 heads, ragged sequences, rows before the diagonal (no key: the 1e-4 floor), GQA at d 128 and d_qk 256;
+// q / k descales per row (k per 128-key block) on every other case.
+TEST_F(Fp8AttentionTest, RowBlockOutIsBf16ThenActQuant) {
+    struct C {
+        std::string name;
+        int64_t heads, kv_heads, d_qk;
+        std::vector<Seq> seqs;
+    };
+    const std::vector<C> cases = {
+        {"mla_16_heads", 16, 16, 192, {{300, 300, 0, 0}}},
+        {"ragged", 8, 8, 192, {{1, 1, 0, 0}, {17, 17, 0, 0}, {130, 130, 0, 0}, {257, 257, 0, 0}}},
+        {"rows_before_diagonal", 4, 4, 192, {{300, 144, 100, 256}, {17, 17, 0, 0}}},
+        {"gqa_d128", 12, 2, 128, {{129, 129, 0, 0}, {60, 60, 0, 0}}},
+        {"d256", 4, 2, 256, {{190, 190, 0, 0}}},
+    };
+    uint32_t seed = 3600;
+    int index = 0;
+    for (const C& c : cases) {
+        for (const bool with_lse : {true, false}) {
+            const bool per_row = (index++ % 2) == 0;
+            const std::string name = c.name + (with_lse ? "" : " no_lse") + (per_row ? " per_row_scales" : "");
+            SCOPED_TRACE(name);
+            PENSTOCK_SEEDED(seed);
+            std::mt19937 rng(seed++);
+            const SeqMeta m = meta_of(c.seqs);
+            const int64_t tq = m.cu_q.back(), tk = m.cu_k.back(), h = c.heads, kn = c.d_qk - 64;
+            const Pair q = random_pair(rng, {tq, h, c.d_qk}, DType::kBF16, false, alloc(), stream());
+            const Pair k = random_pair(rng, {tk, c.kv_heads, c.d_qk}, DType::kBF16, false, alloc(), stream());
+            const Pair v = random_pair(rng, {tk, c.kv_heads, 128}, DType::kBF16, false, alloc(), stream());
+            const Quantized q8 = per_row ? quantize_heads_both(name + " q", q.dv, q.hv, {}, {}, {}, 1)
+                                         : quantize_both(name + " q", q.dv, q.hv);
+            const Quantized k8 = per_row ? quantize_heads_both(name + " k", k.dv.slice(2, 0, kn), k.hv.slice(2, 0, kn),
+                                                               k.dv.slice(2, kn, c.d_qk), k.hv.slice(2, kn, c.d_qk),
+                                                               m.cu_k, kernels::kFp8AttnKeyBlock)
+                                         : quantize_both(name + " k", k.dv, k.hv);
+            const Quantized v8 = quantize_both(name + " v", v.dv, v.hv);
+            const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
+            const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
+            Tensor bf = dev_empty({tq, h, 128}, DType::kBF16), lse_bf = dev_empty({tq, h}, DType::kF32);
+            const kernels::AttentionParams base{.out = bf,
+                                                .lse = with_lse ? lse_bf.view() : TensorView{},
+                                                .q = q8.dev,
+                                                .k = k8.dev,
+                                                .v = v8.dev,
+                                                .cu_seqlens_q = cu_q_d,
+                                                .cu_seqlens_k = cu_k_d,
+                                                .q_pos0 = qp_d,
+                                                .k_pos0 = kp_d,
+                                                .scale = 3.0f / std::sqrt(static_cast<float>(c.d_qk)),
+                                                .causal = true,
+                                                .max_seqlen_q = m.max_q,
+                                                .max_seqlen_k = m.max_k,
+                                                .mask_kind = kernels::AttentionMaskKind::kCausalBottomRight,
+                                                .q_descale = q8.dev_scale,
+                                                .k_descale = k8.dev_scale,
+                                                .v_descale = v8.dev_scale,
+                                                .k_descale_block = per_row ? kernels::kFp8AttnKeyBlock : 0};
+            // (composed: the bf16 attention, then fp8_act_quant of its rows into scales [tq, h] with strides {1, tq})
+            struct Out {
+                std::vector<uint8_t> bytes;
+                std::vector<float> scales, lse;
+            };
+            auto read = [&](const Tensor& o8, const Tensor& scale_store, const Tensor& lse) {
+                Out r{bytes_of(cuda::to_host(o8, stream())), read_f32(cuda::to_host(scale_store, stream())), {}};
+                if (with_lse) r.lse = read_f32(cuda::to_host(lse, stream()));
+                return r;
+            };
+            auto composed = [&]() {
+                cuda::fill_bytes_async(bf, 0xff, stream());
+                cuda::fill_bytes_async(lse_bf, 0xff, stream());
+                cuda::attention(base, raw_stream());
+                Tensor o8 = dev_empty({tq, h * 128}, DType::kF8E4M3), ss = dev_empty({h * tq}, DType::kF32);
+                cuda::fp8_act_quant({.out = o8,
+                                     .scale = ss.view().as_strided(0, {tq, h}, {1, tq}),
+                                     .in = bf.view().reshape({tq, h * 128})},
+                                    raw_stream());
+                return read(o8, ss, lse_bf);
+            };
+            auto fused = [&](bool expect_kernel) {
+                Tensor o8 = dev_empty({tq, h, 128}, DType::kF8E4M3), ss = dev_empty({h * tq}, DType::kF32);
+                Tensor lse = dev_empty({tq, h}, DType::kF32);
+                cuda::fill_bytes_async(o8, 0xff, stream());
+                cuda::fill_bytes_async(ss, 0xff, stream());
+                cuda::fill_bytes_async(lse, 0xff, stream());
+                kernels::AttentionParams f = base;
+                f.out = o8;
+                f.lse = with_lse ? lse.view() : TensorView{};
+                f.out_scale = ss.view().as_strided(0, {tq, h}, {1, tq});
+                EXPECT_EQ(cuda::attention_fp8_wgmma_covers(f), expect_kernel);
+                cuda::attention(f, raw_stream());
+                return read(o8, ss, lse);
+            };
+            for (const bool kernel : {true, false}) {
+                if (!kernel) setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
+                const std::string path = kernel ? " [FP8 kernel epilogue]" : " [composed]";
+                const Out want = composed();
+                const Out got = fused(kernel);
+                unsetenv("PENSTOCK_FP8_ATTENTION_KERNEL");
+                conf_exact("attention_fp8_out_scale", name + path + " bytes", got.bytes, want.bytes);
+                conf_exact("attention_fp8_out_scale", name + path + " scales", got.scales, want.scales);
+                if (with_lse) conf_exact("attention_fp8_out_scale", name + path + " lse", got.lse, want.lse);
+                // and the values against the reference's f32 result, to FP8 accuracy
+                Tensor ref_out = Tensor::empty({tq, h, 128}, DType::kF32);
+                ref::attention(host_twin(base, host_meta(m), q8, k8, v8, ref_out, TensorView{}, TensorView{}), nullptr);
+                std::vector<float> deq(got.bytes.size());
+                for (size_t i = 0; i < deq.size(); ++i) {
+                    const size_t row = i / static_cast<size_t>(h * 128), head = (i / 128) % static_cast<size_t>(h);
+                    deq[i] = e4m3_to_float(got.bytes[i]) * got.scales[head * static_cast<size_t>(tq) + row];
+                }
+                conf_close("attention_fp8_out_scale", name + path + " values", deq, read_f32(ref_out), kFp8Attn,
+                           {tq, h, 128});
+                if (HasFatalFailure()) return;
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace penstock::test
