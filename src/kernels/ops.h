@@ -185,10 +185,12 @@ struct AttentionParams {
     int32_t k_descale_block = 0;
     // FP8 out per row and head, in the block-FP8 activation layout a following FP8 GEMM reads (o_proj): when set, out
     // is f8e4m3 with d_v == 128 (one 128-column block per head) and contiguous over (heads, d_v) in each row,
-    // out_descale is unused, and the result is bit for bit that of the same call with a bf16 out followed by
-    // fp8_act_quant of those bf16 rows viewed [total_q, n_heads * 128]: out_scale[i, h] (written) is row i's scale of
-    // block h. The CUDA FP8 kernel writes it from its epilogue; other paths compose the two ops.
+    // out_descale is unused, and the result is bit for bit that of the same call with an out of dtype out_scale_from
+    // (bf16 or f32: the activation dtype the unfused caller would have used) followed by fp8_act_quant of those rows
+    // viewed [total_q, n_heads * 128]: out_scale[i, h] (written) is row i's scale of block h. The CUDA FP8 kernel
+    // writes bf16's from its epilogue; other paths compose the two ops.
     TensorView out_scale{};  // [total_q, n_heads] f32, strided on both dims
+    DType out_scale_from = DType::kBF16;
 };
 
 inline constexpr float kFp8AttnOutHeadroom = 1.125f;
@@ -198,6 +200,8 @@ inline constexpr int64_t kFp8AttnOutScaleBlock = 128;  // d_v with out_scale: on
 // out_scale's checks (AttentionParams), then out viewed as fp8_act_quant's [total_q, n_heads * d_v] rows.
 inline TensorView fp8_attention_out_rows(const AttentionParams& p) {
     PENSTOCK_CHECK(p.out.dtype == DType::kF8E4M3 && p.out.ndim == 3) << "attention: out_scale needs an f8e4m3 out";
+    PENSTOCK_CHECK(p.out_scale_from == DType::kBF16 || p.out_scale_from == DType::kF32)
+        << "attention: out_scale_from must be bf16 or f32, got " << dtype_name(p.out_scale_from);
     const int64_t rows = p.out.size(0), heads = p.out.size(1), d_v = p.out.size(2);
     PENSTOCK_CHECK_EQ(d_v, kFp8AttnOutScaleBlock) << "attention: out_scale needs d_v 128 (one block per head)";
     PENSTOCK_CHECK(p.out.stride(2) == 1 && (p.out.stride(1) == d_v || heads <= 1))

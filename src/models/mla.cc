@@ -383,6 +383,7 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const Tens
         if (attn_rows != nullptr) {  // o_proj's FP8 rows: [n, H * 128] e4m3, scales [n, H] (strides {1, n})
             f.out = attn_rows->data.view().reshape({n, q.size(1), v.size(2)});
             f.out_scale = attn_rows->scale;
+            f.out_scale_from = ap.out.dtype;  // the activation dtype the unfused attn_out would have
         }
         kernels::attention(f, ctx);
     }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -539,10 +540,11 @@ TEST(RefAttention, Fp8PerRowDescales) {
     EXPECT_DEATH(ref::attention(p, nullptr), "v_descale is per tensor");
 }
 
-// out_scale (kernels/ops.h): an e4m3 out per row and head is the bf16 result followed by fp8_act_quant of its rows,
-// bit for bit, with the scales in the block-FP8 GEMMs' transposed layout; 3 heads (not a power of two), a sequence
-// whose rows see no key (out 0: the scale's 1e-4 floor), and the checks of the contract.
-TEST(RefAttention, Fp8OutPerRowAndHeadIsBf16ThenActQuant) {
+// out_scale (kernels/ops.h): an e4m3 out per row and head is the result in out_scale_from (bf16: rounded once; f32)
+// followed by fp8_act_quant of its rows, bit for bit, with the scales in the block-FP8 GEMMs' transposed layout;
+// 3 heads (not a power of two), a sequence whose rows see no key (out 0: the scale's 1e-4 floor), and the checks of
+// the contract.
+TEST(RefAttention, Fp8OutPerRowAndHeadIsActQuantOfTheResult) {
     constexpr uint32_t kSeed = 2471;
     PENSTOCK_SEEDED(kSeed);
     std::mt19937 rng(kSeed);
@@ -557,9 +559,9 @@ TEST(RefAttention, Fp8OutPerRowAndHeadIsBf16ThenActQuant) {
     Tensor qs, ks, vs;
     const Tensor q8 = quantize(in.q.view, &qs), k8 = quantize(in.k.view, &ks), v8 = quantize(in.v_view, &vs);
     const int64_t tq = in.total_q, h = c.n_heads;
-    Tensor bf = Tensor::empty({tq, h, 128}, DType::kBF16), lse_bf = Tensor::empty({tq, h}, DType::kF32);
-    kernels::AttentionParams p{.out = bf,
-                               .lse = lse_bf,
+    Tensor f32 = Tensor::empty({tq, h, 128}, DType::kF32), lse_f32 = Tensor::empty({tq, h}, DType::kF32);
+    kernels::AttentionParams p{.out = f32,
+                               .lse = lse_f32,
                                .q = q8,
                                .k = k8,
                                .v = v8,
@@ -573,49 +575,61 @@ TEST(RefAttention, Fp8OutPerRowAndHeadIsBf16ThenActQuant) {
                                .k_descale = ks,
                                .v_descale = vs};
     ref::attention(p, nullptr);
-    Tensor want = Tensor::empty({tq, h * 128}, DType::kF8E4M3), want_scale = Tensor::empty({tq, h}, DType::kF32);
-    ref::fp8_act_quant({.out = want, .scale = want_scale, .in = bf.view().reshape({tq, h * 128})}, nullptr);
-
-    Tensor got = Tensor::empty({tq, h, 128}, DType::kF8E4M3), lse = Tensor::empty({tq, h}, DType::kF32);
-    Tensor scale_store = Tensor::empty({h * tq}, DType::kF32);  // [tq, h] with strides {1, tq}
-    const TensorView got_scale = scale_store.view().as_strided(0, {tq, h}, {1, tq});
-    kernels::AttentionParams f = p;
-    f.out = got;
-    f.lse = lse;
-    f.out_scale = got_scale;
-    ref::attention(f, nullptr);
-    for (int64_t i = 0; i < want.numel(); ++i) {
-        ASSERT_EQ(got.ptr<uint8_t>()[i], want.ptr<uint8_t>()[i]) << "byte " << i;
-    }
-    for (int64_t i = 0; i < tq; ++i) {
-        for (int64_t j = 0; j < h; ++j) {
-            EXPECT_EQ(*got_scale.at<float>({i, j}), want_scale.ptr<float>()[i * h + j]) << "row " << i << " head " << j;
-            EXPECT_EQ(lse.ptr<float>()[i * h + j], lse_bf.ptr<float>()[i * h + j]) << "lse row " << i;
+    Tensor bf = Tensor::empty({tq, h, 128}, DType::kBF16);
+    ref::copy({.out = bf, .in = f32}, nullptr);
+    for (const DType from : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(dtype_name(from));
+        const Tensor& unfused = from == DType::kBF16 ? bf : f32;
+        Tensor want = Tensor::empty({tq, h * 128}, DType::kF8E4M3), want_scale = Tensor::empty({tq, h}, DType::kF32);
+        ref::fp8_act_quant({.out = want, .scale = want_scale, .in = unfused.view().reshape({tq, h * 128})}, nullptr);
+        Tensor got = Tensor::empty({tq, h, 128}, DType::kF8E4M3), lse = Tensor::empty({tq, h}, DType::kF32);
+        Tensor scale_store = Tensor::empty({h * tq}, DType::kF32);  // [tq, h] with strides {1, tq}
+        const TensorView got_scale = scale_store.view().as_strided(0, {tq, h}, {1, tq});
+        kernels::AttentionParams f = p;
+        f.out = got;
+        f.lse = lse;
+        f.out_scale = got_scale;
+        f.out_scale_from = from;
+        ref::attention(f, nullptr);
+        for (int64_t i = 0; i < want.numel(); ++i) {
+            ASSERT_EQ(got.ptr<uint8_t>()[i], want.ptr<uint8_t>()[i]) << "byte " << i;
         }
-    }
-    // Rows 8 and 9 (queries at 0..1, keys at 5..6) see no key: zero bytes and the floor's scale; the others more.
-    for (int64_t i = 0; i < tq; ++i) {
-        for (int64_t j = 0; j < h; ++j) {
-            const float sc = want_scale.ptr<float>()[i * h + j];
-            if (i == 8 || i == 9) {
-                EXPECT_EQ(sc, 1e-4f / 448.0f) << "row " << i;
-                EXPECT_EQ(got.ptr<uint8_t>()[(i * h + j) * 128], 0) << "row " << i;
-            } else {
-                EXPECT_GT(sc, 1e-4f / 448.0f) << "row " << i;
+        for (int64_t i = 0; i < tq; ++i) {
+            for (int64_t j = 0; j < h; ++j) {
+                const float sc = want_scale.ptr<float>()[i * h + j];
+                EXPECT_EQ(*got_scale.at<float>({i, j}), sc) << "row " << i << " head " << j;
+                EXPECT_EQ(lse.ptr<float>()[i * h + j], lse_f32.ptr<float>()[i * h + j]) << "lse row " << i;
+                // Rows 8 and 9 (queries at 0..1, keys at 5..6) see no key: zero bytes and the floor's scale.
+                if (i == 8 || i == 9) {
+                    EXPECT_EQ(sc, 1e-4f / 448.0f) << "row " << i;
+                    EXPECT_EQ(got.ptr<uint8_t>()[(i * h + j) * 128], 0) << "row " << i;
+                } else {
+                    EXPECT_GT(sc, 1e-4f / 448.0f) << "row " << i;
+                }
             }
         }
     }
+    // bf16 and f32 differ somewhere (the rounding is applied)
+    Tensor a = Tensor::empty({tq, h * 128}, DType::kF8E4M3), b = Tensor::empty({tq, h * 128}, DType::kF8E4M3);
+    Tensor sa = Tensor::empty({tq, h}, DType::kF32), sb = Tensor::empty({tq, h}, DType::kF32);
+    ref::fp8_act_quant({.out = a, .scale = sa, .in = bf.view().reshape({tq, h * 128})}, nullptr);
+    ref::fp8_act_quant({.out = b, .scale = sb, .in = f32.view().reshape({tq, h * 128})}, nullptr);
+    EXPECT_NE(std::memcmp(sa.ptr<float>(), sb.ptr<float>(), sa.nbytes()), 0);
 
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    kernels::AttentionParams bad = f;
-    bad.out = bf;
+    Tensor ok_out = Tensor::empty({tq, h, 128}, DType::kF8E4M3), ok_scale = Tensor::empty({tq, h}, DType::kF32);
+    kernels::AttentionParams bad = p;
+    bad.out_scale = ok_scale;
     EXPECT_DEATH(ref::attention(bad, nullptr), "out_scale needs an f8e4m3 out");
     Tensor wide = Tensor::empty({tq, h, 256}, DType::kF8E4M3);
     bad.out = wide.view().slice(2, 0, 128);  // rows of 2 x 128 bytes per head: not contiguous over (heads, d_v)
     EXPECT_DEATH(ref::attention(bad, nullptr), "contiguous over");
-    bad.out = got;
-    bad.out_scale = scale_store.view().as_strided(0, {tq, h - 1}, {1, tq});
+    bad.out = ok_out;
+    bad.out_scale = ok_scale.view().slice(1, 0, h - 1);
     EXPECT_DEATH(ref::attention(bad, nullptr), "out_scale must be");
+    bad.out_scale = ok_scale;
+    bad.out_scale_from = DType::kF8E4M3;
+    EXPECT_DEATH(ref::attention(bad, nullptr), "out_scale_from must be bf16 or f32");
     const AttnCase c64{"fp8_rows_out_d64", 2, 2, 32, 64, {{3, 3, 0, 0}}};
     const AttnInputs in64 = make_inputs(rng, c64);
     Tensor s64;

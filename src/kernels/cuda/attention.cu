@@ -257,9 +257,10 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
         if (attention_fp8_wgmma(p, nullptr, stream)) return;
         // else the bf16 result, then its rows' block quantisation
         void* ptr = nullptr;
-        PENSTOCK_CUDA_CHECK(cudaMallocAsync(&ptr, static_cast<size_t>(std::max<int64_t>(rows.numel(), 1)) * 2, stream));
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(
+            &ptr, dtype_bytes(p.out_scale_from, static_cast<size_t>(std::max<int64_t>(rows.numel(), 1))), stream));
         kernels::AttentionParams b = p;
-        b.out = TensorView::contiguous(ptr, DType::kBF16,
+        b.out = TensorView::contiguous(ptr, p.out_scale_from,
                                        std::array<int64_t, 3>{p.out.size(0), p.out.size(1), p.out.size(2)},
                                        Device::kCUDA, p.out.device_index);
         b.out_scale = {};

@@ -691,7 +691,10 @@ bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
         return false;
     }
     if (p.out_scale.data != nullptr) {  // per row and head: d_v 128, 2-byte aligned pairs of columns
-        if (p.out.dtype != DType::kF8E4M3 || p.v.size(2) != kernels::kFp8AttnOutScaleBlock) return false;
+        if (p.out.dtype != DType::kF8E4M3 || p.v.size(2) != kernels::kFp8AttnOutScaleBlock ||
+            p.out_scale_from != DType::kBF16) {
+            return false;  // (an f32 out_scale_from: the f32 attention is the fallback's, composed in attention.cu)
+        }
         if (!attn_wgmma::on_gpu(p.out_scale) || p.out.stride(2) != 1 || p.out.stride(0) % 2 != 0 ||
             p.out.stride(1) % 2 != 0 || reinterpret_cast<uintptr_t>(p.out.data) % 2 != 0) {
             return false;

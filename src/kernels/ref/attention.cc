@@ -142,12 +142,18 @@ void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
         attention(f, pool);
         return;
     }
-    if (p.out_scale.data != nullptr) {  // per row and head: the bf16 result, then fp8_act_quant of its rows
+    if (p.out_scale.data !=
+        nullptr) {  // per row and head: the result in out_scale_from, then fp8_act_quant of its rows
         const TensorView o2 = kernels::fp8_attention_out_rows(p);
-        Tensor o = Tensor::empty({p.out.size(0), p.out.size(1), p.out.size(2)}, DType::kBF16);
+        Tensor o = Tensor::empty({p.out.size(0), p.out.size(1), p.out.size(2)}, DType::kF32);
         f.out = o;
         f.out_scale = {};
         attention(f, pool);
+        if (p.out_scale_from == DType::kBF16) {  // rounded once, as a bf16 out
+            Tensor b = Tensor::empty({o.size(0), o.size(1), o.size(2)}, DType::kBF16);
+            copy({.out = b, .in = o}, pool);
+            o = std::move(b);
+        }
         fp8_act_quant({.out = o2, .scale = p.out_scale, .in = o.view().reshape({o2.size(0), o2.size(1)})}, pool);
         return;
     }

@@ -650,11 +650,12 @@ TEST_F(Fp8AttentionTest, Bf16WithoutLseMatchesReference) {
 
 // out_scale (kernels/ops.h): the FP8 kernel's per-row-and-head e4m3 epilogue against the same kernel's bf16 out
 // followed by fp8_act_quant, bit for bit (bytes, scales in the transposed layout the FP8 GEMMs read, lse); then the
-// composed path (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn: cuDNN's FP8 SDPA or the fallback, then fp8_act_quant) against
-// the same composition written out, and the reference's values to FP8 accuracy. Cases: MLA's 192 / 128 with
+// composed paths (PENSTOCK_FP8_ATTENTION_KERNEL=cudnn: cuDNN's FP8 SDPA or the fallback, then fp8_act_quant; and
+// out_scale_from f32: the f32 fallback) against the same compositions written out, and the reference's values to FP8
+// accuracy. Cases: MLA's 192 / 128 with
 // 16 heads, ragged sequences, rows before the diagonal (no key: the 1e-4 floor), GQA at d 128 and d_qk 256;
 // q / k descales per row (k per 128-key block) on every other case.
-TEST_F(Fp8AttentionTest, RowBlockOutIsBf16ThenActQuant) {
+TEST_F(Fp8AttentionTest, RowBlockOutIsActQuantOfTheResult) {
     struct C {
         std::string name;
         int64_t heads, kv_heads, d_qk;
@@ -690,8 +691,8 @@ TEST_F(Fp8AttentionTest, RowBlockOutIsBf16ThenActQuant) {
             const Quantized v8 = quantize_both(name + " v", v.dv, v.hv);
             const Tensor cu_q_d = dev_i32(m.cu_q, alloc(), stream()), cu_k_d = dev_i32(m.cu_k, alloc(), stream());
             const Tensor qp_d = dev_i32(m.qp, alloc(), stream()), kp_d = dev_i32(m.kp, alloc(), stream());
-            Tensor bf = dev_empty({tq, h, 128}, DType::kBF16), lse_bf = dev_empty({tq, h}, DType::kF32);
-            const kernels::AttentionParams base{.out = bf,
+            Tensor lse_bf = dev_empty({tq, h}, DType::kF32);
+            const kernels::AttentionParams base{.out = TensorView{},
                                                 .lse = with_lse ? lse_bf.view() : TensorView{},
                                                 .q = q8.dev,
                                                 .k = k8.dev,
@@ -719,18 +720,21 @@ TEST_F(Fp8AttentionTest, RowBlockOutIsBf16ThenActQuant) {
                 if (with_lse) r.lse = read_f32(cuda::to_host(lse, stream()));
                 return r;
             };
-            auto composed = [&]() {
-                cuda::fill_bytes_async(bf, 0xff, stream());
+            auto composed = [&](DType from) {
+                Tensor o = dev_empty({tq, h, 128}, from);
+                cuda::fill_bytes_async(o, 0xff, stream());
                 cuda::fill_bytes_async(lse_bf, 0xff, stream());
-                cuda::attention(base, raw_stream());
+                kernels::AttentionParams b = base;
+                b.out = o;
+                cuda::attention(b, raw_stream());
                 Tensor o8 = dev_empty({tq, h * 128}, DType::kF8E4M3), ss = dev_empty({h * tq}, DType::kF32);
                 cuda::fp8_act_quant({.out = o8,
                                      .scale = ss.view().as_strided(0, {tq, h}, {1, tq}),
-                                     .in = bf.view().reshape({tq, h * 128})},
+                                     .in = o.view().reshape({tq, h * 128})},
                                     raw_stream());
                 return read(o8, ss, lse_bf);
             };
-            auto fused = [&](bool expect_kernel) {
+            auto fused = [&](DType from, bool expect_kernel) {
                 Tensor o8 = dev_empty({tq, h, 128}, DType::kF8E4M3), ss = dev_empty({h * tq}, DType::kF32);
                 Tensor lse = dev_empty({tq, h}, DType::kF32);
                 cuda::fill_bytes_async(o8, 0xff, stream());
@@ -740,15 +744,22 @@ TEST_F(Fp8AttentionTest, RowBlockOutIsBf16ThenActQuant) {
                 f.out = o8;
                 f.lse = with_lse ? lse.view() : TensorView{};
                 f.out_scale = ss.view().as_strided(0, {tq, h}, {1, tq});
+                f.out_scale_from = from;
                 EXPECT_EQ(cuda::attention_fp8_wgmma_covers(f), expect_kernel);
                 cuda::attention(f, raw_stream());
                 return read(o8, ss, lse);
             };
-            for (const bool kernel : {true, false}) {
-                if (!kernel) setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
-                const std::string path = kernel ? " [FP8 kernel epilogue]" : " [composed]";
-                const Out want = composed();
-                const Out got = fused(kernel);
+            // bf16 through the kernel's epilogue, bf16 composed (the kernel switched off), f32 (always composed: the
+            // f32 attention is the fallback's)
+            for (const int variant : {0, 1, 2}) {
+                const bool kernel = variant == 0;
+                const DType from = variant == 2 ? DType::kF32 : DType::kBF16;
+                if (variant == 1) setenv("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);
+                const std::string path = variant == 0   ? " [bf16, FP8 kernel epilogue]"
+                                         : variant == 1 ? " [bf16, composed]"
+                                                        : " [f32, composed]";
+                const Out want = composed(from);
+                const Out got = fused(from, kernel);
                 unsetenv("PENSTOCK_FP8_ATTENTION_KERNEL");
                 conf_exact("attention_fp8_out_scale", name + path + " bytes", got.bytes, want.bytes);
                 conf_exact("attention_fp8_out_scale", name + path + " scales", got.scales, want.scales);
