@@ -255,7 +255,7 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
         const TensorView rows = kernels::fp8_attention_out_rows(p);
         check_on_gpu(p.out_scale, op, "out_scale");
         if (attention_fp8_wgmma(p, nullptr, stream)) return;
-        // else the bf16 result, then its rows' block quantisation
+        // else the result in out_scale_from (any FP8 path), then its rows' block quantisation
         void* ptr = nullptr;
         PENSTOCK_CUDA_CHECK(cudaMallocAsync(
             &ptr, dtype_bytes(p.out_scale_from, static_cast<size_t>(std::max<int64_t>(rows.numel(), 1))), stream));

@@ -258,6 +258,11 @@ __global__ void __launch_bounds__(256)
 }
 
 // ------------------------------------------------------------------------------------------------ attention
+// The natural-log lse of a row: (m - 8) ln 2 + ln l, l summing the probabilities times 2^8; -inf without keys.
+__device__ __forceinline__ float row_lse(float l, float m) {
+    return l > 0.0f ? fmaf(m - kPScaleLog2, 0.6931471805599453f, logf(l)) : -INFINITY;
+}
+
 // Two adjacent outputs: bf16 through tile::store2, e4m3 (already scaled into range) as one 2-byte store.
 template <class OutT>
 __device__ __forceinline__ void store_out2(OutT* p, float x, float y) {
@@ -270,9 +275,8 @@ __device__ __forceinline__ void store_out2(OutT* p, float x, float y) {
 
 // The epilogue of an e4m3 out per row and head (AttentionParams::out_scale, d_v 128): a row's 128 values lie in the
 // four lanes of a quad (32 each: columns 2 t4 + 8 nb + {0, 1}). Each value is rounded to bf16 exactly as the bf16
-// epilogue stores it, the quad's maximum of |x| gives fp8_act_quant's scale s = max(amax, 1e-4) / 448, and each value
-// is cast as act_quant_group casts it (the quotient from one reciprocal, div_by_recip, then the hardware cast): the
-// bytes and the scale of a bf16 out followed by fp8_act_quant, bit for bit.
+// epilogue stores it, the quad's maximum of |x| gives fp8_act_quant's step (ActQuantStep: its scale and quotients),
+// and the hardware cast: the bytes and the scale of a bf16 out followed by fp8_act_quant, bit for bit.
 template <int kAcc>
 __device__ __forceinline__ void row_block_epilogue(const Fp8AttnArgs& a, float (&o)[kAcc], float l_lo, float l_hi,
                                                    float m_lo, float m_hi, int r_lo, int t4,
@@ -301,24 +305,17 @@ __device__ __forceinline__ void row_block_epilogue(const Fp8AttnArgs& a, float (
     for (int hf = 0; hf < 2; ++hf) {
         const int r = r_lo + 8 * hf;
         if (r >= cta.len_q) continue;
-        const float sc = __fdiv_rn(fmaxf(amax[hf], 1e-4f), 448.0f);
-        const float rc = __frcp_rn(sc);
-        auto quot = [&](float x) { return rc != 0.0f ? div_by_recip(x, sc, rc) : __fdiv_rn(x, sc); };
+        const ActQuantStep step(amax[hf]);
         const int64_t row = static_cast<int64_t>(cta.q_start) + r;
         auto* orow = static_cast<uint8_t*>(a.out) + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
 #pragma unroll
         for (int nb = 0; nb < kNb; ++nb) {
-            *reinterpret_cast<uint16_t*>(orow + 8 * nb) =
-                static_cast<uint16_t>(e4m3x2_in_range(quot(o[4 * nb + 2 * hf]), quot(o[4 * nb + 2 * hf + 1])));
+            *reinterpret_cast<uint16_t*>(orow + 8 * nb) = static_cast<uint16_t>(
+                e4m3x2_in_range(step.quotient(o[4 * nb + 2 * hf]), step.quotient(o[4 * nb + 2 * hf + 1])));
         }
         if (t4 == 0) {
-            a.out_scale[row * a.os0 + static_cast<int64_t>(cta.head) * a.os1] = sc;
-            if (a.lse != nullptr) {
-                const float l = hf == 0 ? l_lo : l_hi;
-                const float m = hf == 0 ? m_lo : m_hi;
-                a.lse[row * a.l0 + cta.head] =
-                    l > 0.0f ? fmaf(m - kPScaleLog2, 0.6931471805599453f, logf(l)) : -INFINITY;
-            }
+            a.out_scale[row * a.os0 + static_cast<int64_t>(cta.head) * a.os1] = step.s;
+            if (a.lse != nullptr) a.lse[row * a.l0 + cta.head] = row_lse(hf == 0 ? l_lo : l_hi, hf == 0 ? m_lo : m_hi);
         }
     }
 }
@@ -617,8 +614,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int nb = 0; nb < kDv / 8; ++nb)
             store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
         if (a.lse != nullptr && t4 == 0) {
-            // (m - 8) ln 2 + ln l: l sums the probabilities times 2^8
-            a.lse[row * a.l0 + cta.head] = l > 0.0f ? fmaf(m - kPScaleLog2, 0.6931471805599453f, logf(l)) : -INFINITY;
+            a.lse[row * a.l0 + cta.head] = row_lse(l, m);
         }
     }
 }

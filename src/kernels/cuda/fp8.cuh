@@ -103,23 +103,35 @@ __device__ __forceinline__ uint32_t e4m3x2_in_range(float lo, float hi) {
     return r;
 }
 
-// fp8_act_quant's per-group step (kernels/ops.h Fp8ActQuantParams) for a thread holding N (a multiple of 4) of the
-// group's values, once the group's amax is known: returns s = max(amax, 1e-4) / 448 and writes the e4m3 bytes of
-// v[j] / s, four per word (v[4 i] in the low byte of q[i]). The quotients come from one reciprocal (div_by_recip: the
-// division's bytes) and the hardware cast (e4m3x2_in_range: |v / s| <= 448.0001); an infinite amax divides.
+// fp8_act_quant's scale of a group (kernels/ops.h Fp8ActQuantParams), s = max(amax, 1e-4) / 448, and its
+// reciprocal; quotient(v) is v / s from that one reciprocal (div_by_recip: the division's bytes; an infinite amax
+// makes rc 0 and divides), ready for the hardware cast (e4m3x2_in_range: |v / s| <= 448.0001). Every writer of
+// fp8_act_quant's bytes takes them from here (act_quant_group; the FP8 attention's per-row-and-head epilogue).
+// (A template so that only the device pass compiles the rounding intrinsics.)
+template <class F = float>
+struct ActQuantStepOf {
+    F s, rc;
+    __device__ __forceinline__ explicit ActQuantStepOf(F amax)
+        : s(__fdiv_rn(fmaxf(amax, F{1e-4f}), F{448.0f})), rc(__frcp_rn(s)) {}
+    __device__ __forceinline__ F quotient(F v) const { return rc != F{0} ? div_by_recip(v, s, rc) : __fdiv_rn(v, s); }
+};
+using ActQuantStep = ActQuantStepOf<>;
+
+// fp8_act_quant's per-group step for a thread holding N (a multiple of 4) of the group's values, once the group's
+// amax is known: returns s (ActQuantStep) and writes the e4m3 bytes of v[j] / s, four per word (v[4 i] in the low
+// byte of q[i]).
 template <int N>
 __device__ __forceinline__ float act_quant_group(const float (&v)[N], float amax, uint32_t (&q)[N / 4]) {
     static_assert(N % 4 == 0, "whole words of e4m3 bytes");
-    const float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-    const float rc = __frcp_rn(s);
+    const ActQuantStep step(amax);
     float y[N];
 #pragma unroll
-    for (int j = 0; j < N; ++j) y[j] = rc != 0.0f ? div_by_recip(v[j], s, rc) : __fdiv_rn(v[j], s);
+    for (int j = 0; j < N; ++j) y[j] = step.quotient(v[j]);
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) {
         q[i] = e4m3x2_in_range(y[4 * i], y[4 * i + 1]) | (e4m3x2_in_range(y[4 * i + 2], y[4 * i + 3]) << 16);
     }
-    return s;
+    return step.s;
 }
 #endif
 

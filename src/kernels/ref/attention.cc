@@ -142,8 +142,8 @@ void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
         attention(f, pool);
         return;
     }
-    if (p.out_scale.data !=
-        nullptr) {  // per row and head: the result in out_scale_from, then fp8_act_quant of its rows
+    // Per row and head (out_scale): the result in out_scale_from, then fp8_act_quant of its rows.
+    if (p.out_scale.data != nullptr) {
         const TensorView o2 = kernels::fp8_attention_out_rows(p);
         Tensor o = Tensor::empty({p.out.size(0), p.out.size(1), p.out.size(2)}, DType::kF32);
         f.out = o;
