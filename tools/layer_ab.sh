@@ -9,7 +9,8 @@
 #     n: native FP8 weights, a: --fp8-attention) [T=16384] [REPS=8] [ROUNDS=2] tools/layer_ab.sh
 # A mode is "default" (nothing set) or VAR=value[,VAR=value...]; BIN=name (one of the VARs) runs ${PKG}/bin/name instead
 # of penstock_model_bench, for A/Bs of two builds. Per run: OUT/<layer>.<mode#>.<round>.json (the model
-# bench's JSON with --breakdown); OUT/ab.log (one line per run: median, min, the experts scope); OUT/clocks.log.
+# bench's JSON with --breakdown); OUT/ab.log (one line per run: median, min, joules per rep and mean power when NVML's
+# energy counter is there, the experts scope); OUT/clocks.log.
 set -uo pipefail
 PKG="${PKG:?}"; OUT="${OUT:?}"; T="${T:-16384}"
 mkdir -p "${OUT}"
@@ -63,7 +64,8 @@ r = json.load(open(sys.argv[1]))[0]
 b = {x['scope']: x['median_ms'] for x in r['breakdown']}
 attn = sum(v for k, v in b.items() if k.endswith('.attention'))
 quant = sum(v for k, v in b.items() if k.endswith('.fp8_quant'))
-print(f\"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}), experts {b.get('layer.moe.experts', 0):.2f} ms, attention {attn:.2f} ms, fp8_quant {quant:.2f} ms\")" "${json}" 2>/dev/null)"
+e = f\", {r['energy_j_per_rep']:.2f} J at {r['mean_power_w']:.0f} W\" if 'energy_j_per_rep' in r else ''
+print(f\"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}){e}, experts {b.get('layer.moe.experts', 0):.2f} ms, attention {attn:.2f} ms, fp8_quant {quant:.2f} ms\")" "${json}" 2>/dev/null)"
       done
     done
   done

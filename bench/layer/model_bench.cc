@@ -9,6 +9,12 @@
 // positions, so every rep does the same work) with a device synchronise around each; a stage that does not start at
 // layer 0 gets seeded random hidden rows (and, for K3, AttnRes bank rows) instead of the embedding. Prints one JSON
 // line per (T, P): median / min ms, input tokens/s, per-layer ms, and the peak device memory.
+// Energy: NVML's total-energy counter of the device (read through dlopen, so no NVML header or link is needed; absent
+// when the library or the counter is not there) around the timed reps gives "energy_j_per_rep" (joules per chunk of
+// the layer range) and "mean_power_w". At 16K tokens the real-dimension layers run at the H200's 700 W limit
+// (docs/perf/2026-12-01-grouped-gemm-dyn.md): there a kernel that gets faster without using less energy only lowers
+// the clock for the rest of the layer, so layer A/Bs compare joules as well as milliseconds. The counter updates every
+// few milliseconds: use enough reps (the default 5 x 50 ms is coarse).
 //
 // --breakdown: after the timed reps, --reps more reps run with a kernels::Profiler on the runner (kernels/profile.h:
 // CUDA events around the named scopes of each layer's forward, read after the rep's synchronise), so the headline
@@ -23,6 +29,9 @@
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
 //                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
 //                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,12 +52,52 @@
 #include "models/model.h"
 #include "runtime/model_runner.h"
 
-#include <cuda_runtime.h>
-
 namespace penstock::bench {
 namespace {
 
 using nlohmann::json;
+
+// NVML's total energy (mJ since the driver loaded) of one CUDA device, through dlopen("libnvidia-ml.so.1"). The few
+// entry points used are NVML's stable C ABI: nvmlReturn_t is an int enum (0 = success), nvmlDevice_t a pointer.
+class EnergyCounter {
+public:
+    explicit EnergyCounter(int cuda_device) {
+        lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (lib_ == nullptr) return;
+        using InitFn = int (*)();
+        using ByBusFn = int (*)(const char*, void**);
+        auto init = reinterpret_cast<InitFn>(dlsym(lib_, "nvmlInit_v2"));
+        auto by_bus = reinterpret_cast<ByBusFn>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
+        energy_ = reinterpret_cast<EnergyFn>(dlsym(lib_, "nvmlDeviceGetTotalEnergyConsumption"));
+        char bus[32] = {};
+        if (init == nullptr || by_bus == nullptr || energy_ == nullptr || init() != 0 ||
+            cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess || by_bus(bus, &device_) != 0) {
+            device_ = nullptr;
+        }
+    }
+    EnergyCounter(const EnergyCounter&) = delete;
+    EnergyCounter& operator=(const EnergyCounter&) = delete;
+    ~EnergyCounter() {
+        if (lib_ == nullptr) return;
+        if (device_ != nullptr) {
+            using ShutdownFn = int (*)();
+            if (auto shutdown = reinterpret_cast<ShutdownFn>(dlsym(lib_, "nvmlShutdown"))) (void)shutdown();
+        }
+        dlclose(lib_);
+    }
+    // Millijoules, or -1 when unavailable.
+    double read_mj() const {
+        unsigned long long mj = 0;
+        if (device_ == nullptr || energy_(device_, &mj) != 0) return -1.0;
+        return static_cast<double>(mj);
+    }
+
+private:
+    using EnergyFn = int (*)(void*, unsigned long long*);
+    void* lib_ = nullptr;
+    void* device_ = nullptr;
+    EnergyFn energy_ = nullptr;
+};
 
 struct Options {
     std::string config;
@@ -225,6 +274,9 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                  o.model_name.c_str(), static_cast<long long>(o.layer_begin), static_cast<long long>(o.layer_end),
                  fp8_name.c_str(), load_s, static_cast<double>(total_b - free_b) / (1 << 30));
 
+    int cuda_device = 0;
+    cudaGetDevice(&cuda_device);
+    const EnergyCounter energy(cuda_device);
     int64_t request = 0;
     for (int64_t prefix : o.prefixes) {
         for (int64_t T : o.tokens) {
@@ -274,7 +326,13 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 }
             }
             std::vector<double> ms;
+            double mj0 = -1.0;
+            std::chrono::steady_clock::time_point timed0;
             for (int r = 0; r < o.warmup + o.reps; ++r) {
+                if (r == o.warmup) {
+                    mj0 = energy.read_mj();
+                    timed0 = std::chrono::steady_clock::now();
+                }
                 models::ForwardBatch b = chunk(prefix, T);
                 const auto t0 = std::chrono::steady_clock::now();
                 const Status st = run_chunk(&b);
@@ -285,6 +343,8 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 }
                 if (r >= o.warmup) ms.push_back(dt);
             }
+            const double mj1 = energy.read_mj();
+            const double timed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed0).count();
             // Profiled reps (--breakdown): the same chunk with the runner's context carrying a profiler.
             std::vector<ScopeRow> scopes;
             if (o.breakdown) {
@@ -324,6 +384,10 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"device_mem_used_gib", static_cast<double>(total_b - free_b) / (1 << 30)},
                      {"load_s", load_s},
                      {"commit", PENSTOCK_GIT_COMMIT}};
+            if (mj0 >= 0.0 && mj1 > mj0) {
+                row["energy_j_per_rep"] = (mj1 - mj0) / 1e3 / o.reps;
+                row["mean_power_w"] = (mj1 - mj0) / 1e3 / timed_s;
+            }
             if (o.breakdown) {
                 double layer_ms = 0.0;
                 for (const ScopeRow& s : scopes) {

@@ -5,11 +5,13 @@
 // Supported: a and b both f32 or both bf16; out the same dtype as a, or f32.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -149,35 +151,82 @@ void set_batch(cublasLtMatrixLayout_t layout, int64_t count, int64_t stride) {
                                                            &stride, sizeof(stride)));
 }
 
-void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_t ld_a, const void* b, int64_t ld_b,
-               DType in_dtype, int64_t m, int64_t n, int64_t k, bool trans_b, float alpha, float beta,
-               cudaStream_t stream, const LtBatch& batch = {}) {
-    LtContext& ctx = lt_context(stream);
+// One cuBLASLt problem as the plan cache keys it: everything the descriptors and the heuristic see (the handle stands
+// for the device). Pointers, alpha and beta are not part of it: they are passed at launch.
+struct LtKey {
+    uintptr_t handle = 0;
+    int out_dtype = 0, in_dtype = 0;
+    int64_t m = 0, n = 0, k = 0, ld_a = 0, ld_b = 0, ld_out = 0;
+    bool trans_b = false;
+    uint32_t align_a = 0, align_b = 0, align_c = 0;
+    int64_t batch_count = 1, batch_a = 0, batch_b = 0, batch_out = 0;
+    auto operator<=>(const LtKey&) const = default;
+};
+
+// The descriptors and the heuristic's first algorithm (none: the fallback kernel) of one problem.
+struct LtPlan {
     LtDesc d;
+    bool has_algo = false;
+    cublasLtMatmulAlgo_t algo{};
+};
+
+// The calling thread's plans. The heuristic query and the five descriptor creations cost host time on every call
+// otherwise, which the GPU sees when the calls are short and many: grouped_gemm's cuBLASLt path makes one call per
+// group (256 per expert GEMM for DeepSeek-V3). Bounded: at kMaxPlans entries the cache starts over (varying group
+// sizes make new keys forward after forward).
+constexpr size_t kMaxLtPlans = 4096;
+
+const LtPlan& lt_plan(const LtKey& key, LtContext& ctx) {
+    thread_local std::map<LtKey, std::unique_ptr<LtPlan>> plans;
+    if (auto it = plans.find(key); it != plans.end()) return *it->second;
+    if (plans.size() >= kMaxLtPlans) plans.clear();
+    auto plan = std::make_unique<LtPlan>();
+    LtDesc& d = plan->d;
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t ta = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = CUBLAS_OP_N;
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    const cudaDataType_t it = cuda_type(in_dtype);
+    const cudaDataType_t it = cuda_type(static_cast<DType>(key.in_dtype));
+    const auto m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n), k = static_cast<uint64_t>(key.k);
     // cuBLAS A: b's memory, column-major [k, n] when trans_b else [n, k].
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, it, static_cast<uint64_t>(trans_b ? k : n),
-                                                     static_cast<uint64_t>(trans_b ? n : k), ld_b));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, it, key.trans_b ? k : n, key.trans_b ? n : k, key.ld_b));
     // cuBLAS B: a's memory, column-major [k, m].
-    PENSTOCK_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&d.b, it, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ld_a));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, it, k, m, key.ld_a));
     // C = D: out's memory, column-major [n, m].
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, cuda_type(out_dtype), static_cast<uint64_t>(n),
-                                                     static_cast<uint64_t>(m), ld_out));
-    if (batch.count > 1) {
-        set_batch(d.a, batch.count, batch.b);  // cuBLAS A is b's memory, B is a's
-        set_batch(d.b, batch.count, batch.a);
-        set_batch(d.c, batch.count, batch.out);
+    PENSTOCK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&d.c, cuda_type(static_cast<DType>(key.out_dtype)), n, m, key.ld_out));
+    if (key.batch_count > 1) {
+        set_batch(d.a, key.batch_count, key.batch_b);  // cuBLAS A is b's memory, B is a's
+        set_batch(d.b, key.batch_count, key.batch_a);
+        set_batch(d.c, key.batch_count, key.batch_out);
     }
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
     const uint64_t ws = ctx.workspace_bytes;
     PENSTOCK_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                               &key.align_a, sizeof(key.align_a)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                               &key.align_b, sizeof(key.align_b)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                               &key.align_c, sizeof(key.align_c)));
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                               &key.align_c, sizeof(key.align_c)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int n_results = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &n_results);
+    if (st != CUBLAS_STATUS_SUCCESS) n_results = 0;  // e.g. NOT_SUPPORTED for this layout: use the fallback
+    plan->has_algo = n_results > 0;
+    if (plan->has_algo) plan->algo = result.algo;
+    return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_t ld_a, const void* b, int64_t ld_b,
+               DType in_dtype, int64_t m, int64_t n, int64_t k, bool trans_b, float alpha, float beta,
+               cudaStream_t stream, const LtBatch& batch = {}) {
+    LtContext& ctx = lt_context(stream);
     // Batched: every entry's address must keep the promised alignment (the batch stride in bytes counts too).
     const auto entry_align = [&](const void* base, int64_t stride, DType dt) {
         const uint32_t al = alignment_of(base);
@@ -186,22 +235,25 @@ void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_
             alignment_of(reinterpret_cast<const void*>(static_cast<uintptr_t>(stride) * dtype_bytes(dt, 1)));
         return al < sa ? al : sa;
     };
-    const uint32_t align_a = entry_align(b, batch.b, in_dtype), align_b = entry_align(a, batch.a, in_dtype),
-                   align_c = entry_align(out, batch.out, out_dtype);
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                               &align_a, sizeof(align_a)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                               &align_b, sizeof(align_b)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                               &align_c, sizeof(align_c)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                               &align_c, sizeof(align_c)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int n_results = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &n_results);
-    if (st != CUBLAS_STATUS_SUCCESS) n_results = 0;  // e.g. NOT_SUPPORTED for this layout: use the fallback
-    if (n_results == 0) {
+    const LtKey key{.handle = reinterpret_cast<uintptr_t>(ctx.handle),
+                    .out_dtype = static_cast<int>(out_dtype),
+                    .in_dtype = static_cast<int>(in_dtype),
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .ld_a = ld_a,
+                    .ld_b = ld_b,
+                    .ld_out = ld_out,
+                    .trans_b = trans_b,
+                    .align_a = entry_align(b, batch.b, in_dtype),
+                    .align_b = entry_align(a, batch.a, in_dtype),
+                    .align_c = entry_align(out, batch.out, out_dtype),
+                    .batch_count = batch.count > 1 ? batch.count : 1,
+                    .batch_a = batch.count > 1 ? batch.a : 0,
+                    .batch_b = batch.count > 1 ? batch.b : 0,
+                    .batch_out = batch.count > 1 ? batch.out : 0};
+    const LtPlan& plan = lt_plan(key, ctx);
+    if (!plan.has_algo) {
         const int64_t ib = static_cast<int64_t>(dtype_bytes(in_dtype, 1));
         const int64_t ob = static_cast<int64_t>(dtype_bytes(out_dtype, 1));
         for (int64_t i = 0; i < batch.count; ++i) {
@@ -212,8 +264,9 @@ void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_
         }
         return;
     }
+    const LtDesc& d = plan.d;
     PENSTOCK_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, b, d.a, a, d.b, &beta, out, d.c, out, d.c,
-                                         &result.algo, ctx.workspace, ctx.workspace_bytes, stream));
+                                         &plan.algo, ctx.workspace, ctx.workspace_bytes, stream));
 }
 
 void scale_out(const TensorView& out, int64_t m, int64_t n, float beta, cudaStream_t stream) {
@@ -239,6 +292,65 @@ void check_dtypes(DType out, DType a, DType b, const char* op) {
         << op << ": a and b must both be f32 or both bf16, got " << dtype_name(a) << " and " << dtype_name(b);
     PENSTOCK_CHECK(out == a || out == DType::kF32)
         << op << ": out " << dtype_name(out) << " with inputs " << dtype_name(a);
+}
+
+// The auxiliary streams of grouped_gemm's cuBLASLt loop, per (device, caller's stream), for the calling thread: the
+// groups' GEMMs go round-robin over the caller's stream and these, forked from and joined back into the caller's
+// stream by events, so one group's GEMM fills the SMs that the previous one leaves idle in its last wave (a group of
+// DeepSeek-V3 at 16K tokens is ~512 rows: 30-50 us per GEMM). Created at the first such call (warm-up); destroyed
+// when the thread exits, like the LtCache.
+struct GroupStreams {
+    std::vector<cudaStream_t> aux;
+    cudaEvent_t fork = nullptr;
+    std::vector<cudaEvent_t> join;
+};
+
+class GroupStreamCache {
+public:
+    GroupStreamCache() = default;
+    GroupStreamCache(const GroupStreamCache&) = delete;
+    GroupStreamCache& operator=(const GroupStreamCache&) = delete;
+    ~GroupStreamCache() {
+        for (auto& [key, gs] : entries_) {
+            (void)cudaSetDevice(key.first);  // errors ignored at process exit, as in ~LtCache
+            for (cudaEvent_t e : gs.join) (void)cudaEventDestroy(e);
+            if (gs.fork != nullptr) (void)cudaEventDestroy(gs.fork);
+            for (cudaStream_t st : gs.aux) (void)cudaStreamDestroy(st);
+        }
+    }
+    GroupStreams& get(cudaStream_t stream, int n_aux) {
+        int device = 0;
+        PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
+        GroupStreams& gs = entries_[{device, stream}];
+        if (gs.fork == nullptr) PENSTOCK_CUDA_CHECK(cudaEventCreateWithFlags(&gs.fork, cudaEventDisableTiming));
+        int priority = 0;
+        PENSTOCK_CUDA_CHECK(cudaStreamGetPriority(stream, &priority));
+        while (static_cast<int>(gs.aux.size()) < n_aux) {
+            cudaStream_t st = nullptr;
+            PENSTOCK_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, priority));
+            gs.aux.push_back(st);
+            cudaEvent_t e = nullptr;
+            PENSTOCK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            gs.join.push_back(e);
+        }
+        return gs;
+    }
+
+private:
+    std::map<std::pair<int, cudaStream_t>, GroupStreams> entries_;
+};
+
+// Streams of the cuBLASLt per-group loop (the caller's included): PENSTOCK_GROUPED_GEMM_STREAMS (1-8), default
+// kDefaultGroupedGemmStreams.
+constexpr int kDefaultGroupedGemmStreams = 2;
+
+int grouped_gemm_streams() {
+    static const int n = [] {
+        const char* e = std::getenv("PENSTOCK_GROUPED_GEMM_STREAMS");
+        const int v = e != nullptr ? std::atoi(e) : kDefaultGroupedGemmStreams;
+        return v < 1 ? 1 : (v > 8 ? 8 : v);
+    }();
+    return n;
 }
 
 }  // namespace
@@ -429,21 +541,43 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(s));
     PENSTOCK_CHECK_EQ(off[0], 0) << op << ": offsets[0]";
     PENSTOCK_CHECK_LE(static_cast<int64_t>(off.back()), n_rows) << op << ": offsets[n_groups] past the rows";
+    int64_t non_empty = 0;
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const int32_t r0 = off[static_cast<size_t>(g)], r1 = off[static_cast<size_t>(g) + 1];
+        PENSTOCK_CHECK_LE(r0, r1) << op << ": offsets decrease at group " << g;
+        non_empty += r1 > r0 ? 1 : 0;
+    }
+    // The groups round-robin over n_streams streams (the caller's first), forked from and joined into the caller's.
+    const int n_streams = static_cast<int>(std::min<int64_t>(grouped_gemm_streams(), non_empty));
+    thread_local GroupStreamCache stream_cache;
+    GroupStreams* gs = n_streams > 1 ? &stream_cache.get(s, n_streams - 1) : nullptr;
+    if (gs != nullptr) {
+        PENSTOCK_CUDA_CHECK(cudaEventRecord(gs->fork, s));
+        for (int i = 0; i + 1 < n_streams; ++i) PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(gs->aux[i], gs->fork, 0));
+    }
     const int64_t in_elem = static_cast<int64_t>(dtype_bytes(p.a.dtype, 1));
+    int64_t issued = 0;
     for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t r0 = off[static_cast<size_t>(g)];
         const int64_t r1 = off[static_cast<size_t>(g) + 1];
-        PENSTOCK_CHECK_LE(r0, r1) << op << ": offsets decrease at group " << g;
         if (r0 == r1) continue;
+        const int slot = static_cast<int>(issued++ % n_streams);
+        const cudaStream_t gst = slot == 0 ? s : gs->aux[slot - 1];
         const TensorView a = p.a.slice(0, r0, r1);
         const TensorView out = p.out.slice(0, r0, r1);
         if (k == 0) {
-            scale_out(out, r1 - r0, n, 0.0f, s);
+            scale_out(out, r1 - r0, n, 0.0f, gst);
             continue;
         }
         const void* b = static_cast<const char*>(p.b.data) + g * n * k * in_elem;
         lt_matmul(out.data, p.out.dtype, ld_of(out), a.data, ld_of(a), b, k, p.a.dtype, r1 - r0, n, k,
-                  /*trans_b=*/true, 1.0f, 0.0f, s);
+                  /*trans_b=*/true, 1.0f, 0.0f, gst);
+    }
+    if (gs != nullptr) {
+        for (int i = 0; i + 1 < n_streams; ++i) {
+            PENSTOCK_CUDA_CHECK(cudaEventRecord(gs->join[i], gs->aux[i]));
+            PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(s, gs->join[i], 0));
+        }
     }
 }
 
