@@ -5,13 +5,16 @@
 // query rows with all their heads (N = 256 (row, head) pairs = kRows = 256 / kHeads rows per consumer warpgroup).
 // 384 threads: a producer warpgroup and two consumer warpgroups, each consumer with its own kRows query rows (the
 // CTA: 2 kRows rows), both consuming every key tile from a ring ("full" mbarrier filled by the producer, "empty": one
-// arrive per consumer warpgroup once its wgmma retired). The CTA's q rows are staged once. Both operands are K-major
-// with 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7) in 1024-byte atoms of 8 rows).
-// Per key tile a consumer issues its wgmmas (f32 accumulators, 128 per thread), then the epilogue (score_tile):
-//   accumulator (key row, column n = 8j + 2t + e) = q[row j * 8 / kHeads, head (8j + 2t + e) % kHeads] . k[key],
-//   so each thread's 8 columns of a query row are 8 heads: it sums gate * ReLU(acc) over them (gate = weights *
-//   q_scale * scale, kept in 64 registers for the CTA's life), a 2-step quad reduce-scatter (shuffles xor 2, xor 1)
-//   leaves each lane kRows / 4 rows x its 2 keys, and it stores them times k_scale[key].
+// arrive per consumer warpgroup once its wgmma retired). Each consumer warpgroup stages its q rows once, with 16-byte
+// loads, in the pair order below (PairMap). Both operands are K-major with 128-byte swizzle (16-byte chunk c of row r
+// at chunk c ^ (r & 7) in 1024-byte atoms of 8 rows).
+// Per key tile a consumer issues its wgmmas (f32 accumulators, 128 per thread), then the epilogue (score_tile). The
+// accumulator's column n = 8j + 2t + e (t = lane % 4) is the B row that holds the pair (PairMap::row(n),
+// PairMap::head(n)), ordered so that lane t's 64 columns are whole query rows (kRows / 4 of them, every head): a lane
+// sums gate * ReLU(acc) over its rows' heads by itself (gate = weights * q_scale * scale, 64 registers for the CTA's
+// life), with no cross-lane reduction, and stores its rows x its 2 keys times k_scale[key]. (The earlier (row, head)
+// order gave each lane 8 heads of every row, and a quad reduce-scatter of 12 shuffles, 24 selects and 12 adds per
+// tile per lane at 32 heads.)
 // The two consumers alternate their wgmma issue with two named barriers (ping-pong), so one warpgroup's epilogue runs
 // under the other's tensor-core work instead of both idling the tensor cores at once (WgmmaIndexerOptions::ping_pong;
 // the bench measures both).
@@ -23,10 +26,11 @@
 //    memory (the producer's 128 threads load key tiles with 16-byte loads, the consumers their q rows), then
 //    wgmma.m64n256k16 f16 x f16 -> f32: exact products, f32 accumulation, so it matches the reference to the f32
 //    kernels' tolerance. Half the fp8 tensor-core rate.
-//  - kWgmmaFp8 (dsa_indexer_logits_wgmma_fp8_kernel): e4m3 straight from TMA (cp.async.bulk.tensor, one producer
-//    thread), wgmma.m64n256k32 e4m3 x e4m3 -> f32 at the full fp8 rate; but Hopper's fp8 MMA accumulates with reduced
-//    precision inside the instruction (about 14 bits; DeepSeek-V3 report), which measured ~1e-4 relative (NMSE ~1e-8)
-//    on the conformance inputs: outside kF32IndexerLogits, hence opt-in only (kAuto never takes it).
+//  - kWgmmaFp8 (dsa_indexer_logits_wgmma_fp8_kernel): e4m3 key tiles straight from TMA (cp.async.bulk.tensor, one
+//    producer thread), the q rows as they are (no widening), wgmma.m64n256k32 e4m3 x e4m3 -> f32 at the full fp8 rate;
+//    but Hopper's fp8 MMA accumulates with reduced precision inside the instruction (about 14 bits; DeepSeek-V3
+//    report), which measured ~1e-4 relative (NMSE ~1e-8) on the conformance inputs: outside kF32IndexerLogits, hence
+//    opt-in only (kAuto never takes it).
 // Outputs of keys past n_keys and rows past n_rows (zero-filled operands) are not stored.
 #include <cuda.h>
 #include <cuda_fp16.h>
@@ -53,7 +57,7 @@ constexpr int kStages = 8;                     // key-tile ring depth
 constexpr int kThreads = 384;                  // producer + 2 consumer warpgroups
 constexpr int kKeyTileBytes = kKeys * kHeadDim;  // 8 KiB
 constexpr int kQBytes = kPairs * kHeadDim;       // 32 KiB per consumer warpgroup
-constexpr int kBarBytes = (2 * kStages + 1) * 8;
+constexpr int kBarBytes = 2 * kStages * 8;
 constexpr int kSmemBytes = 1024 + 2 * kQBytes + kStages * kKeyTileBytes + kBarBytes;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 // The f16 (exact) kernel: operands twice as wide, so a shallower ring.
@@ -80,84 +84,96 @@ struct WgArgs {
 __device__ __forceinline__ uint64_t make_desc(uint32_t saddr) { return wgmma::desc(saddr, 16, 1024); }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Consumer pieces shared by both kernels. gate[j][e] belongs to accumulator column n = 8j + 2t + e: query row
-// crow0 + 8j / kHeads, head (8j + 2t + e) % kHeads (0 past n_rows).
+// Consumer pieces shared by both kernels.
+//
+// The B operand's row n (= accumulator column n = 8j + 2t + e, j < 32, t = lane % 4, e < 2) holds the (query row,
+// head) pair chosen so that every lane's 64 columns are whole query rows: lane t owns the kLaneRows = kRows / 4 rows
+// t * kLaneRows + i (i < kLaneRows), row i in the column blocks j of [i * kRowBlocks, (i + 1) * kRowBlocks) with head
+// 2 (j % kRowBlocks) + e. A lane then sums gate * ReLU over all its rows' heads by itself: no cross-lane reduction.
+template <int kHeads>
+struct PairMap {
+    static constexpr int kRows = kPairs / kHeads;      // query rows per consumer warpgroup
+    static constexpr int kLaneRows = kRows / 4;        // 2 (32 heads) or 1 (64 heads)
+    static constexpr int kRowBlocks = 32 / kLaneRows;  // column blocks j per row: kHeads / 2
+    static_assert(kLaneRows >= 1 && kRowBlocks * 2 == kHeads, "kHeads 32 or 64");
+    // The warpgroup-local query row and the head of B row / accumulator column n.
+    __device__ __forceinline__ static int row(int n) { return ((n % 8) / 2) * kLaneRows + (n / 8) / kRowBlocks; }
+    __device__ __forceinline__ static int head(int n) { return 2 * ((n / 8) % kRowBlocks) + n % 2; }
+};
+
+// gate[j][e] belongs to accumulator column n = 8j + 2t + e: gate = weights * q_scale * scale of that pair (0 for rows
+// past n_rows).
 template <int kHeads>
 __device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2]) {
+    using M = PairMap<kHeads>;
     // All 128 loads first (rows past n_rows read row 0 and are zeroed after), then the products: a product right
     // after its loads waits out their latency, 64 times in a row.
     float w[32][2], qs[32][2];
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-        const int r = crow0 + (8 * j) / kHeads;
+        const int r = crow0 + M::row(8 * j + 2 * t);
         const int64_t rr = r < a.n_rows ? r : 0;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int h = (8 * j + 2 * t + e) % kHeads;
+            const int h = M::head(8 * j + 2 * t + e);
             w[j][e] = __ldg(a.weights + rr * a.w0 + h);
             qs[j][e] = __ldg(a.q_scale + rr * a.qs0 + static_cast<int64_t>(h) * a.qs1);
         }
     }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-        const int r = crow0 + (8 * j) / kHeads;
+        const int r = crow0 + M::row(8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 2; ++e) gate[j][e] = r < a.n_rows ? w[j][e] * qs[j][e] * a.scale : 0.0f;
     }
 }
 
-// One retired key tile: gate * ReLU summed over this thread's 8 heads of each row for its two keys (f32, fixed
-// order), a quad reduce-scatter over t (lanes with t & 2 keep the upper half of the rows, then t & 1 the upper
-// quarter of that; each step sends the half the partner keeps), then each lane stores its kRows / 4 rows x 2 keys
-// times k_scale. key_lo / key_hi: this thread's accumulator rows g and g + 8 of the tile.
-// One butterfly step of score_tile's lane reduction: the lane pair (lane, lane ^ mask) splits each row's 2 * kN
-// partial sums, each keeping one half (the upper when `up`) plus the partner's copy of that half.
-template <int kN>
-__device__ __forceinline__ void butterfly_halve(const float (&in)[2][2 * kN], float (&out)[2][kN], bool up, int mask) {
+// This lane's output rows: the logits row pointer of each (nullptr past n_rows), fixed for the CTA's life.
+template <int kHeads>
+struct LaneRows {
+    float* ptr[PairMap<kHeads>::kLaneRows];
+    __device__ __forceinline__ LaneRows(const WgArgs& a, int crow0, int t) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-            const float send = up ? in[k][i] : in[k][i + kN];
-            const float keep = up ? in[k][i + kN] : in[k][i];
-            out[k][i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        for (int i = 0; i < PairMap<kHeads>::kLaneRows; ++i) {
+            const int r = crow0 + t * PairMap<kHeads>::kLaneRows + i;
+            ptr[i] = r < a.n_rows ? a.logits + static_cast<int64_t>(r) * a.lg0 : nullptr;
         }
     }
-}
+};
 
+// One retired key tile: for each of this lane's rows and its two keys (accumulator rows g and g + 8 of the tile:
+// key_lo, key_lo + 8), gate * ReLU summed over the row's heads in f32 (fixed order: 4 / kLaneRows interleaved partial
+// sums per (key, row) so that 8 chains of FMAs are in flight, then added in order), times k_scale[key], stored.
 template <int kHeads>
 __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[128], const float (&gate)[32][2],
-                                           int crow0, int t, int key_lo, float ks_lo, float ks_hi) {
-    constexpr int kRows = kPairs / kHeads;
-    constexpr int kHalf = kRows / 2;
-    constexpr int kQuarter = kRows / 4;
-    float part[2][kRows];
+                                           const LaneRows<kHeads>& rows, int key_lo, float ks_lo, float ks_hi) {
+    using M = PairMap<kHeads>;
+    constexpr int kSplit = 4 / M::kLaneRows;
+    float part[2][M::kLaneRows][kSplit];
 #pragma unroll
-    for (int q = 0; q < kRows; ++q) part[0][q] = part[1][q] = 0.0f;
+    for (int i = 0; i < M::kLaneRows; ++i) {
+#pragma unroll
+        for (int s = 0; s < kSplit; ++s) part[0][i][s] = part[1][i][s] = 0.0f;
+    }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-        const int q = (8 * j) / kHeads;
-        part[0][q] = fmaf(fmaxf(acc[4 * j + 0], 0.0f), gate[j][0], part[0][q]);
-        part[0][q] = fmaf(fmaxf(acc[4 * j + 1], 0.0f), gate[j][1], part[0][q]);
-        part[1][q] = fmaf(fmaxf(acc[4 * j + 2], 0.0f), gate[j][0], part[1][q]);
-        part[1][q] = fmaf(fmaxf(acc[4 * j + 3], 0.0f), gate[j][1], part[1][q]);
+        const int i = j / M::kRowBlocks, s = j % kSplit;
+        part[0][i][s] = fmaf(fmaxf(acc[4 * j + 0], 0.0f), gate[j][0], part[0][i][s]);
+        part[0][i][s] = fmaf(fmaxf(acc[4 * j + 1], 0.0f), gate[j][1], part[0][i][s]);
+        part[1][i][s] = fmaf(fmaxf(acc[4 * j + 2], 0.0f), gate[j][0], part[1][i][s]);
+        part[1][i][s] = fmaf(fmaxf(acc[4 * j + 3], 0.0f), gate[j][1], part[1][i][s]);
     }
-    const bool up1 = (t & 2) != 0;
-    const bool up2 = (t & 1) != 0;
-    float p1[2][kHalf];
-    butterfly_halve<kHalf>(part, p1, up1, 2);
-    float p2[2][kQuarter];
-    butterfly_halve<kQuarter>(p1, p2, up2, 1);
-    const int rbase = crow0 + (up1 ? kHalf : 0) + (up2 ? kQuarter : 0);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-        const int s = key_lo + 8 * k;
-        if (s >= a.n_keys) continue;
+        const int key = key_lo + 8 * k;
+        if (key >= a.n_keys) continue;
         const float ks = k == 0 ? ks_lo : ks_hi;
 #pragma unroll
-        for (int i = 0; i < kQuarter; ++i) {
-            const int r = rbase + i;
-            if (r < a.n_rows) a.logits[static_cast<int64_t>(r) * a.lg0 + s] = p2[k][i] * ks;
+        for (int i = 0; i < M::kLaneRows; ++i) {
+            float v = part[k][i][0];
+#pragma unroll
+            for (int s = 1; s < kSplit; ++s) v += part[k][i][s];
+            if (rows.ptr[i] != nullptr) rows.ptr[i][key] = v * ks;
         }
     }
 }
@@ -211,6 +227,32 @@ __device__ __forceinline__ uint4 load16_or_zero(const uint8_t* p, bool ok) {
     return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
 }
 
+// A consumer warpgroup's q tile: B row n (n < kPairs) gets q[crow0 + PairMap::row(n), PairMap::head(n)], e4m3, as 8
+// 16-byte chunks handed to store(n, chunk, bytes) (zeros past n_rows). In batches of 8 loads before their stores (the
+// stores are volatile asm, which no later load passes).
+template <int kHeads, class Store>
+__device__ __forceinline__ void stage_q(const WgArgs& a, const uint8_t* q, int crow0, int ctid, Store&& store) {
+    using M = PairMap<kHeads>;
+    constexpr int kQBatch = 8;
+    static_assert(kPairs * 8 % (128 * kQBatch) == 0, "whole batches");
+    for (int i0 = ctid; i0 < kPairs * 8; i0 += 128 * kQBatch) {
+        uint4 x[kQBatch];
+#pragma unroll
+        for (int b = 0; b < kQBatch; ++b) {
+            const int i = i0 + 128 * b, n = i / 8, c8 = i % 8;
+            const int r = crow0 + M::row(n);
+            const bool ok = r < a.n_rows;
+            x[b] = load16_or_zero(
+                q + static_cast<int64_t>(ok ? r : 0) * a.q0 + static_cast<int64_t>(M::head(n)) * a.q1 + 16 * c8, ok);
+        }
+#pragma unroll
+        for (int b = 0; b < kQBatch; ++b) {
+            const int i = i0 + 128 * b;
+            store(i / 8, i % 8, x[b]);
+        }
+    }
+}
+
 // The consumer warpgroup's key-tile loop, shared by both kernels. Per tile:
 // - wait for the stage, then (ping-pong) for this warpgroup's turn on the tensor cores;
 // - issue `mma(acc, stage)` and commit;
@@ -220,8 +262,8 @@ __device__ __forceinline__ uint4 load16_or_zero(const uint8_t* p, bool ok) {
 // - wait, release the stage (`releases`: one thread per warpgroup), score the tile.
 template <int kHeads, int kNumStages, class Mma>
 __device__ __forceinline__ void consume_key_tiles(const WgArgs& a, uint32_t bars, int n_tiles, int c, bool releases,
-                                                  int crow0, int warp, int g, int t, const float (&gate)[32][2],
-                                                  float (&acc)[128], Mma&& mma) {
+                                                  const LaneRows<kHeads>& rows, int warp, int g,
+                                                  const float (&gate)[32][2], float (&acc)[128], Mma&& mma) {
     const int bar_mine = 1 + c;  // ping-pong: "this warpgroup may issue"
     const int bar_other = 1 + (1 - c);
     for (int it = 0; it < n_tiles; ++it) {
@@ -242,7 +284,7 @@ __device__ __forceinline__ void consume_key_tiles(const WgArgs& a, uint32_t bars
         if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::reg_fence(acc);
         if (releases) tma::mbar_arrive(bars + 8 * (kNumStages + stage));  // stage consumed
-        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, crow0, t, key_lo, ks_lo, ks_hi);
+        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, rows, key_lo, ks_lo, ks_hi);
     }
 }
 
@@ -317,26 +359,8 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     const int t = lane & 3;
     const int crow0 = row0 + c * kRows;  // this warpgroup's rows [crow0, crow0 + kRows)
     const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytesF16;
-    // This warpgroup's q rows, widened: (row, head) pair p = row_local * kHeads + head, 8 16-byte chunks each.
-    // (in batches of 8 loads before their stores: the stores are volatile asm, which no later load passes)
-    constexpr int kQBatch = 8;
-    static_assert(kPairs * 8 % (128 * kQBatch) == 0, "whole batches");
-    for (int i0 = ctid; i0 < kPairs * 8; i0 += 128 * kQBatch) {
-        uint4 x[kQBatch];
-#pragma unroll
-        for (int b = 0; b < kQBatch; ++b) {
-            const int i = i0 + 128 * b, pair = i / 8, c8 = i % 8;
-            const int r = crow0 + pair / kHeads;
-            const bool ok = r < a.n_rows;
-            x[b] = load16_or_zero(
-                q + static_cast<int64_t>(ok ? r : 0) * a.q0 + static_cast<int64_t>(pair % kHeads) * a.q1 + 16 * c8, ok);
-        }
-#pragma unroll
-        for (int b = 0; b < kQBatch; ++b) {
-            const int i = i0 + 128 * b;
-            store_f16_chunk(qc, kPairs, i / 8, i % 8, x[b]);
-        }
-    }
+    // This warpgroup's q rows, widened: B row n holds the pair (PairMap::row(n), PairMap::head(n)), 8 16-byte chunks.
+    stage_q<kHeads>(a, q, crow0, ctid, [&](int n, int c8, const uint4& x) { store_f16_chunk(qc, kPairs, n, c8, x); });
     wgmma::fence_proxy_async();
     tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
     float gate[32][2];
@@ -346,8 +370,9 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     if (a.ping_pong && c == 1) tma::named_arrive(1, 256);  // ping-pong: warpgroup 0 issues first
 
-    consume_key_tiles<kHeads, kStagesF16>(a, bars, n_tiles, c, ctid == 0, crow0, warp, g, t, gate, acc,
-                                          [&](float (&d)[128], int stage) {
+    const LaneRows<kHeads> rows(a, crow0, t);
+    consume_key_tiles<kHeads, kStagesF16>(a, bars, n_tiles, c, ctid == 0, rows, warp, g, gate, acc,
+                                          [&](float(&d)[128], int stage) {
                                               const uint32_t ka =
                                                   k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
 #pragma unroll
@@ -365,8 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
 // kWgmmaFp8 (Hopper's fp8 accumulation): e4m3 operands straight from TMA, wgmma.m64n256k32 e4m3 x e4m3 -> f32.
 template <int kHeads>
 __global__ void __launch_bounds__(kThreads, 1)
-    dsa_indexer_logits_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_q,
-                                        const __grid_constant__ CUtensorMap tm_k, WgArgs a) {
+    dsa_indexer_logits_wgmma_fp8_kernel(const uint8_t* q, const __grid_constant__ CUtensorMap tm_k, WgArgs a) {
     constexpr int kRows = kPairs / kHeads;
     constexpr int kCtaRows = 2 * kRows;
     static_assert(kRows / 4 >= 1 && kPairs % kHeads == 0 && kHeads % 8 == 0, "kHeads 32 or 64");
@@ -375,8 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
     const uint32_t q_s = sbase;                           // [2][kPairs][128] e4m3, swizzled
     const uint32_t k_s = sbase + 2 * kQBytes;             // [kStages][kKeys][128] e4m3, swizzled
-    const uint32_t bars = k_s + kStages * kKeyTileBytes;  // full[kStages], empty[kStages], q
-    const uint32_t q_bar = bars + 16 * kStages;
+    const uint32_t bars = k_s + kStages * kKeyTileBytes;  // full[kStages], empty[kStages]
     const int tid = static_cast<int>(threadIdx.x);
     const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kCtaRows;  // latest first
     const int key_end = cta_key_end(a, row0, kCtaRows);
@@ -388,7 +411,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::mbar_init(bars + 8 * i, 1);              // full: the producer's expect_tx
             tma::mbar_init(bars + 8 * (kStages + i), 2);  // empty: one arrive per consumer warpgroup
         }
-        tma::mbar_init(q_bar, 1);
         tma::fence_mbar_init();
     }
     __syncthreads();
@@ -397,8 +419,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         // ------------------------------------------------------------ producer: one thread issues TMA
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
-            tma::mbar_expect_tx(q_bar, 2 * kQBytes);
-            tma::load_3d(q_s, &tm_q, 0, 0, row0, q_bar);  // box 128 x kHeads x kCtaRows
             for (int it = 0; it < n_tiles; ++it) {
                 const int stage = it % kStages;
                 const auto use = static_cast<uint32_t>(it / kStages);
@@ -418,17 +438,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g = lane >> 2;
     const int t = lane & 3;
     const int crow0 = row0 + c * kRows;
+    const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytes;
+    // This warpgroup's q rows in PairMap's order (not one TMA box: B row n is not q's (row, head) order), 16-byte
+    // chunk c8 of B row n at chunk c8 ^ (n & 7) of the row (128-byte swizzle), as the TMA would place it.
+    stage_q<kHeads>(a, q, crow0, tid & 127, [&](int n, int c8, const uint4& x) {
+        const uint32_t addr = qc + static_cast<uint32_t>(n * 128 + ((c8 ^ (n & 7)) << 4));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
+                     : "memory");
+    });
+    wgmma::fence_proxy_async();
+    tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
     float gate[32][2];
     load_gates<kHeads>(a, crow0, t, gate);
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     if (a.ping_pong && c == 1) tma::named_arrive(1, 256);
-    tma::mbar_wait(q_bar, 0);
-    const uint32_t qc = q_s + static_cast<uint32_t>(c) * kQBytes;
+    const LaneRows<kHeads> rows(a, crow0, t);
 
-    consume_key_tiles<kHeads, kStages>(a, bars, n_tiles, c, (tid & 127) == 0, crow0, warp, g, t, gate, acc,
-                                       [&](float (&d)[128], int stage) {
+    consume_key_tiles<kHeads, kStages>(a, bars, n_tiles, c, (tid & 127) == 0, rows, warp, g, gate, acc,
+                                       [&](float(&d)[128], int stage) {
                                            const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
 #pragma unroll
                                            for (int ks = 0; ks < kHeadDim / 32; ++ks) {
@@ -442,21 +471,15 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <int kHeads>
 void launch_fp8(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, int64_t grid, cudaStream_t stream) {
-    constexpr int kCtaRows = 2 * (kPairs / kHeads);
-    const int64_t n_rows = p.q.size(0), n_keys = p.k.size(0);
-    const cuuint64_t q_dims[3] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(kHeads),
-                                  static_cast<cuuint64_t>(n_rows)};
-    const cuuint64_t q_strides[2] = {static_cast<cuuint64_t>(p.q.stride(1)), static_cast<cuuint64_t>(p.q.stride(0))};
-    const cuuint32_t q_box[3] = {static_cast<cuuint32_t>(kHeadDim), static_cast<cuuint32_t>(kHeads),
-                                 static_cast<cuuint32_t>(kCtaRows)};
+    const int64_t n_keys = p.k.size(0);
     const cuuint64_t k_dims[2] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(n_keys)};
     const cuuint64_t k_strides[1] = {static_cast<cuuint64_t>(p.k.stride(0))};
     const cuuint32_t k_box[2] = {static_cast<cuuint32_t>(kHeadDim), static_cast<cuuint32_t>(kKeys)};
-    const CUtensorMap tm_q = tma::encode_u8_sw128(p.q.data, 3, q_dims, q_strides, q_box);
     const CUtensorMap tm_k = tma::encode_u8_sw128(p.k.data, 2, k_dims, k_strides, k_box);
     auto* kernel = dsa_indexer_logits_wgmma_fp8_kernel<kHeads>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(tm_q, tm_k, args);
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(static_cast<const uint8_t*>(p.q.data), tm_k,
+                                                                          args);
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

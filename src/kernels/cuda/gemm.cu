@@ -5,7 +5,6 @@
 // Supported: a and b both f32 or both bf16; out the same dtype as a, or f32.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -294,65 +293,6 @@ void check_dtypes(DType out, DType a, DType b, const char* op) {
         << op << ": out " << dtype_name(out) << " with inputs " << dtype_name(a);
 }
 
-// The auxiliary streams of grouped_gemm's cuBLASLt loop, per (device, caller's stream), for the calling thread: the
-// groups' GEMMs go round-robin over the caller's stream and these, forked from and joined back into the caller's
-// stream by events, so one group's GEMM fills the SMs that the previous one leaves idle in its last wave (a group of
-// DeepSeek-V3 at 16K tokens is ~512 rows: 30-50 us per GEMM). Created at the first such call (warm-up); destroyed
-// when the thread exits, like the LtCache.
-struct GroupStreams {
-    std::vector<cudaStream_t> aux;
-    cudaEvent_t fork = nullptr;
-    std::vector<cudaEvent_t> join;
-};
-
-class GroupStreamCache {
-public:
-    GroupStreamCache() = default;
-    GroupStreamCache(const GroupStreamCache&) = delete;
-    GroupStreamCache& operator=(const GroupStreamCache&) = delete;
-    ~GroupStreamCache() {
-        for (auto& [key, gs] : entries_) {
-            (void)cudaSetDevice(key.first);  // errors ignored at process exit, as in ~LtCache
-            for (cudaEvent_t e : gs.join) (void)cudaEventDestroy(e);
-            if (gs.fork != nullptr) (void)cudaEventDestroy(gs.fork);
-            for (cudaStream_t st : gs.aux) (void)cudaStreamDestroy(st);
-        }
-    }
-    GroupStreams& get(cudaStream_t stream, int n_aux) {
-        int device = 0;
-        PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
-        GroupStreams& gs = entries_[{device, stream}];
-        if (gs.fork == nullptr) PENSTOCK_CUDA_CHECK(cudaEventCreateWithFlags(&gs.fork, cudaEventDisableTiming));
-        int priority = 0;
-        PENSTOCK_CUDA_CHECK(cudaStreamGetPriority(stream, &priority));
-        while (static_cast<int>(gs.aux.size()) < n_aux) {
-            cudaStream_t st = nullptr;
-            PENSTOCK_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, priority));
-            gs.aux.push_back(st);
-            cudaEvent_t e = nullptr;
-            PENSTOCK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-            gs.join.push_back(e);
-        }
-        return gs;
-    }
-
-private:
-    std::map<std::pair<int, cudaStream_t>, GroupStreams> entries_;
-};
-
-// Streams of the cuBLASLt per-group loop (the caller's included): PENSTOCK_GROUPED_GEMM_STREAMS (1-8), default
-// kDefaultGroupedGemmStreams.
-constexpr int kDefaultGroupedGemmStreams = 2;
-
-int grouped_gemm_streams() {
-    static const int n = [] {
-        const char* e = std::getenv("PENSTOCK_GROUPED_GEMM_STREAMS");
-        const int v = e != nullptr ? std::atoi(e) : kDefaultGroupedGemmStreams;
-        return v < 1 ? 1 : (v > 8 ? 8 : v);
-    }();
-    return n;
-}
-
 }  // namespace
 
 LtContext& lt_context(cudaStream_t stream) {
@@ -541,43 +481,25 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(s));
     PENSTOCK_CHECK_EQ(off[0], 0) << op << ": offsets[0]";
     PENSTOCK_CHECK_LE(static_cast<int64_t>(off.back()), n_rows) << op << ": offsets[n_groups] past the rows";
-    int64_t non_empty = 0;
+    // Every offset checked before the first launch: a bad offsets tensor fails the call with nothing written.
     for (int64_t g = 0; g < n_groups; ++g) {
-        const int32_t r0 = off[static_cast<size_t>(g)], r1 = off[static_cast<size_t>(g) + 1];
-        PENSTOCK_CHECK_LE(r0, r1) << op << ": offsets decrease at group " << g;
-        non_empty += r1 > r0 ? 1 : 0;
-    }
-    // The groups round-robin over n_streams streams (the caller's first), forked from and joined into the caller's.
-    const int n_streams = static_cast<int>(std::min<int64_t>(grouped_gemm_streams(), non_empty));
-    thread_local GroupStreamCache stream_cache;
-    GroupStreams* gs = n_streams > 1 ? &stream_cache.get(s, n_streams - 1) : nullptr;
-    if (gs != nullptr) {
-        PENSTOCK_CUDA_CHECK(cudaEventRecord(gs->fork, s));
-        for (int i = 0; i + 1 < n_streams; ++i) PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(gs->aux[i], gs->fork, 0));
+        PENSTOCK_CHECK_LE(off[static_cast<size_t>(g)], off[static_cast<size_t>(g) + 1])
+            << op << ": offsets decrease at group " << g;
     }
     const int64_t in_elem = static_cast<int64_t>(dtype_bytes(p.a.dtype, 1));
-    int64_t issued = 0;
     for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t r0 = off[static_cast<size_t>(g)];
         const int64_t r1 = off[static_cast<size_t>(g) + 1];
         if (r0 == r1) continue;
-        const int slot = static_cast<int>(issued++ % n_streams);
-        const cudaStream_t gst = slot == 0 ? s : gs->aux[slot - 1];
         const TensorView a = p.a.slice(0, r0, r1);
         const TensorView out = p.out.slice(0, r0, r1);
         if (k == 0) {
-            scale_out(out, r1 - r0, n, 0.0f, gst);
+            scale_out(out, r1 - r0, n, 0.0f, s);
             continue;
         }
         const void* b = static_cast<const char*>(p.b.data) + g * n * k * in_elem;
         lt_matmul(out.data, p.out.dtype, ld_of(out), a.data, ld_of(a), b, k, p.a.dtype, r1 - r0, n, k,
-                  /*trans_b=*/true, 1.0f, 0.0f, gst);
-    }
-    if (gs != nullptr) {
-        for (int i = 0; i + 1 < n_streams; ++i) {
-            PENSTOCK_CUDA_CHECK(cudaEventRecord(gs->join[i], gs->aux[i]));
-            PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(s, gs->join[i], 0));
-        }
+                  /*trans_b=*/true, 1.0f, 0.0f, s);
     }
 }
 
