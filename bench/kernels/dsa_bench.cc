@@ -6,8 +6,8 @@
 // Variants: kWgmma (dsa_indexer_wgmma.cu: e4m3 widened to f16, exact; kAuto's choice), kWgmmaFp8 (e4m3 wgmma,
 // Hopper's reduced-precision accumulation; opt-in) and kMma (mma.sync), all with q_pos (causal tile skipping), and
 // kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. Alternatives of the wgmma kernels
-// (WgmmaIndexerOptions): consumers free-running instead of ping-pong, the ping-pong hand-over after the wgmmas
-// retired, and a diagnostic without the epilogue.
+// (WgmmaIndexerOptions): the consumers' ping-pong instead of free-running (the default of both since session 17),
+// the ping-pong with the hand-over after the wgmmas retired, and a diagnostic without the epilogue.
 // FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
 // 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
@@ -88,13 +88,13 @@ void run_dsa_bench(BenchContext& ctx) {
         const bool big = T >= 65536;
         const int reps = big ? 3 : 10;
         const bool wgmma_ok = cuda::dsa_indexer_wgmma_supported(lp);
-        Timing t_wg{}, t_f8{}, t_wg_free{}, t_f8_free{}, t_wg_mma{}, t_f8_mma{}, t_wg_late{}, t_f8_late{};
+        Timing t_wg{}, t_f8{}, t_wg_pp{}, t_f8_pp{}, t_wg_mma{}, t_f8_mma{}, t_wg_late{}, t_f8_late{};
         Timing t_mma{}, t_full{}, t_topk{};
         if (wgmma_ok) {
-            // The consumers free-running (no ping-pong) first, so the default runs write the compared logits last.
+            // The ping-pong runs first, so the default runs write the compared logits last.
             using Opt = cuda::WgmmaIndexerOptions;
-            const Opt free_f16{.fp8_accumulate = false, .ping_pong = false, .mma_only = false};
-            const Opt free_fp8{.fp8_accumulate = true, .ping_pong = false, .mma_only = false};
+            const Opt pp_f16{.fp8_accumulate = false, .ping_pong = true, .mma_only = false};
+            const Opt pp_fp8{.fp8_accumulate = true, .ping_pong = true, .mma_only = false};
             const Opt mma_f16{.fp8_accumulate = false, .ping_pong = true, .mma_only = true};
             const Opt mma_fp8{.fp8_accumulate = true, .ping_pong = true, .mma_only = true};
             const Opt late_f16{
@@ -103,8 +103,8 @@ void run_dsa_bench(BenchContext& ctx) {
                 .fp8_accumulate = true, .ping_pong = true, .mma_only = false, .hand_over_after_wait = true};
             t_wg_late = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, late_f16, s); }, 2, reps * 2);
             t_f8_late = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, late_fp8, s); }, 2, reps * 2);
-            t_wg_free = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, free_f16, s); }, 2, reps * 2);
-            t_f8_free = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, free_fp8, s); }, 2, reps * 2);
+            t_wg_pp = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, pp_f16, s); }, 2, reps * 2);
+            t_f8_pp = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, pp_fp8, s); }, 2, reps * 2);
             t_wg_mma = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, mma_f16, s); }, 2, reps * 2);
             t_f8_mma = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, mma_fp8, s); }, 2, reps * 2);
             t_wg = ctx.time([&] { cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s); }, 2, reps * 2);
@@ -194,8 +194,8 @@ void run_dsa_bench(BenchContext& ctx) {
         };
         if (wgmma_ok) emit("wgmma", t_wg, flops, true);
         if (wgmma_ok) emit("wgmma_fp8_accumulate", t_f8, flops, true);
-        if (wgmma_ok) emit("wgmma_no_ping_pong", t_wg_free, flops, true);
-        if (wgmma_ok) emit("wgmma_fp8_accumulate_no_ping_pong", t_f8_free, flops, true);
+        if (wgmma_ok) emit("wgmma_ping_pong", t_wg_pp, flops, true);
+        if (wgmma_ok) emit("wgmma_fp8_accumulate_ping_pong", t_f8_pp, flops, true);
         if (wgmma_ok) emit("wgmma_hand_over_after_wait", t_wg_late, flops, true);
         if (wgmma_ok) emit("wgmma_fp8_accumulate_hand_over_after_wait", t_f8_late, flops, true);
         // Diagnostics (logits not written): the operand pipeline and wgmmas alone, i.e. the epilogue's share.

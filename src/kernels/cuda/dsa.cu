@@ -542,11 +542,11 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
         << op << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
                  "q / k bases and strides";
     if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
-        // e4m3 accumulation free-runs its consumers: 1-3% faster than the ping-pong at 4K-64K (2026-12-02-s16); the
-        // f16 kernel keeps the ping-pong (mixed there: -2% at 4K, +8% at 16K, +1% at 64K for free-running).
+        // Both kernels free-run their consumers: e4m3 accumulation 1-3% faster than the ping-pong at 4K-64K
+        // (2026-12-02-s16); f16, with the per-lane row sums (2026-12-02-s17), +0.5% at 4K, +5% at 16K, -0.6% at 64K.
         const bool fp8_acc = variant == IndexerVariant::kWgmmaFp8;
         const WgmmaIndexerOptions options{
-            .fp8_accumulate = fp8_acc, .ping_pong = !fp8_acc, .mma_only = false, .hand_over_after_wait = false};
+            .fp8_accumulate = fp8_acc, .ping_pong = false, .mma_only = false, .hand_over_after_wait = false};
         dsa_indexer_logits_wgmma(p, options, stream);
         return;
     }

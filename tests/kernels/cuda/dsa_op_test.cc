@@ -225,9 +225,9 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         kernels::dsa_indexer_logits(hp, kernels::Context{});
         std::vector<float> want = read_f32(ref_logits.hv);
         // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply;
-        // 5 and 6: the wgmma kernels with the schedule their variant does not take by default (f16: free-running
-        // consumers, WgmmaIndexerOptions::ping_pong off; e4m3 accumulation: the ping-pong); 7 and 8: with the
-        // ping-pong hand-over after the wgmmas retired (hand_over_after_wait).
+        // 5 and 6: the f16 / e4m3 wgmma kernels with the ping-pong (WgmmaIndexerOptions::ping_pong; both variants
+        // free-run their consumers by default); 7 and 8: with the ping-pong hand-over after the wgmmas retired
+        // (hand_over_after_wait).
         for (int mode = 0; mode < 9; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
@@ -263,12 +263,11 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
                 const bool fp8_acc = mode == 6 || mode == 8;
                 const bool after_wait = mode >= 7;
-                const bool ping_pong = after_wait || fp8_acc;  // mode 5: f16 free-running; 6: e4m3 ping-pong
                 name += fp8_acc ? " [wgmma-fp8-accumulate" : " [wgmma";
-                name += after_wait ? ", hand-over after wait]" : ping_pong ? ", ping-pong]" : ", no ping-pong]";
+                name += after_wait ? ", hand-over after wait]" : ", ping-pong]";
                 cuda::dsa_indexer_logits_wgmma(gp,
                                                {.fp8_accumulate = fp8_acc,
-                                                .ping_pong = ping_pong,
+                                                .ping_pong = true,
                                                 .mma_only = false,
                                                 .hand_over_after_wait = after_wait},
                                                raw_stream());
