@@ -30,7 +30,11 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// One arrival on the barrier at the same shared-memory offset in cluster CTA `cta` (this CTA included).
+// One arrival on the barrier at the same shared-memory offset in cluster CTA `cta` (this CTA included), with
+// cluster-scope release: the arriving thread's earlier writes (e.g. st.shared::cluster into the peer) are visible to
+// a cluster-scope acquire of that phase. The release is a fence: freeing a pipeline stage this way at every k-step
+// cost a CTA-pair FP8 GEMM 35% (docs/perf/2026-12-02-s17.md section 6); a consumer that only read the stage (its
+// wgmmas retired) needs no more than the default CTA-scope semantics (mbarrier.arrive.shared::cluster).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
