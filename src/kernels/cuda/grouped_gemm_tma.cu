@@ -37,7 +37,9 @@
 // On the H200 (docs/perf/2026-12-01-grouped-gemm-ws.md) the static round-robin order let the CTAs that share a weight
 // tile drift apart at T = 16384 (36-49% L2 hits, 0.67-0.87x torch._grouped_mm); kTmaDyn keeps them together (65% L2
 // hits) and runs at 1.00-1.52x torch on the DeepSeek-V3 / Kimi K3 expert shapes
-// (docs/perf/2026-12-01-grouped-gemm-dyn.md). Clusters and the 32-wide step were slower than kTma.
+// (docs/perf/2026-12-01-grouped-gemm-dyn.md). The 32-wide step was slower than kTma. Clusters were too (0.7-1.0x)
+// while every stage release to the peer was a cluster-scope release (a fence per k-step); with CTA-scope remote
+// arrives they run 0.95-1.15x kTmaDyn at T = 16384 (docs/perf/2026-12-02-s17.md section 7).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -310,12 +312,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto release = [&](int stage) {
             if (!signals) return;
             const uint32_t bar = bars + 8 * (kStages + stage);
-            if constexpr (kCluster == 1) {
-                tma::mbar_arrive(bar);
-            } else {
-#pragma unroll
-                for (int c = 0; c < kCluster; ++c) tma::mbar_arrive_cluster(bar, static_cast<uint32_t>(c));
-            }
+            tma::mbar_arrive(bar);
+            // The peer's at CTA scope: a cluster-scope release would fence at every k-step (tma_util.cuh).
+            if constexpr (kCluster > 1) tma::mbar_arrive_remote(bar, rank ^ 1u);
         };
         float acc[128];
 #pragma unroll

@@ -42,6 +42,15 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
         "r"(cta)
         : "memory");
 }
+// One arrival on the barrier at the same offset in cluster CTA `cta` with the default semantics (release at CTA
+// scope, no cluster-wide fence): what a consumer that frees a pipeline stage for a peer's TMA needs.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
 // Waits until the phase of parity `parity` completed (a fresh barrier counts its phase "before 0", parity 1, done).
 // A parity names one of two phases, so a waiter must never fall two phases behind: once the phase it waits for and
 // the next have both completed, the barrier shows its parity as the current phase again, and the wait never ends.
