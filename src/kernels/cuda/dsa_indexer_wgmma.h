@@ -13,10 +13,10 @@ bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
 // Tuning of the wgmma kernels (the bench measures the alternatives; cuda::dsa_indexer_logits uses the defaults).
 struct WgmmaIndexerOptions {
     bool fp8_accumulate = false;  // e4m3 wgmma (IndexerVariant::kWgmmaFp8) instead of e4m3 widened to f16 (kWgmma)
-    bool ping_pong = true;        // the two consumer warpgroups alternate wgmma issue
+    bool ping_pong = false;       // the two consumer warpgroups alternate wgmma issue (default: they free-run)
     bool mma_only = false;        // diagnostic for the bench: loads and wgmmas only, no epilogue, nothing written
-    // Ping-pong hand-over once this warpgroup's wgmmas retired instead of right after issue (not yet measured:
-    // docs/perf/2026-12-01-dsa-indexer.md, "Where the rest goes").
+    // Ping-pong hand-over once this warpgroup's wgmmas retired instead of right after issue (measured within 0-3% of
+    // the other schedules: docs/perf/2026-12-02-s17.md).
     bool hand_over_after_wait = false;
 };
 // Runs `p` (validated by cuda::dsa_indexer_logits, and dsa_indexer_wgmma_supported(p)) on `stream`: e4m3 widened to

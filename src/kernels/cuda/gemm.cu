@@ -171,7 +171,7 @@ struct LtPlan {
 
 // The calling thread's plans. The heuristic query and the five descriptor creations cost host time on every call
 // otherwise, which the GPU sees when the calls are short and many: grouped_gemm's cuBLASLt path makes one call per
-// group (256 per expert GEMM for DeepSeek-V3). Bounded: at kMaxPlans entries the cache starts over (varying group
+// group (256 per expert GEMM for DeepSeek-V3). Bounded: at kMaxLtPlans entries the cache starts over (varying group
 // sizes make new keys forward after forward).
 constexpr size_t kMaxLtPlans = 4096;
 
