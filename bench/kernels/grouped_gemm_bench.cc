@@ -6,6 +6,8 @@
 // log-normal popularity weights (sigma 0.5), so rows per expert ~ T top-k / E with realistic variance. Reports TFLOP/s
 // of each, the ratio, and the max |device - cuBLASLt| over 64 sampled rows. PENSTOCK_GROUPED_OFFSETS_DIR=dir writes
 // each case's offsets to dir/<model>_<T>.txt (tools/grouped_mm_baseline.py times torch._grouped_mm on exactly those).
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,10 +57,13 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
         const char* name;
         cuda::GroupedGemmVariant v;
     };
-    const Kernel kKernels[] = {
-        {"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster}, {"tma", cuda::GroupedGemmVariant::kTma},
-        {"tma_k32", cuda::GroupedGemmVariant::kTmaK32},         {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
-        {"tma_dyn", cuda::GroupedGemmVariant::kTmaDyn},         {"cp_async", cuda::GroupedGemmVariant::kCpAsync}};
+    const Kernel kKernels[] = {{"tma_cluster", cuda::GroupedGemmVariant::kTmaCluster},
+                               {"tma", cuda::GroupedGemmVariant::kTma},
+                               {"tma_k32", cuda::GroupedGemmVariant::kTmaK32},
+                               {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
+                               {"tma_dyn", cuda::GroupedGemmVariant::kTmaDyn},
+                               {"cp_async", cuda::GroupedGemmVariant::kCpAsync},
+                               {"tma_dyn_cluster", cuda::GroupedGemmVariant::kTmaDynCluster}};
     std::mt19937 rng(/*seed=*/7);
     uint64_t seed = 100;
     for (const Model& m : kModels) {
@@ -162,6 +167,52 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                         record["max_abs_ref_64rows"] = runs[v - 1].max_ref;
                     }
                     ctx.report(record, t, bytes);
+                }
+                // The fused gated form (gate_up only; names glu_dyn / glu_dyn_cluster in PENSTOCK_BENCH_GG_KERNELS):
+                // kTmaDyn's and kTmaDynCluster's SiLU epilogue, timed, and the pair's 64 sampled rows compared with
+                // the single-CTA kernel's (they must be equal).
+                const bool glu_one = only.find(",glu_dyn,") != std::string::npos;
+                const bool glu_pair = only.find(",glu_dyn_cluster,") != std::string::npos;
+                if (dev_ok && std::string(pr.name) == "gate_up" && (glu_one || glu_pair)) {
+                    const Tensor g1 = Tensor::empty({rows, m.inter}, DType::kBF16, ctx.alloc());
+                    const Tensor g2 = Tensor::empty({rows, m.inter}, DType::kBF16, ctx.alloc());
+                    int dev = 0, sms = 0;
+                    cudaGetDevice(&dev);
+                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+                    auto glu = [&](const Tensor& out, bool pairs) {
+                        cuda::grouped_gemm_glu_tma(
+                            {.out = out.view(), .a = a.view(), .b = b.view(), .offsets = off_dev.view()},
+                            cuda::GluEpilogue::kSilu, 1.0f, 1.0f, sms, ctx.stream().handle(), pairs);
+                    };
+                    for (int pairs = 0; pairs < 2; ++pairs) {
+                        if (!(pairs ? glu_pair : glu_one)) continue;
+                        const Tensor& out = pairs ? g2 : g1;
+                        const Timing t = ctx.time([&] { glu(out, pairs != 0); }, 2, 8);
+                        nlohmann::json record = ctx.base_record("grouped_gemm");
+                        record["variant"] = pairs ? "glu_dyn_cluster" : "glu_dyn";
+                        record["model"] = m.name;
+                        record["proj"] = "gate_up_silu";
+                        record["tokens"] = T;
+                        record["rows"] = rows;
+                        record["n"] = pr.n;
+                        record["k"] = pr.k;
+                        record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
+                        record["speedup_vs_cublaslt_gemm"] = tl.median_us / t.median_us;
+                        ctx.report(record, t,
+                                   2.0 * static_cast<double>(rows * pr.k + m.experts * pr.n * pr.k + rows * m.inter));
+                    }
+                    if (glu_one && glu_pair) {
+                        ctx.stream().synchronize();
+                        int64_t differ = 0;
+                        for (int i = 0; i < 64; ++i) {
+                            const int64_t row = (rows - 1) * i / 63;
+                            const std::vector<float> x = read_row(g1, row, ctx.stream()),
+                                                     y = read_row(g2, row, ctx.stream());
+                            for (size_t j = 0; j < x.size(); ++j) differ += !(x[j] == y[j]);
+                        }
+                        std::printf("[grouped] %s glu pair vs single: %lld of 64 x %lld sampled values differ\n",
+                                    case_name.c_str(), static_cast<long long>(differ), static_cast<long long>(m.inter));
+                    }
                 }
             }
         }

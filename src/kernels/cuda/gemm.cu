@@ -370,7 +370,8 @@ void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
         PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         grouped_gemm_glu_tma({.out = p.out, .a = p.a, .b = p.b, .offsets = p.offsets},
                              p.act == kernels::GluKind::kSilu ? GluEpilogue::kSilu : GluEpilogue::kSitu, p.situ_beta,
-                             p.situ_linear_beta, sms, stream);
+                             p.situ_linear_beta, sms, stream,
+                             grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster);
         return;
     }
     // Unfused: [gate ; up] into the caller's buffer, then the activation op.

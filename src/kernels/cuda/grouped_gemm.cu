@@ -253,6 +253,15 @@ void grouped_gemm_cp_async(const kernels::GroupedGemmParams& p, void* stream) {
 
 }  // namespace
 
+GroupedGemmVariant grouped_gemm_default_device_kernel() {
+    static const GroupedGemmVariant v = [] {
+        const char* e = std::getenv("PENSTOCK_GG_PAIRS");
+        return e != nullptr && std::strcmp(e, "1") == 0 ? GroupedGemmVariant::kTmaDynCluster
+                                                        : GroupedGemmVariant::kTmaDyn;
+    }();
+    return v;
+}
+
 const char* grouped_gemm_device_unsupported(const kernels::GroupedGemmParams& p) {
     if (p.a.dtype != DType::kBF16 || p.b.dtype != DType::kBF16) return "a and b must be bf16";
     if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF32) return "out must be bf16 or f32";
@@ -285,6 +294,15 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kDevice:
+            if (grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster) {
+                grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            } else {
+                grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            }
+            return;
+        case GroupedGemmVariant::kTmaDynCluster:
+            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            return;
         case GroupedGemmVariant::kTmaDyn:
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
             return;

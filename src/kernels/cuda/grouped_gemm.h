@@ -12,16 +12,18 @@
 namespace penstock::cuda {
 
 enum class GroupedGemmVariant {
-    kAuto,        // the rule above
-    kCublasLt,    // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,      // the default device kernel (kTmaDyn); checks grouped_gemm_device_supported()
-    kTma,         // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
-                  // static round-robin tile order
-    kTmaCluster,  // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
-    kTmaK32,      // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
-    kWsCpAsync,   // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
-    kTmaDyn,      // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
-    kCpAsync,     // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
+    kAuto,           // the rule above
+    kCublasLt,       // host copy of the offsets + one cuBLASLt GEMM per non-empty group
+    kDevice,         // the default device kernel (kTmaDyn); checks grouped_gemm_device_supported()
+    kTma,            // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
+                     // static round-robin tile order
+    kTmaCluster,     // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
+    kTmaK32,         // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
+    kWsCpAsync,      // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
+    kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
+    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of 2 x 128 rows of one (group, n-tile) handed out in order,
+                     // each CTA of the pair loading one weight half multicast to both
+    kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
 // Why the device kernels cannot take this call, or nullptr when they can. They need: bf16 a / b, out bf16 or f32,
@@ -38,7 +40,7 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
 
 // The warp-specialised kernel (grouped_gemm_tma.cu), in the configurations the variants name: {cluster 1, k_step 64}
 // (kTma), {2, 64} (kTmaCluster), {1, 32} (kTmaK32), {1, 64, cp_async_producer} (kWsCpAsync), {1, 64, dynamic_tiles}
-// (kTmaDyn).
+// (kTmaDyn), {2, 64, dynamic_tiles} (kTmaDynCluster).
 struct TmaKernelConfig {
     int cluster = 1;
     int k_step = 64;
@@ -55,8 +57,12 @@ int grouped_gemm_tma_cluster_ctas();
 // accumulators as kTmaDyn on the [2 I] problem (same tiles along k, wgmma per element), the same rounding and
 // glu_act.cuh's formulas: bit-exact with kTmaDyn followed by silu_mul / situ_mul.
 enum class GluEpilogue { kSilu, kSitu };
+// pairs: kTmaDynCluster's 2-CTA clusters instead (the same values: each element's products in the same order).
 void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, float situ_beta, float situ_linear_beta,
-                          int sms, void* stream);
+                          int sms, void* stream, bool pairs = false);
+// The kernel kDevice runs (and whether the fused gated form runs in pairs): kTmaDyn, or kTmaDynCluster when the
+// environment sets PENSTOCK_GG_PAIRS=1 (measurement knob, read once).
+GroupedGemmVariant grouped_gemm_default_device_kernel();
 // Whether cuda::grouped_gemm (kAuto) would run `p` on the default device kernel on this stream (the rule above).
 bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream);
 

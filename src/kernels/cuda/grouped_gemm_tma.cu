@@ -77,14 +77,14 @@ struct Step {
     static constexpr int kBHalfBytes = (kBN / 2) * kRowBytes;  // 16 / 8 KiB
     static constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
     static constexpr int kStages = kPipeBytes / kStageBytes;  // 4 / 8
-    static constexpr int kBarBytes = 2 * kStages * 8;
+    static constexpr int kBarBytes = 3 * kStages * 8;  // full, empty, and the pair's tile messages (kDyn, kCluster 2)
     static_assert(kBK == 64 || kBK == 32, "k-step");
     static_assert(kStages * kStageBytes == kPipeBytes, "ring");
 };
 
 template <int kBK>
 constexpr int smem_bytes(int n_groups) {
-    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 4 * Step<kBK>::kStages + 8 * (n_groups + 1);
+    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 8 * Step<kBK>::kStages + 8 * (n_groups + 1);
 }
 
 static_assert(smem_bytes<64>(kMaxGroups) <= 227 * 1024, "shared memory");
@@ -134,11 +134,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;          // the same offset in every CTA of a cluster (same kernel, same layout)
-    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), msg[0, kStages)
+    const uint32_t msg_bars = bars + 16 * kStages;
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
     int* stage_tile = scan + 32;  // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
-    int* prefix = stage_tile + kStages;
+    int* msg = stage_tile + kStages;  // kDyn pairs: rank 0's tile messages to rank 1 (a ring, written remotely)
+    int* prefix = msg + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
     const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
@@ -146,18 +148,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kStages; ++i) {
             tma::mbar_init(bars + 8 * i, kCpLoad ? 128 : 1);         // full: the producer's expect_tx / 128 threads
             tma::mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
+            tma::mbar_init(msg_bars + 8 * i, 1);                     // msg: rank 0's producer (kDyn pairs)
         }
         tma::fence_mbar_init();
     }
-    // Ends with a CTA barrier, which also publishes the barrier inits inside the CTA.
-    const int total = tile::build_group_tile_prefix<kBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
+    // Ends with a CTA barrier, which also publishes the barrier inits inside the CTA. A dynamic pair's order is over
+    // units of 2 x 128 rows (rank r takes rows [128 r, 128 r + 128) of the unit), so both CTAs of a unit share the
+    // weight tile whatever the groups' row counts.
+    constexpr bool kDynPair = kDyn && kCluster > 1;
+    constexpr int kOrderBM = kDynPair ? kCluster * kBM : kBM;
+    const int total = tile::build_group_tile_prefix<kOrderBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
     if constexpr (kCluster > 1) tma::cluster_sync();  // the peer's barriers exist before any multicast / remote arrive
     const int units = (total + kCluster - 1) / kCluster;
     const int cid = static_cast<int>(blockIdx.x) / kCluster;
     const int n_clusters = static_cast<int>(gridDim.x) / kCluster;
     const int my_units = units > cid ? (units - 1 - cid) / n_clusters + 1 : 0;  // the same in both CTAs of a pair
     const int KT = p.k_steps;
-    static_assert(!kDyn || (kCluster == 1 && !kCpLoad), "the dynamic scheduler: TMA, no cluster");
+    static_assert(!kDyn || ((kCluster == 1 || kCluster == 2) && !kCpLoad), "the dynamic scheduler: TMA, pairs at most");
+    // kDynPair: this CTA's share of unit t (rows past the unit's valid rows: 0 rows, nothing computed or stored).
+    auto pair_tile = [&](int t) {
+        Tile ct = tile::decode_group_tile<kOrderBM, kTileN>(t, prefix, offs, G);
+        const int skip = static_cast<int>(rank) * kBM;
+        ct.row0 += skip;
+        ct.rows = ct.rows > skip ? min(kBM, ct.rows - skip) : 0;
+        return ct;
+    };
     if (!kDyn && my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
     // This CTA's tile of unit u (rows 0: a dummy, computed and not stored) and whether the pair shares its weights.
     auto unit_tile = [&](int u, bool& shared) {
@@ -250,7 +265,35 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; kDyn || i < my_units; ++i) {
                 bool shared = false;
                 Tile ct{};
-                if constexpr (kDyn) {
+                if constexpr (kDynPair) {
+                    // Rank 0 takes the next unit once its ring has room (its empty barriers count both CTAs'
+                    // consumers) and sends it to rank 1 through message slot i % kStages: a remote store and a
+                    // cluster-scope release on the slot's barrier, once per tile. Rank 0 writes slot i again only
+                    // after waiting for a stage that rank 1's consumers freed after rank 1 read message i (a tile
+                    // has >= 1 k-step and the ring kStages stages), so a slot is never overwritten unread.
+                    const int stage = static_cast<int>(s % kStages);
+                    const auto use = static_cast<uint32_t>(s / kStages);
+                    const int slot = i % kStages;
+                    int t = -1;
+                    if (rank == 0) {
+                        tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
+                        const int next = tile_sched::next_tile(p.sched);
+                        t = next < total ? next : -1;
+                        tma::st_remote_u32(smem_u32(msg + slot), 1u, static_cast<uint32_t>(t));
+                        tma::mbar_arrive_cluster(msg_bars + 8 * slot, 1u);
+                    } else {
+                        tma::mbar_wait_cluster(msg_bars + 8 * slot, static_cast<uint32_t>(i / kStages) & 1u);
+                        t = *static_cast<volatile int*>(msg + slot);
+                        tma::mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
+                    }
+                    stage_tile[stage] = t;  // published by the arrive below (release)
+                    if (t < 0) {
+                        tma::mbar_arrive(bars + 8 * stage);
+                        break;
+                    }
+                    ct = pair_tile(t);
+                    shared = true;
+                } else if constexpr (kDyn) {
                     // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
                     // window, so the CTAs that share a weight tile start within a few k-steps of each other.
                     const int t = tile_sched::next_tile(p.sched);
@@ -269,7 +312,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const bool one_box = p.b_box_rows == kBN;  // the whole box counts, zero fill included
                 // a half wholly past n: not loaded (the gated form always loads both: gate and up)
                 const int halves = kAct != kActNone || one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;
-                const auto bytes = static_cast<uint32_t>(kABytes + halves * kBHalfBytes);
+                // A dynamic pair's rank 1 with no rows of the unit loads no A (its consumers compute nothing).
+                const bool load_a = !kDynPair || ct.rows > 0;
+                const auto bytes = static_cast<uint32_t>((load_a ? kABytes : 0) + halves * kBHalfBytes);
+                // Weight half h's first row: the gate / up rows of the gated form, else the tile's halves.
+                auto b_row = [&](int h) { return kAct != kActNone ? h * p.glu_n + ct.n0 : ct.n0 + h * (kBN / 2); };
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
@@ -278,24 +325,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::mbar_expect_tx(full, bytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
                     const uint32_t sb = sa + kABytes;
-                    tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    if (load_a) tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
                     if (shared) {
                         if (static_cast<int>(rank) < halves) {
                             tma::load_3d_multicast(sb + rank * kBHalfBytes, &tm_b, kt * kBK,
-                                                   ct.n0 + static_cast<int>(rank) * (kBN / 2), ct.group, full,
+                                                   b_row(static_cast<int>(rank)), ct.group, full,
                                                    static_cast<uint16_t>((1u << kCluster) - 1u));
                         }
                     } else if (one_box) {
                         tma::load_3d(sb, &tm_b, kt * kBK, ct.n0, ct.group, full);
                     } else {
                         for (int h = 0; h < halves; ++h) {
-                            const int brow = kAct != kActNone ? h * p.glu_n + ct.n0 : ct.n0 + h * (kBN / 2);
-                            tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, brow, ct.group, full);
+                            tma::load_3d(sb + h * kBHalfBytes, &tm_b, kt * kBK, b_row(h), ct.group, full);
                         }
                     }
                 }
             }
-            if constexpr (kDyn) {
+            if constexpr (kDynPair) {
+                if (rank == 0) tile_sched::finish(p.sched, static_cast<int>(gridDim.x) / kCluster);
+            } else if constexpr (kDyn) {
                 tile_sched::finish(p.sched, static_cast<int>(gridDim.x));  // the last CTA resets the pair
             }
         }
@@ -329,7 +377,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tma::mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
                 const int t = *static_cast<volatile int*>(stage_tile + stage);
                 if (t < 0) break;
-                ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
+                if constexpr (kDynPair) {
+                    ct = pair_tile(t);
+                } else {
+                    ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
+                }
             } else {
                 ct = unit_tile(cid + i * n_clusters, shared);
             }
@@ -481,6 +533,11 @@ void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, 
             launch<OutT, 1, 64, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
             return;
         }
+        if (cfg.dynamic_tiles && pairs > 0) {
+            const int64_t units = (args.n_rows / (2 * kBM) + args.n_groups + 1) * args.n_tiles_n;
+            launch<OutT, 2, 64, false, true>(tm_a, tm_b, args, 2 * static_cast<int>(units < pairs ? units : pairs), s);
+            return;
+        }
         if (cfg.dynamic_tiles) {
             launch<OutT, 1, 64, false, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms),
                                              s);
@@ -567,8 +624,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     PENSTOCK_CHECK(!cfg.cp_async_producer || (k_step == 64 && cfg.cluster == 1))
         << "grouped_gemm_tma: cp.async producer";
     PENSTOCK_CHECK(cfg.cluster == 1 || k_step == 64) << "grouped_gemm_tma: clusters take the 64-wide k-step";
-    PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && cfg.cluster == 1 && !cfg.cp_async_producer))
-        << "grouped_gemm_tma: dynamic tiles";
+    PENSTOCK_CHECK(!cfg.dynamic_tiles || (k_step == 64 && !cfg.cp_async_producer)) << "grouped_gemm_tma: dynamic tiles";
     TmaArgs args = base_args(p, kBN, k_step);
     // PENSTOCK_GG_TMA_BBOX=256 (measurement knob; cluster 1 only): the weight tile as one 256-row box per k-step.
     static const bool env_one_box = [] {
@@ -600,7 +656,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
 }
 
 void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, float situ_beta, float situ_linear_beta,
-                          int sms, void* stream) {
+                          int sms, void* stream, bool pairs) {
     const int64_t n_groups = p.b.size(0), n2 = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
     const int64_t inter = n2 / 2;
     PENSTOCK_CHECK(n2 % 2 == 0 && inter % (kBN / 2) == 0 && p.out.size(1) == inter)
@@ -621,6 +677,21 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = dynamic_tile_counter(s);
+    const int n_pairs = pairs ? max_pairs<bf16, 64>() : 0;
+    if (n_pairs > 0) {
+        const int64_t units = (n_rows / (2 * kBM) + n_groups + 1) * args.n_tiles_n;
+        const int grid = 2 * static_cast<int>(units < n_pairs ? units : n_pairs);
+        switch (act) {
+            case GluEpilogue::kSilu:
+                launch<bf16, 2, 64, false, true, kActSilu>(tm_a, tm_b, args, grid, s);
+                break;
+            case GluEpilogue::kSitu:
+                launch<bf16, 2, 64, false, true, kActSitu>(tm_a, tm_b, args, grid, s);
+                break;
+        }
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
     switch (act) {
         case GluEpilogue::kSilu:

@@ -70,6 +70,28 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (done == 0);
 }
 
+// mbar_wait with cluster-scope acquire: what a waiter needs whose phase a peer completed with mbar_arrive_cluster, to
+// see the peer's writes into this CTA (st_remote_u32) that came before that arrive.
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (done == 0);
+}
+// A 32-bit store to the same shared-memory offset `addr` in cluster CTA `cta` (published by mbar_arrive_cluster).
+__device__ __forceinline__ void st_remote_u32(uint32_t addr, uint32_t cta, uint32_t v) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nst.shared::cluster.u32 [remote], %2;\n}\n" ::
+            "r"(addr),
+        "r"(cta), "r"(v)
+        : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------- device: TMA loads
 // Box at coordinates (c0 innermost, c1[, c2]) of `map` into shared memory at dst; completes `bytes` of bar's phase
 // (the whole box, out-of-bounds elements zero-filled).

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -56,6 +57,8 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "ws_cp_async";
         case cuda::GroupedGemmVariant::kTmaDyn:
             return "tma_dyn";
+        case cuda::GroupedGemmVariant::kTmaDynCluster:
+            return "tma_dyn_cluster";
         case cuda::GroupedGemmVariant::kCpAsync:
             return "cp_async";
     }
@@ -189,7 +192,8 @@ TEST_P(GroupedGemmKernelTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
                          ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
                                            cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kWsCpAsync,
-                                           cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn),
+                                           cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn,
+                                           cuda::GroupedGemmVariant::kTmaDynCluster),
                          [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
                              return std::string(kernel_name(info.param));
                          });
@@ -252,8 +256,12 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
     if (major != 9) GTEST_SKIP() << "the TMA kernels need sm_90";
     constexpr int64_t kGroups = 256, kRows = 24576, kLaunches = 40;
     std::mt19937 rng(2612);
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 3072}, {3072, 1024}}) {
-        SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+    for (const auto& [n, k, kernel] :
+         {std::tuple<int64_t, int64_t, cuda::GroupedGemmVariant>{2048, 3072, cuda::GroupedGemmVariant::kTmaDyn},
+          {3072, 1024, cuda::GroupedGemmVariant::kTmaDyn},
+          {2048, 3072, cuda::GroupedGemmVariant::kTmaDynCluster},
+          {3072, 1024, cuda::GroupedGemmVariant::kTmaDynCluster}}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k << " " << kernel_name(kernel));
         Tensor a = Tensor::empty({kRows, k}, DType::kBF16, alloc());
         Tensor b = Tensor::empty({kGroups, n, k}, DType::kBF16, alloc());
         cuda::fill_bytes_async(a, 0x3f, stream());  // bf16 0x3f3f = 0.746
@@ -265,10 +273,10 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
             cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
             const kernels::GroupedGemmParams p{.out = out, .a = a, .b = b, .offsets = off_d};
             ASSERT_EQ(cuda::grouped_gemm_device_unsupported(p), nullptr);
-            cuda::grouped_gemm_variant(p, cuda::GroupedGemmVariant::kTmaDyn, raw_stream());
+            cuda::grouped_gemm_variant(p, kernel, raw_stream());
             finish_or_exit(raw_stream(), 30.0,
-                           "[grouped] kTmaDyn launch " + std::to_string(it) + " (n=" + std::to_string(n) +
-                               " k=" + std::to_string(k) + ")");
+                           std::string("[grouped] ") + kernel_name(kernel) + " launch " + std::to_string(it) +
+                               " (n=" + std::to_string(n) + " k=" + std::to_string(k) + ")");
             ASSERT_EQ(cudaGetLastError(), cudaSuccess);
             if (it % 8 != 7) continue;
             const Tensor h = cuda::to_host(out, stream());
@@ -335,10 +343,25 @@ TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
         } else {
             cuda::situ_mul({.out = unfused.dv, .gate = g2, .up = u2, .beta = 4.0f, .linear_beta = 25.0f}, raw_stream());
         }
+        // The same fused form on kTmaDynCluster's CTA pairs.
+        Pair paired = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
+        int sms = 0;
+        ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+        cuda::grouped_gemm_glu_tma(
+            {.out = paired.dv, .a = a.dv, .b = b.dv, .offsets = off_dev},
+            c.act == kernels::GluKind::kSilu ? cuda::GluEpilogue::kSilu : cuda::GluEpilogue::kSitu, 4.0f, 25.0f, sms,
+            raw_stream(), /*pairs=*/true);
         const Readback rf = read_pair(fused, stream(), false), ru = read_pair(unfused, stream(), false);
+        const Readback rp = read_pair(paired, stream(), false);
         std::vector<float> f(rf.values.begin(), rf.values.begin() + used * c.inter);
         std::vector<float> u(ru.values.begin(), ru.values.begin() + used * c.inter);
+        std::vector<float> pv(rp.values.begin(), rp.values.begin() + used * c.inter);
         conf_exact("grouped_gemm_glu", std::string(c.name) + " fused vs unfused", f, u);
+        conf_exact("grouped_gemm_glu", std::string(c.name) + " fused pairs vs unfused", pv, u);
+        int64_t tail_kept = 0;
+        for (size_t i = static_cast<size_t>(used * c.inter); i < rp.values.size(); ++i)
+            tail_kept += std::isnan(rp.values[i]);
+        EXPECT_EQ(tail_kept, static_cast<int64_t>(rp.values.size()) - used * c.inter) << "pairs: rows past the groups";
         const Readback rg = read_pair(gate_up, stream(), false);
         int64_t touched = 0;
         for (float v : rg.values) touched += !std::isnan(v);
