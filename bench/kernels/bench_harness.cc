@@ -2,8 +2,11 @@
 #include "bench/kernels/bench_harness.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
+
+#include "bench/energy_counter.h"
 
 namespace penstock::bench {
 
@@ -40,6 +43,36 @@ Timing BenchContext::time(const std::function<void()>& op, int warmup, int reps)
     t.min_us = us.front();
     t.max_us = us.back();
     return t;
+}
+
+Sustained BenchContext::sustain(const std::function<void()>& op, double seconds, double est_us) {
+    if (!energy_) energy_ = std::make_shared<EnergyCounter>(options_.device);
+    op();
+    stream_.synchronize();
+    Sustained s;
+    s.calls = std::max(3, static_cast<int>(std::ceil(seconds * 1e6 / std::max(est_us, 1.0))));
+    const double mj0 = energy_->read_mj();
+    start_.record(stream_);
+    for (int i = 0; i < s.calls; ++i) op();
+    end_.record(stream_);
+    end_.synchronize();
+    const double mj1 = energy_->read_mj();
+    const double ms = static_cast<double>(cuda::Event::elapsed_ms(start_, end_));
+    s.us_per_call = 1000.0 * ms / s.calls;
+    if (mj0 >= 0.0 && mj1 >= mj0) {
+        s.joules_per_call = (mj1 - mj0) / 1e3 / s.calls;
+        s.watts = ms > 0.0 ? (mj1 - mj0) / ms : -1.0;
+    }
+    return s;
+}
+
+void BenchContext::add_sustained(nlohmann::json& record, const Sustained& s) {
+    record["sustained_calls"] = s.calls;
+    record["sustained_us"] = s.us_per_call;
+    if (s.joules_per_call >= 0.0) {
+        record["energy_j"] = s.joules_per_call;
+        record["mean_power_w"] = s.watts;
+    }
 }
 
 nlohmann::json BenchContext::base_record(const std::string& bench) const {

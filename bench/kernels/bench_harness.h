@@ -31,6 +31,17 @@ struct Timing {
     int reps = 0;
 };
 
+// A sustained run (BenchContext::sustain): the op back to back with no flush between, long enough for the GPU to settle
+// at its power limit, and NVML's energy counter read around it (joules < 0: no counter).
+struct Sustained {
+    int calls = 0;
+    double us_per_call = 0;
+    double joules_per_call = -1;
+    double watts = -1;
+};
+
+class EnergyCounter;
+
 // One device, stream, allocator and flush buffer shared by every benchmark of a run.
 class BenchContext final {
 public:
@@ -41,6 +52,10 @@ public:
     Timing time(const std::function<void()>& op);
     // The same with this call's own warm-up and rep counts (slow baselines).
     Timing time(const std::function<void()>& op, int warmup, int reps);
+    // Runs `op` back to back for about `seconds` (calls = seconds / est_us, at least 3) after one unmeasured call.
+    Sustained sustain(const std::function<void()>& op, double seconds, double est_us);
+    // Adds sustained_us, sustained_calls and, with a counter, energy_j and mean_power_w to `record`.
+    static void add_sustained(nlohmann::json& record, const Sustained& s);
     // A JSON object with the fields every result line carries (bench, gpu, cc, driver, runtime, commit).
     nlohmann::json base_record(const std::string& bench) const;
     // Adds time, bandwidth for `bytes` moved and % of kH200CopyGBps to `record` and prints it as one line.
@@ -58,6 +73,7 @@ private:
     cuda::Event start_;
     cuda::Event end_;
     Tensor flush_;
+    std::shared_ptr<EnergyCounter> energy_;  // created on the first sustain()
 };
 
 void run_copy_bench(BenchContext& ctx);

@@ -53,6 +53,10 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
         only.append(1, ',').append(only_env).append(1, ',');
     }
     const char* case_env = std::getenv("PENSTOCK_BENCH_GG_CASE");
+    // PENSTOCK_BENCH_ENERGY_S=seconds: each kernel also runs back to back for that long (BenchContext::sustain) and
+    // reports its sustained time and joules per call (the big shapes run at the power limit).
+    const char* energy_env = std::getenv("PENSTOCK_BENCH_ENERGY_S");
+    const double energy_s = energy_env != nullptr ? std::atof(energy_env) : 0.0;
     struct Kernel {
         const char* name;
         cuda::GroupedGemmVariant v;
@@ -104,10 +108,19 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                 const Timing tl = ctx.time(
                     [&] { cuda::grouped_gemm_variant(pl, cuda::GroupedGemmVariant::kCublasLt, ctx.stream().handle()); },
                     2, 8);
+                Sustained sl;
+                if (energy_s > 0.0) {
+                    sl = ctx.sustain(
+                        [&] {
+                            cuda::grouped_gemm_variant(pl, cuda::GroupedGemmVariant::kCublasLt, ctx.stream().handle());
+                        },
+                        energy_s, tl.median_us);
+                }
                 struct Run {
                     const char* name;
                     cuda::GroupedGemmVariant v;
                     Timing t{};
+                    Sustained sus{};
                     double max_diff = -1.0, max_ref = 0.0;
                 };
                 std::vector<Run> runs;
@@ -121,6 +134,10 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                 }
                 for (Run& r : runs) {
                     r.t = ctx.time([&] { cuda::grouped_gemm_variant(pd, r.v, ctx.stream().handle()); }, 2, 8);
+                    if (energy_s > 0.0) {
+                        r.sus = ctx.sustain([&] { cuda::grouped_gemm_variant(pd, r.v, ctx.stream().handle()); },
+                                            energy_s, r.t.median_us);
+                    }
                     ctx.stream().synchronize();
                     r.max_diff = 0.0;
                     for (int i = 0; i < 64; ++i) {
@@ -158,6 +175,11 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                     record["n"] = pr.n;
                     record["k"] = pr.k;
                     record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
+                    if (energy_s > 0.0) {
+                        const Sustained& su = v == 0 ? sl : runs[v - 1].sus;
+                        BenchContext::add_sustained(record, su);
+                        record["sustained_tflops"] = flops / (su.us_per_call * 1e-6) / 1e12;
+                    }
                     if (v > 0 && std::string(runs[v - 1].name).find("cluster") != std::string::npos) {
                         record["cluster_ctas"] = cuda::grouped_gemm_tma_cluster_ctas();
                     }
@@ -198,6 +220,11 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                         record["k"] = pr.k;
                         record["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
                         record["speedup_vs_cublaslt_gemm"] = tl.median_us / t.median_us;
+                        if (energy_s > 0.0) {
+                            const Sustained su = ctx.sustain([&] { glu(out, pairs != 0); }, energy_s, t.median_us);
+                            BenchContext::add_sustained(record, su);
+                            record["sustained_tflops"] = flops / (su.us_per_call * 1e-6) / 1e12;
+                        }
                         ctx.report(record, t,
                                    2.0 * static_cast<double>(rows * pr.k + m.experts * pr.n * pr.k + rows * m.inter));
                     }

@@ -30,7 +30,6 @@
 //                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
 //                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/energy_counter.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/profile.h"
@@ -56,48 +56,6 @@ namespace penstock::bench {
 namespace {
 
 using nlohmann::json;
-
-// NVML's total energy (mJ since the driver loaded) of one CUDA device, through dlopen("libnvidia-ml.so.1"). The few
-// entry points used are NVML's stable C ABI: nvmlReturn_t is an int enum (0 = success), nvmlDevice_t a pointer.
-class EnergyCounter {
-public:
-    explicit EnergyCounter(int cuda_device) {
-        lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (lib_ == nullptr) return;
-        using InitFn = int (*)();
-        using ByBusFn = int (*)(const char*, void**);
-        auto init = reinterpret_cast<InitFn>(dlsym(lib_, "nvmlInit_v2"));
-        auto by_bus = reinterpret_cast<ByBusFn>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
-        energy_ = reinterpret_cast<EnergyFn>(dlsym(lib_, "nvmlDeviceGetTotalEnergyConsumption"));
-        char bus[32] = {};
-        if (init == nullptr || by_bus == nullptr || energy_ == nullptr || init() != 0 ||
-            cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess || by_bus(bus, &device_) != 0) {
-            device_ = nullptr;
-        }
-    }
-    EnergyCounter(const EnergyCounter&) = delete;
-    EnergyCounter& operator=(const EnergyCounter&) = delete;
-    ~EnergyCounter() {
-        if (lib_ == nullptr) return;
-        if (device_ != nullptr) {
-            using ShutdownFn = int (*)();
-            if (auto shutdown = reinterpret_cast<ShutdownFn>(dlsym(lib_, "nvmlShutdown"))) (void)shutdown();
-        }
-        dlclose(lib_);
-    }
-    // Millijoules, or -1 when unavailable.
-    double read_mj() const {
-        unsigned long long mj = 0;
-        if (device_ == nullptr || energy_(device_, &mj) != 0) return -1.0;
-        return static_cast<double>(mj);
-    }
-
-private:
-    using EnergyFn = int (*)(void*, unsigned long long*);
-    void* lib_ = nullptr;
-    void* device_ = nullptr;
-    EnergyFn energy_ = nullptr;
-};
 
 struct Options {
     std::string config;

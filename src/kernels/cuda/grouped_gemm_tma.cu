@@ -118,7 +118,7 @@ using Tile = tile::GroupTile;
 template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false, int kAct = kActNone>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                            TmaArgs p) {
+                            const __grid_constant__ CUtensorMap tm_a64, TmaArgs p) {
     static_assert(kAct == kActNone || (kDyn && std::is_same_v<OutT, bf16>), "the gated epilogue: kTmaDyn, bf16 out");
     constexpr int kTileN = kAct != kActNone ? kBN / 2 : kBN;  // output columns per tile
     using S = Step<kBK>;
@@ -153,11 +153,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::fence_mbar_init();
     }
     // Ends with a CTA barrier, which also publishes the barrier inits inside the CTA. A dynamic pair's order is over
-    // units of 2 x 128 rows (rank r takes rows [128 r, 128 r + 128) of the unit), so both CTAs of a unit share the
-    // weight tile whatever the groups' row counts.
+    // units of two tiles that share the weight or the activation tile (tile_util.cuh, pair_units).
     constexpr bool kDynPair = kDyn && kCluster > 1;
-    constexpr int kOrderBM = kDynPair ? kCluster * kBM : kBM;
-    const int total = tile::build_group_tile_prefix<kOrderBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
+    const int total =
+        tile::build_group_tile_prefix<kBM, kDynPair>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
     if constexpr (kCluster > 1) tma::cluster_sync();  // the peer's barriers exist before any multicast / remote arrive
     const int units = (total + kCluster - 1) / kCluster;
     const int cid = static_cast<int>(blockIdx.x) / kCluster;
@@ -165,13 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int my_units = units > cid ? (units - 1 - cid) / n_clusters + 1 : 0;  // the same in both CTAs of a pair
     const int KT = p.k_steps;
     static_assert(!kDyn || ((kCluster == 1 || kCluster == 2) && !kCpLoad), "the dynamic scheduler: TMA, pairs at most");
-    // kDynPair: this CTA's share of unit t (rows past the unit's valid rows: 0 rows, nothing computed or stored).
+    // kDynPair: this CTA's tile of unit t (rows 0: none, nothing computed or stored) and the shared operand.
     auto pair_tile = [&](int t) {
-        Tile ct = tile::decode_group_tile<kOrderBM, kTileN>(t, prefix, offs, G);
-        const int skip = static_cast<int>(rank) * kBM;
-        ct.row0 += skip;
-        ct.rows = ct.rows > skip ? min(kBM, ct.rows - skip) : 0;
-        return ct;
+        return tile::decode_pair_unit<kBM, kTileN>(t, static_cast<int>(rank), prefix, offs, G, p.n_tiles_n);
     };
     if (!kDyn && my_units == 0) return;  // uniform over the cluster: nothing was or will be sent to the peer
     // This CTA's tile of unit u (rows 0: a dummy, computed and not stored) and whether the pair shares its weights.
@@ -263,7 +258,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma::prefetch_map(&tm_b);
             int64_t s = 0;
             for (int i = 0; kDyn || i < my_units; ++i) {
-                bool shared = false;
+                bool shared = false;   // the pair shares the weight tile: each loads one half, multicast
+                bool share_a = false;  // kDynPair: the pair shares the activation tile: each loads 64 rows, multicast
                 Tile ct{};
                 if constexpr (kDynPair) {
                     // Rank 0 takes the next unit once its ring has room (its empty barriers count both CTAs'
@@ -291,8 +287,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma::mbar_arrive(bars + 8 * stage);
                         break;
                     }
-                    ct = pair_tile(t);
-                    shared = true;
+                    const tile::PairTile pt = pair_tile(t);
+                    ct = pt.tile;
+                    share_a = pt.share_a;
+                    shared = !share_a;
                 } else if constexpr (kDyn) {
                     // The next tile of the order, in the order CTAs become free: the running tiles stay a contiguous
                     // window, so the CTAs that share a weight tile start within a few k-steps of each other.
@@ -313,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // a half wholly past n: not loaded (the gated form always loads both: gate and up)
                 const int halves = kAct != kActNone || one_box || p.n - ct.n0 > kBN / 2 ? 2 : 1;
                 // A dynamic pair's rank 1 with no rows of the unit loads no A (its consumers compute nothing).
-                const bool load_a = !kDynPair || ct.rows > 0;
+                const bool load_a = !kDynPair || ct.rows > 0 || share_a;
                 const auto bytes = static_cast<uint32_t>((load_a ? kABytes : 0) + halves * kBHalfBytes);
                 // Weight half h's first row: the gate / up rows of the gated form, else the tile's halves.
                 auto b_row = [&](int h) { return kAct != kActNone ? h * p.glu_n + ct.n0 : ct.n0 + h * (kBN / 2); };
@@ -325,7 +323,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::mbar_expect_tx(full, bytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStageBytes;
                     const uint32_t sb = sa + kABytes;
-                    if (load_a) tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    if (share_a) {
+                        // Rows [64 rank, 64 rank + 64) of the shared activation tile to both CTAs; own weights.
+                        tma::load_2d_multicast(sa + rank * (kABytes / 2), &tm_a64, kt * kBK,
+                                               ct.row0 + static_cast<int>(rank) * (kBM / 2), full,
+                                               static_cast<uint16_t>((1u << kCluster) - 1u));
+                    } else if (load_a) {
+                        tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    }
                     if (shared) {
                         if (static_cast<int>(rank) < halves) {
                             tma::load_3d_multicast(sb + rank * kBHalfBytes, &tm_b, kt * kBK,
@@ -378,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int t = *static_cast<volatile int*>(stage_tile + stage);
                 if (t < 0) break;
                 if constexpr (kDynPair) {
-                    ct = pair_tile(t);
+                    ct = pair_tile(t).tile;
                 } else {
                     ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
                 }
@@ -467,12 +472,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
+// The operand maps: a (box k_step x 128 rows), b (k_step x b_rows x 1), a64 (a with 64-row boxes: the half of an
+// activation tile that each CTA of a dynamic pair multicasts).
+struct OperandMaps {
+    CUtensorMap a, b, a64;
+};
+
 struct ClusterInfo {
     int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
 };
 
 template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false, int kAct = kActNone>
-void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int grid, cudaStream_t s) {
+void launch(const OperandMaps& m, const TmaArgs& args, int grid, cudaStream_t s) {
     auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn, kAct>;
     const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -489,9 +500,9 @@ void launch(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& arg
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     if constexpr (kCluster == 1) {
-        kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, args);
+        kernel<<<grid, kThreads, smem, s>>>(m.a, m.b, m.a64, args);
     } else {
-        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tm_a, tm_b, args));
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, m.a, m.b, m.a64, args));
     }
 }
 
@@ -525,30 +536,29 @@ int max_pairs() {
 }
 
 template <class OutT, int kBK>
-void run(const CUtensorMap& tm_a, const CUtensorMap& tm_b, const TmaArgs& args, int64_t tile_bound,
-         const TmaKernelConfig& cfg, int sms, cudaStream_t s) {
+void run(const OperandMaps& maps, const TmaArgs& args, int64_t tile_bound, const TmaKernelConfig& cfg, int sms,
+         cudaStream_t s) {
     const int pairs = cfg.cluster == 2 ? max_pairs<OutT, kBK>() : 0;
     if constexpr (kBK == 64) {
         if (cfg.cp_async_producer) {
-            launch<OutT, 1, 64, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
+            launch<OutT, 1, 64, true>(maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
             return;
         }
         if (cfg.dynamic_tiles && pairs > 0) {
-            const int64_t units = (args.n_rows / (2 * kBM) + args.n_groups + 1) * args.n_tiles_n;
-            launch<OutT, 2, 64, false, true>(tm_a, tm_b, args, 2 * static_cast<int>(units < pairs ? units : pairs), s);
+            const int64_t units = (tile_bound + 1) / 2 + args.n_groups;  // pair_units <= (tiles + groups) / 2
+            launch<OutT, 2, 64, false, true>(maps, args, 2 * static_cast<int>(units < pairs ? units : pairs), s);
             return;
         }
         if (cfg.dynamic_tiles) {
-            launch<OutT, 1, 64, false, true>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms),
-                                             s);
+            launch<OutT, 1, 64, false, true>(maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
             return;
         }
     }
     if (pairs > 0) {
         const int64_t want = (tile_bound + 1) / 2;
-        launch<OutT, 2, kBK>(tm_a, tm_b, args, 2 * static_cast<int>(want < pairs ? want : pairs), s);
+        launch<OutT, 2, kBK>(maps, args, 2 * static_cast<int>(want < pairs ? want : pairs), s);
     } else {
-        launch<OutT, 1, kBK>(tm_a, tm_b, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
+        launch<OutT, 1, kBK>(maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
     }
 }
 
@@ -589,9 +599,6 @@ TmaArgs base_args(const kernels::GroupedGemmParams& p, int tile_n, int k_step) {
 
 // The operand maps of both entry points: a [n_rows, k] (rows lda apart), box k_step x 128 rows; b [n_groups, n, k],
 // box k_step x b_rows; 128- (k_step 64) or 64-byte (32) swizzle.
-struct OperandMaps {
-    CUtensorMap a, b;
-};
 OperandMaps encode_maps(const kernels::GroupedGemmParams& p, int64_t lda, int k_step, int b_rows) {
     const int64_t n_groups = p.b.size(0), n = p.b.size(1), k = p.b.size(2), n_rows = p.a.size(0);
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n_rows)};
@@ -601,10 +608,12 @@ OperandMaps encode_maps(const kernels::GroupedGemmParams& p, int64_t lda, int k_
                                   static_cast<cuuint64_t>(n_groups)};
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(k * 2), static_cast<cuuint64_t>(n * k * 2)};
     const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(b_rows), 1u};
+    const cuuint32_t a64_box[2] = {static_cast<cuuint32_t>(k_step), static_cast<cuuint32_t>(kBM / 2)};
     const CUtensorMapSwizzle swz = k_step == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     return {
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion()),
-        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz,
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz, l2_promotion()),
+        tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a64_box, swz,
                           l2_promotion())};
 }
 
@@ -633,23 +642,21 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     }();
     args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
     const OperandMaps maps = encode_maps(p, args.lda, k_step, args.b_box_rows);
-    const CUtensorMap& tm_a = maps.a;
-    const CUtensorMap& tm_b = maps.b;
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = cfg.dynamic_tiles ? dynamic_tile_counter(s) : nullptr;
     const bool f32 = p.out.dtype == DType::kF32;
     if (k_step == 64) {
         if (f32) {
-            run<float, 64>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
+            run<float, 64>(maps, args, tile_bound, cfg, sms, s);
         } else {
-            run<bf16, 64>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
+            run<bf16, 64>(maps, args, tile_bound, cfg, sms, s);
         }
     } else {
         if (f32) {
-            run<float, 32>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
+            run<float, 32>(maps, args, tile_bound, cfg, sms, s);
         } else {
-            run<bf16, 32>(tm_a, tm_b, args, tile_bound, cfg, sms, s);
+            run<bf16, 32>(maps, args, tile_bound, cfg, sms, s);
         }
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
@@ -672,21 +679,19 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     args.situ_inv_beta = 1.0f / situ_beta;  // as situ_mul computes them
     args.situ_inv_linear_beta = 1.0f / situ_linear_beta;
     const OperandMaps maps = encode_maps(p, args.lda, 64, kBN / 2);
-    const CUtensorMap& tm_a = maps.a;
-    const CUtensorMap& tm_b = maps.b;
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = dynamic_tile_counter(s);
     const int n_pairs = pairs ? max_pairs<bf16, 64>() : 0;
     if (n_pairs > 0) {
-        const int64_t units = (n_rows / (2 * kBM) + n_groups + 1) * args.n_tiles_n;
+        const int64_t units = (tile_bound + 1) / 2 + n_groups;  // pair_units <= (tiles + groups) / 2
         const int grid = 2 * static_cast<int>(units < n_pairs ? units : n_pairs);
         switch (act) {
             case GluEpilogue::kSilu:
-                launch<bf16, 2, 64, false, true, kActSilu>(tm_a, tm_b, args, grid, s);
+                launch<bf16, 2, 64, false, true, kActSilu>(maps, args, grid, s);
                 break;
             case GluEpilogue::kSitu:
-                launch<bf16, 2, 64, false, true, kActSitu>(tm_a, tm_b, args, grid, s);
+                launch<bf16, 2, 64, false, true, kActSitu>(maps, args, grid, s);
                 break;
         }
         PENSTOCK_CUDA_LAUNCH_CHECK();
@@ -695,10 +700,10 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
     switch (act) {
         case GluEpilogue::kSilu:
-            launch<bf16, 1, 64, false, true, kActSilu>(tm_a, tm_b, args, grid, s);
+            launch<bf16, 1, 64, false, true, kActSilu>(maps, args, grid, s);
             break;
         case GluEpilogue::kSitu:
-            launch<bf16, 1, 64, false, true, kActSitu>(tm_a, tm_b, args, grid, s);
+            launch<bf16, 1, 64, false, true, kActSitu>(maps, args, grid, s);
             break;
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();

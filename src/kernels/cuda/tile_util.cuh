@@ -47,10 +47,8 @@ struct GroupTile {
     int n0;
 };
 
-// Tile t (< prefix[n_groups]): the group g with prefix[g] <= t < prefix[g + 1] (binary search over the exclusive scan
-// of the per-group tile counts), then its n-tile, then its m-tile. offs: the groups' row offsets.
-template <int BM, int BN>
-__device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix, const int* offs, int n_groups) {
+// The group g with prefix[g] <= t < prefix[g + 1] (binary search over the exclusive scan of the per-group counts).
+__device__ __forceinline__ int find_group(int t, const int* prefix, int n_groups) {
     int lo = 0, hi = n_groups;  // prefix[lo] <= t < prefix[hi]
     while (hi - lo > 1) {
         const int mid = (lo + hi) >> 1;
@@ -60,6 +58,14 @@ __device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix,
             hi = mid;
         }
     }
+    return lo;
+}
+
+// Tile t (< prefix[n_groups]): its group (find_group), then its n-tile, then its m-tile. offs: the groups' row
+// offsets.
+template <int BM, int BN>
+__device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix, const int* offs, int n_groups) {
+    const int lo = find_group(t, prefix, n_groups);
     const int local = t - prefix[lo];
     const int mg = offs[lo + 1] - offs[lo];
     const int mt_count = (mg + BM - 1) / BM;
@@ -73,11 +79,63 @@ __device__ __forceinline__ GroupTile decode_group_tile(int t, const int* prefix,
     return tl;
 }
 
+// Units of two tiles for CTA pairs (a 2-CTA cluster) that share one operand tile. A group of M m-tiles and N n-tiles
+// has pair_units(M, N) = (N / 2) M + (N odd ? ceil(M / 2) : 0) units, in the order of the n-tile pairs (2i, 2i + 1):
+// the floor(M / 2) m-tile pairs of n-tile 2i, then those of 2i + 1 (the pair shares the weight tile: rank r takes
+// m-tile 2j + r), then, when M is odd, the last m-tile on both n-tiles (the pair shares the activation tile: rank r
+// takes n-tile 2i + r); an odd N ends with the m-tile pairs of n-tile N - 1, where an odd M leaves rank 1 no rows.
+// So no rank idles except in that last unit, whatever the groups' row counts, and the units that read one weight
+// tile run together.
+__device__ __forceinline__ int pair_units(int m_tiles, int n_tiles) {
+    return (n_tiles >> 1) * m_tiles + (n_tiles & 1) * ((m_tiles + 1) >> 1);
+}
+struct PairTile {
+    GroupTile tile;  // this rank's tile (rows 0: none)
+    bool share_a;    // the pair shares the activation tile (same rows, n-tiles 2i and 2i + 1), else the weight tile
+};
+template <int BM, int BN>
+__device__ __forceinline__ PairTile decode_pair_unit(int u, int rank, const int* prefix, const int* offs, int n_groups,
+                                                     int n_tiles) {
+    const int g = find_group(u, prefix, n_groups);
+    const int local = u - prefix[g];
+    const int mg = offs[g + 1] - offs[g];
+    const int M = (mg + BM - 1) / BM;
+    const int full = (n_tiles >> 1) * M;
+    int mt = 0, nt = 0;
+    bool share_a = false;
+    if (local < full) {
+        const int i = local / M;
+        const int r = local - i * M;
+        const int h = M >> 1;
+        if (r < h) {
+            mt = 2 * r + rank;
+            nt = 2 * i;
+        } else if (r < 2 * h) {
+            mt = 2 * (r - h) + rank;
+            nt = 2 * i + 1;
+        } else {
+            mt = M - 1;
+            nt = 2 * i + rank;
+            share_a = true;
+        }
+    } else {
+        mt = 2 * (local - full) + rank;
+        nt = n_tiles - 1;
+    }
+    PairTile pt;
+    pt.share_a = share_a;
+    pt.tile.group = g;
+    pt.tile.row0 = offs[g] + min(mt, M - 1) * BM;
+    pt.tile.rows = mt < M ? min(BM, mg - mt * BM) : 0;
+    pt.tile.n0 = nt * BN;
+    return pt;
+}
+
 // All blockDim.x threads (a multiple of 32, at most 1024): offs[0..G] = the group offsets clamped to [0, n_rows]
 // (offsets null: one group [0, n_rows)), prefix[0..G] = the exclusive scan of the per-group tile counts
-// (ceil(rows / BM) * n_tiles_n). `scan` is 32 ints of shared scratch. Ends with a barrier; returns prefix[G], the
-// tile count.
-template <int BM>
+// (ceil(rows / BM) * n_tiles_n; kPairUnits: pair_units of them). `scan` is 32 ints of shared scratch. Ends with a
+// barrier; returns prefix[G], the tile count.
+template <int BM, bool kPairUnits = false>
 __device__ __forceinline__ int build_group_tile_prefix(const int32_t* offsets, int n_rows, int G, int n_tiles_n,
                                                        int* prefix, int* offs, int* scan) {
     const int tid = static_cast<int>(threadIdx.x);
@@ -95,7 +153,11 @@ __device__ __forceinline__ int build_group_tile_prefix(const int32_t* offsets, i
     const int g1 = min(G, g0 + per);
     auto tiles_of = [&](int g) {
         const int mg = max(0, offs[g + 1] - offs[g]);
-        return ((mg + BM - 1) / BM) * n_tiles_n;
+        if constexpr (kPairUnits) {
+            return pair_units((mg + BM - 1) / BM, n_tiles_n);
+        } else {
+            return ((mg + BM - 1) / BM) * n_tiles_n;
+        }
     };
     int local = 0;
     for (int g = g0; g < g1; ++g) local += tiles_of(g);

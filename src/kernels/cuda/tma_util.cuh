@@ -109,6 +109,16 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
+// load_2d's box written to dst of every CTA in cta_mask (bit i: cluster rank i), each completing its own barrier at
+// offset bar.
+__device__ __forceinline__ void load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                  uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
 // The same box written to dst of every CTA in cta_mask (bit i: cluster rank i), each completing its own barrier at
 // offset bar.
 __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
