@@ -21,8 +21,8 @@ enum class GroupedGemmVariant {
     kTmaK32,         // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
     kWsCpAsync,      // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
     kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
-    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of 2 x 128 rows of one (group, n-tile) handed out in order,
-                     // each CTA of the pair loading one weight half multicast to both
+    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
+                     // handed out in order, each CTA loading half of the shared tile multicast to both
     kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 

@@ -28,6 +28,11 @@
 // count the consumers of both CTAs (every stage may be written by the peer), so the pair runs in lockstep; a CTA
 // whose tile 2u + 1 is past the end recomputes tile 2u as a dummy (nothing stored) to keep the ring in step.
 //
+// kDyn with kCluster 2 (kTmaDynCluster): the dynamic order over units of two tiles that share the weight tile (each
+// CTA loads one half, multicast) or, for a group's odd last m-tile, the activation tile (each CTA loads 64 rows,
+// multicast through tm_a64); tile_util.cuh pair_units. Rank 0's producer takes the units and sends each to rank 1
+// through a ring of message slots in rank 1's shared memory (remote store + cluster-scope release per tile).
+//
 // kBK 32 (kTmaK32): 64-byte rows with 64-byte swizzle, 8 stages of 24 KiB. kCpLoad (kWsCpAsync): the producer
 // warpgroup's 128 threads load by cp.async instead (rows past the group zero-filled, not loaded) and signal "full".
 // Measurement knobs (environment, read once per process): PENSTOCK_GG_TMA_L2PROMO=none|128|256 (the maps' L2
