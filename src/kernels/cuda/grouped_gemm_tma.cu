@@ -511,6 +511,19 @@ void launch(const OperandMaps& m, const TmaArgs& args, int grid, cudaStream_t s)
     }
 }
 
+// The fused gated form (kTmaDyn's kernel, or kTmaDynCluster's with kCluster 2).
+template <int kCluster>
+void launch_glu(GluEpilogue act, const OperandMaps& maps, const TmaArgs& args, int grid, cudaStream_t s) {
+    switch (act) {
+        case GluEpilogue::kSilu:
+            launch<bf16, kCluster, 64, false, true, kActSilu>(maps, args, grid, s);
+            break;
+        case GluEpilogue::kSitu:
+            launch<bf16, kCluster, 64, false, true, kActSitu>(maps, args, grid, s);
+            break;
+    }
+}
+
 // How many 2-CTA clusters of the kernel can be resident at once (at the largest shared memory it asks for).
 template <class OutT, int kBK>
 int max_pairs() {
@@ -690,26 +703,9 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
     const int n_pairs = pairs ? max_pairs<bf16, 64>() : 0;
     if (n_pairs > 0) {
         const int64_t units = (tile_bound + 1) / 2 + n_groups;  // pair_units <= (tiles + groups) / 2
-        const int grid = 2 * static_cast<int>(units < n_pairs ? units : n_pairs);
-        switch (act) {
-            case GluEpilogue::kSilu:
-                launch<bf16, 2, 64, false, true, kActSilu>(maps, args, grid, s);
-                break;
-            case GluEpilogue::kSitu:
-                launch<bf16, 2, 64, false, true, kActSitu>(maps, args, grid, s);
-                break;
-        }
-        PENSTOCK_CUDA_LAUNCH_CHECK();
-        return;
-    }
-    const int grid = static_cast<int>(tile_bound < sms ? tile_bound : sms);
-    switch (act) {
-        case GluEpilogue::kSilu:
-            launch<bf16, 1, 64, false, true, kActSilu>(maps, args, grid, s);
-            break;
-        case GluEpilogue::kSitu:
-            launch<bf16, 1, 64, false, true, kActSitu>(maps, args, grid, s);
-            break;
+        launch_glu<2>(act, maps, args, 2 * static_cast<int>(units < n_pairs ? units : n_pairs), s);
+    } else {
+        launch_glu<1>(act, maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
