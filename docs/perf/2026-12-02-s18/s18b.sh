@@ -31,3 +31,10 @@ PKG=$P OUT=/tmp/ab MODES="default PENSTOCK_GROUPED_GEMM=device PENSTOCK_GROUPED_
   timeout $left bash $P/tools/layer_ab.sh > /dev/null 2>&1
 cat /tmp/ab/ab.log | tee $O/ab.log
 tar -C /tmp -cJf $O/ab.tar.xz ab
+# cuBLASLt's kernel for one DeepSeek-V3 gate_up group at T = 16384 (its name carries the tile and cluster shape).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [ -n "$NCU" ] && [ $SECONDS -lt 520 ]; then
+  PENSTOCK_BENCH_GG_CASE=deepseek_v3:gate_up:16384 PENSTOCK_BENCH_GG_KERNELS=tma_dyn timeout $((590 - SECONDS)) $NCU --launch-skip 40 --launch-count 1 \
+    -k regex:'nvjet|sm90|xmma|cutlass' --section LaunchStats --section SpeedOfLight $P/bin/penstock_bench_kernels --only grouped > $O/ncu_cublaslt.txt 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Grid Size|Cluster|Block Size|Duration|SM Frequency|Registers|Shared Memory Config" $O/ncu_cublaslt.txt | head -20
+fi
