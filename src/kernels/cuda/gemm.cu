@@ -449,15 +449,15 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
         << op << ": offsets [n_groups + 1] i32";
     if (n_groups == 0 || n == 0) return;
     // The device kernels (grouped_gemm_tma.cu, grouped_gemm.cu) read the offsets on the device: no host sync. kAuto
-    // takes the default one (kDevice = kTmaDyn) when it is supported and either the groups are small
-    // (n_rows / n_groups <= kDeviceMaxAvgRows) or the stream is being captured (the cuBLASLt path cannot be). On the
-    // H200 (docs/perf/2026-12-01-grouped-gemm-dyn.md, 2026-12-01-session6-layers.md) kTmaDyn ran the DeepSeek-V3 /
-    // Kimi K3 expert GEMMs at 1.00-1.52x torch._grouped_mm at T = 4096 and 16384, and cut the Kimi K3 layers' experts
-    // from 39-41 to 32-34 ms at T = 16384 (292 rows per expert); at 512 rows per expert (DeepSeek-V3, T = 16384)
-    // cuBLASLt's per-group GEMMs were faster (gate_up 11.5-12.8 vs 13.4-13.6 ms) and the layer 1.4-2.6 ms faster with
-    // them (the layer runs at the power limit). Calls the kernels do not take (f32 operands, k % 8 != 0, ...) run on
-    // the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device forces either
-    // under kAuto (capture: always device).
+    // takes the default one (kDevice = kTmaDynCluster, docs/perf/2026-12-02-s18.md) when it is supported and either the
+    // groups are small (n_rows / n_groups <= kDeviceMaxAvgRows) or the stream is being captured (the cuBLASLt path
+    // cannot be). On the H200 (docs/perf/2026-12-01-grouped-gemm-dyn.md, 2026-12-01-session6-layers.md) kTmaDyn ran the
+    // DeepSeek-V3 / Kimi K3 expert GEMMs at 1.00-1.52x torch._grouped_mm at T = 4096 and 16384, and cut the Kimi K3
+    // layers' experts from 39-41 to 32-34 ms at T = 16384 (292 rows per expert); at 512 rows per expert (DeepSeek-V3, T
+    // = 16384) cuBLASLt's per-group GEMMs were faster (gate_up 11.5-12.8 vs 13.4-13.6 ms) and the layer 1.4-2.6 ms
+    // faster with them (the layer runs at the power limit). Calls the kernels do not take (f32 operands, k % 8 != 0,
+    // ...) run on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device
+    // forces either under kAuto (capture: always device).
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
         const char* why = grouped_gemm_device_unsupported(p);
         PENSTOCK_CHECK(why == nullptr) << op << ": the device kernel cannot take this call: " << why;

@@ -256,8 +256,8 @@ void grouped_gemm_cp_async(const kernels::GroupedGemmParams& p, void* stream) {
 GroupedGemmVariant grouped_gemm_default_device_kernel() {
     static const GroupedGemmVariant v = [] {
         const char* e = std::getenv("PENSTOCK_GG_PAIRS");
-        return e != nullptr && std::strcmp(e, "1") == 0 ? GroupedGemmVariant::kTmaDynCluster
-                                                        : GroupedGemmVariant::kTmaDyn;
+        return e != nullptr && std::strcmp(e, "0") == 0 ? GroupedGemmVariant::kTmaDyn
+                                                        : GroupedGemmVariant::kTmaDynCluster;
     }();
     return v;
 }

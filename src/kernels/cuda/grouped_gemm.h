@@ -1,8 +1,8 @@
 // The device-side grouped GEMM (issue #7): out[rows of group g] = a[rows of group g] @ b[g]^T with the group offsets
 // read on the device (no host copy, no stream sync: CUDA-graph capturable). cuda::grouped_gemm (kAuto) takes the
-// default device kernel (kDevice = kTmaDyn) when grouped_gemm_device_supported() holds and either the groups are small
-// (n_rows / n_groups <= 384) or the stream is being captured; else the cuBLASLt path (host copy of the offsets + one
-// cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a capturing stream
+// default device kernel (kDevice = kTmaDynCluster) when grouped_gemm_device_supported() holds and either the groups are
+// small (n_rows / n_groups <= 384) or the stream is being captured; else the cuBLASLt path (host copy of the offsets +
+// one cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a capturing stream
 // fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device).
 // Measured on the H200: docs/perf/2026-12-01-grouped-gemm-ws.md (the static kernels), 2026-12-01-grouped-gemm-dyn.md.
 #pragma once
@@ -14,15 +14,17 @@ namespace penstock::cuda {
 enum class GroupedGemmVariant {
     kAuto,           // the rule above
     kCublasLt,       // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,         // the default device kernel (kTmaDyn); checks grouped_gemm_device_supported()
+    kDevice,         // the default device kernel (grouped_gemm_default_device_kernel()); checks
+                     // grouped_gemm_device_supported()
     kTma,            // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
                      // static round-robin tile order
     kTmaCluster,     // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
     kTmaK32,         // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
     kWsCpAsync,      // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
-    kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h): the default
+    kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h)
     kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
-                     // handed out in order, each CTA loading half of the shared tile multicast to both
+                     // handed out in order, each CTA loading half of the shared tile multicast to both: the
+                     // default (kDevice)
     kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -60,8 +62,9 @@ enum class GluEpilogue { kSilu, kSitu };
 // pairs: kTmaDynCluster's 2-CTA clusters instead (the same values: each element's products in the same order).
 void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, float situ_beta, float situ_linear_beta,
                           int sms, void* stream, bool pairs = false);
-// The kernel kDevice runs (and whether the fused gated form runs in pairs): kTmaDyn, or kTmaDynCluster when the
-// environment sets PENSTOCK_GG_PAIRS=1 (measurement knob, read once).
+// The kernel kDevice runs (and whether the fused gated form runs in pairs): kTmaDynCluster, or kTmaDyn when the
+// environment sets PENSTOCK_GG_PAIRS=0 (measurement knob, read once). Where no 2-CTA cluster can be resident, the
+// pairs' launch falls back to kTmaDyn's.
 GroupedGemmVariant grouped_gemm_default_device_kernel();
 // Whether cuda::grouped_gemm (kAuto) would run `p` on the default device kernel on this stream (the rule above).
 bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream);

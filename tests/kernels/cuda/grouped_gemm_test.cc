@@ -289,10 +289,11 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
     }
 }
 
-// kernels::grouped_gemm_glu on CUDA: the activation fused into kTmaDyn's epilogue is bit-exact with kTmaDyn into a
-// [gate ; up] buffer followed by silu_mul / situ_mul (SPEC §2), for SiLU and Kimi K3's SiTU, with empty, 1-row and
-// multi-tile groups and I = 128 / 384; the fused path ran (it leaves the caller's gate_up buffer untouched); and both
-// match the CPU reference to bf16 accuracy.
+// kernels::grouped_gemm_glu on CUDA: the activation fused into the default device kernel's epilogue (kTmaDynCluster's
+// pairs, unless PENSTOCK_GG_PAIRS=0) and into the other one's (grouped_gemm_glu_tma) are both bit-exact with kTmaDyn
+// into a [gate ; up] buffer followed by silu_mul / situ_mul (SPEC §2), for SiLU and Kimi K3's SiTU, with empty, 1-row
+// and multi-tile groups and I = 128 / 384; the fused path ran (it leaves the caller's gate_up buffer untouched); and
+// both match the CPU reference to bf16 accuracy.
 TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
     int dev = 0;
     cudaDeviceProp prop{};
@@ -343,25 +344,27 @@ TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
         } else {
             cuda::situ_mul({.out = unfused.dv, .gate = g2, .up = u2, .beta = 4.0f, .linear_beta = 25.0f}, raw_stream());
         }
-        // The same fused form on kTmaDynCluster's CTA pairs.
+        // The same fused form on the kernel the default did not take (single CTAs or kTmaDynCluster's pairs).
         Pair paired = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
         int sms = 0;
         ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
         cuda::grouped_gemm_glu_tma(
             {.out = paired.dv, .a = a.dv, .b = b.dv, .offsets = off_dev},
             c.act == kernels::GluKind::kSilu ? cuda::GluEpilogue::kSilu : cuda::GluEpilogue::kSitu, 4.0f, 25.0f, sms,
-            raw_stream(), /*pairs=*/true);
+            raw_stream(),
+            /*pairs=*/cuda::grouped_gemm_default_device_kernel() != cuda::GroupedGemmVariant::kTmaDynCluster);
         const Readback rf = read_pair(fused, stream(), false), ru = read_pair(unfused, stream(), false);
         const Readback rp = read_pair(paired, stream(), false);
         std::vector<float> f(rf.values.begin(), rf.values.begin() + used * c.inter);
         std::vector<float> u(ru.values.begin(), ru.values.begin() + used * c.inter);
         std::vector<float> pv(rp.values.begin(), rp.values.begin() + used * c.inter);
         conf_exact("grouped_gemm_glu", std::string(c.name) + " fused vs unfused", f, u);
-        conf_exact("grouped_gemm_glu", std::string(c.name) + " fused pairs vs unfused", pv, u);
+        conf_exact("grouped_gemm_glu", std::string(c.name) + " fused, other kernel, vs unfused", pv, u);
         int64_t tail_kept = 0;
         for (size_t i = static_cast<size_t>(used * c.inter); i < rp.values.size(); ++i)
             tail_kept += std::isnan(rp.values[i]);
-        EXPECT_EQ(tail_kept, static_cast<int64_t>(rp.values.size()) - used * c.inter) << "pairs: rows past the groups";
+        EXPECT_EQ(tail_kept, static_cast<int64_t>(rp.values.size()) - used * c.inter)
+            << "other kernel: rows past the groups";
         const Readback rg = read_pair(gate_up, stream(), false);
         int64_t touched = 0;
         for (float v : rg.values) touched += !std::isnan(v);
