@@ -267,6 +267,8 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v) {
             return "wgmma_tma";
         case Fp8GemmVariant::kWgmmaTmaWide:
             return "wgmma_tma_wide";
+        case Fp8GemmVariant::kWgmmaTmaPair:
+            return "wgmma_tma_pair";
         case Fp8GemmVariant::kCudaCore:
             return "cuda_core";
     }
@@ -318,8 +320,9 @@ int auto_tile_n(int64_t n) {
     return narrow || n <= 128 ? 128 : 256;
 }
 
-// The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide when supported (false otherwise), kCudaCore always,
-// kAuto the TMA kernel where supported, else the CUDA-core kernel.
+// The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide / kWgmmaTmaPair when supported (false otherwise),
+// kCudaCore always, kAuto the TMA kernel where supported (the pair kernel for 256-wide tiles when fp8_pair_default()),
+// else the CUDA-core kernel.
 bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
     switch (v) {
         case Fp8GemmVariant::kCublasLt:
@@ -333,12 +336,21 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
             if (!fp8_wgmma_supported(p)) return false;
             fp8_wgmma_tma(p, v == Fp8GemmVariant::kWgmmaTmaWide ? 256 : 128, stream);
             return true;
+        case Fp8GemmVariant::kWgmmaTmaPair:
+            if (!fp8_wgmma_supported(p)) return false;
+            fp8_wgmma_tma_pair(p, stream);
+            return true;
         case Fp8GemmVariant::kCudaCore:
             fp8_cuda_core(p, stream);
             return true;
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
-                fp8_wgmma_tma(p, auto_tile_n(p.b.size(1)), stream);
+                const int tile_n = auto_tile_n(p.b.size(1));
+                if (tile_n == 256 && fp8_pair_default()) {
+                    fp8_wgmma_tma_pair(p, stream);
+                } else {
+                    fp8_wgmma_tma(p, tile_n, stream);
+                }
             } else {
                 fp8_cuda_core(p, stream);
             }

@@ -17,10 +17,16 @@
 //  - kWgmmaTmaWide: the same kernel with a 128 x 256 CTA tile (four 48 KiB stages): a third fewer operand bytes per
 //    FLOP through L2. Each consumer warpgroup runs the two 128-column halves as two wgmma chains into the same block
 //    registers, promoting each into its own accumulators (128 + 64 registers). Same conditions as kWgmmaTma.
+//  - kWgmmaTmaPair: the kWgmmaTmaWide tile run by 2-CTA clusters: a pair takes a 256-row unit of one group and n-tile
+//    (rank r its rows [128 r, +128); none: a dummy that only loads), and each CTA loads one 128-row half of the weight
+//    tile and multicasts it to both, so the weight bytes through L2 per FLOP halve (the A rows stay per CTA). The
+//    stages of both CTAs are freed by all four consumer warpgroups (the pair runs in lockstep); rank 0 takes the
+//    units from the dynamic counter and hands each to rank 1 through a shared-memory mailbox and a per-stage mbarrier.
+//    The same per-tile arithmetic as kWgmmaTmaWide: bit-identical outputs. Same conditions.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
-// kernel of kAuto is kWgmmaTmaWide when n > 128, else kWgmmaTma; PENSTOCK_FP8_TILE_N=128 (read once per process)
-// makes it kWgmmaTma always, for A/B runs.
+// kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default()), else kWgmmaTma;
+// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +35,7 @@
 
 namespace penstock::cuda {
 
-enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kWgmmaTmaWide, kCudaCore };
+enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kWgmmaTmaWide, kWgmmaTmaPair, kCudaCore };
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 
@@ -47,12 +53,18 @@ bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
 void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);      // fp8_grouped_gemm.cu
 // fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
+// fp8_gemm_tma.cu: kWgmmaTmaPair.
+void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);
+// Whether kAuto and the fused gated GEMM take the pair kernel for 256-wide tiles: PENSTOCK_FP8_PAIR=0 / 1 (read once
+// per process), default kFp8PairDefault in fp8_gemm_tma.cu.
+bool fp8_pair_default();
 // The kWgmmaTmaWide kernel with the gated epilogue (kernels/ops.h Fp8GroupedGluGemmParams): tile j holds the gate rows
 // [128 j, +128) and the up rows [I + 128 j, +128) of b, rounds both to bf16, applies the activation (glu_act.cuh),
 // rounds to bf16 and quantises the 128 columns of each row as fp8_act_quant does, straight from the registers.
 // Needs fp8_wgmma_supported of the gate_up problem (out = gate_up), bf16 gate_up, I % 128 == 0, out rows with even
 // strides and a 2-byte aligned base. gate_up is not written.
-void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);  // pair: fp8_pair_default()
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, void* stream);
 void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream);
 
 }  // namespace penstock::cuda

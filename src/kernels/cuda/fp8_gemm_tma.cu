@@ -19,6 +19,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <utility>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8.cuh"
@@ -39,6 +43,8 @@ using namespace fp8;  // NOLINT(google-build-using-namespace): the kernels' shar
 
 constexpr int kThreads = 384;
 constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the bulk copies' bytes
+// fp8_pair_default() without PENSTOCK_FP8_PAIR: whether kAuto and the gated GEMM take the CTA-pair kernel.
+constexpr bool kFp8PairDefault = false;
 
 // The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
 template <int BN>
@@ -47,8 +53,8 @@ struct Pipe {
     static constexpr int kStageBytes = kABytes + BN * kBK;
     static constexpr int kStages = BN == 128 ? 6 : 4;
     static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-    static constexpr int kBarBytes = 2 * kStages * 8;
-    static constexpr int kSlotBytes = 4 * kStages;  // the tile id whose first k-step is in stage i
+    static constexpr int kBarBytes = 3 * kStages * 8;         // full, empty; the pairs' unit barriers
+    static constexpr int kSlotBytes = 8 * kStages;  // the tile id whose first k-step is in stage i; the pairs' mailbox
     static constexpr int kFixedBytes = kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
     static int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
     static_assert(BN == 128 || BN == 256, "tile widths");
@@ -151,11 +157,13 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-template <class OutT, int BN, int kAct = kActNone>
+template <class OutT, int BN, int kAct = kActNone, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b, Args p,
                         int* sched, GluArgs glu) {
     static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
+    static_assert(kCluster == 1 || (kCluster == 2 && BN == 256),
+                  "a CTA pair shares the two halves of a 256-row B tile");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
@@ -166,22 +174,48 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStage = P::kStageBytes;
     constexpr int kPipeBytes = P::kPipeBytes;
     constexpr int kBarBytes = P::kBarBytes;
-    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), then empty[0, kStages)
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), unit[0, kStages)
+    const uint32_t unit_bars = bars + 16 * kStages;
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
     int* stage_tile = scan + 32;  // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
-    int* prefix = stage_tile + kStages;
+    int* mail = stage_tile + kStages;  // pairs: rank 0's unit id for the unit whose first k-step is in stage i
+    int* prefix = mail + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
+    const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(bars + 8 * i, 1);              // full: the producer's expect_tx
-            mbar_init(bars + 8 * (kStages + i), 2);  // empty: one arrive per consumer warpgroup
+            mbar_init(bars + 8 * i, 1);                         // full: the producer's expect_tx
+            mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
+            // pairs, rank 1: rank 0's arrive once the id of a unit whose first k-step is in stage i is in mail[i]
+            // (one phase per such unit: the stage's next unit waits for its release, so never two pending)
+            mbar_init(unit_bars + 8 * i, 1);
         }
         tma::fence_mbar_init();
     }
-    // Ends with a barrier, which also publishes the barrier inits.
-    const int total = build_tile_prefix(p, prefix, offs, scan);
+    // Ends with a barrier, which also publishes the barrier inits. A pair's unit is a 256-row tile: rank r takes its
+    // rows [128 r, 128 r + 128) (none: a dummy that only loads and multicasts its B half).
+    const int total =
+        tile::build_group_tile_prefix<kBM * kCluster>(p.offsets, p.n_rows, p.n_groups, p.n_tiles_n, prefix, offs, scan);
+    if constexpr (kCluster > 1) tma::cluster_sync();  // the peer's barriers exist before any remote arrive or multicast
+    auto my_tile = [&](int u) {
+        Tile ct = tile::decode_group_tile<kBM * kCluster, BN>(u, prefix, offs, G);
+        if constexpr (kCluster > 1) {
+            const int r0 = kBM * static_cast<int>(rank);
+            ct.row0 += r0;
+            ct.rows = ct.rows > r0 ? min(kBM, ct.rows - r0) : 0;
+        }
+        return ct;
+    };
+    // A consumer warpgroup frees a stage in every CTA of the cluster (each receives the other's B half).
+    auto release = [&](int stage) {
+        if constexpr (kCluster == 1) {
+            mbar_arrive(bars + 8 * (kStages + stage));
+        } else {
+            for (uint32_t c = 0; c < kCluster; ++c) tma::mbar_arrive_cluster(bars + 8 * (kStages + stage), c);
+        }
+    };
     const int grid = static_cast<int>(gridDim.x);
     const int KT = p.k_steps;
     const int wg = tid >> 7;
@@ -190,34 +224,56 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             int64_t s = 0;
+            uint32_t unit_phase = 0;  // rank 1: bit i, the phase of unit barrier i
             for (;;) {
                 // The next tile of the order (tile_sched.h), its id to the consumers through the stage slot,
-                // published by the stage's "full" arrive (release).
-                const int t = tile_sched::next_tile(sched);
+                // published by the stage's "full" arrive (release). A pair: rank 0 takes it and hands it to rank 1
+                // through rank 1's mailbox slot and unit barrier.
                 const int first = static_cast<int>(s % kStages);  // the stage of the tile's first k-step
                 mbar_wait(bars + 8 * (kStages + first), (static_cast<uint32_t>(s / kStages) & 1u) ^ 1u);
+                int t = 0;
+                if (kCluster == 1 || rank == 0) {
+                    t = tile_sched::next_tile(sched);
+                    if constexpr (kCluster > 1) {
+                        tma::st_remote_u32(smem_u32(mail + first), 1u, static_cast<uint32_t>(t));
+                        tma::mbar_arrive_cluster(unit_bars + 8 * first, 1u);
+                    }
+                } else {
+                    tma::mbar_wait_cluster(unit_bars + 8 * first, (unit_phase >> first) & 1u);
+                    unit_phase ^= 1u << first;
+                    t = *static_cast<volatile int*>(mail + first);
+                }
                 stage_tile[first] = t < total ? t : -1;
                 if (t >= total) {
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
                     break;
                 }
-                const Tile ct = tile::decode_group_tile<kBM, BN>(t, prefix, offs, G);
+                const Tile ct = my_tile(t);
+                // A pair's dummy (no rows of its own) loads no A; every CTA of a pair receives both B halves.
+                const bool has_a = kCluster == 1 || ct.rows > 0;
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
                     const uint32_t full = bars + 8 * stage;
-                    mbar_expect_tx(full, kStage);
+                    mbar_expect_tx(full, has_a ? kStage : kStage - kABytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
-                    load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    if (has_a) load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    if constexpr (kCluster == 1) {
 #pragma unroll
-                    for (int h = 0; h < P::kHalves; ++h) {
-                        load_3d(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK, b_row<BN, kAct>(ct, h, glu), ct.group,
-                                full);
+                        for (int h = 0; h < P::kHalves; ++h) {
+                            load_3d(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK, b_row<BN, kAct>(ct, h, glu),
+                                    ct.group, full);
+                        }
+                    } else {
+                        const int h = static_cast<int>(rank);  // this CTA's half, into both CTAs
+                        tma::load_3d_multicast(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK,
+                                               b_row<BN, kAct>(ct, h, glu), ct.group, full, 0x3);
                     }
                 }
             }
-            tile_sched::finish(sched, grid);  // the last CTA resets the pair for the next launch
+            // The last taker resets the counter pair for the next launch.
+            if (kCluster == 1 || rank == 0) tile_sched::finish(sched, grid / kCluster);
         }
     } else {
         // ------------------------------------------------------------ consumers
@@ -242,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_wait(bars + 8 * first, static_cast<uint32_t>(s / kStages) & 1u);
             const int tile_id = *static_cast<volatile int*>(stage_tile + first);
             if (tile_id < 0) break;
-            const Tile ct = tile::decode_group_tile<kBM, BN>(tile_id, prefix, offs, G);
+            const Tile ct = my_tile(tile_id);
             if (64 * cw >= ct.rows) {
                 // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
                 // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
@@ -253,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     // The warpgroup's four warps pass each stage together before its one thread frees it
                     // (tma_util.cuh, "Warps that skip").
                     tma::named_sync(1 + cw, 128);
-                    if ((tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));
+                    if ((tid & 127) == 0) release(stage);
                 }
                 continue;
             }
@@ -295,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     wgmma::wait<0>();
                     wgmma::reg_fence(blk);
                     // this warpgroup is done with the stage
-                    if (h == kHalves - 1 && (tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + stage));
+                    if (h == kHalves - 1 && (tid & 127) == 0) release(stage);
                     promote(acc[h], blk, sa_lo * sb[h], sa_hi * sb[h]);
                 }
             }
@@ -310,6 +366,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         }
+    }
+    // No CTA of a pair leaves while its peer may still arrive on its barriers or multicast into its shared memory.
+    if constexpr (kCluster > 1) {
+        __syncwarp();
+        tma::cluster_sync();
     }
 }
 
@@ -326,7 +387,34 @@ struct Prepared {
     int grid;
 };
 
-Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n) {
+// How many 2-CTA clusters of `kernel` fit on the device at once (persistent pairs), per device and kernel.
+template <class Kernel>
+int max_pairs(Kernel kernel, int smem) {
+    static thread_local std::map<std::pair<int, const void*>, int> cache;
+    int dev = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(2);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    PENSTOCK_CHECK(n > 0) << "fp8 grouped GEMM: no 2-CTA cluster of the pair kernel fits on the device";
+    cache.emplace(key, n);
+    return n;
+}
+
+Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int cluster_pairs = 0) {
     Prepared r{};
     r.args = make_args(p);
     Args& args = r.args;
@@ -340,15 +428,37 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n) {
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(args.ldb), static_cast<cuuint64_t>(b_gstride)};
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_b = encode(args.b, 3, b_dims, b_strides);  // 128-row boxes: one per B half
-    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
-    r.grid = static_cast<int>(tile_bound < device_sms() ? tile_bound : device_sms());
+    // cluster_pairs > 0: CTA pairs on 256-row units, at most that many pairs resident.
+    const int64_t unit_rows = cluster_pairs > 0 ? 2 * kBM : kBM;
+    const int64_t unit_bound = (n_rows / unit_rows + n_groups + 1) * n_tiles_n;
+    if (cluster_pairs > 0) {
+        r.grid = 2 * static_cast<int>(unit_bound < cluster_pairs ? unit_bound : cluster_pairs);
+    } else {
+        r.grid = static_cast<int>(unit_bound < device_sms() ? unit_bound : device_sms());
+    }
     return r;
 }
 
 template <class Kernel>
-void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s) {
+void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s, int cluster = 1) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu);
+    if (cluster == 1) {
+        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu);
+    } else {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(static_cast<unsigned>(pr.grid));
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu));
+    }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
@@ -374,13 +484,42 @@ void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* str
     }
 }
 
+void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
+    if (p.a.size(0) == 0) return;
+    const int64_t n = p.b.size(1);
+    const auto s = static_cast<cudaStream_t>(stream);
+    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
+    const GluArgs none{};
+    auto run = [&](auto kernel) {
+        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256),
+                                    max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)));
+        launch(kernel, pr, smem, none, s, 2);
+    };
+    if (p.out.dtype == DType::kF32) {
+        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>);
+    } else {
+        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>);
+    }
+}
+
+bool fp8_pair_default() {
+    static const bool on = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_PAIR");
+        return e == nullptr ? kFp8PairDefault : std::strcmp(e, "0") != 0;
+    }();
+    return on;
+}
+
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
+    fp8_wgmma_tma_glu(p, fp8_pair_default(), stream);
+}
+
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, void* stream) {
     const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
     if (n_rows == 0) return;
     // The gate_up problem as the GEMM sees it; its out is not written (the epilogue writes p.out / p.out_scale).
     const kernels::Fp8GroupedGemmParams gp{
         .out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets};
-    const Prepared pr = prepare(gp, static_cast<int>(inter / 128));
     GluArgs glu{};
     glu.out = p.out.ptr<uint8_t>();
     glu.out_scale = p.out_scale.ptr<float>();
@@ -392,12 +531,19 @@ void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) 
     glu.situ_linear_beta = p.situ_linear_beta;
     glu.situ_inv_beta = 1.0f / p.situ_beta;  // as situ_mul computes them
     glu.situ_inv_linear_beta = 1.0f / p.situ_linear_beta;
-    const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
+    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const auto s = static_cast<cudaStream_t>(stream);
-    if (p.act == kernels::GluKind::kSilu) {
-        launch(fp8_gemm_tma_kernel<bf16, 256, kActSilu>, pr, smem, glu, s);
+    auto run = [&](auto kernel, int cluster) {
+        const int pairs = cluster == 2 ? max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)) : 0;
+        const Prepared pr = prepare(gp, static_cast<int>(inter / 128), pairs);
+        launch(kernel, pr, smem, glu, s, cluster);
+    };
+    const bool silu = p.act == kernels::GluKind::kSilu;
+    if (pair) {
+        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, 2)
+             : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 2>, 2);
     } else {
-        launch(fp8_gemm_tma_kernel<bf16, 256, kActSitu>, pr, smem, glu, s);
+        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu>, 1) : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu>, 1);
     }
 }
 

@@ -306,7 +306,7 @@ void run_dense_cases(Fp8Test& test, const Variants& variants) {
                         EXPECT_EQ(ran, lt_layout) << what;
                     }
                 } else if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
-                           v == cuda::Fp8GemmVariant::kWgmmaTmaWide) {
+                           v == cuda::Fp8GemmVariant::kWgmmaTmaWide || v == cuda::Fp8GemmVariant::kWgmmaTmaPair) {
                     EXPECT_EQ(ran, wgmma_expected) << what;
                 } else {
                     EXPECT_TRUE(ran) << what;
@@ -394,7 +394,7 @@ void run_grouped_cases(Fp8Test& test, const Variants& variants) {
                 ran = cuda::fp8_grouped_gemm_variant(p, v, test.raw_stream());
             }
             if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
-                v == cuda::Fp8GemmVariant::kWgmmaTmaWide) {
+                v == cuda::Fp8GemmVariant::kWgmmaTmaWide || v == cuda::Fp8GemmVariant::kWgmmaTmaPair) {
                 EXPECT_EQ(ran, wgmma_expected) << what;
             }
             if (!ran) {
@@ -418,12 +418,12 @@ TEST_F(Fp8Test, GroupedGemmVariants) {
 // tell them apart (tools/fp8_gemm_run.sh runs this suite on its own).
 class Fp8TmaTest : public Fp8Test {};
 TEST_F(Fp8TmaTest, DenseGemm) {
-    run_dense_cases(
-        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kAuto});
+    run_dense_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                            cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kAuto});
 }
 TEST_F(Fp8TmaTest, GroupedGemm) {
-    run_grouped_cases(
-        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kAuto});
+    run_grouped_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                              cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kAuto});
 }
 
 }  // namespace
@@ -464,9 +464,11 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
             cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
             const kernels::Fp8GroupedGemmParams p{
                 .out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale, .offsets = off_d};
-            // Both tile widths, alternating; each is checked on two of every eight launches.
-            const cuda::Fp8GemmVariant v =
-                it % 2 == 0 ? cuda::Fp8GemmVariant::kWgmmaTma : cuda::Fp8GemmVariant::kWgmmaTmaWide;
+            // Both tile widths and the CTA pairs in turn; each is checked on at least three launches.
+            constexpr cuda::Fp8GemmVariant kTurns[3] = {cuda::Fp8GemmVariant::kWgmmaTma,
+                                                        cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                                                        cuda::Fp8GemmVariant::kWgmmaTmaPair};
+            const cuda::Fp8GemmVariant v = kTurns[it % 3];
             ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(p, v, raw_stream()));
             finish_or_exit(
                 raw_stream(), 30.0,
@@ -542,6 +544,36 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
         for (int64_t i = 0; i < gu_bytes; ++i) gu_written += got_gu.ptr<uint8_t>()[i] != 0xff;
         if (c.fused) {
             EXPECT_EQ(gu_written, 0) << "the fused epilogue must leave gate_up untouched";
+            // The CTA-pair kernel and the single-CTA one (whichever the dispatch did not take): the same bytes.
+            for (const bool pair : {false, true}) {
+                Tensor out_p = Tensor::empty({rows, c.inter}, DType::kF8E4M3, alloc());
+                Tensor scale_p = Tensor::empty({kb * rows}, DType::kF32, alloc());
+                cuda::fill_bytes_async(out_p, 0xff, stream());
+                cuda::fill_bytes_async(scale_p, 0xff, stream());
+                cuda::fp8_wgmma_tma_glu({.out = out_p,
+                                         .out_scale = scale_p.view().as_strided(0, {rows, kb}, {1, rows}),
+                                         .a = x.a_d,
+                                         .a_scale = x.scale_dv,
+                                         .b = w.b_d,
+                                         .b_scale = w.scale_d,
+                                         .offsets = off_d,
+                                         .gate_up = gate_up,
+                                         .act = c.act},
+                                        pair, raw_stream());
+                const Tensor gp = cuda::to_host(out_p, stream()), gps = cuda::to_host(scale_p, stream());
+                int64_t diff = 0, diff_s = 0;
+                for (int64_t i = 0; i < used * c.inter; ++i) diff += gp.ptr<uint8_t>()[i] != got.ptr<uint8_t>()[i];
+                for (int64_t r = 0; r < used; ++r) {
+                    for (int64_t b = 0; b < kb; ++b) {
+                        diff_s += std::memcmp(gps.ptr<float>() + b * rows + r, got_s.ptr<float>() + b * rows + r,
+                                              sizeof(float)) != 0;
+                    }
+                }
+                std::printf("[fp8] glu %-28s %s kernel vs the dispatch: %lld bytes, %lld scales differ\n", c.name,
+                            pair ? "pair" : "single-CTA", static_cast<long long>(diff), static_cast<long long>(diff_s));
+                EXPECT_EQ(diff, 0) << (pair ? "pair" : "single-CTA");
+                EXPECT_EQ(diff_s, 0) << (pair ? "pair" : "single-CTA");
+            }
         } else {
             EXPECT_GT(gu_written, 0) << "the unfused path writes gate_up";
         }
