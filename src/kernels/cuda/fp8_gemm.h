@@ -17,11 +17,12 @@
 //  - kWgmmaTmaWide: the same kernel with a 128 x 256 CTA tile (four 48 KiB stages): a third fewer operand bytes per
 //    FLOP through L2. Each consumer warpgroup runs the two 128-column halves as two wgmma chains into the same block
 //    registers, promoting each into its own accumulators (128 + 64 registers). Same conditions as kWgmmaTma.
-//  - kWgmmaTmaPair: the kWgmmaTmaWide tile run by 2-CTA clusters: a pair takes a 256-row unit of one group and n-tile
-//    (rank r its rows [128 r, +128); none: a dummy that only loads), and each CTA loads one 128-row half of the weight
-//    tile and multicasts it to both, so the weight bytes through L2 per FLOP halve (the A rows stay per CTA). The
-//    stages of both CTAs are freed by all four consumer warpgroups (the pair runs in lockstep); rank 0 takes the
-//    units from the dynamic counter and hands each to rank 1 through a shared-memory mailbox and a per-stage mbarrier.
+//  - kWgmmaTmaPair: the kWgmmaTmaWide tile run by 2-CTA clusters on the bf16 kTmaDynCluster's pair units
+//    (tile_util.cuh pair_units): two tiles that share the weight tile (rank r takes m-tile 2j + r; each CTA loads one
+//    128-row half of the weight tile, multicast to both) or, for a group's odd last m-tile, the activation tile (rank
+//    r takes n-tile 2i + r; each CTA loads 64 of its rows, multicast). The stages of both CTAs are freed by all four
+//    consumer warpgroups (the peer's by a CTA-scope remote arrive); rank 0 takes the units from the dynamic counter
+//    and hands each to rank 1 through a shared-memory mailbox and a per-stage mbarrier.
 //    The same per-tile arithmetic as kWgmmaTmaWide: bit-identical outputs. Same conditions.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA

@@ -159,8 +159,8 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
 
 template <class OutT, int BN, int kAct = kActNone, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b, Args p,
-                        int* sched, GluArgs glu) {
+    fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                        const __grid_constant__ CUtensorMap tm_a64, Args p, int* sched, GluArgs glu) {
     static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
     static_assert(kCluster == 1 || (kCluster == 2 && BN == 256),
                   "a CTA pair shares the two halves of a 256-row B tile");
@@ -194,27 +194,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         tma::fence_mbar_init();
     }
-    // Ends with a barrier, which also publishes the barrier inits. A pair's unit is a 256-row tile: rank r takes its
-    // rows [128 r, 128 r + 128) (none: a dummy that only loads and multicasts its B half).
-    const int total =
-        tile::build_group_tile_prefix<kBM * kCluster>(p.offsets, p.n_rows, p.n_groups, p.n_tiles_n, prefix, offs, scan);
+    // Ends with a barrier, which also publishes the barrier inits. A pair's unit is two tiles that share the weight
+    // tile (rank r takes m-tile 2j + r; each loads one B half, multicast) or, for a group's odd last m-tile, the
+    // activation tile (rank r takes n-tile 2i + r; each loads 64 of its rows, multicast): tile_util.cuh pair_units.
+    const int total = tile::build_group_tile_prefix<kBM, (kCluster > 1)>(p.offsets, p.n_rows, p.n_groups, p.n_tiles_n,
+                                                                         prefix, offs, scan);
     if constexpr (kCluster > 1) tma::cluster_sync();  // the peer's barriers exist before any remote arrive or multicast
     auto my_tile = [&](int u) {
-        Tile ct = tile::decode_group_tile<kBM * kCluster, BN>(u, prefix, offs, G);
         if constexpr (kCluster > 1) {
-            const int r0 = kBM * static_cast<int>(rank);
-            ct.row0 += r0;
-            ct.rows = ct.rows > r0 ? min(kBM, ct.rows - r0) : 0;
-        }
-        return ct;
-    };
-    // A consumer warpgroup frees a stage in every CTA of the cluster (each receives the other's B half).
-    auto release = [&](int stage) {
-        if constexpr (kCluster == 1) {
-            mbar_arrive(bars + 8 * (kStages + stage));
+            return tile::decode_pair_unit<kBM, BN>(u, static_cast<int>(rank), prefix, offs, G, p.n_tiles_n);
         } else {
-            for (uint32_t c = 0; c < kCluster; ++c) tma::mbar_arrive_cluster(bars + 8 * (kStages + stage), c);
+            return tile::PairTile{tile::decode_group_tile<kBM, BN>(u, prefix, offs, G), false};
         }
+    };
+    // A consumer warpgroup frees a stage in every CTA of the cluster (the peer's at CTA scope: a cluster-scope release
+    // per k-step cost 35%, docs/perf/2026-12-02-s17.md).
+    auto release = [&](int stage) {
+        mbar_arrive(bars + 8 * (kStages + stage));
+        if constexpr (kCluster > 1) tma::mbar_arrive_remote(bars + 8 * (kStages + stage), rank ^ 1u);
     };
     const int grid = static_cast<int>(gridDim.x);
     const int KT = p.k_steps;
@@ -248,9 +245,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
                     break;
                 }
-                const Tile ct = my_tile(t);
-                // A pair's dummy (no rows of its own) loads no A; every CTA of a pair receives both B halves.
-                const bool has_a = kCluster == 1 || ct.rows > 0;
+                const tile::PairTile pt = my_tile(t);
+                const Tile& ct = pt.tile;
+                // A pair's rank without rows loads no A; every CTA of a pair receives both B halves.
+                const bool has_a = kCluster == 1 || ct.rows > 0 || pt.share_a;
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
@@ -258,8 +256,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t full = bars + 8 * stage;
                     mbar_expect_tx(full, has_a ? kStage : kStage - kABytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
-                    if (has_a) load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
-                    if constexpr (kCluster == 1) {
+                    if (kCluster > 1 && pt.share_a) {
+                        // rows [64 rank, 64 rank + 64) of the shared activation tile into both CTAs
+                        tma::load_2d_multicast(sa + rank * (kABytes / 2), &tm_a64, kt * kBK,
+                                               ct.row0 + 64 * static_cast<int>(rank), full, 0x3);
+                    } else if (has_a) {
+                        load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
+                    }
+                    if (kCluster == 1 || pt.share_a) {
 #pragma unroll
                         for (int h = 0; h < P::kHalves; ++h) {
                             load_3d(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK, b_row<BN, kAct>(ct, h, glu),
@@ -298,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_wait(bars + 8 * first, static_cast<uint32_t>(s / kStages) & 1u);
             const int tile_id = *static_cast<volatile int*>(stage_tile + first);
             if (tile_id < 0) break;
-            const Tile ct = my_tile(tile_id);
+            const Tile ct = my_tile(tile_id).tile;
             if (64 * cw >= ct.rows) {
                 // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
                 // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
@@ -374,15 +378,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-// A rank-`rank` uint8 tensor map over `base`: dims (innermost first), byte strides of dims 1.., box 128 x 128 (x 1).
-CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides) {
-    const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBK), 128u, 1u};
+// A rank-`rank` uint8 tensor map over `base`: dims (innermost first), byte strides of dims 1.., box 128 x box_rows
+// (x 1).
+CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                   uint32_t box_rows = 128) {
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBK), box_rows, 1u};
     return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides, box);
 }
 
 // The tensor maps, arguments and grid of a call in the kernels' grouped form with n_tiles_n n-tiles per group.
 struct Prepared {
-    CUtensorMap tm_a, tm_b;
+    CUtensorMap tm_a, tm_b, tm_a64;
     Args args;
     int grid;
 };
@@ -427,10 +433,11 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     const int64_t b_gstride = n_groups > 1 ? args.b_gstride : args.ldb * args.n;
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(args.ldb), static_cast<cuuint64_t>(b_gstride)};
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
+    r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
     r.tm_b = encode(args.b, 3, b_dims, b_strides);  // 128-row boxes: one per B half
-    // cluster_pairs > 0: CTA pairs on 256-row units, at most that many pairs resident.
-    const int64_t unit_rows = cluster_pairs > 0 ? 2 * kBM : kBM;
-    const int64_t unit_bound = (n_rows / unit_rows + n_groups + 1) * n_tiles_n;
+    // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
+    const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
+    const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;
     if (cluster_pairs > 0) {
         r.grid = 2 * static_cast<int>(unit_bound < cluster_pairs ? unit_bound : cluster_pairs);
     } else {
@@ -443,7 +450,7 @@ template <class Kernel>
 void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s, int cluster = 1) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cluster == 1) {
-        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu);
+        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu);
     } else {
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(static_cast<unsigned>(pr.grid));
@@ -457,7 +464,8 @@ void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cud
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, pr.tm_a, pr.tm_b, pr.args, dynamic_tile_counter(s), glu));
+        PENSTOCK_CUDA_CHECK(
+            cudaLaunchKernelEx(&cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
