@@ -14,7 +14,7 @@ grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|OK \]" $O/$t.log | head -12
 echo "  conf PASS $(grep -c '\[conf\].*PASS' $O/$t.log) FAIL $(grep -c '\[conf\].*FAIL' $O/$t.log)"
 grep -iE "pair" $O/$t.log | head -8
 grep -E "OK \]|PASSED|FAILED|\[conf\]|pair" $O/$t.log > $O/$t.conf.log; rm $O/$t.log
-timeout 120 $P/bin/penstock_bench_kernels --only fp8 > $O/fp8.jsonl 2>$O/fp8.err; echo "fp8 bench rc $? at ${SECONDS}s"
+timeout 90 $P/bin/penstock_bench_kernels --only fp8 > $O/fp8.jsonl 2>$O/fp8.err; echo "fp8 bench rc $? at ${SECONDS}s"
 python3 - $O/fp8.jsonl <<'PY'
 import json,sys
 for l in open(sys.argv[1]):
@@ -23,8 +23,8 @@ for l in open(sys.argv[1]):
     if r.get('bench')!='fp8_grouped_gemm': continue
     print(' ', r.get('shape'), r.get('tokens'), r.get('variant'), round(r.get('tflops',0)), r.get('max_abs_diff_vs_cublaslt_16rows', r.get('max_rel_diff_fp8_vs_bf16_16rows','')))
 PY
-left=$((570 - SECONDS)); [ $left -gt 200 ] && left=200
-PKG=$P OUT=/tmp/ab MODES="default PENSTOCK_FP8_PAIR=1" LAYERS="dsv3na glmn k3mlan" REPS=16 ROUNDS=2 RUN_TIMEOUT=40 \
+left=$((330 - SECONDS)); [ $left -gt 110 ] && left=110
+PKG=$P OUT=/tmp/ab MODES="default PENSTOCK_FP8_PAIR=1" LAYERS="dsv3na glmn" REPS=12 ROUNDS=2 RUN_TIMEOUT=40 \
   timeout $left bash $P/tools/layer_ab.sh > /dev/null 2>&1
 cat /tmp/ab/ab.log | tee $O/ab.log
 tar -C /tmp -cJf $O/ab.tar.xz ab
