@@ -321,8 +321,8 @@ int auto_tile_n(int64_t n) {
 }
 
 // The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide / kWgmmaTmaPair when supported (false otherwise),
-// kCudaCore always, kAuto the TMA kernel where supported (the pair kernel for 256-wide tiles when fp8_pair_default()),
-// else the CUDA-core kernel.
+// kCudaCore always, kAuto the TMA kernel where supported (the pair kernel for 256-wide tiles when
+// fp8_pair_default(rows, groups)), else the CUDA-core kernel.
 bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
     switch (v) {
         case Fp8GemmVariant::kCublasLt:
@@ -346,7 +346,7 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
                 const int tile_n = auto_tile_n(p.b.size(1));
-                if (tile_n == 256 && fp8_pair_default()) {
+                if (tile_n == 256 && fp8_pair_default(p.a.size(0), p.b.size(0))) {
                     fp8_wgmma_tma_pair(p, stream);
                 } else {
                     fp8_wgmma_tma(p, tile_n, stream);

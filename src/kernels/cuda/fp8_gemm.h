@@ -26,7 +26,7 @@
 //    The same per-tile arithmetic as kWgmmaTmaWide: bit-identical outputs. Same conditions.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
-// kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default()), else kWgmmaTma;
+// kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups)), else kWgmmaTma;
 // PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs.
 #pragma once
 
@@ -56,15 +56,16 @@ void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);      // fp
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
 // fp8_gemm_tma.cu: kWgmmaTmaPair.
 void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);
-// Whether kAuto and the fused gated GEMM take the pair kernel for 256-wide tiles: PENSTOCK_FP8_PAIR=0 / 1 (read once
-// per process), default kFp8PairDefault in fp8_gemm_tma.cu.
-bool fp8_pair_default();
+// Whether kAuto and the fused gated GEMM take the pair kernel for 256-wide tiles of a call with n_rows rows in n_groups
+// groups: above kFp8PairMinAvgRows (fp8_gemm_tma.cu, 384) rows per group on average; PENSTOCK_FP8_PAIR=0 / 1 (read
+// once per process) forces either.
+bool fp8_pair_default(int64_t n_rows, int64_t n_groups);
 // The kWgmmaTmaWide kernel with the gated epilogue (kernels/ops.h Fp8GroupedGluGemmParams): tile j holds the gate rows
 // [128 j, +128) and the up rows [I + 128 j, +128) of b, rounds both to bf16, applies the activation (glu_act.cuh),
 // rounds to bf16 and quantises the 128 columns of each row as fp8_act_quant does, straight from the registers.
 // Needs fp8_wgmma_supported of the gate_up problem (out = gate_up), bf16 gate_up, I % 128 == 0, out rows with even
 // strides and a 2-byte aligned base. gate_up is not written.
-void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);  // pair: fp8_pair_default()
+void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);  // pair: fp8_pair_default(...)
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, void* stream);
 void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream);
 

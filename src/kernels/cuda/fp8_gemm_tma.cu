@@ -43,8 +43,11 @@ using namespace fp8;  // NOLINT(google-build-using-namespace): the kernels' shar
 
 constexpr int kThreads = 384;
 constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the bulk copies' bytes
-// fp8_pair_default() without PENSTOCK_FP8_PAIR: whether kAuto and the gated GEMM take the CTA-pair kernel.
-constexpr bool kFp8PairDefault = false;
+// fp8_pair_default(), PENSTOCK_FP8_PAIR unset: kAuto and the gated GEMM take the CTA-pair kernel above this many rows
+// per group on average. Measured (docs/perf/2026-12-02-s18.md, call E): at 512 rows per expert (T = 16384) the FP8
+// DeepSeek-V3 and GLM-5.3 layers ran 0.1-0.6 ms faster with the pairs; at 128 (T = 4096) the pair kernel alone ran
+// 0.85-0.94x the single-CTA one.
+constexpr int64_t kFp8PairMinAvgRows = 384;
 
 // The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
 template <int BN>
@@ -510,16 +513,16 @@ void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     }
 }
 
-bool fp8_pair_default() {
-    static const bool on = [] {
+bool fp8_pair_default(int64_t n_rows, int64_t n_groups) {
+    static const int forced = [] {
         const char* e = std::getenv("PENSTOCK_FP8_PAIR");
-        return e == nullptr ? kFp8PairDefault : std::strcmp(e, "0") != 0;
+        return e == nullptr ? -1 : (std::strcmp(e, "0") != 0 ? 1 : 0);
     }();
-    return on;
+    return forced >= 0 ? forced == 1 : n_rows > kFp8PairMinAvgRows * n_groups;
 }
 
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
-    fp8_wgmma_tma_glu(p, fp8_pair_default(), stream);
+    fp8_wgmma_tma_glu(p, fp8_pair_default(p.a.size(0), p.b.size(0)), stream);
 }
 
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, void* stream) {
