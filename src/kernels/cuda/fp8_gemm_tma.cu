@@ -404,21 +404,8 @@ int max_pairs(Kernel kernel, int smem) {
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(2);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    PENSTOCK_CHECK(n > 0) << "fp8 grouped GEMM: no 2-CTA cluster of the pair kernel fits on the device";
+    // 0: no pair fits (the callers then run the single-CTA wide kernel)
+    const int n = max_active_clusters(reinterpret_cast<const void*>(kernel), kThreads, smem, 2);
     cache.emplace(key, n);
     return n;
 }
@@ -502,8 +489,12 @@ void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const GluArgs none{};
     auto run = [&](auto kernel) {
-        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256),
-                                    max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)));
+        const int pairs = max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1));
+        if (pairs == 0) {
+            fp8_wgmma_tma(p, 256, stream);
+            return;
+        }
+        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs);
         launch(kernel, pr, smem, none, s, 2);
     };
     if (p.out.dtype == DType::kF32) {
@@ -550,6 +541,11 @@ void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, voi
         launch(kernel, pr, smem, glu, s, cluster);
     };
     const bool silu = p.act == kernels::GluKind::kSilu;
+    // No pair fits on this device: the single-CTA kernel (the same bytes).
+    if (pair &&
+        max_pairs(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)) == 0) {
+        pair = false;
+    }
     if (pair) {
         silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, 2)
              : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 2>, 2);

@@ -532,23 +532,8 @@ int max_pairs() {
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     ClusterInfo& c = cache[dev & 15];
     if (c.max_pairs < 0) {
-        auto kernel = grouped_gemm_tma_kernel<OutT, 2, kBK, false>;
-        const int smem = smem_bytes<kBK>(kMaxGroups);
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(2);
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 2;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        int n = 0;
-        PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-        c.max_pairs = n;
+        c.max_pairs = max_active_clusters(reinterpret_cast<const void*>(grouped_gemm_tma_kernel<OutT, 2, kBK, false>),
+                                          kThreads, smem_bytes<kBK>(kMaxGroups), 2);
     }
     return c.max_pairs;
 }

@@ -126,6 +126,29 @@ __device__ __forceinline__ float block_reduce(float x, float* scratch) {
     return r;
 }
 
+// How many clusters of `cluster` CTAs of `kernel` (threads per CTA, dynamic shared memory bytes) can be resident at
+// once on the current device (0: none, e.g. where clusters are not available); sets the kernel's shared memory limit.
+inline int max_active_clusters(const void* kernel, int threads, int smem, int cluster) {
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();  // not a sticky error: no clusters here
+        return 0;
+    }
+    return n;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     if (b > (int64_t{1} << 30)) b = int64_t{1} << 30;  // grid-stride loops cover the rest
