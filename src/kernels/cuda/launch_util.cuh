@@ -1,5 +1,6 @@
 // Host and device helpers shared by the CUDA launchers of kernels/ops.h: dtype dispatch, N-d strided indexing,
-// row copies of arbitrary byte length, warp/block reductions, and shape checks that name the op.
+// row copies of arbitrary byte length, warp/block reductions, shape checks that name the op, and the resident-cluster
+// count of a kernel.
 #pragma once
 
 #include <cuda_bf16.h>
