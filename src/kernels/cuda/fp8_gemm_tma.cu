@@ -442,20 +442,9 @@ void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cud
     if (cluster == 1) {
         kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu);
     } else {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(static_cast<unsigned>(pr.grid));
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        const ClusterLaunch cl(pr.grid, kThreads, smem, cluster, s);
         PENSTOCK_CUDA_CHECK(
-            cudaLaunchKernelEx(&cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
+            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

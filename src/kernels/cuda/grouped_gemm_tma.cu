@@ -492,22 +492,11 @@ void launch(const OperandMaps& m, const TmaArgs& args, int grid, cudaStream_t s)
     auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn, kAct>;
     const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
     if constexpr (kCluster == 1) {
         kernel<<<grid, kThreads, smem, s>>>(m.a, m.b, m.a64, args);
     } else {
-        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, m.a, m.b, m.a64, args));
+        const ClusterLaunch cl(grid, kThreads, smem, kCluster, s);
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, m.a, m.b, m.a64, args));
     }
 }
 

@@ -8,6 +8,7 @@
 // bf16 once.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
@@ -15,6 +16,7 @@
 #include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/rows_vec.cuh"
+#include "kernels/cuda/tma_util.cuh"
 
 namespace penstock::cuda {
 
@@ -474,8 +476,154 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     }
 }
 
+// attn_res_mix for bf16 activations and a bf16 bank, one block per SM walking tokens blockIdx.x, + gridDim.x, ...,
+// each token's candidate rows (bank rows, then partial) staged whole in shared memory by the copy engine. The two-pass
+// kernel above re-reads every candidate row in pass 2: with ~9 tokens resident per SM (~1200 on an H200, 8 bank rows:
+// 150 MB between the two reads of a row) those re-reads miss the 50 MB L2 and it moves up to twice the bytes it must
+// (40-52% of copy bandwidth). Here each row is read from DRAM once: thread 0 issues one 1-d bulk copy per row into a
+// ring of n_buf token buffers (as many as fit in kMixSmemBudget; the next tokens load while this one reduces), and
+// where only one buffer fits it first has the copy engine prefetch the next token's rows into L2, so that DRAM keeps
+// streaming while the block reduces. Per element the arithmetic is the two-pass kernel's (f32 partial sums per thread
+// with q * w rounded to f32, double across threads, the logits and softmax in double, the mix in f32 in candidate
+// order, rounded once); only the grouping of the partial sums differs (blockDim.x threads, not 128). A token's rows
+// are all in shared memory before its first write: out may alias partial.
+constexpr int kMixSmemThreads = 512;
+constexpr int kMixSmemMaxCand = 16;
+constexpr int kMixSmemBudget = 200 * 1024;  // bytes of token buffers per block
+constexpr int kMixSmemMaxBuf = 8;
+
+using MixPack = Pack<bf16, kRowVec>;
+
+struct MixSmemArgs {
+    MixArgs<bf16, bf16> a;
+    int n_buf;  // token buffers in the ring (>= 1)
+};
+
+template <int kMaxCand>
+__global__ void __launch_bounds__(kMixSmemThreads, 1) attn_res_mix_smem_kernel(MixSmemArgs m) {
+    static_assert(kMaxCand <= 32, "the softmax runs on warp 0's lanes");
+    constexpr int V = kRowVec;
+    extern __shared__ __align__(128) unsigned char mix_smem[];
+    __shared__ __align__(8) uint64_t full[kMixSmemMaxBuf];  // one mbarrier per token buffer
+    __shared__ double partials[kMixSmemThreads / 32][2 * kMaxCand];
+    __shared__ double weights[kMaxCand];
+    const MixArgs<bf16, bf16>& a = m.a;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int n_warps = static_cast<int>(blockDim.x) / 32;
+    const int n_cand = a.n_blocks + 1;
+    const int64_t n_chunks = a.hidden / V;  // hidden % 8 == 0 (the launcher's condition)
+    const auto row_bytes = static_cast<uint32_t>(a.hidden * 2);
+    const int64_t token_elems = static_cast<int64_t>(n_cand) * a.hidden;
+    auto row_of = [&](int64_t t, int i) -> const bf16* {
+        return i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+    };
+    const auto buf_of = [&](int b) { return reinterpret_cast<const bf16*>(mix_smem) + b * token_elems; };
+    const auto issue = [&](int64_t t, int b) {  // thread 0: the token's rows into buffer b
+        const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[b]));
+        tma::mbar_expect_tx(bar, row_bytes * static_cast<uint32_t>(n_cand));
+        const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(buf_of(b)));
+        for (int i = 0; i < n_cand; ++i) tma::load_1d(dst + i * row_bytes, row_of(t, i), row_bytes, bar);
+    };
+    if (tid == 0) {
+        for (int b = 0; b < m.n_buf; ++b) tma::mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&full[b])), 1);
+        tma::fence_mbar_init();
+        for (int b = 0; b < m.n_buf; ++b) {
+            const int64_t t = blockIdx.x + static_cast<int64_t>(b) * gridDim.x;
+            if (t < a.n_tokens) issue(t, b);
+        }
+    }
+    __syncthreads();
+    int64_t j = 0;  // this block's token count
+    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x, ++j) {
+        const int b = static_cast<int>(j % m.n_buf);
+        if (m.n_buf == 1 && tid == 0 && t + gridDim.x < a.n_tokens) {
+            for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_of(t + gridDim.x, i), row_bytes);
+        }
+        tma::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&full[b])),
+                       static_cast<uint32_t>((j / m.n_buf) & 1));
+        const bf16* x = buf_of(b);
+        float ss[kMaxCand] = {}, dot[kMaxCand] = {};
+        for (int64_t c = tid; c < n_chunks; c += blockDim.x) {
+            float q[V], w[V];
+            load_chunk<float, V, true>(a.query, c * V, a.hidden, q);
+            load_chunk<float, V, true>(a.norm_weight, c * V, a.hidden, w);
+#pragma unroll
+            for (int i = 0; i < kMaxCand; ++i) {
+                if (i < n_cand) {
+                    const MixPack p = *reinterpret_cast<const MixPack*>(x + i * a.hidden + c * V);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        const float xa = __bfloat162float(p.v[e]);
+                        ss[i] = fmaf(xa, xa, ss[i]);
+                        dot[i] = fmaf(q[e] * w[e], xa, dot[i]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kMaxCand; ++i) {
+            if (i < n_cand) {
+                double ssd = ss[i], dotd = dot[i];
+#pragma unroll
+                for (int o = 16; o > 0; o /= 2) {
+                    ssd += __shfl_xor_sync(0xffffffffu, ssd, o);
+                    dotd += __shfl_xor_sync(0xffffffffu, dotd, o);
+                }
+                if (lane == 0) {
+                    partials[warp][2 * i] = ssd;
+                    partials[warp][2 * i + 1] = dotd;
+                }
+            }
+        }
+        __syncthreads();
+        if (warp == 0) {  // logits and softmax on lanes [0, n_cand)
+            double logit = -INFINITY;
+            if (lane < n_cand) {
+                double sum_ss = 0.0, sum_dot = 0.0;
+                for (int w = 0; w < n_warps; ++w) {  // fixed order
+                    sum_ss += partials[w][2 * lane];
+                    sum_dot += partials[w][2 * lane + 1];
+                }
+                logit = sum_dot / sqrt(sum_ss / static_cast<double>(a.hidden) + a.eps);
+            }
+            double mx = logit;
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const double e = lane < n_cand ? exp(logit - mx) : 0.0;
+            double denom = e;
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, o);
+            if (lane < n_cand) weights[lane] = e / denom;
+        }
+        __syncthreads();
+        float wf[kMaxCand];
+#pragma unroll
+        for (int i = 0; i < kMaxCand; ++i) wf[i] = i < n_cand ? static_cast<float>(weights[i]) : 0.0f;
+        for (int64_t c = tid; c < n_chunks; c += blockDim.x) {
+            float acc[V] = {};
+#pragma unroll
+            for (int i = 0; i < kMaxCand; ++i) {
+                if (i < n_cand) {
+                    const MixPack p = *reinterpret_cast<const MixPack*>(x + i * a.hidden + c * V);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) acc[e] = fmaf(wf[i], __bfloat162float(p.v[e]), acc[e]);
+                }
+            }
+            store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc);
+        }
+        // Buffer b is free once every thread has mixed from it (and weights / partials may be rewritten).
+        __syncthreads();
+        if (tid == 0) {
+            const int64_t next = t + static_cast<int64_t>(m.n_buf) * gridDim.x;
+            if (next < a.n_tokens) issue(next, b);
+        }
+    }
+}
+
 // PENSTOCK_MEMBW_BASELINE=1 selects the short_conv kernel from before the memory-bandwidth pass
-// (docs/perf/2026-12-01-memory-bound.md), for same-run A/B benchmarks only; read once per process.
+// (docs/perf/2026-12-01-memory-bound.md) and the two-pass attn_res_mix kernel for bf16 (instead of
+// attn_res_mix_smem_kernel), for same-run A/B benchmarks only; read once per process.
 bool membw_baseline() {
     static const bool v = [] {
         const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
@@ -488,6 +636,39 @@ unsigned row_blocks(int64_t n_rows, int rows_per_block) {
     int64_t b = (n_rows + rows_per_block - 1) / rows_per_block;
     if (b > 65536) b = 65536;  // grid-stride loops cover the rest
     return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+// Launches attn_res_mix_smem_kernel where it applies (hidden % 8 == 0 so that rows are whole 16-byte units, at most
+// kMixSmemMaxCand candidates, one token's rows within kMixSmemBudget): one block per SM. False: the two-pass kernel
+// runs instead.
+template <int kMaxCand>
+void launch_mix_smem(const MixSmemArgs& m, int smem, cudaStream_t s) {
+    auto kernel = attn_res_mix_smem_kernel<kMaxCand>;
+    static const int sms = [] {
+        int dev = 0, n = 0;
+        PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, sms));
+    const auto threads = static_cast<int>(std::min<int64_t>(kMixSmemThreads, (m.a.hidden / kRowVec + 31) / 32 * 32));
+    kernel<<<grid, threads, smem, s>>>(m);
+}
+
+bool launch_attn_res_mix_smem(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
+    const int n_cand = a.n_blocks + 1;
+    const int64_t token_bytes = static_cast<int64_t>(n_cand) * a.hidden * 2;
+    if (a.hidden % kRowVec != 0 || n_cand > kMixSmemMaxCand || token_bytes > kMixSmemBudget) return false;
+    const MixSmemArgs m{.a = a,
+                        .n_buf = static_cast<int>(std::min<int64_t>(kMixSmemBudget / token_bytes, kMixSmemMaxBuf))};
+    const auto smem = static_cast<int>(token_bytes * m.n_buf);
+    if (n_cand <= 4) {
+        launch_mix_smem<4>(m, smem, s);
+    } else {
+        launch_mix_smem<kMixSmemMaxCand>(m, smem, s);
+    }
+    return true;
 }
 
 }  // namespace
@@ -745,6 +926,9 @@ void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {
                                   .hidden = hidden,
                                   .n_blocks = static_cast<int>(n_blocks),
                                   .eps = p.eps};
+            if constexpr (std::is_same_v<T, bf16> && std::is_same_v<B, bf16>) {
+                if (vec && !membw_baseline() && launch_attn_res_mix_smem(a, s)) return;
+            }
             if (vec) {
                 attn_res_mix_kernel<T, B, true><<<row_blocks(n_tokens, 1), kMixThreads, 0, s>>>(a);
             } else {

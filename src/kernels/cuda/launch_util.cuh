@@ -1,6 +1,6 @@
 // Host and device helpers shared by the CUDA launchers of kernels/ops.h: dtype dispatch, N-d strided indexing,
 // row copies of arbitrary byte length, warp/block reductions, shape checks that name the op, and the resident-cluster
-// count of a kernel.
+// launch configuration and resident-cluster count of a kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -127,23 +127,35 @@ __device__ __forceinline__ float block_reduce(float x, float* scratch) {
     return r;
 }
 
+// Launch configuration of a 1-d grid of 1-d clusters of `cluster` CTAs: `cfg` for cudaLaunchKernelEx and
+// cudaOccupancyMaxActiveClusters. Not copyable: cfg.attrs points into the object.
+struct ClusterLaunch {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1]{};
+
+    ClusterLaunch(int grid, int threads, int smem, int cluster, cudaStream_t stream = nullptr) {
+        cfg.gridDim = dim3(static_cast<unsigned>(grid));
+        cfg.blockDim = dim3(static_cast<unsigned>(threads));
+        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+        cfg.stream = stream;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    ClusterLaunch(const ClusterLaunch&) = delete;
+    ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // How many clusters of `cluster` CTAs of `kernel` (threads per CTA, dynamic shared memory bytes) can be resident at
 // once on the current device (0: none, e.g. where clusters are not available); sets the kernel's shared memory limit.
 inline int max_active_clusters(const void* kernel, int threads, int smem, int cluster) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const ClusterLaunch cl(cluster, threads, smem, cluster);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cl.cfg) != cudaSuccess) {
         (void)cudaGetLastError();  // not a sticky error: no clusters here
         return 0;
     }
