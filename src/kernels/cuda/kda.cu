@@ -476,87 +476,104 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     }
 }
 
-// attn_res_mix for bf16 activations and a bf16 bank, one block per SM walking tokens blockIdx.x, + gridDim.x, ...,
-// each token's candidate rows (bank rows, then partial) staged whole in shared memory by the copy engine. The two-pass
-// kernel above re-reads every candidate row in pass 2: with ~9 tokens resident per SM (~1200 on an H200, 8 bank rows:
-// 150 MB between the two reads of a row) those re-reads miss the 50 MB L2 and it moves up to twice the bytes it must
-// (40-52% of copy bandwidth). Here each row is read from DRAM once: thread 0 issues one 1-d bulk copy per row into a
-// ring of n_buf token buffers (as many as fit in kMixSmemBudget; the next tokens load while this one reduces), and
-// where only one buffer fits it first has the copy engine prefetch the next token's rows into L2, so that DRAM keeps
-// streaming while the block reduces. Per element the arithmetic is the two-pass kernel's (f32 partial sums per thread
-// with q * w rounded to f32, double across threads, the logits and softmax in double, the mix in f32 in candidate
-// order, rounded once); only the grouping of the partial sums differs (blockDim.x threads, not 128). A token's rows
-// are all in shared memory before its first write: out may alias partial.
-constexpr int kMixSmemThreads = 512;
-constexpr int kMixSmemMaxCand = 16;
-constexpr int kMixSmemBudget = 200 * 1024;  // bytes of token buffers per block
-constexpr int kMixSmemMaxBuf = 8;
+// attn_res_mix for bf16 activations and a bf16 bank, warp-specialised, each block walking tokens blockIdx.x,
+// + gridDim.x, ... . The two-pass kernel above re-reads every candidate row in pass 2; with ~9 tokens resident per SM
+// (~1200 on an H200, 8 bank rows: 150 MB between the two reads of a row) those re-reads miss the 50 MB L2 and it
+// moves up to twice the bytes it must (40-52% of copy bandwidth). Here each row is read from DRAM once, into a ring of
+// n_slots row slots in shared memory: a producer warp (the block's last) issues one 1-d bulk copy per row as soon as
+// its slot is free, so the next tokens' rows stream in while the consumer warps reduce and mix the current one, and
+// the consumers free each slot (one arrival per warp) as soon as the mix has used it. The consumers hold q * w for
+// their chunks (kPer per thread) in registers. Per element the arithmetic is the two-pass kernel's (f32 partial sums
+// per thread with q * w rounded to f32, double across threads, the logits and softmax in double, the mix in f32 in
+// candidate order, rounded once); only the grouping of the partial sums differs. A token's rows are all in shared
+// memory before its first write: out may alias partial.
+constexpr int kMixWsMaxConsumers = 512;
+constexpr int kMixWsMaxCand = 16;
+constexpr int kMixWsMaxSlots = 64;
+constexpr int kMixWsSmemPerSm = 200 * 1024;  // bytes of row slots per SM, over its blocks
 
 using MixPack = Pack<bf16, kRowVec>;
 
-struct MixSmemArgs {
+struct MixWsArgs {
     MixArgs<bf16, bf16> a;
-    int n_buf;  // token buffers in the ring (>= 1)
+    int n_slots;  // row slots in the ring, >= n_blocks + 1
 };
 
-template <int kMaxCand>
-__global__ void __launch_bounds__(kMixSmemThreads, 1) attn_res_mix_smem_kernel(MixSmemArgs m) {
+template <int kPer, int kMaxCand>
+__global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_kernel(MixWsArgs m) {
     static_assert(kMaxCand <= 32, "the softmax runs on warp 0's lanes");
     constexpr int V = kRowVec;
-    extern __shared__ __align__(128) unsigned char mix_smem[];
-    __shared__ __align__(8) uint64_t full[kMixSmemMaxBuf];  // one mbarrier per token buffer
-    __shared__ double partials[kMixSmemThreads / 32][2 * kMaxCand];
+    extern __shared__ __align__(128) unsigned char mix_slots[];
+    __shared__ __align__(8) uint64_t full[kMixWsMaxSlots], empty[kMixWsMaxSlots];
+    __shared__ double partials[kMixWsMaxConsumers / 32][2 * kMaxCand];
     __shared__ double weights[kMaxCand];
     const MixArgs<bf16, bf16>& a = m.a;
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
-    const int n_warps = static_cast<int>(blockDim.x) / 32;
-    const int n_cand = a.n_blocks + 1;
+    const int n_consumers = static_cast<int>(blockDim.x) - 32, consumer_warps = n_consumers / 32;
+    const int n_cand = a.n_blocks + 1, n_slots = m.n_slots;
     const int64_t n_chunks = a.hidden / V;  // hidden % 8 == 0 (the launcher's condition)
     const auto row_bytes = static_cast<uint32_t>(a.hidden * 2);
-    const int64_t token_elems = static_cast<int64_t>(n_cand) * a.hidden;
-    auto row_of = [&](int64_t t, int i) -> const bf16* {
-        return i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
-    };
-    const auto buf_of = [&](int b) { return reinterpret_cast<const bf16*>(mix_smem) + b * token_elems; };
-    const auto issue = [&](int64_t t, int b) {  // thread 0: the token's rows into buffer b
-        const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[b]));
-        tma::mbar_expect_tx(bar, row_bytes * static_cast<uint32_t>(n_cand));
-        const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(buf_of(b)));
-        for (int i = 0; i < n_cand; ++i) tma::load_1d(dst + i * row_bytes, row_of(t, i), row_bytes, bar);
-    };
+    const auto slot_ptr = [&](int s) { return reinterpret_cast<const bf16*>(mix_slots) + s * a.hidden; };
+    const auto bar_addr = [](uint64_t* b) { return static_cast<uint32_t>(__cvta_generic_to_shared(b)); };
     if (tid == 0) {
-        for (int b = 0; b < m.n_buf; ++b) tma::mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&full[b])), 1);
-        tma::fence_mbar_init();
-        for (int b = 0; b < m.n_buf; ++b) {
-            const int64_t t = blockIdx.x + static_cast<int64_t>(b) * gridDim.x;
-            if (t < a.n_tokens) issue(t, b);
+        for (int s = 0; s < n_slots; ++s) {
+            tma::mbar_init(bar_addr(&full[s]), 1);
+            tma::mbar_init(bar_addr(&empty[s]), static_cast<uint32_t>(consumer_warps));
         }
+        tma::fence_mbar_init();
     }
     __syncthreads();
-    int64_t j = 0;  // this block's token count
-    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x, ++j) {
-        const int b = static_cast<int>(j % m.n_buf);
-        if (m.n_buf == 1 && tid == 0 && t + gridDim.x < a.n_tokens) {
-            for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_of(t + gridDim.x, i), row_bytes);
+    if (warp == consumer_warps) {  // producer: rows in token order, each into the next slot once it is free
+        if (lane == 0) {
+            int64_t r = 0;
+            for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
+                for (int i = 0; i < n_cand; ++i, ++r) {
+                    const int s = static_cast<int>(r % n_slots);
+                    const int64_t k = r / n_slots;
+                    if (k > 0) tma::mbar_wait(bar_addr(&empty[s]), static_cast<uint32_t>((k - 1) & 1));
+                    tma::mbar_expect_tx(bar_addr(&full[s]), row_bytes);
+                    const bf16* src = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+                    tma::load_1d(bar_addr(reinterpret_cast<uint64_t*>(mix_slots)) + s * row_bytes, src, row_bytes,
+                                 bar_addr(&full[s]));
+                }
+            }
         }
-        tma::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&full[b])),
-                       static_cast<uint32_t>((j / m.n_buf) & 1));
-        const bf16* x = buf_of(b);
-        float ss[kMaxCand] = {}, dot[kMaxCand] = {};
-        for (int64_t c = tid; c < n_chunks; c += blockDim.x) {
-            float q[V], w[V];
+        return;  // the consumers synchronise among themselves (named barrier 1) from here on
+    }
+    float qw[kPer][V];  // query * norm_weight over this thread's chunks, the same for every token
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+        float q[V] = {}, w[V] = {};
+        if (c < n_chunks) {
             load_chunk<float, V, true>(a.query, c * V, a.hidden, q);
             load_chunk<float, V, true>(a.norm_weight, c * V, a.hidden, w);
+        }
 #pragma unroll
-            for (int i = 0; i < kMaxCand; ++i) {
-                if (i < n_cand) {
-                    const MixPack p = *reinterpret_cast<const MixPack*>(x + i * a.hidden + c * V);
+        for (int e = 0; e < V; ++e) qw[k][e] = q[e] * w[e];
+    }
+    int64_t r0 = 0;  // ring index of the token's first row
+    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x, r0 += n_cand) {
+        float ss[kMaxCand] = {}, dot[kMaxCand] = {};
 #pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        const float xa = __bfloat162float(p.v[e]);
-                        ss[i] = fmaf(xa, xa, ss[i]);
-                        dot[i] = fmaf(q[e] * w[e], xa, dot[i]);
+        for (int i = 0; i < kMaxCand; ++i) {
+            if (i < n_cand) {
+                const int64_t r = r0 + i;
+                const int s = static_cast<int>(r % n_slots);
+                tma::mbar_wait(bar_addr(&full[s]), static_cast<uint32_t>((r / n_slots) & 1));
+                const bf16* x = slot_ptr(s);
+#pragma unroll
+                for (int k = 0; k < kPer; ++k) {
+                    const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+                    if (c < n_chunks) {
+                        const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            const float xa = __bfloat162float(p.v[e]);
+                            ss[i] = fmaf(xa, xa, ss[i]);
+                            dot[i] = fmaf(qw[k][e], xa, dot[i]);
+                        }
                     }
                 }
             }
@@ -576,12 +593,12 @@ __global__ void __launch_bounds__(kMixSmemThreads, 1) attn_res_mix_smem_kernel(M
                 }
             }
         }
-        __syncthreads();
+        tma::named_sync(1, n_consumers);
         if (warp == 0) {  // logits and softmax on lanes [0, n_cand)
             double logit = -INFINITY;
             if (lane < n_cand) {
                 double sum_ss = 0.0, sum_dot = 0.0;
-                for (int w = 0; w < n_warps; ++w) {  // fixed order
+                for (int w = 0; w < consumer_warps; ++w) {  // fixed order
                     sum_ss += partials[w][2 * lane];
                     sum_dot += partials[w][2 * lane + 1];
                 }
@@ -596,34 +613,40 @@ __global__ void __launch_bounds__(kMixSmemThreads, 1) attn_res_mix_smem_kernel(M
             for (int o = 16; o > 0; o /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, o);
             if (lane < n_cand) weights[lane] = e / denom;
         }
-        __syncthreads();
-        float wf[kMaxCand];
+        tma::named_sync(1, n_consumers);
+        // The mix, candidate by candidate (each element still sums in candidate order), freeing each slot after use.
+        // partials is next written, and weights next read, only after every consumer passed this token's barriers.
+        float acc[kPer][V] = {};
 #pragma unroll
-        for (int i = 0; i < kMaxCand; ++i) wf[i] = i < n_cand ? static_cast<float>(weights[i]) : 0.0f;
-        for (int64_t c = tid; c < n_chunks; c += blockDim.x) {
-            float acc[V] = {};
+        for (int i = 0; i < kMaxCand; ++i) {
+            if (i < n_cand) {
+                const int s = static_cast<int>((r0 + i) % n_slots);
+                const bf16* x = slot_ptr(s);
+                const auto wi = static_cast<float>(weights[i]);
 #pragma unroll
-            for (int i = 0; i < kMaxCand; ++i) {
-                if (i < n_cand) {
-                    const MixPack p = *reinterpret_cast<const MixPack*>(x + i * a.hidden + c * V);
+                for (int k = 0; k < kPer; ++k) {
+                    const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+                    if (c < n_chunks) {
+                        const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
 #pragma unroll
-                    for (int e = 0; e < V; ++e) acc[e] = fmaf(wf[i], __bfloat162float(p.v[e]), acc[e]);
+                        for (int e = 0; e < V; ++e) acc[k][e] = fmaf(wi, __bfloat162float(p.v[e]), acc[k][e]);
+                    }
                 }
+                __syncwarp();
+                if (lane == 0) tma::mbar_arrive(bar_addr(&empty[s]));
             }
-            store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc);
         }
-        // Buffer b is free once every thread has mixed from it (and weights / partials may be rewritten).
-        __syncthreads();
-        if (tid == 0) {
-            const int64_t next = t + static_cast<int64_t>(m.n_buf) * gridDim.x;
-            if (next < a.n_tokens) issue(next, b);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+            if (c < n_chunks) store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc[k]);
         }
     }
 }
 
 // PENSTOCK_MEMBW_BASELINE=1 selects the short_conv kernel from before the memory-bandwidth pass
 // (docs/perf/2026-12-01-memory-bound.md) and the two-pass attn_res_mix kernel for bf16 (instead of
-// attn_res_mix_smem_kernel), for same-run A/B benchmarks only; read once per process.
+// attn_res_mix_ws_kernel), for same-run A/B benchmarks only; read once per process.
 bool membw_baseline() {
     static const bool v = [] {
         const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
@@ -638,35 +661,56 @@ unsigned row_blocks(int64_t n_rows, int rows_per_block) {
     return static_cast<unsigned>(b > 0 ? b : 1);
 }
 
-// Launches attn_res_mix_smem_kernel where it applies (hidden % 8 == 0 so that rows are whole 16-byte units, at most
-// kMixSmemMaxCand candidates, one token's rows within kMixSmemBudget): one block per SM. False: the two-pass kernel
-// runs instead.
-template <int kMaxCand>
-void launch_mix_smem(const MixSmemArgs& m, int smem, cudaStream_t s) {
-    auto kernel = attn_res_mix_smem_kernel<kMaxCand>;
+// Launches attn_res_mix_ws_kernel where it applies: hidden % 8 == 0 (rows of whole 16-byte units), at most
+// kMixWsMaxCand candidates, a ring of at least one token's rows within kMixWsSmemPerSm, at most 4 chunks per consumer
+// thread (hidden <= 16384). Per SM as many blocks as leave each a ring of two tokens' rows (at most 4, and as many as
+// the registers allow), the SM's row slots split evenly between them; a single block per SM gets up to 512 consumer
+// threads, several up to 256 each, plus the producer warp. False: the two-pass kernel runs instead.
+template <int kPer, int kMaxCand>
+void launch_mix_ws(MixWsArgs m, int consumers, int blocks_per_sm, int64_t slots_per_sm, cudaStream_t s) {
+    auto kernel = attn_res_mix_ws_kernel<kPer, kMaxCand>;
     static const int sms = [] {
         int dev = 0, n = 0;
         PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
         PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
         return n;
     }();
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, sms));
-    const auto threads = static_cast<int>(std::min<int64_t>(kMixSmemThreads, (m.a.hidden / kRowVec + 31) / 32 * 32));
-    kernel<<<grid, threads, smem, s>>>(m);
+    const int64_t row_bytes = m.a.hidden * 2;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(slots_per_sm * row_bytes)));
+    int by_regs = 0;  // resident blocks with the smallest ring (registers and threads decide)
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, consumers + 32,
+                                                                      static_cast<size_t>(m.n_slots * row_bytes)));
+    const int per_sm = std::max(1, std::min(blocks_per_sm, by_regs));
+    m.n_slots = static_cast<int>(std::min<int64_t>(kMixWsMaxSlots, slots_per_sm / per_sm));
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, static_cast<int64_t>(sms) * per_sm));
+    kernel<<<grid, consumers + 32, static_cast<size_t>(m.n_slots * row_bytes), s>>>(m);
 }
 
-bool launch_attn_res_mix_smem(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
+bool launch_attn_res_mix_ws(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
     const int n_cand = a.n_blocks + 1;
-    const int64_t token_bytes = static_cast<int64_t>(n_cand) * a.hidden * 2;
-    if (a.hidden % kRowVec != 0 || n_cand > kMixSmemMaxCand || token_bytes > kMixSmemBudget) return false;
-    const MixSmemArgs m{.a = a,
-                        .n_buf = static_cast<int>(std::min<int64_t>(kMixSmemBudget / token_bytes, kMixSmemMaxBuf))};
-    const auto smem = static_cast<int>(token_bytes * m.n_buf);
-    if (n_cand <= 4) {
-        launch_mix_smem<4>(m, smem, s);
+    const int64_t row_bytes = a.hidden * 2, n_chunks = a.hidden / kRowVec;
+    const int64_t slots_per_sm =
+        std::min<int64_t>(kMixWsSmemPerSm / std::max<int64_t>(row_bytes, 1), 4 * kMixWsMaxSlots);
+    if (a.hidden % kRowVec != 0 || n_cand > kMixWsMaxCand || slots_per_sm < n_cand) return false;
+    const auto blocks = static_cast<int>(std::clamp<int64_t>(slots_per_sm / (2 * n_cand), 1, 4));
+    const int64_t max_consumers = blocks == 1 ? kMixWsMaxConsumers : 256;
+    int per = 1;
+    while (per < 4 && n_chunks > per * max_consumers) per *= 2;
+    const int64_t consumers = (n_chunks + per - 1) / per;
+    if (consumers > kMixWsMaxConsumers) return false;
+    const auto threads = static_cast<int>((consumers + 31) / 32 * 32);
+    const MixWsArgs m{.a = a, .n_slots = n_cand};  // the ring's size is set once the resident blocks are known
+    const bool few = n_cand <= 4;
+    if (per == 1) {
+        few ? launch_mix_ws<1, 4>(m, threads, blocks, slots_per_sm, s)
+            : launch_mix_ws<1, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
+    } else if (per == 2) {
+        few ? launch_mix_ws<2, 4>(m, threads, blocks, slots_per_sm, s)
+            : launch_mix_ws<2, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
     } else {
-        launch_mix_smem<kMixSmemMaxCand>(m, smem, s);
+        few ? launch_mix_ws<4, 4>(m, threads, blocks, slots_per_sm, s)
+            : launch_mix_ws<4, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
     }
     return true;
 }
@@ -927,7 +971,7 @@ void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {
                                   .n_blocks = static_cast<int>(n_blocks),
                                   .eps = p.eps};
             if constexpr (std::is_same_v<T, bf16> && std::is_same_v<B, bf16>) {
-                if (vec && !membw_baseline() && launch_attn_res_mix_smem(a, s)) return;
+                if (vec && !membw_baseline() && launch_attn_res_mix_ws(a, s)) return;
             }
             if (vec) {
                 attn_res_mix_kernel<T, B, true><<<row_blocks(n_tokens, 1), kMixThreads, 0, s>>>(a);
