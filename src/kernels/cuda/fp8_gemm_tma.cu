@@ -44,10 +44,12 @@ using namespace fp8;  // NOLINT(google-build-using-namespace): the kernels' shar
 constexpr int kThreads = 384;
 constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the bulk copies' bytes
 // fp8_pair_default(), PENSTOCK_FP8_PAIR unset: kAuto and the gated GEMM take the CTA-pair kernel above this many rows
-// per group on average. Measured (docs/perf/2026-12-02-s18.md, call E): at 512 rows per expert (T = 16384) the FP8
-// DeepSeek-V3 and GLM-5.3 layers ran 0.1-0.6 ms faster with the pairs; at 128 (T = 4096) the pair kernel alone ran
-// 0.85-0.94x the single-CTA one.
-constexpr int64_t kFp8PairMinAvgRows = 384;
+// per group on average. Measured in interleaved layer A/Bs: at 512 rows per expert (T = 16384) the FP8 DeepSeek-V3
+// and GLM-5.3 layers ran 0.1-0.6 ms faster with the pairs (docs/perf/2026-12-02-s18.md, call E), and at 292 (Kimi K3
+// at T = 16384) its FP8 MLA layer 0.4 ms faster on average over 5 rounds (4 of them faster); at 128 (T = 4096) the
+// pair kernel alone ran 0.85-0.94x the single-CTA one, and the DeepSeek-V3 FP8 layer 0.05-0.1 ms slower with it
+// (docs/perf/2026-12-02-s19.md).
+constexpr int64_t kFp8PairMinAvgRows = 256;
 
 // The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
 template <int BN>
