@@ -476,21 +476,23 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
     }
 }
 
-// attn_res_mix for bf16 activations and a bf16 bank, warp-specialised, each block walking tokens blockIdx.x,
+// attn_res_mix for bf16 activations and a bf16 bank, warp-specialised, one block per SM walking tokens blockIdx.x,
 // + gridDim.x, ... . The two-pass kernel above re-reads every candidate row in pass 2; with ~9 tokens resident per SM
 // (~1200 on an H200, 8 bank rows: 150 MB between the two reads of a row) those re-reads miss the 50 MB L2 and it
 // moves up to twice the bytes it must (40-52% of copy bandwidth). Here each row is read from DRAM once, into a ring of
 // n_slots row slots in shared memory: a producer warp (the block's last) issues one 1-d bulk copy per row as soon as
 // its slot is free, so the next tokens' rows stream in while the consumer warps reduce and mix the current one, and
-// the consumers free each slot (one arrival per warp) as soon as the mix has used it. The consumers hold q * w for
-// their chunks (kPer per thread) in registers. Per element the arithmetic is the two-pass kernel's (f32 partial sums
-// per thread with q * w rounded to f32, double across threads, the logits and softmax in double, the mix in f32 in
-// candidate order, rounded once); only the grouping of the partial sums differs. A token's rows are all in shared
-// memory before its first write: out may alias partial.
-constexpr int kMixWsMaxConsumers = 512;
+// the consumers free each slot (one arrival per warp) as soon as the mix has used it. Where the ring holds fewer than
+// two tokens' rows (K3's 8 bank rows at hidden 7168: 9 of 14 slots), the producer also has the copy engine prefetch
+// the block's next token into L2 as it starts a token, so that the rows that wait for a free slot come from L2. Up to
+// 992 consumer threads (kPer chunks each, q * w for them in registers) keep the per-token chain (reductions, the
+// softmax on warp 0, the mix) short. Ring positions advance incrementally (no 64-bit division per row). Per element
+// the arithmetic is the two-pass kernel's (f32 partial sums per thread with q * w rounded to f32, double across
+// threads, the logits and softmax in double, the mix in f32 in candidate order, rounded once); only the grouping of
+// the partial sums differs. A token's rows are all in shared memory before its first write: out may alias partial.
 constexpr int kMixWsMaxCand = 16;
 constexpr int kMixWsMaxSlots = 64;
-constexpr int kMixWsSmemPerSm = 200 * 1024;  // bytes of row slots per SM, over its blocks
+constexpr int kMixWsSmemBytes = 200 * 1024;  // the ring's bytes
 
 using MixPack = Pack<bf16, kRowVec>;
 
@@ -499,13 +501,17 @@ struct MixWsArgs {
     int n_slots;  // row slots in the ring, >= n_blocks + 1
 };
 
+// Largest block (consumers + the producer warp) of attn_res_mix_ws_kernel<kPer, kMaxCand>: 1024 where its registers
+// (q * w and the mix's accumulators, 16 floats per chunk, and two per candidate) fit 64 per thread.
+constexpr int mix_ws_max_threads(int per, int max_cand) { return per * 16 + 2 * max_cand <= 50 ? 1024 : 544; }
+
 template <int kPer, int kMaxCand>
-__global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_kernel(MixWsArgs m) {
+__global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_res_mix_ws_kernel(MixWsArgs m) {
     static_assert(kMaxCand <= 32, "the softmax runs on warp 0's lanes");
     constexpr int V = kRowVec;
     extern __shared__ __align__(128) unsigned char mix_slots[];
     __shared__ __align__(8) uint64_t full[kMixWsMaxSlots], empty[kMixWsMaxSlots];
-    __shared__ double partials[kMixWsMaxConsumers / 32][2 * kMaxCand];
+    __shared__ double partials[32][2 * kMaxCand];
     __shared__ double weights[kMaxCand];
     const MixArgs<bf16, bf16>& a = m.a;
     const int tid = static_cast<int>(threadIdx.x);
@@ -514,8 +520,10 @@ __global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_ke
     const int n_cand = a.n_blocks + 1, n_slots = m.n_slots;
     const int64_t n_chunks = a.hidden / V;  // hidden % 8 == 0 (the launcher's condition)
     const auto row_bytes = static_cast<uint32_t>(a.hidden * 2);
-    const auto slot_ptr = [&](int s) { return reinterpret_cast<const bf16*>(mix_slots) + s * a.hidden; };
     const auto bar_addr = [](uint64_t* b) { return static_cast<uint32_t>(__cvta_generic_to_shared(b)); };
+    const auto row_src = [&](int64_t t, int i) -> const bf16* {
+        return i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
+    };
     if (tid == 0) {
         for (int s = 0; s < n_slots; ++s) {
             tma::mbar_init(bar_addr(&full[s]), 1);
@@ -526,16 +534,24 @@ __global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_ke
     __syncthreads();
     if (warp == consumer_warps) {  // producer: rows in token order, each into the next slot once it is free
         if (lane == 0) {
-            int64_t r = 0;
+            const bool prefetch = n_slots < 2 * n_cand;
+            const uint32_t slots_base = bar_addr(reinterpret_cast<uint64_t*>(mix_slots));
+            int s = 0;
+            uint32_t phase = 0;  // of the slot's fills: fill k waits for the consumers' release k - 1
+            bool first_round = true;
             for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
-                for (int i = 0; i < n_cand; ++i, ++r) {
-                    const int s = static_cast<int>(r % n_slots);
-                    const int64_t k = r / n_slots;
-                    if (k > 0) tma::mbar_wait(bar_addr(&empty[s]), static_cast<uint32_t>((k - 1) & 1));
+                if (prefetch && t + gridDim.x < a.n_tokens) {
+                    for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_src(t + gridDim.x, i), row_bytes);
+                }
+                for (int i = 0; i < n_cand; ++i) {
+                    if (!first_round) tma::mbar_wait(bar_addr(&empty[s]), phase ^ 1u);
                     tma::mbar_expect_tx(bar_addr(&full[s]), row_bytes);
-                    const bf16* src = i < a.n_blocks ? a.bank + t * a.b0 + i * a.b1 : a.partial + t * a.p0;
-                    tma::load_1d(bar_addr(reinterpret_cast<uint64_t*>(mix_slots)) + s * row_bytes, src, row_bytes,
-                                 bar_addr(&full[s]));
+                    tma::load_1d(slots_base + s * row_bytes, row_src(t, i), row_bytes, bar_addr(&full[s]));
+                    if (++s == n_slots) {
+                        s = 0;
+                        phase ^= 1u;
+                        first_round = false;
+                    }
                 }
             }
         }
@@ -553,27 +569,34 @@ __global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_ke
 #pragma unroll
         for (int e = 0; e < V; ++e) qw[k][e] = q[e] * w[e];
     }
-    int64_t r0 = 0;  // ring index of the token's first row
-    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x, r0 += n_cand) {
+    int s0 = 0;           // slot of the token's first row
+    uint32_t phase0 = 0;  // its fill's parity
+    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
         float ss[kMaxCand] = {}, dot[kMaxCand] = {};
+        {
+            int s = s0;
+            uint32_t phase = phase0;
 #pragma unroll
-        for (int i = 0; i < kMaxCand; ++i) {
-            if (i < n_cand) {
-                const int64_t r = r0 + i;
-                const int s = static_cast<int>(r % n_slots);
-                tma::mbar_wait(bar_addr(&full[s]), static_cast<uint32_t>((r / n_slots) & 1));
-                const bf16* x = slot_ptr(s);
+            for (int i = 0; i < kMaxCand; ++i) {
+                if (i < n_cand) {
+                    tma::mbar_wait(bar_addr(&full[s]), phase);
+                    const bf16* x = reinterpret_cast<const bf16*>(mix_slots) + static_cast<int64_t>(s) * a.hidden;
 #pragma unroll
-                for (int k = 0; k < kPer; ++k) {
-                    const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
-                    if (c < n_chunks) {
-                        const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
+                    for (int k = 0; k < kPer; ++k) {
+                        const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+                        if (c < n_chunks) {
+                            const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
 #pragma unroll
-                        for (int e = 0; e < V; ++e) {
-                            const float xa = __bfloat162float(p.v[e]);
-                            ss[i] = fmaf(xa, xa, ss[i]);
-                            dot[i] = fmaf(qw[k][e], xa, dot[i]);
+                            for (int e = 0; e < V; ++e) {
+                                const float xa = __bfloat162float(p.v[e]);
+                                ss[i] = fmaf(xa, xa, ss[i]);
+                                dot[i] = fmaf(qw[k][e], xa, dot[i]);
+                            }
                         }
+                    }
+                    if (++s == n_slots) {
+                        s = 0;
+                        phase ^= 1u;
                     }
                 }
             }
@@ -620,8 +643,7 @@ __global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_ke
 #pragma unroll
         for (int i = 0; i < kMaxCand; ++i) {
             if (i < n_cand) {
-                const int s = static_cast<int>((r0 + i) % n_slots);
-                const bf16* x = slot_ptr(s);
+                const bf16* x = reinterpret_cast<const bf16*>(mix_slots) + static_cast<int64_t>(s0) * a.hidden;
                 const auto wi = static_cast<float>(weights[i]);
 #pragma unroll
                 for (int k = 0; k < kPer; ++k) {
@@ -633,7 +655,11 @@ __global__ void __launch_bounds__(kMixWsMaxConsumers + 32, 1) attn_res_mix_ws_ke
                     }
                 }
                 __syncwarp();
-                if (lane == 0) tma::mbar_arrive(bar_addr(&empty[s]));
+                if (lane == 0) tma::mbar_arrive(bar_addr(&empty[s0]));
+                if (++s0 == n_slots) {
+                    s0 = 0;
+                    phase0 ^= 1u;
+                }
             }
         }
 #pragma unroll
@@ -662,12 +688,10 @@ unsigned row_blocks(int64_t n_rows, int rows_per_block) {
 }
 
 // Launches attn_res_mix_ws_kernel where it applies: hidden % 8 == 0 (rows of whole 16-byte units), at most
-// kMixWsMaxCand candidates, a ring of at least one token's rows within kMixWsSmemPerSm, at most 4 chunks per consumer
-// thread (hidden <= 16384). Per SM as many blocks as leave each a ring of two tokens' rows (at most 4, and as many as
-// the registers allow), the SM's row slots split evenly between them; a single block per SM gets up to 512 consumer
-// threads, several up to 256 each, plus the producer warp. False: the two-pass kernel runs instead.
+// kMixWsMaxCand candidates and a ring of at least one token's rows within kMixWsSmemBytes, at most 4 chunks per
+// consumer thread. One block per SM. False: the two-pass kernel runs instead.
 template <int kPer, int kMaxCand>
-void launch_mix_ws(MixWsArgs m, int consumers, int blocks_per_sm, int64_t slots_per_sm, cudaStream_t s) {
+void launch_mix_ws(const MixWsArgs& m, int threads, cudaStream_t s) {
     auto kernel = attn_res_mix_ws_kernel<kPer, kMaxCand>;
     static const int sms = [] {
         int dev = 0, n = 0;
@@ -675,44 +699,38 @@ void launch_mix_ws(MixWsArgs m, int consumers, int blocks_per_sm, int64_t slots_
         PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
         return n;
     }();
-    const int64_t row_bytes = m.a.hidden * 2;
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(slots_per_sm * row_bytes)));
-    int by_regs = 0;  // resident blocks with the smallest ring (registers and threads decide)
-    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, consumers + 32,
-                                                                      static_cast<size_t>(m.n_slots * row_bytes)));
-    const int per_sm = std::max(1, std::min(blocks_per_sm, by_regs));
-    m.n_slots = static_cast<int>(std::min<int64_t>(kMixWsMaxSlots, slots_per_sm / per_sm));
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, static_cast<int64_t>(sms) * per_sm));
-    kernel<<<grid, consumers + 32, static_cast<size_t>(m.n_slots * row_bytes), s>>>(m);
+    const auto smem = static_cast<int>(m.n_slots * m.a.hidden * 2);
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, sms));
+    kernel<<<grid, threads, smem, s>>>(m);
+}
+
+template <int kMaxCand>
+bool launch_mix_ws_cand(const MixWsArgs& m, cudaStream_t s) {
+    const int64_t n_chunks = m.a.hidden / kRowVec;
+    const auto fits = [&](int per) { return (n_chunks + per - 1) / per + 32 <= mix_ws_max_threads(per, kMaxCand); };
+    const auto threads = [&](int per) { return static_cast<int>(((n_chunks + per - 1) / per + 31) / 32 * 32 + 32); };
+    if (fits(1)) {
+        launch_mix_ws<1, kMaxCand>(m, threads(1), s);
+    } else if (fits(2)) {
+        launch_mix_ws<2, kMaxCand>(m, threads(2), s);
+    } else if (fits(4)) {
+        launch_mix_ws<4, kMaxCand>(m, threads(4), s);
+    } else {
+        return false;
+    }
+    return true;
 }
 
 bool launch_attn_res_mix_ws(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
     const int n_cand = a.n_blocks + 1;
-    const int64_t row_bytes = a.hidden * 2, n_chunks = a.hidden / kRowVec;
-    const int64_t slots_per_sm =
-        std::min<int64_t>(kMixWsSmemPerSm / std::max<int64_t>(row_bytes, 1), 4 * kMixWsMaxSlots);
-    if (a.hidden % kRowVec != 0 || n_cand > kMixWsMaxCand || slots_per_sm < n_cand) return false;
-    const auto blocks = static_cast<int>(std::clamp<int64_t>(slots_per_sm / (2 * n_cand), 1, 4));
-    const int64_t max_consumers = blocks == 1 ? kMixWsMaxConsumers : 256;
-    int per = 1;
-    while (per < 4 && n_chunks > per * max_consumers) per *= 2;
-    const int64_t consumers = (n_chunks + per - 1) / per;
-    if (consumers > kMixWsMaxConsumers) return false;
-    const auto threads = static_cast<int>((consumers + 31) / 32 * 32);
-    const MixWsArgs m{.a = a, .n_slots = n_cand};  // the ring's size is set once the resident blocks are known
-    const bool few = n_cand <= 4;
-    if (per == 1) {
-        few ? launch_mix_ws<1, 4>(m, threads, blocks, slots_per_sm, s)
-            : launch_mix_ws<1, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
-    } else if (per == 2) {
-        few ? launch_mix_ws<2, 4>(m, threads, blocks, slots_per_sm, s)
-            : launch_mix_ws<2, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
-    } else {
-        few ? launch_mix_ws<4, 4>(m, threads, blocks, slots_per_sm, s)
-            : launch_mix_ws<4, kMixWsMaxCand>(m, threads, blocks, slots_per_sm, s);
-    }
-    return true;
+    const int64_t row_bytes = a.hidden * 2;
+    const int64_t slots = std::min<int64_t>(kMixWsSmemBytes / std::max<int64_t>(row_bytes, 1), kMixWsMaxSlots);
+    if (a.hidden % kRowVec != 0 || n_cand > kMixWsMaxCand || slots < n_cand) return false;
+    const MixWsArgs m{.a = a, .n_slots = static_cast<int>(slots)};
+    if (n_cand <= 4) return launch_mix_ws_cand<4>(m, s);
+    if (n_cand <= 9) return launch_mix_ws_cand<9>(m, s);
+    return launch_mix_ws_cand<kMixWsMaxCand>(m, s);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 //  - sigmoid_gate: bf16 in / out, gate f32 or bf16, in place and not, every row shape of kda_op_test plus aligned
 //    widths 2056 and 12288 (vector path) and a width-2051 view of 2056-wide rows (vector path with a tail).
 //  - gated_rms_norm: f32 in / gate, bf16 out (1 to 1001 rows of 1 / 128 / 129, strided).
-//  - attn_res_mix: bf16 partial / out, bank bf16 or f32, 0 to 16 bank rows, hidden 256 / 1000 / 2048 / 7168 / 7171
+//  - attn_res_mix: bf16 partial / out, bank bf16 or f32, 0 to 16 bank rows, hidden 256 / 1000 / 2048 / 7168 / 9000 /
+//  16384 / 7171
 //    (scalar path) / 7171 in 7176-wide rows (vector path with a tail), strided views, in place, up to 2000 tokens
 //    (the shared-memory kernel's ring of token buffers cycled; kBF16OneUlpF32Sums).
 #include <gtest/gtest.h>
@@ -271,14 +272,17 @@ TEST_F(KdaBf16OpTest, AttnResMixMatchesReference) {
         {5, 2, 7171, false, 7171, DType::kBF16, false},
         {33, 1, 7171, false, 7176, DType::kBF16, false},
         {9, 3, 7171, false, 7176, DType::kF32, true},
-        // the shared-memory kernel (bf16 bank, hidden % 8 == 0, <= 16 candidates): K3's widest bank (one token
-        // buffer, each block several tokens), a ring of 7 buffers cycled more than twice per block, in place, the
-        // most candidates, and one more than that (the two-pass kernel)
+        // the warp-specialised kernel (bf16 bank, hidden % 8 == 0, <= 16 candidates, a ring of row slots in shared
+        // memory): K3's widest bank (9 rows of a 14-slot ring: the next token waits for slots), the ring cycled many
+        // times in place, strided rows, the most candidates and one more than that (the two-pass kernel), 2 and 4
+        // chunks per consumer thread
         {600, 8, 7168, false, 7168, DType::kBF16, false},
         {2000, 1, 7168, false, 7168, DType::kBF16, true},
         {700, 3, 1000, true, 1000, DType::kBF16, false},
         {50, 15, 2048, false, 2048, DType::kBF16, false},
-        {50, 16, 2048, false, 2048, DType::kBF16, true}};
+        {50, 16, 2048, false, 2048, DType::kBF16, true},
+        {300, 5, 9000, false, 9000, DType::kBF16, false},
+        {40, 2, 16384, false, 16384, DType::kBF16, true}};
     for (const Case& c : cases) {
         const std::string name = dims("T_blocks_hidden", {c.tokens, c.blocks, c.hidden}) +
                                  (c.strided ? "_strided" : "") +
