@@ -374,6 +374,20 @@ __global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, 
 // one bf16 rounding; f64 conversions and arithmetic would otherwise bound the kernel well under bandwidth).
 // Every read of `partial` in pass 1 precedes the barrier, and in pass 2 a thread reads a chunk of partial before
 // writing the same chunk of out, so out may alias partial.
+// One candidate's (sum v^2, dot) of a warp: its lanes' partial sums added in double (butterfly), stored by lane 0 as
+// out[0], out[1].
+__device__ __forceinline__ void store_warp_partials(double ss, double dot, double* out, int lane) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    }
+    if (lane == 0) {
+        out[0] = ss;
+        out[1] = dot;
+    }
+}
+
 constexpr int kMixThreads = 128;
 constexpr int kMaxCandidates = 64;
 
@@ -421,16 +435,7 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
                     dot = fma(static_cast<Acc>(q[j]) * static_cast<Acc>(w[j]), xa, dot);
                 }
             }
-            double ssd = ss, dotd = dot;
-#pragma unroll
-            for (int o = 16; o > 0; o /= 2) {
-                ssd += __shfl_xor_sync(0xffffffffu, ssd, o);
-                dotd += __shfl_xor_sync(0xffffffffu, dotd, o);
-            }
-            if (lane == 0) {
-                partials[warp][2 * i] = ssd;
-                partials[warp][2 * i + 1] = dotd;
-            }
+            store_warp_partials(ss, dot, partials[warp] + 2 * i, lane);
         }
         __syncthreads();
         if (tid < n_cand) {
@@ -604,16 +609,7 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
 #pragma unroll
         for (int i = 0; i < kMaxCand; ++i) {
             if (i < n_cand) {
-                double ssd = ss[i], dotd = dot[i];
-#pragma unroll
-                for (int o = 16; o > 0; o /= 2) {
-                    ssd += __shfl_xor_sync(0xffffffffu, ssd, o);
-                    dotd += __shfl_xor_sync(0xffffffffu, dotd, o);
-                }
-                if (lane == 0) {
-                    partials[warp][2 * i] = ssd;
-                    partials[warp][2 * i + 1] = dotd;
-                }
+                store_warp_partials(ss[i], dot[i], partials[warp] + 2 * i, lane);
             }
         }
         tma::named_sync(1, n_consumers);
