@@ -489,13 +489,16 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
 // its slot is free, so the next tokens' rows stream in while the consumer warps reduce and mix the current one, and
 // the consumers free each slot (one arrival per warp) as soon as the mix has used it. Where the ring holds fewer than
 // two tokens' rows (K3's 8 bank rows at hidden 7168: 9 of 14 slots), the producer also has the copy engine prefetch
-// the block's next token into L2 as it starts a token, so that the rows that wait for a free slot come from L2. Up to
-// 992 consumer threads (kPer chunks each, q * w for them in registers) keep the per-token chain (reductions, the
-// softmax on warp 0, the mix) short. Ring positions advance incrementally (no 64-bit division per row). Per element
+// the block's next token into L2 as it starts a token, so that the rows that wait for a free slot come from L2. The
+// consumers form kMixWsGroups groups that take the block's tokens in turn (group g the tokens g, g + G, ... of the
+// block, each group with its own named barrier), so that one group's serial chain per token (the reductions, the
+// softmax on its first warp, the mix) overlaps the others' work; each consumer holds q * w for its kPer chunks in
+// registers. Waits sleep (mbar_wait_sleep) rather than spin, and ring positions advance incrementally. Per element
 // the arithmetic is the two-pass kernel's (f32 partial sums per thread with q * w rounded to f32, double across
 // threads, the logits and softmax in double, the mix in f32 in candidate order, rounded once); only the grouping of
 // the partial sums differs. A token's rows are all in shared memory before its first write: out may alias partial.
 constexpr int kMixWsMaxCand = 16;
+constexpr int kMixWsGroups = 2;
 constexpr int kMixWsMaxSlots = 64;
 constexpr int kMixWsSmemBytes = 200 * 1024;  // the ring's bytes
 
@@ -517,11 +520,12 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
     extern __shared__ __align__(128) unsigned char mix_slots[];
     __shared__ __align__(8) uint64_t full[kMixWsMaxSlots], empty[kMixWsMaxSlots];
     __shared__ double partials[32][2 * kMaxCand];
-    __shared__ double weights[kMaxCand];
+    __shared__ double weights[kMixWsGroups][kMaxCand];
     const MixArgs<bf16, bf16>& a = m.a;
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
     const int n_consumers = static_cast<int>(blockDim.x) - 32, consumer_warps = n_consumers / 32;
+    const int group_threads = n_consumers / kMixWsGroups, group_warps = group_threads / 32;
     const int n_cand = a.n_blocks + 1, n_slots = m.n_slots;
     const int64_t n_chunks = a.hidden / V;  // hidden % 8 == 0 (the launcher's condition)
     const auto row_bytes = static_cast<uint32_t>(a.hidden * 2);
@@ -532,7 +536,7 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
     if (tid == 0) {
         for (int s = 0; s < n_slots; ++s) {
             tma::mbar_init(bar_addr(&full[s]), 1);
-            tma::mbar_init(bar_addr(&empty[s]), static_cast<uint32_t>(consumer_warps));
+            tma::mbar_init(bar_addr(&empty[s]), static_cast<uint32_t>(group_warps));  // one group consumes a row
         }
         tma::fence_mbar_init();
     }
@@ -549,7 +553,7 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
                     for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_src(t + gridDim.x, i), row_bytes);
                 }
                 for (int i = 0; i < n_cand; ++i) {
-                    if (!first_round) tma::mbar_wait(bar_addr(&empty[s]), phase ^ 1u);
+                    if (!first_round) tma::mbar_wait_sleep(bar_addr(&empty[s]), phase ^ 1u);
                     tma::mbar_expect_tx(bar_addr(&full[s]), row_bytes);
                     tma::load_1d(slots_base + s * row_bytes, row_src(t, i), row_bytes, bar_addr(&full[s]));
                     if (++s == n_slots) {
@@ -560,12 +564,26 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
                 }
             }
         }
-        return;  // the consumers synchronise among themselves (named barrier 1) from here on
+        return;  // each consumer group synchronises on its own named barrier (1 + group) from here on
     }
+    const int group = warp / group_warps, gtid = tid - group * group_threads, gwarp = warp - group * group_warps;
+    const int bar_id = 1 + group;
+    double* group_weights = weights[group];
+    // The ring position of this group's next token's first row: the block's token j starts at row j * n_cand.
+    int s0 = 0;                           // its slot
+    uint32_t phase0 = 0;                  // its fill's parity
+    const auto advance = [&](int rows) {  // rows <= n_slots
+        s0 += rows;
+        if (s0 >= n_slots) {
+            s0 -= n_slots;
+            phase0 ^= 1u;
+        }
+    };
+    for (int g = 0; g < group; ++g) advance(n_cand);
     float qw[kPer][V];  // query * norm_weight over this thread's chunks, the same for every token
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-        const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+        const int64_t c = gtid + static_cast<int64_t>(k) * group_threads;
         float q[V] = {}, w[V] = {};
         if (c < n_chunks) {
             load_chunk<float, V, true>(a.query, c * V, a.hidden, q);
@@ -574,9 +592,8 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
 #pragma unroll
         for (int e = 0; e < V; ++e) qw[k][e] = q[e] * w[e];
     }
-    int s0 = 0;           // slot of the token's first row
-    uint32_t phase0 = 0;  // its fill's parity
-    for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
+    const int64_t token_step = static_cast<int64_t>(kMixWsGroups) * gridDim.x;
+    for (int64_t t = blockIdx.x + static_cast<int64_t>(group) * gridDim.x; t < a.n_tokens; t += token_step) {
         float ss[kMaxCand] = {}, dot[kMaxCand] = {};
         {
             int s = s0;
@@ -584,11 +601,11 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
 #pragma unroll
             for (int i = 0; i < kMaxCand; ++i) {
                 if (i < n_cand) {
-                    tma::mbar_wait(bar_addr(&full[s]), phase);
+                    tma::mbar_wait_sleep(bar_addr(&full[s]), phase);
                     const bf16* x = reinterpret_cast<const bf16*>(mix_slots) + static_cast<int64_t>(s) * a.hidden;
 #pragma unroll
                     for (int k = 0; k < kPer; ++k) {
-                        const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+                        const int64_t c = gtid + static_cast<int64_t>(k) * group_threads;
                         if (c < n_chunks) {
                             const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
 #pragma unroll
@@ -612,12 +629,12 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
                 store_warp_partials(ss[i], dot[i], partials[warp] + 2 * i, lane);
             }
         }
-        tma::named_sync(1, n_consumers);
-        if (warp == 0) {  // logits and softmax on lanes [0, n_cand)
+        tma::named_sync(bar_id, group_threads);
+        if (gwarp == 0) {  // logits and softmax on lanes [0, n_cand) of the group's first warp
             double logit = -INFINITY;
             if (lane < n_cand) {
                 double sum_ss = 0.0, sum_dot = 0.0;
-                for (int w = 0; w < consumer_warps; ++w) {  // fixed order
+                for (int w = group * group_warps; w < (group + 1) * group_warps; ++w) {  // fixed order
                     sum_ss += partials[w][2 * lane];
                     sum_dot += partials[w][2 * lane + 1];
                 }
@@ -630,20 +647,21 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
             double denom = e;
 #pragma unroll
             for (int o = 16; o > 0; o /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, o);
-            if (lane < n_cand) weights[lane] = e / denom;
+            if (lane < n_cand) group_weights[lane] = e / denom;
         }
-        tma::named_sync(1, n_consumers);
+        tma::named_sync(bar_id, group_threads);
         // The mix, candidate by candidate (each element still sums in candidate order), freeing each slot after use.
-        // partials is next written, and weights next read, only after every consumer passed this token's barriers.
+        // partials is next written, and weights next read, only after every consumer of the group passed this token's
+        // barriers. The other groups' tokens sit between this one's and the group's next in the ring.
         float acc[kPer][V] = {};
 #pragma unroll
         for (int i = 0; i < kMaxCand; ++i) {
             if (i < n_cand) {
                 const bf16* x = reinterpret_cast<const bf16*>(mix_slots) + static_cast<int64_t>(s0) * a.hidden;
-                const auto wi = static_cast<float>(weights[i]);
+                const auto wi = static_cast<float>(group_weights[i]);
 #pragma unroll
                 for (int k = 0; k < kPer; ++k) {
-                    const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+                    const int64_t c = gtid + static_cast<int64_t>(k) * group_threads;
                     if (c < n_chunks) {
                         const MixPack p = *reinterpret_cast<const MixPack*>(x + c * V);
 #pragma unroll
@@ -652,17 +670,15 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
                 }
                 __syncwarp();
                 if (lane == 0) tma::mbar_arrive(bar_addr(&empty[s0]));
-                if (++s0 == n_slots) {
-                    s0 = 0;
-                    phase0 ^= 1u;
-                }
+                advance(1);
             }
         }
 #pragma unroll
         for (int k = 0; k < kPer; ++k) {
-            const int64_t c = tid + static_cast<int64_t>(k) * n_consumers;
+            const int64_t c = gtid + static_cast<int64_t>(k) * group_threads;
             if (c < n_chunks) store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc[k]);
         }
+        for (int g = 1; g < kMixWsGroups; ++g) advance(n_cand);  // past the other groups' tokens
     }
 }
 
@@ -704,8 +720,9 @@ void launch_mix_ws(const MixWsArgs& m, int threads, cudaStream_t s) {
 template <int kMaxCand>
 bool launch_mix_ws_cand(const MixWsArgs& m, cudaStream_t s) {
     const int64_t n_chunks = m.a.hidden / kRowVec;
-    const auto fits = [&](int per) { return (n_chunks + per - 1) / per + 32 <= mix_ws_max_threads(per, kMaxCand); };
-    const auto threads = [&](int per) { return static_cast<int>(((n_chunks + per - 1) / per + 31) / 32 * 32 + 32); };
+    const auto group = [&](int per) { return ((n_chunks + per - 1) / per + 31) / 32 * 32; };  // threads of a group
+    const auto fits = [&](int per) { return kMixWsGroups * group(per) + 32 <= mix_ws_max_threads(per, kMaxCand); };
+    const auto threads = [&](int per) { return static_cast<int>(kMixWsGroups * group(per) + 32); };
     if (fits(1)) {
         launch_mix_ws<1, kMaxCand>(m, threads(1), s);
     } else if (fits(2)) {

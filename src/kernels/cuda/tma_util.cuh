@@ -70,6 +70,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (done == 0);
 }
 
+// mbar_wait for waits that may be long (a whole DRAM round trip): each try asks to be suspended until the phase
+// completes or `suspend_ns` pass, instead of returning at once, so that waiting warps leave the issue slots to the
+// warps that have work.
+__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity, uint32_t suspend_ns = 20000) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity), "r"(suspend_ns)
+            : "memory");
+    } while (done == 0);
+}
+
 // mbar_wait with cluster-scope acquire: what a waiter needs whose phase a peer completed with mbar_arrive_cluster, to
 // see the peer's writes into this CTA (st_remote_u32) that came before that arrive.
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
