@@ -506,7 +506,9 @@ using MixPack = Pack<bf16, kRowVec>;
 
 struct MixWsArgs {
     MixArgs<bf16, bf16> a;
-    int n_slots;  // row slots in the ring, >= n_blocks + 1
+    int n_slots;         // row slots in the ring, >= n_blocks + 1
+    int prefetch_ahead;  // where the ring holds fewer than two tokens: L2 prefetch of the block's token this many
+                         // steps ahead of the one whose rows the producer starts (0: none)
 };
 
 // Largest block (consumers + the producer warp) of attn_res_mix_ws_kernel<kPer, kMaxCand>: 1024 where its registers
@@ -543,14 +545,15 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
     __syncthreads();
     if (warp == consumer_warps) {  // producer: rows in token order, each into the next slot once it is free
         if (lane == 0) {
-            const bool prefetch = n_slots < 2 * n_cand;
+            const bool prefetch = n_slots < 2 * n_cand && m.prefetch_ahead > 0;
+            const int64_t ahead = static_cast<int64_t>(m.prefetch_ahead) * gridDim.x;
             const uint32_t slots_base = bar_addr(reinterpret_cast<uint64_t*>(mix_slots));
             int s = 0;
             uint32_t phase = 0;  // of the slot's fills: fill k waits for the consumers' release k - 1
             bool first_round = true;
             for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
-                if (prefetch && t + gridDim.x < a.n_tokens) {
-                    for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_src(t + gridDim.x, i), row_bytes);
+                if (prefetch && t + ahead < a.n_tokens) {
+                    for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_src(t + ahead, i), row_bytes);
                 }
                 for (int i = 0; i < n_cand; ++i) {
                     if (!first_round) tma::mbar_wait_sleep(bar_addr(&empty[s]), phase ^ 1u);
@@ -740,7 +743,12 @@ bool launch_attn_res_mix_ws(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
     const int64_t row_bytes = a.hidden * 2;
     const int64_t slots = std::min<int64_t>(kMixWsSmemBytes / std::max<int64_t>(row_bytes, 1), kMixWsMaxSlots);
     if (a.hidden % kRowVec != 0 || n_cand > kMixWsMaxCand || slots < n_cand) return false;
-    const MixWsArgs m{.a = a, .n_slots = static_cast<int>(slots)};
+    // PENSTOCK_MIX_PREFETCH=n: the L2 prefetch distance in tokens of the block (default 1; 0 turns it off), for A/Bs.
+    static const int prefetch_ahead = [] {
+        const char* e = std::getenv("PENSTOCK_MIX_PREFETCH");
+        return e != nullptr ? std::atoi(e) : 1;
+    }();
+    const MixWsArgs m{.a = a, .n_slots = static_cast<int>(slots), .prefetch_ahead = prefetch_ahead};
     if (n_cand <= 4) return launch_mix_ws_cand<4>(m, s);
     if (n_cand <= 9) return launch_mix_ws_cand<9>(m, s);
     return launch_mix_ws_cand<kMixWsMaxCand>(m, s);
