@@ -487,16 +487,16 @@ __global__ void __launch_bounds__(kMixThreads) attn_res_mix_kernel(MixArgs<T, B>
 // moves up to twice the bytes it must (40-52% of copy bandwidth). Here each row is read from DRAM once, into a ring of
 // n_slots row slots in shared memory: a producer warp (the block's last) issues one 1-d bulk copy per row as soon as
 // its slot is free, so the next tokens' rows stream in while the consumer warps reduce and mix the current one, and
-// the consumers free each slot (one arrival per warp) as soon as the mix has used it. Where the ring holds fewer than
-// two tokens' rows (K3's 8 bank rows at hidden 7168: 9 of 14 slots), the producer also has the copy engine prefetch
-// the block's next token into L2 as it starts a token, so that the rows that wait for a free slot come from L2. The
-// consumers form kMixWsGroups groups that take the block's tokens in turn (group g the tokens g, g + G, ... of the
-// block, each group with its own named barrier), so that one group's serial chain per token (the reductions, the
-// softmax on its first warp, the mix) overlaps the others' work; each consumer holds q * w for its kPer chunks in
-// registers. Waits sleep (mbar_wait_sleep) rather than spin, and ring positions advance incrementally. Per element
-// the arithmetic is the two-pass kernel's (f32 partial sums per thread with q * w rounded to f32, double across
-// threads, the logits and softmax in double, the mix in f32 in candidate order, rounded once); only the grouping of
-// the partial sums differs. A token's rows are all in shared memory before its first write: out may alias partial.
+// the consumers free each slot (one arrival per warp) as soon as the mix has used it. (An L2 prefetch of the block's
+// next token where the ring holds fewer than two tokens' rows, K3's 8 bank rows, made it slower: 840 vs 803 us,
+// docs/perf/2026-12-02-s19.md.) The consumers form kMixWsGroups groups that take the block's tokens in turn (group g
+// the tokens g, g + G, ... of the block, each group with its own named barrier), so that one group's serial chain per
+// token (the reductions, the softmax on its first warp, the mix) overlaps the others' work; each consumer holds q * w
+// for its kPer chunks in registers. Waits sleep (mbar_wait_sleep) rather than spin, and ring positions advance
+// incrementally. Per element the arithmetic is the two-pass kernel's (f32 partial sums per thread with q * w rounded to
+// f32, double across threads, the logits and softmax in double, the mix in f32 in candidate order, rounded once); only
+// the grouping of the partial sums differs. A token's rows are all in shared memory before its first write: out may
+// alias partial.
 constexpr int kMixWsMaxCand = 16;
 constexpr int kMixWsGroups = 2;
 constexpr int kMixWsMaxSlots = 64;
@@ -506,9 +506,7 @@ using MixPack = Pack<bf16, kRowVec>;
 
 struct MixWsArgs {
     MixArgs<bf16, bf16> a;
-    int n_slots;         // row slots in the ring, >= n_blocks + 1
-    int prefetch_ahead;  // where the ring holds fewer than two tokens: L2 prefetch of the block's token this many
-                         // steps ahead of the one whose rows the producer starts (0: none)
+    int n_slots;  // row slots in the ring, >= n_blocks + 1
 };
 
 // Largest block (consumers + the producer warp) of attn_res_mix_ws_kernel<kPer, kMaxCand>: 1024 where its registers
@@ -545,16 +543,11 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
     __syncthreads();
     if (warp == consumer_warps) {  // producer: rows in token order, each into the next slot once it is free
         if (lane == 0) {
-            const bool prefetch = n_slots < 2 * n_cand && m.prefetch_ahead > 0;
-            const int64_t ahead = static_cast<int64_t>(m.prefetch_ahead) * gridDim.x;
             const uint32_t slots_base = bar_addr(reinterpret_cast<uint64_t*>(mix_slots));
             int s = 0;
             uint32_t phase = 0;  // of the slot's fills: fill k waits for the consumers' release k - 1
             bool first_round = true;
             for (int64_t t = blockIdx.x; t < a.n_tokens; t += gridDim.x) {
-                if (prefetch && t + ahead < a.n_tokens) {
-                    for (int i = 0; i < n_cand; ++i) tma::prefetch_l2(row_src(t + ahead, i), row_bytes);
-                }
                 for (int i = 0; i < n_cand; ++i) {
                     if (!first_round) tma::mbar_wait_sleep(bar_addr(&empty[s]), phase ^ 1u);
                     tma::mbar_expect_tx(bar_addr(&full[s]), row_bytes);
@@ -743,12 +736,7 @@ bool launch_attn_res_mix_ws(const MixArgs<bf16, bf16>& a, cudaStream_t s) {
     const int64_t row_bytes = a.hidden * 2;
     const int64_t slots = std::min<int64_t>(kMixWsSmemBytes / std::max<int64_t>(row_bytes, 1), kMixWsMaxSlots);
     if (a.hidden % kRowVec != 0 || n_cand > kMixWsMaxCand || slots < n_cand) return false;
-    // PENSTOCK_MIX_PREFETCH=n: the L2 prefetch distance in tokens of the block (default 1; 0 turns it off), for A/Bs.
-    static const int prefetch_ahead = [] {
-        const char* e = std::getenv("PENSTOCK_MIX_PREFETCH");
-        return e != nullptr ? std::atoi(e) : 1;
-    }();
-    const MixWsArgs m{.a = a, .n_slots = static_cast<int>(slots), .prefetch_ahead = prefetch_ahead};
+    const MixWsArgs m{.a = a, .n_slots = static_cast<int>(slots)};
     if (n_cand <= 4) return launch_mix_ws_cand<4>(m, s);
     if (n_cand <= 9) return launch_mix_ws_cand<9>(m, s);
     return launch_mix_ws_cand<kMixWsMaxCand>(m, s);

@@ -1,8 +1,8 @@
 // TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
 // (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu): mbarrier init / expect_tx / arrive (local or on a
-// cluster peer) / parity wait, 1-d bulk loads and L2 prefetches, 2-d and 3-d tensor loads completing on an mbarrier
-// (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier, named barriers, and the
-// host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
+// cluster peer) / parity wait (spinning or sleeping), 1-d bulk loads, 2-d and 3-d tensor loads completing on an
+// mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier, named barriers,
+// and the host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -149,12 +149,6 @@ __device__ __forceinline__ void load_3d_multicast(uint32_t dst, const CUtensorMa
 __device__ __forceinline__ void load_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-// Asks the copy engine to bring `bytes` (a multiple of 16, src 16-byte aligned) of global memory into L2; no
-// completion to wait for.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
                  : "memory");
 }
 // Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache before first use.
