@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 19, call I (not run: no device time left; for the next session): build branch wip/mix-v4-store (2aa7ece),
-# pack with tools/pack_kernel_bins.sh into build-dev-lead/s19i. The ws attn_res_mix kernel with 16-byte output stores: the KDA op tests, memcheck, and the
+# (or apply s19i-mix-v4-store.patch, the same change), pack with tools/pack_kernel_bins.sh into build-dev-lead/s19i. The ws attn_res_mix kernel with 16-byte output stores: the KDA op tests, memcheck, and the
 # elementwise bench with the two-pass kernel (PENSTOCK_MEMBW_BASELINE=1) alternating.
 set -uo pipefail
 mkdir -p /tmp/s && tar -xJf build-dev-lead/s19i.tar.xz -C /tmp/s
