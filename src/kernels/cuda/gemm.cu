@@ -365,9 +365,7 @@ void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
     if (!force_unfused && p.out.dtype == DType::kBF16 && inter % 128 == 0 && p.out.stride(1) == 1 &&
         p.out.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 &&
         grouped_gemm_auto_takes_device(full, stream)) {
-        int dev = 0, sms = 0;
-        PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
-        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int sms = current_device_sms();
         grouped_gemm_glu_tma({.out = p.out, .a = p.a, .b = p.b, .offsets = p.offsets},
                              p.act == kernels::GluKind::kSilu ? GluEpilogue::kSilu : GluEpilogue::kSitu, p.situ_beta,
                              p.situ_linear_beta, sms, stream,

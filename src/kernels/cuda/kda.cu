@@ -363,17 +363,6 @@ __global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, 
     }
 }
 
-// attn_res_mix: one block per token (grid-stride), kMixThreads threads over the row's chunks of kRowVec elements
-// (16-byte loads of bf16, two of f32, when every row allows it; rows_vec.cuh; 128 threads: K3's hidden 7168 is 896
-// chunks, 7 per thread, none idle). Pass 1: each thread accumulates sum(v^2) and sum(query * w * v) of every
-// candidate row (bank rows, then partial) in Acc; warp shuffles, one barrier and a cross-warp sum per candidate in
-// double; softmax over the n_blocks + 1 logits in double. Pass 2: each thread mixes its chunks in Acc, rounded once
-// to the output dtype; the rows it re-reads were read by this block moments before and mostly come from L2.
-// Acc = double for f32 activations (the f32 tolerance: an f32 sum of large logits would move the softmax too much)
-// and float for bf16 ones (a thread's f32 partial sums over its 56 of 7168 elements are ~1e-6 relative, far below
-// one bf16 rounding; f64 conversions and arithmetic would otherwise bound the kernel well under bandwidth).
-// Every read of `partial` in pass 1 precedes the barrier, and in pass 2 a thread reads a chunk of partial before
-// writing the same chunk of out, so out may alias partial.
 // One candidate's (sum v^2, dot) of a warp: its lanes' partial sums added in double (butterfly), stored by lane 0 as
 // out[0], out[1].
 __device__ __forceinline__ void store_warp_partials(double ss, double dot, double* out, int lane) {
@@ -388,6 +377,19 @@ __device__ __forceinline__ void store_warp_partials(double ss, double dot, doubl
     }
 }
 
+// attn_res_mix: one block per token (grid-stride), kMixThreads threads over the row's chunks of kRowVec elements
+// (16-byte loads of bf16, two of f32, when every row allows it; rows_vec.cuh; 128 threads: K3's hidden 7168 is 896
+// chunks, 7 per thread, none idle). Pass 1: each thread accumulates sum(v^2) and sum(query * w * v) of every
+// candidate row (bank rows, then partial) in Acc; warp shuffles, one barrier and a cross-warp sum per candidate in
+// double; softmax over the n_blocks + 1 logits in double. Pass 2: each thread mixes its chunks in Acc, rounded once
+// to the output dtype; the rows it re-reads were read by this block moments before, but with ~1200 tokens in flight
+// they come from L2 only for a few bank rows (at K3's 8 they mostly miss: attn_res_mix_ws_kernel below, which bf16
+// takes where it applies).
+// Acc = double for f32 activations (the f32 tolerance: an f32 sum of large logits would move the softmax too much)
+// and float for bf16 ones (a thread's f32 partial sums over its 56 of 7168 elements are ~1e-6 relative, far below
+// one bf16 rounding; f64 conversions and arithmetic would otherwise bound the kernel well under bandwidth).
+// Every read of `partial` in pass 1 precedes the barrier, and in pass 2 a thread reads a chunk of partial before
+// writing the same chunk of out, so out may alias partial.
 constexpr int kMixThreads = 128;
 constexpr int kMaxCandidates = 64;
 
@@ -701,15 +703,9 @@ unsigned row_blocks(int64_t n_rows, int rows_per_block) {
 template <int kPer, int kMaxCand>
 void launch_mix_ws(const MixWsArgs& m, int threads, cudaStream_t s) {
     auto kernel = attn_res_mix_ws_kernel<kPer, kMaxCand>;
-    static const int sms = [] {
-        int dev = 0, n = 0;
-        PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
-        PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
     const auto smem = static_cast<int>(m.n_slots * m.a.hidden * 2);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, sms));
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(m.a.n_tokens, current_device_sms()));
     kernel<<<grid, threads, smem, s>>>(m);
 }
 

@@ -1,6 +1,6 @@
 // Host and device helpers shared by the CUDA launchers of kernels/ops.h: dtype dispatch, N-d strided indexing,
 // row copies of arbitrary byte length, warp/block reductions, shape checks that name the op, and the resident-cluster
-// launch configuration and resident-cluster count of a kernel.
+// launch configuration and resident-cluster count of a kernel, the current device's SM count.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -160,6 +160,14 @@ inline int max_active_clusters(const void* kernel, int threads, int smem, int cl
         return 0;
     }
     return n;
+}
+
+// Streaming multiprocessors of the current device.
+inline int current_device_sms() {
+    int dev = 0, sms = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

@@ -1,8 +1,8 @@
 // TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
-// (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu): mbarrier init / expect_tx / arrive (local or on a
-// cluster peer) / parity wait (spinning or sleeping), 1-d bulk loads, 2-d and 3-d tensor loads completing on an
-// mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier, named barriers,
-// and the host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
+// (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu) and attn_res_mix's (kda.cu): mbarrier init / expect_tx /
+// arrive (local or on a cluster peer) / parity wait (spinning or sleeping), 1-d bulk loads, 2-d and 3-d tensor loads
+// completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier,
+// named barriers, and the host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -151,6 +151,7 @@ __device__ __forceinline__ void load_1d(uint32_t dst, const void* src, uint32_t 
                  "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                  : "memory");
 }
+
 // Pulls a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache before first use.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

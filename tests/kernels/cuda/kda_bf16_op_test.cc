@@ -8,9 +8,8 @@
 //    widths 2056 and 12288 (vector path) and a width-2051 view of 2056-wide rows (vector path with a tail).
 //  - gated_rms_norm: f32 in / gate, bf16 out (1 to 1001 rows of 1 / 128 / 129, strided).
 //  - attn_res_mix: bf16 partial / out, bank bf16 or f32, 0 to 16 bank rows, hidden 256 / 1000 / 2048 / 7168 / 9000 /
-//  16384 / 7171
-//    (scalar path) / 7171 in 7176-wide rows (vector path with a tail), strided views, in place, up to 2000 tokens
-//    (the shared-memory kernel's ring of token buffers cycled; kBF16OneUlpF32Sums).
+//    16384, 7171 (scalar path) and 7171 in 7176-wide rows (vector path with a tail), strided views, in place, up to
+//    2000 tokens (the warp-specialised kernel's ring of row slots cycled many times; kBF16OneUlpF32Sums).
 #include <gtest/gtest.h>
 
 #include <cmath>
