@@ -515,6 +515,22 @@ struct MixWsArgs {
 // (q * w and the mix's accumulators, 16 floats per chunk, and two per candidate) fit 64 per thread.
 constexpr int mix_ws_max_threads(int per, int max_cand) { return per * 16 + 2 * max_cand <= 50 ? 1024 : 544; }
 
+// y rounded to bf16 (to nearest even, as store_chunk) and stored as one 16-byte access at dst (16-byte aligned). The
+// ws kernel's chunks are whole (hidden % 8 == 0); there a store_chunk of its second chunk per thread compiled to eight
+// 2- and 4-byte stores (4x the store instructions and L2 write sectors of the output: call H of
+// docs/perf/2026-12-02-s19.md). dst is a generic address of global memory (st.global takes it as is on sm_90).
+__device__ __forceinline__ void store_bf16x8(bf16* dst, const float (&y)[kRowVec]) {
+    uint32_t w[kRowVec / 2];
+#pragma unroll
+    for (int j = 0; j < kRowVec / 2; ++j) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);  // .x (lower address) = y[2 j]
+        w[j] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    // st.global.v4 by hand: with a uint4 store as well, NVVM split the second chunk's store into four 4-byte ones.
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+}
+
 template <int kPer, int kMaxCand>
 __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_res_mix_ws_kernel(MixWsArgs m) {
     static_assert(kMaxCand <= 32, "the softmax runs on warp 0's lanes");
@@ -674,7 +690,7 @@ __global__ void __launch_bounds__(mix_ws_max_threads(kPer, kMaxCand), 1) attn_re
 #pragma unroll
         for (int k = 0; k < kPer; ++k) {
             const int64_t c = gtid + static_cast<int64_t>(k) * group_threads;
-            if (c < n_chunks) store_chunk<bf16, V, true>(a.out + t * a.out0, c * V, a.hidden, acc[k]);
+            if (c < n_chunks) store_bf16x8(a.out + t * a.out0 + c * V, acc[k]);
         }
         for (int g = 1; g < kMixWsGroups; ++g) advance(n_cand);  // past the other groups' tokens
     }
