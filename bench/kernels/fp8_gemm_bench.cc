@@ -111,17 +111,19 @@ void report_gemm(BenchContext& ctx, const char* bench, const char* variant, cons
     ctx.report(r, t, bytes);
 }
 
+// DeepSeek-V3's dense projections (n, k), and whether fp8_act_quant is timed on the input (once per distinct k).
+struct Proj {
+    const char* name;
+    int64_t n, k;
+    bool time_quant;
+};
+constexpr Proj kProjs[] = {
+    {"q_a 7168->1536", 1536, 7168, true},        {"kv_a 7168->576", 576, 7168, false},
+    {"q_b 1536->24576", 24576, 1536, true},      {"kv_b 512->32768", 32768, 512, true},
+    {"o 16384->7168", 7168, 16384, true},        {"shared gate_up 7168->4096", 4096, 7168, false},
+    {"shared down 2048->7168", 7168, 2048, true}};
+
 void run_dense(BenchContext& ctx) {
-    struct Proj {
-        const char* name;
-        int64_t n, k;
-        bool time_quant;  // time fp8_act_quant on this shape's input (once per distinct k)
-    };
-    const Proj kProjs[] = {
-        {"q_a 7168->1536", 1536, 7168, true},        {"kv_a 7168->576", 576, 7168, false},
-        {"q_b 1536->24576", 24576, 1536, true},      {"kv_b 512->32768", 32768, 512, true},
-        {"o 16384->7168", 7168, 16384, true},        {"shared gate_up 7168->4096", 4096, 7168, false},
-        {"shared down 2048->7168", 7168, 2048, true}};
     uint64_t seed = 5000;
     for (const Proj& pr : kProjs) {
         const int64_t nb = (pr.n + 127) / 128, kb = (pr.k + 127) / 128;
@@ -293,6 +295,16 @@ void run_grouped(BenchContext& ctx) {
 void run_fp8_gemm_bench(BenchContext& ctx) {
     run_dense(ctx);
     run_grouped(ctx);
+}
+
+// fp8_act_quant alone on the projections' inputs (T = 4096 and 16384), a few hundred MB: for memory-bound A/Bs
+// without the GEMMs' weights.
+void run_fp8_act_quant_bench(BenchContext& ctx) {
+    uint64_t seed = 5000;
+    for (const Proj& pr : kProjs) {
+        if (!pr.time_quant) continue;
+        for (const int64_t T : {int64_t{4096}, int64_t{16384}}) quantize_act(ctx, T, pr.k, seed++, true, pr.name);
+    }
 }
 
 }  // namespace penstock::bench

@@ -1,9 +1,10 @@
 // penstock_bench_kernels [--device N] [--warmup N] [--reps N]
-//                        [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise|dsa]:
+//                        [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa]:
 // runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
 // of expert weights; kda only when asked for: ~23 GB of f32 tensors at T = 65536; fp8 only when asked for: FP8 GEMMs
 // beside bf16 at DeepSeek-V3 dims, ~23 GB of expert weights; dsa only when asked for: the GLM-5.3 indexer logits and
-// top-k, ~50 GB of f32 logits at T = 65536). Exits 2 with a message when there is no usable GPU.
+// top-k, ~50 GB of f32 logits at T = 65536; fp8_quant: fp8_act_quant alone after the copy ceiling). Exits 2 with a
+// message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,7 @@ namespace penstock::bench {
 void run_grouped_gemm_bench(BenchContext& ctx);  // grouped_gemm_bench.cc
 void run_kda_bench(BenchContext& ctx);           // kda_bench.cc
 void run_fp8_gemm_bench(BenchContext& ctx);      // fp8_gemm_bench.cc
+void run_fp8_act_quant_bench(BenchContext& ctx);  // fp8_gemm_bench.cc
 void run_elementwise_bench(BenchContext& ctx);   // elementwise_bench.cc
 void run_dsa_bench(BenchContext& ctx);           // dsa_bench.cc
 }  // namespace penstock::bench
@@ -25,7 +27,7 @@ namespace {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s [--device N] [--warmup N] [--reps N]"
-                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|elementwise|dsa]\n",
+                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa]\n",
                  argv0);
     return 1;
 }
@@ -52,8 +54,8 @@ int main(int argc, char** argv) {
     }
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
-        options.only != "attention" && options.only != "mla" && options.only != "grouped" &&
-        options.only != "kda" && options.only != "fp8" && options.only != "elementwise" && options.only != "dsa")
+        options.only != "attention" && options.only != "mla" && options.only != "grouped" && options.only != "kda" &&
+        options.only != "fp8" && options.only != "fp8_quant" && options.only != "elementwise" && options.only != "dsa")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -73,6 +75,10 @@ int main(int argc, char** argv) {
     // Also only when asked for (~23 GB of fp8 + bf16 expert weights): --only fp8.
     if (options.only == "fp8") penstock::bench::run_fp8_gemm_bench(ctx);
     if (options.only == "dsa") penstock::bench::run_dsa_bench(ctx);
+    if (options.only == "fp8_quant") {
+        penstock::bench::run_copy_bench(ctx);
+        penstock::bench::run_fp8_act_quant_bench(ctx);
+    }
     // K3's bf16 SiTU / SiLU / sigmoid_gate / attn_res_mix after the copy ceiling of the same run (~13 GB).
     if (options.only == "elementwise") {
         penstock::bench::run_copy_bench(ctx);

@@ -20,16 +20,6 @@ constexpr int kThreads = 256;
 constexpr int kRowCopyUnroll = 4;        // words in flight per thread in copy_rows_kernel
 constexpr int64_t kCopy2dMinBytes = 1024;  // shorter dense rows: copy_rows_kernel instead of cudaMemcpy2DAsync
 
-// PENSTOCK_MEMBW_BASELINE=1 selects the copy paths from before the memory-bandwidth pass
-// (docs/perf/2026-12-01-memory-bound.md), for same-run A/B benchmarks only; read once per process.
-bool membw_baseline() {
-    static const bool v = [] {
-        const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
-        return e != nullptr && e[0] == '1';
-    }();
-    return v;
-}
-
 template <class TO, class TI>
 __global__ void copy_kernel(TO* out, const TI* in, StridedDesc od, StridedDesc id, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

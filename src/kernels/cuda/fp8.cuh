@@ -125,8 +125,13 @@ __device__ __forceinline__ float act_quant_group(const float (&v)[N], float amax
     static_assert(N % 4 == 0, "whole words of e4m3 bytes");
     const ActQuantStep step(amax);
     float y[N];
+    if (step.rc != 0.0f) {  // step.quotient, its branch taken once for the group rather than per element
 #pragma unroll
-    for (int j = 0; j < N; ++j) y[j] = step.quotient(v[j]);
+        for (int j = 0; j < N; ++j) y[j] = div_by_recip(v[j], step.s, step.rc);
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) y[j] = __fdiv_rn(v[j], step.s);
+    }
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) {
         q[i] = e4m3x2_in_range(y[4 * i], y[4 * i + 1]) | (e4m3x2_in_range(y[4 * i + 2], y[4 * i + 3]) << 16);

@@ -4,7 +4,8 @@
 // one 4-byte store when rows are aligned and k % 4 == 0, else 4 strided scalar accesses). Numerics: amax by a warp
 // max (exact, order-free), s = amax / 448 and x / s by __fdiv_rn (IEEE round to nearest, independent of fast-math
 // flags), the e4m3 cast by fp8.cuh's integer routine (torch's .to(float8_e4m3fn)), NaN quotients as 0x7f. Rows that
-// allow it take the wide mapping below (half a warp per group, one reciprocal per group).
+// allow it take the wider mappings below, with one reciprocal per group and the hardware cast: eight lanes of 16
+// columns per group (k % 16 == 0, 16-byte aligned rows), else half a warp of 8 columns (k % 8 == 0).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -131,6 +132,47 @@ __global__ void fp8_act_quant_x8_kernel(QuantArgs p) {
     if (sub == 0) p.scale[r * p.ss_row + gi * p.ss_col] = s;
 }
 
+// The 16-column mapping (k % 16 == 0, 16-byte aligned input and output rows), the default where it applies: eight
+// lanes per (row, group), lane l of them holding columns 16 l .. 16 l + 15 (two 16-byte bf16 loads or four f32 ones,
+// one 16-byte store), the group's amax by three xor-shuffles within the eight lanes. Per byte moved it issues about
+// half the instructions of the 8-column kernel above (which Nsight Compute found issue-bound, not DRAM-bound:
+// docs/perf/2026-12-01-fp8-wide-tile.md): the per-group work (the index, s, its reciprocal, the shuffles) is shared
+// by twice the columns, the row index is a multiply-high (DivU32) instead of a 64-bit division, and each thread has
+// twice the bytes in flight. Same numerics as the 8-column kernel (act_quant_group).
+template <class In>
+__global__ void fp8_act_quant_x16_kernel(QuantArgs p, DivU32 by_kb) {
+    const uint32_t unit = (blockIdx.x * blockDim.x + threadIdx.x) >> 3;  // (row, group), < m * kb < 2^28
+    const uint32_t sub = threadIdx.x & 7u;
+    if (unit >= static_cast<uint32_t>(p.m * p.kb)) return;  // uniform across the eight lanes
+    const uint32_t r = by_kb.div(unit);
+    const uint32_t gi = unit - r * by_kb.d;
+    const int64_t c = static_cast<int64_t>(gi) * kFp8Block + 16 * sub;
+    const bool valid = c < p.k;  // k % 16 == 0: all sixteen columns or none
+    float v[16];
+    if (valid) {
+        const In* src = static_cast<const In*>(p.in) + static_cast<int64_t>(r) * p.ld_in + c;
+        float lo[8], hi[8];
+        load8(src, lo);
+        load8(src + 8, hi);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = lo[j], v[8 + j] = hi[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    const unsigned mask = 0xffu << (threadIdx.x & 24u);
+#pragma unroll
+    for (int d = 4; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, d));
+    uint32_t q[4];
+    const float s = act_quant_group(v, amax, q);
+    if (valid)
+        *reinterpret_cast<uint4*>(p.out + static_cast<int64_t>(r) * p.ld_out + c) = make_uint4(q[0], q[1], q[2], q[3]);
+    if (sub == 0) p.scale[static_cast<int64_t>(r) * p.ss_row + static_cast<int64_t>(gi) * p.ss_col] = s;
+}
+
 void check_2d(const TensorView& v, int64_t rows, int64_t cols, const char* name) {
     check_on_gpu(v, "fp8_act_quant", name);
     PENSTOCK_CHECK(v.ndim == 2 && v.size(0) == rows && v.size(1) == cols)
@@ -171,6 +213,8 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
                      (a.ld_in * in_bytes) % (4 * in_bytes) == 0 && addr(p.out.data) % 4 == 0 && a.ld_out % 4 == 0;
     const bool wide = k % 8 == 0 && addr(p.in.data) % 16 == 0 && (a.ld_in * in_bytes) % 16 == 0 &&
                       addr(p.out.data) % 8 == 0 && a.ld_out % 8 == 0;
+    const bool x16 = wide && k % 16 == 0 && addr(p.out.data) % 16 == 0 && a.ld_out % 16 == 0 &&
+                     m * kb < (int64_t{1} << 28) && !membw_baseline();
     constexpr int kThreads = 256;
     PENSTOCK_CHECK_LE(m * kb, (int64_t{1} << 31) - 1)
         << "fp8_act_quant: m * ceil(k / 128) warps, m " << m << " k " << k;
@@ -178,7 +222,10 @@ void fp8_act_quant(const kernels::Fp8ActQuantParams& p, void* stream) {
     const auto s = static_cast<cudaStream_t>(stream);
     dispatch_float(p.in.dtype, "fp8_act_quant", [&](auto tag) {
         using In = decltype(tag);
-        if (wide) {
+        if (x16) {
+            const auto x16_blocks = static_cast<unsigned>((m * kb * 8 + kThreads - 1) / kThreads);
+            fp8_act_quant_x16_kernel<In><<<x16_blocks, kThreads, 0, s>>>(a, DivU32(static_cast<uint32_t>(kb)));
+        } else if (wide) {
             const auto wide_blocks = static_cast<unsigned>((m * kb * 16 + kThreads - 1) / kThreads);
             fp8_act_quant_x8_kernel<In><<<wide_blocks, kThreads, 0, s>>>(a);
         } else if (vec) {

@@ -7,10 +7,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/div_u32.h"
 #include "kernels/cuda/vec.cuh"
 
 namespace penstock::cuda {
@@ -168,6 +170,17 @@ inline int current_device_sms() {
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return sms;
+}
+
+// PENSTOCK_MEMBW_BASELINE=1 selects the kernels from before each memory-bandwidth pass, for same-run A/B benchmarks
+// only (docs/perf/2026-12-01-memory-bound.md and later pages): the copy paths (data_movement.cu), short_conv's and the
+// two-pass bf16 attn_res_mix (kda.cu), fp8_act_quant's 8-column mapping. Read once per process.
+inline bool membw_baseline() {
+    static const bool v = [] {
+        const char* e = std::getenv("PENSTOCK_MEMBW_BASELINE");
+        return e != nullptr && e[0] == '1';
+    }();
+    return v;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

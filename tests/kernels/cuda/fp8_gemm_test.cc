@@ -1,15 +1,16 @@
 // The block-scaled FP8 ops on CUDA (kernels/cuda/fp8_gemm.h) against the CPU reference (kernels/ref/fp8.cc) on seeded
 // inputs. fp8_act_quant: bit-exact bytes and scales (f32 / bf16 input, k = 1, 130 (scalar path), 132 (4-wide path),
-// 200 (ragged, 8-wide path), 7168, strided rows, both scale layouts, zero / NaN / inf groups). fp8_gemm: every variant
-// on m = 1, m not a multiple of the 128-row tile, k = 128 j and ragged k, n not a multiple of 128, the DeepSeek-V3
-// projection shapes; each variant must take the calls fp8_gemm.h promises it (cuBLASLt: bf16 out; whether it takes f32
-// out is printed). fp8_grouped_gemm: empty and 1-row groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes,
-// rows past offsets[n_groups] untouched, and under CUDA-graph capture (no host sync). Fp8Test covers cuBLASLt, the
-// cp.async wgmma kernel and the CUDA-core kernel; Fp8TmaTest the warp-specialised TMA kernel and the default dispatch.
-// Tolerances: bf16 out kBF16Tol, f32 out kFp8GemmF32 (tests/kernels/tolerance.h); inputs are scaled so outputs are
-// O(1). Each case prints its max abs error. Skips without a GPU (CudaTest); the wgmma / cuBLASLt expectations need
-// sm_90. fp8_grouped_gemm_glu (Fp8TmaTest.GroupedGemmGluBitExact): the fused epilogue's e4m3 bytes and scales equal
-// the unfused GEMM + activation + fp8_act_quant on the GPU, for both tile widths of the GEMM.
+// 200 and 7176 (ragged, 8-wide path), 128 to 7168 and 1040 (16-wide path, a ragged last group), strided rows, both
+// scale layouts, zero / NaN / inf groups). fp8_gemm: every variant on m = 1, m not a multiple of the 128-row tile, k =
+// 128 j and ragged k, n not a multiple of 128, the DeepSeek-V3 projection shapes; each variant must take the calls
+// fp8_gemm.h promises it (cuBLASLt: bf16 out; whether it takes f32 out is printed). fp8_grouped_gemm: empty and 1-row
+// groups, tile edges, 256 groups, the DeepSeek-V3 expert shapes, rows past offsets[n_groups] untouched, and under
+// CUDA-graph capture (no host sync). Fp8Test covers cuBLASLt, the cp.async wgmma kernel and the CUDA-core kernel;
+// Fp8TmaTest the warp-specialised TMA kernel and the default dispatch. Tolerances: bf16 out kBF16Tol, f32 out
+// kFp8GemmF32 (tests/kernels/tolerance.h); inputs are scaled so outputs are O(1). Each case prints its max abs error.
+// Skips without a GPU (CudaTest); the wgmma / cuBLASLt expectations need sm_90. fp8_grouped_gemm_glu
+// (Fp8TmaTest.GroupedGemmGluBitExact): the fused epilogue's e4m3 bytes and scales equal the unfused GEMM + activation +
+// fp8_act_quant on the GPU, for both tile widths of the GEMM.
 #include "kernels/cuda/fp8_gemm.h"
 
 #include <cuda_runtime.h>
@@ -135,20 +136,26 @@ TEST_F(Fp8Test, ActQuantBitExact) {
     struct Q {
         int64_t m, k;
         DType dt;
-        bool strided_in, transposed_scale;
+        int64_t pad;  // input row stride k + pad
+        bool transposed_scale;
     };
-    const Q kCases[] = {{1, 128, DType::kF32, false, false},   {37, 7168, DType::kBF16, false, true},
-                        {5, 200, DType::kBF16, false, false},  {6, 130, DType::kF32, false, true},
-                        {300, 576, DType::kBF16, true, false}, {4, 1, DType::kF32, false, false},
-                        {129, 2048, DType::kF32, false, true}, {9, 132, DType::kBF16, false, false}};
+    // Mappings (fp8_act_quant.cu): 16 columns per lane for k % 16 == 0 with 16-byte aligned rows (k 128, 7168, 2048,
+    // 1040 with a last group of one 16-column chunk, 512 over 3000 rows, pad 16), 8 per lane for k % 8 == 0 (200,
+    // 7176), 4 per lane (132), scalar (130, 1, and pad 3).
+    const Q kCases[] = {
+        {1, 128, DType::kF32, 0, false},    {37, 7168, DType::kBF16, 0, true},  {5, 200, DType::kBF16, 0, false},
+        {6, 130, DType::kF32, 0, true},     {300, 576, DType::kBF16, 3, false}, {4, 1, DType::kF32, 0, false},
+        {129, 2048, DType::kF32, 0, true},  {9, 132, DType::kBF16, 0, false},   {11, 1040, DType::kBF16, 0, true},
+        {3000, 512, DType::kBF16, 0, true}, {7, 7176, DType::kBF16, 0, false},  {13, 1024, DType::kBF16, 16, false},
+        {5, 272, DType::kF32, 4, true}};
     uint32_t seed = 900;
     for (const Q& q : kCases) {
-        SCOPED_TRACE(::testing::Message() << "m=" << q.m << " k=" << q.k << " " << dtype_name(q.dt)
-                                          << " strided=" << q.strided_in << " transposed=" << q.transposed_scale);
+        SCOPED_TRACE(::testing::Message() << "m=" << q.m << " k=" << q.k << " " << dtype_name(q.dt) << " pad=" << q.pad
+                                          << " transposed=" << q.transposed_scale);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
         const int64_t kb = blocks_of(q.k);
-        const int64_t ld = q.strided_in ? q.k + 3 : q.k;
+        const int64_t ld = q.k + q.pad;
         std::vector<float> x = random_floats(rng, q.m * ld, -5.0f, 5.0f);
         if (q.m > 2) {
             std::fill(x.begin() + ld, x.begin() + ld + q.k, 0.0f);  // an all-zero row: scale 1e-4 / 448
@@ -187,7 +194,7 @@ TEST_F(Fp8Test, ActQuantBitExact) {
 // quotients are the inputs themselves) carry every e4m3 rounding tie (the midpoints of adjacent e4m3 values,
 // subnormals included) and the f32 values either side of it, every bf16 value of magnitude <= 448, and 2^20 seeded
 // f32 patterns in that range, both signs, NaN; as f32 and as bf16 input. Bytes and scales must equal the reference's
-// (the 8-wide kernel casts with the hardware instruction: fp8.cuh e4m3x2_in_range).
+// (the 16-wide kernel these rows take casts with the hardware instruction: fp8.cuh e4m3x2_in_range).
 TEST_F(Fp8Test, ActQuantCastsEveryTiePoint) {
     std::vector<float> vals;
     std::vector<float> grid;  // the non-negative e4m3 values, in order
