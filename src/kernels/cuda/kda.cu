@@ -199,10 +199,11 @@ __global__ void short_conv_state_kernel(ConvArgs a) {
 // kBatch: the input rows of kBatch consecutive tokens are loaded (read-only path) before any of their outputs is
 // computed or stored, so each lane keeps kBatch independent 16-byte loads in flight instead of one (out must not
 // alias in, so the early loads are safe; the compiler cannot prove that and would otherwise not hoist them above the
-// stores). The batch's outputs are then all computed before any is stored, so that with the fused norm their kBatch
-// sums reduce as interleaved shuffle chains. kConvBatch = 8 is the shipped value; 1 is the kernel from before the
-// memory-bandwidth pass (PENSTOCK_MEMBW_BASELINE=1, for A/B runs). The arithmetic per output is the same in every
-// form, so all give bit-identical results.
+// stores). kConvBatch = 8 is the shipped value; 1 is the previous kernel (PENSTOCK_MEMBW_BASELINE=1, for A/B runs).
+// The arithmetic per output is unchanged, so both give bit-identical results. Tried and dropped (session 20,
+// docs/perf/2026-12-02-s20.md): computing the whole batch before storing any of it, so that the fused norm's sums
+// reduce as kBatch interleaved shuffle chains, made both forms slower (663 -> 820 us without the norm, 834 -> 912
+// with).
 constexpr int kConvRun = 32;
 constexpr int kConvBatch = 8;
 
@@ -248,65 +249,45 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
             xs[u] = live && tb + u < t1 ? __ldg(reinterpret_cast<const float4*>(a.in + (tb + u) * a.in0 + c))
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        float4 acc[kBatch];  // the batch's outputs: all computed before the norms, so their sums reduce together
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
             const int64_t t = tb + u;
-            acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t >= t1) continue;  // warp-uniform
-            if (t >= seq_end) {     // a new sequence starts at t (empty ones skipped)
+            if (t >= t1) break;  // warp-uniform
+            if (t >= seq_end) {  // a new sequence starts at t (empty ones skipped)
                 while (a.cu[s + 1] <= t) ++s;
                 seq_end = a.cu[s + 1];
                 fill(t);
             }
             const float4 x = xs[u];
-            float4 y = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+            float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
 #pragma unroll
             for (int i = 0; i < kHist; ++i) {
-                y.x = fmaf(w[i].x, win[i].x, y.x);
-                y.y = fmaf(w[i].y, win[i].y, y.y);
-                y.z = fmaf(w[i].z, win[i].z, y.z);
-                y.w = fmaf(w[i].w, win[i].w, y.w);
+                acc.x = fmaf(w[i].x, win[i].x, acc.x);
+                acc.y = fmaf(w[i].y, win[i].y, acc.y);
+                acc.z = fmaf(w[i].z, win[i].z, acc.z);
+                acc.w = fmaf(w[i].w, win[i].w, acc.w);
             }
 #pragma unroll
             for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
             if constexpr (kHist > 0) win[kHist - 1] = x;
             if (a.silu) {
-                y.x *= sigmoidf(y.x);
-                y.y *= sigmoidf(y.y);
-                y.z *= sigmoidf(y.z);
-                y.w *= sigmoidf(y.w);
+                acc.x *= sigmoidf(acc.x);
+                acc.y *= sigmoidf(acc.y);
+                acc.z *= sigmoidf(acc.z);
+                acc.w *= sigmoidf(acc.w);
             }
-            acc[u] = y;
-        }
-        if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sums
-            // kBatch independent shuffle chains, interleaved (one chain per token left each token's 5-step reduction
-            // and divide on the critical path: 68% of copy bandwidth, docs/perf/2026-12-01-memory-bound.md).
-            float ss[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                ss[u] = acc[u].x * acc[u].x + acc[u].y * acc[u].y + acc[u].z * acc[u].z + acc[u].w * acc[u].w;
-            }
-            for (int o = lanes_per_head / 2; o > 0; o /= 2) {
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], o);
-            }
-            if (norm) {
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) {
-                    const float inv = 1.0f / sqrtf(ss[u] + norm_eps);
-                    acc[u].x *= inv;
-                    acc[u].y *= inv;
-                    acc[u].z *= inv;
-                    acc[u].w *= inv;
+            if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
+                float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+                for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                if (norm) {
+                    const float inv = 1.0f / sqrtf(ss + norm_eps);
+                    acc.x *= inv;
+                    acc.y *= inv;
+                    acc.z *= inv;
+                    acc.w *= inv;
                 }
             }
-        }
-        if (live) {
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                if (tb + u < t1) *reinterpret_cast<float4*>(a.out + (tb + u) * a.out0 + c) = acc[u];
-            }
+            if (live) *reinterpret_cast<float4*>(a.out + t * a.out0 + c) = acc;
         }
     }
 }
