@@ -191,6 +191,18 @@ __global__ void short_conv_state_kernel(ConvArgs a) {
     }
 }
 
+// A head's L2 norm over lanes that each hold 4 of its channels, lanes_per_head (a power of two <= 32) consecutive
+// lanes per head: head_sum_sq is the head's sum of squares (each lane's four squares by one fma chain, then xor
+// shuffles over the head's lanes; every lane of the warp must call it), l2_scale the factor 1 / sqrt(sum + eps). The
+// fused norm of short_conv_vec_kernel and l2norm_vec_kernel both go through these, so the fused kernel's output is
+// bit for bit short_conv followed by l2norm (SPEC section 2).
+__device__ __forceinline__ float head_sum_sq(float4 v, int lanes_per_head) {
+    float ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, v.x * v.x)));
+    for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return ss;
+}
+__device__ __forceinline__ float l2_scale(float sum_sq, float eps) { return 1.0f / sqrtf(sum_sq + eps); }
+
 // short_conv, vectorised (K = kernel 2..4, the configs' sizes): a warp owns 128 channels (4 per lane, float4) of a run
 // of kConvRun consecutive tokens and slides the window along them in registers, so each input row is read once per
 // run (plus K - 1 rows of history at the run's start or a sequence start, from the old conv state where the sequence
@@ -259,7 +271,8 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
                 fill(t);
             }
             const float4 x = xs[u];
-            float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
+            // The window oldest first, each tap one fma from 0: short_conv_kernel's order, so both give the same bits.
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int i = 0; i < kHist; ++i) {
                 acc.x = fmaf(w[i].x, win[i].x, acc.x);
@@ -267,6 +280,10 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
                 acc.z = fmaf(w[i].z, win[i].z, acc.z);
                 acc.w = fmaf(w[i].w, win[i].w, acc.w);
             }
+            acc.x = fmaf(w[kHist].x, x.x, acc.x);
+            acc.y = fmaf(w[kHist].y, x.y, acc.y);
+            acc.z = fmaf(w[kHist].z, x.z, acc.z);
+            acc.w = fmaf(w[kHist].w, x.w, acc.w);
 #pragma unroll
             for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
             if constexpr (kHist > 0) win[kHist - 1] = x;
@@ -277,10 +294,9 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
                 acc.w *= sigmoidf(acc.w);
             }
             if (lanes_per_head > 0) {  // every lane shuffles; only the normalised heads use the sum
-                float ss = acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
-                for (int o = lanes_per_head / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                const float ss = head_sum_sq(acc, lanes_per_head);
                 if (norm) {
-                    const float inv = 1.0f / sqrtf(ss + norm_eps);
+                    const float inv = l2_scale(ss, norm_eps);
                     acc.x *= inv;
                     acc.y *= inv;
                     acc.z *= inv;
@@ -315,6 +331,28 @@ __global__ void l2norm_kernel(L2Args a) {
         ss = warp_reduce_sum(ss);
         const float norm = sqrtf(ss + a.eps);
         for (int64_t i = lane; i < a.dim; i += 32) y[i] = x[i] / norm;  // out may alias in: same element, same lane
+    }
+}
+
+// l2norm, 4-wide: heads of dim = 4 * lanes_per_head channels (lanes_per_head a power of two <= 32) on 16-byte aligned
+// rows; lane l of a head's lanes holds channels 4 l .. 4 l + 3 and the warp covers 32 / lanes_per_head heads. The
+// arithmetic is the fused short_conv norm's (head_sum_sq, l2_scale, a multiply per element). Lanes past the last
+// head load zeros and store nothing, but take part in the shuffles.
+__global__ void l2norm_vec_kernel(L2Args a, DivU32 by_heads, int lanes_per_head, int lane_shift) {
+    const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t n_rows = a.n_tokens * a.n_heads;
+    if ((tid & ~int64_t{31}) >= (n_rows << lane_shift)) return;  // whole warps past the end
+    const int64_t r = tid >> lane_shift;
+    const int sub = static_cast<int>(tid & (lanes_per_head - 1));
+    const bool live = r < n_rows;
+    const uint32_t t = live ? by_heads.div(static_cast<uint32_t>(r)) : 0u;
+    const int64_t h = r - static_cast<int64_t>(t) * a.n_heads;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (live) v = *reinterpret_cast<const float4*>(a.in + t * a.i0 + h * a.i1 + 4 * sub);
+    const float inv = l2_scale(head_sum_sq(v, lanes_per_head), a.eps);
+    if (live) {
+        *reinterpret_cast<float4*>(a.out + t * a.o0 + h * a.o1 + 4 * sub) =
+            make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
     }
 }
 
@@ -907,8 +945,20 @@ void l2norm(const kernels::L2NormParams& p, void* stream) {
                    .n_heads = n_heads,
                    .dim = dim,
                    .eps = p.eps};
-    l2norm_kernel<<<row_blocks(n_tokens * n_heads, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        a);
+    const auto s = static_cast<cudaStream_t>(stream);
+    // The 4-wide kernel (the fused short_conv norm's arithmetic) where the heads allow it, as short_conv's own test.
+    const int lanes = static_cast<int>(dim / 4);
+    const auto al4 = [](int64_t stride) { return stride % 4 == 0; };
+    if (dim % 4 == 0 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && is_aligned16(a.in) &&
+        is_aligned16(a.out) && al4(a.i0) && al4(a.i1) && al4(a.o0) && al4(a.o1) &&
+        n_tokens * n_heads * lanes < (int64_t{1} << 31)) {
+        int shift = 0;
+        while ((1 << shift) < lanes) ++shift;
+        const auto blocks = static_cast<unsigned>((n_tokens * n_heads * lanes + kThreads - 1) / kThreads);
+        l2norm_vec_kernel<<<blocks, kThreads, 0, s>>>(a, DivU32(static_cast<uint32_t>(n_heads)), lanes, shift);
+    } else {
+        l2norm_kernel<<<row_blocks(n_tokens * n_heads, kThreads / 32), kThreads, 0, s>>>(a);
+    }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

@@ -2,7 +2,10 @@
 // reference on the same seeded inputs, f32 (the reference's only dtype):
 //  - short_conv: kernels 1 / 2 / 4, SiLU on and off, ragged batches (1 token; 63 / 0 / 65; 2 / 129 / 5) in permuted
 //    slots with random carried-in state; out and the whole state tensor (untouched slots included) compared.
-//  - l2norm, sigmoid, sigmoid_gate, situ_mul, gated_rms_norm, kda_gate (both forms, the softplus u > 20 branch),
+//  - short_conv's fused q/k norm bit for bit against short_conv then l2norm on the GPU (SPEC section 2), over the
+//    4-wide and the scalar kernels of both ops.
+//  - l2norm (4-wide heads of 4 to 128 channels, and the strided kernel), sigmoid, sigmoid_gate, situ_mul,
+//  gated_rms_norm, kda_gate (both forms, the softplus u > 20 branch),
 //    attn_res_mix (0 / 1 / 7 bank blocks, hidden 256 and 7168): 1 row, row counts at 63/64/65 and 127/128/129, odd
 //    widths, 3 and 96 heads, strided views, in-place (out aliasing in) where the contract allows it.
 //  - gated_delta_rule_recurrent and _chunk: T = 1, 63, 64, 65, 129, 200; 3 and 96 heads; k/v dims 128/128 and
@@ -12,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -100,15 +104,87 @@ TEST_F(KdaOpTest, ShortConvMatchesReference) {
     }
 }
 
+// SPEC section 2: the fused q/k norm of short_conv is bit for bit short_conv without it followed by l2norm on the
+// same heads, on the GPU: output bytes and conv state. Heads of 128, 16 and 8 channels take the 4-wide kernels of
+// both ops; strided rows and 12-channel heads the scalar conv plus l2norm's strided kernel.
+TEST_F(KdaOpTest, ShortConvFusedNormIsShortConvThenL2Norm) {
+    struct NormCase {
+        std::vector<int32_t> lens;
+        int64_t channels, kernel;
+        bool strided;
+        int64_t norm_dim, norm_channels;
+    };
+    uint32_t seed = 5150;
+    for (const NormCase& c : std::vector<NormCase>{{{63, 0, 65}, 384, 4, false, 128, 256},
+                                                   {{300, 1, 200}, 768, 4, false, 128, 512},
+                                                   {{33, 40}, 48, 3, false, 16, 32},
+                                                   {{1, 7}, 72, 2, false, 8, 48},
+                                                   {{64, 65}, 384, 4, true, 64, 256},
+                                                   {{5, 70}, 96, 4, false, 12, 24}}) {
+        const std::vector<int32_t> cu = cumsum(c.lens);
+        const auto n_seqs = static_cast<int64_t>(c.lens.size());
+        const int64_t n_tokens = cu.back(), hist = c.kernel - 1;
+        SCOPED_TRACE(dims("conv_C_k_norm", {c.channels, c.kernel, c.norm_dim, c.norm_channels}) +
+                     (c.strided ? "_strided" : ""));
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        std::vector<int32_t> slots(static_cast<size_t>(n_seqs));
+        for (int64_t s = 0; s < n_seqs; ++s) slots[static_cast<size_t>(s)] = static_cast<int32_t>(s);
+        const Pair in =
+            random_pair(rng, {n_tokens, c.channels}, DType::kF32, c.strided, alloc(), stream(), -2.0f, 2.0f);
+        const Pair w = random_pair(rng, {c.channels, c.kernel}, DType::kF32, false, alloc(), stream());
+        const std::vector<float> st = random_floats(rng, n_seqs * hist * c.channels, -1.0f, 1.0f);
+        Pair state_f = make_pair_from(st, {n_seqs, hist, c.channels}, DType::kF32, false, alloc(), stream());
+        Pair state_u = make_pair_from(st, {n_seqs, hist, c.channels}, DType::kF32, false, alloc(), stream());
+        Pair out_f = poisoned_pair({n_tokens, c.channels}, DType::kF32, c.strided, alloc(), stream());
+        Pair out_u = poisoned_pair({n_tokens, c.channels}, DType::kF32, c.strided, alloc(), stream());
+        const Tensor cu_d = dev_i32(cu, alloc(), stream()), slots_d = dev_i32(slots, alloc(), stream());
+        kernels::short_conv({.out = out_f.dv,
+                             .in = in.dv,
+                             .weight = w.dv,
+                             .conv_state = state_f.dv,
+                             .cu_seqlens = cu_d,
+                             .state_slots = slots_d,
+                             .silu = true,
+                             .norm_channels = c.norm_channels,
+                             .norm_dim = c.norm_dim},
+                            gpu());
+        kernels::short_conv({.out = out_u.dv,
+                             .in = in.dv,
+                             .weight = w.dv,
+                             .conv_state = state_u.dv,
+                             .cu_seqlens = cu_d,
+                             .state_slots = slots_d,
+                             .silu = true},
+                            gpu());
+        const int64_t heads = c.norm_channels / c.norm_dim;
+        const TensorView hv =
+            out_u.dv.as_strided(0, {n_tokens, heads, c.norm_dim}, {out_u.dv.stride(0), c.norm_dim, 1});
+        kernels::l2norm({.out = hv, .in = hv, .eps = 1e-6f}, gpu());
+        const std::vector<float> f = read_pair(out_f, stream(), false).values,
+                                 u = read_pair(out_u, stream(), false).values;
+        ASSERT_EQ(f.size(), u.size());
+        int64_t bad = 0;
+        for (size_t i = 0; i < f.size(); ++i) bad += std::memcmp(&f[i], &u[i], sizeof(float)) != 0;
+        EXPECT_EQ(bad, 0) << "output floats differ of " << f.size();
+        const std::vector<float> sf = read_pair(state_f, stream(), false).values;
+        const std::vector<float> su = read_pair(state_u, stream(), false).values;
+        EXPECT_EQ(0, std::memcmp(sf.data(), su.data(), sf.size() * sizeof(float))) << "conv states differ";
+    }
+}
+
 // ------------------------------------------------------------------------------------------------ row / elementwise
 TEST_F(KdaOpTest, L2NormMatchesReference) {
     uint32_t seed = 5200;
     for (const auto& [t, h, d, strided, in_place] :
          std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool>>{{1, 3, 128, false, false},
-                                                                       {65, 3, 128, true, false},
-                                                                       {64, 96, 128, false, true},
-                                                                       {129, 4, 100, true, false},
-                                                                       {63, 2, 33, false, true}}) {
+                                                                        {65, 3, 128, true, false},
+                                                                        {64, 96, 128, false, true},
+                                                                        {129, 4, 100, true, false},
+                                                                        {63, 2, 33, false, true},
+                                                                        {70, 5, 16, false, false},
+                                                                        {33, 7, 4, false, true},
+                                                                        {9, 3, 64, false, false}}) {
         const std::string name = dims("l2norm_T_H_D", {t, h, d}) + (strided ? "_strided" : "") + (in_place ? "_inplace" : "");
         SCOPED_TRACE(name);
         PENSTOCK_SEEDED(seed);
