@@ -271,8 +271,7 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
                 fill(t);
             }
             const float4 x = xs[u];
-            // The window oldest first, each tap one fma from 0: short_conv_kernel's order, so both give the same bits.
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 acc = make_float4(w[kHist].x * x.x, w[kHist].y * x.y, w[kHist].z * x.z, w[kHist].w * x.w);
 #pragma unroll
             for (int i = 0; i < kHist; ++i) {
                 acc.x = fmaf(w[i].x, win[i].x, acc.x);
@@ -280,10 +279,6 @@ __global__ void __launch_bounds__(kThreads) short_conv_vec_kernel(ConvArgs a, in
                 acc.z = fmaf(w[i].z, win[i].z, acc.z);
                 acc.w = fmaf(w[i].w, win[i].w, acc.w);
             }
-            acc.x = fmaf(w[kHist].x, x.x, acc.x);
-            acc.y = fmaf(w[kHist].y, x.y, acc.y);
-            acc.z = fmaf(w[kHist].z, x.z, acc.z);
-            acc.w = fmaf(w[kHist].w, x.w, acc.w);
 #pragma unroll
             for (int i = 0; i + 1 < kHist; ++i) win[i] = win[i + 1];
             if constexpr (kHist > 0) win[kHist - 1] = x;
@@ -884,13 +879,17 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
     PENSTOCK_CHECK(p.norm_channels == 0 ||
                    (p.norm_dim > 0 && p.norm_channels % p.norm_dim == 0 && p.norm_channels <= channels))
         << op << ": norm_channels " << p.norm_channels << " in groups of " << p.norm_dim << " of " << channels;
-    // The vectorised kernel: kernel 2..4, 16-byte aligned rows of whole float4s, heads of 4 * 2^i <= 128 channels.
-    const int lanes = p.norm_channels > 0 ? static_cast<int>(p.norm_dim / 4) : 0;
+    // The vectorised kernel: kernel 2..4, 16-byte aligned rows of whole float4s. It fuses the norm for heads of
+    // 4 * 2^i <= 128 channels; other heads take the unfused sequence, exactly as a caller would run it: this op
+    // without the norm (the same kernel choice), then l2norm (SPEC section 2: the fused form is bit for bit that).
     const bool vec = kernel >= 2 && kernel <= 4 && channels % 4 == 0 && p.in.stride(0) % 4 == 0 &&
                      p.out.stride(0) % 4 == 0 && is_aligned16(p.in.ptr<const float>()) &&
-                     is_aligned16(p.out.ptr<float>()) && is_aligned16(p.conv_state.ptr<float>()) &&
-                     (p.norm_channels == 0 ||
-                      (p.norm_dim % 4 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0));
+                     is_aligned16(p.out.ptr<float>()) && is_aligned16(p.conv_state.ptr<float>());
+    const int head_lanes = static_cast<int>(p.norm_dim / 4);
+    const bool fuse_norm =
+        p.norm_channels > 0 && vec && p.norm_dim % 4 == 0 && head_lanes <= 32 && (head_lanes & (head_lanes - 1)) == 0;
+    const int lanes = fuse_norm ? head_lanes : 0;
+    const int64_t fused_norm_channels = fuse_norm ? p.norm_channels : 0;
     if (n_tokens > 0 && vec) {
         const int64_t warps = ((n_tokens + kConvRun - 1) / kConvRun) * ((channels + 127) / 128);
         const auto blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
@@ -898,13 +897,13 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
             constexpr int kB = decltype(batch)::value;
             switch (kernel) {
                 case 2:
-                    short_conv_vec_kernel<2, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    short_conv_vec_kernel<2, kB><<<blocks, kThreads, 0, s>>>(a, fused_norm_channels, lanes, p.norm_eps);
                     break;
                 case 3:
-                    short_conv_vec_kernel<3, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    short_conv_vec_kernel<3, kB><<<blocks, kThreads, 0, s>>>(a, fused_norm_channels, lanes, p.norm_eps);
                     break;
                 default:
-                    short_conv_vec_kernel<4, kB><<<blocks, kThreads, 0, s>>>(a, p.norm_channels, lanes, p.norm_eps);
+                    short_conv_vec_kernel<4, kB><<<blocks, kThreads, 0, s>>>(a, fused_norm_channels, lanes, p.norm_eps);
                     break;
             }
         };
@@ -917,11 +916,11 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
     } else if (n_tokens > 0) {
         short_conv_kernel<<<blocks_for(n_tokens * channels, kThreads), kThreads, 0, s>>>(a);
         PENSTOCK_CUDA_LAUNCH_CHECK();
-        if (p.norm_channels > 0) {
-            const int64_t heads = p.norm_channels / p.norm_dim;
-            const TensorView v = p.out.as_strided(0, {n_tokens, heads, p.norm_dim}, {p.out.stride(0), p.norm_dim, 1});
-            l2norm({.out = v, .in = v, .eps = p.norm_eps}, stream);
-        }
+    }
+    if (n_tokens > 0 && p.norm_channels > 0 && !fuse_norm) {
+        const int64_t heads = p.norm_channels / p.norm_dim;
+        const TensorView v = p.out.as_strided(0, {n_tokens, heads, p.norm_dim}, {p.out.stride(0), p.norm_dim, 1});
+        l2norm({.out = v, .in = v, .eps = p.norm_eps}, stream);
     }
     if (kernel > 1) {
         short_conv_state_kernel<<<blocks_for(n_seqs * channels, kThreads), kThreads, 0, s>>>(a);

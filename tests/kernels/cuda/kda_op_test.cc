@@ -57,8 +57,9 @@ TEST_F(KdaOpTest, ShortConvMatchesReference) {
         int64_t norm_dim = 0, norm_channels = 0;  // fused per-head L2 norm of the first norm_channels
     };
     uint32_t seed = 5100;
-    // The vectorised kernel takes kernel 2..4 with 16-byte rows (heads of 4 * 2^i channels); the rest (kernel 1,
-    // odd widths, strides or heads such as 12) the scalar kernel plus l2norm. Runs of 32 tokens cross sequence
+    // The vectorised kernel takes kernel 2..4 with 16-byte rows, and fuses the norm for heads of 4 * 2^i channels;
+    // the rest (kernel 1, odd widths, strides) the scalar kernel; unfused norms (heads such as 12, or after the
+    // scalar kernel) run l2norm after the conv. Runs of 32 tokens cross sequence
     // starts (63 / 0 / 65, 300 / 1 / 200) and partial 128-channel chunks (196, 384 + 16-wide heads).
     for (const ConvCase& c : std::vector<ConvCase>{{{1}, 96, 4, true, false},
                                                    {{63, 0, 65}, 130, 4, true, true},
@@ -106,7 +107,8 @@ TEST_F(KdaOpTest, ShortConvMatchesReference) {
 
 // SPEC section 2: the fused q/k norm of short_conv is bit for bit short_conv without it followed by l2norm on the
 // same heads, on the GPU: output bytes and conv state. Heads of 128, 16 and 8 channels take the 4-wide kernels of
-// both ops; strided rows and 12-channel heads the scalar conv plus l2norm's strided kernel.
+// both ops (the norm fused); 12-channel heads the 4-wide conv, then l2norm's strided kernel; strided rows the scalar
+// conv, then that l2norm.
 TEST_F(KdaOpTest, ShortConvFusedNormIsShortConvThenL2Norm) {
     struct NormCase {
         std::vector<int32_t> lens;
