@@ -11,6 +11,9 @@ L="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 CUDNN_LIB="$(python3 -c "import glob,os,torch; h=glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)),'nvidia','**','libcudnn.so.9'),recursive=True); print(os.path.dirname(h[0]) if h else '')" 2>/dev/null)"
 export LD_LIBRARY_PATH=$P/lib:$CUDNN_LIB:$L
 echo "commit $(cat $P/COMMIT)"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# (As run, the loop below lacked `set -f`: the `*` filter expanded to file names and cuda_kernels_test did not run
+# (rc 125); call C2, s20c2.sh, ran it on the same binary right after.)
+set -f
 for spec in "cuda_kernels_test * 280" "cuda_attention_cudnn_test Fp8AttentionTest.* 150"; do
   set -- $spec; t=$1
   timeout $3 $P/bin/$t --gtest_filter="$2" > $O/$t.log 2>&1; echo "$t rc $? at ${SECONDS}s"
@@ -19,6 +22,7 @@ for spec in "cuda_kernels_test * 280" "cuda_attention_cudnn_test Fp8AttentionTes
   grep -E "\[conf\].*FAIL" $O/$t.log | head -5
   grep -E "OK \]|PASSED|FAILED|\[conf\]|\[fp8\]|Failure|Which is|differ" $O/$t.log > $O/$t.conf.log; rm $O/$t.log
 done
+set +f
 timeout 120 compute-sanitizer --tool memcheck $P/bin/cuda_kernels_test \
   --gtest_filter='KdaOpTest.ShortConv*:KdaOpTest.L2Norm*:Fp8Test.ActQuant*:KdaBf16OpTest.AttnResMix*' > $O/memcheck.log 2>&1
 echo "memcheck rc $? at ${SECONDS}s"; grep -E "ERROR SUMMARY|PASSED|FAILED" $O/memcheck.log | head -4; rm $O/memcheck.log
