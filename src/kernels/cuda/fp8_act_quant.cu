@@ -98,6 +98,29 @@ __device__ __forceinline__ void load8(const float* src, float (&v)[8]) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+// A lane's N consecutive columns (N a multiple of 8) from 16-byte aligned src when valid, else zeros; returns their
+// largest magnitude (the lane's share of the group's amax).
+template <int N, class In>
+__device__ __forceinline__ float load_cols(const In* src, bool valid, float (&v)[N]) {
+    static_assert(N % 8 == 0, "whole 16-byte bf16 packs");
+    if (valid) {
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i) {
+            float part[8];
+            load8(src + 8 * i, part);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[8 * i + j] = part[j];
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    return amax;
+}
+
 // The wide mapping (k % 8 == 0, 16-byte aligned input rows, 8-byte aligned output rows): a half-warp per (row,
 // group), lane l of it holds columns 8 l .. 8 l + 7 (one 16-byte bf16 load or two f32 ones, one 8-byte store), the
 // group's amax by four xor-shuffles inside the half-warp, the quotients from one reciprocal of s (fp8.cuh
@@ -115,15 +138,7 @@ __global__ void fp8_act_quant_x8_kernel(QuantArgs p) {
     const int64_t c = gi * kFp8Block + 8 * sub;
     const bool valid = c < p.k;  // k % 8 == 0: all eight columns or none
     float v[8];
-    if (valid) {
-        load8(static_cast<const In*>(p.in) + r * p.ld_in + c, v);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    float amax = load_cols(static_cast<const In*>(p.in) + r * p.ld_in + c, valid, v);
 #pragma unroll
     for (int d = 8; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, d));
     uint32_t q[2];
@@ -149,20 +164,7 @@ __global__ void fp8_act_quant_x16_kernel(QuantArgs p, DivU32 by_kb) {
     const int64_t c = static_cast<int64_t>(gi) * kFp8Block + 16 * sub;
     const bool valid = c < p.k;  // k % 16 == 0: all sixteen columns or none
     float v[16];
-    if (valid) {
-        const In* src = static_cast<const In*>(p.in) + static_cast<int64_t>(r) * p.ld_in + c;
-        float lo[8], hi[8];
-        load8(src, lo);
-        load8(src + 8, hi);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = lo[j], v[8 + j] = hi[j];
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = 0.0f;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    float amax = load_cols(static_cast<const In*>(p.in) + static_cast<int64_t>(r) * p.ld_in + c, valid, v);
     const unsigned mask = 0xffu << (threadIdx.x & 24u);
 #pragma unroll
     for (int d = 4; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, d));
