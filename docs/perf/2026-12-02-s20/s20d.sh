@@ -27,4 +27,5 @@ for f in sorted(glob.glob('$O/aq.*.jsonl')):
         if r.get('bench') == 'fp8_act_quant':
             print(' ', f.split('/')[-1], 'T', r.get('rows'), 'k', r.get('k'), round(r.get('time_us', 0), 1), 'us', f"{100 * r.get('gbps', 0) / ceil:.1f}% of {ceil:.0f}")
 PY
+set +f  # (as run, this was missing: the cat / rm below failed and the two aq.base*.jsonl files came back as they were)
 cat $O/aq.*.jsonl > $O/bench_aq.jsonl; rm $O/aq.*.jsonl
