@@ -35,7 +35,8 @@ constexpr int kOldReps = 3;
 using cuda::MlaTcVariant;
 const std::pair<const char*, MlaTcVariant> kVariants[] = {{"mla_tc mma.sync", MlaTcVariant::kMmaSync},
                                                           {"mla_tc wgmma", MlaTcVariant::kWgmma},
-                                                          {"mla_tc wgmma-ws", MlaTcVariant::kWgmmaWs}};
+                                                          {"mla_tc wgmma-ws", MlaTcVariant::kWgmmaWs},
+                                                          {"mla_tc wgmma-pair", MlaTcVariant::kWgmmaPair}};
 
 Tensor dev_i32(const std::vector<int32_t>& v, const Shape& shape, Allocator& alloc, const cuda::Stream& stream) {
     const Tensor h = Tensor::from_i32(shape, v);
@@ -189,7 +190,7 @@ void dense_case(BenchContext& ctx, int64_t heads, bool with_old, uint64_t seed) 
         ctx.report(old, to, bytes);
     }
     for (const auto& [name, variant] : kVariants) {
-        if (variant == MlaTcVariant::kWgmmaWs) continue;  // sparse only (a dense call runs kWgmma)
+        if (variant == MlaTcVariant::kWgmmaWs || variant == MlaTcVariant::kWgmmaPair) continue;  // sparse only
         const MlaTcVariant v = variant;
         const Timing t = ctx.time([&] { cuda::mla_tc_attention(p, v, ctx.stream().handle()); });
         nlohmann::json rec = base;

@@ -428,6 +428,13 @@ void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_cta
                 mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             }
             return;
+        case MlaTcVariant::kWgmmaPair:  // sparse only; a dense call runs kWgmma
+            if (sparse) {
+                mla_detail::launch_wgmma_pair_sparse(a, out_f32, n_ctas, stream);
+            } else {
+                mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
+            }
+            return;
         case MlaTcVariant::kWgmma:
             mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             return;

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc_common.cuh"
+#include "kernels/cuda/mla_wgmma_common.cuh"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -29,8 +30,6 @@ namespace penstock::cuda::mla_detail {
 
 namespace {
 
-constexpr int kBlockBytes = 64 * 128;                 // one 64-column block of a 64-row tile
-constexpr int kTileBytes = (kDqk / 64) * kBlockBytes;  // 73728: 9 blocks
 constexpr int kQOff = 0;
 constexpr int kKvOff = kTileBytes;  // two stages
 constexpr int kPOff = kKvOff + 2 * kTileBytes;
@@ -48,10 +47,6 @@ constexpr int kWsThreads = 384;      // 2 consumer warpgroups (warps 0-7) + a pr
 constexpr int kWsRowsPerPass = 16;  // producer: 8 threads per row (16-byte chunks p % 8 + 8 j), 16 rows per pass
 constexpr int kWsPasses = kM / kWsRowsPerPass;
 
-// Byte offset of 16-byte chunk `chunk` (range [0, 72)) of row `row` (range [0, 64)) in a swizzled tile.
-__device__ __forceinline__ uint32_t swz128(int row, int chunk) {
-    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk ^ row) & 7) << 4));
-}
 
 // D[64 x 32] (+)= A[64 x 16] B[16 x 32], A and B from shared memory (descriptors), f32 accumulate;
 // scale_d 0 overwrites D. B K-major.
@@ -76,12 +71,7 @@ __device__ __forceinline__ void wgmma_m64n32(float (&d)[16], uint64_t desc_a, ui
 // Shared by mla_wgmma_kernel (every warp also loads; CTA barriers) and mla_wgmma_ws_kernel (consumer warpgroups only;
 // named barrier 1 over their 256 threads): `sync` is the barrier between the two consumer warpgroups. Thread layout
 // of a consumer: warpgroup wg (S keys [32 wg, +32), O columns [256 wg, +256)), warp wr of it (rows [16 wr, +16)),
-// lane quad g and position t.
-struct MlaConsumerState {
-    float m_run[2] = {-INFINITY, -INFINITY};
-    float l_run[2] = {0.0f, 0.0f};
-    float o[128];
-};
+// lane quad g and position t (the state: MlaConsumerState, mla_wgmma_common.cuh).
 
 // One 64-key tile in stage kv_base: S_wg = Q K_wg^T (36 wgmma.m64n32k16); mask (`valid(col, hf)` for key column col
 // of the tile and row half hf), base-2 logits and row max exchanged with the other warpgroup through red_s; P_wg
@@ -184,44 +174,6 @@ __device__ __forceinline__ void mla_consume_tile(MlaConsumerState& cs, uint32_t 
     wgmma::reg_fence(cs.o);
 }
 
-// Row sums (this thread's keys -> the quad -> both warpgroups, through red_s: free once every consumer passed its
-// last tile's final barrier), then out = O / l and lse.
-template <bool kSparse, class OutT, class Sync>
-__device__ __forceinline__ void mla_store_rows(const MlaConsumerState& cs, const MlaTcArgs& a, const MlaWork& w,
-                                               float* red_s, int wg, int wr, int g, int t, const Sync& sync) {
-    float l_tot[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        float v = cs.l_run[hf];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (t == 0) red_s[(16 * wr + 8 * hf + g) * 2 + wg] = v;
-    }
-    sync();
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const float* rs = red_s + (16 * wr + 8 * hf + g) * 2;
-        l_tot[hf] = rs[0] + rs[1];
-    }
-    OutT* out = static_cast<OutT*>(a.out);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int r = 16 * wr + 8 * hf + g;
-        if (r >= w.n_valid) continue;
-        const int64_t tok = mla_row_token<kSparse>(a, w, r);
-        const int64_t h = mla_row_head<kSparse>(a, w, r);
-        const float l = l_tot[hf];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        OutT* orow = out + tok * a.o0 + h * a.o1 + 256 * wg + 2 * t;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            store2<OutT>(orow + 8 * i, cs.o[4 * i + 2 * hf] * inv, cs.o[4 * i + 2 * hf + 1] * inv);
-        }
-        if (wg == 0 && t == 0) {
-            a.lse[tok * a.l0 + h * a.l1] = l > 0.0f ? (cs.m_run[hf] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-        }
-    }
-}
 
 template <bool kSparse, class OutT>
 __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
@@ -319,9 +271,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaTcArgs a) {
     mla_store_rows<kSparse, OutT>(cs, a, w, red_s, wg, wr, g, t, sync);
 }
 
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 
 // Sparse (DSA) only, warp-specialised (MlaTcVariant::kWgmmaWs). Warpgroup 2 (threads 256-383) is the producer: it
 // gathers Q and the selected latent rows with cp.async (thread p: rows p / 8 + 16 i, chunks p % 8 + 8 j) into the two

@@ -70,7 +70,8 @@ std::vector<Variant> variants() {
     return {{"dispatch", cuda::MlaTcVariant::kAuto, true},
             {"mma.sync", cuda::MlaTcVariant::kMmaSync, false},
             {"wgmma", cuda::MlaTcVariant::kWgmma, false},
-            {"wgmma-ws", cuda::MlaTcVariant::kWgmmaWs, false}};
+            {"wgmma-ws", cuda::MlaTcVariant::kWgmmaWs, false},
+            {"wgmma-pair", cuda::MlaTcVariant::kWgmmaPair, false}};
 }
 
 class MlaTcOpTest : public CudaTest {
