@@ -500,6 +500,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             store_p(smem + kP1Off, pa, wr, g, t);
             wgmma::fence_proxy_async();
             tma::named_sync(kNbP0, 256);
+            wgmma::fence();  // every batch opens with a fence (an HGMMA after a committed group without one faults)
             pv_remote(cs.o, sbase + kP0Off, k0, 1);
             wgmma::commit();
             tma::named_arrive(kNbP1, 256);
