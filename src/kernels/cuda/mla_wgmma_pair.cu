@@ -10,7 +10,7 @@
 //
 // CTA = 64 query rows (heads [64 hb, +64) of one token, as mla_work<true>) x 384 threads:
 //   warpgroup 2, the producer: Q once, then per pair p the key tiles 2p (into stage K0) and 2p + 1 (K1) by cp.async
-//     (with a 256-byte L2 prefetch and an evict_last policy: the selected rows recur across the tokens of a chunk), in
+//     (with a 256-byte L2 prefetch: the 1152-byte rows are read whole), in
 //     column halves L = blocks 0-3 (value columns 0-255) and R = blocks 4-8 (value columns 256-511 and the rope), in
 //     the order K0.L, K1.R, K0.R, K1.L: each half has its own ready / free mbarriers, so a half is refilled as soon as
 //     its last reader is done. The row flags (which keys exist) follow with their own barrier.
@@ -227,18 +227,11 @@ __device__ __forceinline__ void store_p(uint8_t* p_tile, const uint32_t (&pa)[4]
     }
 }
 
-__device__ __forceinline__ uint64_t evict_last_policy() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
-
-// cp.async of 16 bytes (zero-filled when !ok) with an L2 cache policy and a 256-byte L2 prefetch of the source.
-__device__ __forceinline__ void cp_async_16_pf(uint32_t dst, const void* src, bool ok, uint64_t policy) {
+// cp.async of 16 bytes (zero-filled when !ok) with a 256-byte L2 prefetch of the source row. (With an L2 cache-policy
+// operand as well, nvcc 13.0's ptxas placed the policy in an odd uniform register pair: an illegal instruction.)
+__device__ __forceinline__ void cp_async_16_pf(uint32_t dst, const void* src, bool ok) {
     const int n = ok ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-                 "r"(n), "l"(policy)
-                 : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 
 template <class OutT>
@@ -274,7 +267,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
         const int p = tid - 256;
         const int grp = p / 8;  // rows grp + 16 lr of a tile
         const int ci = p % 8;   // 16-byte chunk ci of each 64-column block
-        const uint64_t policy = evict_last_policy();
 #pragma unroll 1
         for (int lr = 0; lr < kM / 16; ++lr) {
             const int row = grp + 16 * lr;
@@ -312,7 +304,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                 const bf16* src = a.kv + (sl >= 0 ? static_cast<int64_t>(sl) * a.kv0 : 0) + 8 * ci;
 #pragma unroll
                 for (int b = b0; b < b1; ++b) {
-                    cp_async_16_pf(dst0 + b * kBlockBytes + lr * 16 * 128, src + 64 * b, sl >= 0, policy);
+                    cp_async_16_pf(dst0 + b * kBlockBytes + lr * 16 * 128, src + 64 * b, sl >= 0);
                 }
             }
         };
