@@ -394,15 +394,6 @@ using mla_detail::MlaTcArgs;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Whether n_slots latent rows (576 bf16 each) take at most 3/4 of this device's L2.
-bool sparse_rows_fit_l2(int64_t n_slots) {
-    int dev = 0;
-    int l2 = 0;
-    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
-    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    return n_slots * kDqk * static_cast<int64_t>(sizeof(bf16)) <= int64_t{3} * l2 / 4;
-}
-
 void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, MlaTcVariant variant,
                     cudaStream_t stream) {
     PENSTOCK_CHECK(n_ctas > 0 && n_ctas < (int64_t{1} << 31)) << "mla_tc: grid " << n_ctas;
@@ -410,13 +401,12 @@ void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_cta
         case MlaTcVariant::kMmaSync:
             mla_detail::launch_mma_sync(a, sparse, out_f32, n_ctas, stream);
             return;
-        case MlaTcVariant::kAuto:  // wgmma: 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md)
-            if (sparse && (a.n_head_blocks > 1 || sparse_rows_fit_l2(a.n_slots))) {
-                // The warp-specialised kernel when the gathered rows mostly hit L2 (the rows an index may select fit
-                // in it, or a second head block re-reads each row): 1.05x kWgmma at 64 heads / 16K prefix and at
-                // 128 heads / 64K; 0.98x at 64 heads / 64K and 128K, where every warp issuing gathers hides more
-                // DRAM latency (docs/perf/2026-12-01-sparse-mla-ws.md).
-                mla_detail::launch_wgmma_ws_sparse(a, out_f32, n_ctas, stream);
+        case MlaTcVariant::kAuto:
+            // Dense: wgmma, 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md). Sparse: the
+            // paired-tile kernel, 1.23-1.35x kWgmmaWs and 1.26-1.48x kWgmma at 64 / 128 heads and 16K-128K prefixes
+            // (docs/perf/2026-12-03-s22.md).
+            if (sparse) {
+                mla_detail::launch_wgmma_pair_sparse(a, out_f32, n_ctas, stream);
             } else {
                 mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             }

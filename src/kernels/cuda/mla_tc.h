@@ -15,8 +15,8 @@
 
 namespace penstock::cuda {
 
-// Kernel variants (tests and benchmarks run each; kAuto is the shipped one: kWgmma, except sparse calls with more
-// than 64 heads or whose n_slots latent rows fit in 3/4 of the L2, which take kWgmmaWs):
+// Kernel variants (tests and benchmarks run each; kAuto is the shipped one: kWgmma for dense calls, kWgmmaPair for
+// sparse ones):
 // kMmaSync (mla_tc.cu: mma.sync m16n8k16 fed by ldmatrix), kWgmma (mla_wgmma.cu: sm_90a warpgroup MMA reading its
 // operands from shared memory; every warp also gathers), kWgmmaWs (mla_wgmma.cu, sparse only: the same consumers fed
 // by a producer warpgroup through mbarriers; a dense call runs kWgmma), kWgmmaPair (mla_wgmma_pair.cu, sparse only:
