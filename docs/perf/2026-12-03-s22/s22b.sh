@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # Session 22, call B (kAuto now takes kWgmmaPair for sparse calls): the sparse-MLA conformance again with the new
 # dispatch, then the GLM-5.3 DSA layer (bf16 and native FP8 weights) and the Kimi K3 KDA layer at 16K beside their
-# torch compositions in the same call (torch.compile; fla's chunk_kda from the carried wheels for K3 KDA).
+# torch compositions in the same call (torch.compile; fla's chunk_kda from the carried wheels for K3 KDA); first the
+# mla kernel bench (the pair kernel now scans each index list for its last valid key).
 set -uo pipefail
 mkdir -p /tmp/s && tar -xJf build-dev-lead/s22b.tar.xz -C /tmp/s
 P=/tmp/s/s22b; O=/tmp/s22b; mkdir -p $O
+LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64 timeout 90 $P/bin/penstock_bench_kernels --only mla --warmup 3 --reps 15 > $OUT/bench_mla.jsonl 2>&1
+echo "mla bench rc $? at ${SECONDS}s"
+python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith('{'):
+        r = json.loads(l)
+        if 'wgmma' in r['kernel']: print(r['bench'], r['kernel'], r['heads'], r.get('prefix'), round(r['time_us'], 1), round(r['tflops'], 1))
+" $OUT/bench_mla.jsonl
 PKG=$P OUT=$O FILTER='MlaTcOpTest.Sparse*:DsaOpTest.*' BENCHES="glm k3kda" TORCH_MODELS="glm-5.3 kimi-k3-kda" REPS=5 \
   TORCH_TIMEOUT=170 TORCH_TIMEOUT_KDA=260 \
   timeout 560 bash $P/tools/session_gpu_check.sh 2>&1 | grep -v "^ *warnings.warn\|UserWarning" | tail -30

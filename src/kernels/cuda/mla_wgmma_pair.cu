@@ -23,7 +23,8 @@
 // Each warpgroup keeps O for its 256 value columns (128 f32 registers per thread) and the row sums of its own tiles;
 // after the last pair both hold the same running max, and mla_store_rows adds the two sums. Masked keys (index -1,
 // out of range, or past top_k) are -inf logits; the running max starts at -1e30 (finite) so that a row with no key yet
-// gets P = 0 and a correction of 1, never exp2(-inf + inf); a row with no key at all stores 0 and lse -inf.
+// gets P = 0 and a correction of 1, never exp2(-inf + inf); a row with no key at all stores 0 and lse -inf. Pairs
+// after the last valid index are not run (the producer scans the list behind the first pair's copies).
 // Numerics as the other variants: fp32 accumulation, base-2 online softmax, P rounded to bf16 for P V (warpgroup 0's
 // P0 is rounded once at m0 for its own P V and once at m1 for warpgroup 1's).
 #include <cuda_bf16.h>
@@ -51,7 +52,8 @@ constexpr int kP1Off = 3 * kTileBytes;
 constexpr int kMOff = kP1Off + kBlockBytes;  // [64 rows] f32: m0, then m1
 constexpr int kLOff = kMOff + kM * 4;        // [64 rows][2 warpgroups] f32: row sums at the end
 constexpr int kOkOff = kLOff + kM * 2 * 4;   // [2 tiles of the pair][64] i32 row flags
-constexpr int kBarOff = kOkOff + 2 * kN * 4;
+constexpr int kCountOff = kOkOff + 2 * kN * 4;  // i32: last key with a valid index, pairs to run
+constexpr int kBarOff = kCountOff + 16;
 // mbarriers: q_ready, k_ready[stage][half], k_free[stage][half], ok_ready
 constexpr int kBarQ = 0;
 constexpr int kBarReady = 1;  // + 2 stage + half
@@ -68,6 +70,7 @@ constexpr int kNbM1 = 2;  // m1 written (1 -> 0)
 constexpr int kNbP0 = 3;  // P0 in shared memory (0 -> 1)
 constexpr int kNbP1 = 4;  // P1 in shared memory (1 -> 0)
 constexpr int kNbL = 5;   // row sums exchanged (both)
+constexpr int kNbProd = 6;  // the producer warpgroup's own (128 threads)
 
 constexpr int kHalfL = 0;  // blocks 0-3
 constexpr int kHalfR = 1;  // blocks 4-8
@@ -244,6 +247,8 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
     float* m_s = reinterpret_cast<float*>(smem + kMOff);
     float* l_s = reinterpret_cast<float*>(smem + kLOff);
     int* ok_s = reinterpret_cast<int*>(smem + kOkOff);
+    int* last_s = reinterpret_cast<int*>(smem + kCountOff);
+    int* pairs_s = last_s + 1;
     const auto bar = [&](int i) { return sbase + kBarOff + 8u * static_cast<uint32_t>(i); };
     const auto ready = [&](int st, int half) { return bar(kBarReady + 2 * st + half); };
     const auto free_ = [&](int st, int half) { return bar(kBarFree + 2 * st + half); };
@@ -258,6 +263,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
         }
         tma::mbar_init(bar(kBarOk), 16);
         tma::fence_mbar_init();
+        *last_s = -1;
     }
     __syncthreads();
 
@@ -309,8 +315,9 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             }
         };
         if (n_pairs > 0) load_slots(0);
+        int n_run = n_pairs;
 #pragma unroll 1
-        for (int pr = 0; pr < n_pairs; ++pr) {
+        for (int pr = 0; pr < n_run; ++pr) {
             const uint32_t fph = (pr & 1) ^ 1;  // the free phase of the previous pair (passes at once for pair 0)
             tma::mbar_wait(free_(0, kHalfL), fph);
             copy_half(0, kHalfL);
@@ -324,6 +331,23 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             tma::mbar_wait(free_(1, kHalfL), fph);
             copy_half(1, kHalfL);
             cp_async_mbar_arrive_noinc(ready(1, kHalfL));
+            if (pr == 0) {
+                // Trailing pairs without a key are skipped (a causal row shorter than top_k ends its list in -1s;
+                // a skipped all-masked tile would change nothing: P = 0, correction 1). The scan runs behind the
+                // first pair's copies; the count reaches the consumers with the first pair's flags.
+                int last = -1;
+#pragma unroll 4
+                for (int key = p; key < a.top_k; key += 128) {
+                    const int v = __ldg(idx_row + key);
+                    if (v >= 0 && v < a.n_slots) last = key;
+                }
+                last = __reduce_max_sync(0xffffffffu, last);
+                if (p % 32 == 0) atomicMax(last_s, last);
+                tma::named_sync(kNbProd, 128);
+                const int tiles = (*last_s + kN) / kN;
+                n_run = max(1, (tiles + 1) / 2);
+                if (p == 0) *pairs_s = n_run;  // thread 0 is among the flag writers below (its release covers it)
+            }
             // Row flags of the pair. Both consumers finished reading the previous pair's flags: their masks precede
             // the frees waited above.
             if (ci == 0) {
@@ -334,7 +358,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                 }
                 tma::mbar_arrive(bar(kBarOk));  // release: the flags
             }
-            if (pr + 1 < n_pairs) load_slots(pr + 1);  // first read at the next pair's copies, after its waits
+            if (pr + 1 < n_run) load_slots(pr + 1);  // first read at the next pair's copies, after its waits
         }
         cp_async_wait_all();  // no copy may outlive the thread
         return;
@@ -360,6 +384,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     uint32_t pa[4][4];
     const int r0 = 16 * wr + g;  // rows r0 (hf 0) and r0 + 8 (hf 1)
+    int n_run = n_pairs;         // becomes the producer's count of pairs with a key at the first pair's flags
     tma::mbar_wait(bar(kBarQ), 0);
 
     if (wg == 0) {
@@ -378,9 +403,10 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::reg_fence(s);
         }
 #pragma unroll 1
-        for (int pr = 0; pr < n_pairs; ++pr) {
+        for (int pr = 0; pr < n_run; ++pr) {
             const uint32_t ph = pr & 1;
             tma::mbar_wait(bar(kBarOk), ph);
+            if (pr == 0) n_run = *pairs_s;
             float mx[2];
             mask_scale_max(s, ok_s, a.scale_log2, t, mx);
             const float m0[2] = {fmaxf(cs.m_run[0], mx[0]), fmaxf(cs.m_run[1], mx[1])};
@@ -435,7 +461,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::fence();
             pv_remote(cs.o, sbase + kP1Off, k1, 0);
             wgmma::commit();
-            if (pr + 1 < n_pairs) {
+            if (pr + 1 < n_run) {
                 tma::mbar_wait(ready(0, kHalfL), ph ^ 1);
                 wgmma::reg_fence(s);
                 wgmma::fence();
@@ -458,7 +484,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
         }
     } else {
 #pragma unroll 1
-        for (int pr = 0; pr < n_pairs; ++pr) {
+        for (int pr = 0; pr < n_run; ++pr) {
             const uint32_t ph = pr & 1;
             tma::mbar_wait(ready(1, kHalfR), ph);
             wgmma::reg_fence(s);
@@ -472,6 +498,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::wait<0>();
             wgmma::reg_fence(s);
             tma::mbar_wait(bar(kBarOk), ph);
+            if (pr == 0) n_run = *pairs_s;
             float mx[2];
             mask_scale_max(s, ok_s + kN, a.scale_log2, t, mx);
             tma::named_sync(kNbM0, 256);
