@@ -17,6 +17,6 @@ for l in open(sys.argv[1]):
 " $OUT/bench_mla.jsonl
 PKG=$P OUT=$O FILTER='MlaTcOpTest.Sparse*:DsaOpTest.*' BENCHES="glm k3kda" TORCH_MODELS="glm-5.3 kimi-k3-kda" REPS=5 \
   TORCH_TIMEOUT=170 TORCH_TIMEOUT_KDA=260 \
-  timeout 560 bash $P/tools/session_gpu_check.sh 2>&1 | grep -v "^ *warnings.warn\|UserWarning" | tail -30
+  timeout 500 bash $P/tools/session_gpu_check.sh 2>&1 | grep -v "^ *warnings.warn\|UserWarning" | tail -30
 echo "session check done at ${SECONDS}s"
 cp $O/*.json $O/logs.tgz $OUT/ 2>/dev/null
