@@ -24,7 +24,7 @@
 // after the last pair both hold the same running max, and mla_store_rows adds the two sums. Masked keys (index -1,
 // out of range, or past top_k) are -inf logits; the running max starts at -1e30 (finite) so that a row with no key yet
 // gets P = 0 and a correction of 1, never exp2(-inf + inf); a row with no key at all stores 0 and lse -inf. Pairs
-// after the last valid index are not run (the producer scans the list behind the first pair's copies).
+// after the last valid index are not run (the producer scans the list once the first pair is on its way).
 // Numerics as the other variants: fp32 accumulation, base-2 online softmax, P rounded to bf16 for P V (warpgroup 0's
 // P0 is rounded once at m0 for its own P V and once at m1 for warpgroup 1's).
 #include <cuda_bf16.h>
@@ -54,12 +54,13 @@ constexpr int kLOff = kMOff + kM * 4;        // [64 rows][2 warpgroups] f32: row
 constexpr int kOkOff = kLOff + kM * 2 * 4;   // [2 tiles of the pair][64] i32 row flags
 constexpr int kCountOff = kOkOff + 2 * kN * 4;  // i32: last key with a valid index, pairs to run
 constexpr int kBarOff = kCountOff + 16;
-// mbarriers: q_ready, k_ready[stage][half], k_free[stage][half], ok_ready
+// mbarriers: q_ready, k_ready[stage][half], k_free[stage][half], ok_ready, count_ready
 constexpr int kBarQ = 0;
 constexpr int kBarReady = 1;  // + 2 stage + half
 constexpr int kBarFree = 5;   // + 2 stage + half
 constexpr int kBarOk = 9;
-constexpr int kNumBars = 10;
+constexpr int kBarCount = 10;  // the count of pairs to run is in pairs_s
+constexpr int kNumBars = 11;
 constexpr int kPairSmemUsed = kBarOff + kNumBars * 8;
 constexpr int kPairSmemBytes = kPairSmemUsed + 1024;  // + slack to align the base to 1024 bytes
 static_assert(kPairSmemBytes <= 227 * 1024, "shared memory");
@@ -262,6 +263,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             tma::mbar_init(bar(kBarFree + i), 128);
         }
         tma::mbar_init(bar(kBarOk), 16);
+        tma::mbar_init(bar(kBarCount), 1);
         tma::fence_mbar_init();
         *last_s = -1;
     }
@@ -331,23 +333,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             tma::mbar_wait(free_(1, kHalfL), fph);
             copy_half(1, kHalfL);
             cp_async_mbar_arrive_noinc(ready(1, kHalfL));
-            if (pr == 0) {
-                // Trailing pairs without a key are skipped (a causal row shorter than top_k ends its list in -1s;
-                // a skipped all-masked tile would change nothing: P = 0, correction 1). The scan runs behind the
-                // first pair's copies; the count reaches the consumers with the first pair's flags.
-                int last = -1;
-#pragma unroll 4
-                for (int key = p; key < a.top_k; key += 128) {
-                    const int v = __ldg(idx_row + key);
-                    if (v >= 0 && v < a.n_slots) last = key;
-                }
-                last = __reduce_max_sync(0xffffffffu, last);
-                if (p % 32 == 0) atomicMax(last_s, last);
-                tma::named_sync(kNbProd, 128);
-                const int tiles = (*last_s + kN) / kN;
-                n_run = max(1, (tiles + 1) / 2);
-                if (p == 0) *pairs_s = n_run;  // thread 0 is among the flag writers below (its release covers it)
-            }
             // Row flags of the pair. Both consumers finished reading the previous pair's flags: their masks precede
             // the frees waited above.
             if (ci == 0) {
@@ -357,6 +342,27 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                     for (int lr = 0; lr < 4; ++lr) ok_s[tt * kN + grp + 16 * lr] = slot[tt][lr] >= 0 ? 1 : 0;
                 }
                 tma::mbar_arrive(bar(kBarOk));  // release: the flags
+            }
+            if (pr == 0) {
+                // Trailing pairs without a key are skipped (a causal row shorter than top_k ends its list in -1s;
+                // a skipped all-masked tile would change nothing: P = 0, correction 1). The scan runs after the first
+                // pair's copies and flags, off the consumers' path: they need the count only when the first pair is
+                // done (kBarCount). The loads are issued together (one latency for top_k <= 2048).
+                int last = -1;
+#pragma unroll 16
+                for (int key = p; key < a.top_k; key += 128) {
+                    const int v = __ldg(idx_row + key);
+                    if (v >= 0 && v < a.n_slots) last = key;
+                }
+                last = __reduce_max_sync(0xffffffffu, last);
+                if (p % 32 == 0) atomicMax(last_s, last);
+                tma::named_sync(kNbProd, 128);
+                const int tiles = (*last_s + kN) / kN;
+                n_run = max(1, (tiles + 1) / 2);
+                if (p == 0) {
+                    *pairs_s = n_run;
+                    tma::mbar_arrive(bar(kBarCount));  // release: pairs_s
+                }
             }
             if (pr + 1 < n_run) load_slots(pr + 1);  // first read at the next pair's copies, after its waits
         }
@@ -384,7 +390,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     uint32_t pa[4][4];
     const int r0 = 16 * wr + g;  // rows r0 (hf 0) and r0 + 8 (hf 1)
-    int n_run = n_pairs;         // becomes the producer's count of pairs with a key at the first pair's flags
+    int n_run = n_pairs;         // becomes the producer's count of pairs with a key after the first pair
     tma::mbar_wait(bar(kBarQ), 0);
 
     if (wg == 0) {
@@ -406,7 +412,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
         for (int pr = 0; pr < n_run; ++pr) {
             const uint32_t ph = pr & 1;
             tma::mbar_wait(bar(kBarOk), ph);
-            if (pr == 0) n_run = *pairs_s;
             float mx[2];
             mask_scale_max(s, ok_s, a.scale_log2, t, mx);
             const float m0[2] = {fmaxf(cs.m_run[0], mx[0]), fmaxf(cs.m_run[1], mx[1])};
@@ -461,6 +466,10 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::fence();
             pv_remote(cs.o, sbase + kP1Off, k1, 0);
             wgmma::commit();
+            if (pr == 0) {
+                tma::mbar_wait(bar(kBarCount), 0);
+                n_run = *pairs_s;
+            }
             if (pr + 1 < n_run) {
                 tma::mbar_wait(ready(0, kHalfL), ph ^ 1);
                 wgmma::reg_fence(s);
@@ -498,7 +507,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::wait<0>();
             wgmma::reg_fence(s);
             tma::mbar_wait(bar(kBarOk), ph);
-            if (pr == 0) n_run = *pairs_s;
             float mx[2];
             mask_scale_max(s, ok_s + kN, a.scale_log2, t, mx);
             tma::named_sync(kNbM0, 256);
@@ -529,6 +537,10 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             wgmma::wait<0>();
             wgmma::reg_fence(cs.o);
             tma::mbar_arrive(free_(0, kHalfR));
+            if (pr == 0) {
+                tma::mbar_wait(bar(kBarCount), 0);
+                n_run = *pairs_s;
+            }
         }
     }
     const auto sync = [] { tma::named_sync(kNbL, 256); };
