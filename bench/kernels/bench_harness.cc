@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/energy_counter.h"
+#include "penstock_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 
 namespace penstock::bench {
 

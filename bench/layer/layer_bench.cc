@@ -35,6 +35,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
+#include "penstock_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 
 namespace penstock::bench {
 namespace {

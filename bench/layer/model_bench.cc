@@ -50,6 +50,7 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "models/model.h"
+#include "penstock_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 #include "runtime/model_runner.h"
 
 namespace penstock::bench {
