@@ -4,8 +4,9 @@
 # torch.compile composition in the same call; first the
 # mla kernel bench (the pair kernel now scans each index list for its last valid key).
 set -uo pipefail
-mkdir -p /tmp/s && tar -xJf build-dev-lead/s22b.tar.xz -C /tmp/s
-P=/tmp/s/s22b; O=/tmp/s22b; mkdir -p $O
+N=${NAME:-s22b}  # the package (call C: NAME=s22c, s22c.sh)
+mkdir -p /tmp/s && tar -xJf build-dev-lead/$N.tar.xz -C /tmp/s
+P=/tmp/s/$N; O=/tmp/$N; mkdir -p $O
 LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64 timeout 90 $P/bin/penstock_bench_kernels --only mla --warmup 3 --reps 15 > $OUT/bench_mla.jsonl 2>&1
 echo "mla bench rc $? at ${SECONDS}s"
 python3 -c "

@@ -402,27 +402,18 @@ void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_cta
             mla_detail::launch_mma_sync(a, sparse, out_f32, n_ctas, stream);
             return;
         case MlaTcVariant::kAuto:
-            // Dense: wgmma, 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md). Sparse: the
-            // paired-tile kernel, 1.18-1.35x kWgmmaWs and 1.29-1.48x kWgmma at 64 / 128 heads and 16K-128K prefixes
-            // (docs/perf/2026-12-03-s22.md).
-            if (sparse) {
-                mla_detail::launch_wgmma_pair_sparse(a, out_f32, n_ctas, stream);
-            } else {
+        case MlaTcVariant::kWgmmaWs:
+        case MlaTcVariant::kWgmmaPair:
+            // kAuto: dense calls take kWgmma, 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md);
+            // sparse calls the paired-tile kernel, 1.18-1.35x kWgmmaWs and 1.29-1.48x kWgmma at 64 / 128 heads and
+            // 16K-128K prefixes (docs/perf/2026-12-03-s22.md). kWgmmaWs and kWgmmaPair are sparse only: a dense call
+            // runs kWgmma.
+            if (!sparse) {
                 mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
-            }
-            return;
-        case MlaTcVariant::kWgmmaWs:  // sparse only; a dense call runs kWgmma
-            if (sparse) {
+            } else if (variant == MlaTcVariant::kWgmmaWs) {
                 mla_detail::launch_wgmma_ws_sparse(a, out_f32, n_ctas, stream);
             } else {
-                mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
-            }
-            return;
-        case MlaTcVariant::kWgmmaPair:  // sparse only; a dense call runs kWgmma
-            if (sparse) {
                 mla_detail::launch_wgmma_pair_sparse(a, out_f32, n_ctas, stream);
-            } else {
-                mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             }
             return;
         case MlaTcVariant::kWgmma:

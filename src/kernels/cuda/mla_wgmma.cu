@@ -392,39 +392,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) mla_wgmma_ws_kernel(MlaTcArgs a
     mla_store_rows<true, OutT>(cs, a, w, red_s, wg, wr, g, t, sync);
 }
 
-template <bool kSparse, class OutT>
-void launch(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(mla_wgmma_kernel<kSparse, OutT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    mla_wgmma_kernel<kSparse, OutT><<<static_cast<unsigned>(n_ctas), kThreads, kSmemBytes, stream>>>(args);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
-}
-
-template <class OutT>
-void launch_ws(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
-    PENSTOCK_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_wgmma_ws_kernel<OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
-    mla_wgmma_ws_kernel<OutT><<<static_cast<unsigned>(n_ctas), kWsThreads, kWsSmemBytes, stream>>>(args);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
-}
-
 }  // namespace
 
 void launch_wgmma_ws_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
     if (out_f32) {
-        launch_ws<float>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_ws_kernel<float>, kWsThreads, kWsSmemBytes, a, n_ctas, stream);
     } else {
-        launch_ws<bf16>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_ws_kernel<bf16>, kWsThreads, kWsSmemBytes, a, n_ctas, stream);
     }
 }
 
 void launch_wgmma(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
     if (!sparse) {
-        launch<false, bf16>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_kernel<false, bf16>, kThreads, kSmemBytes, a, n_ctas, stream);
     } else if (out_f32) {
-        launch<true, float>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_kernel<true, float>, kThreads, kSmemBytes, a, n_ctas, stream);
     } else {
-        launch<true, bf16>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_kernel<true, bf16>, kThreads, kSmemBytes, a, n_ctas, stream);
     }
 }
 

@@ -1,6 +1,7 @@
 // Device pieces shared by the two wgmma MLA kernel files (mla_wgmma.cu: kWgmma / kWgmmaWs; mla_wgmma_pair.cu:
-// kWgmmaPair): the 128-byte-swizzled tile layout, the consumers' running softmax state and output epilogue, and the
-// cp.async -> mbarrier arrival. Internal to kernels/cuda (namespace mla_detail); include from sm_90a .cu files only.
+// kWgmmaPair): the 128-byte-swizzled tile layout, the consumers' running softmax state and output epilogue, the
+// cp.async -> mbarrier arrival and the host launcher. Internal to kernels/cuda (namespace mla_detail); include from
+// sm_90a .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc_common.cuh"
 
 namespace penstock::cuda::mla_detail {
@@ -75,6 +77,16 @@ __device__ __forceinline__ void mla_store_rows(const MlaConsumerState& cs, const
 // barrier's expected count: init it with one per arriving thread).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Launches `kernel` (a __global__ taking MlaTcArgs) on n_ctas CTAs of `threads` with `smem_bytes` of dynamic shared
+// memory (opted in above the 48 KiB default).
+template <class Kernel>
+void launch_mla_kernel(Kernel kernel, int threads, int smem_bytes, const MlaTcArgs& a, int64_t n_ctas,
+                       cudaStream_t stream) {
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    kernel<<<static_cast<unsigned>(n_ctas), threads, smem_bytes, stream>>>(a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace penstock::cuda::mla_detail

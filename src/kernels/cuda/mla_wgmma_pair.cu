@@ -78,38 +78,6 @@ constexpr int kHalfR = 1;  // blocks 4-8
 
 constexpr float kMaxInit = -1e30f;
 
-// D[64 x 64] (+)= A[64 x 16] B[16 x 64], both K-major in shared memory (descriptors); scale_d 0 overwrites D.
-__device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
-// D[64 x 256] += A[64 x 16] B[16 x 256]: A from registers (the accumulator layout of an m64n16 tile, bf16 pairs), B
-// N-major in shared memory (descriptor).
-__device__ __forceinline__ void wgmma_m64n256_rs_nmajor(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " PENSTOCK_WGMMA_D128
-        "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n"
-        "}\n"
-        : PENSTOCK_WGMMA_D128_OUT(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
 // S (+)= Q K^T over column blocks [kB0, kB1) of the stage at k_base; the first k-step overwrites S when `first`.
 template <int kB0, int kB1>
 __device__ __forceinline__ void qk_blocks(float (&s)[32], uint32_t q_base, uint32_t k_base, bool first) {
@@ -120,7 +88,7 @@ __device__ __forceinline__ void qk_blocks(float (&s)[32], uint32_t q_base, uint3
         for (int ks = 0; ks < 4; ++ks) {
             const uint64_t da = wgmma::desc(q_base + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
             const uint64_t db = wgmma::desc(k_base + kb * kBlockBytes + ks * 32, kLboUnused, 1024);
-            wgmma_m64n64_ss(s, da, db, (first && kb == kB0 && ks == 0) ? 0 : 1);
+            wgmma::m64n64k16_bf16(s, da, db, (first && kb == kB0 && ks == 0) ? 0 : 1);
         }
     }
 }
@@ -130,7 +98,7 @@ __device__ __forceinline__ void pv_local(float (&o)[128], const uint32_t (&pa)[4
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
         const uint64_t db = wgmma::desc(v_base + 4 * half * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
-        wgmma_m64n256_rs_nmajor(o, pa[kk], db);
+        wgmma::m64n256k16_bf16_rs_nmajor(o, pa[kk], db);
     }
 }
 
@@ -171,6 +139,17 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[32], const int* ok, fl
     }
 }
 
+// O's rows r(0), r(1) times c[0], c[1].
+__device__ __forceinline__ void scale_o(MlaConsumerState& cs, const float (&c)[2]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        cs.o[4 * i + 0] *= c[0];
+        cs.o[4 * i + 1] *= c[0];
+        cs.o[4 * i + 2] *= c[1];
+        cs.o[4 * i + 3] *= c[1];
+    }
+}
+
 // P = exp2(S - m_new) in place, the running sum and O rescaled to m_new (m_run becomes m_new).
 __device__ __forceinline__ void softmax_to(MlaConsumerState& cs, float (&s)[32], const float (&m_new)[2]) {
     float corr[2];
@@ -190,13 +169,7 @@ __device__ __forceinline__ void softmax_to(MlaConsumerState& cs, float (&s)[32],
         }
         cs.l_run[hf] = cs.l_run[hf] * corr[hf] + sum;
     }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        cs.o[4 * i + 0] *= corr[0];
-        cs.o[4 * i + 1] *= corr[0];
-        cs.o[4 * i + 2] *= corr[1];
-        cs.o[4 * i + 3] *= corr[1];
-    }
+    scale_o(cs, corr);
 }
 
 // Keeps the A fragments of an in-flight register-sourced wgmma allocated (the compiler sees the asm's register inputs as
@@ -453,13 +426,7 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
             store_p(smem + kP0Off, pa, wr, g, t);
             wgmma::fence_proxy_async();
             tma::named_arrive(kNbP0, 256);
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                cs.o[4 * i + 0] *= sc[0];
-                cs.o[4 * i + 1] *= sc[0];
-                cs.o[4 * i + 2] *= sc[1];
-                cs.o[4 * i + 3] *= sc[1];
-            }
+            scale_o(cs, sc);
             // O.L += P1 V1.L, then the next pair's S0 behind it.
             tma::named_sync(kNbP1, 256);
             wgmma::reg_fence(cs.o);
@@ -547,21 +514,13 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
     mla_store_rows<true, OutT>(cs, a, w, l_s, wg, wr, g, t, sync);
 }
 
-template <class OutT>
-void launch_pair(const MlaTcArgs& args, int64_t n_ctas, cudaStream_t stream) {
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(mla_wgmma_pair_kernel<OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             kPairSmemBytes));
-    mla_wgmma_pair_kernel<OutT><<<static_cast<unsigned>(n_ctas), kPairThreads, kPairSmemBytes, stream>>>(args);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
-}
-
 }  // namespace
 
 void launch_wgmma_pair_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
     if (out_f32) {
-        launch_pair<float>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_pair_kernel<float>, kPairThreads, kPairSmemBytes, a, n_ctas, stream);
     } else {
-        launch_pair<bf16>(a, n_ctas, stream);
+        launch_mla_kernel(mla_wgmma_pair_kernel<bf16>, kPairThreads, kPairSmemBytes, a, n_ctas, stream);
     }
 }
 

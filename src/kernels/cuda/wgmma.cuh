@@ -1,6 +1,7 @@
-// sm_90a warpgroup MMA building blocks shared by the wgmma kernels (mla_wgmma.cu, grouped_gemm.cu,
+// sm_90a warpgroup MMA building blocks shared by the wgmma kernels (mla_wgmma.cu, mla_wgmma_pair.cu, grouped_gemm.cu,
 // fp8_grouped_gemm.cu): the fences and group commit/wait, the shared-memory matrix descriptor with 128-byte swizzle,
-// the bf16 m64n256k16 MMA with f32 accumulators (B K-major or N-major), its f16 K-major twin and the e4m3
+// the bf16 m64n256k16 MMA with f32 accumulators (B K-major or N-major) and its f16 K-major twin, the bf16 m64n64k16
+// MMA (both K-major) and m64n256k16 with A from registers (B N-major) of the paired sparse MLA kernel, the e4m3
 // m64n128k32 / m64n256k32 MMAs (f16 and m64n256k32: dsa_indexer_wgmma.cu), and the register fence that keeps the
 // compiler from moving accumulator accesses across the asynchronous window. Device-only; include from .cu files.
 #pragma once
@@ -101,6 +102,38 @@ __device__ __forceinline__ void m64n256k16_bf16(float (&d)[128], uint64_t desc_a
         "}\n"
         : PENSTOCK_WGMMA_D128_OUT(d)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64], both K-major in shared memory (descriptors); scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 256] += A[64 x 16] B[16 x 256]: A from registers (the accumulator layout of an m64n16 tile, bf16 pairs), B
+// N-major in shared memory (descriptor).
+__device__ __forceinline__ void m64n256k16_bf16_rs_nmajor(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " PENSTOCK_WGMMA_D128
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_D128_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
 // The same in f16 with both operands K-major (dsa_indexer_wgmma.cu: e4m3 values widened exactly to f16).

@@ -181,7 +181,7 @@ TEST_F(MlaTcOpTest, DenseAbsorbedMatchesReference) {
 }
 
 // ------------------------------------------------------------------------------------------------ sparse
-enum class Pattern { kRandomHoles, kPageEdges, kCausalPrefix, kTailPadded };
+enum class Pattern { kRandomHoles, kPageEdges, kCausalPrefix, kTailPadded, kLateKeys };
 
 struct SparseCase {
     const char* name;
@@ -250,6 +250,35 @@ std::vector<int32_t> make_indices(const SparseCase& c, std::mt19937& rng) {
                 std::copy(pick.begin(), pick.end(), row);
                 break;
             }
+            case Pattern::kLateKeys: {
+                // Keys only late in the list, behind long -1 runs (the paired kernel runs up to the last valid
+                // index): row 0 only its last entry, row 1 three entries mid-list, row 2 the second half, row 3 the
+                // first and the last entry, further rows one key in the last 64-key tile.
+                std::shuffle(perm.begin(), perm.end(), rng);
+                const int64_t k = c.top_k;
+                std::vector<int64_t> at;
+                switch (std::min<int64_t>(r, 4)) {
+                    case 0:
+                        at = {k - 1};
+                        break;
+                    case 1:
+                        at = {k / 2, k / 2 + 1, k / 2 + 2};
+                        break;
+                    case 2:
+                        for (int64_t j = k / 2; j < k; ++j) at.push_back(j);
+                        break;
+                    case 3:
+                        at = {0, k - 1};
+                        break;
+                    default:
+                        at = {std::max<int64_t>(0, k - 1 - (r % 64))};
+                        break;
+                }
+                for (size_t j = 0; j < at.size(); ++j) {
+                    if (at[j] < k) row[at[j]] = perm[j % static_cast<size_t>(n_slots)];
+                }
+                break;
+            }
         }
     }
     return idx;
@@ -267,6 +296,8 @@ std::vector<SparseCase> sparse_cases() {
         {"h128_k2048", 2, 128, 2048, 40, Pattern::kRandomHoles},
         {"h64_k2048_tail_padded", 5, 64, 2048, 36, Pattern::kTailPadded, DType::kBF16, true},
         {"h1_k2048_tail_padded_f32", 5, 1, 2048, 33, Pattern::kTailPadded, DType::kF32},
+        {"h64_k2048_late_keys", 6, 64, 2048, 33, Pattern::kLateKeys},
+        {"h64_k320_late_keys", 5, 64, 320, 6, Pattern::kLateKeys, DType::kF32},
     };
 }
 
