@@ -6,7 +6,7 @@
 # composition of the models in TORCH_MODELS in the same call.
 #   PKG=DIR (tools/model_bench_pack.sh + cuda_kernels_test + penstock_bench_kernels; PKG/tools/ holds this script,
 #   torch_layer_baseline.py and model_bench_table.py, which it imports) OUT=DIR \
-#     [FILTER=gtest-filter] [T=16384] [REPS=3] [BENCHES="dsv3 glm k3kda k3mla"] [TORCH_MODELS="deepseek-v3"] \
+#     [FILTER=gtest-filter] [T=16384] [REPS=3] [BENCHES="dsv3 glm k3kda k3mla"; k3kdan: K3 KDA with bf16 and native FP8 weights] [TORCH_MODELS="deepseek-v3"] \
 #     [TORCH_TIMEOUT=150] [TORCH_TIMEOUT_KDA=300] \
 #     tools/session_gpu_check.sh
 set -uo pipefail
@@ -34,6 +34,7 @@ for b in ${BENCHES:-dsv3 glm k3kda k3mla}; do
     dsv3) bench deepseek-v3.mla-moe deepseek-v3 3:4 --fp8-weights dequant,native ;;
     glm) bench glm-5.3.dsa-moe.fp8idx glm-5.3 6:7 --dsa-fp8-indexer --fp8-weights dequant,native ;;
     k3kda) bench kimi-k3.kda-moe kimi-k3 1:2 ;;
+    k3kdan) bench kimi-k3.kda-moe kimi-k3 1:2 --fp8-weights dequant,native ;;
     k3mla) bench kimi-k3.mla-moe kimi-k3 3:4 ;;
   esac
 done

@@ -36,7 +36,8 @@ using cuda::MlaTcVariant;
 const std::pair<const char*, MlaTcVariant> kVariants[] = {{"mla_tc mma.sync", MlaTcVariant::kMmaSync},
                                                           {"mla_tc wgmma", MlaTcVariant::kWgmma},
                                                           {"mla_tc wgmma-ws", MlaTcVariant::kWgmmaWs},
-                                                          {"mla_tc wgmma-pair", MlaTcVariant::kWgmmaPair}};
+                                                          {"mla_tc wgmma-pair", MlaTcVariant::kWgmmaPair},
+                                                          {"mla_tc wgmma-pair-full", MlaTcVariant::kWgmmaPairFull}};
 
 Tensor dev_i32(const std::vector<int32_t>& v, const Shape& shape, Allocator& alloc, const cuda::Stream& stream) {
     const Tensor h = Tensor::from_i32(shape, v);
@@ -190,7 +191,10 @@ void dense_case(BenchContext& ctx, int64_t heads, bool with_old, uint64_t seed) 
         ctx.report(old, to, bytes);
     }
     for (const auto& [name, variant] : kVariants) {
-        if (variant == MlaTcVariant::kWgmmaWs || variant == MlaTcVariant::kWgmmaPair) continue;  // sparse only
+        if (variant == MlaTcVariant::kWgmmaWs || variant == MlaTcVariant::kWgmmaPair ||
+            variant == MlaTcVariant::kWgmmaPairFull) {
+            continue;  // sparse only
+        }
         const MlaTcVariant v = variant;
         const Timing t = ctx.time([&] { cuda::mla_tc_attention(p, v, ctx.stream().handle()); });
         nlohmann::json rec = base;

@@ -404,16 +404,18 @@ void launch_variant(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_cta
         case MlaTcVariant::kAuto:
         case MlaTcVariant::kWgmmaWs:
         case MlaTcVariant::kWgmmaPair:
+        case MlaTcVariant::kWgmmaPairFull:
             // kAuto: dense calls take kWgmma, 1.3-1.5x mma.sync on the H200 (docs/perf/2026-11-30-mla-tensor-core.md);
             // sparse calls the paired-tile kernel, 1.18-1.35x kWgmmaWs and 1.29-1.48x kWgmma at 64 / 128 heads and
-            // 16K-128K prefixes (docs/perf/2026-12-03-s22.md). kWgmmaWs and kWgmmaPair are sparse only: a dense call
-            // runs kWgmma.
+            // 16K-128K prefixes (docs/perf/2026-12-03-s22.md). kWgmmaWs and kWgmmaPair(Full) are sparse only: a dense
+            // call runs kWgmma.
             if (!sparse) {
                 mla_detail::launch_wgmma(a, sparse, out_f32, n_ctas, stream);
             } else if (variant == MlaTcVariant::kWgmmaWs) {
                 mla_detail::launch_wgmma_ws_sparse(a, out_f32, n_ctas, stream);
             } else {
-                mla_detail::launch_wgmma_pair_sparse(a, out_f32, n_ctas, stream);
+                mla_detail::launch_wgmma_pair_sparse(a, out_f32, variant != MlaTcVariant::kWgmmaPairFull, n_ctas,
+                                                     stream);
             }
             return;
         case MlaTcVariant::kWgmma:

@@ -20,9 +20,10 @@ namespace penstock::cuda {
 // kMmaSync (mla_tc.cu: mma.sync m16n8k16 fed by ldmatrix), kWgmma (mla_wgmma.cu: sm_90a warpgroup MMA reading its
 // operands from shared memory; every warp also gathers), kWgmmaWs (mla_wgmma.cu, sparse only: the same consumers fed
 // by a producer warpgroup through mbarriers; a dense call runs kWgmma), kWgmmaPair (mla_wgmma_pair.cu, sparse only:
-// each consumer warpgroup takes a whole 64-key tile of a pair, S with N = 64, the two staggered; a dense call runs
-// kWgmma).
-enum class MlaTcVariant : uint8_t { kAuto, kMmaSync, kWgmma, kWgmmaWs, kWgmmaPair };
+// each consumer warpgroup takes a whole 64-key tile of a pair, S with N = 64, the two staggered; the pairs after a
+// row's last valid index are skipped; a dense call runs kWgmma), kWgmmaPairFull (the same kernel without the skip:
+// every pair of top_k runs; the same-run baseline of the skip's cost; a dense call runs kWgmma).
+enum class MlaTcVariant : uint8_t { kAuto, kMmaSync, kWgmma, kWgmmaWs, kWgmmaPair, kWgmmaPairFull };
 
 // Whether the dense tensor-core path takes `p`: q, k, v, out bf16 and lse f32; n_kv_heads == 1; d_qk == 576 and
 // d_v == 512; v the first 512 columns of k's rows (same data pointer and row stride); last dims contiguous;

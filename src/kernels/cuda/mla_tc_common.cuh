@@ -204,6 +204,7 @@ void launch_wgmma(const MlaTcArgs& a, bool sparse, bool out_f32, int64_t n_ctas,
 // Sparse only: the warp-specialised wgmma kernel (a producer warpgroup gathers, two consumer warpgroups compute).
 void launch_wgmma_ws_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream);
 // Sparse only: the paired-tile kernel (mla_wgmma_pair.cu: each consumer warpgroup owns a whole tile of a pair).
-void launch_wgmma_pair_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream);
+// skip_tail: the pairs after the index list's last valid key are not run (kWgmmaPair); false runs every pair.
+void launch_wgmma_pair_sparse(const MlaTcArgs& a, bool out_f32, bool skip_tail, int64_t n_ctas, cudaStream_t stream);
 
 }  // namespace penstock::cuda::mla_detail

@@ -24,7 +24,8 @@
 // after the last pair both hold the same running max, and mla_store_rows adds the two sums. Masked keys (index -1,
 // out of range, or past top_k) are -inf logits; the running max starts at -1e30 (finite) so that a row with no key yet
 // gets P = 0 and a correction of 1, never exp2(-inf + inf); a row with no key at all stores 0 and lse -inf. Pairs
-// after the last valid index are not run (the producer scans the list once the first pair is on its way).
+// after the last valid index are not run (the producer scans the list at the start, its loads in flight with the
+// first pair's; kWgmmaPairFull runs every pair).
 // Numerics as the other variants: fp32 accumulation, base-2 online softmax, P rounded to bf16 for P V (warpgroup 0's
 // P0 is rounded once at m0 for its own P V and once at m1 for warpgroup 1's).
 #include <cuda_bf16.h>
@@ -211,7 +212,7 @@ __device__ __forceinline__ void cp_async_16_pf(uint32_t dst, const void* src, bo
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 
-template <class OutT>
+template <class OutT, bool kSkipTail>
 __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcArgs a) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -248,17 +249,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
         const int p = tid - 256;
         const int grp = p / 8;  // rows grp + 16 lr of a tile
         const int ci = p % 8;   // 16-byte chunk ci of each 64-column block
-#pragma unroll 1
-        for (int lr = 0; lr < kM / 16; ++lr) {
-            const int row = grp + 16 * lr;
-            const bool ok = row < w.n_valid;
-            const bf16* src = ok ? a.q + w.tok_base * a.q0 + static_cast<int64_t>(w.row_flat0 + row) * a.q1 : a.q;
-#pragma unroll
-            for (int b = 0; b < kDqk / 64; ++b) {
-                cp_async_16(sbase + kQOff + swz128(row, 8 * b + ci), src + 64 * b + 8 * ci, ok);
-            }
-        }
-        cp_async_mbar_arrive_noinc(bar(kBarQ));
         const int32_t* idx_row = a.indices + w.tok_base * a.i0;
         int slot[2][4];  // [tile of the pair][lr]: the selected row, -1 when there is no key
         const auto load_slots = [&](int pair) {
@@ -272,6 +262,42 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                 }
             }
         };
+        int n_run = n_pairs;
+        if (n_pairs > 0) load_slots(0);
+        int last = -1;
+        if constexpr (kSkipTail) {
+            // Trailing pairs without a key are skipped (a causal row shorter than top_k ends its list in -1s; a
+            // skipped all-masked tile would change nothing: P = 0, correction 1). The list's loads are issued right
+            // behind the first pair's, before Q's copies, so that the scan costs no latency of its own on the way to
+            // the first copies.
+#pragma unroll 16
+            for (int key = p; key < a.top_k; key += 128) {
+                const int v = __ldg(idx_row + key);
+                if (v >= 0 && v < a.n_slots) last = key;
+            }
+        }
+#pragma unroll 1
+        for (int lr = 0; lr < kM / 16; ++lr) {
+            const int row = grp + 16 * lr;
+            const bool ok = row < w.n_valid;
+            const bf16* src = ok ? a.q + w.tok_base * a.q0 + static_cast<int64_t>(w.row_flat0 + row) * a.q1 : a.q;
+#pragma unroll
+            for (int b = 0; b < kDqk / 64; ++b) {
+                cp_async_16(sbase + kQOff + swz128(row, 8 * b + ci), src + 64 * b + 8 * ci, ok);
+            }
+        }
+        cp_async_mbar_arrive_noinc(bar(kBarQ));
+        if constexpr (kSkipTail) {
+            last = __reduce_max_sync(0xffffffffu, last);
+            if (p % 32 == 0) atomicMax(last_s, last);
+            tma::named_sync(kNbProd, 128);
+            const int tiles = (*last_s + kN) / kN;
+            n_run = min(n_pairs, max(1, (tiles + 1) / 2));
+        }
+        if (p == 0) {
+            *pairs_s = n_run;
+            tma::mbar_arrive(bar(kBarCount));  // release: pairs_s (the consumers read it when the first pair is done)
+        }
         // Row grp + 16 lr, chunk 8 b + ci of a stage: swz128 = b * 8 KiB + lr * 2 KiB + (this thread's row offset), all
         // but the last immediate offsets of one register.
         const uint32_t row_off = static_cast<uint32_t>(grp * 128 + (((ci ^ grp) & 7) << 4));
@@ -289,8 +315,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                 }
             }
         };
-        if (n_pairs > 0) load_slots(0);
-        int n_run = n_pairs;
 #pragma unroll 1
         for (int pr = 0; pr < n_run; ++pr) {
             const uint32_t fph = (pr & 1) ^ 1;  // the free phase of the previous pair (passes at once for pair 0)
@@ -315,27 +339,6 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
                     for (int lr = 0; lr < 4; ++lr) ok_s[tt * kN + grp + 16 * lr] = slot[tt][lr] >= 0 ? 1 : 0;
                 }
                 tma::mbar_arrive(bar(kBarOk));  // release: the flags
-            }
-            if (pr == 0) {
-                // Trailing pairs without a key are skipped (a causal row shorter than top_k ends its list in -1s;
-                // a skipped all-masked tile would change nothing: P = 0, correction 1). The scan runs after the first
-                // pair's copies and flags, off the consumers' path: they need the count only when the first pair is
-                // done (kBarCount). The loads are issued together (one latency for top_k <= 2048).
-                int last = -1;
-#pragma unroll 16
-                for (int key = p; key < a.top_k; key += 128) {
-                    const int v = __ldg(idx_row + key);
-                    if (v >= 0 && v < a.n_slots) last = key;
-                }
-                last = __reduce_max_sync(0xffffffffu, last);
-                if (p % 32 == 0) atomicMax(last_s, last);
-                tma::named_sync(kNbProd, 128);
-                const int tiles = (*last_s + kN) / kN;
-                n_run = max(1, (tiles + 1) / 2);
-                if (p == 0) {
-                    *pairs_s = n_run;
-                    tma::mbar_arrive(bar(kBarCount));  // release: pairs_s
-                }
             }
             if (pr + 1 < n_run) load_slots(pr + 1);  // first read at the next pair's copies, after its waits
         }
@@ -516,11 +519,13 @@ __global__ void __launch_bounds__(kPairThreads, 1) mla_wgmma_pair_kernel(MlaTcAr
 
 }  // namespace
 
-void launch_wgmma_pair_sparse(const MlaTcArgs& a, bool out_f32, int64_t n_ctas, cudaStream_t stream) {
+void launch_wgmma_pair_sparse(const MlaTcArgs& a, bool out_f32, bool skip_tail, int64_t n_ctas, cudaStream_t stream) {
     if (out_f32) {
-        launch_mla_kernel(mla_wgmma_pair_kernel<float>, kPairThreads, kPairSmemBytes, a, n_ctas, stream);
+        launch_mla_kernel(skip_tail ? mla_wgmma_pair_kernel<float, true> : mla_wgmma_pair_kernel<float, false>,
+                          kPairThreads, kPairSmemBytes, a, n_ctas, stream);
     } else {
-        launch_mla_kernel(mla_wgmma_pair_kernel<bf16>, kPairThreads, kPairSmemBytes, a, n_ctas, stream);
+        launch_mla_kernel(skip_tail ? mla_wgmma_pair_kernel<bf16, true> : mla_wgmma_pair_kernel<bf16, false>,
+                          kPairThreads, kPairSmemBytes, a, n_ctas, stream);
     }
 }
 

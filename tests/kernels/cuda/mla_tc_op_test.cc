@@ -71,7 +71,8 @@ std::vector<Variant> variants() {
             {"mma.sync", cuda::MlaTcVariant::kMmaSync, false},
             {"wgmma", cuda::MlaTcVariant::kWgmma, false},
             {"wgmma-ws", cuda::MlaTcVariant::kWgmmaWs, false},
-            {"wgmma-pair", cuda::MlaTcVariant::kWgmmaPair, false}};
+            {"wgmma-pair", cuda::MlaTcVariant::kWgmmaPair, false},
+            {"wgmma-pair-full", cuda::MlaTcVariant::kWgmmaPairFull, false}};
 }
 
 class MlaTcOpTest : public CudaTest {
