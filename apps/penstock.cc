@@ -44,6 +44,7 @@ struct ForwardArgs {
     std::string mla_form = "mha";
     std::string fp8_weights = "auto";
     bool dsa_fp8_indexer = false;
+    bool dsa_fp8_accumulate = false;
     bool fp8_attention = false;
     std::string backend = "cpu";
     std::string dtype = "float32";
@@ -113,6 +114,7 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     }
     PENSTOCK_ASSIGN_OR_RETURN(setup.options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
     setup.options.dsa_fp8_indexer = args.dsa_fp8_indexer;
+    setup.options.dsa_fp8_accumulate = args.dsa_fp8_accumulate;
     setup.options.fp8_attention = args.fp8_attention;
     if (args.dtype == "float32") {
         setup.options.dtype = DType::kF32;
@@ -281,6 +283,7 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
                         {"--fp8-weights", static_cast<int64_t>(setup->options.fp8_weights), Agreement::kStage0Wins},
                         {"--dsa-fp8-indexer", setup->options.dsa_fp8_indexer ? 1 : 0, Agreement::kStage0Wins},
                         {"--fp8-attention", setup->options.fp8_attention ? 1 : 0, Agreement::kStage0Wins},
+                        {"--dsa-fp8-accumulate", setup->options.dsa_fp8_accumulate ? 1 : 0, Agreement::kStage0Wins},
                     });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
@@ -290,6 +293,7 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
     setup->options.fp8_weights = static_cast<models::Fp8Weights>(agreed.values[7]);
     setup->options.dsa_fp8_indexer = agreed.values[8] != 0;
     setup->options.fp8_attention = agreed.values[9] != 0;
+    setup->options.dsa_fp8_accumulate = agreed.values[10] != 0;
     return ok_status();
 }
 
@@ -444,6 +448,10 @@ int main(int argc, char** argv) {
     forward->add_flag("--dsa-fp8-indexer", fwd.dsa_fp8_indexer,
                       "DSA families: the FP8 indexer (e4m3 q and keys after a Hadamard rotation, as DeepSeek-V3.2's "
                       "inference) instead of f32 keys as transformers computes");
+    forward->add_flag("--dsa-fp8-accumulate", fwd.dsa_fp8_accumulate,
+                      "with --dsa-fp8-indexer: the indexer logits may sum each head's q.k inside the fp8 tensor-core "
+                      "instruction (Hopper's reduced-precision fp8 accumulation, as DeepSeek-V3.2's fp8 indexer "
+                      "kernels; about twice the exact path's rate on the GPU; no effect on the CPU)");
     forward->add_option(
         "--fp8-weights", fwd.fp8_weights,
         "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on "

@@ -27,7 +27,8 @@
 // layer beside the native FP8 one), each row naming its resolved mode ("fp8_weights").
 //
 //   penstock_model_bench --config glm-5.3.json --layers 3:4 --tokens 4096,16384 [--prefix 0] [--reps 5]
-//                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json out.json]
+//                        [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--dsa-fp8-accumulate]
+//                        [--breakdown] [--json out.json]
 //                        [--model-name NAME] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]
 #include <cuda_runtime.h>
 
@@ -69,6 +70,7 @@ struct Options {
     int warmup = 1;
     std::string mla_form = "mha";
     bool dsa_fp8_indexer = false;
+    bool dsa_fp8_accumulate = false;
     bool fp8_attention = false;
     std::vector<std::string> fp8_weights{"auto"};
     bool breakdown = false;
@@ -88,7 +90,8 @@ int usage(const char* argv0) {
     std::fprintf(
         stderr,
         "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
-        "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--breakdown] [--json OUT]\n"
+        "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--dsa-fp8-accumulate] [--breakdown]\n"
+        "          [--json OUT]\n"
         "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]\n",
         argv0);
     return 2;
@@ -194,6 +197,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
     mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
     mo.dummy_weights_seed = o.seed;
     mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
+    mo.dsa_fp8_accumulate = o.dsa_fp8_accumulate;
     mo.fp8_attention = o.fp8_attention;
     Result<models::Fp8Weights> fp8_mode = models::parse_fp8_weights(fp8);
     if (!fp8_mode.ok()) {
@@ -333,6 +337,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"prefix", prefix},
                      {"mla_form", o.mla_form},
                      {"dsa_fp8_indexer", o.dsa_fp8_indexer},
+                     {"dsa_fp8_accumulate", o.dsa_fp8_accumulate},
                      {"fp8_attention", o.fp8_attention},
                      {"fp8_weights", fp8_name},
                      {"median_ms", med},
@@ -421,6 +426,8 @@ int main(int argc, char** argv) {
             while (std::getline(ss, item, ',')) o.fp8_weights.push_back(item);
         } else if (a == "--dsa-fp8-indexer") {
             o.dsa_fp8_indexer = true;
+        } else if (a == "--dsa-fp8-accumulate") {
+            o.dsa_fp8_accumulate = true;
         } else if (a == "--fp8-attention") {
             o.fp8_attention = true;
         } else if (a == "--breakdown") {

@@ -28,6 +28,10 @@ struct DsaIndexerLogitsParams {
     TensorView k_scale;  // [n_keys] f32 (stride(0) may be > 1), fp8 only (data == nullptr for f32)
     TensorView q_pos;    // [n_rows] i32 (optional, data == nullptr: score every key), stride(0) may be > 1
     float scale = 1.0f;  // softmax_scale = head_dim^-0.5
+    // fp8 only: a backend may sum each head's q.k inside its fp8 tensor-core instruction, whose accumulator keeps fewer
+    // bits than f32 (Hopper: ~1e-4 relative here), the numerics of DeepSeek-V3.2's fp8 indexer kernels, at twice the
+    // f16 rate. false: exact e4m3 products with f32 sums. The CPU reference is exact either way.
+    bool fp8_accumulate = false;
 };
 
 // Causal top-k over indexer logits. Key s is visible to row r iff s <= q_pos[r] (and s < n_keys); logits of keys that

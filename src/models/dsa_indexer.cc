@@ -133,7 +133,7 @@ void DsaIndexer::write_keys(const BatchLayout& layout, const TensorView& x, cons
 
 Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x,
                           const TensorView& cq, const RopeTable& rope, int64_t layer, const DsaIndexKCache& cache,
-                          int64_t logits_budget_bytes, const kernels::Context& ctx) const {
+                          int64_t logits_budget_bytes, bool fp8_accumulate, const kernels::Context& ctx) const {
     const int64_t n = layout.n_tokens;
     const int64_t n_heads = dims_.n_heads;
     const int64_t hd = dims_.head_dim;
@@ -227,6 +227,7 @@ Tensor DsaIndexer::select(const ForwardBatch& batch, const BatchLayout& layout, 
                     lp.q = q8.view().slice(0, r0, r1);
                     lp.q_scale = q_scale.view().slice(0, r0, r1);
                     lp.k_scale = keys.scale.view().slice(0, key0, key0 + n_keys);
+                    lp.fp8_accumulate = fp8_accumulate;
                 }
                 {
                     const kernels::ProfileScope step(ctx, "logits");

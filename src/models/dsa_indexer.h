@@ -97,9 +97,11 @@ public:
     // causal top-k over the sequence's cached keys (write_keys first). cq: [n_tokens, q_lora_rank], the MLA q latent.
     // Exact ties are broken as torch.topk does on a row of the sequence's prompt_len keys (when known, else prefix +
     // chunk), i.e. as the unchunked transformers forward does.
+    // logits_budget_bytes: see the header comment; fp8_accumulate: kernels::DsaIndexerLogitsParams::fp8_accumulate
+    // for an fp8 cache (ModelOptions::dsa_fp8_accumulate).
     Tensor select(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& x, const TensorView& cq,
                   const RopeTable& rope, int64_t layer, const DsaIndexKCache& cache, int64_t logits_budget_bytes,
-                  const kernels::Context& ctx) const;
+                  bool fp8_accumulate, const kernels::Context& ctx) const;
 
     const DsaIndexerDims& dims() const { return dims_; }
 

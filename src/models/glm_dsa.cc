@@ -326,7 +326,7 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                     layer.indexer->write_keys(layout, normed, rope_, index, &dsa_cache->index_k, ctx);
                 }
                 key_pos = layer.indexer->select(batch, layout, normed, proj.cq, rope_, index, dsa_cache->index_k,
-                                                budget, ctx);
+                                                budget, options_.dsa_fp8_accumulate, ctx);
                 if (options_.decisions) options_.decisions->dsa_topk(batch, index, key_pos, ctx);  // test hook
             }
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";

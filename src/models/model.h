@@ -49,6 +49,11 @@ struct ModelOptions {
     // DSA FP8 indexer (DeepSeek-V3.2 reference): Hadamard-rotated q and k quantised to e4m3 with one scale per row;
     // the index-K cache then holds 132 bytes per token per full layer. false: f32 keys (as transformers computes).
     bool dsa_fp8_indexer = false;
+    // With dsa_fp8_indexer: the logits' per-head q.k may be summed inside the fp8 tensor-core instruction (Hopper's
+    // reduced-precision fp8 accumulation, ~1e-4 relative; the numerics of DeepSeek-V3.2's fp8 indexer kernels) at
+    // twice the exact path's rate (kernels::DsaIndexerLogitsParams::fp8_accumulate). Opt-in: a top-k boundary can
+    // move between keys whose logits differ by less than that. No effect on the CPU (exact) or without the FP8 indexer.
+    bool dsa_fp8_accumulate = false;
     // FP8 attention for the MLA MHA form (opt-in): q quantised to e4m3 with a dynamic scale per row and head, k per
     // head and block of 128 keys, v per tensor (kernels::fp8_quantize_heads / fp8_quantize_tensor), the attention in
     // FP8 (CUDA: Penstock's FP8 kernel, probabilities in e4m3) straight into the activation dtype. Taken when every

@@ -60,6 +60,10 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
                   "DSA families (GLM-5.3, DeepSeek-V3.2): the FP8 indexer (Hadamard-rotated e4m3 q and keys, 132-byte "
                   "index-K rows, as DeepSeek-V3.2's inference) instead of f32 keys as transformers computes "
                   "(two-ended: stage 0 wins)");
+    cmd->add_flag("--dsa-fp8-accumulate", a->dsa_fp8_accumulate,
+                  "with --dsa-fp8-indexer: the indexer logits may sum each head's q.k inside the fp8 tensor-core "
+                  "instruction (Hopper's reduced-precision fp8 accumulation, as DeepSeek-V3.2's fp8 indexer kernels; "
+                  "about twice the exact path's rate on the GPU; no effect on the CPU) (two-ended: stage 0 wins)");
     cmd->add_option(
         "--fp8-weights", a->fp8_weights,
         "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
@@ -210,6 +214,7 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--mla-form must be mha or absorbed");
     }
     setup.model_options.dsa_fp8_indexer = args.dsa_fp8_indexer;
+    setup.model_options.dsa_fp8_accumulate = args.dsa_fp8_accumulate;
     setup.model_options.fp8_attention = args.fp8_attention;
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,
@@ -319,6 +324,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"num_hidden_layers", mc.num_hidden_layers},
                  {"mla_form", args.mla_form},
                  {"dsa_fp8_indexer", args.dsa_fp8_indexer},
+                 {"dsa_fp8_accumulate", args.dsa_fp8_accumulate},
                  {"fp8_attention", args.fp8_attention},
                  {"fp8_weights", fp8_weights_info},
                  {"load_format", args.load_format},

@@ -29,6 +29,7 @@ struct ServeArgs {
     std::string fp8_weights = "auto";  // block-FP8 checkpoints: auto | native | dequant (models::Fp8Weights)
     bool fp8_attention = false;        // MLA MHA form: FP8 attention (models::ModelOptions::fp8_attention)
     bool dsa_fp8_indexer = false;      // DSA families: the FP8 indexer (models::ModelOptions::dsa_fp8_indexer)
+    bool dsa_fp8_accumulate = false;  // its logits with fp8 tensor-core sums (models::ModelOptions::dsa_fp8_accumulate)
     std::string backend = "cpu";       // cpu | cuda (under mpirun: each rank on GPU local_rank / ranks_per_gpu)
     std::string dtype = "float32";     // float32 | bfloat16 (cuda): activations, KV cache, weights
     // --backend cuda under mpirun: how the ranks' device tensors travel. "nccl" (default where built): NCCL groups

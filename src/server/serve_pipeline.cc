@@ -33,17 +33,19 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
     using parallel::Agreement;
     const loader::ModelConfig& c = setup->config;
     std::vector<parallel::TwoEndedSetting> settings = parallel::pipeline_identity_settings(c);
-    settings.insert(settings.end(),
-                    {
-                        {"--backend", args.backend == "cuda" ? 1 : 0, Agreement::kFatal},
-                        {"--dtype", static_cast<int64_t>(setup->model_options.dtype), Agreement::kFatal},
-                        {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
-                        {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
-                        {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
-                        {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
-                        {"--dsa-fp8-indexer", setup->model_options.dsa_fp8_indexer ? 1 : 0, Agreement::kStage0Wins},
-                        {"--fp8-attention", setup->model_options.fp8_attention ? 1 : 0, Agreement::kStage0Wins},
-                    });
+    settings.insert(
+        settings.end(),
+        {
+            {"--backend", args.backend == "cuda" ? 1 : 0, Agreement::kFatal},
+            {"--dtype", static_cast<int64_t>(setup->model_options.dtype), Agreement::kFatal},
+            {"--pp-layer-partition", parallel::fingerprint(args.pp_layer_partition), Agreement::kFatal},
+            {"--mla-form", static_cast<int64_t>(setup->model_options.mla_form), Agreement::kStage0Wins},
+            {"--max-total-tokens", setup->n_pages, Agreement::kStage0Wins},
+            {"--pp-eager-bank-forward", args.pp_eager_bank_forward ? 1 : 0, Agreement::kStage0Wins},
+            {"--dsa-fp8-indexer", setup->model_options.dsa_fp8_indexer ? 1 : 0, Agreement::kStage0Wins},
+            {"--fp8-attention", setup->model_options.fp8_attention ? 1 : 0, Agreement::kStage0Wins},
+            {"--dsa-fp8-accumulate", setup->model_options.dsa_fp8_accumulate ? 1 : 0, Agreement::kStage0Wins},
+        });
     PENSTOCK_ASSIGN_OR_RETURN(parallel::ConsensusResult agreed, parallel::agree_settings(pp, settings));
     for (const std::string& w : agreed.warnings) PENSTOCK_LOG_WARN("stage {}: {}", pp.rank(), w);
     setup->model_options.mla_form = static_cast<models::MlaForm>(agreed.values[5]);
@@ -51,6 +53,7 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
     *eager_bank = agreed.values[7] != 0;
     setup->model_options.dsa_fp8_indexer = agreed.values[8] != 0;
     setup->model_options.fp8_attention = agreed.values[9] != 0;
+    setup->model_options.dsa_fp8_accumulate = agreed.values[10] != 0;
     return ok_status();
 }
 

@@ -101,6 +101,21 @@ if ! grep -q "setting --dsa-fp8-indexer differs from stage 0's" <<<"$out" ||
 fi
 echo "ok: --dsa-fp8-indexer changes the GLM logits; PP2 (stage 0 wins) bit-identical to one process"
 
+# --dsa-fp8-accumulate is accepted by forward (one process and PP2, two-ended: stage 0 wins, warned) and leaves the CPU's
+# exact logits unchanged (it only lets a GPU sum in fp8 tensor-core instructions).
+"$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids "$long_ids" --dsa-fp8-indexer --dsa-fp8-accumulate \
+  --out "$tmp/fp8acc.safetensors" >/dev/null
+out=$(timeout 120 "$mpiexec" --oversubscribe -np 1 "$bin" forward --model "$fixtures/glm_moe_dsa_tiny" \
+      --input-ids "$long_ids" --pp 2 --pp-layer-partition 2,4 --dsa-fp8-indexer --dsa-fp8-accumulate \
+      --out "$tmp/fp8acc_pp.safetensors" : -np 1 "$bin" forward --model "$fixtures/glm_moe_dsa_tiny" \
+      --input-ids "$long_ids" --pp 2 --pp-layer-partition 2,4 --dsa-fp8-indexer 2>&1)
+if ! cmp -s "$tmp/fp8idx.safetensors" "$tmp/fp8acc.safetensors" ||
+   ! grep -q "setting --dsa-fp8-accumulate differs from stage 0's" <<<"$out" ||
+   ! cmp -s "$tmp/fp8idx.safetensors" "$tmp/fp8acc_pp.safetensors"; then
+  echo "FAIL: --dsa-fp8-accumulate on the CPU: $out"; exit 1
+fi
+echo "ok: --dsa-fp8-accumulate accepted (PP2: stage 0 wins), the CPU's logits unchanged"
+
 # --fp8-attention reaches the MLA MHA form: DeepSeek-V3's logits move; PP2 with the flag only on stage 0 (stage 0
 # wins, warned) is bit-identical to one process with it.
 dsv3="$fixtures/deepseek_v3_tiny"

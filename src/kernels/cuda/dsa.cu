@@ -544,7 +544,8 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
         // Both kernels free-run their consumers: e4m3 accumulation 1-3% faster than the ping-pong at 4K-64K
         // (2026-12-02-s16); f16, with the per-lane row sums (2026-12-02-s17), +0.5% at 4K, +5% at 16K, -0.6% at 64K.
-        const bool fp8_acc = variant == IndexerVariant::kWgmmaFp8;
+        const bool fp8_acc =
+            variant == IndexerVariant::kWgmmaFp8 || (variant == IndexerVariant::kAuto && p.fp8_accumulate);
         const WgmmaIndexerOptions options{.fp8_accumulate = fp8_acc};  // the defaults: free-running consumers
         dsa_indexer_logits_wgmma(p, options, stream);
         return;

@@ -227,8 +227,10 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         // 0: kAuto through the op dispatch; 1..4: forced kWgmma / kMma / kCudaCore / kWgmmaFp8 where they apply;
         // 5 and 6: the f16 / e4m3 wgmma kernels with the ping-pong (WgmmaIndexerOptions::ping_pong; both variants
         // free-run their consumers by default); 7 and 8: with the ping-pong hand-over after the wgmmas retired
-        // (hand_over_after_wait).
-        for (int mode = 0; mode < 9; ++mode) {
+        // (hand_over_after_wait); 9: kAuto through the op dispatch with fp8_accumulate set, which must take the
+        // e4m3-accumulate kernel where the wgmma kernels apply (bit for bit the forced kWgmmaFp8) and stay exact
+        // elsewhere.
+        for (int mode = 0; mode < 10; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -259,6 +261,29 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
                 name += " [wgmma-fp8-accumulate]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kWgmmaFp8, raw_stream());
+            } else if (mode == 9) {
+                gp.fp8_accumulate = true;
+                name += cuda::dsa_indexer_wgmma_supported(gp) ? " [auto, fp8_accumulate: wgmma-fp8-accumulate]"
+                                                              : " [auto, fp8_accumulate: exact kernel]";
+                kernels::dsa_indexer_logits(gp, gpu());
+                if (cuda::dsa_indexer_wgmma_supported(gp)) {
+                    Pair forced = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
+                    kernels::DsaIndexerLogitsParams fp = gp;
+                    fp.logits = forced.dv;
+                    cuda::dsa_indexer_logits(fp, cuda::IndexerVariant::kWgmmaFp8, raw_stream());
+                    const std::vector<float> got = read_pair(logits, stream(), false).values;
+                    const std::vector<float> want_fp8 = read_pair(forced, stream(), false).values;
+                    int64_t differ = 0;
+                    for (int64_t r = 0; r < c.n_rows; ++r) {
+                        for (int64_t s = 0; s <= (causal ? std::min<int64_t>(pos[static_cast<size_t>(r)], c.n_keys - 1)
+                                                         : c.n_keys - 1);
+                             ++s) {
+                            const auto i = static_cast<size_t>(r * c.n_keys + s);
+                            differ += std::memcmp(&got[i], &want_fp8[i], sizeof(float)) != 0 ? 1 : 0;
+                        }
+                    }
+                    EXPECT_EQ(differ, 0) << name << ": not bit for bit the forced kWgmmaFp8 kernel";
+                }
             } else {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
                 const bool fp8_acc = mode == 6 || mode == 8;
@@ -286,7 +311,9 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                 }
             }
-            const Tolerance tol = mode == 4 || mode == 6 || mode == 8 ? kFp8AccumIndexerLogits : kF32IndexerLogits;
+            const bool fp8_sums =
+                mode == 4 || mode == 6 || mode == 8 || (mode == 9 && cuda::dsa_indexer_wgmma_supported(gp));
+            const Tolerance tol = fp8_sums ? kFp8AccumIndexerLogits : kF32IndexerLogits;
             conf_close("dsa_indexer_logits", name, rb.values, ref, tol, {c.n_rows, c.n_keys});
             EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
             EXPECT_EQ(rb.touched_padding, 0) << name << ": elements written outside the view";
