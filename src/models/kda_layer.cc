@@ -127,7 +127,11 @@ Result<KdaAttention> KdaAttention::load(WeightReader& r, const std::string& pref
                                                        cols.begin, cols.end));
     PENSTOCK_ASSIGN_OR_RETURN(a.b_proj_, take_linear_rows(r, prefix + ".b_proj", d.n_heads, d.hidden, heads, false));
     if (o.full_rank_output_gate) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", qkv, d.hidden, cols, false));
+        // The full-rank output gate is as large as q_proj ([qkv, hidden]): e4m3 when the checkpoint stores it so (it
+        // then reads x's FP8 rows with q / k / v); the low-rank gates stay dequantised.
+        const WeightFormat g_format = r.fp8_native(prefix + ".g_proj.weight") ? kFp8 : WeightFormat::kDense;
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_,
+                                  take_linear_rows(r, prefix + ".g_proj", qkv, d.hidden, cols, false, g_format));
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(a.g_a_proj_, take_linear(r, prefix + ".g_a_proj", d.head_dim, d.hidden, false));
         PENSTOCK_ASSIGN_OR_RETURN(a.g_b_proj_, take_linear_rows(r, prefix + ".g_b_proj", qkv, d.head_dim, cols, false));
@@ -152,8 +156,8 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     // [n, 3 qkv] = x @ [Wq; Wk; Wv]^T; f [n, qkv] = the low-rank forget gate; beta [n, n_heads].
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "qkv_proj");
     Tensor mixed;
+    std::optional<Fp8Activations> own;  // x's FP8 rows when the caller has none: q / k / v and an FP8 g_proj share them
     if (fp8_input()) {
-        std::optional<Fp8Activations> own;
         xq = fp8_rows_of(x, xq, own, ctx);
         mixed = scratch(ctx, {n, 3 * qkv});
         linear_forward(q_proj_, x, mixed.view().slice(1, 0, qkv), ctx, xq);
@@ -240,8 +244,13 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 
     scope.emplace(ctx, "out_gate");
-    Tensor gate = g_proj_.weight.defined() ? linear_new_f32(g_proj_, x, ctx)
-                                           : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
+    Tensor gate;
+    if (g_proj_.weight.defined()) {
+        gate = scratch(ctx, {n, g_proj_.out_features()}, DType::kF32);
+        linear_forward(g_proj_, x, gate, ctx, g_proj_.fp8() ? xq : nullptr);
+    } else {
+        gate = linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
+    }
     const TensorView o_rows = o.view().reshape({n * d.n_heads, hd});
     scope.emplace(ctx, "o_norm");
     // f32: normed in place; bf16: the norm writes the o_proj input directly (rounded once, no f32 copy in between).

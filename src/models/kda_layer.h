@@ -47,8 +47,8 @@ public:
     // activation dtype (f32 or bf16; the layer computes in f32 between its projections). Sequence s reads and updates
     // slot state_slots[s] ([n_seqs] i32 on ctx's device) of recurrent_state [n_slots, n_heads, head_dim, head_dim] f32
     // and conv_state [n_slots, conv_kernel - 1, 3 qkv] f32 (a new request's slot is zero).
-    // xq: x's FP8 rows (fp8_rows_scratch layout, from the norm that made x) for the FP8 q / k / v projections, or
-    // null (quantised here when fp8_input()).
+    // xq: x's FP8 rows (fp8_rows_scratch layout, from the norm that made x) for the FP8 q / k / v (and g) projections,
+    // or null (quantised here when fp8_input()).
     void forward(const BatchLayout& layout, const TensorView& x, const TensorView& recurrent_state,
                  const TensorView& conv_state, const TensorView& state_slots, const TensorView& out,
                  const kernels::Context& ctx, const Fp8Activations* xq = nullptr) const;
