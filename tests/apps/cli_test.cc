@@ -133,7 +133,8 @@ TEST(Cli, BadInputsGiveOneLineAndExitCode2) {
     }
 }
 
-// `penstock serve --backend / --dtype`: refused combinations give one line and exit code 2 before anything loads
+// `penstock serve --backend / --dtype` (and --dsa-fp8-accumulate without --dsa-fp8-indexer): refused combinations give
+// one line and exit code 2 before anything loads
 // (the GPU path itself: tools/gpu_serve_check.py on a GPU machine).
 TEST(Cli, ServeBackendAndDtypeRefusals) {
     const std::string model = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny";
@@ -144,6 +145,7 @@ TEST(Cli, ServeBackendAndDtypeRefusals) {
         {"serve --model " + model + " --backend cuda --device-links shm", "--device-links must be nccl or host"},
         {"serve --model " + model + " --backend cuda --ranks-per-gpu 0", "--ranks-per-gpu must be >= 1"},
         {"serve --model " + model + " --backend cuda --pp 2 --ranks-per-gpu 2", "needs --device-links host"},
+        {"serve --model " + model + " --dsa-fp8-accumulate", "--dsa-fp8-accumulate needs --dsa-fp8-indexer"},
     };
     for (const auto& [args, message] : cases) {
         const RunResult r = run(args);

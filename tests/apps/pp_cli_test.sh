@@ -114,7 +114,11 @@ if ! cmp -s "$tmp/fp8idx.safetensors" "$tmp/fp8acc.safetensors" ||
    ! cmp -s "$tmp/fp8idx.safetensors" "$tmp/fp8acc_pp.safetensors"; then
   echo "FAIL: --dsa-fp8-accumulate on the CPU: $out"; exit 1
 fi
-echo "ok: --dsa-fp8-accumulate accepted (PP2: stage 0 wins), the CPU's logits unchanged"
+rc=0; out=$("$bin" forward --model "$fixtures/glm_moe_dsa_tiny" --input-ids "$long_ids" --dsa-fp8-accumulate 2>&1) || rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q -- "--dsa-fp8-accumulate needs --dsa-fp8-indexer" <<<"$out"; then
+  echo "FAIL: --dsa-fp8-accumulate without --dsa-fp8-indexer gave rc=$rc: $out"; exit 1
+fi
+echo "ok: --dsa-fp8-accumulate accepted (PP2: stage 0 wins), the CPU's logits unchanged; alone refused (exit 2)"
 
 # --fp8-attention reaches the MLA MHA form: DeepSeek-V3's logits move; PP2 with the flag only on stage 0 (stage 0
 # wins, warned) is bit-identical to one process with it.
