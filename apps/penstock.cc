@@ -114,12 +114,8 @@ Result<ForwardSetup> check_forward_args(const ForwardArgs& args) {
     }
     PENSTOCK_ASSIGN_OR_RETURN(setup.options.fp8_weights, models::parse_fp8_weights(args.fp8_weights));
     setup.options.dsa_fp8_indexer = args.dsa_fp8_indexer;
-    if (args.dsa_fp8_accumulate && !args.dsa_fp8_indexer) {
-        return invalid_argument(
-            "--dsa-fp8-accumulate needs --dsa-fp8-indexer (it sets how the FP8 indexer sums its "
-            "logits)");
-    }
     setup.options.dsa_fp8_accumulate = args.dsa_fp8_accumulate;
+    PENSTOCK_RETURN_IF_ERROR(models::check_option_combinations(setup.options));
     setup.options.fp8_attention = args.fp8_attention;
     if (args.dtype == "float32") {
         setup.options.dtype = DType::kF32;

@@ -197,11 +197,11 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
     mo.mla_form = o.mla_form == "absorbed" ? models::MlaForm::kAbsorbed : models::MlaForm::kMha;
     mo.dummy_weights_seed = o.seed;
     mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
-    if (o.dsa_fp8_accumulate && !o.dsa_fp8_indexer) {
-        std::fprintf(stderr, "--dsa-fp8-accumulate needs --dsa-fp8-indexer\n");
+    mo.dsa_fp8_accumulate = o.dsa_fp8_accumulate;
+    if (const Status st = models::check_option_combinations(mo); !st.ok()) {
+        std::fprintf(stderr, "%s\n", st.to_string().c_str());
         return 2;
     }
-    mo.dsa_fp8_accumulate = o.dsa_fp8_accumulate;
     mo.fp8_attention = o.fp8_attention;
     Result<models::Fp8Weights> fp8_mode = models::parse_fp8_weights(fp8);
     if (!fp8_mode.ok()) {

@@ -244,13 +244,8 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     if (layout.cp) o = cp_own_rows(layout, o.view().reshape({n_seq, qkv}), ctx).reshape({n, d.n_heads, hd});
 
     scope.emplace(ctx, "out_gate");
-    Tensor gate;
-    if (g_proj_.weight.defined()) {
-        gate = scratch(ctx, {n, g_proj_.out_features()}, DType::kF32);
-        linear_forward(g_proj_, x, gate, ctx, g_proj_.fp8() ? xq : nullptr);
-    } else {
-        gate = linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
-    }
+    Tensor gate = g_proj_.weight.defined() ? linear_new_f32(g_proj_, x, ctx, xq)
+                                           : linear_new_f32(g_b_proj_, linear_new(g_a_proj_, x, ctx), ctx);
     const TensorView o_rows = o.view().reshape({n * d.n_heads, hd});
     scope.emplace(ctx, "o_norm");
     // f32: normed in place; bf16: the norm writes the o_proj input directly (rounded once, no f32 copy in between).

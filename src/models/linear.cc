@@ -130,9 +130,9 @@ Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Conte
     return out;
 }
 
-Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx) {
+Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx, const Fp8Activations* xq) {
     Tensor out = scratch(ctx, {x.size(0), layer.out_features()}, DType::kF32);
-    linear_forward(layer, x, out, ctx);
+    linear_forward(layer, x, out, ctx, xq);
     return out;
 }
 

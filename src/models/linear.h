@@ -96,7 +96,8 @@ Tensor linear_new(const Linear& layer, const TensorView& x, const kernels::Conte
                   const Fp8Activations* xq = nullptr);
 // Like linear_new but the result is f32 whatever x's dtype (bf16 operands, fp32 accumulation, no bf16 rounding of
 // the output): the input of the f32-only DSA / KDA ops. Identical to linear_new for f32 x.
-Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx);
+Tensor linear_new_f32(const Linear& layer, const TensorView& x, const kernels::Context& ctx,
+                      const Fp8Activations* xq = nullptr);
 // x as f32 on ctx's device: x itself (aliased) when it already is f32, else a converted copy.
 Tensor to_f32_scratch(const Tensor& x, const kernels::Context& ctx);
 

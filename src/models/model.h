@@ -146,6 +146,10 @@ public:
 // with a weight_block_size other than [128, 128] (the FP8 kernels' block).
 [[nodiscard]] Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options);
 
+// Options that only make sense together: InvalidArgument naming the command-line flags (dsa_fp8_accumulate without
+// dsa_fp8_indexer). The CLIs (forward, serve, the model bench) call it before loading anything.
+[[nodiscard]] Status check_option_combinations(const ModelOptions& options);
+
 // True when load_model knows `model_type`.
 bool is_supported_model_type(const std::string& model_type);
 

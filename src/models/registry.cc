@@ -31,6 +31,15 @@ const char* fp8_weights_name(Fp8Weights mode) {
     return "?";
 }
 
+Status check_option_combinations(const ModelOptions& options) {
+    if (options.dsa_fp8_accumulate && !options.dsa_fp8_indexer) {
+        return invalid_argument(
+            "--dsa-fp8-accumulate needs --dsa-fp8-indexer (it sets how the FP8 indexer sums its "
+            "logits)");
+    }
+    return ok_status();
+}
+
 Result<Fp8Weights> resolve_fp8_weights(const loader::ModelConfig& config, const ModelOptions& options) {
     if (!config.fp8 && config.compressed_tensors) {
         // Kimi K3's compressed-tensors release: native re-encodes the MXFP4 weights (the routed experts) as 128 x 128

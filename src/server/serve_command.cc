@@ -214,12 +214,8 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--mla-form must be mha or absorbed");
     }
     setup.model_options.dsa_fp8_indexer = args.dsa_fp8_indexer;
-    if (args.dsa_fp8_accumulate && !args.dsa_fp8_indexer) {
-        return invalid_argument(
-            "--dsa-fp8-accumulate needs --dsa-fp8-indexer (it sets how the FP8 indexer sums its "
-            "logits)");
-    }
     setup.model_options.dsa_fp8_accumulate = args.dsa_fp8_accumulate;
+    PENSTOCK_RETURN_IF_ERROR(models::check_option_combinations(setup.model_options));
     setup.model_options.fp8_attention = args.fp8_attention;
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,

@@ -16,7 +16,8 @@ namespace penstock::cuda {
 // multiple of 32 up to 128, 4-byte aligned q / k rows and heads), kWgmma (fp8 only, sm_90, dsa_indexer_wgmma.h:
 // head_dim 128, 32 or 64 heads, 16-byte aligned q / k bases and strides; e4m3 widened to f16 for wgmma, exact
 // products, f32 accumulation), kWgmmaFp8 (the same shapes on e4m3 wgmma at twice the tensor-core rate, but with
-// Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, never chosen by kAuto).
+// Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, chosen by kAuto only for params with
+// fp8_accumulate).
 // kAuto: kWgmma where it applies (kWgmmaFp8 instead when the params allow fp8 accumulation,
 // DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies, else kCudaCore. A forced variant CHECK-fails
 // where it cannot run. Every variant skips key tiles past the rows' q_pos (when given).

@@ -150,13 +150,7 @@ __device__ __forceinline__ void mla_consume_tile(MlaConsumerState& cs, uint32_t 
                 pack_bf16(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
         }
     }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        cs.o[4 * i + 0] *= corr[0];
-        cs.o[4 * i + 1] *= corr[0];
-        cs.o[4 * i + 2] *= corr[1];
-        cs.o[4 * i + 3] *= corr[1];
-    }
+    scale_o(cs, corr);
     wgmma::fence_proxy_async();  // P written by ordinary stores, read next by the tensor cores
     sync();
 

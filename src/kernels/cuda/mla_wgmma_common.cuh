@@ -34,6 +34,17 @@ struct MlaConsumerState {
     float o[128];
 };
 
+// O's rows r(0), r(1) (the thread's two accumulator rows) times c[0], c[1]: the online-softmax correction.
+__device__ __forceinline__ void scale_o(MlaConsumerState& cs, const float (&c)[2]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        cs.o[4 * i + 0] *= c[0];
+        cs.o[4 * i + 1] *= c[0];
+        cs.o[4 * i + 2] *= c[1];
+        cs.o[4 * i + 3] *= c[1];
+    }
+}
+
 // Row sums (this thread's keys -> the quad -> both warpgroups, through red_s: free once every consumer passed its
 // last tile's final barrier), then out = O / l and lse.
 template <bool kSparse, class OutT, class Sync>

@@ -140,17 +140,6 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[32], const int* ok, fl
     }
 }
 
-// O's rows r(0), r(1) times c[0], c[1].
-__device__ __forceinline__ void scale_o(MlaConsumerState& cs, const float (&c)[2]) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        cs.o[4 * i + 0] *= c[0];
-        cs.o[4 * i + 1] *= c[0];
-        cs.o[4 * i + 2] *= c[1];
-        cs.o[4 * i + 3] *= c[1];
-    }
-}
-
 // P = exp2(S - m_new) in place, the running sum and O rescaled to m_new (m_run becomes m_new).
 __device__ __forceinline__ void softmax_to(MlaConsumerState& cs, float (&s)[32], const float (&m_new)[2]) {
     float corr[2];
