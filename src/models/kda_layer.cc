@@ -167,7 +167,9 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
         mixed = linear_new_f32(qkv_proj_, x, ctx);
     }
     scope.emplace(ctx, "gates");
+    std::optional<kernels::ProfileScope> step(std::in_place, ctx, "f_proj");
     Tensor f = linear_new_f32(f_b_proj_, linear_new(f_a_proj_, x, ctx), ctx);
+    step.emplace(ctx, "decay");
     kernels::kda_gate({.out = f.view().reshape({n, d.n_heads, hd}),
                        .f = f.view().reshape({n, d.n_heads, hd}),
                        .a_log = a_log_,
@@ -175,8 +177,10 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
                        .form = options_.gate_form,
                        .lower_bound = options_.gate_lower_bound},
                       ctx);
+    step.emplace(ctx, "beta");
     Tensor beta = linear_new_f32(b_proj_, x, ctx);
     kernels::sigmoid({.out = beta, .in = beta}, ctx);
+    step.reset();
 
     // Context parallelism: the short conv and the delta rule are recurrences along each sequence, so the cp ranks
     // all-gather the projected rows (one packed gather of [3 qkv | qkv | n_heads] f32 per row), run both on the

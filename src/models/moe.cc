@@ -72,9 +72,13 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
     const int64_t inter = c.moe_intermediate_size;
     PENSTOCK_ASSIGN_OR_RETURN(m.router_, take_linear(r, prefix + ".gate", n_experts, hidden, false));
     if (o.latent_dim > 0) {
+        // e4m3 when the checkpoint stores them so (native FP8 weights): latent_down then reads x's FP8 rows, shared
+        // with an FP8 shared expert; latent_up the rows its norm quantises.
+        constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
         PENSTOCK_ASSIGN_OR_RETURN(m.latent_down_,
-                                  take_linear(r, prefix + ".routed_expert_down_proj", h, hidden, false));
-        PENSTOCK_ASSIGN_OR_RETURN(m.latent_up_, take_linear(r, prefix + ".routed_expert_up_proj", hidden, h, false));
+                                  take_linear(r, prefix + ".routed_expert_down_proj", h, hidden, false, kFp8));
+        PENSTOCK_ASSIGN_OR_RETURN(m.latent_up_,
+                                  take_linear(r, prefix + ".routed_expert_up_proj", hidden, h, false, kFp8));
         if (o.latent_norm) {
             PENSTOCK_ASSIGN_OR_RETURN(m.latent_norm_, r.take(prefix + ".routed_expert_norm.weight", {h}));
         }
@@ -221,10 +225,15 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
                        const DecisionSite& site, const Fp8Activations* xq) const {
     const int64_t n = x.size(0);
     const bool latent = latent_down_.weight.defined();
+    // x's FP8 rows for the FP8 readers of x (routed experts on x itself, an FP8 latent_down, an FP8 shared expert):
+    // the caller's (a norm that quantised its output, bit-identical), else quantised here once for all of them.
+    std::optional<Fp8Activations> own_xq;
+    const bool shared_fp8 = !shared_.empty() && shared_[0].fp8_gate_up();
     Tensor z;  // latent MoE: the experts' input
     if (latent) {
         const kernels::ProfileScope scope(ctx, "latent_down");
-        z = linear_new(latent_down_, x, ctx);
+        if (latent_down_.fp8()) xq = fp8_rows_of(x, xq, own_xq, ctx);
+        z = linear_new(latent_down_, x, ctx, latent_down_.fp8() ? xq : nullptr);
     }
     const TensorView expert_in = latent ? z.view() : x;
     const int64_t width = expert_in.size(1);
@@ -265,10 +274,6 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         kernels::transfer({.out = count, .in = offsets.view().slice(0, n_local, n_local + 1)}, ctx);
         n_rows = count.ptr<const int32_t>()[0];
     }
-    // x's FP8 rows for the FP8 routed experts reading x itself (no latent projection) and an FP8 shared expert: the
-    // caller's (a norm that quantised its output, bit-identical), else quantised here once for both.
-    std::optional<Fp8Activations> own_xq;
-    const bool shared_fp8 = !shared_.empty() && shared_[0].fp8_gate_up();
     Tensor zo;  // latent MoE: the weighted expert sum in the latent width
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
     // Plain MoE: the shared expert writes out first and the routed experts' weighted sum accumulates onto it (one
@@ -410,10 +415,19 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         // The latent norm is not linear: the routed sum is completed over the tp group first, then every rank has
         // the same latent output and tp rank 0 alone adds it to the sum below.
         tp_.all_reduce_sum(zo, ctx);
+        // FP8 latent_up: the norm also writes its output's FP8 rows (bit-identical to quantising them after it).
+        std::optional<Fp8Activations> zq;
+        if (latent_up_.fp8() && latent_norm_.defined() && n > 0) zq = fp8_rows_scratch(n, width, ctx);
         if (latent_norm_.defined()) {
-            kernels::rms_norm({.out = zo, .in = zo, .weight = latent_norm_, .eps = latent_norm_eps_}, ctx);
+            kernels::rms_norm({.out = zo,
+                               .in = zo,
+                               .weight = latent_norm_,
+                               .eps = latent_norm_eps_,
+                               .quant_out = zq ? zq->data.view() : TensorView{},
+                               .quant_scale = zq ? zq->scale : TensorView{}},
+                              ctx);
         }
-        linear_forward(latent_up_, zo, out, ctx);
+        linear_forward(latent_up_, zo, out, ctx, zq ? &*zq : nullptr);
         if (tp_.rank() != 0) kernels::fill({.out = out, .value = 0.0f}, ctx);
     }
     if (!shared_.empty() && !shared_first) {
@@ -452,7 +466,7 @@ void FeedForward::forward(const TensorView& x, const TensorView& out, const kern
 bool FeedForward::fp8_input() const { return moe_ ? moe_->fp8_input() : mlp_->fp8_gate_up(); }
 
 bool MoeBlock::fp8_input() const {
-    return (experts_gate_up_scale_.defined() && !latent_down_.weight.defined()) ||
+    return (experts_gate_up_scale_.defined() && !latent_down_.weight.defined()) || latent_down_.fp8() ||
            (!shared_.empty() && shared_[0].fp8_gate_up());
 }
 

@@ -77,11 +77,12 @@ public:
     // out[n, hidden] = sum_k w_k E_k(x) + shared(x), summed over the tp group; out may not alias x. With site.pins
     // set, the routing passes through DecisionPins::moe (record / compare / pin) before the experts run. xq: x's
     // FP8 rows (fp8_rows_scratch layout, e.g. from the norm that made x), read by the FP8 routed experts that take x
-    // itself and the FP8 shared expert instead of quantising x here (bit-identical); null: quantised here if needed.
+    // itself, an FP8 latent_down and the FP8 shared expert instead of quantising x here (bit-identical); null:
+    // quantised here if needed.
     void forward(const TensorView& x, const TensorView& out, const kernels::Context& ctx,
                  const DecisionSite& site = DecisionSite{}, const Fp8Activations* xq = nullptr) const;
-    // True when forward() reads x in FP8 (FP8 routed experts on x itself, or an FP8 shared expert): the caller may
-    // then hand it xq.
+    // True when forward() reads x in FP8 (FP8 routed experts on x itself, an FP8 latent projection, or an FP8 shared
+    // expert): the caller may then hand it xq.
     bool fp8_input() const;
 
 private:

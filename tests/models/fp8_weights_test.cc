@@ -54,7 +54,8 @@ constexpr double kFp8ActQuantLogitsMaxAbsDsa = 3.5;
 // inputs (5-8 FP8 GEMMs per layer): measured max |diff| over the 4 prompts 0.91 / 0.85 / 1.82 / 1.36 (Kimi Linear,
 // 8 layers) and 0.05 / 1.53 / 3.30 / 3.26 (the K3-shaped variant: 5 layers, AttnRes mixes of the rounded outputs,
 // SiTU); bound at 1.5x the larger, argmax unchanged everywhere. With the K3 variant's full-rank output gate in e4m3
-// too (session 23): 0.05 / 1.19 / 2.77 / 2.62, the bound unchanged.
+// too (session 23): 0.05 / 1.19 / 2.77 / 2.62, and its latent MoE projections too (session 24): 0.06 / 1.37 / 2.98 /
+// 2.52 (Kimi Linear, no latent MoE: 0.91 / 0.85 / 1.82 / 1.29); the bound unchanged.
 constexpr double kFp8ActQuantLogitsMaxAbsKimi = 5.0;
 const std::string kFp8Fixture = std::string(PENSTOCK_FIXTURES_DIR) + "/deepseek_v3_tiny_fp8";
 
@@ -589,6 +590,85 @@ TEST(Fp8Weights, MoeExpertsAreActQuantThenTheDequantisedExperts) {
         moe->forward(x, out_xq, kernels::Context{}, {}, &xq);
         EXPECT_EQ(0, std::memcmp(out.view().data, out_xq.view().data, static_cast<size_t>(kT * 128) * sizeof(float)));
     }
+}
+
+// Kimi K3's latent MoE with its latent projections in e4m3 (as the checkpoint stores them): routing on x, z =
+// latent_down(act_quant(x)), the FP8 experts on z, the weighted sum RMS-normalised, latent_up on the act-quantised
+// norm output, plus the FP8 shared expert on x; per token against the dequantised weights. The caller's FP8 rows of x
+// (fp8_input: latent_down and the shared expert read them) give the same bytes as quantising in the block.
+TEST(Fp8Weights, LatentMoeProjectionsAreFp8Linears) {
+    constexpr int64_t kInter = 256, kT = 6;
+    const loader::ModelConfig config = moe_config(kInter);
+    loader::WeightMap whole = moe_weights(kInter);  // hidden 128; the experts' width is the latent's (128)
+    std::mt19937 rng(20261203);
+    add_fp8_weight(&whole, "mlp.routed_expert_down_proj.weight", 128, 128, &rng);
+    add_fp8_weight(&whole, "mlp.routed_expert_up_proj.weight", 128, 128, &rng);
+    whole.emplace("mlp.routed_expert_norm.weight", random_f32({128}, 17, 0.2f));
+    for (int64_t i = 0; i < 128; ++i) whole.at("mlp.routed_expert_norm.weight").ptr<float>()[i] += 1.0f;
+    loader::WeightMap m = whole;
+    models::WeightReader r(&m, kernels::Context{}, DType::kF32, 0, kNative);
+    models::MoeLoadOptions options;
+    options.latent_dim = 128;
+    options.latent_norm = true;
+    Result<models::MoeBlock> moe = models::MoeBlock::load(r, "mlp", config, options);
+    ASSERT_TRUE(moe.ok()) << moe.status().to_string();
+    EXPECT_TRUE(moe->fp8_input());
+    const Tensor x = random_f32({kT, 128}, 19);
+    Tensor out = Tensor::empty({kT, 128}, DType::kF32);
+    moe->forward(x, out, kernels::Context{});
+
+    auto deq = [&](const std::string& name) {
+        Result<Tensor> t = loader::dequantize_fp8_blocks(whole.at(name).view(), whole.at(name + "_scale_inv").view(),
+                                                         128, 128, DType::kF32);
+        EXPECT_TRUE(t.ok());
+        return *t;
+    };
+    const Tensor down = deq("mlp.routed_expert_down_proj.weight"), up = deq("mlp.routed_expert_up_proj.weight");
+    const auto matvec = [](const Tensor& w, const Tensor& v) {  // [128, 128] @ [1, 128]
+        Tensor y = Tensor::empty({1, 128}, DType::kF32);
+        for (int64_t o = 0; o < 128; ++o) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < 128; ++c)
+                acc += static_cast<double>(v.ptr<float>()[c]) * w.ptr<float>()[o * 128 + c];
+            y.ptr<float>()[o] = static_cast<float>(acc);
+        }
+        return y;
+    };
+    Tensor logits = Tensor::empty({kT, 4}, DType::kF32);
+    kernels::gemm({.out = logits, .a = x, .b = whole.at("mlp.gate.weight")}, kernels::Context{});
+    Tensor ids = Tensor::empty({kT, 2}, DType::kI32);
+    Tensor w = Tensor::empty({kT, 2}, DType::kF32);
+    kernels::moe_routing({.topk_ids = ids,
+                          .topk_weights = w,
+                          .logits = logits,
+                          .bias = TensorView{},
+                          .routed_scaling_factor = static_cast<float>(config.routed_scaling_factor),
+                          .norm_topk_prob = config.norm_topk_prob},
+                         kernels::Context{});
+    Tensor want = Tensor::empty({kT, 128}, DType::kF32);
+    for (int64_t t = 0; t < kT; ++t) {
+        const TensorView row = x.view().slice(0, t, t + 1);
+        const Tensor z = matvec(down, act_quant_dequant(row));
+        Tensor routed = Tensor::zeros({1, 128}, DType::kF32);
+        for (int64_t k = 0; k < 2; ++k) {
+            const int e = ids.ptr<int32_t>()[t * 2 + k];
+            const std::vector<float> ye = fp8_expert_ref(whole, "mlp.experts." + std::to_string(e) + ".", z, kInter);
+            for (int64_t o = 0; o < 128; ++o) routed.ptr<float>()[o] += w.ptr<float>()[t * 2 + k] * ye[o];
+        }
+        Tensor normed = Tensor::empty({1, 128}, DType::kF32);
+        kernels::rms_norm(
+            {.out = normed, .in = routed, .weight = whole.at("mlp.routed_expert_norm.weight"), .eps = 1e-5f},
+            kernels::Context{});
+        const Tensor y = matvec(up, act_quant_dequant(normed));
+        const std::vector<float> shared = fp8_expert_ref(whole, "mlp.shared_experts.", row, kInter);
+        for (int64_t o = 0; o < 128; ++o) want.ptr<float>()[t * 128 + o] = y.ptr<float>()[o] + shared[o];
+    }
+    expect_close(out, want, test::kF32Gemm, "FP8 latent MoE vs per-token dequantised projections and experts");
+
+    const models::Fp8Activations xq = models::fp8_quantize_rows(x, kernels::Context{});
+    Tensor out_xq = Tensor::empty({kT, 128}, DType::kF32);
+    moe->forward(x, out_xq, kernels::Context{}, {}, &xq);
+    EXPECT_EQ(0, std::memcmp(out.view().data, out_xq.view().data, static_cast<size_t>(kT * 128) * sizeof(float)));
 }
 
 TEST(Fp8Weights, MisalignedExpertSliceIsRefused) {

@@ -381,21 +381,103 @@ __global__ void gated_rms_norm_kernel(GatedNormArgs<TO> a) {
     }
 }
 
+// gated_rms_norm, 4-wide: rows of dim = 4 * lanes_per_head channels (lanes_per_head a power of two <= 32) on 16-byte
+// aligned rows (out: 8-byte for bf16); lane l of a row's lanes holds channels 4 l .. 4 l + 3, the warp covers
+// 32 / lanes_per_head rows per step, and each thread loads its kBatch steps' rows (rows r, r + rows_per_step, ...)
+// before computing any, so 2 kBatch 16-byte loads are in flight per thread. The sum of squares is head_sum_sq's (a
+// different association than the scalar kernel's lane-strided sum: f32-rounding differences only); the element
+// formula is the scalar kernel's. Lanes past the last row load zeros and store nothing, but take part in the shuffles.
+constexpr int kNormBatch = 4;
+template <class TO>
+__global__ void gated_rms_norm_vec_kernel(GatedNormArgs<TO> a, int lanes_per_head, int lane_shift) {
+    const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t rows_per_step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lane_shift;
+    const int sub = static_cast<int>(tid & (lanes_per_head - 1));
+    const float4 w = __ldg(reinterpret_cast<const float4*>(a.weight) + sub);
+    // The warp's first row decides the loop (uniform over the warp: every lane must reach the shuffles).
+    for (int64_t r0 = tid >> lane_shift, warp_r0 = (tid & ~int64_t{31}) >> lane_shift; warp_r0 < a.n_rows;
+         r0 += kNormBatch * rows_per_step, warp_r0 += kNormBatch * rows_per_step) {
+        float4 x[kNormBatch], g[kNormBatch];
+#pragma unroll
+        for (int j = 0; j < kNormBatch; ++j) {
+            const int64_t r = r0 + j * rows_per_step;
+            x[j] = g[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < a.n_rows) {
+                x[j] = __ldg(reinterpret_cast<const float4*>(a.in + r * a.i0) + sub);
+                g[j] = __ldg(reinterpret_cast<const float4*>(a.gate + r * a.g0) + sub);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kNormBatch; ++j) {
+            const int64_t r = r0 + j * rows_per_step;
+            const float inv_rms = 1.0f / sqrtf(head_sum_sq(x[j], lanes_per_head) / static_cast<float>(a.dim) + a.eps);
+            if (r < a.n_rows) {
+                const float y0 = w.x * (x[j].x * inv_rms) * sigmoidf(g[j].x);
+                const float y1 = w.y * (x[j].y * inv_rms) * sigmoidf(g[j].y);
+                const float y2 = w.z * (x[j].z * inv_rms) * sigmoidf(g[j].z);
+                const float y3 = w.w * (x[j].w * inv_rms) * sigmoidf(g[j].w);
+                TO* y = a.out + r * a.o0 + 4 * sub;
+                if constexpr (std::is_same_v<TO, float>) {
+                    *reinterpret_cast<float4*>(y) = make_float4(y0, y1, y2, y3);
+                } else {
+                    const __nv_bfloat162 lo = __floats2bfloat162_rn(y0, y1), hi = __floats2bfloat162_rn(y2, y3);
+                    uint2 packed;
+                    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+                    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+                    *reinterpret_cast<uint2*>(y) = packed;
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float kda_gate_of(float f, float dt_bias, float rate, bool lower_bound_form,
+                                             float lower_bound) {
+    const float u = f + dt_bias;
+    return lower_bound_form ? lower_bound * sigmoidf(rate * u) : -rate * (u > 20.0f ? u : log1pf(expf(u)));
+}
+
 // kda_gate: contiguous [n_tokens, n_heads, head_dim]; grid-stride over elements.
 __global__ void kda_gate_kernel(float* out, const float* f, const float* a_log, const float* dt_bias, int64_t n,
                                 int64_t row, int64_t head_dim, bool lower_bound_form, float lower_bound) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         const int64_t c = i % row;
-        const float rate = expf(a_log[c / head_dim]);
-        const float u = f[i] + dt_bias[c];
-        float g;
-        if (lower_bound_form) {
-            g = lower_bound * sigmoidf(rate * u);
-        } else {
-            g = -rate * (u > 20.0f ? u : log1pf(expf(u)));
+        out[i] = kda_gate_of(f[i], dt_bias[c], expf(a_log[c / head_dim]), lower_bound_form, lower_bound);
+    }
+}
+
+// kda_gate, 4-wide (row and head_dim multiples of 4, 16-byte aligned f and out): a block per token (grid-stride over
+// tokens), its threads over the row's 4-channel chunks, kBatch chunks loaded before any is computed. 32-bit channel
+// arithmetic (row < 2^31); the element formula is the scalar kernel's, so the two agree bit for bit.
+constexpr int kGateBatch = 4;
+__global__ void kda_gate_vec_kernel(float* out, const float* f, const float* a_log, const float* dt_bias,
+                                    int64_t n_tokens, int row4, int head_dim, bool lower_bound_form,
+                                    float lower_bound) {
+    const auto* db4 = reinterpret_cast<const float4*>(dt_bias);
+    const int step = static_cast<int>(blockDim.x) * kGateBatch;
+    for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
+        const auto* f4 = reinterpret_cast<const float4*>(f + t * 4 * row4);
+        auto* o4 = reinterpret_cast<float4*>(out + t * 4 * row4);
+        for (int c0 = static_cast<int>(threadIdx.x); c0 < row4; c0 += step) {
+            float4 v[kGateBatch];
+#pragma unroll
+            for (int j = 0; j < kGateBatch; ++j) {
+                const int c = c0 + j * static_cast<int>(blockDim.x);
+                if (c < row4) v[j] = __ldg(f4 + c);
+            }
+#pragma unroll
+            for (int j = 0; j < kGateBatch; ++j) {
+                const int c = c0 + j * static_cast<int>(blockDim.x);
+                if (c >= row4) break;
+                const float rate = expf(__ldg(a_log + 4 * c / head_dim));
+                const float4 b = __ldg(db4 + c);
+                o4[c] = make_float4(kda_gate_of(v[j].x, b.x, rate, lower_bound_form, lower_bound),
+                                    kda_gate_of(v[j].y, b.y, rate, lower_bound_form, lower_bound),
+                                    kda_gate_of(v[j].z, b.z, rate, lower_bound_form, lower_bound),
+                                    kda_gate_of(v[j].w, b.w, rate, lower_bound_form, lower_bound));
+            }
         }
-        out[i] = g;
     }
 }
 
@@ -972,9 +1054,20 @@ void kda_gate(const kernels::KdaGateParams& p, void* stream) {
     check_vec(p.dt_bias, n_heads * head_dim, op, "dt_bias");
     const int64_t n = n_tokens * n_heads * head_dim;
     if (n == 0) return;
-    kda_gate_kernel<<<blocks_for(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        p.out.ptr<float>(), p.f.ptr<const float>(), p.a_log.ptr<const float>(), p.dt_bias.ptr<const float>(), n,
-        n_heads * head_dim, head_dim, p.form == kernels::KdaGateForm::kLowerBound, p.lower_bound);
+    const int64_t row = n_heads * head_dim;
+    const bool lb = p.form == kernels::KdaGateForm::kLowerBound;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (head_dim % 4 == 0 && row < (int64_t{1} << 31) && is_aligned16(p.f.data) && is_aligned16(p.out.data) &&
+        is_aligned16(p.dt_bias.data)) {
+        const auto blocks = static_cast<unsigned>(std::min<int64_t>(n_tokens, 65535));
+        kda_gate_vec_kernel<<<blocks, kThreads, 0, s>>>(
+            p.out.ptr<float>(), p.f.ptr<const float>(), p.a_log.ptr<const float>(), p.dt_bias.ptr<const float>(),
+            n_tokens, static_cast<int>(row / 4), static_cast<int>(head_dim), lb, p.lower_bound);
+    } else {
+        kda_gate_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+            p.out.ptr<float>(), p.f.ptr<const float>(), p.a_log.ptr<const float>(), p.dt_bias.ptr<const float>(), n,
+            row, head_dim, lb, p.lower_bound);
+    }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
@@ -1000,8 +1093,21 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
                                   .n_rows = n_rows,
                                   .dim = dim,
                                   .eps = p.eps};
-        gated_rms_norm_kernel<TO>
-            <<<row_blocks(n_rows, kThreads / 32), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+        const auto s = static_cast<cudaStream_t>(stream);
+        const int lanes = static_cast<int>(dim / 4);
+        const auto al4 = [](int64_t stride) { return stride % 4 == 0; };
+        if (dim % 4 == 0 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && is_aligned16(a.in) &&
+            is_aligned16(a.gate) && is_aligned16(a.weight) &&
+            reinterpret_cast<uintptr_t>(a.out) % (4 * sizeof(TO)) == 0 && al4(a.i0) && al4(a.g0) && al4(a.o0)) {
+            int shift = 0;
+            while ((1 << shift) < lanes) ++shift;
+            const int64_t threads_needed = ((n_rows + kNormBatch - 1) / kNormBatch) * lanes;
+            const auto blocks =
+                static_cast<unsigned>(std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, int64_t{1} << 20));
+            gated_rms_norm_vec_kernel<TO><<<blocks, kThreads, 0, s>>>(a, lanes, shift);
+        } else {
+            gated_rms_norm_kernel<TO><<<row_blocks(n_rows, kThreads / 32), kThreads, 0, s>>>(a);
+        }
     });
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }

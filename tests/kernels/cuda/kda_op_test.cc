@@ -5,7 +5,8 @@
 //  - short_conv's fused q/k norm bit for bit against short_conv then l2norm on the GPU (SPEC section 2), over the
 //    4-wide and the scalar kernels of both ops.
 //  - l2norm (4-wide heads of 4 to 128 channels, and the strided kernel), sigmoid, sigmoid_gate, situ_mul,
-//  gated_rms_norm, kda_gate (both forms, the softplus u > 20 branch),
+//  gated_rms_norm (f32 and bf16 out; 4-wide rows of 4 to 128 channels and the scalar kernel), kda_gate (both forms,
+//    the softplus u > 20 branch; 4-wide and scalar),
 //    attn_res_mix (0 / 1 / 7 bank blocks, hidden 256 and 7168): 1 row, row counts at 63/64/65 and 127/128/129, odd
 //    widths, 3 and 96 heads, strided views, in-place (out aliasing in) where the contract allows it.
 //  - gated_delta_rule_recurrent and _chunk: T = 1, 63, 64, 65, 129, 200; 3 and 96 heads; k/v dims 128/128 and
@@ -247,6 +248,11 @@ TEST_F(KdaOpTest, ElementwiseMatchReference) {
             kernels::gated_rms_norm({.out = out.dv, .in = a.dv, .gate = b.dv, .weight = w.dv, .eps = 1e-5f}, gpu());
             kernels::gated_rms_norm({.out = out.hv, .in = a.hv, .gate = b.hv, .weight = w.hv, .eps = 1e-5f}, cpu());
             conf_pair("gated_rms_norm", "rows_dim" + shape, out, out.hv, kF32Tol, stream());
+            // bf16 out (the KDA o_proj input): the f32 result rounded once.
+            Pair out16 = poisoned_pair({s.rows, s.dim}, DType::kBF16, s.strided, alloc(), stream());
+            kernels::gated_rms_norm({.out = out16.dv, .in = a.dv, .gate = b.dv, .weight = w.dv, .eps = 1e-5f}, gpu());
+            kernels::gated_rms_norm({.out = out16.hv, .in = a.hv, .gate = b.hv, .weight = w.hv, .eps = 1e-5f}, cpu());
+            conf_pair("gated_rms_norm", "rows_dim" + shape + "_bf16_out", out16, out16.hv, kBF16Tol, stream());
         }
         if (HasFatalFailure()) return;
     }
@@ -266,7 +272,7 @@ TEST_F(KdaOpTest, KdaGateMatchesReference) {
     uint32_t seed = 5400;
     for (const KdaGateForm form : {KdaGateForm::kSoftplus, KdaGateForm::kLowerBound}) {
         for (const auto& [t, h, d] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-                 {1, 3, 128}, {65, 3, 128}, {64, 96, 128}, {129, 4, 64}}) {
+                 {1, 3, 128}, {65, 3, 128}, {64, 96, 128}, {129, 4, 64}, {7, 3, 5}}) {
             const std::string name =
                 dims(form == KdaGateForm::kSoftplus ? "softplus_T_H_D" : "lower_bound_T_H_D", {t, h, d});
             SCOPED_TRACE(name);
