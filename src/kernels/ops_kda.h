@@ -108,13 +108,33 @@ struct GatedDeltaRuleParams {
 // out = weight * (x * rsqrt(mean(x^2) + eps)) * sigmoid(gate), per row, fp32 (FusedRMSNormGated, sigmoid). out may
 // alias in (then f32). Rows may be strided. A bf16 out (the KDA output feeding a bf16 o_proj) takes the f32 result
 // rounded once.
+// Optional fusion (off while quant_out.data is nullptr), equal bit for bit to the unfused sequence (SPEC §2): then
+// also fp8_act_quant of out's rounded values viewed as [n_rows / quant_heads, quant_heads * dim] (a token's
+// quant_heads normed heads as one row: the FP8 input of KDA's o_proj) -> quant_out, quant_scale, without a pass over
+// out of its own. quant_heads must divide n_rows, and with quant_heads > 1 out's rows must be contiguous.
+// (out_scratch below: the FP8 rows without out, when nothing else reads it.)
 struct GatedRmsNormParams {
     TensorView out;     // [n_rows, dim] f32 or bf16
     TensorView in;      // [n_rows, dim] f32
     TensorView gate;    // [n_rows, dim] f32
     TensorView weight;  // [dim] f32
     float eps = 1e-6f;
+    TensorView quant_out = {};    // [n_rows / quant_heads, quant_heads * dim] f8e4m3, rows may be strided; optional
+    TensorView quant_scale = {};  // [n_rows / quant_heads, ceil(quant_heads * dim / 128)] f32, strided on dims 0 and 1
+    int64_t quant_heads = 1;
+    // With quant_out: out is the caller's scratch, which the op may leave unwritten (its dtype still sets the
+    // rounding the quantisation sees); the fused kernel then stores the FP8 rows only.
+    bool out_scratch = false;
 };
+// out viewed as the rows fp8_act_quant reads for GatedRmsNormParams::quant_out: [n_rows / quant_heads,
+// quant_heads * dim] (out itself when quant_heads is 1).
+inline TensorView gated_norm_quant_rows(const GatedRmsNormParams& p) {
+    if (p.quant_heads == 1) return p.out;
+    PENSTOCK_CHECK(p.quant_heads > 1 && p.out.ndim == 2 && p.out.size(0) % p.quant_heads == 0 && p.out.is_contiguous())
+        << "gated_rms_norm: quant_heads " << p.quant_heads << " needs contiguous out rows in whole tokens, got out "
+        << p.out.shape_string();
+    return p.out.reshape({p.out.size(0) / p.quant_heads, p.quant_heads * p.out.size(1)});
+}
 
 // Kimi K3 SiTU-GLU, elementwise in fp32:
 //   out = beta * tanh(gate / beta) * sigmoid(gate) * linear_beta * tanh(up / linear_beta)

@@ -256,14 +256,22 @@ void KdaAttention::forward(const BatchLayout& layout, const TensorView& x, const
     Tensor o_act;
     if (out.dtype != DType::kF32) o_act = scratch(ctx, {n, qkv}, out.dtype);
     const TensorView o_normed = out.dtype == DType::kF32 ? o.view().reshape({n, qkv}) : o_act.view();
+    // An FP8 o_proj reads the FP8 rows the norm writes (a token's heads as one row: the bytes and scales o_proj's own
+    // quantisation of o_normed would make), without a quantisation pass of its own; o_normed is then scratch.
+    std::optional<Fp8Activations> oq;
+    if (o_proj_.fp8() && n > 0) oq = fp8_rows_scratch(n, qkv, ctx);
     kernels::gated_rms_norm({.out = o_normed.reshape({n * d.n_heads, hd}),
                              .in = o_rows,
                              .gate = gate.view().reshape({n * d.n_heads, hd}),
                              .weight = o_norm_,
-                             .eps = options_.norm_eps},
+                             .eps = options_.norm_eps,
+                             .quant_out = oq ? oq->data.view() : TensorView{},
+                             .quant_scale = oq ? oq->scale : TensorView{},
+                             .quant_heads = d.n_heads,
+                             .out_scratch = oq.has_value()},
                             ctx);
     scope.emplace(ctx, "o_proj");
-    linear_forward(o_proj_, o_normed, out, ctx);
+    linear_forward(o_proj_, o_normed, out, ctx, oq ? &*oq : nullptr);
     tp_.all_reduce_sum(out, ctx);
 }
 

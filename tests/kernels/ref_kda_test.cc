@@ -6,7 +6,9 @@
 // once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -487,6 +489,66 @@ TEST(GatedRmsNorm, Bf16OutRoundsTheF32ResultOnce) {
     Tensor out16 = Tensor::empty({R, D}, DType::kBF16);
     kernels::gated_rms_norm({.out = out16, .in = x.view, .gate = g.view, .weight = w, .eps = 1e-5f}, kCtx);
     EXPECT_TRUE(same_bits(read_bf16(out16), rounded_bf16(read_f32(out))));
+}
+
+// gated_rms_norm's fused FP8 quantisation reads a token's heads as one row (KDA's o_proj input): heads of 48
+// channels, so 128-column groups straddle heads; scales in the FP8 GEMMs' column-major layout, each the group's amax
+// / 448 over the bf16 outputs.
+TEST(GatedRmsNorm, FusedQuantTakesATokensHeadsAsOneRow) {
+    PENSTOCK_SEEDED(3440);
+    std::mt19937 rng(3440);
+    const int64_t T = 5, H = 3, D = 48, W = H * D, kb = (W + 127) / 128;
+    const Buffer x = random_buffer(rng, {T * H, D}, /*strided=*/false, -3, 3);
+    const Buffer g = random_buffer(rng, {T * H, D}, /*strided=*/false, -6, 6);
+    Tensor w = Tensor::from_f32({D}, random_floats(rng, D, 0.5f, 1.5f));
+    Tensor out16 = Tensor::empty({T * H, D}, DType::kBF16);
+    Tensor q = Tensor::zeros({T, W}, DType::kF8E4M3);
+    Tensor sc = Tensor::zeros({kb * T}, DType::kF32);
+    kernels::gated_rms_norm({.out = out16,
+                             .in = x.view,
+                             .gate = g.view,
+                             .weight = w,
+                             .eps = 1e-5f,
+                             .quant_out = q,
+                             .quant_scale = sc.view().as_strided(0, {T, kb}, {1, T}),
+                             .quant_heads = H},
+                            kCtx);
+    Tensor plain = Tensor::empty({T * H, D}, DType::kBF16);
+    kernels::gated_rms_norm({.out = plain, .in = x.view, .gate = g.view, .weight = w, .eps = 1e-5f}, kCtx);
+    const std::vector<float> y = read_bf16(plain.view());
+    EXPECT_TRUE(same_bits(read_bf16(out16), y));
+    // The token rows by hand: head h of token t is row t * H + h.
+    std::vector<float> rows(static_cast<size_t>(T * W));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+            for (int64_t i = 0; i < D; ++i) rows[size_t(t * W + h * D + i)] = y[size_t((t * H + h) * D + i)];
+        }
+    }
+    Tensor want_q = Tensor::zeros({T, W}, DType::kF8E4M3);
+    Tensor want_s = Tensor::zeros({T, kb}, DType::kF32);
+    kernels::fp8_act_quant({.out = want_q, .scale = want_s, .in = Tensor::from_f32({T, W}, rows)}, kCtx);
+    EXPECT_EQ(0, std::memcmp(q.view().data, want_q.view().data, static_cast<size_t>(T * W)));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t b = 0; b < kb; ++b) {
+            float amax = 0.0f;
+            for (int64_t i = 128 * b; i < std::min(W, 128 * (b + 1)); ++i)
+                amax = std::max(amax, std::fabs(rows[size_t(t * W + i)]));
+            EXPECT_EQ(sc.ptr<float>()[b * T + t], std::max(amax, 1e-4f) / 448.0f) << "token " << t << " group " << b;
+            EXPECT_EQ(sc.ptr<float>()[b * T + t], want_s.ptr<float>()[t * kb + b]);
+        }
+    }
+}
+
+// quant_heads must divide the rows.
+TEST(GatedRmsNormDeathTest, QuantHeadsMustDivideTheRows) {
+    Tensor x = Tensor::zeros({5, 8}, DType::kF32);
+    Tensor w = Tensor::zeros({8}, DType::kF32);
+    Tensor q = Tensor::zeros({2, 16}, DType::kF8E4M3);
+    Tensor sc = Tensor::zeros({2, 1}, DType::kF32);
+    EXPECT_DEATH(
+        kernels::gated_rms_norm(
+            {.out = x, .in = x, .gate = x, .weight = w, .quant_out = q, .quant_scale = sc, .quant_heads = 2}, kCtx),
+        "quant_heads");
 }
 
 // Mixed activation dtypes are programmer errors that name the operand.

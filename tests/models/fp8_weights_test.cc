@@ -365,6 +365,8 @@ void expect_native_matches_dequantised(const std::filesystem::path& src, double 
     ASSERT_TRUE(config->fp8.has_value());
     Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(dir);
     ASSERT_TRUE(ckpt.ok());
+    // KDA layers' FP8 o_proj reads the rows its gated norm writes (no "act_quant" of its own under o_proj).
+    bool kda_o_norm = false, kda_o_proj_quantises = false;
     auto run = [&](Fp8Weights mode) -> std::vector<Tensor> {
         models::ModelOptions options;
         options.fp8_weights = mode;
@@ -372,12 +374,24 @@ void expect_native_matches_dequantised(const std::filesystem::path& src, double 
         EXPECT_TRUE(model.ok()) << model.status().to_string();
         if (!model.ok()) return {};
         runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 16, .n_threads = 2});
+        kernels::Profiler profiler(Device::kCPU);
+        runner.set_profiler(&profiler);
         auto logits = runner.prefill_all_logits(prompts, /*chunk_size=*/0);
+        runner.set_profiler(nullptr);
+        if (mode == Fp8Weights::kNative) {
+            for (const kernels::ProfileTotal& t : kernels::aggregate(profiler.collect())) {
+                kda_o_norm = kda_o_norm || t.path.ends_with("kda.o_norm");
+                kda_o_proj_quantises = kda_o_proj_quantises || t.path.ends_with("kda.o_proj.act_quant");
+            }
+        }
         EXPECT_TRUE(logits.ok()) << logits.status().to_string();
         return logits.ok() ? std::move(logits).value() : std::vector<Tensor>{};
     };
     const std::vector<Tensor> native = run(Fp8Weights::kNative);
     const std::vector<Tensor> dequant = run(Fp8Weights::kDequant);
+    if (kda_o_norm) {
+        EXPECT_FALSE(kda_o_proj_quantises) << "KDA's o_proj quantised its input itself";
+    }
     std::filesystem::remove_all(dir);
     ASSERT_EQ(native.size(), prompts.size());
     ASSERT_EQ(dequant.size(), prompts.size());

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_ops_kda.h"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/rows_vec.cuh"
@@ -360,6 +362,14 @@ struct GatedNormArgs {
     int64_t o0, i0, g0;
     int64_t n_rows, dim;
     float eps;
+    // The fused FP8 quantisation (GatedRmsNormParams::quant_out; vec kernel, dim 128: a row is one group): row r =
+    // token r / q_heads, head r % q_heads; its bytes at q + token * q0 + head * 128, its scale at token * qs0 +
+    // head * qs1.
+    uint8_t* q = nullptr;
+    float* q_scale = nullptr;
+    int64_t q0 = 0, qs0 = 0, qs1 = 0;
+    int q_heads = 1;        // n_rows < 2^31 on the fused path: 32-bit row arithmetic
+    bool store_out = true;  // false: GatedRmsNormParams::out_scratch on the fused path
 };
 
 // bf16 out: the f32 value rounded once (the KDA output feeding a bf16 o_proj, without an f32 copy in between).
@@ -387,8 +397,10 @@ __global__ void gated_rms_norm_kernel(GatedNormArgs<TO> a) {
 // before computing any, so 2 kBatch 16-byte loads are in flight per thread. The sum of squares is head_sum_sq's (a
 // different association than the scalar kernel's lane-strided sum: f32-rounding differences only); the element
 // formula is the scalar kernel's. Lanes past the last row load zeros and store nothing, but take part in the shuffles.
+// kQuant (dim 128, lanes_per_head 32): each row is also one 128-column group of fp8_act_quant: its amax over the
+// rounded outputs by xor shuffles over the warp, then fp8.cuh act_quant_group: fp8_act_quant's bytes and scales.
 constexpr int kNormBatch = 4;
-template <class TO>
+template <class TO, bool kQuant>
 __global__ void gated_rms_norm_vec_kernel(GatedNormArgs<TO> a, int lanes_per_head, int lane_shift) {
     const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t rows_per_step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lane_shift;
@@ -411,6 +423,7 @@ __global__ void gated_rms_norm_vec_kernel(GatedNormArgs<TO> a, int lanes_per_hea
         for (int j = 0; j < kNormBatch; ++j) {
             const int64_t r = r0 + j * rows_per_step;
             const float inv_rms = 1.0f / sqrtf(head_sum_sq(x[j], lanes_per_head) / static_cast<float>(a.dim) + a.eps);
+            float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the stored (rounded) outputs, the quantiser's input
             if (r < a.n_rows) {
                 const float y0 = w.x * (x[j].x * inv_rms) * sigmoidf(g[j].x);
                 const float y1 = w.y * (x[j].y * inv_rms) * sigmoidf(g[j].y);
@@ -418,13 +431,28 @@ __global__ void gated_rms_norm_vec_kernel(GatedNormArgs<TO> a, int lanes_per_hea
                 const float y3 = w.w * (x[j].w * inv_rms) * sigmoidf(g[j].w);
                 TO* y = a.out + r * a.o0 + 4 * sub;
                 if constexpr (std::is_same_v<TO, float>) {
-                    *reinterpret_cast<float4*>(y) = make_float4(y0, y1, y2, y3);
+                    if (!kQuant || a.store_out) *reinterpret_cast<float4*>(y) = make_float4(y0, y1, y2, y3);
+                    f[0] = y0, f[1] = y1, f[2] = y2, f[3] = y3;
                 } else {
                     const __nv_bfloat162 lo = __floats2bfloat162_rn(y0, y1), hi = __floats2bfloat162_rn(y2, y3);
                     uint2 packed;
                     packed.x = *reinterpret_cast<const uint32_t*>(&lo);
                     packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-                    *reinterpret_cast<uint2*>(y) = packed;
+                    if (!kQuant || a.store_out) *reinterpret_cast<uint2*>(y) = packed;
+                    const float2 flo = __bfloat1622float2(lo), fhi = __bfloat1622float2(hi);
+                    f[0] = flo.x, f[1] = flo.y, f[2] = fhi.x, f[3] = fhi.y;
+                }
+            }
+            if constexpr (kQuant) {
+                float amax = fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3])));
+#pragma unroll
+                for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                uint32_t qw[1];
+                const float sc = act_quant_group(f, amax, qw);
+                if (r < a.n_rows) {
+                    const int rr = static_cast<int>(r), t = rr / a.q_heads, h = rr - t * a.q_heads;
+                    reinterpret_cast<uint32_t*>(a.q + t * a.q0 + h * 128)[sub] = qw[0];
+                    if (sub == 0) a.q_scale[t * a.qs0 + h * a.qs1] = sc;
                 }
             }
         }
@@ -1080,19 +1108,34 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
     PENSTOCK_CHECK(is_float_dtype(p.out.dtype)) << op << ": out must be f32 or bf16";
     check_rows(p.out, n_rows, dim, p.out.dtype, op, "out");
     check_vec(p.weight, dim, op, "weight");
+    const bool quant = p.quant_out.data != nullptr;
+    if (quant) {
+        const TensorView rows = kernels::gated_norm_quant_rows(p);  // checks quant_heads against out
+        check_on_gpu(p.quant_out, op, "quant_out");
+        check_on_gpu(p.quant_scale, op, "quant_scale");
+        const int64_t nt = rows.size(0), width = rows.size(1), kb = (width + 127) / 128;
+        PENSTOCK_CHECK(p.quant_out.ndim == 2 && p.quant_out.size(0) == nt && p.quant_out.size(1) == width &&
+                       p.quant_out.dtype == DType::kF8E4M3 && p.quant_out.stride(1) == 1)
+            << op << ": quant_out " << p.quant_out.shape_string() << " " << dtype_name(p.quant_out.dtype)
+            << ", expected [" << nt << ", " << width << "] f8e4m3 with contiguous rows";
+        PENSTOCK_CHECK(p.quant_scale.ndim == 2 && p.quant_scale.size(0) == nt && p.quant_scale.size(1) == kb &&
+                       p.quant_scale.dtype == DType::kF32)
+            << op << ": quant_scale " << p.quant_scale.shape_string() << ", expected [" << nt << ", " << kb << "] f32";
+    }
     if (n_rows == 0) return;
+    bool fused = false;
     dispatch_float(p.out.dtype, op, [&](auto to) {
         using TO = decltype(to);
-        const GatedNormArgs<TO> a{.out = p.out.ptr<TO>(),
-                                  .in = p.in.ptr<const float>(),
-                                  .gate = p.gate.ptr<const float>(),
-                                  .weight = p.weight.ptr<const float>(),
-                                  .o0 = p.out.stride(0),
-                                  .i0 = p.in.stride(0),
-                                  .g0 = p.gate.stride(0),
-                                  .n_rows = n_rows,
-                                  .dim = dim,
-                                  .eps = p.eps};
+        GatedNormArgs<TO> a{.out = p.out.ptr<TO>(),
+                            .in = p.in.ptr<const float>(),
+                            .gate = p.gate.ptr<const float>(),
+                            .weight = p.weight.ptr<const float>(),
+                            .o0 = p.out.stride(0),
+                            .i0 = p.in.stride(0),
+                            .g0 = p.gate.stride(0),
+                            .n_rows = n_rows,
+                            .dim = dim,
+                            .eps = p.eps};
         const auto s = static_cast<cudaStream_t>(stream);
         const int lanes = static_cast<int>(dim / 4);
         const auto al4 = [](int64_t stride) { return stride % 4 == 0; };
@@ -1101,15 +1144,35 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
             reinterpret_cast<uintptr_t>(a.out) % (4 * sizeof(TO)) == 0 && al4(a.i0) && al4(a.g0) && al4(a.o0)) {
             int shift = 0;
             while ((1 << shift) < lanes) ++shift;
+            // One quantisation group per row: 128 channels (32 lanes), 4-byte aligned e4m3 rows.
+            const bool fuse_quant = quant && dim == 128 && n_rows < (int64_t{1} << 31) &&
+                                    reinterpret_cast<uintptr_t>(p.quant_out.data) % 4 == 0 &&
+                                    p.quant_out.stride(0) % 4 == 0;
             const int64_t threads_needed = ((n_rows + kNormBatch - 1) / kNormBatch) * lanes;
             const auto blocks =
                 static_cast<unsigned>(std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, int64_t{1} << 20));
-            gated_rms_norm_vec_kernel<TO><<<blocks, kThreads, 0, s>>>(a, lanes, shift);
+            if (fuse_quant) {
+                a.q = p.quant_out.ptr<uint8_t>();
+                a.q_scale = p.quant_scale.ptr<float>();
+                a.q0 = p.quant_out.stride(0);
+                a.qs0 = p.quant_scale.stride(0);
+                a.qs1 = p.quant_scale.stride(1);
+                a.q_heads = static_cast<int>(p.quant_heads);
+                a.store_out = !p.out_scratch;
+                gated_rms_norm_vec_kernel<TO, true><<<blocks, kThreads, 0, s>>>(a, lanes, shift);
+            } else {
+                gated_rms_norm_vec_kernel<TO, false><<<blocks, kThreads, 0, s>>>(a, lanes, shift);
+            }
+            fused = fuse_quant;
         } else {
             gated_rms_norm_kernel<TO><<<row_blocks(n_rows, kThreads / 32), kThreads, 0, s>>>(a);
         }
     });
     PENSTOCK_CUDA_LAUNCH_CHECK();
+    // Off the fused path the quantiser reads the finished out (the same bytes, one pass more).
+    if (quant && !fused) {
+        fp8_act_quant({.out = p.quant_out, .scale = p.quant_scale, .in = kernels::gated_norm_quant_rows(p)}, stream);
+    }
 }
 
 void attn_res_mix(const kernels::AttnResMixParams& p, void* stream) {

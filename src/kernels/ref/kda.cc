@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "kernels/ref/ref_kda.h"
+#include "kernels/ref/ref_ops.h"
 #include "kernels/ref/ref_rows.h"
 
 namespace penstock::ref {
@@ -393,6 +394,10 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, ThreadPool* pool) {
             });
         }
     });
+    // The fused quantisation is fp8_act_quant of the finished output, a token's heads as one row (ops_kda.h).
+    if (p.quant_out.data != nullptr) {
+        fp8_act_quant({.out = p.quant_out, .scale = p.quant_scale, .in = kernels::gated_norm_quant_rows(p)}, pool);
+    }
 }
 
 void situ_mul(const kernels::SituMulParams& p, ThreadPool* pool) {

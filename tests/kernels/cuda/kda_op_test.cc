@@ -5,7 +5,8 @@
 //  - short_conv's fused q/k norm bit for bit against short_conv then l2norm on the GPU (SPEC section 2), over the
 //    4-wide and the scalar kernels of both ops.
 //  - l2norm (4-wide heads of 4 to 128 channels, and the strided kernel), sigmoid, sigmoid_gate, situ_mul,
-//  gated_rms_norm (f32 and bf16 out; 4-wide rows of 4 to 128 channels and the scalar kernel), kda_gate (both forms,
+//  gated_rms_norm (f32 and bf16 out; 4-wide rows of 4 to 128 channels and the scalar kernel; its fused FP8
+//    quantisation bit for bit the norm then fp8_act_quant), kda_gate (both forms,
 //    the softplus u > 20 branch; 4-wide and scalar),
 //    attn_res_mix (0 / 1 / 7 bank blocks, hidden 256 and 7168): 1 row, row counts at 63/64/65 and 127/128/129, odd
 //    widths, 3 and 96 heads, strided views, in-place (out aliasing in) where the contract allows it.
@@ -268,6 +269,86 @@ TEST_F(KdaOpTest, ElementwiseMatchReference) {
     conf_close("situ_mul", "65_129_inplace_up", read_pair(b, stream(), false).values, read_f32(b.hv), kF32Tol);
 }
 
+// gated_rms_norm's fused FP8 quantisation (quant_out: a token's heads as one row, KDA's o_proj input) is bit for bit
+// the norm followed by fp8_act_quant of its out on the GPU (SPEC section 2): fused in the 4-wide kernel for heads of
+// 128 channels, the quantiser after the norm otherwise (heads of 64 and 48: groups straddle heads; a strided out with
+// one head per row), bf16 and f32 out, row-major and column-major (the FP8 GEMMs') scales; with out_scratch (the
+// FP8 rows only) the same bytes and scales.
+TEST_F(KdaOpTest, GatedRmsNormFusedQuantIsNormThenQuant) {
+    struct QuantCase {
+        int64_t tokens, heads, dim;
+        DType out_dtype;
+        bool transposed_scale, strided;
+        bool out_scratch = false;
+    };
+    uint32_t seed = 5400;
+    for (const QuantCase& c : std::vector<QuantCase>{{65, 12, 128, DType::kBF16, true, false},
+                                                     {33, 3, 128, DType::kF32, false, false},
+                                                     {1, 96, 128, DType::kBF16, true, false},
+                                                     {17, 4, 64, DType::kBF16, true, false},
+                                                     {5, 7, 48, DType::kBF16, false, false},
+                                                     {9, 1, 128, DType::kBF16, true, true},
+                                                     {65, 12, 128, DType::kBF16, true, false, true},
+                                                     {17, 4, 64, DType::kBF16, true, false, true}}) {
+        const int64_t rows = c.tokens * c.heads, width = c.heads * c.dim, kb = (width + 127) / 128;
+        SCOPED_TRACE(dims("tokens_heads_dim", {c.tokens, c.heads, c.dim}) + "_" + std::string(dtype_name(c.out_dtype)) +
+                     (c.transposed_scale ? "_colmajor_scale" : "") + (c.strided ? "_strided" : "") +
+                     (c.out_scratch ? "_out_scratch" : ""));
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const Pair x = random_pair(rng, {rows, c.dim}, DType::kF32, false, alloc(), stream(), -4.0f, 4.0f);
+        const Pair g = random_pair(rng, {rows, c.dim}, DType::kF32, false, alloc(), stream(), -6.0f, 6.0f);
+        const Pair w = random_pair(rng, {c.dim}, DType::kF32, false, alloc(), stream(), 0.5f, 1.5f);
+        Pair out[2] = {poisoned_pair({rows, c.dim}, c.out_dtype, c.strided, alloc(), stream()),
+                       poisoned_pair({rows, c.dim}, c.out_dtype, c.strided, alloc(), stream())};
+        Tensor q[2], sc[2];
+        for (int k = 0; k < 2; ++k) {
+            q[k] = Tensor::empty({c.tokens, width}, DType::kF8E4M3, alloc());
+            sc[k] = Tensor::empty({c.tokens * kb}, DType::kF32, alloc());
+            cuda::fill_bytes_async(q[k], 0xee, stream());
+            cuda::fill_bytes_async(sc[k], 0xee, stream());
+        }
+        const auto scales = [&](const Tensor& t) {
+            return c.transposed_scale ? t.view().as_strided(0, {c.tokens, kb}, {1, c.tokens})
+                                      : t.view().as_strided(0, {c.tokens, kb}, {kb, 1});
+        };
+        kernels::gated_rms_norm({.out = out[0].dv,
+                                 .in = x.dv,
+                                 .gate = g.dv,
+                                 .weight = w.dv,
+                                 .eps = 1e-5f,
+                                 .quant_out = q[0],
+                                 .quant_scale = scales(sc[0]),
+                                 .quant_heads = c.heads,
+                                 .out_scratch = c.out_scratch},
+                                gpu());
+        kernels::gated_rms_norm({.out = out[1].dv, .in = x.dv, .gate = g.dv, .weight = w.dv, .eps = 1e-5f}, gpu());
+        kernels::fp8_act_quant({.out = q[1],
+                                .scale = scales(sc[1]),
+                                .in = c.heads == 1 ? out[1].dv : out[1].dv.reshape({c.tokens, width})},
+                               gpu());
+        const auto same_bytes = [&](const TensorView& a, const TensorView& b, const char* what) {
+            const Tensor ha = cuda::to_host(a, stream()), hb = cuda::to_host(b, stream());
+            const auto nbytes = static_cast<size_t>(ha.numel() * dtype_bits(ha.dtype()) / 8);
+            ASSERT_EQ(nbytes, static_cast<size_t>(hb.numel() * dtype_bits(hb.dtype()) / 8));
+            int64_t diff = 0;
+            for (size_t i = 0; i < nbytes; ++i) {
+                diff +=
+                    static_cast<const uint8_t*>(ha.view().data)[i] != static_cast<const uint8_t*>(hb.view().data)[i];
+            }
+            EXPECT_EQ(diff, 0) << what << ": bytes differ from the unfused ops (of " << nbytes << ")";
+        };
+        if (!c.out_scratch) same_bytes(out[0].dev, out[1].dev, "out");
+        same_bytes(q[0], q[1], "quant_out");
+        same_bytes(sc[0], sc[1], "quant_scale");
+        // Not all zero or poison: the scales are the groups' amax / 448 of a non-trivial output.
+        const Tensor hs = cuda::to_host(sc[0], stream());
+        EXPECT_GT(hs.view().ptr<const float>()[0], 0.0f);
+        EXPECT_LT(hs.view().ptr<const float>()[0], 1.0f);
+        if (HasFatalFailure()) return;
+    }
+}
+
 TEST_F(KdaOpTest, KdaGateMatchesReference) {
     uint32_t seed = 5400;
     for (const KdaGateForm form : {KdaGateForm::kSoftplus, KdaGateForm::kLowerBound}) {
@@ -425,6 +506,7 @@ void run_delta(KdaOpTest* self, const DeltaCase& c, uint32_t seed, cuda::CudaCac
     conf_close(op, name + " out", read_f32(out_g.view()), read_f32(out_h.view()), tol, {T, H, V});
     const Tensor st_g = cuda::to_host(state_d, stream);
     conf_close(op, name + " state", read_f32(st_g.view()), read_f32(state_h.view()), tol);
+
     (void)self;
 }
 
