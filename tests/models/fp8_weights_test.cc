@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/reference.h"
@@ -523,6 +524,25 @@ Tensor act_quant_dequant(const TensorView& x) {
     return out;
 }
 
+// The router's top-2 over moe_config's 4 experts for rows x (no bias), as MoeBlock computes it: ids [n, 2] and
+// weights [n, 2].
+std::pair<Tensor, Tensor> route_top2(const loader::ModelConfig& config, const loader::WeightMap& whole,
+                                     const Tensor& x) {
+    const int64_t n = x.size(0);
+    Tensor logits = Tensor::empty({n, 4}, DType::kF32);
+    kernels::gemm({.out = logits, .a = x, .b = whole.at("mlp.gate.weight")}, kernels::Context{});
+    Tensor ids = Tensor::empty({n, 2}, DType::kI32);
+    Tensor w = Tensor::empty({n, 2}, DType::kF32);
+    kernels::moe_routing({.topk_ids = ids,
+                          .topk_weights = w,
+                          .logits = logits,
+                          .bias = TensorView{},
+                          .routed_scaling_factor = static_cast<float>(config.routed_scaling_factor),
+                          .norm_topk_prob = config.norm_topk_prob},
+                         kernels::Context{});
+    return {std::move(ids), std::move(w)};
+}
+
 // SwiGLU expert on one row with dequantised weights and act-quantised inputs of both GEMMs: the FP8 expert's math.
 std::vector<float> fp8_expert_ref(const loader::WeightMap& m, const std::string& p, const TensorView& x_row,
                                   int64_t inter) {
@@ -570,17 +590,7 @@ TEST(Fp8Weights, MoeExpertsAreActQuantThenTheDequantisedExperts) {
         Tensor out = Tensor::empty({kT, 128}, DType::kF32);
         moe->forward(x, out, kernels::Context{});
 
-        Tensor logits = Tensor::empty({kT, 4}, DType::kF32);
-        kernels::gemm({.out = logits, .a = x, .b = whole.at("mlp.gate.weight")}, kernels::Context{});
-        Tensor ids = Tensor::empty({kT, 2}, DType::kI32);
-        Tensor w = Tensor::empty({kT, 2}, DType::kF32);
-        kernels::moe_routing({.topk_ids = ids,
-                              .topk_weights = w,
-                              .logits = logits,
-                              .bias = TensorView{},
-                              .routed_scaling_factor = static_cast<float>(config.routed_scaling_factor),
-                              .norm_topk_prob = config.norm_topk_prob},
-                             kernels::Context{});
+        const auto [ids, w] = route_top2(config, whole, x);
         Tensor want = Tensor::zeros({kT, 128}, DType::kF32);
         for (int64_t t = 0; t < kT; ++t) {
             const TensorView row = x.view().slice(0, t, t + 1);
@@ -648,17 +658,7 @@ TEST(Fp8Weights, LatentMoeProjectionsAreFp8Linears) {
         }
         return y;
     };
-    Tensor logits = Tensor::empty({kT, 4}, DType::kF32);
-    kernels::gemm({.out = logits, .a = x, .b = whole.at("mlp.gate.weight")}, kernels::Context{});
-    Tensor ids = Tensor::empty({kT, 2}, DType::kI32);
-    Tensor w = Tensor::empty({kT, 2}, DType::kF32);
-    kernels::moe_routing({.topk_ids = ids,
-                          .topk_weights = w,
-                          .logits = logits,
-                          .bias = TensorView{},
-                          .routed_scaling_factor = static_cast<float>(config.routed_scaling_factor),
-                          .norm_topk_prob = config.norm_topk_prob},
-                         kernels::Context{});
+    const auto [ids, w] = route_top2(config, whole, x);
     Tensor want = Tensor::empty({kT, 128}, DType::kF32);
     for (int64_t t = 0; t < kT; ++t) {
         const TensorView row = x.view().slice(0, t, t + 1);
