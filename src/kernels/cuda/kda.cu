@@ -204,6 +204,17 @@ __device__ __forceinline__ float head_sum_sq(float4 v, int lanes_per_head) {
     return ss;
 }
 __device__ __forceinline__ float l2_scale(float sum_sq, float eps) { return 1.0f / sqrtf(sum_sq + eps); }
+// Host side: the lanes per head of head_sum_sq's 4-wide layout for heads of dim channels (dim / 4, a power of two
+// <= 32), or 0 where dim does not take it; and log2 of such a lane count.
+inline int head_lanes_4wide(int64_t dim) {
+    const int64_t lanes = dim / 4;
+    return dim % 4 == 0 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 ? static_cast<int>(lanes) : 0;
+}
+inline int lanes_log2(int lanes) {
+    int shift = 0;
+    while ((1 << shift) < lanes) ++shift;
+    return shift;
+}
 
 // short_conv, vectorised (K = kernel 2..4, the configs' sizes): a warp owns 128 channels (4 per lane, float4) of a run
 // of kConvRun consecutive tokens and slides the window along them in registers, so each input row is read once per
@@ -995,9 +1006,8 @@ void short_conv(const kernels::ShortConvParams& p, void* stream) {
     const bool vec = kernel >= 2 && kernel <= 4 && channels % 4 == 0 && p.in.stride(0) % 4 == 0 &&
                      p.out.stride(0) % 4 == 0 && is_aligned16(p.in.ptr<const float>()) &&
                      is_aligned16(p.out.ptr<float>()) && is_aligned16(p.conv_state.ptr<float>());
-    const int head_lanes = static_cast<int>(p.norm_dim / 4);
-    const bool fuse_norm =
-        p.norm_channels > 0 && vec && p.norm_dim % 4 == 0 && head_lanes <= 32 && (head_lanes & (head_lanes - 1)) == 0;
+    const int head_lanes = head_lanes_4wide(p.norm_dim);
+    const bool fuse_norm = p.norm_channels > 0 && vec && head_lanes > 0;
     const int lanes = fuse_norm ? head_lanes : 0;
     const int64_t fused_norm_channels = fuse_norm ? p.norm_channels : 0;
     if (n_tokens > 0 && vec) {
@@ -1056,13 +1066,11 @@ void l2norm(const kernels::L2NormParams& p, void* stream) {
                    .eps = p.eps};
     const auto s = static_cast<cudaStream_t>(stream);
     // The 4-wide kernel (the fused short_conv norm's arithmetic) where the heads allow it, as short_conv's own test.
-    const int lanes = static_cast<int>(dim / 4);
+    const int lanes = head_lanes_4wide(dim);
     const auto al4 = [](int64_t stride) { return stride % 4 == 0; };
-    if (dim % 4 == 0 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && is_aligned16(a.in) &&
-        is_aligned16(a.out) && al4(a.i0) && al4(a.i1) && al4(a.o0) && al4(a.o1) &&
+    if (lanes > 0 && is_aligned16(a.in) && is_aligned16(a.out) && al4(a.i0) && al4(a.i1) && al4(a.o0) && al4(a.o1) &&
         n_tokens * n_heads * lanes < (int64_t{1} << 31)) {
-        int shift = 0;
-        while ((1 << shift) < lanes) ++shift;
+        const int shift = lanes_log2(lanes);
         const auto blocks = static_cast<unsigned>((n_tokens * n_heads * lanes + kThreads - 1) / kThreads);
         l2norm_vec_kernel<<<blocks, kThreads, 0, s>>>(a, DivU32(static_cast<uint32_t>(n_heads)), lanes, shift);
     } else {
@@ -1137,13 +1145,11 @@ void gated_rms_norm(const kernels::GatedRmsNormParams& p, void* stream) {
                             .dim = dim,
                             .eps = p.eps};
         const auto s = static_cast<cudaStream_t>(stream);
-        const int lanes = static_cast<int>(dim / 4);
+        const int lanes = head_lanes_4wide(dim);
         const auto al4 = [](int64_t stride) { return stride % 4 == 0; };
-        if (dim % 4 == 0 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && is_aligned16(a.in) &&
-            is_aligned16(a.gate) && is_aligned16(a.weight) &&
+        if (lanes > 0 && is_aligned16(a.in) && is_aligned16(a.gate) && is_aligned16(a.weight) &&
             reinterpret_cast<uintptr_t>(a.out) % (4 * sizeof(TO)) == 0 && al4(a.i0) && al4(a.g0) && al4(a.o0)) {
-            int shift = 0;
-            while ((1 << shift) < lanes) ++shift;
+            const int shift = lanes_log2(lanes);
             // One quantisation group per row: 128 channels (32 lanes), 4-byte aligned e4m3 rows.
             const bool fuse_quant = quant && dim == 128 && n_rows < (int64_t{1} << 31) &&
                                     reinterpret_cast<uintptr_t>(p.quant_out.data) % 4 == 0 &&
