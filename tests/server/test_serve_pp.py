@@ -93,6 +93,25 @@ def rest_of_output(srv):
     return "".join(srv.head) + srv.proc.stdout.read() + srv.proc.stderr.read()
 
 
+# Open MPI 4's runtime can report a rank that called MPI_Finalize as "exiting improperly", naming PID 0 (the daemon
+# saw the exit before it recorded the finalize; open-mpi/ompi#7833, #12607: not fixed on v4). That report, and only
+# that one, is not taken as the server's failure; every rank must still have printed its clean-stop line.
+OMPI_V4_EXIT_RACE = re.compile(r"mpirun has exited due to process rank \d+ with PID 0 on\s+node \S+ exiting improperly")
+
+
+def exited_output(test, srv):
+    """Waits for the launcher to exit, requires exit status 0 (with everything the ranks printed as the failure
+    message) and returns that output."""
+    rc = srv.proc.wait(timeout=60)
+    output = rest_of_output(srv)
+    if rc == 1 and OMPI_V4_EXIT_RACE.search(output):
+        print("[note] mpirun exit status 1 from Open MPI 4's finalize/exit race (PID 0); ranks' stop lines checked",
+              flush=True)
+    else:
+        test.assertEqual(rc, 0, f"launcher exit status {rc}; its output:\n{output[-8000:]}")
+    return output
+
+
 def check_clean_stop(test, output, n_stages, lanes=1):
     """Every rank (n_stages x lanes of tp x cp) printed its stop line with no KV page in use."""
     lines = re.findall(r"(stage \d+)[^\n]*KV pages in use: (\d+) of", output)
@@ -147,8 +166,7 @@ class PipelineServe(unittest.TestCase):
             st, _, out = result["out"]
             self.assertEqual(st, 200, out)
             self.assertEqual(len(out["output_ids"]), 200)
-            self.assertEqual(srv.proc.wait(timeout=60), 0)
-            check_clean_stop(self, rest_of_output(srv), 2)
+            check_clean_stop(self, exited_output(self, srv), 2)
             report("serve pp=2", partition=info["pp_layer_partition"], requests=len(batch),
                    identical_to_single=True, wall_s=round(took, 2), sigterm_drain="in-flight request completed",
                    mpirun_rc=0)
@@ -173,8 +191,7 @@ class PipelineServe(unittest.TestCase):
             self.assertEqual(st, 200, out)
             self.assertEqual(out["choices"][0]["text"], ref_text)
             os.kill(srv.pid, signal.SIGTERM)
-            self.assertEqual(srv.proc.wait(timeout=60), 0)
-            check_clean_stop(self, rest_of_output(srv), pp, lanes=tp * cp)
+            check_clean_stop(self, exited_output(self, srv), pp, lanes=tp * cp)
             report(f"serve pp={pp} tp={tp} ep={ep} cp={cp}", ranks=n, requests=len(batch), identical_to_single=True,
                    wall_s=round(took, 2))
         finally:
@@ -216,8 +233,7 @@ class PipelineServe(unittest.TestCase):
             info = self.check_info(srv, 3, None, 5)
             self.assertTrue(info["pp_eager_bank_forward"])
             os.kill(srv.pid, signal.SIGTERM)
-            self.assertEqual(srv.proc.wait(timeout=60), 0)
-            check_clean_stop(self, rest_of_output(srv), 3)
+            check_clean_stop(self, exited_output(self, srv), 3)
             report("serve K3 pp=3 eager bank", partition=info["pp_layer_partition"], requests=len(batch),
                    identical_to_single=True)
         finally:
@@ -242,8 +258,7 @@ class PipelineServe(unittest.TestCase):
                 info = self.check_info(srv, 2, None, layers)
                 self.assertEqual(info["load_format"], "dummy")
                 os.kill(srv.pid, signal.SIGTERM)
-                self.assertEqual(srv.proc.wait(timeout=60), 0)
-                check_clean_stop(self, rest_of_output(srv), 2)
+                check_clean_stop(self, exited_output(self, srv), 2)
                 report("serve --load-format dummy pp=2", requests=len(batch), identical_to_single=True)
             finally:
                 srv.stop()
@@ -301,8 +316,7 @@ class PipelineServe(unittest.TestCase):
             m = srv.metrics()
             aborted = {k: v for k, v in m.items() if k.startswith("penstock_requests_aborted_total")}
             os.kill(srv.pid, signal.SIGTERM)
-            self.assertEqual(srv.proc.wait(timeout=60), 0)
-            check_clean_stop(self, rest_of_output(srv), 2)
+            check_clean_stop(self, exited_output(self, srv), 2)
             report("serve pp=2 ended requests", pool_pages=16, aborted=aborted, refills_ok=3, leaked_pages=0)
         finally:
             srv.stop()
@@ -334,8 +348,7 @@ class PipelineServe(unittest.TestCase):
             try:
                 self.assertEqual(generate_all(srv, batch, seeded), ref, f"pp {pp}")
                 os.kill(srv.pid, signal.SIGTERM)
-                self.assertEqual(srv.proc.wait(timeout=60), 0)
-                check_clean_stop(self, rest_of_output(srv), pp)
+                check_clean_stop(self, exited_output(self, srv), pp)
             finally:
                 srv.stop()
         report("serve seeded sampling pp=2/3/4", requests=len(batch), seeded=len(batch) - len(batch[::3]),
@@ -386,8 +399,7 @@ class PipelineServe(unittest.TestCase):
                 else:
                     self.assertEqual(pipe["max_micro_batches_in_flight"], 1, pipe)
                 os.kill(srv.pid, signal.SIGTERM)
-                self.assertEqual(srv.proc.wait(timeout=60), 0)
-                check_clean_stop(self, rest_of_output(srv), 4)
+                check_clean_stop(self, exited_output(self, srv), 4)
             finally:
                 srv.stop()
         report("serve pp=4 overlapped (4 slots)", requests=len(batch), identical_to_single=True, **figures[4])
