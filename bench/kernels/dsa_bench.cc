@@ -11,9 +11,10 @@
 // FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
 // 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
-// Top-k: the default kernel (TopkVariant::kRangeRadix) and kLegacy on the same logits, same run; the rows whose
-// boundary was tied (replayed), and the count of indices where the two disagree (must be 0: both match the reference);
-// at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's throughput).
+// Top-k: the default kernel (TopkVariant::kRangeRadix), kRangeRadixScalarCompact (interleaved: scalar, default,
+// scalar, default) and kLegacy on the same logits, same run; the rows whose boundary was tied (replayed), and the
+// count of indices where the variants disagree with kLegacy (must be 0: all match the reference); at T <= 16384 also
+// on the logits rounded through bf16, where nearly every row is tied (the replay's throughput).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -122,7 +123,20 @@ void run_dsa_bench(BenchContext& ctx) {
         // The legacy kernel first (its output compared below), then the default one.
         const Timing t_topk_legacy =
             ctx.time([&] { cuda::dsa_topk(tp_legacy, cuda::TopkVariant::kLegacy, ctx.alloc(), s); }, 1, reps);
+        // kRangeRadixScalarCompact (one key per lane in the compaction) before and after the default (which writes
+        // last).
+        const Timing t_topk_scalar_a =
+            ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixScalarCompact, ctx.alloc(), s); }, 1, reps);
+        int64_t scalar_mismatches = 0;
+        {
+            const Tensor a = cuda::to_host(idx, ctx.stream());
+            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
+            for (int64_t i = 0; i < a.numel(); ++i) scalar_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
+        }
         t_topk = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
+        const Timing t_topk_scalar_b =
+            ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixScalarCompact, ctx.alloc(), s); }, 1, reps);
+        const Timing t_topk2 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
         const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
         int64_t topk_mismatches = 0;
@@ -210,6 +224,11 @@ void run_dsa_bench(BenchContext& ctx) {
         rec["ms"] = t_topk.median_us * 1e-3;
         rec["legacy_ms"] = t_topk_legacy.median_us * 1e-3;
         rec["speedup_vs_legacy"] = t_topk_legacy.median_us / t_topk.median_us;
+        rec["ms_second_round"] = t_topk2.median_us * 1e-3;
+        rec["scalar_compact_ms"] = {t_topk_scalar_a.median_us * 1e-3, t_topk_scalar_b.median_us * 1e-3};
+        rec["speedup_vs_scalar_compact"] =
+            (t_topk_scalar_a.median_us + t_topk_scalar_b.median_us) / (t_topk.median_us + t_topk2.median_us);
+        rec["scalar_compact_mismatches_vs_legacy"] = scalar_mismatches;
         rec["tied_rows"] = tied_rows;
         rec["mismatches_vs_legacy"] = topk_mismatches;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;

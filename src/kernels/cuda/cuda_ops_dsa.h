@@ -30,10 +30,11 @@ bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
 // Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
 // replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
 // identical. Scratch (the tied-row list and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered
-// use). Variants (dsa_topk.cu): kRangeRadix (kAuto's choice; rows in shared memory, range-adaptive 11-bit steps,
-// parallel replay of tied rows; torch_row_len < 2^30) and kLegacy (dsa_topk_legacy.cu: 8-bit steps from global
-// memory, serial replay), kept for same-run comparisons; both bit-identical to the reference.
-enum class TopkVariant : uint8_t { kAuto, kRangeRadix, kLegacy };
+// use). Variants (dsa_topk.cu): kRangeRadix (kAuto's choice; rows in shared memory, range-adaptive 11-bit steps, the
+// selected indices compacted four keys per lane, parallel replay of tied rows; torch_row_len < 2^30),
+// kRangeRadixScalarCompact (the same with the compaction one key per lane) and kLegacy (dsa_topk_legacy.cu: 8-bit
+// steps from global memory, serial replay), kept for same-run comparisons; all bit-identical to the reference.
+enum class TopkVariant : uint8_t { kAuto, kRangeRadix, kRangeRadixScalarCompact, kLegacy };
 void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);
 void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& alloc, void* stream);
 // Diagnostic: runs kRangeRadix and returns how many rows had a tied boundary (took the replay). Synchronises `stream`.

@@ -12,7 +12,10 @@
 // exponent's worth of logits already spreads over the bins) and narrows [lo, hi] to the bin holding the top_k-th key;
 // it stops as soon as that bin is taken whole, or at width 1. The masked entries are counted analytically, never read,
 // and only enter the range when fewer than top_k visible keys lie above them. Unique set: {key >= threshold}, written
-// in ascending order by a two-pass warp-chunked compaction. Tied boundary: the row goes on a list for pass 2.
+// in ascending order by a two-pass warp-chunked compaction, four keys per lane (16-byte shared loads; a warp scan of
+// the lanes' counts places each lane's picks; kRangeRadixScalarCompact: one key per lane and a ballot, for same-run
+// comparisons; that compaction was half the select kernel's instructions). Tied boundary: the row goes on a list for
+// pass 2.
 //
 // Pass 2 (dsa_topk_replay_kernel, one block per listed row): the queue of (key, index) entries is built in shared
 // memory (global scratch when it does not fit) and libstdc++'s introselect is replayed with each Hoare partition run
@@ -110,6 +113,72 @@ __device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts)
     return total;
 }
 
+// compact_ordered for pred(s) = key(s) >= threshold over a row's keys (s < n_smem: keys[s] in shared memory, else
+// order_key(row[s])), four consecutive keys per lane: warp w owns the 128-aligned chunk [w * cw, (w + 1) * cw); the
+// count pass sums per lane, the write pass places each lane's picks by a warp scan of the lanes' counts. Same output
+// and contract as compact_ordered.
+template <int NT>
+__device__ int compact_at_least(int32_t* out, int n, const uint32_t* keys, int n_smem, const float* __restrict__ row,
+                                uint32_t threshold, int* warp_counts) {
+    constexpr int kWarps = NT / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    const int cw = (n + NT * 4 - 1) / (NT * 4) * 128;
+    const int begin = warp * cw, end = min(n, begin + cw);
+    // Keys s .. s + 3 (s a multiple of 4, so the 16-byte load is aligned) as flags: key >= threshold and index < end.
+    const auto picks = [&](int s, bool (&f)[4]) {
+        if (s + 3 < n_smem && s + 3 < end) {
+            const uint4 v = *reinterpret_cast<const uint4*>(keys + s);
+            f[0] = v.x >= threshold;
+            f[1] = v.y >= threshold;
+            f[2] = v.z >= threshold;
+            f[3] = v.w >= threshold;
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int t = s + j;
+            f[j] = t < end && (t < n_smem ? keys[t] : order_key(__ldg(row + t))) >= threshold;
+        }
+    };
+    int cnt = 0;
+    for (int s = begin + lane * 4; s < end; s += 128) {
+        bool f[4];
+        picks(s, f);
+        cnt += static_cast<int>(f[0]) + static_cast<int>(f[1]) + static_cast<int>(f[2]) + static_cast<int>(f[3]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (lane == 0) warp_counts[warp] = cnt;
+    __syncthreads();
+    int base = 0, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+        const int c = warp_counts[w];
+        base += w < warp ? c : 0;
+        total += c;
+    }
+    for (int s0 = begin; s0 < end; s0 += 128) {  // warp-uniform bounds: every lane reaches the shuffles
+        const int s = s0 + lane * 4;
+        bool f[4] = {false, false, false, false};
+        if (s < end) picks(s, f);
+        const int c = static_cast<int>(f[0]) + static_cast<int>(f[1]) + static_cast<int>(f[2]) + static_cast<int>(f[3]);
+        if (__ballot_sync(0xffffffffu, c > 0) == 0) continue;
+        int incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int t = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += t;
+        }
+        int pos = base + incl - c;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (f[j]) out[pos++] = s + j;
+        }
+        base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    __syncthreads();  // warp_counts reused by the caller
+    return total;
+}
+
 struct RowStats {
     unsigned above;  // visible keys > masked_key()
     uint32_t kmax, kmin_above, kmin_all;
@@ -163,7 +232,7 @@ struct SelectShared {
     unsigned warp_sums[32];
 };
 
-template <int NT, int kMinBlocks>
+template <int NT, int kMinBlocks, bool kVecCompact>
 __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixArgs a) {
     extern __shared__ __align__(16) uint32_t select_smem[];
     uint32_t* keys = select_smem;          // [cap]
@@ -299,9 +368,14 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
             continue;
         }
         const uint32_t threshold = lo;
-        const int count = compact_ordered<NT>(
-            out, visible, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; },
-            sh.warp_counts);
+        int count;
+        if constexpr (kVecCompact) {
+            count = compact_at_least<NT>(out, visible, keys, n_smem, row, threshold, sh.warp_counts);
+        } else {
+            count = compact_ordered<NT>(
+                out, visible, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; },
+                sh.warp_counts);
+        }
         for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
     }
 }
@@ -471,9 +545,9 @@ DeviceLimits device_limits() {
     return DeviceLimits{sms, static_cast<size_t>(optin) - 1024};
 }
 
-template <int NT, int kMinBlocks>
+template <int NT, int kMinBlocks, bool kVecCompact>
 void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
-    auto* kernel = dsa_topk_select_kernel<NT, kMinBlocks>;
+    auto* kernel = dsa_topk_select_kernel<NT, kMinBlocks, kVecCompact>;
     const size_t smem = (static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
     PENSTOCK_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -484,8 +558,9 @@ void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
-// Runs both passes; returns the scratch tensor, whose first two i32 are the counters (RadixArgs::counters).
-Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+// Runs both passes (`vec_compact`: the selected indices compacted four keys per lane, else one); returns the scratch
+// tensor, whose first two i32 are the counters (RadixArgs::counters).
+Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, Allocator& alloc, void* stream) {
     const TopkShape shape = check_topk_params(p, alloc);
     const int64_t n_rows = shape.n_rows, row_len = shape.row_len;
     PENSTOCK_CHECK_LT(row_len, int64_t{1} << 30) << "dsa_topk: the replay's block scans index rows in int";
@@ -526,10 +601,18 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, Allocator& alloc, void* s
     const auto smem_keys = static_cast<int64_t>(dev.smem_optin / sizeof(uint32_t)) - kBins;
     if (shape.n_keys <= kShortCap) {
         a.cap = static_cast<int>(std::min<int64_t>(shape.n_keys, smem_keys));
-        launch_select<kShortThreads, 3>(a, sms, s);
+        if (vec_compact) {
+            launch_select<kShortThreads, 3, true>(a, sms, s);
+        } else {
+            launch_select<kShortThreads, 3, false>(a, sms, s);
+        }
     } else {
         a.cap = static_cast<int>(std::min({shape.n_keys, int64_t{kLongCap}, smem_keys}));
-        launch_select<kLongThreads, 1>(a, sms, s);
+        if (vec_compact) {
+            launch_select<kLongThreads, 1, true>(a, sms, s);
+        } else {
+            launch_select<kLongThreads, 1, false>(a, sms, s);
+        }
     }
     auto* kernel = dsa_topk_replay_kernel<kReplayThreads>;
     const size_t smem = replay_in_smem ? replay_row_bytes : 0;
@@ -574,7 +657,10 @@ void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& a
     switch (variant) {
         case TopkVariant::kAuto:
         case TopkVariant::kRangeRadix:
-            (void)dsa_topk_radix(p, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, alloc, stream);
+            return;
+        case TopkVariant::kRangeRadixScalarCompact:
+            (void)dsa_topk_radix(p, /*vec_compact=*/false, alloc, stream);
             return;
         case TopkVariant::kLegacy:
             dsa_topk_legacy(p, alloc, stream);
@@ -583,7 +669,7 @@ void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& a
 }
 
 int64_t dsa_topk_tied_rows(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
-    const Tensor scratch = dsa_topk_radix(p, alloc, stream);
+    const Tensor scratch = dsa_topk_radix(p, /*vec_compact=*/true, alloc, stream);
     if (p.indices.size(0) == 0) return 0;
     int32_t n = 0;
     PENSTOCK_CUDA_CHECK(cudaMemcpyAsync(&n, static_cast<const char*>(scratch.view().data) + sizeof(int32_t),

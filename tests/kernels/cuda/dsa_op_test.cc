@@ -11,7 +11,8 @@
 //    longer than the shared-memory replay queue, and the reference test's torch-verified tie cases; at scale (rows of
 //    5K-60K keys, top_k 2048) rows in and beyond the select kernel's shared memory, rows below top_k, boundary ties
 //    in and beyond the replay's shared memory, logits over 60 binades, NaN / -inf / -FLT_MAX rows whose masked
-//    entries take part. Every case runs on each top-k variant (kAuto, kRangeRadix with its tied-row count, kLegacy).
+//    entries take part, boundaries in a dense cluster. Every case runs on each top-k variant (kAuto, kRangeRadix with
+//    its tied-row count, kRangeRadixScalarCompact, kLegacy).
 //  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows; dim 128
 //    with aligned rows takes the warp-per-row kernel (4099 rows: a grid tail), strided / other dims the block one.
 //  - sparse_mla_attention: paged latent cache 576/512 with v a view of kv, index lists at page edges with -1 holes
@@ -333,7 +334,8 @@ struct TopkCase {
 };
 
 // Every variant against the reference: kAuto through the Context dispatch, kRangeRadix through the tied-row
-// diagnostic (which also returns how many rows took the replay), kLegacy. The output is poisoned before each run.
+// diagnostic (which also returns how many rows took the replay), kRangeRadixScalarCompact, kLegacy. The output is
+// poisoned before each run.
 void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream,
               const kernels::Context& gpu) {
     SCOPED_TRACE(c.name);
@@ -355,13 +357,15 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
     const std::vector<int32_t> want(idx_h.ptr<int32_t>(), idx_h.ptr<int32_t>() + idx_h.numel());
     const kernels::DsaTopkParams p{
         .indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len};
-    for (const char* variant : {"auto", "range_radix", "legacy"}) {
+    for (const char* variant : {"auto", "range_radix", "range_radix_scalar_compact", "legacy"}) {
         cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
         int64_t tied = -1;
         if (std::strcmp(variant, "auto") == 0) {
             kernels::dsa_topk(p, gpu);
         } else if (std::strcmp(variant, "range_radix") == 0) {
             tied = cuda::dsa_topk_tied_rows(p, alloc, stream.handle());
+        } else if (std::strcmp(variant, "range_radix_scalar_compact") == 0) {
+            cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixScalarCompact, alloc, stream.handle());
         } else {
             cuda::dsa_topk(p, cuda::TopkVariant::kLegacy, alloc, stream.handle());
         }
@@ -461,8 +465,10 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
         struct BigShape {
             int64_t n_keys, k, row_len;
             int mode;  // 0 normal, 1 coarse levels (boundary ties), 2 exponents 2^-30..2^30 of both signs,
-                       // 3 NaN / -inf / -FLT_MAX / -0 mixed with normal values, 4 only -inf / -FLT_MAX / 1
+                       // 3 NaN / -inf / -FLT_MAX / -0 mixed with normal values, 4 only -inf / -FLT_MAX / 1,
+                       // 5 uniform on [0, 1000) with `cluster` keys per row in [950, 958)
             bool strided, expect_tied;
+            int cluster = 0;
         };
         for (const BigShape& b : std::vector<BigShape>{{16384, 2048, 0, 0, false, false},
                                                        {16384, 2048, 0, 1, false, true},
@@ -476,21 +482,36 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                                                        {20000, 2048, 0, 1, true, true},
                                                        {60000, 2048, 0, 0, false, false},
                                                        {60000, 2048, 0, 2, false, false},
-                                                       {60000, 2048, 64000, 1, false, true}}) {
+                                                       {60000, 2048, 64000, 1, false, true},
+                                                       // The boundary in a cluster: its first bin ([896, 960))
+                                                       // holds about the candidate list's 4096 keys (the list taken
+                                                       // after the first step or the second) or more.
+                                                       {20000, 2048, 0, 5, false, false, 2800},
+                                                       {20000, 2048, 0, 5, false, false, 3500},
+                                                       {20000, 2048, 0, 5, false, false, 4300},
+                                                       {60000, 4096, 0, 5, false, false, 9000},
+                                                       {16384, 1000, 0, 5, false, false, 400},
+                                                       {16384, 1000, 0, 5, false, false, 600}}) {
             std::mt19937 rng(seed++);
             const auto n = static_cast<int32_t>(b.n_keys), k = static_cast<int32_t>(b.k);
             std::vector<int32_t> pos{n - 1, k - 1, k, k + 1, n / 2, n + 5};
             if (n > 49152) pos.insert(pos.end(), {49151, 49152, 49153, n - 2});
-            TopkCase c{shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}), b.n_keys,
-                       b.k, b.row_len, pos, {}};
+            TopkCase c{b.mode == 5 ? shape_name("range_radix_keys_k_rowlen_mode_cluster",
+                                                {b.n_keys, b.k, b.row_len, b.mode, b.cluster})
+                                   : shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}),
+                       b.n_keys, b.k, b.row_len, pos, {}};
             c.strided = b.strided;
             c.expect_tied = b.expect_tied;
             std::normal_distribution<float> nd(9.0f, 0.7f);
             std::uniform_int_distribution<int> pick(0, 9);
             std::uniform_real_distribution<float> unit(1.0f, 2.0f);
+            std::uniform_real_distribution<float> spread(0.0f, 1000.0f);
             c.logits.resize(pos.size() * static_cast<size_t>(n));
             for (float& x : c.logits) {
                 switch (b.mode) {
+                    case 5:
+                        x = spread(rng);
+                        break;
                     case 0:
                         x = nd(rng);
                         break;
@@ -513,6 +534,17 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                         const int v = pick(rng);
                         x = v < 6 ? -std::numeric_limits<float>::infinity() : v < 9 ? -FLT_MAX : 1.0f;
                         break;
+                    }
+                }
+            }
+            if (b.mode == 5) {  // `cluster` distinct positions of each row
+                std::vector<int32_t> cols(static_cast<size_t>(n));
+                std::iota(cols.begin(), cols.end(), 0);
+                for (size_t r = 0; r < pos.size(); ++r) {
+                    std::shuffle(cols.begin(), cols.end(), rng);
+                    for (int j = 0; j < b.cluster; ++j) {
+                        c.logits[r * static_cast<size_t>(n) + static_cast<size_t>(cols[static_cast<size_t>(j)])] =
+                            950.0f + 8.0f * (unit(rng) - 1.0f);
                     }
                 }
             }
