@@ -34,6 +34,15 @@ namespace {
 constexpr double kFp8DatasheetTflops = 1979.0;
 constexpr double kFp8ScaledMmTflops = 1324.0;  // PERF.md: torch._scaled_mm (cuBLASLt) on one H200
 
+// Entries where two device i32 tensors of one shape differ (synchronises the stream).
+int64_t count_mismatches(const Tensor& a_dev, const Tensor& b_dev, const cuda::Stream& stream) {
+    const Tensor a = cuda::to_host(a_dev, stream);
+    const Tensor b = cuda::to_host(b_dev, stream);
+    int64_t n = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) n += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
+    return n;
+}
+
 std::vector<float> read_row(const Tensor& t, int64_t row, int64_t n, const cuda::Stream& stream) {
     const Tensor h = cuda::to_host(t.view().slice(0, row, row + 1).slice(1, 0, n), stream);
     return std::vector<float>(h.ptr<float>(), h.ptr<float>() + h.numel());
@@ -127,24 +136,14 @@ void run_dsa_bench(BenchContext& ctx) {
         // last).
         const Timing t_topk_scalar_a =
             ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixScalarCompact, ctx.alloc(), s); }, 1, reps);
-        int64_t scalar_mismatches = 0;
-        {
-            const Tensor a = cuda::to_host(idx, ctx.stream());
-            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
-            for (int64_t i = 0; i < a.numel(); ++i) scalar_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
-        }
+        const int64_t scalar_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
         t_topk = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         const Timing t_topk_scalar_b =
             ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixScalarCompact, ctx.alloc(), s); }, 1, reps);
         const Timing t_topk2 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
         const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
-        int64_t topk_mismatches = 0;
-        {
-            const Tensor a = cuda::to_host(idx, ctx.stream());
-            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
-            for (int64_t i = 0; i < a.numel(); ++i) topk_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
-        }
+        const int64_t topk_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
         double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
@@ -180,9 +179,7 @@ void run_dsa_bench(BenchContext& ctx) {
             t_ties = ctx.time([&] { cuda::dsa_topk(tt, ctx.alloc(), s); }, 1, reps);
             ctx.stream().synchronize();
             ties_rows = cuda::dsa_topk_tied_rows(tt, ctx.alloc(), s);
-            const Tensor a = cuda::to_host(idx, ctx.stream());
-            const Tensor b = cuda::to_host(idx_legacy, ctx.stream());
-            for (int64_t i = 0; i < a.numel(); ++i) ties_mismatches += a.ptr<int32_t>()[i] != b.ptr<int32_t>()[i];
+            ties_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
         }
         const double flops = 2.0 * kHeads * kDim * (static_cast<double>(T) * static_cast<double>(T + 1) / 2.0);
         const double flops_full = 2.0 * kHeads * kDim * static_cast<double>(T) * static_cast<double>(T);
