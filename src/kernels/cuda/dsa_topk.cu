@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
     const int lane = tid % 32, warp = tid / 32;
     // Thread 0 takes the next row while the block works on this one (the atomic's latency off the critical path).
     int next_idx = tid == 0 ? atomicAdd(&a.counters[0], 1) : 0;
+    for (int b = tid; b < kBins; b += NT) hist[b] = 0;  // the loop's first barrier orders this before any count
     while (true) {
         __syncthreads();  // the previous row is done with every shared value
         if (tid == 0) {
@@ -297,8 +298,7 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
             const uint32_t width = hi - lo;
             const int bits = width == 0 ? 0 : 32 - __clz(width);
             const int shift = max(0, bits - kBinBits);
-            for (int b = tid; b < kBins; b += NT) hist[b] = 0;
-            __syncthreads();
+            // hist is all zero here: cleared before the first row, and each step's scan clears the bins it read.
             // (key - lo) wraps past `width` for key < lo, so one unsigned compare tests key in [lo, hi].
             const auto count = [&](uint32_t key) {
                 const uint32_t d = key - lo;
@@ -347,6 +347,9 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
                     rem -= h;
                 }
             }
+            // Every thread read only its own bins: clear them for the next step (or row) before the barrier.
+#pragma unroll
+            for (int j = 1; j <= kPerThread; ++j) hist[top - j] = 0;
             __syncthreads();
             const uint32_t bin_lo = lo + (sh.sel_bin << shift);
             const unsigned rem = sh.sel_rem, cnt = sh.sel_cnt;
