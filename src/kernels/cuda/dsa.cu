@@ -318,59 +318,126 @@ __global__ void __launch_bounds__(kQuantThreads)
     }
 }
 
-// The same for dim 128 (the indexer's head_dim), one warp per row: lane l holds elements [4 l, 4 l + 4) (one 16-byte
-// load, one 4-byte store). The butterflies of h = 1, 2 pair elements inside a lane, those of h = 4 .. 64 pair lane l
-// with lane l ^ (h / 4) at the same slot; the lane holding j (bit h of j clear) forms a + b and the one holding j + h
-// forms a - b from the same a (= element j) and b, so every output is the rounding of the reference's own sum or
-// difference. The amax is a warp max; the scale and the bytes as above. The block-per-row kernel took 1.6 ms for the
-// 16K x 32 query rows of a GLM-5.3 layer (ten block barriers per 128-element row).
+// The same for dim 128 (the indexer's head_dim), eight lanes per row: lane g of a row's group holds elements
+// [16 g, 16 g + 16) (four 16-byte loads; one 16-byte store, or four 4-byte ones when the out rows are only 4-byte
+// aligned). The butterflies of h = 1 .. 8 pair elements inside a lane, those of h = 16, 32, 64 pair lane g with lane
+// g ^ (h / 16) at the same slot; the lane holding j (bit h of j clear) forms a + b and the one holding j + h forms a - b
+// from the same a (= element j) and b, so every output is the rounding of the reference's own sum or difference. The
+// amax is a max over the group's lanes. ue8m0: s = 2^ceil(log2(s0)) for s0 = max(amax, 1e-4) / 448, where the
+// reference rounds log2 (in double) to f32 before the ceil; for a finite normal s0 with mantissa field M that is
+// exponent(s0) when M = 0 and exponent(s0) + 1 when M >= 64 (log2(1 + 64 * 2^-23) > 1.1e-5 exceeds half an f32 ulp
+// of any exponent up to 127, so the rounded sum never falls back to the integer below), and the few other s0 take the
+// reference's own steps. v / s for s = 2^e is v * 2^-e exactly; otherwise the quotient of one reciprocal
+// (fp8.cuh ActQuantStep: the division's e4m3 bytes). The bytes from the hardware cast (|v / s| <= 448 after the
+// reference's clamp; a NaN quotient is the GPU's positive NaN, 0x7f, as before). Session 9's warp-per-row kernel took
+// 1.12 ms for the 65536 x 32 query rows of a GLM-5.3 layer at 64K (28% of the copy rate): a double log2, a division
+// and a software cast per element and 25 shuffles per row.
 constexpr int kQuant128Warps = 8;
+constexpr int kQuant128RowsPerWarp = 4;
+
+// ceil(log2(s)) as the reference computes it (float(log2(double(s))), then ceilf), with the exponent shortcut above.
+__device__ __forceinline__ int ue8m0_exponent(float s) {
+    const uint32_t b = __float_as_uint(s);
+    const uint32_t e = (b >> 23) & 0xffu, m = b & 0x7fffffu;
+    if (e != 0 && e != 255 && (m == 0 || m >= 64)) return static_cast<int>(e) - 127 + (m != 0 ? 1 : 0);
+    return static_cast<int>(ceilf(static_cast<float>(log2(static_cast<double>(s)))));
+}
 
 __global__ void __launch_bounds__(kQuant128Warps * 32)
     dsa_quantize_fp8_128_kernel(uint8_t* out, float* scale, const float* in, int64_t out0, int64_t scale0,
-                                int64_t in0, int n_rows, bool rotate, bool ue8m0, float norm) {
+                                int64_t in0, int n_rows, bool rotate, bool ue8m0, float norm, bool store16) {
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int warp = static_cast<int>(threadIdx.x) / 32;
-    for (int r = static_cast<int>(blockIdx.x) * kQuant128Warps + warp; r < n_rows;
-         r += static_cast<int>(gridDim.x) * kQuant128Warps) {
-        const float4 x4 = *reinterpret_cast<const float4*>(in + static_cast<int64_t>(r) * in0 + 4 * lane);
-        float v[4] = {x4.x, x4.y, x4.z, x4.w};
+    const int g = lane % 8, sub = lane / 8;
+    constexpr int kRowsPerBlock = kQuant128Warps * kQuant128RowsPerWarp;
+    // Warp-uniform bounds: every lane reaches the shuffles; a lane past n_rows works on zeros and stores nothing.
+    for (int64_t base = (static_cast<int64_t>(blockIdx.x) * kQuant128Warps + warp) * kQuant128RowsPerWarp;
+         base < n_rows; base += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+        const int64_t r = base + sub;
+        const bool valid = r < n_rows;
+        float v[16];
+        if (valid) {
+            const auto* x4 = reinterpret_cast<const float4*>(in + r * in0 + 16 * g);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float4 t = x4[i];
+                v[4 * i] = t.x;
+                v[4 * i + 1] = t.y;
+                v[4 * i + 2] = t.z;
+                v[4 * i + 3] = t.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+        }
         if (rotate) {
-            float t0 = __fadd_rn(v[0], v[1]), t1 = __fsub_rn(v[0], v[1]);  // h = 1
-            float t2 = __fadd_rn(v[2], v[3]), t3 = __fsub_rn(v[2], v[3]);
-            v[0] = __fadd_rn(t0, t2);  // h = 2
-            v[2] = __fsub_rn(t0, t2);
-            v[1] = __fadd_rn(t1, t3);
-            v[3] = __fsub_rn(t1, t3);
 #pragma unroll
-            for (int m = 1; m < 32; m *= 2) {  // h = 4 m
-                const bool upper = (lane & m) != 0;
+            for (int h = 1; h < 16; h *= 2) {
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
+                for (int j = 0; j < 16; ++j) {
+                    if ((j & h) != 0) continue;
+                    const float a = v[j], b = v[j + h];
+                    v[j] = __fadd_rn(a, b);
+                    v[j + h] = __fsub_rn(a, b);
+                }
+            }
+#pragma unroll
+            for (int m = 1; m < 8; m *= 2) {  // h = 16 m
+                const bool upper = (g & m) != 0;
+#pragma unroll
+                for (int k = 0; k < 16; ++k) {
                     const float other = __shfl_xor_sync(0xffffffffu, v[k], m);
                     v[k] = upper ? __fsub_rn(other, v[k]) : __fadd_rn(v[k], other);
                 }
             }
 #pragma unroll
-            for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(v[k], norm);
+            for (int k = 0; k < 16; ++k) v[k] = __fmul_rn(v[k], norm);
         }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        float amax = 0.0f;
 #pragma unroll
-        for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+        for (int k = 0; k < 16; ++k) amax = fmaxf(amax, fabsf(v[k]));
+#pragma unroll
+        for (int m = 1; m < 8; m *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        float y[16];
+        float s;
         if (ue8m0) {
-            const float l = static_cast<float>(log2(static_cast<double>(s)));
-            s = ldexpf(1.0f, static_cast<int>(ceilf(l)));
-        }
-        uint32_t packed = 0;
+            const int e = ue8m0_exponent(__fdiv_rn(fmaxf(amax, 1e-4f), 448.0f));
+            s = ldexpf(1.0f, e);
+            if (e >= -126 && e <= 126) {
+                const float inv = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);  // 2^-e, a normal f32
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            float q = __fdiv_rn(v[k], s);
-            q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp (NaN passes through)
-            packed |= static_cast<uint32_t>(float_to_e4m3(q)) << (8 * k);
+                for (int k = 0; k < 16; ++k) y[k] = __fmul_rn(v[k], inv);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 16; ++k) y[k] = __fdiv_rn(v[k], s);
+            }
+        } else {
+            const ActQuantStep step(amax);
+            s = step.s;
+#pragma unroll
+            for (int k = 0; k < 16; ++k) y[k] = step.quotient(v[k]);
         }
-        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(r) * out0 + 4 * lane) = packed;
-        if (lane == 0) scale[static_cast<int64_t>(r) * scale0] = s;
+        uint32_t q[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float c[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float t = y[4 * i + k];
+                c[k] = t < -448.0f ? -448.0f : (448.0f < t ? 448.0f : t);  // std::clamp (NaN passes through)
+            }
+            q[i] = e4m3x2_in_range(c[0], c[1]) | (e4m3x2_in_range(c[2], c[3]) << 16);
+        }
+        if (valid) {
+            uint8_t* o = out + r * out0 + 16 * g;
+            if (store16) {
+                *reinterpret_cast<uint4*>(o) = make_uint4(q[0], q[1], q[2], q[3]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reinterpret_cast<uint32_t*>(o)[i] = q[i];
+            }
+            if (g == 0) scale[r * scale0] = s;
+        }
     }
 }
 
@@ -631,11 +698,14 @@ void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream) {
     const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
     if (dim == 128 && addr(p.in.data) % 16 == 0 && p.in.stride(0) % 4 == 0 && addr(p.out.data) % 4 == 0 &&
         p.out.stride(0) % 4 == 0) {
-        const int64_t blocks128 = std::min<int64_t>((n_rows + kQuant128Warps - 1) / kQuant128Warps, 65536);
+        constexpr int64_t kRowsPerBlock = kQuant128Warps * kQuant128RowsPerWarp;
+        const int64_t blocks128 =
+            std::min<int64_t>((n_rows + kRowsPerBlock - 1) / kRowsPerBlock, int64_t{current_device_sms()} * 16);
+        const bool store16 = addr(p.out.data) % 16 == 0 && p.out.stride(0) % 16 == 0;
         dsa_quantize_fp8_128_kernel<<<static_cast<unsigned>(blocks128), kQuant128Warps * 32, 0,
                                       static_cast<cudaStream_t>(stream)>>>(
             p.out.ptr<uint8_t>(), p.scale.ptr<float>(), p.in.ptr<const float>(), p.out.stride(0), p.scale.stride(0),
-            p.in.stride(0), static_cast<int>(n_rows), p.rotate, p.ue8m0, norm);
+            p.in.stride(0), static_cast<int>(n_rows), p.rotate, p.ue8m0, norm, store16);
         PENSTOCK_CUDA_LAUNCH_CHECK();
         return;
     }

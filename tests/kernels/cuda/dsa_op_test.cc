@@ -14,7 +14,9 @@
 //    entries take part, boundaries in a dense cluster. Every case runs on each top-k variant (kAuto, kRangeRadix with
 //    its tied-row count, kRangeRadixScalarCompact, kLegacy).
 //  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows; dim 128
-//    with aligned rows takes the warp-per-row kernel (4099 rows: a grid tail), strided / other dims the block one.
+//    with aligned rows takes the eight-lanes-per-row kernel (4099 rows: a grid tail), strided / other dims the block
+//    one; ue8m0 scales at the edges of that kernel's exponent shortcut (mantissa fields 0, 1 .. 63, 64 and up), with
+//    16- and 4-byte aligned out rows.
 //  - sparse_mla_attention: paged latent cache 576/512 with v a view of kv, index lists at page edges with -1 holes
 //    and an all -1 row, 3 / 16 / 96 heads, strided q.
 // PENSTOCK_CUDA_PERF=1 adds timing at model-like shapes (DsaPerf).
@@ -614,6 +616,62 @@ TEST_F(DsaOpTest, QuantizeFp8BitExact) {
     }
 }
 
+// The dim-128 kernel's ue8m0 exponent (s = 2^ceil(log2(max(amax, 1e-4) / 448))): rows whose amax puts
+// max(amax, 1e-4) / 448 at mantissa fields 0, 1 .. 63 (the reference's own log2 steps), 64 and beyond (the exponent
+// shortcut), over exponents from the 1e-4 floor to 2^20, plain and rotated, 16- and 4-byte aligned out rows.
+TEST_F(DsaOpTest, QuantizeFp8Ue8m0ExponentEdges) {
+    const int64_t dim = 128;
+    std::vector<float> amaxes;
+    for (const int k : {-22, -20, -13, -5, -1, 0, 1, 3, 20}) {
+        for (const uint32_t m : {0u, 1u, 2u, 31u, 62u, 63u, 64u, 65u, 127u, 4096u, 0x7fffffu}) {
+            const uint32_t bits = (static_cast<uint32_t>(127 + k) << 23) | m;  // the target s
+            float t;
+            std::memcpy(&t, &bits, 4);
+            amaxes.push_back(t * 448.0f);  // s0 = amax / 448 lands on or next to t
+        }
+    }
+    amaxes.push_back(0.0f);   // below the 1e-4 floor
+    amaxes.push_back(3e-5f);  // below the floor
+    const auto n_rows = static_cast<int64_t>(amaxes.size());
+    std::mt19937 rng(4400);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (const bool rotate : {false, true}) {
+        for (const int64_t pitch : {dim, dim + 4}) {  // out rows 16-byte aligned, then 4-byte aligned only
+            std::vector<float> vals(static_cast<size_t>(n_rows * dim));
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float a = amaxes[static_cast<size_t>(r)];
+                for (int64_t i = 0; i < dim; ++i) vals[static_cast<size_t>(r * dim + i)] = a * 0.5f * u(rng);
+                vals[static_cast<size_t>(r * dim + r % dim)] = r % 2 == 0 ? a : -a;  // the row's amax, exactly
+            }
+            const std::string name =
+                shape_name(std::string(rotate ? "rot" : "plain") + (pitch == dim ? "_out16" : "_out4"), {n_rows, dim});
+            SCOPED_TRACE(name);
+            const Pair in = make_pair_from(vals, {n_rows, dim}, DType::kF32, false, alloc(), stream());
+            Tensor out_d = Tensor::empty({n_rows, pitch}, DType::kF8E4M3, alloc());
+            cuda::fill_bytes_async(out_d.view(), 0x55, stream());
+            Tensor out_h = Tensor::empty({n_rows, pitch}, DType::kF8E4M3);
+            std::memset(out_h.ptr<uint8_t>(), 0x55, static_cast<size_t>(n_rows * pitch));
+            Tensor scale_d = Tensor::empty({n_rows}, DType::kF32, alloc());
+            Tensor scale_h = Tensor::empty({n_rows}, DType::kF32);
+            const TensorView od = out_d.view().slice(1, 0, dim), oh = out_h.view().slice(1, 0, dim);
+            kernels::dsa_quantize_fp8({.out = od, .scale = scale_d, .in = in.dv, .rotate = rotate, .ue8m0 = true},
+                                      gpu());
+            kernels::dsa_quantize_fp8({.out = oh, .scale = scale_h, .in = in.hv, .rotate = rotate, .ue8m0 = true},
+                                      kernels::Context{});
+            const Tensor got = cuda::to_host(out_d, stream());
+            conf_exact("dsa_quantize_fp8", name + " ue8m0 edges bytes",
+                       std::vector<uint8_t>(got.ptr<uint8_t>(), got.ptr<uint8_t>() + got.numel()),
+                       std::vector<uint8_t>(out_h.ptr<uint8_t>(), out_h.ptr<uint8_t>() + out_h.numel()));
+            const Tensor sg = cuda::to_host(scale_d, stream());
+            std::vector<uint32_t> sb_got(static_cast<size_t>(n_rows)), sb_want(static_cast<size_t>(n_rows));
+            std::memcpy(sb_got.data(), sg.ptr<float>(), sb_got.size() * 4);
+            std::memcpy(sb_want.data(), scale_h.ptr<float>(), sb_want.size() * 4);
+            conf_exact("dsa_quantize_fp8", name + " ue8m0 edges scale bits", sb_got, sb_want);
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------ sparse MLA
 struct MlaCase {
     const char* name;
@@ -765,15 +823,18 @@ TEST_F(DsaOpTest, Perf) {
             kernels::dsa_topk({.indices = tidx, .logits = tl.dv, .q_pos = tpos_d, .torch_row_len = 0}, ctx);
         }, 1, 3);
     }
-    {
-        const int64_t rows = 65536, dim = 128;
+    // 65536 rows (42 MB: in L2) and a GLM-5.3 16K chunk's 16384 x 32 query rows (335 MB).
+    for (const int64_t rows : {int64_t{65536}, int64_t{524288}}) {
+        const int64_t dim = 128;
         const Pair in = random_pair(rng, {rows, dim}, DType::kF32, false, alloc(), stream());
         Tensor out = Tensor::empty({rows, dim}, DType::kF8E4M3, alloc());
         Tensor sc = Tensor::empty({rows}, DType::kF32, alloc());
-        const double us = perf_time("dsa_quantize_fp8", "rows 65536 x 128, Hadamard + ue8m0", stream(), [&] {
+        const double us = perf_time("dsa_quantize_fp8", "rows " + std::to_string(rows) + " x 128, Hadamard + ue8m0",
+                                    stream(), [&] {
             kernels::dsa_quantize_fp8({.out = out, .scale = sc, .in = in.dv, .rotate = true, .ue8m0 = true}, ctx);
         });
-        std::printf("[perf] dsa_quantize_fp8 | %.0f GB/s\n", rows * dim * 5.0 / us * 1e-3);
+        std::printf("[perf] dsa_quantize_fp8 rows %lld | %.1f us, %.0f GB/s\n", static_cast<long long>(rows), us,
+                    static_cast<double>(rows * (dim * 5 + 4)) / us * 1e-3);
     }
     {
         const int64_t rows = 256, heads = 64, slots = 16384, top_k = 2048;
