@@ -71,6 +71,7 @@ struct Options {
     std::string mla_form = "mha";
     bool dsa_fp8_indexer = false;
     bool dsa_fp8_accumulate = false;
+    int64_t dsa_logits_budget_mib = 0;  // 0: the backend default
     bool fp8_attention = false;
     std::vector<std::string> fp8_weights{"auto"};
     bool breakdown = false;
@@ -92,7 +93,8 @@ int usage(const char* argv0) {
         "usage: %s --config FILE.json --layers A:B [--tokens 4096,16384] [--prefix 0,65536] [--reps 5]\n"
         "          [--warmup 1] [--mla-form mha|absorbed] [--dsa-fp8-indexer] [--dsa-fp8-accumulate] [--breakdown]\n"
         "          [--json OUT]\n"
-        "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]\n",
+        "          [--model-name NAME] [--seed S] [--fp8-weights auto|native|dequant[,...]] [--fp8-attention]\n"
+        "          [--dsa-logits-budget-mib N]   (0: the backend's default, SPEC §3's share of free memory)\n",
         argv0);
     return 2;
 }
@@ -198,6 +200,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
     mo.dummy_weights_seed = o.seed;
     mo.dsa_fp8_indexer = o.dsa_fp8_indexer;
     mo.dsa_fp8_accumulate = o.dsa_fp8_accumulate;
+    mo.dsa_logits_budget_bytes = o.dsa_logits_budget_mib << 20;
     if (const Status st = models::check_option_combinations(mo); !st.ok()) {
         std::fprintf(stderr, "%s\n", st.to_string().c_str());
         return 2;
@@ -342,6 +345,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"mla_form", o.mla_form},
                      {"dsa_fp8_indexer", o.dsa_fp8_indexer},
                      {"dsa_fp8_accumulate", o.dsa_fp8_accumulate},
+                     {"dsa_logits_budget_mib", o.dsa_logits_budget_mib},
                      {"fp8_attention", o.fp8_attention},
                      {"fp8_weights", fp8_name},
                      {"median_ms", med},
@@ -432,6 +436,8 @@ int main(int argc, char** argv) {
             o.dsa_fp8_indexer = true;
         } else if (a == "--dsa-fp8-accumulate") {
             o.dsa_fp8_accumulate = true;
+        } else if (a == "--dsa-logits-budget-mib") {
+            o.dsa_logits_budget_mib = std::max<int64_t>(0, std::atoll(next().c_str()));
         } else if (a == "--fp8-attention") {
             o.fp8_attention = true;
         } else if (a == "--breakdown") {

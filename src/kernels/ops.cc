@@ -30,6 +30,20 @@ Allocator& allocator_of(const Context& ctx) {
     return cpu_allocator();
 }
 
+DeviceMemory device_memory(const Context& ctx) {
+    switch (ctx.device) {
+        case Device::kCPU:
+            return {};
+        case Device::kCUDA:
+#if PENSTOCK_ENABLE_CUDA
+            return cuda::device_memory(ctx.alloc);
+#else
+            PENSTOCK_CHECK(false) << "device_memory: this build has no CUDA backend";
+#endif
+    }
+    return {};
+}
+
 void transfer(const TransferParams& p, const Context& ctx) { PENSTOCK_DISPATCH(transfer, p, ctx); }
 void copy(const CopyParams& p, const Context& ctx) { PENSTOCK_DISPATCH(copy, p, ctx); }
 void fill(const FillParams& p, const Context& ctx) { PENSTOCK_DISPATCH(fill, p, ctx); }

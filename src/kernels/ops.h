@@ -30,6 +30,15 @@ struct Context {
 // The allocator for temporaries of ctx's device.
 Allocator& allocator_of(const Context& ctx);
 
+// Device memory a forward can still take for temporaries (SPEC §3, "the memory left outside the static pool"): free =
+// what the device has not handed out plus what ctx's caching allocator holds for reuse; total = the device's memory.
+// Read at call time. CPU: both 0 (host memory is not budgeted this way).
+struct DeviceMemory {
+    int64_t free_bytes = 0;
+    int64_t total_bytes = 0;
+};
+DeviceMemory device_memory(const Context& ctx);
+
 // A contiguous byte copy between any two devices the context can reach (host <-> host on CPU; host <-> device and
 // device <-> device on CUDA, stream-ordered). Same nbytes, both contiguous.
 struct TransferParams {

@@ -159,14 +159,18 @@ loader::ModelConfig family_config(const loader::ModelConfig& in) {
     return c;
 }
 
-// ModelOptions::dsa_logits_budget_bytes, or the backend default when 0.
+// ModelOptions::dsa_logits_budget_bytes, or the backend default when 0: on CUDA SPEC §3's min(20% of the memory left
+// outside the static pool, 30% of device memory), read once per forward (kernels::device_memory); on the CPU a fixed
+// 256 MiB.
 int64_t logits_budget_bytes(const ModelOptions& options, const kernels::Context& ctx) {
     if (options.dsa_logits_budget_bytes > 0) return options.dsa_logits_budget_bytes;
     switch (ctx.device) {
         case Device::kCPU:
             return kDsaCpuLogitsBudgetBytes;
-        case Device::kCUDA:
-            return kDsaCudaLogitsBudgetBytes;
+        case Device::kCUDA: {
+            const kernels::DeviceMemory m = kernels::device_memory(ctx);
+            return dsa_gpu_logits_budget_bytes(m.free_bytes, m.total_bytes);
+        }
     }
     return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 
 namespace penstock::cuda {
@@ -137,6 +138,23 @@ void CudaCachingAllocator::empty_cache_locked() {
 CudaCachingAllocator::Stats CudaCachingAllocator::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
+}
+
+kernels::DeviceMemory device_memory(Allocator* alloc) {
+    int current = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&current));
+    const int dev = alloc != nullptr && alloc->device() == Device::kCUDA ? alloc->device_index() : current;
+    if (dev != current) PENSTOCK_CUDA_CHECK(cudaSetDevice(dev));
+    size_t free_bytes = 0, total_bytes = 0;
+    const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+    if (dev != current) PENSTOCK_CUDA_CHECK(cudaSetDevice(current));
+    PENSTOCK_CUDA_CHECK(err);
+    size_t cached = 0;
+    if (const auto* caching = dynamic_cast<const CudaCachingAllocator*>(alloc)) {
+        const CudaCachingAllocator::Stats st = caching->stats();
+        cached = st.bytes_reserved - st.bytes_in_use;
+    }
+    return {.free_bytes = static_cast<int64_t>(free_bytes + cached), .total_bytes = static_cast<int64_t>(total_bytes)};
 }
 
 Workspace::Workspace(Allocator& backing, size_t capacity_bytes)

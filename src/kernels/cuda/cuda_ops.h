@@ -51,6 +51,9 @@ void quantize_e4m3(const kernels::Fp8QuantParams& p, void* stream);
 //    a wgmma kernel with device offsets for grouped ones, CUDA-core fallbacks for the rest).
 //  - moe_routing: logits f32 or bf16; n_group <= 64, n_experts such that 4 warps' scores fit 48 KiB (<= ~1500).
 //  - moe_align / moe_unpermute take stream-ordered scratch (cudaMallocAsync). TODO(#7): from the Workspace.
+// kernels::device_memory on CUDA (allocator.cc): cudaMemGetInfo on alloc's device (the current one when alloc is null),
+// free plus the bytes a CudaCachingAllocator alloc holds cached for reuse.
+kernels::DeviceMemory device_memory(Allocator* alloc);
 void transfer(const kernels::TransferParams& p, void* stream);  // cudaMemcpyAsync, any direction
 void copy(const kernels::CopyParams& p, void* stream);
 void fill(const kernels::FillParams& p, void* stream);

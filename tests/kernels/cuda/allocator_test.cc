@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace penstock::test {
@@ -92,6 +93,27 @@ TEST_F(CachingAllocatorTest, SteadyStateTensorLoopMakesNoCudaMalloc) {
     EXPECT_EQ(s.n_allocations, 30);
     EXPECT_EQ(s.n_cache_hits, 27);
     EXPECT_EQ(s.bytes_in_use, 0u);
+}
+
+// kernels::device_memory (the DSA logits budget's "memory left outside the static pool"): a block the caching
+// allocator holds cached still counts as free, a live one does not; total is the device's memory.
+TEST_F(CachingAllocatorTest, DeviceMemoryCountsCachedBlocksAsFree) {
+    CudaCachingAllocator a(/*device=*/0);
+    const kernels::Context ctx{.device = Device::kCUDA, .alloc = &a};
+    const kernels::DeviceMemory before = kernels::device_memory(ctx);
+    ASSERT_GT(before.total_bytes, 0);
+    ASSERT_GT(before.free_bytes, 0);
+    EXPECT_LE(before.free_bytes, before.total_bytes);
+    constexpr size_t kBlock = size_t{512} << 20;
+    void* p = a.allocate(kBlock);
+    const kernels::DeviceMemory live = kernels::device_memory(ctx);
+    EXPECT_EQ(live.total_bytes, before.total_bytes);
+    // Other processes may allocate meanwhile: compare with a margin well below the block.
+    EXPECT_LT(live.free_bytes, before.free_bytes - static_cast<int64_t>(kBlock) / 2);
+    a.deallocate(p, kBlock);
+    const kernels::DeviceMemory cached = kernels::device_memory(ctx);
+    EXPECT_GT(cached.free_bytes, live.free_bytes + static_cast<int64_t>(kBlock) / 2);
+    EXPECT_EQ(kernels::device_memory(kernels::Context{}).total_bytes, 0);  // CPU: not tracked
 }
 
 TEST_F(CachingAllocatorTest, TryAllocateReportsOutOfMemory) {
