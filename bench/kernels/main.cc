@@ -1,9 +1,11 @@
 // penstock_bench_kernels [--device N] [--warmup N] [--reps N]
-//                        [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa]:
+//                        [--only
+//                        copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa|wgmma_probe]:
 // runs the per-op GPU benchmarks and prints one JSON line per config (grouped only when asked for: it allocates ~90 GB
 // of expert weights; kda only when asked for: ~23 GB of f32 tensors at T = 65536; fp8 only when asked for: FP8 GEMMs
 // beside bf16 at DeepSeek-V3 dims, ~23 GB of expert weights; dsa only when asked for: the GLM-5.3 indexer logits and
-// top-k, ~50 GB of f32 logits at T = 65536; fp8_quant: fp8_act_quant alone after the copy ceiling). Exits 2 with a
+// top-k, ~50 GB of f32 logits at T = 65536; fp8_quant: fp8_act_quant alone after the copy ceiling; wgmma_probe only
+// when asked for: the e4m3 wgmma issue patterns of the FP8 GEMMs without memory traffic). Exits 2 with a
 // message when there is no usable GPU.
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,7 @@ void run_fp8_gemm_bench(BenchContext& ctx);      // fp8_gemm_bench.cc
 void run_fp8_act_quant_bench(BenchContext& ctx);  // fp8_gemm_bench.cc
 void run_elementwise_bench(BenchContext& ctx);   // elementwise_bench.cc
 void run_dsa_bench(BenchContext& ctx);           // dsa_bench.cc
+void run_wgmma_probe_bench(BenchContext& ctx);   // wgmma_probe.cu
 }  // namespace penstock::bench
 
 namespace {
@@ -27,7 +30,7 @@ namespace {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s [--device N] [--warmup N] [--reps N]"
-                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa]\n",
+                 " [--only copy|rms_norm|gemm|attention|mla|grouped|kda|fp8|fp8_quant|elementwise|dsa|wgmma_probe]\n",
                  argv0);
     return 1;
 }
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
     if (options.reps < 1 || options.warmup < 0) return usage(argv[0]);
     if (!options.only.empty() && options.only != "copy" && options.only != "rms_norm" && options.only != "gemm" &&
         options.only != "attention" && options.only != "mla" && options.only != "grouped" && options.only != "kda" &&
-        options.only != "fp8" && options.only != "fp8_quant" && options.only != "elementwise" && options.only != "dsa")
+        options.only != "fp8" && options.only != "fp8_quant" && options.only != "elementwise" &&
+        options.only != "dsa" && options.only != "wgmma_probe")
         return usage(argv[0]);
 
     auto props = penstock::cuda::device_properties(options.device);
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
     // Also only when asked for (~23 GB of fp8 + bf16 expert weights): --only fp8.
     if (options.only == "fp8") penstock::bench::run_fp8_gemm_bench(ctx);
     if (options.only == "dsa") penstock::bench::run_dsa_bench(ctx);
+    if (options.only == "wgmma_probe") penstock::bench::run_wgmma_probe_bench(ctx);
     if (options.only == "fp8_quant") {
         penstock::bench::run_copy_bench(ctx);
         penstock::bench::run_fp8_act_quant_bench(ctx);

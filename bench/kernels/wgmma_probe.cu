@@ -1,0 +1,152 @@
+// `--only wgmma_probe`: the e4m3 wgmma issue pattern of the FP8 GEMMs (fp8_gemm_tma.cu) without memory traffic, to
+// tell the tensor cores' own limits from the kernel's. One CTA per SM, one or two warpgroups, operands loaded into
+// shared memory once (e4m3 1.0 everywhere) and reused by every k-step; each k-step is `chains` chains of four
+// m64nNk32 wgmmas (one 128-deep k block). Modes:
+//   free:    no wait inside the loop: the chains accumulate back to back (the tensor cores' throughput for that N);
+//   wait:    a wait for the chain after each one (wgmma.wait_group 0), nothing else (the chain's issue-to-done
+//   latency); promote: the wait, then the block scaled into f32 accumulators (64 or 96 FFMAs per chain per thread): the
+//   GEMM's
+//            own per-k-block promotion.
+// Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
+// at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster: this probe is
+// the measurement to run before the next restructure. TFLOP/s count 2 * 64 * N * 128 per chain and warpgroup.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bench/kernels/bench_harness.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace penstock::bench {
+
+namespace {
+
+constexpr int kProbeSteps = 2048;             // k-steps per warpgroup and launch
+constexpr int kProbeSmem = 48 * 1024 + 1024;  // A 16 KiB (two warpgroups' 64 rows) + B 32 KiB (256 rows), aligned
+constexpr int kModeFree = 0, kModeWait = 1, kModePromote = 2;
+
+__device__ __forceinline__ uint64_t probe_desc(uint32_t saddr) { return cuda::wgmma::desc(saddr, 16, 1024); }
+
+// One chain of four m64nNk32 (N = 2 * NA) into blk; the first overwrites unless `accumulate`.
+template <int NA>
+__device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, uint32_t b, bool accumulate) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t da = probe_desc(a + ks * 32), db = probe_desc(b + ks * 32);
+        const int scale_d = ks != 0 || accumulate ? 1 : 0;
+        if constexpr (NA == 64) {
+            cuda::wgmma::m64n128k32_e4m3(blk, da, db, scale_d);
+        } else if constexpr (NA == 96) {
+            cuda::wgmma::m64n192k32_e4m3(blk, da, db, scale_d);
+        } else {
+            cuda::wgmma::m64n256k32_e4m3(blk, da, db, scale_d);
+        }
+    }
+}
+
+// NA: accumulators per chain (N / 2); kChains: chains per k-step (their B offsets 128 rows apart); kWgs: active
+// warpgroups. Promote mode needs kChains * NA + NA registers (acc + blk): 128 x 2 + 64 or 96 + 96.
+template <int NA, int kChains, int kMode>
+__global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, float* sink) {
+    extern __shared__ __align__(1024) uint8_t probe_smem[];
+    const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(probe_smem));
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
+    // e4m3 1.0 (0x38) in every operand byte.
+    for (int i = tid; i < 48 * 1024 / 4; i += 256) {
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(base + 4u * static_cast<uint32_t>(i)), "r"(0x38383838u));
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (wg >= active_wgs) return;
+    const uint32_t a = base + static_cast<uint32_t>(wg) * 64 * 128, b = base + 16 * 1024;
+    float blk[NA];
+    float acc[kChains][NA];
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+        blk[i] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < kChains; ++h) acc[h][i] = 0.0f;
+    }
+    const float scale = 1.0f + 1e-7f * static_cast<float>(tid);
+    for (int kt = 0; kt < kProbeSteps; ++kt) {
+#pragma unroll
+        for (int h = 0; h < kChains; ++h) {
+            cuda::wgmma::reg_fence(blk);
+            cuda::wgmma::fence();
+            probe_chain(blk, a, b + static_cast<uint32_t>(h) * 128 * 128, kMode == kModeFree && (kt | h) != 0);
+            cuda::wgmma::commit();
+            if constexpr (kMode != kModeFree) {
+                cuda::wgmma::wait<0>();
+                cuda::wgmma::reg_fence(blk);
+            }
+            if constexpr (kMode == kModePromote) {
+#pragma unroll
+                for (int i = 0; i < NA; ++i) acc[h][i] = fmaf(blk[i], scale, acc[h][i]);
+            }
+        }
+    }
+    cuda::wgmma::wait<0>();
+    cuda::wgmma::reg_fence(blk);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+        sum += blk[i];
+#pragma unroll
+        for (int h = 0; h < kChains; ++h) sum += acc[h][i];
+    }
+    if (sum == 12345.0f) sink[tid] = sum;  // keeps the work observable; never true for these inputs
+}
+
+const char* mode_name(int mode) { return mode == kModeFree ? "free" : (mode == kModeWait ? "wait" : "promote"); }
+
+template <int NA, int kChains, int kMode>
+void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
+    auto* kernel = wgmma_probe_kernel<NA, kChains, kMode>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSmem));
+    const int sms = ctx.props().n_sms;
+    const auto s = static_cast<cudaStream_t>(ctx.stream().handle());
+    const Timing t = ctx.time(
+        [&] {
+            kernel<<<sms, 256, kProbeSmem, s>>>(active_wgs, sink);
+            PENSTOCK_CUDA_LAUNCH_CHECK();
+        },
+        2, 10);
+    const int n = 2 * NA;
+    const double flops = 2.0 * 64 * n * 128 * kChains * static_cast<double>(kProbeSteps) * active_wgs * sms;
+    nlohmann::json r = ctx.base_record("wgmma_probe");
+    r["n"] = n;
+    r["chains_per_kstep"] = kChains;
+    r["mode"] = mode_name(kMode);
+    r["warpgroups"] = active_wgs;
+    r["tflops"] = flops / (t.median_us * 1e-6) * 1e-12;
+    // Cycles per chain at the device's maximum SM clock (under load the clock is lower: a lower bound).
+    r["us_per_chain"] = t.median_us / (static_cast<double>(kProbeSteps) * kChains);
+    ctx.report(r, t, 0.0);
+}
+
+template <int NA, int kChains>
+void probe_modes(BenchContext& ctx, float* sink) {
+    for (const int wgs : {1, 2}) {
+        probe_one<NA, kChains, kModeFree>(ctx, sink, wgs);
+        probe_one<NA, kChains, kModeWait>(ctx, sink, wgs);
+        probe_one<NA, kChains, kModePromote>(ctx, sink, wgs);
+    }
+}
+
+}  // namespace
+
+void run_wgmma_probe_bench(BenchContext& ctx) {
+    Tensor sink = Tensor::empty({256}, DType::kF32, ctx.alloc());
+    float* s = sink.ptr<float>();
+    probe_modes<64, 2>(ctx, s);               // the wide FP8 kernel: two m64n128 chains per k-step
+    probe_modes<96, 1>(ctx, s);               // one m64n192 chain
+    probe_one<128, 1, kModeFree>(ctx, s, 1);  // m64n256 (no room for promotion: 128 + 128 registers)
+    probe_one<128, 1, kModeFree>(ctx, s, 2);
+    probe_one<128, 1, kModeWait>(ctx, s, 1);
+    probe_one<128, 1, kModeWait>(ctx, s, 2);
+}
+
+}  // namespace penstock::bench
