@@ -28,7 +28,6 @@ int64_t dsa_gpu_logits_budget_bytes(int64_t free_outside_pool_bytes, int64_t dev
 // Query rows per logits slice for n_keys keys: the most rows whose [rows, n_keys] f32 logits fit the budget, >= 1.
 int64_t dsa_rows_per_slice(int64_t budget_bytes, int64_t n_keys);
 
-
 // Index keys of a stage's `full` indexer layers (shared layers store nothing), paged on the request page tables, on
 // the cache allocator's device: f32 rows [head_dim], or in FP8 mode e4m3 rows [head_dim] plus one f32 scale per row
 // (two paged caches with the same slots).

@@ -321,9 +321,9 @@ __global__ void __launch_bounds__(kQuantThreads)
 // The same for dim 128 (the indexer's head_dim), eight lanes per row: lane g of a row's group holds elements
 // [16 g, 16 g + 16) (four 16-byte loads; one 16-byte store, or four 4-byte ones when the out rows are only 4-byte
 // aligned). The butterflies of h = 1 .. 8 pair elements inside a lane, those of h = 16, 32, 64 pair lane g with lane
-// g ^ (h / 16) at the same slot; the lane holding j (bit h of j clear) forms a + b and the one holding j + h forms a - b
-// from the same a (= element j) and b, so every output is the rounding of the reference's own sum or difference. The
-// amax is a max over the group's lanes. ue8m0: s = 2^ceil(log2(s0)) for s0 = max(amax, 1e-4) / 448, where the
+// g ^ (h / 16) at the same slot; the lane holding j (bit h of j clear) forms a + b, the one holding j + h forms
+// a - b from the same a (= element j) and b, so every output is the rounding of the reference's own sum or difference.
+// The amax is a max over the group's lanes. ue8m0: s = 2^ceil(log2(s0)) for s0 = max(amax, 1e-4) / 448, where the
 // reference rounds log2 (in double) to f32 before the ceil; for a finite normal s0 with mantissa field M that is
 // exponent(s0) when M = 0 and exponent(s0) + 1 when M >= 64 (log2(1 + 64 * 2^-23) > 1.1e-5 exceeds half an f32 ulp
 // of any exponent up to 127, so the rounded sum never falls back to the integer below), and the few other s0 take the
@@ -344,8 +344,8 @@ __device__ __forceinline__ int ue8m0_exponent(float s) {
 }
 
 __global__ void __launch_bounds__(kQuant128Warps * 32)
-    dsa_quantize_fp8_128_kernel(uint8_t* out, float* scale, const float* in, int64_t out0, int64_t scale0,
-                                int64_t in0, int n_rows, bool rotate, bool ue8m0, float norm, bool store16) {
+    dsa_quantize_fp8_128_kernel(uint8_t* out, float* scale, const float* in, int64_t out0, int64_t scale0, int64_t in0,
+                                int n_rows, bool rotate, bool ue8m0, float norm, bool store16) {
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int warp = static_cast<int>(threadIdx.x) / 32;
     const int g = lane % 8, sub = lane / 8;

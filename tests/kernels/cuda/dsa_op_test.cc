@@ -13,7 +13,8 @@
 //    in and beyond the replay's shared memory, logits over 60 binades, NaN / -inf / -FLT_MAX rows whose masked
 //    entries take part, boundaries in a dense cluster. Every case runs on each top-k variant (kAuto, kRangeRadix with
 //    its tied-row count, kRangeRadixScalarCompact, kLegacy).
-//  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows; dim 128
+//  - dsa_quantize_fp8: bit-exact bytes and scales, rotated (dims 64/128) and plain, ue8m0 on and off, tiny rows; dim
+//  128
 //    with aligned rows takes the eight-lanes-per-row kernel (4099 rows: a grid tail), strided / other dims the block
 //    one; ue8m0 scales at the edges of that kernel's exponent shortcut (mantissa fields 0, 1 .. 63, 64 and up), with
 //    16- and 4-byte aligned out rows.
@@ -829,10 +830,10 @@ TEST_F(DsaOpTest, Perf) {
         const Pair in = random_pair(rng, {rows, dim}, DType::kF32, false, alloc(), stream());
         Tensor out = Tensor::empty({rows, dim}, DType::kF8E4M3, alloc());
         Tensor sc = Tensor::empty({rows}, DType::kF32, alloc());
-        const double us = perf_time("dsa_quantize_fp8", "rows " + std::to_string(rows) + " x 128, Hadamard + ue8m0",
-                                    stream(), [&] {
-            kernels::dsa_quantize_fp8({.out = out, .scale = sc, .in = in.dv, .rotate = true, .ue8m0 = true}, ctx);
-        });
+        const double us =
+            perf_time("dsa_quantize_fp8", "rows " + std::to_string(rows) + " x 128, Hadamard + ue8m0", stream(), [&] {
+                kernels::dsa_quantize_fp8({.out = out, .scale = sc, .in = in.dv, .rotate = true, .ue8m0 = true}, ctx);
+            });
         std::printf("[perf] dsa_quantize_fp8 rows %lld | %.1f us, %.0f GB/s\n", static_cast<long long>(rows), us,
                     static_cast<double>(rows * (dim * 5 + 4)) / us * 1e-3);
     }
