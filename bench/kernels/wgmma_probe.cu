@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, flo
     for (int i = tid; i < 48 * 1024 / 4; i += 256) {
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(base + 4u * static_cast<uint32_t>(i)), "r"(0x38383838u));
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    cuda::wgmma::fence_proxy_async();  // the stores above, before the wgmmas read them
     __syncthreads();
     if (wg >= active_wgs) return;
     const uint32_t a = base + static_cast<uint32_t>(wg) * 64 * 128, b = base + 16 * 1024;

@@ -141,14 +141,14 @@ CudaCachingAllocator::Stats CudaCachingAllocator::stats() const {
 }
 
 kernels::DeviceMemory device_memory(Allocator* alloc) {
-    int current = 0;
-    PENSTOCK_CUDA_CHECK(cudaGetDevice(&current));
-    const int dev = alloc != nullptr && alloc->device() == Device::kCUDA ? alloc->device_index() : current;
-    if (dev != current) PENSTOCK_CUDA_CHECK(cudaSetDevice(dev));
+    int dev = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
+    if (alloc != nullptr && alloc->device() == Device::kCUDA) dev = alloc->device_index();
     size_t free_bytes = 0, total_bytes = 0;
-    const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
-    if (dev != current) PENSTOCK_CUDA_CHECK(cudaSetDevice(current));
-    PENSTOCK_CUDA_CHECK(err);
+    {
+        const DeviceGuard guard(dev);
+        PENSTOCK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    }
     size_t cached = 0;
     if (const auto* caching = dynamic_cast<const CudaCachingAllocator*>(alloc)) {
         const CudaCachingAllocator::Stats st = caching->stats();
