@@ -6,7 +6,13 @@
 //   wait:    a wait for the chain after each one (wgmma.wait_group 0), nothing else (the chain's issue-to-done
 //   latency); promote: the wait, then the block scaled into f32 accumulators (64 or 96 FFMAs per chain per thread): the
 //   GEMM's
-//            own per-k-block promotion.
+//            own per-k-block promotion;
+//   pipe:    two block-register sets in turn: chain c is issued, then wait_group 1 (chain c - 1 done) and chain
+//            c - 1's block promoted while chain c runs (the promotion off the chain's critical path; needs
+//            kChains * NA + 2 NA registers, so only narrow chains: 4 x m64n64 or 1 x m64n128 per k-step); drained
+//            every two k-steps (see the loop).
+// Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no longer
+// read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
 // at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster: this probe is
 // the measurement to run before the next restructure. TFLOP/s count 2 * 64 * N * 128 per chain and warpgroup.
@@ -25,18 +31,29 @@ namespace {
 
 constexpr int kProbeSteps = 2048;             // k-steps per warpgroup and launch
 constexpr int kProbeSmem = 48 * 1024 + 1024;  // A 16 KiB (two warpgroups' 64 rows) + B 32 KiB (256 rows), aligned
-constexpr int kModeFree = 0, kModeWait = 1, kModePromote = 2;
+constexpr int kModeFree = 0, kModeWait = 1, kModePromote = 2, kModePipe = 3;
+constexpr int kFormSs = 0, kFormRs = 1;
 
 __device__ __forceinline__ uint64_t probe_desc(uint32_t saddr) { return cuda::wgmma::desc(saddr, 16, 1024); }
 
 // One chain of four m64nNk32 (N = 2 * NA) into blk; the first overwrites unless `accumulate`.
-template <int NA>
-__device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, uint32_t b, bool accumulate) {
+template <int NA, int kForm>
+__device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, const uint32_t (&ar)[4], uint32_t b,
+                                            bool accumulate) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
         const uint64_t da = probe_desc(a + ks * 32), db = probe_desc(b + ks * 32);
         const int scale_d = ks != 0 || accumulate ? 1 : 0;
-        if constexpr (NA == 64) {
+        if constexpr (kForm == kFormRs) {
+            if constexpr (NA == 32) {
+                cuda::wgmma::m64n64k32_e4m3_rs(blk, ar, db, scale_d);
+            } else {
+                static_assert(NA == 64, "rs: m64n64 and m64n128");
+                cuda::wgmma::m64n128k32_e4m3_rs(blk, ar, db, scale_d);
+            }
+        } else if constexpr (NA == 32) {
+            cuda::wgmma::m64n64k32_e4m3(blk, da, db, scale_d);
+        } else if constexpr (NA == 64) {
             cuda::wgmma::m64n128k32_e4m3(blk, da, db, scale_d);
         } else if constexpr (NA == 96) {
             cuda::wgmma::m64n192k32_e4m3(blk, da, db, scale_d);
@@ -47,8 +64,8 @@ __device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, uint32
 }
 
 // NA: accumulators per chain (N / 2); kChains: chains per k-step (their B offsets 128 rows apart); kWgs: active
-// warpgroups. Promote mode needs kChains * NA + NA registers (acc + blk): 128 x 2 + 64 or 96 + 96.
-template <int NA, int kChains, int kMode>
+// warpgroups. Promote mode needs kChains * NA + NA registers (acc + blk), pipe mode kChains * NA + 2 NA.
+template <int NA, int kChains, int kMode, int kForm>
 __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, float* sink) {
     extern __shared__ __align__(1024) uint8_t probe_smem[];
     const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(probe_smem));
@@ -62,49 +79,80 @@ __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, flo
     __syncthreads();
     if (wg >= active_wgs) return;
     const uint32_t a = base + static_cast<uint32_t>(wg) * 64 * 128, b = base + 16 * 1024;
-    float blk[NA];
+    const uint32_t ar[4] = {0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u};
+    constexpr int kBufs = kMode == kModePipe ? 2 : 1;
+    float blk[kBufs][NA];
     float acc[kChains][NA];
 #pragma unroll
     for (int i = 0; i < NA; ++i) {
-        blk[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kBufs; ++j) blk[j][i] = 0.0f;
 #pragma unroll
         for (int h = 0; h < kChains; ++h) acc[h][i] = 0.0f;
     }
     const float scale = 1.0f + 1e-7f * static_cast<float>(tid);
-    for (int kt = 0; kt < kProbeSteps; ++kt) {
+    for (int kt = 0; kt < kProbeSteps; kt += 2) {  // two k-steps per iteration: the pipe's sets alternate by chain
 #pragma unroll
-        for (int h = 0; h < kChains; ++h) {
-            cuda::wgmma::reg_fence(blk);
+        for (int c = 0; c < 2 * kChains; ++c) {
+            const int h = c % kChains;
+            const int cur = kBufs == 2 ? (c & 1) : 0;
+            cuda::wgmma::reg_fence(blk[cur]);
             cuda::wgmma::fence();
-            probe_chain(blk, a, b + static_cast<uint32_t>(h) * 128 * 128, kMode == kModeFree && (kt | h) != 0);
+            probe_chain<NA, kForm>(blk[cur], a, ar, b + static_cast<uint32_t>(h) * (2 * NA) * 128,
+                                   kMode == kModeFree && (kt | c) != 0);
             cuda::wgmma::commit();
-            if constexpr (kMode != kModeFree) {
+            if constexpr (kMode == kModeWait || kMode == kModePromote) {
                 cuda::wgmma::wait<0>();
-                cuda::wgmma::reg_fence(blk);
+                cuda::wgmma::reg_fence(blk[0]);
             }
             if constexpr (kMode == kModePromote) {
 #pragma unroll
-                for (int i = 0; i < NA; ++i) acc[h][i] = fmaf(blk[i], scale, acc[h][i]);
+                for (int i = 0; i < NA; ++i) acc[h][i] = fmaf(blk[0][i], scale, acc[h][i]);
+            }
+            if constexpr (kMode == kModePipe) {
+                // ptxas tracks wgmma groups only within the loop body (a wait_group 1 whose other group was issued
+                // in the previous iteration serialises every wgmma, warning C7514), so the pipe drains at the end of
+                // each iteration: the first chain's promotion waits for the second chain, the last one's for
+                // nothing.
+                if (c != 0) {
+                    cuda::wgmma::wait<1>();  // the previous chain (the other set) is done
+                    cuda::wgmma::reg_fence(blk[cur ^ 1]);
+                    const int ph = (h + kChains - 1) % kChains;
+#pragma unroll
+                    for (int i = 0; i < NA; ++i) acc[ph][i] = fmaf(blk[cur ^ 1][i], scale, acc[ph][i]);
+                }
+                if (c == 2 * kChains - 1) {
+                    cuda::wgmma::wait<0>();
+                    cuda::wgmma::reg_fence(blk[cur]);
+#pragma unroll
+                    for (int i = 0; i < NA; ++i) acc[h][i] = fmaf(blk[cur][i], scale, acc[h][i]);
+                }
             }
         }
     }
     cuda::wgmma::wait<0>();
-    cuda::wgmma::reg_fence(blk);
     float sum = 0.0f;
 #pragma unroll
+    for (int j = 0; j < kBufs; ++j) {
+        cuda::wgmma::reg_fence(blk[j]);
+#pragma unroll
+        for (int i = 0; i < NA; ++i) sum += blk[j][i];
+    }
+#pragma unroll
     for (int i = 0; i < NA; ++i) {
-        sum += blk[i];
 #pragma unroll
         for (int h = 0; h < kChains; ++h) sum += acc[h][i];
     }
     if (sum == 12345.0f) sink[tid] = sum;  // keeps the work observable; never true for these inputs
 }
 
-const char* mode_name(int mode) { return mode == kModeFree ? "free" : (mode == kModeWait ? "wait" : "promote"); }
+const char* mode_name(int mode) {
+    return mode == kModeFree ? "free" : (mode == kModeWait ? "wait" : (mode == kModePromote ? "promote" : "pipe"));
+}
 
-template <int NA, int kChains, int kMode>
+template <int NA, int kChains, int kMode, int kForm = kFormSs>
 void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
-    auto* kernel = wgmma_probe_kernel<NA, kChains, kMode>;
+    auto* kernel = wgmma_probe_kernel<NA, kChains, kMode, kForm>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSmem));
     const int sms = ctx.props().n_sms;
     const auto s = static_cast<cudaStream_t>(ctx.stream().handle());
@@ -121,6 +169,7 @@ void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
     r["chains_per_kstep"] = kChains;
     r["mode"] = mode_name(kMode);
     r["warpgroups"] = active_wgs;
+    r["form"] = kForm == kFormRs ? "rs" : "ss";
     r["tflops"] = flops / (t.median_us * 1e-6) * 1e-12;
     // Cycles per chain at the device's maximum SM clock (under load the clock is lower: a lower bound).
     r["us_per_chain"] = t.median_us / (static_cast<double>(kProbeSteps) * kChains);
@@ -147,6 +196,20 @@ void run_wgmma_probe_bench(BenchContext& ctx) {
     probe_one<128, 1, kModeFree>(ctx, s, 2);
     probe_one<128, 1, kModeWait>(ctx, s, 1);
     probe_one<128, 1, kModeWait>(ctx, s, 2);
+    // A from registers (two m64n128 chains per k-step)
+    for (const int wgs : {1, 2}) {
+        probe_one<64, 2, kModeFree, kFormRs>(ctx, s, wgs);
+        probe_one<64, 2, kModePromote, kFormRs>(ctx, s, wgs);
+    }
+    // the promotion off the chain's critical path: 4 x m64n64 (n256 per warpgroup) and 1 x m64n128 per k-step
+    for (const int wgs : {1, 2}) {
+        probe_one<32, 4, kModeFree>(ctx, s, wgs);
+        probe_one<32, 4, kModePromote>(ctx, s, wgs);
+        probe_one<32, 4, kModePipe>(ctx, s, wgs);
+        probe_one<64, 1, kModePromote>(ctx, s, wgs);
+        probe_one<64, 1, kModePipe>(ctx, s, wgs);
+        probe_one<32, 4, kModePipe, kFormRs>(ctx, s, wgs);
+    }
 }
 
 }  // namespace penstock::bench

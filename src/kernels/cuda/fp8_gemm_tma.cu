@@ -15,7 +15,10 @@
 // producer takes the next tile when its ring has room and passes its id to the consumers through a per-stage slot,
 // so the CTAs that share a weight tile stay together (DeepSeek-V3 experts at T = 16384 on the H200: gate_up 10.9 ->
 // 9.7 ms, down 6.5 -> 6.2 ms in the layer). A consumer warpgroup whose 64 rows are all past the tile's valid rows skips
-// its products.
+// its products. The epilogues store 16 bytes per lane (bf16 out: store_tile; the gated FP8 out: store_glu_tile), the
+// row's lane quad trading words first (fp8_gemm_common.cuh quad_transpose): the consumers' stores do not overlap the
+// tensor cores, and with 4- and 2-byte stores they were 18% of the DeepSeek-V3 down GEMM at T = 16384
+// (docs/perf/2026-12-04-s27.md).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -85,6 +88,7 @@ struct GluArgs {
     float* out_scale;  // [n_rows, I / 128]
     int64_t ldo, os_row, os_col;
     int inter;  // I
+    int out16;  // out and ldo 16-byte aligned: the epilogue's 16-byte stores
     float situ_beta, situ_linear_beta, situ_inv_beta, situ_inv_linear_beta;
 };
 
@@ -143,10 +147,33 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
             for (int k = 0; k < 32; ++k) v[k] = __fdiv_rn(v[k], sc);
         }
         const int r = r_lo + 8 * hf;
-        if (r < ct.rows) {
+        if (glu.out16 != 0) {  // uniform over the kernel: every lane takes part in the quad's shuffles
+            // |v / s| <= 448.0001: the hardware cast gives the software cast's bytes (fp8.cuh e4m3x2_in_range).
+            // Word b of this lane: columns 16 b + 2 t (+1) (low half) and 16 b + 8 + 2 t (+1) (high half). The quad
+            // trades them (quad_transpose) so that lane t holds every lane's word of blocks t and t + 4, and stores
+            // each block's 16 bytes (columns 16 b .. 16 b + 15) at once.
+            const int64_t row = ct.row0 + (r < ct.rows ? r : 0);
+            uint8_t* orow = glu.out + row * glu.ldo + tile_j * 128;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                uint32_t w[4];  // words 4 half .. 4 half + 3
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int b = 4 * half + q;
+                    w[q] = e4m3x2_in_range(v[4 * b], v[4 * b + 1]) | (e4m3x2_in_range(v[4 * b + 2], v[4 * b + 3]) << 16);
+                }
+                const uint4 x = quad_transpose(w, t);  // x.q: lane q's word of block 4 half + t
+                const uint4 o{__byte_perm(x.x, x.y, 0x5410), __byte_perm(x.z, x.w, 0x5410),
+                              __byte_perm(x.x, x.y, 0x7632), __byte_perm(x.z, x.w, 0x7632)};
+                if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 16 * (4 * half + t)) = o;
+            }
+            if (r < ct.rows && t == 0) {
+                glu.out_scale[static_cast<int64_t>(ct.row0 + r) * glu.os_row + static_cast<int64_t>(tile_j) * glu.os_col] =
+                    sc;
+            }
+        } else if (r < ct.rows) {
             const int64_t row = ct.row0 + r;
             uint8_t* orow = glu.out + row * glu.ldo + tile_j * 128 + 2 * t;
-            // |v / s| <= 448.0001: the hardware cast gives the software cast's bytes (fp8.cuh e4m3x2_in_range).
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
                 *reinterpret_cast<uint16_t*>(orow + 8 * i) =
@@ -517,6 +544,7 @@ void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, voi
     glu.out = p.out.ptr<uint8_t>();
     glu.out_scale = p.out_scale.ptr<float>();
     glu.ldo = n_rows > 1 ? p.out.stride(0) : inter;
+    glu.out16 = reinterpret_cast<uintptr_t>(glu.out) % 16 == 0 && glu.ldo % 16 == 0 ? 1 : 0;
     glu.os_row = p.out_scale.stride(0);
     glu.os_col = p.out_scale.stride(1);
     glu.inter = static_cast<int>(inter);

@@ -3,7 +3,7 @@
 // the bf16 m64n256k16 MMA with f32 accumulators (B K-major or N-major) and its f16 K-major twin, the bf16 m64n64k16
 // MMA (both K-major) and m64n256k16 with A from registers (B N-major) of the paired sparse MLA kernel, the e4m3
 // m64n128k32 / m64n192k32 / m64n256k32 MMAs (f16 and m64n256k32: dsa_indexer_wgmma.cu; m64n192k32: the wgmma probe),
-// and the register fence that keeps the compiler from moving accumulator accesses across the asynchronous window.
+// the probe's e4m3 m64n64k32 and A-from-registers m64n64k32 / m64n128k32, and the register fence that keeps the compiler from moving accumulator accesses across the asynchronous window.
 // Device-only; include from .cu files.
 #pragma once
 
@@ -159,6 +159,51 @@ __device__ __forceinline__ void m64n128k32_e4m3(float (&d)[64], uint64_t desc_a,
         "}\n"
         : PENSTOCK_WGMMA_D64_OUT(d)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 64] (+)= A[64 x 32] B[32 x 64] in float8_e4m3fn, as m64n128k32_e4m3 (the wgmma probe). scale_d 0
+// overwrites D.
+__device__ __forceinline__ void m64n64k32_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" PENSTOCK_WGMMA_OPS_0_31
+        "}, %32, %33, p, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_OUT_0_31(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 64] (+)= A[64 x 32] B[32 x 64] in float8_e4m3fn with A from registers, as m64n128k32_e4m3_rs (the wgmma
+// probe). scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" PENSTOCK_WGMMA_OPS_0_31
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_OUT_0_31(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 128] (+)= A[64 x 32] B[32 x 128] in float8_e4m3fn with A from registers (four 32-bit registers per thread:
+// the e4m3 bytes of rows lane / 4 and lane / 4 + 8 of the warp's 16 rows, k columns 4 (lane % 4) .. +3 and +16), B
+// K-major in shared memory (the wgmma probe). scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " PENSTOCK_WGMMA_D64
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_D64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 // D[64 x 192] (+)= A[64 x 32] B[32 x 192] in float8_e4m3fn, f32 accumulate, A and B K-major from shared memory, as
