@@ -35,7 +35,7 @@ struct Args {
     int64_t lda, ldo, ldb, b_gstride;
     int64_t as_row, as_col, bs_row, bs_gstride;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
-    int out16;    // bf16 out with 16-byte aligned rows (pointer and ldo): store_tile's 16-byte stores
+    int out16;  // bf16 out with 16-byte aligned rows (pointer and ldo): store_tile's 16-byte stores
 };
 
 using tile::smem_u32;
@@ -79,28 +79,6 @@ __device__ __forceinline__ void promote(float (&acc)[64], const float (&blk)[64]
     }
 }
 
-// A 4 x 4 transpose of 32-bit words inside each lane quad (lanes 4 g .. 4 g + 3; t = lane % 4): w[q] is this lane's
-// word for lane q of its quad; returns r with r[q] = lane q's w[t]. Three xor shuffles, and two permutations by t (the
-// words each shuffle sends, and where each received one goes). Every lane of the warp must call it.
-__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&w)[4], int t) {
-    // perm(x)[k] = x[t ^ k]: swap neighbours when bit 0 of t is set, then pairs when bit 1 is
-    const auto perm = [t](uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3) {
-        const bool b0 = (t & 1) != 0, b1 = (t & 2) != 0;
-        const uint32_t a0 = b0 ? x1 : x0, a1 = b0 ? x0 : x1, a2 = b0 ? x3 : x2, a3 = b0 ? x2 : x3;
-        return uint4{b1 ? a2 : a0, b1 ? a3 : a1, b1 ? a0 : a2, b1 ? a1 : a3};
-    };
-    const uint4 snd = perm(w[0], w[1], w[2], w[3]);  // round k sends w[t ^ k] to lane t ^ k
-    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, snd.y, 1);
-    const uint32_t r2 = __shfl_xor_sync(0xffffffffu, snd.z, 2);
-    const uint32_t r3 = __shfl_xor_sync(0xffffffffu, snd.w, 3);
-    return perm(snd.x, r1, r2, r3);  // round k's word came from lane t ^ k
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Stores this thread's fragment (rows r_lo, r_lo + 8 of the tile; lane quad t) and zeroes acc. n % 8 == 0. With
 // p.out16 (bf16, 16-byte aligned rows) and all 128 columns inside n, each row's quad trades its words
 // (quad_transpose) so that every lane stores 16 contiguous bytes four times (columns 32 j + 8 t .. + 7) instead of 4
@@ -120,9 +98,9 @@ __device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_
                     uint32_t w[4];
 #pragma unroll
                     for (int q = 0; q < 4; ++q) {
-                        w[q] = pack_bf16x2(acc[4 * (4 * j + q) + 2 * hf], acc[4 * (4 * j + q) + 2 * hf + 1]);
+                        w[q] = tile::pack_bf16x2(acc[4 * (4 * j + q) + 2 * hf], acc[4 * (4 * j + q) + 2 * hf + 1]);
                     }
-                    const uint4 v = quad_transpose(w, t);  // columns 8 (4 j + t) .. + 7
+                    const uint4 v = tile::quad_transpose(w, t);  // columns 8 (4 j + t) .. + 7
                     if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * j) = v;
                 }
             }

@@ -16,7 +16,7 @@
 // so the CTAs that share a weight tile stay together (DeepSeek-V3 experts at T = 16384 on the H200: gate_up 10.9 ->
 // 9.7 ms, down 6.5 -> 6.2 ms in the layer). A consumer warpgroup whose 64 rows are all past the tile's valid rows skips
 // its products. The epilogues store 16 bytes per lane (bf16 out: store_tile; the gated FP8 out: store_glu_tile), the
-// row's lane quad trading words first (fp8_gemm_common.cuh quad_transpose): the consumers' stores do not overlap the
+// row's lane quad trading words first (tile_util.cuh quad_transpose): the consumers' stores do not overlap the
 // tensor cores, and with 4- and 2-byte stores they were 18% of the DeepSeek-V3 down GEMM at T = 16384
 // (docs/perf/2026-12-04-s27.md).
 #include <cuda_runtime.h>
@@ -160,16 +160,17 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int b = 4 * half + q;
-                    w[q] = e4m3x2_in_range(v[4 * b], v[4 * b + 1]) | (e4m3x2_in_range(v[4 * b + 2], v[4 * b + 3]) << 16);
+                    w[q] =
+                        e4m3x2_in_range(v[4 * b], v[4 * b + 1]) | (e4m3x2_in_range(v[4 * b + 2], v[4 * b + 3]) << 16);
                 }
-                const uint4 x = quad_transpose(w, t);  // x.q: lane q's word of block 4 half + t
+                const uint4 x = tile::quad_transpose(w, t);  // x.q: lane q's word of block 4 half + t
                 const uint4 o{__byte_perm(x.x, x.y, 0x5410), __byte_perm(x.z, x.w, 0x5410),
                               __byte_perm(x.x, x.y, 0x7632), __byte_perm(x.z, x.w, 0x7632)};
                 if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 16 * (4 * half + t)) = o;
             }
             if (r < ct.rows && t == 0) {
-                glu.out_scale[static_cast<int64_t>(ct.row0 + r) * glu.os_row + static_cast<int64_t>(tile_j) * glu.os_col] =
-                    sc;
+                glu.out_scale[static_cast<int64_t>(ct.row0 + r) * glu.os_row +
+                              static_cast<int64_t>(tile_j) * glu.os_col] = sc;
             }
         } else if (r < ct.rows) {
             const int64_t row = ct.row0 + r;
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t unit_bars = bars + 16 * kStages;
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
-    int* stage_tile = scan + 32;  // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
+    int* stage_tile = scan + 32;       // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
     int* mail = stage_tile + kStages;  // pairs: rank 0's unit id for the unit whose first k-step is in stage i
     int* prefix = mail + kStages;
     int* offs = prefix + (G + 1);
@@ -453,7 +454,7 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(args.ldb), static_cast<cuuint64_t>(b_gstride)};
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
-    r.tm_b = encode(args.b, 3, b_dims, b_strides);  // 128-row boxes: one per B half
+    r.tm_b = encode(args.b, 3, b_dims, b_strides);        // 128-row boxes: one per B half
     // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
     const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;

@@ -15,8 +15,9 @@
 // stages (A 128 rows, B as two 128-row halves); stage i has a "full" mbarrier (the producer's expect_tx, completed by
 // the bulk copies) and an "empty" one (one arrive per consumer warpgroup of every CTA that writes into the stage).
 // A consumer keeps one wgmma batch in flight and releases the previous stage when it retires; the producer runs up to
-// 4 k-steps ahead, across tiles, so the next tile's operands load while the consumers run the epilogue (bf16x2 /
-// float2 stores straight from the registers, rows past the group and columns past n masked).
+// 4 k-steps ahead, across tiles, so the next tile's operands load while the consumers run the epilogue (stores
+// straight from the registers, rows past the group and columns past n masked: 16 bytes per lane after a quad
+// transpose for bf16 out with aligned rows and whole tiles, else bf16x2 / float2).
 //
 // A is one 2-d map over all n_rows rows: a tile whose 128 rows cross into the next group loads (and multiplies) those
 // rows but never stores them; rows past n_rows, k past the end and weight rows past n are zero-filled by TMA. A B half
@@ -102,6 +103,8 @@ struct TmaArgs {
     const bf16* b;           // [n_groups, n, k] bf16, contiguous
     int64_t ldo, lda;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
+    int n_out;       // out's columns (n, or I in the gated form)
+    int out16;       // bf16 out with 16-byte aligned rows (pointer and ldo): the epilogue's 16-byte stores
     int b_box_rows;  // rows of tm_b's box: 128 (halves, multicast-capable) or 256 (one load per k-step, no cluster)
     int* sched;      // kDyn: this stream's tile counter pair (tile_sched.h)
     // The fused gated epilogue (kAct != 0, grouped_gemm_glu): b is [n_groups, 2 I, k] with the gate rows first,
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t msg_bars = bars + 16 * kStages;
     const int G = p.n_groups;
     int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
-    int* stage_tile = scan + 32;  // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
+    int* stage_tile = scan + 32;      // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
     int* msg = stage_tile + kStages;  // kDyn pairs: rank 0's tile messages to rank 1 (a ring, written remotely)
     int* prefix = msg + kStages;
     int* offs = prefix + (G + 1);
@@ -427,37 +430,63 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::wait<0>();
             release(static_cast<int>((s - 1) % kStages));
             wgmma::reg_fence(acc);
+            // 16-byte stores (bf16 out, 16-byte aligned rows, the tile's columns all inside n): the row's lane quad
+            // trades words (tile::quad_transpose) so that each lane stores columns 8 (4 jb + t) .. + 7 of every block
+            // of 32 columns at once, instead of a 4-byte store per 8 columns (FP8 GEMM: docs/perf/2026-12-04-s27.md).
+            const bool vec = std::is_same_v<OutT, bf16> && p.out16 != 0 && p.n_out - ct.n0 >= kTileN;
             if constexpr (kAct != kActNone) {
                 // Columns 8 j + 2 t (+1) of the accumulator are gate column n0 + 8 j + 2 t for j < 16 and the matching
                 // up column for j + 16: each rounded to bf16 (what the unfused GEMM stores), then the activation.
+                const auto act = [&](int j, int hf, int e) {
+                    const float gv = __bfloat162float(__float2bfloat16_rn(acc[4 * j + 2 * hf + e]));
+                    const float uv = __bfloat162float(__float2bfloat16_rn(acc[4 * (j + 16) + 2 * hf + e]));
+                    if constexpr (kAct == kActSilu) {
+                        return silu_mul_fast(gv, uv);
+                    } else {
+                        return situ_mul_fast<kDefaultSituMath>(gv, uv, p.situ_beta, p.situ_linear_beta, p.situ_inv_beta,
+                                                               p.situ_inv_linear_beta);
+                    }
+                };
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
                     const int r = 64 * cw + 16 * wr + 8 * hf + g;
-                    if (r < ct.rows) {
+                    if (vec) {  // uniform over the warp: every lane takes part in the shuffles
+                        OutT* orow =
+                            out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t;
+#pragma unroll
+                        for (int jb = 0; jb < 4; ++jb) {
+                            uint32_t w[4];
+#pragma unroll
+                            for (int q = 0; q < 4; ++q)
+                                w[q] = tile::pack_bf16x2(act(4 * jb + q, hf, 0), act(4 * jb + q, hf, 1));
+                            const uint4 v = tile::quad_transpose(w, t);
+                            if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * jb) = v;
+                        }
+                    } else if (r < ct.rows) {
                         OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
 #pragma unroll
-                        for (int j = 0; j < 16; ++j) {
-                            float o[2];
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const float gv = __bfloat162float(__float2bfloat16_rn(acc[4 * j + 2 * hf + e]));
-                                const float uv = __bfloat162float(__float2bfloat16_rn(acc[4 * (j + 16) + 2 * hf + e]));
-                                if constexpr (kAct == kActSilu) {
-                                    o[e] = silu_mul_fast(gv, uv);
-                                } else {
-                                    o[e] = situ_mul_fast<kDefaultSituMath>(gv, uv, p.situ_beta, p.situ_linear_beta,
-                                                                           p.situ_inv_beta, p.situ_inv_linear_beta);
-                                }
-                            }
-                            store2<OutT>(orow + 8 * j, o[0], o[1]);
-                        }
+                        for (int j = 0; j < 16; ++j) store2<OutT>(orow + 8 * j, act(j, hf, 0), act(j, hf, 1));
                     }
                 }
             } else {
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
                     const int r = 64 * cw + 16 * wr + 8 * hf + g;
-                    if (r < ct.rows) {
+                    if (vec) {
+                        OutT* orow =
+                            out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t;
+#pragma unroll
+                        for (int jb = 0; jb < 8; ++jb) {
+                            uint32_t w[4];
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) {
+                                w[q] = tile::pack_bf16x2(acc[4 * (4 * jb + q) + 2 * hf],
+                                                         acc[4 * (4 * jb + q) + 2 * hf + 1]);
+                            }
+                            const uint4 v = tile::quad_transpose(w, t);
+                            if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * jb) = v;
+                        }
+                    } else if (r < ct.rows) {
                         OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
                         const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
 #pragma unroll
@@ -579,6 +608,9 @@ TmaArgs base_args(const kernels::GroupedGemmParams& p, int tile_n, int k_step) {
     args.a = p.a.ptr<bf16>();
     args.b = p.b.ptr<bf16>();
     args.ldo = n_rows > 1 ? p.out.stride(0) : out_cols;
+    args.n_out = static_cast<int>(out_cols);
+    args.out16 =
+        p.out.dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 && args.ldo % 8 == 0 ? 1 : 0;
     args.lda = n_rows > 1 ? p.a.stride(0) : k;
     args.k = static_cast<int>(k);
     args.n_rows = static_cast<int>(n_rows);

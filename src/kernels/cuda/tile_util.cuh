@@ -1,6 +1,6 @@
 // Device helpers shared by the hand-written tensor-core kernels (MLA, grouped bf16 / FP8 GEMMs, KDA): shared-memory
-// addresses, 16-byte cp.async with zero fill, pairs of outputs, and the tile walk over variable-size row groups.
-// Device-only; include from .cu files.
+// addresses, 16-byte cp.async with zero fill, pairs of outputs, the tile walk over variable-size row groups, and the
+// lane quad's word transpose of the GEMM epilogues' 16-byte stores. Device-only; include from .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -178,6 +178,28 @@ __device__ __forceinline__ int build_group_tile_prefix(const int32_t* offsets, i
     if (tid == n_threads - 1) prefix[G] = run;
     __syncthreads();
     return prefix[G];
+}
+
+// A 4 x 4 transpose of 32-bit words inside each lane quad (lanes 4 g .. 4 g + 3; t = lane % 4): w[q] is this lane's
+// word for lane q of its quad; returns r with r[q] = lane q's w[t]. Three xor shuffles, and two permutations by t (the
+// words each shuffle sends, and where each received one goes). Every lane of the warp must call it.
+__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&w)[4], int t) {
+    // perm(x)[k] = x[t ^ k]: swap neighbours when bit 0 of t is set, then pairs when bit 1 is
+    const auto perm = [t](uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3) {
+        const bool b0 = (t & 1) != 0, b1 = (t & 2) != 0;
+        const uint32_t a0 = b0 ? x1 : x0, a1 = b0 ? x0 : x1, a2 = b0 ? x3 : x2, a3 = b0 ? x2 : x3;
+        return uint4{b1 ? a2 : a0, b1 ? a3 : a1, b1 ? a0 : a2, b1 ? a1 : a3};
+    };
+    const uint4 snd = perm(w[0], w[1], w[2], w[3]);  // round k sends w[t ^ k] to lane t ^ k
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, snd.y, 1);
+    const uint32_t r2 = __shfl_xor_sync(0xffffffffu, snd.z, 2);
+    const uint32_t r3 = __shfl_xor_sync(0xffffffffu, snd.w, 3);
+    return perm(snd.x, r1, r2, r3);  // round k's word came from lane t ^ k
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 }  // namespace penstock::cuda::tile
