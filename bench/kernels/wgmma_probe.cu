@@ -4,18 +4,21 @@
 // m64nNk32 wgmmas (one 128-deep k block). Modes:
 //   free:    no wait inside the loop: the chains accumulate back to back (the tensor cores' throughput for that N);
 //   wait:    a wait for the chain after each one (wgmma.wait_group 0), nothing else (the chain's issue-to-done
-//   latency); promote: the wait, then the block scaled into f32 accumulators (64 or 96 FFMAs per chain per thread): the
-//   GEMM's
+//            latency). The chains accumulate as in free: a chain that overwrites its block and is never read is dead
+//            code to ptxas, which dropped it (session 27's call A read "7600 TFLOP/s" before this; not re-run since);
+//   promote: the wait, then the block scaled into f32 accumulators (32 to 96 FFMAs per chain per thread): the GEMM's
 //            own per-k-block promotion;
 //   pipe:    two block-register sets in turn: chain c is issued, then wait_group 1 (chain c - 1 done) and chain
 //            c - 1's block promoted while chain c runs (the promotion off the chain's critical path; needs
 //            kChains * NA + 2 NA registers, so only narrow chains: 4 x m64n64 or 1 x m64n128 per k-step); drained
 //            every two k-steps (see the loop).
-// Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no longer
-// read from shared memory by every chain).
+// Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
+// longer read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
-// at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster: this probe is
-// the measurement to run before the next restructure. TFLOP/s count 2 * 64 * N * 128 per chain and warpgroup.
+// at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster. Session 27's
+// results (docs/perf/2026-12-04-s27.md): promote reaches 1500 TFLOP/s with two m64n128 chains per k-step and two
+// warpgroups, 1650 with four m64n64 chains, but the GEMM on m64n64 chains ran 12-15% slower: the probe bounds the
+// issue pattern, not the kernel. TFLOP/s count 2 * 64 * N * 128 per chain and warpgroup.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, flo
             cuda::wgmma::reg_fence(blk[cur]);
             cuda::wgmma::fence();
             probe_chain<NA, kForm>(blk[cur], a, ar, b + static_cast<uint32_t>(h) * (2 * NA) * 128,
-                                   kMode == kModeFree && (kt | c) != 0);
+                                   (kMode == kModeFree || kMode == kModeWait) && (kt | c) != 0);
             cuda::wgmma::commit();
             if constexpr (kMode == kModeWait || kMode == kModePromote) {
                 cuda::wgmma::wait<0>();
