@@ -415,7 +415,10 @@ bool stream_capturing(void* stream) {
 }  // namespace
 
 bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream) {
-    constexpr int64_t kDeviceMaxAvgRows = 384;
+    // 512: at 512 rows per expert (DeepSeek-V3 / GLM-5.3 at T = 16384) the device kernels (CTA pairs, the fused gated
+    // GEMM, 16-byte epilogue stores) took 2.1-2.3 ms off the bf16 experts and 0.4-1.5 ms off the layers against
+    // cuBLASLt's per-group GEMMs (docs/perf/2026-12-04-s27.md, call I); above it, not measured since session 6.
+    constexpr int64_t kDeviceMaxAvgRows = 512;
     static const int env_mode = [] {
         const char* e = std::getenv("PENSTOCK_GROUPED_GEMM");
         if (e == nullptr) return 0;
@@ -452,8 +455,9 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     // cannot be). On the H200 (docs/perf/2026-12-01-grouped-gemm-dyn.md, 2026-12-01-session6-layers.md) kTmaDyn ran the
     // DeepSeek-V3 / Kimi K3 expert GEMMs at 1.00-1.52x torch._grouped_mm at T = 4096 and 16384, and cut the Kimi K3
     // layers' experts from 39-41 to 32-34 ms at T = 16384 (292 rows per expert); at 512 rows per expert (DeepSeek-V3, T
-    // = 16384) cuBLASLt's per-group GEMMs were faster (gate_up 11.5-12.8 vs 13.4-13.6 ms) and the layer 1.4-2.6 ms
-    // faster with them (the layer runs at the power limit). Calls the kernels do not take (f32 operands, k % 8 != 0,
+    // = 16384) cuBLASLt's per-group GEMMs were faster then (session 6: gate_up 11.5-12.8 vs 13.4-13.6 ms, the layer
+    // 1.4-2.6 ms), and slower since the CTA pairs and the 16-byte epilogue stores (session 27: experts 18.3-18.5 vs
+    // 20.6-20.8 ms, the layer 51.5-51.7 vs 52.1-52.3), so the limit is 512 rows per group. Calls the kernels do not take (f32 operands, k % 8 != 0,
     // ...) run on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device
     // forces either under kAuto (capture: always device).
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {

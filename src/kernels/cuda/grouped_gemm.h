@@ -1,7 +1,7 @@
 // The device-side grouped GEMM (issue #7): out[rows of group g] = a[rows of group g] @ b[g]^T with the group offsets
 // read on the device (no host copy, no stream sync: CUDA-graph capturable). cuda::grouped_gemm (kAuto) takes the
 // default device kernel (kDevice = kTmaDynCluster) when grouped_gemm_device_supported() holds and either the groups are
-// small (n_rows / n_groups <= 384) or the stream is being captured; else the cuBLASLt path (host copy of the offsets +
+// small (n_rows / n_groups <= 512) or the stream is being captured; else the cuBLASLt path (host copy of the offsets +
 // one cublasLtMatmul per non-empty group), which cannot run under capture: an unsupported call on a capturing stream
 // fails with the reason. Env PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: device).
 // Measured on the H200: docs/perf/2026-12-01-grouped-gemm-ws.md (the static kernels), 2026-12-01-grouped-gemm-dyn.md.

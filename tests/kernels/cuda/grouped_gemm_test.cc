@@ -245,7 +245,7 @@ TEST_F(GroupedGemmDeviceTest, UnsupportedShapesTakeCublasLt) {
     }
 }
 
-// The dynamic-order TMA kernel (kTmaDyn, kAuto's choice up to 384 rows per group) launch after launch with tail-heavy
+// The dynamic-order TMA kernel (kTmaDyn, kAuto's choice up to 512 rows per group) launch after launch with tail-heavy
 // routing over 256 experts: every launch must finish and fill every valid element with the same finite value (all
 // inputs equal). A warpgroup that passes stages on without products meets at a named barrier on each stage; without
 // it a lagging warp could miss its stage's phase and wait forever (tma_util.cuh, "Warps that skip").
