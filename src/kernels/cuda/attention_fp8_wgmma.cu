@@ -144,21 +144,6 @@ __device__ __forceinline__ void m64n136k32_e4m3_rs(float (&d)[68], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// D[64 x 128] (+)= A[64 x 32] B[32 x 128] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
-// words of the 8-bit A fragment), B K-major from shared memory (descriptor); scale_d 0 overwrites D.
-__device__ __forceinline__ void m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
-                                                   int scale_d) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " PENSTOCK_WGMMA_D64
-        "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
-        "}\n"
-        : PENSTOCK_WGMMA_D64_OUT(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
 // D[64 x 72] (+)= A[64 x 32] B[32 x 72] in float8_e4m3fn, f32 accumulate; A from registers (the thread's four
 // words of the 8-bit A fragment), B K-major from shared memory (descriptor); scale_d 0 overwrites D.
 __device__ __forceinline__ void m64n72k32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b,
@@ -438,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int ks = 0; ks < kDqk / 32; ++ks) {
             const uint64_t koff = static_cast<uint64_t>(((ks >> 1) * kBN * kBoxBytes + (ks & 1) * 32) >> 4);
             if constexpr (kQRegs) {
-                m64n128k32_e4m3_rs(sc, qf[ks], k_desc + koff, ks != 0 ? 1 : 0);
+                wgmma::m64n128k32_e4m3_rs(sc, qf[ks], k_desc + koff, ks != 0 ? 1 : 0);
             } else {
                 const uint64_t qoff = static_cast<uint64_t>(((ks >> 1) * kBM * kBoxBytes + (ks & 1) * 32) >> 4);
                 wgmma::m64n128k32_e4m3(sc, q_desc + qoff, k_desc + koff, ks != 0 ? 1 : 0);

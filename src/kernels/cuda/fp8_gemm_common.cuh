@@ -91,18 +91,9 @@ __device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = r_lo + 8 * hf;
-                OutT* orow = out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    // word q: columns 8 (4 j + q) + 2 t (+1), for lane q of the quad
-                    uint32_t w[4];
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        w[q] = tile::pack_bf16x2(acc[4 * (4 * j + q) + 2 * hf], acc[4 * (4 * j + q) + 2 * hf + 1]);
-                    }
-                    const uint4 v = tile::quad_transpose(w, t);  // columns 8 (4 j + t) .. + 7
-                    if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * j) = v;
-                }
+                tile::store_row_bf16x16<4>(
+                    out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t, r < ct.rows, t,
+                    [&](int i) { return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]); });
             }
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.0f;

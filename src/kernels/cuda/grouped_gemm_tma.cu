@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // 16-byte stores (bf16 out, 16-byte aligned rows, the tile's columns all inside n): the row's lane quad
             // trades words (tile::quad_transpose) so that each lane stores columns 8 (4 jb + t) .. + 7 of every block
             // of 32 columns at once, instead of a 4-byte store per 8 columns (FP8 GEMM: docs/perf/2026-12-04-s27.md).
-            const bool vec = std::is_same_v<OutT, bf16> && p.out16 != 0 && p.n_out - ct.n0 >= kTileN;
+            const bool vec = p.out16 != 0 && p.n_out - ct.n0 >= kTileN;
             if constexpr (kAct != kActNone) {
                 // Columns 8 j + 2 t (+1) of the accumulator are gate column n0 + 8 j + 2 t for j < 16 and the matching
                 // up column for j + 16: each rounded to bf16 (what the unfused GEMM stores), then the activation.
@@ -451,17 +451,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int hf = 0; hf < 2; ++hf) {
                     const int r = 64 * cw + 16 * wr + 8 * hf + g;
                     if (vec) {  // uniform over the warp: every lane takes part in the shuffles
-                        OutT* orow =
-                            out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t;
-#pragma unroll
-                        for (int jb = 0; jb < 4; ++jb) {
-                            uint32_t w[4];
-#pragma unroll
-                            for (int q = 0; q < 4; ++q)
-                                w[q] = tile::pack_bf16x2(act(4 * jb + q, hf, 0), act(4 * jb + q, hf, 1));
-                            const uint4 v = tile::quad_transpose(w, t);
-                            if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * jb) = v;
-                        }
+                        tile::store_row_bf16x16<4>(
+                            out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t,
+                            r < ct.rows, t, [&](int i) { return tile::pack_bf16x2(act(i, hf, 0), act(i, hf, 1)); });
                     } else if (r < ct.rows) {
                         OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
 #pragma unroll
@@ -472,21 +464,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
                     const int r = 64 * cw + 16 * wr + 8 * hf + g;
-                    if (vec) {
-                        OutT* orow =
-                            out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t;
-#pragma unroll
-                        for (int jb = 0; jb < 8; ++jb) {
-                            uint32_t w[4];
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) {
-                                w[q] = tile::pack_bf16x2(acc[4 * (4 * jb + q) + 2 * hf],
-                                                         acc[4 * (4 * jb + q) + 2 * hf + 1]);
-                            }
-                            const uint4 v = tile::quad_transpose(w, t);
-                            if (r < ct.rows) *reinterpret_cast<uint4*>(orow + 32 * jb) = v;
+                    if constexpr (std::is_same_v<OutT, bf16>) {
+                        if (vec) {
+                            tile::store_row_bf16x16<8>(
+                                out + static_cast<int64_t>(ct.row0 + (r < ct.rows ? r : 0)) * p.ldo + ct.n0 + 8 * t,
+                                r < ct.rows, t,
+                                [&](int i) { return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]); });
+                            continue;
                         }
-                    } else if (r < ct.rows) {
+                    }
+                    if (r < ct.rows) {
                         OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
                         const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
 #pragma unroll

@@ -202,4 +202,20 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One accumulator row of 32 * kBlocks bf16 columns from a wgmma fragment, in 16-byte stores: lane t of the row's quad
+// holds word(i) = columns 8 i + 2 t (+1) packed (pack_bf16x2) for i < 4 kBlocks; after quad_transpose it stores columns
+// 32 jb + 8 t .. + 7 for each block jb. `orow_t` is the row's first column + 8 t (16-byte aligned), `valid` whether
+// the row is stored. Every lane of the warp must call it (the shuffles).
+template <int kBlocks, class Word>
+__device__ __forceinline__ void store_row_bf16x16(__nv_bfloat16* orow_t, bool valid, int t, Word&& word) {
+#pragma unroll
+    for (int jb = 0; jb < kBlocks; ++jb) {
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) w[q] = word(4 * jb + q);
+        const uint4 v = quad_transpose(w, t);
+        if (valid) *reinterpret_cast<uint4*>(orow_t + 32 * jb) = v;
+    }
+}
+
 }  // namespace penstock::cuda::tile

@@ -3,8 +3,9 @@
 // the bf16 m64n256k16 MMA with f32 accumulators (B K-major or N-major) and its f16 K-major twin, the bf16 m64n64k16
 // MMA (both K-major) and m64n256k16 with A from registers (B N-major) of the paired sparse MLA kernel, the e4m3
 // m64n128k32 / m64n192k32 / m64n256k32 MMAs (f16 and m64n256k32: dsa_indexer_wgmma.cu; m64n192k32: the wgmma probe),
-// the probe's e4m3 m64n64k32 and A-from-registers m64n64k32 / m64n128k32, and the register fence that keeps the compiler from moving accumulator accesses across the asynchronous window.
-// Device-only; include from .cu files.
+// the probe's e4m3 m64n64k32, the A-from-registers e4m3 m64n128k32 (attention_fp8_wgmma.cu, the probe) and m64n64k32
+// (the probe), and the register fence that keeps the compiler from moving accumulator accesses across the asynchronous
+// window. Device-only; include from .cu files.
 #pragma once
 
 #include <cstdint>
@@ -192,7 +193,7 @@ __device__ __forceinline__ void m64n64k32_e4m3_rs(float (&d)[32], const uint32_t
 
 // D[64 x 128] (+)= A[64 x 32] B[32 x 128] in float8_e4m3fn with A from registers (four 32-bit registers per thread:
 // the e4m3 bytes of rows lane / 4 and lane / 4 + 8 of the warp's 16 rows, k columns 4 (lane % 4) .. +3 and +16), B
-// K-major in shared memory (the wgmma probe). scale_d 0 overwrites D.
+// K-major in shared memory (the FP8 attention's Q from registers; the wgmma probe). scale_d 0 overwrites D.
 __device__ __forceinline__ void m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
                                                    int scale_d) {
     asm volatile(
