@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs a device-call bundle for the perf scripts (docs/perf/<date>/sNNx.sh, which source tools/device_bundle_env.sh):
+# build-dev-lead/NAME/{bin,lib,configs,COMMIT} from BUILD_DIR (the GPU test and bench binaries, stripped: what
+# tools/pack_kernel_bins.sh takes, plus penstock_model_bench and cuda_runtime_test when built; their shared libraries
+# except glibc's and the GPU machine's own; the real-dimension configs), then build-dev-lead/NAME.tar.xz holding it and
+# any earlier bundle folders named after it (same-run baselines). xz with a 192 MiB dictionary stores binaries built
+# from nearly the same sources about once, so three bundles fit the device tool's 64 MiB carry.
+#   tools/pack_session_bundle.sh BUILD_DIR NAME "commit / what" [BASELINE_BUNDLE ...]   # e.g. build-cuda s27f "..." s26f
+set -euo pipefail
+build=$1; name=$2; what=$3; shift 3
+root=build-dev-lead
+dest=${root}/${name}
+rm -rf "${dest}"
+mkdir -p "${dest}/bin" "${dest}/lib" "${dest}/configs"
+"$(dirname "$0")/pack_kernel_bins.sh" "${build}" "${dest}" > /dev/null
+for b in penstock_model_bench cuda_runtime_test; do
+  f=$(find "${build}" -name "${b}" -type f -perm -u+x | head -1)
+  if [ -n "${f}" ]; then cp "${f}" "${dest}/bin/" && strip "${dest}/bin/${b}"; fi
+done
+rm -f "${dest}"/lib/libdl* "${dest}"/lib/libpthread* "${dest}"/lib/librt*
+cp ../shared/configs/*.json "${dest}/configs/"
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo ' + work tree'): ${what}" > "${dest}/COMMIT"
+for b in "$@"; do [ -d "${root}/${b}" ] || { echo "pack: no bundle folder ${root}/${b}" >&2; exit 1; }; done
+tar -C "${root}" -cf - "${name}" "$@" | xz -T2 --lzma2=preset=9,dict=192MiB > "${root}/${name}.tar.xz"
+ls -la "${root}/${name}.tar.xz"
