@@ -10,10 +10,13 @@
 //    dispatch).
 // TFLOP/s and % of the 1979 TFLOP/s dense FP8 datasheet peak; the max |wgmma - cuBLASLt| (dense) or |fp8 - bf16|
 // relative to max |bf16| (grouped, a sanity check only: the operands differ by the fp8 rounding) over 16 rows.
+// PENSTOCK_FP8_BENCH_SHAPE / PENSTOCK_FP8_BENCH_T restrict the GEMM cases (case_selected), e.g. for Nsight Compute:
+//   PENSTOCK_FP8_BENCH_SHAPE="o 16384" PENSTOCK_FP8_BENCH_T=16384 ncu ... penstock_bench_kernels --only fp8
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +40,15 @@ constexpr int kReps = 10;
 bool skip_tma() {
     const char* e = std::getenv("PENSTOCK_FP8_SKIP_TMA");
     return e != nullptr && e[0] == '1';
+}
+
+// PENSTOCK_FP8_BENCH_SHAPE=substring and PENSTOCK_FP8_BENCH_T=tokens keep only the matching GEMM cases (e.g. one
+// shape under a profiler); a skipped case still takes its seeds, so the cases that run get the same inputs.
+bool case_selected(const char* shape, int64_t tokens) {
+    static const char* only_shape = std::getenv("PENSTOCK_FP8_BENCH_SHAPE");
+    static const char* only_t = std::getenv("PENSTOCK_FP8_BENCH_T");
+    if (only_shape != nullptr && only_shape[0] != '\0' && std::strstr(shape, only_shape) == nullptr) return false;
+    return only_t == nullptr || only_t[0] == '\0' || std::atoll(only_t) == tokens;
 }
 
 std::vector<float> read_row(const Tensor& t, int64_t row, const cuda::Stream& stream) {
@@ -133,6 +145,10 @@ void run_dense(BenchContext& ctx) {
         const Tensor ws = Tensor::empty({nb, kb}, DType::kF32, ctx.alloc());
         fill_uniform(ws.view(), seed++, 1.0f / (448.0f * 90.0f), 0.2f / (448.0f * 90.0f), ctx.stream().handle());
         for (const int64_t T : {int64_t{4096}, int64_t{16384}}) {
+            if (!case_selected(pr.name, T)) {
+                ++seed;
+                continue;
+            }
             const QuantAct q = quantize_act(ctx, T, pr.k, seed++, /*report=*/pr.time_quant, pr.name);
             const Tensor out_lt = Tensor::empty({T, pr.n}, DType::kBF16, ctx.alloc());
             const Tensor out_wg = Tensor::empty({T, pr.n}, DType::kBF16, ctx.alloc());
@@ -223,6 +239,10 @@ void run_grouped(BenchContext& ctx) {
                     for (int32_t o : off) std::fprintf(f, "%d\n", o);
                     std::fclose(f);
                 }
+            }
+            if (!case_selected(pr.name, T)) {
+                ++seed;
+                continue;
             }
             const Tensor off_host = Tensor::from_i32({static_cast<int64_t>(off.size())}, off);
             const Tensor off_dev = cuda::to_device(off_host, ctx.alloc(), ctx.stream());
