@@ -51,15 +51,15 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 // means one group of all rows (the dense GEMM), and whose b [G, n, k] / b_scale [G, nb, kb] may be strided on dims
 // 0 and 1 (last dim contiguous). Validated by the callers above.
 bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
-void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);      // fp8_grouped_gemm.cu
+void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_grouped_gemm.cu
 // fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
 // fp8_gemm_tma.cu: kWgmmaTmaPair.
 void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);
-// Whether kAuto and the fused gated GEMM take the pair kernel for 256-wide tiles of a call with n_rows rows in n_groups
-// groups: above kFp8PairMinAvgRows (fp8_gemm_tma.cu, 384) rows per group on average; PENSTOCK_FP8_PAIR=0 / 1 (read
-// once per process) forces either.
-bool fp8_pair_default(int64_t n_rows, int64_t n_groups);
+// Whether kAuto and the fused gated GEMM (gated) take the pair kernel for 256-wide tiles of a call with n_rows rows in
+// n_groups groups: above kFp8PairMinAvgRows (fp8_gemm_tma.cu, 256) rows per group on average; PENSTOCK_FP8_PAIR=0 / 1
+// (read once per process) forces either, PENSTOCK_FP8_PAIR=glu keeps the rule for the gated GEMM only (an A/B knob).
+bool fp8_pair_default(int64_t n_rows, int64_t n_groups, bool gated = false);
 // The kWgmmaTmaWide kernel with the gated epilogue (kernels/ops.h Fp8GroupedGluGemmParams): tile j holds the gate rows
 // [128 j, +128) and the up rows [I + 128 j, +128) of b, rounds both to bf16, applies the activation (glu_act.cuh),
 // rounds to bf16 and quantises the 128 columns of each row as fp8_act_quant does, straight from the registers.

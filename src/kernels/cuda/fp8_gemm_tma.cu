@@ -523,16 +523,22 @@ void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     }
 }
 
-bool fp8_pair_default(int64_t n_rows, int64_t n_groups) {
+bool fp8_pair_default(int64_t n_rows, int64_t n_groups, bool gated) {
+    // -1: the row rule; 0 / 1: never / always; 2 ("glu"): the row rule for the gated GEMM only, so that the plain
+    // calls (the down GEMM) run the wide single-CTA kernel (docs/perf/2026-12-04-s27.md: 0.2-0.35 ms faster alone)
     static const int forced = [] {
         const char* e = std::getenv("PENSTOCK_FP8_PAIR");
-        return e == nullptr ? -1 : (std::strcmp(e, "0") != 0 ? 1 : 0);
+        if (e == nullptr) return -1;
+        if (std::strcmp(e, "glu") == 0) return 2;
+        return std::strcmp(e, "0") != 0 ? 1 : 0;
     }();
-    return forced >= 0 ? forced == 1 : n_rows > kFp8PairMinAvgRows * n_groups;
+    const bool rows_rule = n_rows > kFp8PairMinAvgRows * n_groups;
+    if (forced == 2) return gated && rows_rule;
+    return forced >= 0 ? forced == 1 : rows_rule;
 }
 
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
-    fp8_wgmma_tma_glu(p, fp8_pair_default(p.a.size(0), p.b.size(0)), stream);
+    fp8_wgmma_tma_glu(p, fp8_pair_default(p.a.size(0), p.b.size(0), /*gated=*/true), stream);
 }
 
 void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, void* stream) {
