@@ -551,7 +551,7 @@ void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, voi
     glu.out = p.out.ptr<uint8_t>();
     glu.out_scale = p.out_scale.ptr<float>();
     glu.ldo = n_rows > 1 ? p.out.stride(0) : inter;
-    glu.out16 = reinterpret_cast<uintptr_t>(glu.out) % 16 == 0 && glu.ldo % 16 == 0 ? 1 : 0;
+    glu.out16 = tile::rows_16b_aligned(glu.out, glu.ldo) ? 1 : 0;  // e4m3: ldo in bytes
     glu.os_row = p.out_scale.stride(0);
     glu.os_col = p.out_scale.stride(1);
     glu.inter = static_cast<int>(inter);

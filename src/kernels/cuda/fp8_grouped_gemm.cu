@@ -228,9 +228,7 @@ Args make_args(const kernels::Fp8GroupedGemmParams& p) {
     args.n_groups = static_cast<int>(n_groups);
     args.n_tiles_n = static_cast<int>((n + kBN - 1) / kBN);
     args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
-    args.out16 = p.out.dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 && args.ldo % 8 == 0
-                     ? 1
-                     : 0;
+    args.out16 = p.out.dtype == DType::kBF16 && tile::rows_16b_aligned(p.out.data, args.ldo * 2) ? 1 : 0;
     return args;
 }
 

@@ -457,9 +457,9 @@ void grouped_gemm_variant(const kernels::GroupedGemmParams& p, GroupedGemmVarian
     // layers' experts from 39-41 to 32-34 ms at T = 16384 (292 rows per expert); at 512 rows per expert (DeepSeek-V3, T
     // = 16384) cuBLASLt's per-group GEMMs were faster then (session 6: gate_up 11.5-12.8 vs 13.4-13.6 ms, the layer
     // 1.4-2.6 ms), and slower since the CTA pairs and the 16-byte epilogue stores (session 27: experts 18.3-18.5 vs
-    // 20.6-20.8 ms, the layer 51.5-51.7 vs 52.1-52.3), so the limit is 512 rows per group. Calls the kernels do not take (f32 operands, k % 8 != 0,
-    // ...) run on the cuBLASLt path, or fail with the reason under capture. PENSTOCK_GROUPED_GEMM=cublaslt / device
-    // forces either under kAuto (capture: always device).
+    // 20.6-20.8 ms, the layer 51.5-51.7 vs 52.1-52.3), so the limit is 512 rows per group. Calls the kernels do not
+    // take (f32 operands, k % 8 != 0, ...) run on the cuBLASLt path, or fail with the reason under capture.
+    // PENSTOCK_GROUPED_GEMM=cublaslt / device forces either under kAuto (capture: always device).
     if (variant != GroupedGemmVariant::kAuto && variant != GroupedGemmVariant::kCublasLt) {
         const char* why = grouped_gemm_device_unsupported(p);
         PENSTOCK_CHECK(why == nullptr) << op << ": the device kernel cannot take this call: " << why;

@@ -596,8 +596,7 @@ TmaArgs base_args(const kernels::GroupedGemmParams& p, int tile_n, int k_step) {
     args.b = p.b.ptr<bf16>();
     args.ldo = n_rows > 1 ? p.out.stride(0) : out_cols;
     args.n_out = static_cast<int>(out_cols);
-    args.out16 =
-        p.out.dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 && args.ldo % 8 == 0 ? 1 : 0;
+    args.out16 = p.out.dtype == DType::kBF16 && tile::rows_16b_aligned(p.out.data, args.ldo * 2) ? 1 : 0;
     args.lda = n_rows > 1 ? p.a.stride(0) : k;
     args.k = static_cast<int>(k);
     args.n_rows = static_cast<int>(n_rows);

@@ -180,6 +180,12 @@ __device__ __forceinline__ int build_group_tile_prefix(const int32_t* offsets, i
     return prefix[G];
 }
 
+// Whether rows starting at `base`, `ld_bytes` apart, are all 16-byte aligned: the epilogues' 16-byte row stores
+// (store_row_bf16x16; the FP8 gated epilogue) may run. Host side, per call.
+inline bool rows_16b_aligned(const void* base, int64_t ld_bytes) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && ld_bytes % 16 == 0;
+}
+
 // A 4 x 4 transpose of 32-bit words inside each lane quad (lanes 4 g .. 4 g + 3; t = lane % 4): w[q] is this lane's
 // word for lane q of its quad; returns r with r[q] = lane q's w[t]. Three xor shuffles, and two permutations by t (the
 // words each shuffle sends, and where each received one goes). Every lane of the warp must call it.
