@@ -9,10 +9,12 @@
 // A consumer waits for "full", issues 4 wgmma.m64n128k32.e4m3 into its block registers, waits for them, releases the
 // stage and promotes the block into its f32 accumulators (acc += block * a_scale[row, kb] * b_scale[n0 / 128, kb],
 // scales loaded before the wait), so one warpgroup's promotion overlaps the other's tensor-core work and the loads run
-// up to 6 k-steps ahead, across tiles. TMA's out-of-bounds zero fill covers rows past n_rows, k past the end and
-// rows past n (b is a 3-d [G, n, k] map); rows of the next group that land in a tile are computed and not stored.
-// Tiles are handed out in the scheduler's order by a global counter (tile_sched.h; the bf16 kTmaDyn's scheme): the
-// producer takes the next tile when its ring has room and passes its id to the consumers through a per-stage slot,
+// up to 6 k-steps ahead, across tiles. With 128-wide tiles a consumer takes two k-steps at a time into two block
+// register sets and promotes the first while the second chain runs (the same sums in the same order). The descriptors
+// of a chain's 4 wgmma are one base plus constants. TMA's out-of-bounds zero fill covers rows past n_rows, k past the
+// end and rows past n (b is a 3-d [G, n, k] map); rows of the next group that land in a tile are computed and not
+// stored. Tiles are handed out in the scheduler's order by a global counter (tile_sched.h; the bf16 kTmaDyn's scheme):
+// the producer takes the next tile when its ring has room and passes its id to the consumers through a per-stage slot,
 // so the CTAs that share a weight tile stay together (DeepSeek-V3 experts at T = 16384 on the H200: gate_up 10.9 ->
 // 9.7 ms, down 6.5 -> 6.2 ms in the layer). A consumer warpgroup whose 64 rows are all past the tile's valid rows skips
 // its products. The epilogues store 16 bytes per lane (bf16 out: store_tile; the gated FP8 out: store_glu_tile), the
@@ -248,7 +250,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     const int grid = static_cast<int>(gridDim.x);
     const int KT = p.k_steps;
-    const int wg = tid >> 7;
+    // Broadcast from lane 0, ptxas knows the warpgroup index is warp-uniform and keeps the consumers' shared-memory
+    // addresses and wgmma descriptors in uniform registers. That made the fused gated GEMM 0.1-0.15 ms faster in the
+    // DeepSeek-V3 and GLM-5.3 FP8 layers at T = 16384, but the plain CTA-pair kernel spilled and its down GEMM ran
+    // 0.15 ms slower (docs/perf/2026-12-04-s28.md, call E): that one keeps the plain index.
+    constexpr bool kUniformWg = kAct != kActNone || kCluster == 1;
+    const int wg = kUniformWg ? __shfl_sync(0xffffffffu, tid >> 7, 0) : tid >> 7;
     if (wg == 0) {
         // ------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -361,7 +368,53 @@ __global__ void __launch_bounds__(kThreads, 1)
                 sb_row[h] =
                     sb_group + static_cast<int64_t>((brow < p.n ? brow : b_row<BN, kAct>(ct, 0, glu)) / 128) * p.bs_row;
             }
-            for (int kt = 0; kt < KT; ++kt, ++s) {
+            int kt0 = 0;  // the k-steps the pipelined promotion below has taken
+            if constexpr (kHalves == 1) {
+                // 128-wide tiles: two k-steps per iteration, their chains into two block register sets, so that
+                // the first block's promotion runs while the second chain is on the tensor cores (wait_group 1).
+                // The pipe drains at the end of each iteration: a wait_group whose other group was issued in the
+                // previous iteration makes ptxas serialise every wgmma (C7514; docs/perf/2026-12-04-s27.md). With
+                // the other warpgroup's chains this is the wgmma probe's "pipe" pattern (1636 TFLOP/s against 1287
+                // for wait-then-promote, session 27).
+                float blk1[64];
+                const float* sbr = sb_row[0];
+                for (; kt0 + 1 < KT; kt0 += 2, s += 2) {
+                    const int st0 = static_cast<int>(s % kStages), st1 = static_cast<int>((s + 1) % kStages);
+                    const float sb0 = __ldg(sbr + kt0), sb1 = __ldg(sbr + kt0 + 1);
+                    const float lo0 = __ldg(sc.a_lo + kt0 * p.as_col), hi0 = __ldg(sc.a_hi + kt0 * p.as_col);
+                    const float lo1 = __ldg(sc.a_lo + (kt0 + 1) * p.as_col);
+                    const float hi1 = __ldg(sc.a_hi + (kt0 + 1) * p.as_col);
+                    mbar_wait(bars + 8 * st0, static_cast<uint32_t>(s / kStages) & 1u);
+                    const uint32_t sa0 = sbase + static_cast<uint32_t>(st0) * kStage;
+                    wgmma::reg_fence(blk);
+                    wgmma::fence();
+                    const uint64_t da0 = make_desc(sa0 + cw * 64 * 128), db0 = make_desc(sa0 + kABytes);
+#pragma unroll
+                    for (int ks = 0; ks < kBK / 32; ++ks) {
+                        wgmma::m64n128k32_e4m3(blk, da0 + 2 * ks, db0 + 2 * ks, ks != 0 ? 1 : 0);
+                    }
+                    wgmma::commit();
+                    mbar_wait(bars + 8 * st1, static_cast<uint32_t>((s + 1) / kStages) & 1u);
+                    const uint32_t sa1 = sbase + static_cast<uint32_t>(st1) * kStage;
+                    wgmma::reg_fence(blk1);
+                    wgmma::fence();
+                    const uint64_t da1 = make_desc(sa1 + cw * 64 * 128), db1 = make_desc(sa1 + kABytes);
+#pragma unroll
+                    for (int ks = 0; ks < kBK / 32; ++ks) {
+                        wgmma::m64n128k32_e4m3(blk1, da1 + 2 * ks, db1 + 2 * ks, ks != 0 ? 1 : 0);
+                    }
+                    wgmma::commit();
+                    wgmma::wait<1>();
+                    wgmma::reg_fence(blk);
+                    if ((tid & 127) == 0) release(st0);
+                    promote(acc[0], blk, lo0 * sb0, hi0 * sb0);
+                    wgmma::wait<0>();
+                    wgmma::reg_fence(blk1);
+                    if ((tid & 127) == 0) release(st1);
+                    promote(acc[0], blk1, lo1 * sb1, hi1 * sb1);
+                }
+            }
+            for (int kt = kt0; kt < KT; ++kt, ++s) {
                 const int stage = static_cast<int>(s % kStages);
                 const auto use = static_cast<uint32_t>(s / kStages);
                 float sb[kHalves];
@@ -378,11 +431,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int h = 0; h < kHalves; ++h) {
                     wgmma::reg_fence(blk);
                     wgmma::fence();
+                    // k-step ks of the 128-byte rows is 32 bytes on: +2 in the descriptor's address field (the
+                    // stage is 1024-byte aligned, so the field does not carry)
+                    const uint64_t da = make_desc(sa + cw * 64 * 128), db = make_desc(sa + kABytes + h * 128 * kBK);
 #pragma unroll
                     for (int ks = 0; ks < kBK / 32; ++ks) {
-                        const uint64_t da = make_desc(sa + cw * 64 * 128 + ks * 32);
-                        const uint64_t db = make_desc(sa + kABytes + h * 128 * kBK + ks * 32);
-                        wgmma::m64n128k32_e4m3(blk, da, db, ks != 0 ? 1 : 0);
+                        wgmma::m64n128k32_e4m3(blk, da + 2 * ks, db + 2 * ks, ks != 0 ? 1 : 0);
                     }
                     wgmma::commit();
                     wgmma::wait<0>();
