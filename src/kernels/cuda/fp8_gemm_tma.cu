@@ -336,10 +336,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int h = 0; h < kHalves; ++h) acc[h][i] = 0.0f;
             blk[i] = 0.0f;
         }
-        int64_t s = 0;
+        // The ring position of the next k-step: its stage and that stage's phase (32-bit counters instead of a 64-bit
+        // k-step count divided by kStages on every k-step).
+        int ring = 0;
+        uint32_t ring_phase = 0;
+        auto next_stage = [&](int& stage, uint32_t& phase) {
+            stage = ring;
+            phase = ring_phase;
+            if (++ring == kStages) {
+                ring = 0;
+                ring_phase ^= 1u;
+            }
+        };
         for (;;) {
-            const int first = static_cast<int>(s % kStages);  // the stage of the tile's first k-step
-            mbar_wait(bars + 8 * first, static_cast<uint32_t>(s / kStages) & 1u);
+            const int first = ring;  // the stage of the tile's first k-step
+            mbar_wait(bars + 8 * first, ring_phase);
             const int tile_id = *static_cast<volatile int*>(stage_tile + first);
             if (tile_id < 0) break;
             const Tile ct = my_tile(tile_id).tile;
@@ -347,9 +358,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // Every row of this warpgroup's half is past the tile's valid rows (a group tail of <= 64 rows): no
                 // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
                 // cores to itself.
-                for (int kt = 0; kt < KT; ++kt, ++s) {
-                    const int stage = static_cast<int>(s % kStages);
-                    mbar_wait(bars + 8 * stage, static_cast<uint32_t>(s / kStages) & 1u);
+                for (int kt = 0; kt < KT; ++kt) {
+                    int stage = 0;
+                    uint32_t phase = 0;
+                    next_stage(stage, phase);
+                    mbar_wait(bars + 8 * stage, phase);
                     // The warpgroup's four warps pass each stage together before its one thread frees it
                     // (tma_util.cuh, "Warps that skip").
                     tma::named_sync(1 + cw, 128);
@@ -378,13 +391,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // for wait-then-promote, session 27).
                 float blk1[64];
                 const float* sbr = sb_row[0];
-                for (; kt0 + 1 < KT; kt0 += 2, s += 2) {
-                    const int st0 = static_cast<int>(s % kStages), st1 = static_cast<int>((s + 1) % kStages);
+                for (; kt0 + 1 < KT; kt0 += 2) {
+                    int st0 = 0, st1 = 0;
+                    uint32_t ph0 = 0, ph1 = 0;
+                    next_stage(st0, ph0);
+                    next_stage(st1, ph1);
                     const float sb0 = __ldg(sbr + kt0), sb1 = __ldg(sbr + kt0 + 1);
                     const float lo0 = __ldg(sc.a_lo + kt0 * p.as_col), hi0 = __ldg(sc.a_hi + kt0 * p.as_col);
                     const float lo1 = __ldg(sc.a_lo + (kt0 + 1) * p.as_col);
                     const float hi1 = __ldg(sc.a_hi + (kt0 + 1) * p.as_col);
-                    mbar_wait(bars + 8 * st0, static_cast<uint32_t>(s / kStages) & 1u);
+                    mbar_wait(bars + 8 * st0, ph0);
                     const uint32_t sa0 = sbase + static_cast<uint32_t>(st0) * kStage;
                     wgmma::reg_fence(blk);
                     wgmma::fence();
@@ -394,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         wgmma::m64n128k32_e4m3(blk, da0 + 2 * ks, db0 + 2 * ks, ks != 0 ? 1 : 0);
                     }
                     wgmma::commit();
-                    mbar_wait(bars + 8 * st1, static_cast<uint32_t>((s + 1) / kStages) & 1u);
+                    mbar_wait(bars + 8 * st1, ph1);
                     const uint32_t sa1 = sbase + static_cast<uint32_t>(st1) * kStage;
                     wgmma::reg_fence(blk1);
                     wgmma::fence();
@@ -414,15 +430,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                     promote(acc[0], blk1, lo1 * sb1, hi1 * sb1);
                 }
             }
-            for (int kt = kt0; kt < KT; ++kt, ++s) {
-                const int stage = static_cast<int>(s % kStages);
-                const auto use = static_cast<uint32_t>(s / kStages);
+            for (int kt = kt0; kt < KT; ++kt) {
+                int stage = 0;
+                uint32_t phase = 0;
+                next_stage(stage, phase);
                 float sb[kHalves];
 #pragma unroll
                 for (int h = 0; h < kHalves; ++h) sb[h] = __ldg(sb_row[h] + kt);
                 const float sa_lo = __ldg(sc.a_lo + kt * p.as_col);
                 const float sa_hi = __ldg(sc.a_hi + kt * p.as_col);
-                mbar_wait(bars + 8 * stage, use & 1u);
+                mbar_wait(bars + 8 * stage, phase);
                 const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
                 // One wgmma chain per 128-column half into the same block registers, each promoted before the
                 // next is issued (two halves' blocks and accumulators would not fit in the registers); the
