@@ -2,7 +2,7 @@
 # Session 28, call C (bundle s28b): Nsight Compute's per-instruction warp-stall samples (SourceCounters) on the
 # grouped DeepSeek-V3 down FP8 GEMM at T = 16384, then the SASS with its samples. Written to take the wide and pair
 # kernels, but the bench launches each variant 13 times (a checked call, 2 warm-up, 10 timed): tag "wide" (skip 12)
-# got the 128-wide kernel's last launch, tag "pair" (skip 24) the wide 128 x 256 kernel's first, "n128" the 128-wide
+# got the 128-wide kernel's last launch, tag "pair" (skip 24) the wide 128 x 256 kernel's 12th, "n128" the 128-wide
 # kernel's first (docs/perf/2026-12-04-s28.md, section 3).
 set -uo pipefail
 NAME=s28b; source tools/device_bundle_env.sh
