@@ -338,15 +338,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // The ring position of the next k-step: its stage and that stage's phase (32-bit counters instead of a 64-bit
         // k-step count divided by kStages on every k-step).
+        struct RingPos {
+            int stage;
+            uint32_t phase;
+        };
         int ring = 0;
         uint32_t ring_phase = 0;
-        auto next_stage = [&](int& stage, uint32_t& phase) {
-            stage = ring;
-            phase = ring_phase;
+        auto next_stage = [&] {
+            const RingPos pos{ring, ring_phase};
             if (++ring == kStages) {
                 ring = 0;
                 ring_phase ^= 1u;
             }
+            return pos;
         };
         for (;;) {
             const int first = ring;  // the stage of the tile's first k-step
@@ -359,9 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // products, nothing stored; the stages are only passed on, and the other warpgroup has the tensor
                 // cores to itself.
                 for (int kt = 0; kt < KT; ++kt) {
-                    int stage = 0;
-                    uint32_t phase = 0;
-                    next_stage(stage, phase);
+                    const auto [stage, phase] = next_stage();
                     mbar_wait(bars + 8 * stage, phase);
                     // The warpgroup's four warps pass each stage together before its one thread frees it
                     // (tma_util.cuh, "Warps that skip").
@@ -392,10 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float blk1[64];
                 const float* sbr = sb_row[0];
                 for (; kt0 + 1 < KT; kt0 += 2) {
-                    int st0 = 0, st1 = 0;
-                    uint32_t ph0 = 0, ph1 = 0;
-                    next_stage(st0, ph0);
-                    next_stage(st1, ph1);
+                    const auto [st0, ph0] = next_stage();
+                    const auto [st1, ph1] = next_stage();
                     const float sb0 = __ldg(sbr + kt0), sb1 = __ldg(sbr + kt0 + 1);
                     const float lo0 = __ldg(sc.a_lo + kt0 * p.as_col), hi0 = __ldg(sc.a_hi + kt0 * p.as_col);
                     const float lo1 = __ldg(sc.a_lo + (kt0 + 1) * p.as_col);
@@ -431,9 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
             for (int kt = kt0; kt < KT; ++kt) {
-                int stage = 0;
-                uint32_t phase = 0;
-                next_stage(stage, phase);
+                const auto [stage, phase] = next_stage();
                 float sb[kHalves];
 #pragma unroll
                 for (int h = 0; h < kHalves; ++h) sb[h] = __ldg(sb_row[h] + kt);
