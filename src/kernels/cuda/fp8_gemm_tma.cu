@@ -383,6 +383,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                 sb_row[h] =
                     sb_group + static_cast<int64_t>((brow < p.n ? brow : b_row<BN, kAct>(ct, 0, glu)) / 128) * p.bs_row;
             }
+            // One wgmma chain: the 4 wgmma of the 128-byte k-step in the stage at `sa` into b, A = this warpgroup's 64
+            // rows, B = the 128-row half h, committed as one group. k-step ks of the 128-byte rows is 32 bytes on: +2
+            // in the descriptors' address field (the stage is 1024-byte aligned, so the field does not carry).
+            auto issue_chain = [&](float(&b)[64], uint32_t sa, int h) {
+                wgmma::reg_fence(b);
+                wgmma::fence();
+                const uint64_t da = make_desc(sa + cw * 64 * 128), db = make_desc(sa + kABytes + h * 128 * kBK);
+#pragma unroll
+                for (int ks = 0; ks < kBK / 32; ++ks) {
+                    wgmma::m64n128k32_e4m3(b, da + 2 * ks, db + 2 * ks, ks != 0 ? 1 : 0);
+                }
+                wgmma::commit();
+            };
             int kt0 = 0;  // the k-steps the pipelined promotion below has taken
             if constexpr (kHalves == 1) {
                 // 128-wide tiles: two k-steps per iteration, their chains into two block register sets, so that
@@ -402,24 +415,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const float hi1 = __ldg(sc.a_hi + (kt0 + 1) * p.as_col);
                     mbar_wait(bars + 8 * st0, ph0);
                     const uint32_t sa0 = sbase + static_cast<uint32_t>(st0) * kStage;
-                    wgmma::reg_fence(blk);
-                    wgmma::fence();
-                    const uint64_t da0 = make_desc(sa0 + cw * 64 * 128), db0 = make_desc(sa0 + kABytes);
-#pragma unroll
-                    for (int ks = 0; ks < kBK / 32; ++ks) {
-                        wgmma::m64n128k32_e4m3(blk, da0 + 2 * ks, db0 + 2 * ks, ks != 0 ? 1 : 0);
-                    }
-                    wgmma::commit();
+                    issue_chain(blk, sa0, 0);
                     mbar_wait(bars + 8 * st1, ph1);
                     const uint32_t sa1 = sbase + static_cast<uint32_t>(st1) * kStage;
-                    wgmma::reg_fence(blk1);
-                    wgmma::fence();
-                    const uint64_t da1 = make_desc(sa1 + cw * 64 * 128), db1 = make_desc(sa1 + kABytes);
-#pragma unroll
-                    for (int ks = 0; ks < kBK / 32; ++ks) {
-                        wgmma::m64n128k32_e4m3(blk1, da1 + 2 * ks, db1 + 2 * ks, ks != 0 ? 1 : 0);
-                    }
-                    wgmma::commit();
+                    issue_chain(blk1, sa1, 0);
                     wgmma::wait<1>();
                     wgmma::reg_fence(blk);
                     if ((tid & 127) == 0) release(st0);
@@ -444,16 +443,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // other warpgroup's chains keep the tensor cores busy meanwhile.
 #pragma unroll
                 for (int h = 0; h < kHalves; ++h) {
-                    wgmma::reg_fence(blk);
-                    wgmma::fence();
-                    // k-step ks of the 128-byte rows is 32 bytes on: +2 in the descriptor's address field (the
-                    // stage is 1024-byte aligned, so the field does not carry)
-                    const uint64_t da = make_desc(sa + cw * 64 * 128), db = make_desc(sa + kABytes + h * 128 * kBK);
-#pragma unroll
-                    for (int ks = 0; ks < kBK / 32; ++ks) {
-                        wgmma::m64n128k32_e4m3(blk, da + 2 * ks, db + 2 * ks, ks != 0 ? 1 : 0);
-                    }
-                    wgmma::commit();
+                    issue_chain(blk, sa, h);
                     wgmma::wait<0>();
                     wgmma::reg_fence(blk);
                     // this warpgroup is done with the stage
