@@ -1,9 +1,13 @@
 // FP8 flash attention forward on Hopper tensor cores (contract: attention_fp8_wgmma.h; kernels/ops.h AttentionParams
 // with e4m3 q / k / v, q / k descales per tensor or per row, v's per tensor). sm_90a.
 //
-// Tiling: a CTA owns 128 query rows of one sequence and one head and walks that sequence's key tiles of 128 keys,
-// the diagonal tile first (causal) so that only the first tiles need a mask. 384 threads = a producer warpgroup (one
-// thread issues the TMA loads; setmaxnreg 24) and two consumer warpgroups of 64 query rows each (setmaxnreg 240).
+// Tiling: an item is 128 query rows of one sequence and one head, which walks that sequence's key tiles of 128 keys,
+// the diagonal tile first (causal) so that only the first tiles need a mask. Persistent: one CTA per SM takes items
+// from the stream's tile counter (attention_wgmma_common.cuh, persistent items). 384 threads = a producer warpgroup
+// (one thread takes the items and issues the TMA loads; setmaxnreg 24) and two consumer warpgroups of 64 query rows
+// each (setmaxnreg 240). The producer hands each item to the consumers through shared memory with its q tile's
+// "full" barrier, and loads the next item's q once the consumers have it in registers (or, with q read from shared
+// memory, after the item's last score product).
 //  - Shared memory: the q tile (d_qk / 64 boxes of 128 rows x 64 bytes) and a ring of kStages stages, each a k tile
 //    (d_qk / 64 boxes of 128 keys x 64 bytes) and a v tile (2 boxes of d_v rows x 64 keys), every box in TMA's
 //    64-byte swizzle, the layout the wgmma descriptors read (type 2, stride 512 bytes per 8 rows). Each stage has a
@@ -35,10 +39,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cuda/attention_fp8_wgmma.h"
 #include "kernels/cuda/attention_wgmma_common.cuh"
@@ -46,6 +52,8 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tile_sched.cuh"
+#include "kernels/cuda/tile_sched.h"
 #include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -79,9 +87,14 @@ struct Layout {
     static constexpr int kVBytes = 2 * kVBoxBytes;
     static constexpr int kStageBytes = kKBytes + kVBytes;
     static constexpr int kTxBytes = kKBytes + 2 * kDv * kBoxBytes;  // what TMA writes into a stage
-    static constexpr int kStages = (kQBytes + 3 * kStageBytes + 1024 + 256 <= 227 * 1024) ? 3 : 2;
-    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, full[kStages], empty[kStages]
-    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kStages) + 1024;  // + alignment slack
+    // After the ring: the barriers, the consumers' work item and the producer's item prefix (persistent items).
+    static constexpr int kPrefixCap = 1024;  // sequences the persistent items' prefix takes (ItemSpace::prefix_cap)
+    static constexpr int kTailBytes = 8 * (2 + 2 * 3) + 4 * (attn_wgmma::kWorkWords + kPrefixCap + 1);
+    static constexpr int kStages = (kQBytes + 3 * kStageBytes + kTailBytes + 1024 <= 227 * 1024) ? 3 : 2;
+    static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, q_empty, full[kStages], empty[..]
+    static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 2 * kStages);
+    static constexpr int kSmemBytes =
+        kSlotOffset + 4 * (attn_wgmma::kWorkWords + kPrefixCap + 1) + 1024;  // + alignment slack
     static_assert(kDqk % 64 == 0 && kDqk <= 256, "d_qk: a multiple of 64 up to 256");
     static_assert(kDv == 64 || kDv == 128, "d_v: 64 or 128");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -110,6 +123,8 @@ struct Fp8AttnArgs {
     // Of every 16 column blocks of a score tile, how many take their exponentials on the FMA pipes
     // (attn_wgmma::exp2_tile_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA).
     int exp_fma;
+    int* sched;                   // tile_sched.h's counter pair of the launch's stream
+    attn_wgmma::ItemSpace items;  // the launch's work items (attention_wgmma_common.cuh, persistent items)
 };
 
 // ------------------------------------------------------------------------------------------------ wgmma, A in regs
@@ -313,23 +328,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStages = L::kStages;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = tile::smem_u32(smem_raw);
-    const uint32_t sbase = raw + ((1024u - (raw & 1023u)) & 1023u);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    const uint32_t sbase = raw + pad;
     const uint32_t s_q = sbase;
     const uint32_t bars = sbase + L::kBarOffset;
-    const uint32_t q_full = bars;
-    auto full = [&](int st) { return bars + 8u * (1 + st); };
-    auto empty = [&](int st) { return bars + 8u * (1 + kStages + st); };
+    const uint32_t q_full = bars, q_empty = bars + 8u;
+    auto full = [&](int st) { return bars + 8u * (2 + st); };
+    auto empty = [&](int st) { return bars + 8u * (2 + kStages + st); };
     auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
-
-    const attn_wgmma::CtaWork cta = attn_wgmma::cta_work<kBM, kBN>(a.cu_q, a.cu_k, a.group, a.causal);
-    if (!cta.valid) return;
-    const int n_tiles = cta.n_tiles;
-    const int64_t vt_col0 =
-        static_cast<int64_t>(kBN) * ((cta.k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * cta.seq;
+    int* work_slot = reinterpret_cast<int*>(smem_raw + pad + L::kSlotOffset);
+    int* prefix = work_slot + attn_wgmma::kWorkWords;
 
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
         tma::mbar_init(q_full, 1);
+        tma::mbar_init(q_empty, 256);  // every consumer thread, once it no longer reads the q tile
         for (int i = 0; i < kStages; ++i) {
             tma::mbar_init(full(i), 1);
             tma::mbar_init(empty(i), 2);
@@ -337,37 +350,67 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::fence_mbar_init();
     }
     __syncthreads();
-    const int wg = tid >> 7;
+    // Broadcast from lane 0, ptxas knows the warpgroup index is warp-uniform and keeps the consumers' shared-memory
+    // addresses and wgmma descriptors in uniform registers (as in fp8_gemm_tma.cu): without it the persistent
+    // kernel ran 3-5% slower than the per-CTA one at T = 16384 (docs/perf/2026-12-04-s29.md).
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     if (wg == 0) {
         // ------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        if (tid == 0) {
-            tma::prefetch_map(&tm_q);
-            tma::prefetch_map(&tm_k);
-            tma::prefetch_map(&tm_vt);
+        if (tid >= 32) return;
+        const int n_items = attn_wgmma::build_item_prefix(a.items, a.cu_q, prefix, tid);
+        if (tid != 0) return;
+        tma::prefetch_map(&tm_q);
+        tma::prefetch_map(&tm_k);
+        tma::prefetch_map(&tm_vt);
+        int s = 0;  // ring position of the next key tile
+        uint32_t ring_phase = 0;
+        for (uint32_t n = 0;; ++n) {
+            // The next item (the q tile is free once the consumers have read the previous one).
+            tma::mbar_wait(q_empty, (n & 1u) ^ 1u);
+            attn_wgmma::CtaWork w{};
+            int u = 0;
+            do {
+                u = tile_sched::next_tile(a.sched);
+                if (u >= n_items) break;
+                w = attn_wgmma::work_item<kBN>(u, a.items, prefix, a.cu_q, a.cu_k, a.group, a.causal);
+            } while (w.valid == 0);
+            if (u >= n_items) {
+                w.n_tiles = -1;  // the consumers stop
+                attn_wgmma::publish_work(work_slot, w);
+                tma::mbar_arrive(q_full);
+                break;
+            }
+            attn_wgmma::publish_work(work_slot, w);
             tma::mbar_expect_tx(q_full, L::kQBytes);
 #pragma unroll
             for (int b = 0; b < L::kQBoxes; ++b) {
-                tma::load_3d(s_q + b * kBM * kBoxBytes, &tm_q, b * kBoxBytes, cta.head, cta.q_start + cta.m0, q_full);
+                tma::load_3d(s_q + b * kBM * kBoxBytes, &tm_q, b * kBoxBytes, w.head, w.q_start + w.m0, q_full);
             }
-            for (int it = 0; it < n_tiles; ++it) {
-                const int j = n_tiles - 1 - it;
-                const int st = it % kStages;
-                tma::mbar_wait(empty(st), ((it / kStages) & 1) ^ 1);
-                tma::mbar_expect_tx(full(st), L::kTxBytes);
-                const uint32_t sk = s_k(st);
+            const int64_t vt_col0 =
+                static_cast<int64_t>(kBN) * ((w.k_start + kBN - 1) / kBN) + static_cast<int64_t>(kBN) * w.seq;
+            for (int it = 0; it < w.n_tiles; ++it) {
+                const int j = w.n_tiles - 1 - it;
+                tma::mbar_wait(empty(s), ring_phase ^ 1u);
+                tma::mbar_expect_tx(full(s), L::kTxBytes);
+                const uint32_t sk = s_k(s);
 #pragma unroll
                 for (int b = 0; b < L::kQBoxes; ++b) {
-                    tma::load_3d(sk + b * kBN * kBoxBytes, &tm_k, b * kBoxBytes, cta.kv_head, cta.k_start + j * kBN,
-                                 full(st));
+                    tma::load_3d(sk + b * kBN * kBoxBytes, &tm_k, b * kBoxBytes, w.kv_head, w.k_start + j * kBN,
+                                 full(s));
                 }
 #pragma unroll
                 for (int b = 0; b < 2; ++b) {
                     tma::load_3d(sk + L::kKBytes + b * L::kVBoxBytes, &tm_vt,
-                                 static_cast<int>(vt_col0 + j * kBN + b * kBoxBytes), 0, cta.kv_head, full(st));
+                                 static_cast<int>(vt_col0 + j * kBN + b * kBoxBytes), 0, w.kv_head, full(s));
+                }
+                if (++s == kStages) {
+                    s = 0;
+                    ring_phase ^= 1u;
                 }
             }
         }
+        tile_sched::finish(a.sched, static_cast<int>(gridDim.x));
         return;
     }
     // ------------------------------------------------------------ consumers
@@ -375,24 +418,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1;
     const int lane = tid & 31;
     const int t4 = lane & 3;
-    const attn_wgmma::ConsumerRows rows = attn_wgmma::consumer_rows(cta, cw, tid, a.causal);
-    // Score units -> log2 units of the logits: scale * log2(e) * q_descale(row) * k_descale(tile), the last factor per
-    // key tile (k_descale_block: one descale per tile of keys; per tensor, the same every tile); kept positive so that
-    // a masked -inf score stays -inf (a zero descale is a caller's mistake). Rows past the sequence take q_descale 1.
-    auto q_descale = [&](int r) {
-        return r < cta.len_q ? __ldg(a.q_descale + (static_cast<int64_t>(cta.q_start) + r) * a.qd0 +
-                                     static_cast<int64_t>(cta.head) * a.qd1)
-                             : 1.0f;
-    };
-    const float cq_lo = a.scale * 1.4426950408889634f * q_descale(rows.r_lo);
-    const float cq_hi = a.scale * 1.4426950408889634f * q_descale(rows.r_lo + 8);
-
-    // O's d_v columns, then 8 columns that all accumulate the row sum l (pv_mma)
-    constexpr int kAcc = kDv / 2 + 4;
-    float o[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY;  // the rows' running maxima of the logits in log2 units
     // The value tiles' ones rows (TMA never writes them), made visible to the tensor cores' async proxy before the
     // first value product.
     for (int i = tid - 128; i < kStages * 2 * 8 * kBoxBytes / 16; i += 256) {
@@ -404,17 +429,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async();
     tma::named_sync(3, 256);
     const uint32_t q_rows = s_q + static_cast<uint32_t>(cw) * 64 * kBoxBytes;
-    // Per tile it (key tile j = n_tiles - 1 - it, stage it % kStages): the scores' wgmma is issued together with the
+    // Per tile it of an item (key tile j = n_tiles - 1 - it): the scores' wgmma is issued together with the
     // previous tile's value wgmma, so that this tile's softmax runs while the tensor cores do the previous tile's
     // P V (FlashAttention-3's intra-warpgroup overlap): issue S_it, issue O += P_(it-1) V_(it-1), wait for S_it,
-    // mask / max / exp2 / row sums of S_it, wait for the value product, release stage it - 1, rescale O by the max's
-    // correction and pack P_it. The last tile's value product runs after the loop.
-    // kQRegs: q's A fragments live in registers (loaded once from the swizzled tile), so the score products read
-    // only k from shared memory.
+    // mask / max / exp2 / row sums of S_it, wait for the value product, release the previous tile's stage, rescale O
+    // by the max's correction and pack P_it. The last tile's value product runs after the loop. The ring of key tiles
+    // runs on across items.
+    // kQRegs: q's A fragments live in registers (loaded once per item from the swizzled tile), so the score products
+    // read only k from shared memory, and the q tile is free for the next item as soon as they are loaded.
     uint32_t qf[kQRegs ? kDqk / 32 : 1][4];
     // Descriptors: one per tile base, the k steps' offsets added as constants (a descriptor's address field is the
     // byte address / 16 and shared memory stays below 256 KiB, so desc(a + off) = desc(a) + off / 16 never carries).
     const uint64_t q_desc = sw64_desc(q_rows);
+    constexpr int kAcc = kDv / 2 + 4;  // O's d_v columns, then 8 columns that all accumulate the row sum l (pv_mma)
+    float o[kAcc];
     auto issue_scores = [&](int st, float(&sc)[64]) {
         const uint64_t k_desc = sw64_desc(s_k(st));
         wgmma::reg_fence(sc);
@@ -442,46 +470,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma::commit();
     };
-    // Key tile j's k descale (at its first key): read before the tile's score product is awaited, so that the load's
-    // latency stays off the softmax's path.
-    auto k_tile_descale = [&](int j) {
-        return __ldg(a.k_descale + (static_cast<int64_t>(cta.k_start) + j * kBN) * a.kd0 +
-                     static_cast<int64_t>(cta.kv_head) * a.kd1);
-    };
-    // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8), sk the
-    // tile's k descale; returns the correction of the previous accumulators (O and the row sums) for the two rows.
-    auto softmax = [&](float(&sc)[64], int j, float sk, float& corr_lo, float& corr_hi) {
-        attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
-        const float c_lo = fmaxf(cq_lo * sk, 1e-30f), c_hi = fmaxf(cq_hi * sk, 1e-30f);
-        float mx_lo, mx_hi;
-        attn_wgmma::tile_row_max(sc, -INFINITY, -INFINITY, mx_lo, mx_hi);
-        // (c > 0: the max of the scaled scores is the scaled max, and -inf stays -inf)
-        mx_lo = fmaxf(m_lo, mx_lo * c_lo);
-        mx_hi = fmaxf(m_hi, mx_hi * c_hi);
-        // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
-        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo;
-        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi;
-        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo - base_lo);  // 0: nothing accumulated yet
-        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi - base_hi);
-        // p * 2^8 = 2^(s c - base + 8): the e4m3 scale folded into the exponent
-        const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
-        m_lo = mx_lo;
-        m_hi = mx_hi;
-        switch (a.exp_fma) {  // (uniform: one of the unrolled bodies per launch)
-            case 4:
-                attn_wgmma::exp2_tile_e4m3<4>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                break;
-            case 6:
-                attn_wgmma::exp2_tile_e4m3<6>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                break;
-            case 8:
-                attn_wgmma::exp2_tile_e4m3<8>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                break;
-            default:
-                attn_wgmma::exp2_tile_e4m3<0>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                break;
-        }
-    };
     // P in the A fragment of each 32-key step (see vt_perm).
     auto pack = [&](const float(&x)[64], uint32_t(&pa)[4][4]) {
 #pragma unroll
@@ -496,110 +484,184 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto release = [&](int st) {
         if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
     };
-
-    // (a.pingpong: the warpgroups take turns issuing; the O accumulator's row-sum columns are rescaled with it)
-    const attn_wgmma::PingPong pp{a.pingpong && n_tiles > 0, cw};
-    pp.open();
-
-    tma::mbar_wait(q_full, 0);
-    if constexpr (kQRegs) {
-        // The A fragment of k32 step ks: rows r, r + 8 (r = this thread's row in the tile), columns 4 t .. 4 t + 3
-        // (words 0, 1) and 16 + 4 t .. (words 2, 3) of box ks / 2's half ks % 2; TMA's 64-byte swizzle XORs the
-        // 16-byte chunk with (row / 2) % 4 (the same for r and r + 8).
-        const int r = 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);
-        const uint32_t sw = static_cast<uint32_t>((r >> 1) & 3);
+    int ring = 0;  // ring position of the next key tile
+    uint32_t ring_phase = 0;
+    auto next_stage = [&] {
+        const int st = ring;
+        const uint32_t ph = ring_phase;
+        if (++ring == kStages) {
+            ring = 0;
+            ring_phase ^= 1u;
+        }
+        return std::pair<int, uint32_t>{st, ph};
+    };
+    for (uint32_t n = 0;; ++n) {
+        tma::mbar_wait(q_full, n & 1u);
+        const attn_wgmma::CtaWork cta = attn_wgmma::read_work(work_slot);
+        if (cta.n_tiles < 0) break;
+        const int n_tiles = cta.n_tiles;
+        const attn_wgmma::ConsumerRows rows = attn_wgmma::consumer_rows(cta, cw, tid, a.causal);
+        // Score units -> log2 units of the logits: scale * log2(e) * q_descale(row) * k_descale(tile), the last factor
+        // per key tile (k_descale_block: one descale per tile of keys; per tensor, the same every tile); kept positive
+        // so that a masked -inf score stays -inf (a zero descale is a caller's mistake). Rows past the sequence take
+        // q_descale 1.
+        auto q_descale = [&](int r) {
+            return r < cta.len_q ? __ldg(a.q_descale + (static_cast<int64_t>(cta.q_start) + r) * a.qd0 +
+                                         static_cast<int64_t>(cta.head) * a.qd1)
+                                 : 1.0f;
+        };
+        const float cq_lo = a.scale * 1.4426950408889634f * q_descale(rows.r_lo);
+        const float cq_hi = a.scale * 1.4426950408889634f * q_descale(rows.r_lo + 8);
+        // Key tile j's k descale (at its first key): read before the tile's score product is awaited, so that the
+        // load's latency stays off the softmax's path.
+        auto k_tile_descale = [&](int j) {
+            return __ldg(a.k_descale + (static_cast<int64_t>(cta.k_start) + j * kBN) * a.kd0 +
+                         static_cast<int64_t>(cta.kv_head) * a.kd1);
+        };
+        if constexpr (kQRegs) {
+            // The A fragment of k32 step ks: rows r, r + 8 (r = this thread's row in the tile), columns 4 t .. 4 t + 3
+            // (words 0, 1) and 16 + 4 t .. (words 2, 3) of box ks / 2's half ks % 2; TMA's 64-byte swizzle XORs the
+            // 16-byte chunk with (row / 2) % 4 (the same for r and r + 8).
+            const int r = 64 * cw + 16 * ((tid >> 5) & 3) + (lane >> 2);
+            const uint32_t sw = static_cast<uint32_t>((r >> 1) & 3);
 #pragma unroll
-        for (int ks = 0; ks < kDqk / 32; ++ks) {
-            const uint32_t row_lo = s_q + static_cast<uint32_t>((ks >> 1) * kBM * kBoxBytes + r * kBoxBytes + 4 * t4);
+            for (int ks = 0; ks < kDqk / 32; ++ks) {
+                const uint32_t row_lo =
+                    s_q + static_cast<uint32_t>((ks >> 1) * kBM * kBoxBytes + r * kBoxBytes + 4 * t4);
 #pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const uint32_t chunk = static_cast<uint32_t>(2 * (ks & 1) + (w >> 1));
-                const uint32_t addr = row_lo + (w & 1) * 8 * kBoxBytes + ((chunk ^ sw) << 4);
-                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qf[ks][w]) : "r"(addr));
+                for (int w = 0; w < 4; ++w) {
+                    const uint32_t chunk = static_cast<uint32_t>(2 * (ks & 1) + (w >> 1));
+                    const uint32_t addr = row_lo + (w & 1) * 8 * kBoxBytes + ((chunk ^ sw) << 4);
+                    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qf[ks][w]) : "r"(addr) : "memory");
+                }
+            }
+            tma::mbar_arrive(q_empty);  // (release: the loads above are done before the producer refills the tile)
+        }
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
+        float m_lo = -INFINITY, m_hi = -INFINITY;  // the rows' running maxima of the logits in log2 units
+        // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8), sk the
+        // tile's k descale; returns the correction of the previous accumulators (O and the row sums) for the two rows.
+        auto softmax = [&](float(&sc)[64], int j, float sk, float& corr_lo, float& corr_hi) {
+            attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
+            const float c_lo = fmaxf(cq_lo * sk, 1e-30f), c_hi = fmaxf(cq_hi * sk, 1e-30f);
+            float mx_lo, mx_hi;
+            attn_wgmma::tile_row_max(sc, -INFINITY, -INFINITY, mx_lo, mx_hi);
+            // (c > 0: the max of the scaled scores is the scaled max, and -inf stays -inf)
+            mx_lo = fmaxf(m_lo, mx_lo * c_lo);
+            mx_hi = fmaxf(m_hi, mx_hi * c_hi);
+            // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
+            const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo;
+            const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi;
+            corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo - base_lo);  // 0: nothing accumulated yet
+            corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi - base_hi);
+            // p * 2^8 = 2^(s c - base + 8): the e4m3 scale folded into the exponent
+            const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
+            m_lo = mx_lo;
+            m_hi = mx_hi;
+            switch (a.exp_fma) {  // (uniform: one of the unrolled bodies per launch)
+                case 4:
+                    attn_wgmma::exp2_tile_e4m3<4>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                    break;
+                case 6:
+                    attn_wgmma::exp2_tile_e4m3<6>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                    break;
+                case 8:
+                    attn_wgmma::exp2_tile_e4m3<8>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                    break;
+                default:
+                    attn_wgmma::exp2_tile_e4m3<0>(sc, c_lo, c_hi, nb_lo, nb_hi);
+                    break;
+            }
+        };
+
+        // (a.pingpong: the warpgroups take turns issuing; the O accumulator's row-sum columns are rescaled with it)
+        const attn_wgmma::PingPong pp{a.pingpong && n_tiles > 0, cw};
+        pp.open();
+        float s[64];
+        uint32_t pa[4][4];
+        int prev = 0;  // the stage of the tile whose value product is next
+        if (n_tiles > 0) {
+            const float sk = k_tile_descale(n_tiles - 1);
+            const auto [st, ph] = next_stage();
+            tma::mbar_wait(full(st), ph);
+            pp.begin();
+            issue_scores(st, s);
+            pp.end(false);
+            wgmma::wait<0>();
+            wgmma::reg_fence(s);
+            float corr_lo, corr_hi;
+            if (a.mma_only) {
+#pragma unroll
+                for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = 0x38383838u;
+            } else {
+                softmax(s, n_tiles - 1, sk, corr_lo, corr_hi);  // o is 0: no rescale
+                pack(s, pa);
+            }
+            prev = st;
+        }
+        for (int it = 1; it < n_tiles; ++it) {
+            const float sk = k_tile_descale(n_tiles - 1 - it);
+            const auto [st, ph] = next_stage();
+            tma::mbar_wait(full(st), ph);
+            pp.begin();
+            issue_scores(st, s);
+            issue_values(prev, pa);
+            pp.end(false);
+            wgmma::wait<1>();  // the scores (committed first)
+            wgmma::reg_fence(s);
+            float corr_lo = 1.0f, corr_hi = 1.0f;
+            if (!a.mma_only) softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
+            wgmma::wait<0>();  // the value product
+            wgmma::reg_fence(o);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
+            }
+            release(prev);
+            // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
+            if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) {
+                attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
+            }
+            if (!a.mma_only) pack(s, pa);
+            prev = st;
+        }
+        if (n_tiles > 0) {
+            pp.begin();
+            issue_values(prev, pa);  // the last tile's stage
+            pp.end(true);
+            wgmma::wait<0>();
+            wgmma::reg_fence(o);
+            release(prev);
+        }
+        // Without q in registers the score products read the q tile until here.
+        if constexpr (!kQRegs) tma::mbar_arrive(q_empty);
+        // Epilogue: the row sums (column d_v of the accumulators), then the rows this thread holds.
+        const float l_lo = o[4 * (kDv / 8)], l_hi = o[4 * (kDv / 8) + 2];
+        if constexpr (sizeof(OutT) == 1 && kDv == 128) {
+            if (a.out_scale != nullptr) {
+                row_block_epilogue(a, o, l_lo, l_hi, m_lo, m_hi, rows.r_lo, t4, cta);
+                continue;
             }
         }
-    }
-    float s[64];
-    uint32_t pa[4][4];
-    if (n_tiles > 0) {
-        const float sk = k_tile_descale(n_tiles - 1);
-        tma::mbar_wait(full(0), 0);
-        pp.begin();
-        issue_scores(0, s);
-        pp.end(false);
-        wgmma::wait<0>();
-        wgmma::reg_fence(s);
-        float corr_lo, corr_hi;
-        if (a.mma_only) {
+        float mult = __ldg(a.v_descale);  // l sums the probabilities times 2^8 too
+        if constexpr (sizeof(OutT) == 1) mult *= __ldg(a.scale_o);
 #pragma unroll
-            for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = 0x38383838u;
-        } else {
-            softmax(s, n_tiles - 1, sk, corr_lo, corr_hi);  // o is 0: no rescale
-            pack(s, pa);
-        }
-    }
-    int prev = 0, st = 0;
-    uint32_t phase = 0;  // of stage st's "full" barrier
-    for (int it = 1; it < n_tiles; ++it) {
-        const float sk = k_tile_descale(n_tiles - 1 - it);
-        prev = st;
-        if (++st == kStages) {
-            st = 0;
-            phase ^= 1u;
-        }
-        tma::mbar_wait(full(st), phase);
-        pp.begin();
-        issue_scores(st, s);
-        issue_values(prev, pa);
-        pp.end(false);
-        wgmma::wait<1>();  // the scores (committed first)
-        wgmma::reg_fence(s);
-        float corr_lo = 1.0f, corr_hi = 1.0f;
-        if (!a.mma_only) softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
-        wgmma::wait<0>();  // the value product
-        wgmma::reg_fence(o);
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = rows.r_lo + 8 * hf;
+            if (r >= cta.len_q) continue;
+            const float l = hf == 0 ? l_lo : l_hi;
+            const float m = hf == 0 ? m_lo : m_hi;
+            const float f = l > 0.0f ? mult / l : 0.0f;
+            const int64_t row = static_cast<int64_t>(cta.q_start) + r;
+            OutT* orow = static_cast<OutT*>(a.out) + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-            for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
-        }
-        release(prev);
-        // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
-        if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
-        if (!a.mma_only) pack(s, pa);
-    }
-    if (n_tiles > 0) {
-        pp.begin();
-        issue_values(st, pa);  // the last tile's stage
-        pp.end(true);
-        wgmma::wait<0>();
-        wgmma::reg_fence(o);
-        release(st);
-    }
-    // Epilogue: the row sums (column d_v of the accumulators), then the rows this thread holds.
-    const float l_lo = o[4 * (kDv / 8)], l_hi = o[4 * (kDv / 8) + 2];
-    if constexpr (sizeof(OutT) == 1 && kDv == 128) {
-        if (a.out_scale != nullptr) {
-            row_block_epilogue(a, o, l_lo, l_hi, m_lo, m_hi, rows.r_lo, t4, cta);
-            return;
-        }
-    }
-    float mult = __ldg(a.v_descale);  // l sums the probabilities times 2^8 too
-    if constexpr (sizeof(OutT) == 1) mult *= __ldg(a.scale_o);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int r = rows.r_lo + 8 * hf;
-        if (r >= cta.len_q) continue;
-        const float l = hf == 0 ? l_lo : l_hi;
-        const float m = hf == 0 ? m_lo : m_hi;
-        const float f = l > 0.0f ? mult / l : 0.0f;
-        const int64_t row = static_cast<int64_t>(cta.q_start) + r;
-        OutT* orow = static_cast<OutT*>(a.out) + row * a.o0 + static_cast<int64_t>(cta.head) * a.o1 + 2 * t4;
-#pragma unroll
-        for (int nb = 0; nb < kDv / 8; ++nb)
-            store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
-        if (a.lse != nullptr && t4 == 0) {
-            a.lse[row * a.l0 + cta.head] = row_lse(l, m);
+            for (int nb = 0; nb < kDv / 8; ++nb)
+                store_out2<OutT>(orow + 8 * nb, o[4 * nb + 2 * hf] * f, o[4 * nb + 2 * hf + 1] * f);
+            if (a.lse != nullptr && t4 == 0) {
+                a.lse[row * a.l0 + cta.head] = row_lse(l, m);
+            }
         }
     }
 }
@@ -639,9 +701,14 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
     const CUtensorMap tm_vt = map_u8(vt, vt_dims, vt_strides, vt_box);
     auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT, kQRegs>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
-    const dim3 grid(static_cast<unsigned>((max_q + kBM - 1) / kBM), static_cast<unsigned>(h),
-                    static_cast<unsigned>(n_seqs));
-    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_vt, args);
+    // Persistent: one CTA per SM (at most one per item), taking items from the stream's counter.
+    Fp8AttnArgs a = args;
+    a.sched = dynamic_tile_counter(stream);
+    a.items = {n_seqs, static_cast<int>(h), static_cast<int>((max_q + kBM - 1) / kBM), L::kPrefixCap};
+    const int64_t item_bound = static_cast<int64_t>(a.items.n_xt) * h * n_seqs;
+    PENSTOCK_CHECK_LT(item_bound, int64_t{1} << 31) << "attention: too many query tiles for the FP8 kernel";
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(item_bound, fp8::device_sms()));
+    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_vt, a);
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

@@ -108,33 +108,133 @@ __device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, 
     mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
 }
 
-// The work of one CTA: 128 query rows [m0, m0 + 128) of sequence blockIdx.z and head blockIdx.y (the grid's x runs
-// the query tiles, reversed so that the longest rows start first), with its key range: bottom-right causal rows i
-// see keys j <= i + off, off = len_k - len_q; n_tiles 128-key tiles (0 when no row sees a key). valid is false when
-// the tile lies past the sequence (the CTA returns).
+// One work item: 128 query rows [m0, m0 + 128) of sequence `seq` and head `head`, with its key range: bottom-right
+// causal rows i see keys j <= i + off, off = len_k - len_q; n_tiles 128-key tiles (0 when no row sees a key). valid is
+// false when the rows lie past the sequence. All int, so that the producer can hand an item to the consumers through
+// shared memory word by word (publish_work / read_work).
+constexpr int kItemRows = 128;  // query rows per item: both kernels' CTA tile
+
 struct CtaWork {
     int seq, head, kv_head;
     int32_t q_start, len_q, k_start, len_k;
     int m0, off, n_tiles;
-    bool valid;
+    int valid;
 };
+constexpr int kWorkWords = sizeof(CtaWork) / 4;
+static_assert(sizeof(CtaWork) % 4 == 0, "CtaWork: whole words");
 
-template <int kBM, int kBN>
-__device__ __forceinline__ CtaWork cta_work(const int32_t* cu_q, const int32_t* cu_k, int group, bool causal) {
+template <int kBN>
+__device__ __forceinline__ CtaWork work_of(int seq, int head, int m0, const int32_t* cu_q, const int32_t* cu_k,
+                                           int group, bool causal) {
     CtaWork w{};
-    w.seq = static_cast<int>(blockIdx.z);
-    w.head = static_cast<int>(blockIdx.y);
-    w.kv_head = w.head / group;
-    w.q_start = cu_q[w.seq];
-    w.len_q = cu_q[w.seq + 1] - w.q_start;
-    w.k_start = cu_k[w.seq];
-    w.len_k = cu_k[w.seq + 1] - w.k_start;
-    w.m0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM;
-    w.valid = w.m0 < w.len_q;
+    w.seq = seq;
+    w.head = head;
+    w.kv_head = head / group;
+    w.q_start = cu_q[seq];
+    w.len_q = cu_q[seq + 1] - w.q_start;
+    w.k_start = cu_k[seq];
+    w.len_k = cu_k[seq + 1] - w.k_start;
+    w.m0 = m0;
+    w.valid = m0 < w.len_q ? 1 : 0;
     w.off = w.len_k - w.len_q;
     int last_key = w.len_k - 1;
-    if (causal) last_key = min(last_key, w.m0 + kBM - 1 + w.off);
+    if (causal) last_key = min(last_key, m0 + kItemRows - 1 + w.off);
     w.n_tiles = last_key >= 0 ? last_key / kBN + 1 : 0;
+    return w;
+}
+
+// The work of one CTA of a per-CTA grid (the bf16 kernel): blockIdx.z's sequence, blockIdx.y's head, and the query
+// tiles along x reversed, so that the longest rows start first.
+template <int kBM, int kBN>
+__device__ __forceinline__ CtaWork cta_work(const int32_t* cu_q, const int32_t* cu_k, int group, bool causal) {
+    static_assert(kBM == kItemRows, "work_of's query tile");
+    return work_of<kBN>(static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y),
+                        (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBM, cu_q, cu_k, group,
+                        causal);
+}
+
+// ------------------------------------------------------------------------------------------------ persistent items
+// The FP8 kernel is persistent: one CTA per SM takes work items from tile_sched's counter (tile_sched.h: the producer
+// takes the next item once the q tile is free, and hands it to the consumers through shared memory), so the next
+// item's q and first key tiles load while the consumers finish the current one. The items are the (sequence, head,
+// 128-row query tile) triples, sequence-major, then head, then the query tiles from the last (most keys) to the
+// first, so the items running at once share one head's keys in L2 and the longest of a head start first. On the H200
+// (docs/perf/2026-12-04-s29.md) the attention of DeepSeek-V3's FP8 layer at T = 4096 ran 8% faster than with one CTA
+// per item, and at T = 16384 the same. The rest of the per-item cost (the MMA-only probe: 1045 TFLOP/s at 4K against
+// 1230 at 16K) is the consumers' own drain (an item's first scores alone, its last value product alone, the
+// epilogue). Issuing the next item's first scores beside the last value product gained the probe 3% but lost the
+// kernel 2-4% (the consumers' registers; dropped, diff in that page's folder).
+// The bf16 kernel stays one CTA per item: made persistent the same way it ran 2% slower at 16K and no faster at 4K.
+// With up to prefix_cap sequences (as many as the kernel's shared memory has room for) the producer warp scans the
+// sequences' item counts (ceil(len_q / 128) x heads) into a prefix in shared memory, and only valid items are handed
+// out. With more, the items are a dense grid of n_xt = ceil(max_seqlen_q / 128) tiles per (sequence, head), and the
+// producer skips the ones past their sequence (many sequences with a long maximum are then slow to skip).
+struct ItemSpace {
+    int n_seqs, n_heads, n_xt;  // n_xt: the dense grid's query tiles per (sequence, head)
+    int prefix_cap;             // the most sequences the shared-memory prefix takes
+};
+
+// The producer warp's prefix: prefix[s] = items of the sequences before s (prefix[n_seqs] = all), when n_seqs <=
+// prefix_cap; returns the item count (dense: n_xt x heads x sequences). Every lane of the warp calls it.
+__device__ __forceinline__ int build_item_prefix(const ItemSpace& sp, const int32_t* cu_q, int* prefix, int lane) {
+    if (sp.n_seqs > sp.prefix_cap) return sp.n_xt * sp.n_heads * sp.n_seqs;
+    int carry = 0;
+    if (lane == 0) prefix[0] = 0;
+    for (int s0 = 0; s0 < sp.n_seqs; s0 += 32) {
+        const int s = s0 + lane;
+        int v = 0;
+        if (s < sp.n_seqs) v = ((cu_q[s + 1] - cu_q[s] + kItemRows - 1) / kItemRows) * sp.n_heads;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int x = __shfl_up_sync(0xffffffffu, v, d);
+            if (lane >= d) v += x;
+        }
+        if (s < sp.n_seqs) prefix[s + 1] = carry + v;
+        carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+    __syncwarp();
+    return carry;
+}
+
+// Work item u (< the count build_item_prefix returned); valid == 0 only on the dense grid.
+template <int kBN>
+__device__ __forceinline__ CtaWork work_item(int u, const ItemSpace& sp, const int* prefix, const int32_t* cu_q,
+                                             const int32_t* cu_k, int group, bool causal) {
+    if (sp.n_seqs > sp.prefix_cap) {
+        const int x = u % sp.n_xt, rest = u / sp.n_xt;
+        return work_of<kBN>(rest / sp.n_heads, rest % sp.n_heads, (sp.n_xt - 1 - x) * kItemRows, cu_q, cu_k, group,
+                            causal);
+    }
+    int lo = 0, hi = sp.n_seqs - 1;  // the last s with prefix[s] <= u
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (prefix[mid] <= u) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const int v = u - prefix[lo];
+    const int n_xt = (prefix[lo + 1] - prefix[lo]) / sp.n_heads;  // this sequence's query tiles
+    const int x = v % n_xt;
+    return work_of<kBN>(lo, v / n_xt, (n_xt - 1 - x) * kItemRows, cu_q, cu_k, group, causal);
+}
+
+// The producer's item to the consumers (its words into shared memory, published by the q tile's barrier arrive),
+// and the consumers' copy after that barrier's wait, broadcast from lane 0 so that ptxas knows every field is
+// warp-uniform (uniform registers and branches, as for blockIdx-derived values).
+__device__ __forceinline__ void publish_work(int* slot, const CtaWork& w) {
+    const int* src = reinterpret_cast<const int*>(&w);
+#pragma unroll
+    for (int i = 0; i < kWorkWords; ++i) slot[i] = src[i];
+}
+__device__ __forceinline__ CtaWork read_work(const int* slot) {
+    CtaWork w;
+    int* dst = reinterpret_cast<int*>(&w);
+#pragma unroll
+    for (int i = 0; i < kWorkWords; ++i) {
+        dst[i] = __shfl_sync(0xffffffffu, static_cast<const volatile int*>(slot)[i], 0);
+    }
     return w;
 }
 

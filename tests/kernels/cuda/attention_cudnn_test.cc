@@ -294,6 +294,21 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
                      Layout::kMlaMha});
     cases.push_back({"padded_long", 4, 4, 192, 128, {{500, 650, 150, 0}}, M::kCausalBottomRight, true,
                      Layout::kPadded, false});
+    // The persistent kernel's work items: sequences without query rows (or without anything) between others, and
+    // more sequences than the kernel's item prefix takes (the dense grid of items, most past their sequence).
+    cases.push_back({"empty_q_seqs",
+                     4,
+                     4,
+                     192,
+                     128,
+                     {{0, 5, 5, 0}, {130, 130, 0, 0}, {0, 0, 0, 0}, {40, 90, 50, 0}, {0, 7, 7, 0}},
+                     M::kCausalBottomRight});
+    std::vector<Seq> many;
+    for (int i = 0; i < 300; ++i) {
+        const int32_t len = i == 150 ? 260 : 1 + i % 5;
+        many.push_back({len, len, 0, 0});
+    }
+    cases.push_back({"many_seqs_dense", 2, 2, 128, 128, many, M::kCausalBottomRight});
     // Passes: the default (ping-pong on) with lse; without lse; with the warpgroups' ping-pong off
     // (PENSTOCK_ATTN_PINGPONG=0, the other issue schedule). The last two on the cases of at most two sequences.
     struct Pass {

@@ -222,6 +222,16 @@ SeqMeta meta_of(const std::vector<Seq>& seqs) {
     return m;
 }
 
+// n short sequences (1-5 rows, every key its own) and one of `long_len` rows in their middle.
+std::vector<Seq> many_short_seqs(int n, int32_t long_len) {
+    std::vector<Seq> seqs;
+    for (int i = 0; i < n; ++i) {
+        const int32_t len = i == n / 2 ? long_len : 1 + i % 5;
+        seqs.push_back({len, len, 0, 0});
+    }
+    return seqs;
+}
+
 struct Fp8Case {
     std::string name;
     int64_t n_heads, d_qk, d_v;
@@ -401,6 +411,18 @@ TEST_F(Fp8AttentionTest, WgmmaKernelMatchesReference) {
         {"d64", 4, 4, 64, 64, {{100, 100, 0, 0}, {3, 70, 67, 0}}, false, AttentionMaskKind::kCausalBottomRight},
         {"d256_v128", 4, 2, 256, 128, {{190, 190, 0, 0}}, false, AttentionMaskKind::kCausalBottomRight},
         {"long_1500", 4, 4, 192, 128, {{1500, 1500, 0, 0}}, true, AttentionMaskKind::kCausalBottomRight},
+        // The persistent kernel's work items: sequences without query rows (or without anything) between others,
+        // and more sequences than the kernel's item prefix takes (the dense grid of items, most past their
+        // sequence, skipped by the producer).
+        {"empty_q_seqs",
+         4,
+         4,
+         192,
+         128,
+         {{0, 5, 5, 0}, {130, 130, 0, 0}, {0, 0, 0, 0}, {40, 90, 50, 0}, {0, 7, 7, 0}},
+         false,
+         AttentionMaskKind::kCausalBottomRight},
+        {"many_seqs_dense", 2, 2, 128, 128, many_short_seqs(1030, 300), false, AttentionMaskKind::kCausalBottomRight},
     };
     uint32_t seed = 3400;
     for (const C& c : cases) {
