@@ -1,5 +1,5 @@
 // The device side of tile_sched.h's counter protocol, shared by the kernels that hand tiles out dynamically
-// (grouped_gemm_tma.cu's kTmaDyn, fp8_gemm_tma.cu). Device-only; include from .cu files.
+// (grouped_gemm_tma.cu's kTmaDyn, fp8_gemm_tma.cu, attention_fp8_wgmma.cu). Device-only; include from .cu files.
 #pragma once
 
 #include <cuda_runtime.h>

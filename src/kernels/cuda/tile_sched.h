@@ -1,7 +1,8 @@
-// Dynamic tile scheduling for the persistent GEMM kernels (grouped_gemm_tma.cu's kTmaDyn, fp8_gemm_tma.cu): a launch's
-// CTAs take tiles from one global counter (atomicAdd) in the order they become free, so the tiles running at any
-// moment stay a contiguous window of the tile order and the CTAs that share a weight tile start within a few k-steps
-// of each other (the static round-robin order lets them drift apart; docs/perf/2026-12-01-grouped-gemm-ws.md).
+// Dynamic tile scheduling for the persistent GEMM kernels (grouped_gemm_tma.cu's kTmaDyn, fp8_gemm_tma.cu) and the
+// persistent FP8 attention kernel (attention_fp8_wgmma.cu, whose tiles are query-row items): a launch's CTAs take
+// tiles from one global counter (atomicAdd) in the order they become free, so the tiles running at any moment stay a
+// contiguous window of the tile order and the CTAs that share a weight tile start within a few k-steps of each other
+// (the static round-robin order lets them drift apart; docs/perf/2026-12-01-grouped-gemm-ws.md).
 //
 // Counter protocol (device side: tile_sched.cuh's next_tile / finish): int c[2] = {next tile, CTAs done}, zero between launches. Each CTA's
 // producer takes t = atomicAdd(&c[0], 1) until t >= the tile count, then atomicAdd(&c[1], 1); the CTA that brings c[1]
