@@ -23,7 +23,8 @@ namespace penstock::cuda {
 bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p);
 
 // Runs the call and returns true when covered; scale_o: 1 / out_descale on the device (FP8 out only). Stream-ordered
-// scratch (the transposed v), graph capturable.
+// scratch (the transposed v), graph capturable. The kernel is persistent and takes its work items from the stream's
+// tile counter (tile_sched.h), so a captured launch must not replay concurrently with other users of that counter.
 [[nodiscard]] bool attention_fp8_wgmma(const kernels::AttentionParams& p, const float* scale_o, cudaStream_t stream);
 
 }  // namespace penstock::cuda
