@@ -51,7 +51,9 @@ Result<std::unique_ptr<Model>> DeepseekV3Model::load(const loader::ModelConfig& 
         Layer layer;
         PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
         PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
-        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config, MlaVariant{}, options.tp));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn,
+                                  MlaAttention::load(r, p + ".self_attn", config,
+                                                     MlaVariant{.fp8_attention = options.fp8_attention}, options.tp));
         layer.attn = std::make_unique<MlaAttention>(std::move(attn));
         PENSTOCK_ASSIGN_OR_RETURN(FeedForward ffn, FeedForward::load(r, p + ".mlp", config, config.is_moe_layer(l),
                                                                      config.intermediate_size, options.tp));

@@ -282,7 +282,9 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(MlaAttention mla,
                                   MlaAttention::load(r, p + ".self_attn", config_,
-                                                     MlaVariant{.rope = false, .output_gate = kimi_.mla_output_gate},
+                                                     MlaVariant{.rope = false,
+                                                                .output_gate = kimi_.mla_output_gate,
+                                                                .fp8_attention = options_.fp8_attention},
                                                      options_.tp));
         layer.mla = std::make_unique<MlaAttention>(std::move(mla));
         mla_layers_.push_back(l);

@@ -45,7 +45,8 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     d.n_heads = heads.size();
     auto rows_of = [&](int64_t per_head) { return IndexRange{heads.begin * per_head, heads.end * per_head}; };
     // FP8 checkpoints: the projections run fp8_gemm when the reader hands out native FP8; kv_b stays dense (the
-    // absorbed form multiplies per-head slices of it with kernels::gemm; docs/design/models.md "FP8 weights").
+    // absorbed form multiplies per-head slices of it with kernels::gemm; docs/design/models.md "FP8 weights"), and
+    // FP8 attention also keeps its e4m3 form (kv_b_fp8_).
     constexpr WeightFormat kFp8 = WeightFormat::kFp8Native;
     const bool bias = c.attention_bias;
     if (d.q_lora_rank > 0) {
@@ -62,8 +63,22 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
                               take_linear(r, prefix + ".kv_a_proj_with_mqa", d.latent_dim(), d.hidden, bias, kFp8));
     PENSTOCK_ASSIGN_OR_RETURN(a.kv_a_norm_, r.take(prefix + ".kv_a_layernorm.weight", {d.kv_lora_rank}));
     const int64_t kvb_per_head = d.qk_nope_head_dim + d.v_head_dim;
-    PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_, take_linear_rows(r, prefix + ".kv_b_proj", all_heads * kvb_per_head,
-                                                             d.kv_lora_rank, rows_of(kvb_per_head), false));
+    const std::string kv_b = prefix + ".kv_b_proj";
+    const IndexRange kv_b_rows = rows_of(kvb_per_head);
+    // A native FP8 kv_b whose slice keeps whole 128-row blocks is read in e4m3, and its dense form (the absorbed
+    // form's and the bf16 MHA path's) is that read's dequantisation, so both forms are the same weight (dummy weights
+    // too, whatever the options); FP8 attention keeps the e4m3 form for its K / V GEMM (kv_b_fp8_).
+    const int64_t block = r.fp8_mode().block_n;
+    if (r.fp8_native(kv_b + ".weight") && kv_b_rows.begin % block == 0 &&
+        (kv_b_rows.end % block == 0 || kv_b_rows.end == all_heads * kvb_per_head)) {
+        PENSTOCK_ASSIGN_OR_RETURN(
+            Linear e4m3, take_linear_rows(r, kv_b, all_heads * kvb_per_head, d.kv_lora_rank, kv_b_rows, false, kFp8));
+        PENSTOCK_ASSIGN_OR_RETURN(a.kv_b_proj_.weight, r.dense_of({.weight = e4m3.weight, .scale = e4m3.scale}));
+        if (variant.fp8_attention) a.kv_b_fp8_ = std::move(e4m3);
+    } else {
+        PENSTOCK_ASSIGN_OR_RETURN(
+            a.kv_b_proj_, take_linear_rows(r, kv_b, all_heads * kvb_per_head, d.kv_lora_rank, kv_b_rows, false));
+    }
     PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, all_heads * d.v_head_dim,
                                                           rows_of(d.v_head_dim), bias, tp.rank() == 0, kFp8));
     if (variant.output_gate) {
@@ -282,37 +297,54 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         // K = [k_nope_h ; k_pe] and V per head from c (the latent's first kv_lora columns): k_nope_h = c @ W_UK_h^T
         // straight into K's head slices and v_h = c @ W_UV_h^T into V, two GEMMs batched over the heads (strided
         // head views of kv_b, c broadcast with a batch stride of 0; absorb_q's scheme), so no [total, H, nope + v]
-        // intermediate is written and copied apart. k_pe (one head) is broadcast over the heads with a stride-0 view.
+        // intermediate is written and copied apart (FP8 attention with an e4m3 kv_b writes that intermediate and
+        // quantises views of it instead). k_pe (one head) is broadcast over the heads with a stride-0 view.
         const TensorView w = kv_b_proj_.weight;  // [H * (nope + v), kv_lora]
         const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
         PENSTOCK_CHECK(w.stride(1) == 1) << "kv_b: last dim must be contiguous";
-        const TensorView c_heads =
-            latent.view().as_strided(0, {d.n_heads, total, d.kv_lora_rank}, {0, d.latent_dim(), 1});
-        Tensor k = scratch(ctx, {total, d.n_heads, qk}, act);
-        Tensor v_buf = scratch(ctx, {total, d.n_heads, d.v_head_dim}, act);
-        kernels::gemm({.out = k.view().as_strided(0, {d.n_heads, total, d.qk_nope_head_dim}, {qk, d.n_heads * qk, 1}),
-                       .a = c_heads,
-                       .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
-                                         {head_rows * w.stride(0), w.stride(0), 1}),
-                       .trans_b = true},
-                      ctx);
-        kernels::gemm({.out = v_buf.view().as_strided(0, {d.n_heads, total, d.v_head_dim},
-                                                      {d.v_head_dim, d.n_heads * d.v_head_dim, 1}),
-                       .a = c_heads,
-                       .b = w.as_strided(d.qk_nope_head_dim * w.stride(0), {d.n_heads, d.v_head_dim, d.kv_lora_rank},
-                                         {head_rows * w.stride(0), w.stride(0), 1}),
-                       .trans_b = true},
-                      ctx);
+        Tensor k, v_buf, kv_rows;
+        TensorView k_nope, v;
+        if (fp8 && kv_b_fp8_.fp8()) {
+            // FP8 attention with kv_b in e4m3: K's nope columns and V of every head from one block-scaled FP8 linear
+            // of the latents ([total, H * (nope + v)], the latents quantised per 128 columns), read by the quantisers
+            // below as strided views.
+            kv_rows = scratch(ctx, {total, d.n_heads * head_rows}, act);
+            linear_forward(kv_b_fp8_, latent.view().slice(1, 0, d.kv_lora_rank), kv_rows, ctx);
+            const TensorView kv3 = kv_rows.view().reshape({total, d.n_heads, head_rows});
+            k_nope = kv3.slice(2, 0, d.qk_nope_head_dim);
+            v = kv3.slice(2, d.qk_nope_head_dim, head_rows);
+        } else {
+            const TensorView c_heads =
+                latent.view().as_strided(0, {d.n_heads, total, d.kv_lora_rank}, {0, d.latent_dim(), 1});
+            k = scratch(ctx, {total, d.n_heads, qk}, act);
+            v_buf = scratch(ctx, {total, d.n_heads, d.v_head_dim}, act);
+            kernels::gemm(
+                {.out = k.view().as_strided(0, {d.n_heads, total, d.qk_nope_head_dim}, {qk, d.n_heads * qk, 1}),
+                 .a = c_heads,
+                 .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
+                                   {head_rows * w.stride(0), w.stride(0), 1}),
+                 .trans_b = true},
+                ctx);
+            kernels::gemm(
+                {.out = v_buf.view().as_strided(0, {d.n_heads, total, d.v_head_dim},
+                                                {d.v_head_dim, d.n_heads * d.v_head_dim, 1}),
+                 .a = c_heads,
+                 .b = w.as_strided(d.qk_nope_head_dim * w.stride(0), {d.n_heads, d.v_head_dim, d.kv_lora_rank},
+                                   {head_rows * w.stride(0), w.stride(0), 1}),
+                 .trans_b = true},
+                ctx);
+            k_nope = k.view().slice(2, 0, d.qk_nope_head_dim);
+            v = v_buf.view();
+        }
         const TensorView k_pe =
             latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim}, {d.latent_dim(), 0, 1});
         // (FP8: the quantiser reads k_pe itself, so K's rope columns are never written in bf16)
         if (!fp8) kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk), .in = k_pe}, ctx);
-        const TensorView v = v_buf.view();
         expand_scope.reset();
         const kernels::AttentionParams ap{.out = direct ? out3 : piece_out.view(),
                                           .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge
                                           .q = q,
-                                          .k = k,
+                                          .k = fp8 ? TensorView{} : k.view(),  // (FP8: k_nope and k_pe)
                                           .v = v,
                                           .cu_seqlens_q = layout.cu_seqlens_q,
                                           .cu_seqlens_k = cu_k,
@@ -328,7 +360,7 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                                                      : kernels::AttentionMaskKind::kGeneral,
                                           .equal_lengths = equal_lengths};
         if (fp8) {
-            attend_mha_fp8(ap, k_pe, attn_rows, ctx);
+            attend_mha_fp8(ap, k_nope, k_pe, attn_rows, ctx);
             rows_written = attn_rows != nullptr;
             continue;
         }
@@ -348,22 +380,22 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     return false;
 }
 
-void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, Fp8Activations* attn_rows,
-                                  const kernels::Context& ctx) const {
-    const TensorView &q = ap.q, &k = ap.k, &v = ap.v;
-    const int64_t n = q.size(0), total = k.size(0), nope = k.size(2) - k_pe.size(2);
+void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_nope, const TensorView& k_pe,
+                                  Fp8Activations* attn_rows, const kernels::Context& ctx) const {
+    const TensorView &q = ap.q, &v = ap.v;
+    const int64_t n = q.size(0), total = k_nope.size(0), heads = k_nope.size(1);
     Tensor q_scale = scratch(ctx, {n, q.size(1)});
-    Tensor k_scale = scratch(ctx, {total, k.size(1)});
+    Tensor k_scale = scratch(ctx, {total, heads});
     Tensor v_scale = scratch(ctx, {1});
     Tensor qf = scratch(ctx, {n, q.size(1), q.size(2)}, DType::kF8E4M3);
-    Tensor kf = scratch(ctx, {total, k.size(1), k.size(2)}, DType::kF8E4M3);
+    Tensor kf = scratch(ctx, {total, heads, k_nope.size(2) + k_pe.size(2)}, DType::kF8E4M3);
     Tensor vf = scratch(ctx, {total, v.size(1), v.size(2)}, DType::kF8E4M3);
     {
         const kernels::ProfileScope scope(ctx, "fp8_quant");
         kernels::fp8_quantize_heads({.out = qf, .scale = q_scale, .in = q}, ctx);
         kernels::fp8_quantize_heads({.out = kf,
                                      .scale = k_scale,
-                                     .in = k.slice(2, 0, nope),
+                                     .in = k_nope,
                                      .in_tail = k_pe,
                                      .cu_seqlens = ap.cu_seqlens_k,
                                      .block = kernels::kFp8AttnKeyBlock},

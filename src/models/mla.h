@@ -38,6 +38,9 @@ struct MlaVariant {
     bool rope = true;
     // Kimi K3 gated MLA: attn_out *= sigmoid(x @ g_proj^T) (per head x v-dim) before o_proj; reads `<prefix>.g_proj`.
     bool output_gate = false;
+    // ModelOptions::fp8_attention: with a native FP8 kv_b (WeightReader::fp8_native), keep its e4m3 form too, for the
+    // FP8 MHA path's K / V (one block-scaled GEMM; kv_b stays dense for everything else).
+    bool fp8_attention = false;
 };
 
 class MlaAttention final {
@@ -93,8 +96,9 @@ private:
     // of each sequence (kernels::fp8_quantize_heads; k_pe [total_k, H, rope] is the rope'd latent broadcast over the
     // heads, so K is never concatenated in bf16), v per tensor; the FP8 attention writes ap.out in its own dtype, or
     // attn_rows (non-null: e4m3 rows and their per-head block scales for the FP8 o_proj).
-    void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_pe, Fp8Activations* attn_rows,
-                        const kernels::Context& ctx) const;
+    // k_nope [total_k, H, nope] and v [total_k, H, v] may be strided views (of the kv_b GEMM's output).
+    void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_nope, const TensorView& k_pe,
+                        Fp8Activations* attn_rows, const kernels::Context& ctx) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;
@@ -108,6 +112,10 @@ private:
     Linear kv_a_proj_;
     Tensor kv_a_norm_;  // [kv_lora_rank] f32
     Linear kv_b_proj_;  // [n_heads * (nope + v), kv_lora_rank]: per head rows [0, nope) = W_UK, [nope, nope + v) = W_UV
+    // kv_b's e4m3 form (MlaVariant::fp8_attention with a native FP8 kv_b; kv_b_proj_ is then its dequantisation), for
+    // the FP8 MHA path: K's nope columns and V of a key round in one FP8 linear of the latents, as DeepSeek-V3's own
+    // FP8 inference computes them (the latents quantised per 128 columns). Undefined otherwise.
+    Linear kv_b_fp8_;
     Linear o_proj_;
     Linear g_proj_;  // [n_heads * v_head_dim, hidden], gated variant only
 };

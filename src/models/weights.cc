@@ -269,6 +269,21 @@ Result<Fp8Tensor> WeightReader::take_fp8(const std::string& name, const Shape& s
     return Fp8Tensor{.weight = place_f32(std::move(host.weight)), .scale = place_f32(std::move(host.scale))};
 }
 
+Result<Tensor> WeightReader::dense_of(const Fp8Tensor& t) const {
+    PENSTOCK_CHECK(t.weight.defined() && t.scale.defined() && t.weight.dtype() == DType::kF8E4M3)
+        << "dense_of: an e4m3 weight with its block scales";
+    auto to_host = [&](const Tensor& x) {
+        if (placement_.device == Device::kCPU) return x;
+        Tensor h = Tensor::empty(x.view().shape_vec(), x.dtype());
+        kernels::transfer({.out = h, .in = x}, placement_);  // device to pageable host memory: returns when copied
+        return h;
+    };
+    const Tensor w = to_host(t.weight), s = to_host(t.scale);
+    PENSTOCK_ASSIGN_OR_RETURN(
+        Tensor d, loader::dequantize_fp8_blocks(w.view(), s.view(), fp8_.block_n, fp8_.block_k, DType::kF32));
+    return place(std::move(d));
+}
+
 Result<Fp8Tensor> WeightReader::take_fp8_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
                                                int64_t end) {
     if (!fp8_native(name)) {

@@ -88,6 +88,10 @@ public:
     Fp8Tensor generate_fp8(const std::string& name, const Shape& shape, uint64_t slice,
                            const kernels::Context& ctx) const;
     const Fp8ReadMode& fp8_mode() const { return fp8_; }
+    // The dense form of an e4m3 weight handed out by take_fp8*() (placed, or on the host): e4m3 * scale per block in
+    // f32 on the host (loader::dequantize_fp8_blocks, as take() dequantises a raw FP8 tensor), placed in the matrix
+    // dtype. For weights used both ways (MLA's kv_b: the FP8 attention's K / V GEMM and the absorbed form's slices).
+    [[nodiscard]] Result<Tensor> dense_of(const Fp8Tensor& t) const;
 
 private:
     // Dummy weights: a tensor of `shape` for `name` (slice = its own stream) on `ctx`, matrices in matrix_dtype_.

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -229,7 +230,9 @@ struct FixtureRun {
     Status status;
 };
 
-FixtureRun run_fixture(Fp8Weights mode, models::MlaForm form, const std::vector<std::vector<int32_t>>& prompts) {
+// profiled: set to the profile scopes' paths of the run when non-null.
+FixtureRun run_fixture(Fp8Weights mode, models::MlaForm form, const std::vector<std::vector<int32_t>>& prompts,
+                       bool fp8_attention = false, std::vector<std::string>* profiled = nullptr) {
     FixtureRun run;
     Result<loader::ModelConfig> config = loader::load_model_config(kFp8Fixture);
     Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(kFp8Fixture);
@@ -239,6 +242,7 @@ FixtureRun run_fixture(Fp8Weights mode, models::MlaForm form, const std::vector<
     }
     models::ModelOptions options{.mla_form = form};
     options.fp8_weights = mode;
+    options.fp8_attention = fp8_attention;
     Result<std::unique_ptr<models::Model>> model =
         models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, options, nullptr);
     if (!model.ok()) {
@@ -246,7 +250,14 @@ FixtureRun run_fixture(Fp8Weights mode, models::MlaForm form, const std::vector<
         return run;
     }
     runtime::ModelRunner runner(std::move(model).value(), runtime::RunnerOptions{.n_pages = 16, .n_threads = 2});
+    kernels::Profiler profiler(Device::kCPU);
+    if (profiled != nullptr) runner.set_profiler(&profiler);
     Result<std::vector<Tensor>> logits = runner.prefill_all_logits(prompts, /*chunk_size=*/0);
+    runner.set_profiler(nullptr);
+    if (profiled != nullptr) {
+        profiled->clear();
+        for (const kernels::ProfileTotal& t : kernels::aggregate(profiler.collect())) profiled->push_back(t.path);
+    }
     if (!logits.ok()) {
         run.status = logits.status();
         return run;
@@ -294,6 +305,62 @@ TEST(Fp8Weights, NativeFixtureMatchesDequantisedWithinActQuantBound) {
         EXPECT_LE(rel_rms, kFp8ActQuantLogitsRelRms);
         std::printf("native FP8 vs dequant max |diff| %.4g (relative rms %.4g), vs reference %.4g\n", worst_vs_dequant,
                     rel_rms, worst_vs_ref);
+    }
+}
+
+// FP8 attention on a native FP8 checkpoint computes K's nope columns and V of each key round by kv_b's e4m3 GEMM
+// (one fp8_gemm over the latents, quantised per 128 columns: the kv_expand scope's act_quant), as DeepSeek-V3's own
+// FP8 inference does; with dequantised weights it keeps the two batched dense GEMMs. The two runs differ by the
+// activation quantisation of every FP8 linear, kv_b's included, so they stay within the bound that native and
+// dequantised runs without FP8 attention keep (NativeFixtureMatchesDequantisedWithinActQuantBound).
+TEST(Fp8Weights, Fp8AttentionTakesKvBInE4m3) {
+    const std::vector<testing::ReferencePrompt> ref = testing::load_reference(kFp8Fixture);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& p : ref) prompts.push_back(p.ids);
+    std::vector<std::string> native_paths, dequant_paths;
+    const FixtureRun native = run_fixture(Fp8Weights::kNative, models::MlaForm::kMha, prompts, true, &native_paths);
+    const FixtureRun dequant = run_fixture(Fp8Weights::kDequant, models::MlaForm::kMha, prompts, true, &dequant_paths);
+    ASSERT_TRUE(native.status.ok()) << native.status.to_string();
+    ASSERT_TRUE(dequant.status.ok()) << dequant.status.to_string();
+    auto has = [](const std::vector<std::string>& paths, const std::string& p) {
+        return std::find(paths.begin(), paths.end(), p) != paths.end();
+    };
+    const std::string kv_quant = "layer.attn.core.kv_expand.act_quant";
+    EXPECT_TRUE(has(native_paths, kv_quant)) << "kv_b's e4m3 GEMM should quantise the latents";
+    EXPECT_FALSE(has(dequant_paths, kv_quant));
+    EXPECT_TRUE(has(native_paths, "layer.attn.core.fp8_quant")) << "the FP8 attention should run";
+    ASSERT_EQ(native.logits.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const testing::LogitsComparison c =
+            testing::compare_logits(native.logits[i], dequant.logits[i], 2.0 * kFp8ActQuantLogitsMaxAbs);
+        EXPECT_LE(c.max_abs_diff, kFp8ActQuantLogitsMaxAbs) << "prompt " << i << ": " << c.describe();
+        EXPECT_EQ(c.argmax_mismatches, 0) << "prompt " << i << ": " << c.describe();
+    }
+}
+
+// WeightReader::dense_of an e4m3 weight is the dense read of the same tensor (take() dequantises it the same way),
+// in f32 and in bf16 matrices, whole and as a column-parallel slice of whole blocks.
+TEST(Fp8Weights, DenseOfIsTheDenseRead) {
+    std::mt19937 rng(5);
+    loader::WeightMap whole;
+    add_fp8_weight(&whole, "a.weight", 384, 256, &rng);
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        for (const models::IndexRange rows : {models::IndexRange{0, 384}, models::IndexRange{128, 384}}) {
+            SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows " << rows.begin << ".." << rows.end);
+            loader::WeightMap m1 = whole, m2 = whole;
+            models::WeightReader r1(&m1, kernels::Context{}, dtype, 0, kNative);
+            models::WeightReader r2(&m2, kernels::Context{}, dtype, 0, kNative);
+            Result<models::Linear> e4m3 =
+                models::take_linear_rows(r1, "a", 384, 256, rows, false, models::WeightFormat::kFp8Native);
+            ASSERT_TRUE(e4m3.ok() && e4m3->fp8()) << e4m3.status().to_string();
+            Result<Tensor> dense = r1.dense_of({.weight = e4m3->weight, .scale = e4m3->scale});
+            ASSERT_TRUE(dense.ok()) << dense.status().to_string();
+            Result<models::Linear> read = models::take_linear_rows(r2, "a", 384, 256, rows, false);
+            ASSERT_TRUE(read.ok()) << read.status().to_string();
+            ASSERT_EQ(dense->dtype(), read->weight.dtype());
+            ASSERT_EQ(dense->view().shape_vec(), read->weight.view().shape_vec());
+            EXPECT_EQ(std::memcmp(dense->ptr<uint8_t>(), read->weight.ptr<uint8_t>(), dense->nbytes()), 0);
+        }
     }
 }
 

@@ -87,14 +87,15 @@ struct Layout {
     static constexpr int kVBytes = 2 * kVBoxBytes;
     static constexpr int kStageBytes = kKBytes + kVBytes;
     static constexpr int kTxBytes = kKBytes + 2 * kDv * kBoxBytes;  // what TMA writes into a stage
-    // After the ring: the barriers, the consumers' work item and the producer's item prefix (persistent items).
+    // After the ring: the barriers, the consumers' work item, and the items' prefix, the sequences' clamped query
+    // offsets and the prefix scan's scratch (persistent items, attn_wgmma::build_item_prefix).
     static constexpr int kPrefixCap = 1024;  // sequences the persistent items' prefix takes (ItemSpace::prefix_cap)
-    static constexpr int kTailBytes = 8 * (2 + 2 * 3) + 4 * (attn_wgmma::kWorkWords + kPrefixCap + 1);
+    static constexpr int kItemWords = attn_wgmma::kWorkWords + 2 * (kPrefixCap + 1) + 32;
+    static constexpr int kTailBytes = 8 * (2 + 2 * 3) + 4 * kItemWords;
     static constexpr int kStages = (kQBytes + 3 * kStageBytes + kTailBytes + 1024 <= 227 * 1024) ? 3 : 2;
     static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, q_empty, full[kStages], empty[..]
     static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 2 * kStages);
-    static constexpr int kSmemBytes =
-        kSlotOffset + 4 * (attn_wgmma::kWorkWords + kPrefixCap + 1) + 1024;  // + alignment slack
+    static constexpr int kSmemBytes = kSlotOffset + 4 * kItemWords + 1024;  // + alignment slack
     static_assert(kDqk % 64 == 0 && kDqk <= 256, "d_qk: a multiple of 64 up to 256");
     static_assert(kDv == 64 || kDv == 128, "d_v: 64 or 128");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -338,6 +339,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto s_k = [&](int st) { return sbase + L::kQBytes + static_cast<uint32_t>(st) * L::kStageBytes; };
     int* work_slot = reinterpret_cast<int*>(smem_raw + pad + L::kSlotOffset);
     int* prefix = work_slot + attn_wgmma::kWorkWords;
+    int* offs = prefix + (L::kPrefixCap + 1);
+    int* scan = offs + (L::kPrefixCap + 1);
 
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
@@ -350,6 +353,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::fence_mbar_init();
     }
     __syncthreads();
+    // The items' prefix, by every thread (ends with a barrier when it scans); the producer hands the items out.
+    const int n_items = attn_wgmma::build_item_prefix(a.items, a.cu_q, prefix, offs, scan);
     // Broadcast from lane 0, ptxas knows the warpgroup index is warp-uniform and keeps the consumers' shared-memory
     // addresses and wgmma descriptors in uniform registers (as in fp8_gemm_tma.cu): without it the persistent
     // kernel ran 3-5% slower than the per-CTA one at T = 16384 (docs/perf/2026-12-04-s29.md).
@@ -357,8 +362,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
         // ------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        if (tid >= 32) return;
-        const int n_items = attn_wgmma::build_item_prefix(a.items, a.cu_q, prefix, tid);
         if (tid != 0) return;
         tma::prefetch_map(&tm_q);
         tma::prefetch_map(&tm_k);
@@ -373,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             do {
                 u = tile_sched::next_tile(a.sched);
                 if (u >= n_items) break;
-                w = attn_wgmma::work_item<kBN>(u, a.items, prefix, a.cu_q, a.cu_k, a.group, a.causal);
+                w = attn_wgmma::work_item<kBN>(u, a.items, prefix, offs, a.cu_q, a.cu_k, a.group, a.causal);
             } while (w.valid == 0);
             if (u >= n_items) {
                 w.n_tiles = -1;  // the consumers stop
@@ -704,7 +707,8 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
     // Persistent: one CTA per SM (at most one per item), taking items from the stream's counter.
     Fp8AttnArgs a = args;
     a.sched = dynamic_tile_counter(stream);
-    a.items = {n_seqs, static_cast<int>(h), static_cast<int>((max_q + kBM - 1) / kBM), L::kPrefixCap};
+    a.items = {n_seqs, static_cast<int>(h), static_cast<int>((max_q + kBM - 1) / kBM), static_cast<int>(p.q.size(0)),
+               L::kPrefixCap};
     const int64_t item_bound = static_cast<int64_t>(a.items.n_xt) * h * n_seqs;
     PENSTOCK_CHECK_LT(item_bound, int64_t{1} << 31) << "attention: too many query tiles for the FP8 kernel";
     const auto grid = static_cast<unsigned>(std::min<int64_t>(item_bound, fp8::device_sms()));

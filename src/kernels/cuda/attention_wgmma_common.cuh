@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"  // (tma_util.cuh uses its macros)
+#include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/ops.h"
 
@@ -165,59 +166,42 @@ __device__ __forceinline__ CtaWork cta_work(const int32_t* cu_q, const int32_t* 
 // epilogue). Issuing the next item's first scores beside the last value product gained the probe 3% but lost the
 // kernel 2-4% (the consumers' registers; dropped, diff in that page's folder).
 // The bf16 kernel stays one CTA per item: made persistent the same way it ran 2% slower at 16K and no faster at 4K.
-// With up to prefix_cap sequences (as many as the kernel's shared memory has room for) the producer warp scans the
-// sequences' item counts (ceil(len_q / 128) x heads) into a prefix in shared memory, and only valid items are handed
-// out. With more, the items are a dense grid of n_xt = ceil(max_seqlen_q / 128) tiles per (sequence, head), and the
-// producer skips the ones past their sequence (many sequences with a long maximum are then slow to skip).
+// With up to prefix_cap sequences (as many as the kernel's shared memory has room for) the items are the GEMMs'
+// grouped tiles (tile_util.cuh: the sequences as groups of query rows, the heads as n-tiles of width 1): the whole CTA
+// scans the sequences' item counts (ceil(len_q / 128) x heads) into a prefix in shared memory before the warp roles
+// split, and only valid items are handed out. With more, the items are a dense grid of n_xt = ceil(max_seqlen_q / 128)
+// tiles per (sequence, head), and the producer skips the ones past their sequence (many sequences with a long maximum
+// are then slow to skip).
 struct ItemSpace {
     int n_seqs, n_heads, n_xt;  // n_xt: the dense grid's query tiles per (sequence, head)
+    int total_q;                // query rows of the launch (cu_q is clamped to it)
     int prefix_cap;             // the most sequences the shared-memory prefix takes
 };
 
-// The producer warp's prefix: prefix[s] = items of the sequences before s (prefix[n_seqs] = all), when n_seqs <=
-// prefix_cap; returns the item count (dense: n_xt x heads x sequences). Every lane of the warp calls it.
-__device__ __forceinline__ int build_item_prefix(const ItemSpace& sp, const int32_t* cu_q, int* prefix, int lane) {
+// Every thread of the CTA, before the warp roles split (ends with a barrier): when n_seqs <= prefix_cap,
+// tile::build_group_tile_prefix over cu_q (offs[0..n_seqs] the clamped cu_q, prefix[0..n_seqs] the items before each
+// sequence, scan 32 ints of scratch). Returns the item count (dense: n_xt x heads x sequences).
+__device__ __forceinline__ int build_item_prefix(const ItemSpace& sp, const int32_t* cu_q, int* prefix, int* offs,
+                                                 int* scan) {
     if (sp.n_seqs > sp.prefix_cap) return sp.n_xt * sp.n_heads * sp.n_seqs;
-    int carry = 0;
-    if (lane == 0) prefix[0] = 0;
-    for (int s0 = 0; s0 < sp.n_seqs; s0 += 32) {
-        const int s = s0 + lane;
-        int v = 0;
-        if (s < sp.n_seqs) v = ((cu_q[s + 1] - cu_q[s] + kItemRows - 1) / kItemRows) * sp.n_heads;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int x = __shfl_up_sync(0xffffffffu, v, d);
-            if (lane >= d) v += x;
-        }
-        if (s < sp.n_seqs) prefix[s + 1] = carry + v;
-        carry += __shfl_sync(0xffffffffu, v, 31);
-    }
-    __syncwarp();
-    return carry;
+    return tile::build_group_tile_prefix<kItemRows>(cu_q, sp.total_q, sp.n_seqs, sp.n_heads, prefix, offs, scan);
 }
 
-// Work item u (< the count build_item_prefix returned); valid == 0 only on the dense grid.
+// Work item u (< the count build_item_prefix returned): sequence-major, then head, then the query tiles from the last
+// (tile::decode_group_tile's m-tiles reversed); valid == 0 only on the dense grid.
 template <int kBN>
-__device__ __forceinline__ CtaWork work_item(int u, const ItemSpace& sp, const int* prefix, const int32_t* cu_q,
-                                             const int32_t* cu_k, int group, bool causal) {
+__device__ __forceinline__ CtaWork work_item(int u, const ItemSpace& sp, const int* prefix, const int* offs,
+                                             const int32_t* cu_q, const int32_t* cu_k, int group, bool causal) {
     if (sp.n_seqs > sp.prefix_cap) {
         const int x = u % sp.n_xt, rest = u / sp.n_xt;
         return work_of<kBN>(rest / sp.n_heads, rest % sp.n_heads, (sp.n_xt - 1 - x) * kItemRows, cu_q, cu_k, group,
                             causal);
     }
-    int lo = 0, hi = sp.n_seqs - 1;  // the last s with prefix[s] <= u
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (prefix[mid] <= u) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    const int v = u - prefix[lo];
-    const int n_xt = (prefix[lo + 1] - prefix[lo]) / sp.n_heads;  // this sequence's query tiles
-    const int x = v % n_xt;
-    return work_of<kBN>(lo, v / n_xt, (n_xt - 1 - x) * kItemRows, cu_q, cu_k, group, causal);
+    const tile::GroupTile t = tile::decode_group_tile<kItemRows, 1>(u, prefix, offs, sp.n_seqs);
+    const int first = offs[t.group];
+    const int n_xt = (offs[t.group + 1] - first + kItemRows - 1) / kItemRows;  // this sequence's query tiles
+    return work_of<kBN>(t.group, t.n0, (n_xt - 1 - (t.row0 - first) / kItemRows) * kItemRows, cu_q, cu_k, group,
+                        causal);
 }
 
 // The producer's item to the consumers (its words into shared memory, published by the q tile's barrier arrive),

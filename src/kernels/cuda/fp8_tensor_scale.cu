@@ -6,21 +6,23 @@
 //   quantize: (1) memset of a scratch amax word; (2) a grid-stride max of |x| per thread, block max, one atomicMax
 //   per block on the float's bits (non-negative floats order like their bit patterns; a NaN's pattern is above +inf's,
 //   so a NaN wins, as in the reference); (3) the cast: every thread derives s = amax / 448 (1 for amax 0) and
-//   inv = 1 / s with IEEE division, writes e4m3(x * inv) by fp8.cuh's integer routine (0x7f for NaN), and block 0
-//   writes scale[0] = s. The amax word is separate from `scale` so the cast's readers never race its writer.
-//   dequantize: e4m3_to_f32_exact(q) * scale[0], rounded once to the output dtype.
-//   fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with the caller's device multiplier.
+//   inv = 1 / s with IEEE division, writes e4m3(x * inv) by the hardware e4m3x2 cast (fp8.cuh e4m3x2_in_range: equal
+//   to the integer routine for these quotients, 0x7f for NaN), and block 0 writes scale[0] = s. The amax word is
+//   separate from `scale` so the cast's readers never race its writer. dequantize: e4m3_to_f32_exact(q) * scale[0],
+//   rounded once to the output dtype. fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with
+//   the caller's device multiplier.
 // fp8_quantize_heads (bit-exact with ref::fp8_quantize_heads): one unit = a block of rows of one head; block 1 takes a
 // group of lanes per unit (a power of two holding the row in <= 4 packs per lane: 8 lanes for a 192-wide bf16 row,
 // 4 units per warp), a longer block a CTA. The unit's threads read its packs (V elements of [in ; in_tail], walked
 // without a division per pack) into registers for the max |x| (shuffles, then shared memory across a CTA's warps;
 // NaN wins as above) and cast them with inv = 1 / s by the hardware e4m3x2 cast (the quotients are <= 448.0001, where
 // it equals the software rounding): one read per element (a unit too large for the registers, > 4 packs per lane or
-// 16 per thread of a CTA, reads them again, from L1 / L2). The per-tensor cast keeps the software rounding (its
-// quotients are bounded the same way, but it is memory-bound as it is). Blocks of a
-// sequence are found without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s <=
-// x (binary search), as block x - cu[s] / block - s of it; such a base grows by at least the sequence's block count, so
-// at most n / block + n_seqs units cover every block and the surplus ones (past their sequence's rows) return at once.
+// 16 per thread of a CTA, reads them again, from L1 / L2). The per-tensor cast takes the hardware cast too (its
+// quotients are bounded the same way); fp8_cast_scaled's caller-given multiplier keeps the software rounding. Blocks of
+// a sequence are found without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s
+// <= x (binary search), as block x - cu[s] / block - s of it; such a base grows by at least the sequence's block count,
+// so at most n / block + n_seqs units cover every block and the surplus ones (past their sequence's rows) return at
+// once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -129,10 +131,21 @@ __global__ void __launch_bounds__(kThreads)
          p += static_cast<int64_t>(gridDim.x) * kThreads) {
         const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
         Pack<uint8_t, V> q;
+        if constexpr (kFromAmax && V % 2 == 0) {
+            // |x * (1 / s)| <= 448.0001 with s = amax / 448: the hardware cast equals the software rounding there
+            // (fp8.cuh e4m3x2_in_range; NaN -> 0x7f), one instruction per two values
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float y = __fmul_rn(to_f32(x.v[j]), m);
-            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+            for (int j = 0; j < V; j += 2) {
+                const uint32_t b = e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), m), __fmul_rn(to_f32(x.v[j + 1]), m));
+                q.v[j] = static_cast<uint8_t>(b & 0xffu);
+                q.v[j + 1] = static_cast<uint8_t>(b >> 8);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const float y = __fmul_rn(to_f32(x.v[j]), m);
+                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+            }
         }
         *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
     }
