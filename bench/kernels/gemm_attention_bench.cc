@@ -3,6 +3,7 @@
 // PERF.md's cuBLAS bf16 754 TFLOP/s (8192^3) and cuDNN SDPA 620-655 TFLOP/s (causal, d 128 / 192-128); the same-run
 // torch SDPA of the attention shapes: tools/sdpa_baseline.py.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -248,6 +249,26 @@ void run_attention_bench(BenchContext& ctx) {
                                           .block = kernels::kFp8AttnKeyBlock},
                                          st);
             });
+            if (s.d_qk > 64) {
+                // q's RoPE (the last 64 columns, interleaved, models/mla.cc's FP8 path): kernels::rope in place then
+                // the per-row quantiser, against the quantiser's fused RoPE (the same bytes)
+                std::vector<int32_t> pos(static_cast<size_t>(s.seq));
+                for (int64_t i = 0; i < s.seq; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+                std::vector<float> freq(32);
+                for (int i = 0; i < 32; ++i) freq[static_cast<size_t>(i)] = std::pow(10000.0f, -i / 32.0f);
+                const Tensor pos_d = cuda::to_device(Tensor::from_i32({s.seq}, pos), ctx.alloc(), ctx.stream());
+                const Tensor freq_d = cuda::to_device(Tensor::from_f32({32}, freq), ctx.alloc(), ctx.stream());
+                const kernels::RopeParams rope{.x = q.view().slice(2, s.d_qk - 64, s.d_qk),
+                                               .positions = pos_d,
+                                               .inv_freq = freq_d,
+                                               .attention_factor = 1.0f,
+                                               .interleaved = true};
+                record["q_rope_ms"] = one([&] { cuda::rope(rope, st); });
+                record["q_rows_rope_ms"] = one([&] {
+                    cuda::fp8_quantize_heads(
+                        {.out = q8, .scale = q_rows, .in = q, .rope = rope, .rope_col = s.d_qk - 64}, st);
+                });
+            }
             ctx.report(record, Timing{}, 0.0);
         }
         kernels::AttentionParams f = p;

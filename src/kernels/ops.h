@@ -395,6 +395,13 @@ struct Fp8HeadQuantParams {
     TensorView in_tail{};     // [n, H, d_tail] of in's dtype (strides may be 0), or empty (d_tail = 0)
     TensorView cu_seqlens{};  // [n_seqs + 1] i32 (0 .. n), or empty: one sequence
     int32_t block = 1;        // rows per block, >= 1
+    // Optional RoPE first (FP8 attention's q, whose rope columns would otherwise take a pass of their own): with
+    // rope.inv_freq set, columns [rope_col, rope_col + 2 * rope.inv_freq.size(0)) of each row are rotated as
+    // kernels::rope rotates them (rope.positions [n] i32 per row, attention_factor, interleaved; rope.x unused),
+    // rounded to in's dtype, and then quantised: bit for bit kernels::rope on that slice of in followed by this op.
+    // in itself is not written. block 1 and no in_tail only.
+    RopeParams rope{};
+    int64_t rope_col = 0;
 };
 
 // Block-scaled FP8 GEMM (a torch Linear with a DeepSeek FP8 weight on quantised activations):

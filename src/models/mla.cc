@@ -94,7 +94,8 @@ bool MlaAttention::fp8_input() const {
 }
 
 MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
-                                               const kernels::Context& ctx, const Fp8Activations* xq) const {
+                                               const kernels::Context& ctx, const Fp8Activations* xq,
+                                               bool rope_q) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t qk = d.qk_head_dim();
@@ -141,13 +142,13 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
     if (variant_.rope) {
         const kernels::ProfileScope scope(ctx, "rope");
         const TensorView q_pe = q3.slice(2, d.qk_nope_head_dim, qk);
-        const kernels::RopeParams rope_q{.x = q_pe,
-                                         .positions = layout.positions,
-                                         .inv_freq = rope.inv_freq,
-                                         .attention_factor = rope.attention_factor,
-                                         .interleaved = rope.interleaved};
-        kernels::rope(rope_q, ctx);
-        kernels::RopeParams rope_k = rope_q;
+        const kernels::RopeParams q_params{.x = q_pe,
+                                           .positions = layout.positions,
+                                           .inv_freq = rope.inv_freq,
+                                           .attention_factor = rope.attention_factor,
+                                           .interleaved = rope.interleaved};
+        if (rope_q) kernels::rope(q_params, ctx);
+        kernels::RopeParams rope_k = q_params;
         rope_k.x = k_pe;
         kernels::rope(rope_k, ctx);
     }
@@ -160,8 +161,18 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
                            const Fp8Activations* xq) const {
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
-    const Projection p = project(layout, x, rope, ctx, xq);
+    // FP8 attention in one key round (attend_mha's FP8 path): q's RoPE rides on its quantiser, so q_pe is not rotated
+    // in a pass of its own (bit for bit the same e4m3 q).
+    const bool fuse_q_rope = variant_.rope && n > 0 && options.fp8_attention && options.mla_form == MlaForm::kMha &&
+                             layout.q_pos_step == 1 && !layout.cp &&
+                             mha_key_rounds(batch, layout.n_seqs, options.max_kv_chunk_capacity) == 1;
+    const Projection p = project(layout, x, rope, ctx, xq, /*rope_q=*/!fuse_q_rope);
     const TensorView q3 = p.q.view();
+    const kernels::RopeParams q_rope{.x = {},
+                                     .positions = layout.positions,
+                                     .inv_freq = rope.inv_freq,
+                                     .attention_factor = rope.attention_factor,
+                                     .interleaved = rope.interleaved};
 
     // The chunk's latents join the cache before attention reads prefix + chunk from it. Under context parallelism
     // each rank projected its own rows; every rank caches the whole chunk (one all-gather of the latent rows).
@@ -190,9 +201,9 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
         const kernels::ProfileScope scope(ctx, "core");
         switch (options.mla_form) {
             case MlaForm::kMha:
-                rows_written =
-                    attend_mha(batch, layout, q3, layer, *cache, softmax_scale, options.max_kv_chunk_capacity,
-                               options.fp8_attention, attn_out, attn_rows ? &*attn_rows : nullptr, ctx);
+                rows_written = attend_mha(batch, layout, q3, layer, *cache, softmax_scale,
+                                          options.max_kv_chunk_capacity, options.fp8_attention, attn_out,
+                                          attn_rows ? &*attn_rows : nullptr, ctx, fuse_q_rope ? &q_rope : nullptr);
                 break;
             case MlaForm::kAbsorbed:
                 attend_absorbed(batch, layout, q3, layer, *cache, softmax_scale, attn_out, ctx);
@@ -218,21 +229,27 @@ void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const
     tp_.all_reduce_sum(out, ctx);
 }
 
-bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
-                              const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
-                              bool fp8_attention, const TensorView& attn_out, Fp8Activations* attn_rows,
-                              const kernels::Context& ctx) const {
-    const MlaDims& d = dims_;
-    const int64_t n = layout.n_tokens;
-    const int64_t n_seqs = layout.n_seqs;
-    const int64_t qk = d.qk_head_dim();
-    // Each round expands at most `piece` keys per sequence, so a round holds <= capacity keys in total.
+int64_t MlaAttention::mha_key_rounds(const ForwardBatch& batch, int64_t n_seqs, int64_t capacity) {
     const int64_t piece = std::max<int64_t>(1, capacity / std::max<int64_t>(n_seqs, 1));
     int64_t n_rounds = 0;
     for (const SeqChunk& s : batch.seqs) {
         const int64_t keys = s.prefix_len + static_cast<int64_t>(s.token_ids.size());
         n_rounds = std::max(n_rounds, (keys + piece - 1) / piece);
     }
+    return n_rounds;
+}
+
+bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
+                              const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
+                              bool fp8_attention, const TensorView& attn_out, Fp8Activations* attn_rows,
+                              const kernels::Context& ctx, const kernels::RopeParams* q_rope) const {
+    const MlaDims& d = dims_;
+    const int64_t n = layout.n_tokens;
+    const int64_t n_seqs = layout.n_seqs;
+    const int64_t qk = d.qk_head_dim();
+    // Each round expands at most `piece` keys per sequence, so a round holds <= capacity keys in total.
+    const int64_t piece = std::max<int64_t>(1, capacity / std::max<int64_t>(n_seqs, 1));
+    const int64_t n_rounds = mha_key_rounds(batch, n_seqs, capacity);
 
     const DType act = q.dtype;
     // One round (every sequence's keys fit the capacity): attention writes attn_out itself, with no merge buffers
@@ -248,6 +265,7 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // kernel aligns the causal diagonal bottom-right); context-parallel row splits (no promised mask) stay in the
     // activation dtype.
     const bool fp8 = fp8_attention && direct && layout.q_pos_step == 1 && !layout.cp;
+    PENSTOCK_CHECK(q_rope == nullptr || fp8) << "MLA: q's RoPE was left to the FP8 path, which is not taken";
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {
         acc_out = scratch_filled(ctx, {n, d.n_heads, d.v_head_dim}, 0.0f, act);
@@ -360,7 +378,7 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                                                      : kernels::AttentionMaskKind::kGeneral,
                                           .equal_lengths = equal_lengths};
         if (fp8) {
-            attend_mha_fp8(ap, k_nope, k_pe, attn_rows, ctx);
+            attend_mha_fp8(ap, k_nope, k_pe, attn_rows, ctx, q_rope);
             rows_written = attn_rows != nullptr;
             continue;
         }
@@ -381,7 +399,8 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
 }
 
 void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_nope, const TensorView& k_pe,
-                                  Fp8Activations* attn_rows, const kernels::Context& ctx) const {
+                                  Fp8Activations* attn_rows, const kernels::Context& ctx,
+                                  const kernels::RopeParams* q_rope) const {
     const TensorView &q = ap.q, &v = ap.v;
     const int64_t n = q.size(0), total = k_nope.size(0), heads = k_nope.size(1);
     Tensor q_scale = scratch(ctx, {n, q.size(1)});
@@ -392,7 +411,13 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const Tens
     Tensor vf = scratch(ctx, {total, v.size(1), v.size(2)}, DType::kF8E4M3);
     {
         const kernels::ProfileScope scope(ctx, "fp8_quant");
-        kernels::fp8_quantize_heads({.out = qf, .scale = q_scale, .in = q}, ctx);
+        // (q_rope: q's rope columns, the last qk_rope_head_dim, rotated by the quantiser first)
+        kernels::fp8_quantize_heads({.out = qf,
+                                     .scale = q_scale,
+                                     .in = q,
+                                     .rope = q_rope != nullptr ? *q_rope : kernels::RopeParams{},
+                                     .rope_col = q_rope != nullptr ? q.size(2) - k_pe.size(2) : 0},
+                                    ctx);
         kernels::fp8_quantize_heads({.out = kf,
                                      .scale = k_scale,
                                      .in = k_nope,

@@ -69,12 +69,13 @@ public:
 
     // The pieces forward() is made of, for families that attend differently (DSA: sparse absorbed attention).
     struct Projection {
-        Tensor q;   // [n_tokens, n_heads, qk_head_dim] f32, q_pe roped
+        Tensor q;   // [n_tokens, n_heads, qk_head_dim] f32, q_pe roped (unless project()'s rope_q is false)
         Tensor cq;  // [n_tokens, q_lora_rank] f32: RMSNorm(q_a_proj(x)), the q latent; undefined without q_lora
         Tensor kv;  // [n_tokens, kv_lora + rope] f32: the cache rows [RMSNorm(c) ; RoPE(k_pe)]
     };
+    // rope_q false: q_pe is left unrotated (the FP8 attention's q quantiser rotates it: forward()).
     Projection project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
-                       const kernels::Context& ctx, const Fp8Activations* xq = nullptr) const;
+                       const kernels::Context& ctx, const Fp8Activations* xq = nullptr, bool rope_q = true) const;
     // q_abs [n, n_heads, kv_lora + rope] = [q_nope_h @ W_UK_h ; q_pe_h] for q [n, n_heads, qk_head_dim].
     Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
@@ -88,9 +89,14 @@ private:
     // attn_out[n_tokens, n_heads * v_head_dim] from q[n_tokens, n_heads, qk_head_dim] and the cached latents. With
     // attn_rows (non-null) the FP8 path writes o_proj's FP8 rows there instead (AttentionParams::out_scale; bit for
     // bit fp8_act_quant of the bf16 attn_out) and returns true; false: attn_out holds the result.
+    // q_rope (non-null): q's rope columns are still unrotated and the FP8 path (which must be the one taken) rotates
+    // them in its q quantiser (Fp8HeadQuantParams::rope; q_rope->x unused).
     bool attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                     const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity, bool fp8_attention,
-                    const TensorView& attn_out, Fp8Activations* attn_rows, const kernels::Context& ctx) const;
+                    const TensorView& attn_out, Fp8Activations* attn_rows, const kernels::Context& ctx,
+                    const kernels::RopeParams* q_rope = nullptr) const;
+    // The key rounds attend_mha takes: each expands at most capacity / n_seqs keys per sequence.
+    static int64_t mha_key_rounds(const ForwardBatch& batch, int64_t n_seqs, int64_t capacity);
     // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q
     // quantised per row and head, k = [ap.k's first nope columns ; k_pe] per head in blocks of kFp8AttnKeyBlock keys
     // of each sequence (kernels::fp8_quantize_heads; k_pe [total_k, H, rope] is the rope'd latent broadcast over the
@@ -98,7 +104,8 @@ private:
     // attn_rows (non-null: e4m3 rows and their per-head block scales for the FP8 o_proj).
     // k_nope [total_k, H, nope] and v [total_k, H, v] may be strided views (of the kv_b GEMM's output).
     void attend_mha_fp8(const kernels::AttentionParams& ap, const TensorView& k_nope, const TensorView& k_pe,
-                        Fp8Activations* attn_rows, const kernels::Context& ctx) const;
+                        Fp8Activations* attn_rows, const kernels::Context& ctx,
+                        const kernels::RopeParams* q_rope = nullptr) const;
     void attend_absorbed(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                          const kv_cache::PagedRowCache& cache, float softmax_scale, const TensorView& attn_out,
                          const kernels::Context& ctx) const;

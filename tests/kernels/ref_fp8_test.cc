@@ -372,6 +372,73 @@ TEST(RefFp8HeadsTest, PerRowBf16ZerosAndNan) {
     EXPECT_EQ(e4m3_to_float(out.ptr<uint8_t>()[7]), 112.0f);  // 0.75 * 448 / 3
 }
 
+// The fused RoPE (Fp8HeadQuantParams::rope): bit for bit ref::rope on the rope columns of a copy, then the plain op,
+// with the rope columns in the middle of the row and at its end, interleaved or not, an attention factor; the input is
+// not written. bf16 input: the rotated values rounded to bf16 (as kernels::rope writes a bf16 q) before the quantiser.
+TEST(RefFp8HeadsTest, RopeIsRopeThenQuantise) {
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    const int64_t n = 7, h = 3, d = 24, half = 4;
+    std::vector<float> x(static_cast<size_t>(n * h * d));
+    for (float& v : x) v = u(rng);
+    const Tensor positions = Tensor::from_i32({n}, std::vector<int32_t>{0, 1, 5, 9, 100, 4095, 70000});
+    const Tensor inv_freq = Tensor::from_f32({half}, std::vector<float>{1.0f, 0.1f, 0.01f, 0.001f});
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+        for (const int64_t col : {int64_t{16}, int64_t{4}}) {
+            for (const bool interleaved : {true, false}) {
+                SCOPED_TRACE(::testing::Message()
+                             << dtype_name(dt) << " col " << col << " interleaved " << interleaved);
+                // in, and the expected composition's rotated copy (f32; rounded to bf16 after the RoPE for bf16)
+                Tensor in = Tensor::empty({n, h, d}, dt);
+                Tensor want_in = Tensor::from_f32({n, h, d}, x);
+                for (size_t i = 0; i < x.size(); ++i) {
+                    if (dt == DType::kF32) {
+                        in.ptr<float>()[i] = x[i];
+                    } else {
+                        in.ptr<uint16_t>()[i] = float_to_bf16(x[i]);
+                        want_in.ptr<float>()[i] = bf16_to_float(float_to_bf16(x[i]));
+                    }
+                }
+                std::vector<uint8_t> in_bytes(static_cast<size_t>(in.nbytes()));
+                std::memcpy(in_bytes.data(), in.ptr<uint8_t>(), in_bytes.size());
+                const kernels::RopeParams rope{.x = {},
+                                               .positions = positions,
+                                               .inv_freq = inv_freq,
+                                               .attention_factor = 1.25f,
+                                               .interleaved = interleaved};
+                kernels::RopeParams on_copy = rope;
+                on_copy.x = want_in.view().slice(2, col, col + 2 * half);
+                ref::rope(on_copy, nullptr);
+                if (dt == DType::kBF16) {
+                    for (int64_t i = 0; i < want_in.numel(); ++i) {
+                        want_in.ptr<float>()[i] = bf16_to_float(float_to_bf16(want_in.ptr<float>()[i]));
+                    }
+                }
+                Tensor got = Tensor::empty({n, h, d}, DType::kF8E4M3), want = Tensor::empty({n, h, d}, DType::kF8E4M3);
+                Tensor got_s = Tensor::empty({n, h}, DType::kF32), want_s = Tensor::empty({n, h}, DType::kF32);
+                ref::fp8_quantize_heads({.out = got, .scale = got_s, .in = in, .rope = rope, .rope_col = col}, nullptr);
+                ref::fp8_quantize_heads({.out = want, .scale = want_s, .in = want_in}, nullptr);
+                EXPECT_EQ(std::memcmp(got.ptr<uint8_t>(), want.ptr<uint8_t>(), static_cast<size_t>(got.nbytes())), 0);
+                EXPECT_EQ(std::memcmp(got_s.ptr<float>(), want_s.ptr<float>(), static_cast<size_t>(got_s.nbytes())), 0);
+                EXPECT_EQ(std::memcmp(in.ptr<uint8_t>(), in_bytes.data(), in_bytes.size()), 0) << "in was written";
+                // the rotation moved something: the unrotated quantisation differs
+                Tensor plain = Tensor::empty({n, h, d}, DType::kF8E4M3);
+                ref::fp8_quantize_heads({.out = plain, .scale = got_s, .in = in}, nullptr);
+                EXPECT_NE(std::memcmp(got.ptr<uint8_t>(), plain.ptr<uint8_t>(), static_cast<size_t>(got.nbytes())), 0);
+            }
+        }
+    }
+    // RoPE only per row and without in_tail; its columns inside the row.
+    Tensor in = Tensor::from_f32({n, h, d}, x);
+    Tensor out = Tensor::empty({n, h, d}, DType::kF8E4M3);
+    Tensor scale = Tensor::empty({n, h}, DType::kF32);
+    const kernels::RopeParams rope{.x = {}, .positions = positions, .inv_freq = inv_freq};
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in, .block = 2, .rope = rope}, nullptr),
+                 "RoPE");
+    EXPECT_DEATH(ref::fp8_quantize_heads({.out = out, .scale = scale, .in = in, .rope = rope, .rope_col = 20}, nullptr),
+                 "rope columns");
+}
+
 TEST(RefFp8HeadsTest, RejectsBadShapesAndSequences) {
     Tensor in = Tensor::from_f32({4, 2, 8}, std::vector<float>(64, 1.0f));
     Tensor out = Tensor::empty({4, 2, 8}, DType::kF8E4M3);

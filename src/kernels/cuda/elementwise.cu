@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/glu_act.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rows_vec.cuh"
 
 namespace penstock::cuda {
@@ -113,22 +114,21 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
     T* row = x + t * s0 + h * s1;
     for (int i = lane; i < rot_dim; i += 32) buf[i] = to_f32(row[i]);
     __syncwarp();
-    const auto pos = static_cast<float>(positions[t]);
+    const int32_t pos = positions[t];
     const int half = rot_dim / 2;
     for (int i = lane; i < half; i += 32) {
-        const float angle = pos * inv_freq[i];
-        const float c = cosf(angle) * attention_factor;
-        const float s = sinf(angle) * attention_factor;
+        const float2 cs = rope_math::cos_sin(pos, inv_freq[i], attention_factor);
         const float x1 = interleaved ? buf[2 * i] : buf[i];
         const float x2 = interleaved ? buf[2 * i + 1] : buf[i + half];
-        row[i] = from_f32<T>(x1 * c - x2 * s);
-        row[i + half] = from_f32<T>(x2 * c + x1 * s);
+        row[i] = from_f32<T>(rope_math::first(x1, x2, cs));
+        row[i + half] = from_f32<T>(rope_math::second(x1, x2, cs));
     }
 }
 
 // The same, one warp per (token, run of kRopeHeads heads) with the token's cos / sin computed once (rot_dim / 2 <=
 // 32 * kPairs pairs, lane l holding pairs l, l + 32, ...): each head's pairs are read into registers, the warp
-// synchronises (the interleaved layout writes positions other lanes read), then writes. Same arithmetic as rope_kernel.
+// synchronises (the interleaved layout writes positions other lanes read), then writes. Same arithmetic as rope_kernel
+// (rope.cuh, shared with the FP8 q quantiser's fused RoPE).
 constexpr int kRopeHeads = 8;
 
 template <class T, int kPairs>
@@ -142,14 +142,12 @@ __global__ void rope_heads_kernel(T* x, const int32_t* positions, const float* i
     const int64_t t = item / runs;
     const int h0 = static_cast<int>(item % runs) * kRopeHeads;
     const int half = rot_dim / 2;
-    const auto pos = static_cast<float>(positions[t]);
-    float c[kPairs], sn[kPairs];
+    const int32_t pos = positions[t];
+    float2 cs[kPairs];
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
         const int i = lane + 32 * j;
-        const float angle = i < half ? pos * inv_freq[i] : 0.0f;
-        c[j] = cosf(angle) * attention_factor;
-        sn[j] = sinf(angle) * attention_factor;
+        cs[j] = rope_math::cos_sin(i < half ? pos : 0, i < half ? inv_freq[i] : 0.0f, attention_factor);
     }
     const int h1 = min(h0 + kRopeHeads, n_heads);
     for (int h = h0; h < h1; ++h) {
@@ -168,8 +166,8 @@ __global__ void rope_heads_kernel(T* x, const int32_t* positions, const float* i
         for (int j = 0; j < kPairs; ++j) {
             const int i = lane + 32 * j;
             if (i < half) {
-                row[i] = from_f32<T>(x1[j] * c[j] - x2[j] * sn[j]);
-                row[i + half] = from_f32<T>(x2[j] * c[j] + x1[j] * sn[j]);
+                row[i] = from_f32<T>(rope_math::first(x1[j], x2[j], cs[j]));
+                row[i + half] = from_f32<T>(rope_math::second(x1[j], x2[j], cs[j]));
             }
         }
         __syncwarp();  // the next head's reads stay after these writes (rows do not overlap; kept for clarity)

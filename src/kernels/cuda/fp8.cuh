@@ -103,6 +103,20 @@ __device__ __forceinline__ uint32_t e4m3x2_in_range(float lo, float hi) {
     return r;
 }
 
+// The e4m3 bytes of four values (a in bits 0-7 .. d in bits 24-31) by two hardware casts, for values that are not NaN
+// and |x| <= 464: e4m3x2_in_range without its NaN fix-ups. The quantisers take it for a block whose amax and 1 / s
+// are finite (then no quotient is NaN, and each is <= 448.0001), which saves the fix-ups' compare, mask and select per
+// value: the per-row quantiser of FP8 attention's q was held by its integer pipe at 2.4 TB/s
+// (docs/perf/2026-12-04-s30.md).
+__device__ __forceinline__ uint32_t e4m3x4_finite(float a, float b, float c, float d) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo, hi;\n\tcvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\tcvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
+        "\n\tmov.b32 %0, {lo, hi};\n\t}"
+        : "=r"(r)
+        : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+}
+
 // fp8_act_quant's scale of a group (kernels/ops.h Fp8ActQuantParams), s = max(amax, 1e-4) / 448, and its
 // reciprocal; quotient(v) is v / s from that one reciprocal (div_by_recip: the division's bytes; an infinite amax
 // makes rc 0 and divides), ready for the hardware cast (e4m3x2_in_range: |v / s| <= 448.0001). Every writer of

@@ -6,8 +6,9 @@
 //   quantize: (1) memset of a scratch amax word; (2) a grid-stride max of |x| per thread, block max, one atomicMax
 //   per block on the float's bits (non-negative floats order like their bit patterns; a NaN's pattern is above +inf's,
 //   so a NaN wins, as in the reference); (3) the cast: every thread derives s = amax / 448 (1 for amax 0) and
-//   inv = 1 / s with IEEE division, writes e4m3(x * inv) by the hardware e4m3x2 cast (fp8.cuh e4m3x2_in_range: equal
-//   to the integer routine for these quotients, 0x7f for NaN), and block 0 writes scale[0] = s. The amax word is
+//   inv = 1 / s with IEEE division, writes e4m3(x * inv) by the hardware e4m3x2 cast (fp8.cuh e4m3x4_finite: equal
+//   to the integer routine for these quotients; the integer routine when the amax or inv is not finite, 0x7f for
+//   NaN), and block 0 writes scale[0] = s. The amax word is
 //   separate from `scale` so the cast's readers never race its writer. dequantize: e4m3_to_f32_exact(q) * scale[0],
 //   rounded once to the output dtype. fp8_cast_scaled (cuda_ops.h, FP8 attention's fallback): e4m3(x * mult[0]) with
 //   the caller's device multiplier.
@@ -18,8 +19,9 @@
 // NaN wins as above) and cast them with inv = 1 / s by the hardware e4m3x2 cast (the quotients are <= 448.0001, where
 // it equals the software rounding): one read per element (a unit too large for the registers, > 4 packs per lane or
 // 16 per thread of a CTA, reads them again, from L1 / L2). The per-tensor cast takes the hardware cast too (its
-// quotients are bounded the same way); fp8_cast_scaled's caller-given multiplier keeps the software rounding. Blocks of
-// a sequence are found without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s
+// quotients are bounded the same way). Both take the software rounding instead for a unit (or tensor) whose amax or
+// 1 / s is not finite, and fp8_cast_scaled's caller-given multiplier always does. Blocks of a sequence are found
+// without a prefix sum: unit x of the grid belongs to the last sequence s with cu[s] / block + s
 // <= x (binary search), as block x - cu[s] / block - s of it; such a base grows by at least the sequence's block count,
 // so at most n / block + n_seqs units cover every block and the surplus ones (past their sequence's rows) return at
 // once.
@@ -35,6 +37,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace penstock::cuda {
@@ -119,10 +122,12 @@ __global__ void __launch_bounds__(kThreads)
     cast_kernel(uint8_t* __restrict__ out, const In* __restrict__ in, const float* mult, const unsigned* amax_bits,
                 float* scale, Rows3 ro, Rows3 ri, int64_t n_packs) {
     float m;
+    bool finite = false;  // kFromAmax: the amax and m finite, so no quotient is NaN
     if constexpr (kFromAmax) {
         const float amax = __uint_as_float(*amax_bits);
         const float s = amax > 0.0f || isnan(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f;
         m = __fdiv_rn(1.0f, s);
+        finite = isfinite(amax) && isfinite(m);
         if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
     } else {
         m = *mult;
@@ -131,21 +136,26 @@ __global__ void __launch_bounds__(kThreads)
          p += static_cast<int64_t>(gridDim.x) * kThreads) {
         const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
         Pack<uint8_t, V> q;
-        if constexpr (kFromAmax && V % 2 == 0) {
-            // |x * (1 / s)| <= 448.0001 with s = amax / 448: the hardware cast equals the software rounding there
-            // (fp8.cuh e4m3x2_in_range; NaN -> 0x7f), one instruction per two values
+        if constexpr (kFromAmax && V % 4 == 0) {
+            // With a finite amax and a finite m = 1 / s (s = amax / 448) no quotient is NaN and each is <= 448.0001,
+            // where the hardware cast equals the software rounding (fp8.cuh e4m3x4_finite: four values, two casts)
+            if (finite) {
+                uint32_t wq[V / 4];
 #pragma unroll
-            for (int j = 0; j < V; j += 2) {
-                const uint32_t b = e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), m), __fmul_rn(to_f32(x.v[j + 1]), m));
-                q.v[j] = static_cast<uint8_t>(b & 0xffu);
-                q.v[j + 1] = static_cast<uint8_t>(b >> 8);
+                for (int i = 0; i < V / 4; ++i) {
+                    wq[i] = e4m3x4_finite(__fmul_rn(to_f32(x.v[4 * i]), m), __fmul_rn(to_f32(x.v[4 * i + 1]), m),
+                                          __fmul_rn(to_f32(x.v[4 * i + 2]), m), __fmul_rn(to_f32(x.v[4 * i + 3]), m));
+                }
+                memcpy(&q, wq, sizeof(q));
+                *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
+                continue;
             }
-        } else {
+        }
+        // (fp8_cast_scaled; or a NaN or an infinity in the tensor, or 1 / s overflowed: the software rounding)
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                const float y = __fmul_rn(to_f32(x.v[j]), m);
-                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
-            }
+        for (int j = 0; j < V; ++j) {
+            const float y = __fmul_rn(to_f32(x.v[j]), m);
+            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
         }
         *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
     }
@@ -257,7 +267,25 @@ struct HeadQuantArgs {
     int64_t c0, c1;       // scale's
     const int32_t* cu;    // null: one sequence of n rows
     int n_seqs, block;
+    // Fp8HeadQuantParams::rope (kRope): row r's (cos, sin) * attention_factor of pair i at rope_cs[r * rope_half + i]
+    // (rope_table_kernel), the rope columns [rope_col, rope_col + 2 * rope_half) of in.
+    const float2* rope_cs;
+    int rope_col, rope_half;
+    bool rope_interleaved;
 };
+
+// RoPE's (cos, sin) * attention_factor of every row and pair (rope.cuh, as kernels::rope computes them), for the
+// quantiser's fused RoPE: [n, half] float2, read from L2 by the heads of a row.
+__global__ void __launch_bounds__(kThreads)
+    rope_table_kernel(float2* tab, const int32_t* positions, const float* inv_freq, int64_t n, int half,
+                      float attention_factor) {
+    for (int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; x < n * half;
+         x += static_cast<int64_t>(gridDim.x) * kThreads) {
+        const int64_t r = x / half;
+        const int i = static_cast<int>(x - r * half);
+        tab[x] = rope_math::cos_sin(positions[r], inv_freq[i], attention_factor);
+    }
+}
 
 // The unsigned word type of B bytes (a pack's raw form).
 template <int B>
@@ -304,12 +332,16 @@ struct PackWalk {
 // group's threads reads them again in the cast (from L1 / L2). kLaneGroups (block 1): a unit = (row, head) per group
 // of `group` lanes (a power of two up to 32, picked on the host so that a row's packs fill about kHeld per lane),
 // 32 / group units per warp; else a unit = (block, head) per CTA.
-template <class In, int V, bool kLaneGroups, int kHeld>
+// kRope (kLaneGroups only, every row held): the row's rope packs are rotated in registers before the maximum (the
+// group's rope values through shared memory, since a pair's elements sit in other lanes' packs).
+template <class In, int V, bool kLaneGroups, int kHeld, bool kRope = false>
 __global__ void __launch_bounds__(kThreads)
     head_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
                       const In* __restrict__ tail, HeadQuantArgs a, int group) {
     int64_t r0 = 0, head = 0;
     int rows = 0, lane, width;
+    static_assert(!kRope || kLaneGroups, "the fused RoPE takes a group of lanes per row");
+    int slot = 0;                 // kRope: the unit's slot in its warp
     if constexpr (kLaneGroups) {  // u = row * h + head < 2^31 (checked on the host)
         const uint32_t warp = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
         const uint32_t lane32 = threadIdx.x % 32, per_warp = 32u / static_cast<uint32_t>(group);
@@ -323,6 +355,7 @@ __global__ void __launch_bounds__(kThreads)
             rows = 1;
         }
         lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
+        slot = static_cast<int>(lane32 / static_cast<uint32_t>(group));
         width = group;
     } else {
         // head fastest: the CTAs resident together read whole rows (all heads of a few blocks), not one head's slice
@@ -407,6 +440,42 @@ __global__ void __launch_bounds__(kThreads)
         PackWalk w(lane, width, per_row);
         if (held) {
             load_batch(keep, kHeld, w, lane);
+            if constexpr (kRope) {
+                // The rope packs (columns [rope_col, rope_col + 2 half), whole packs: checked on the host) through
+                // shared memory as f32, then each element rotated from its pair's two values (rope.cuh, rounded to
+                // In as kernels::rope stores it). Pack k of this lane is pack lane + k * width of the row.
+                __shared__ float rope_buf[kThreads / 32][32 * kHeld * V];
+                float* buf = rope_buf[threadIdx.x / 32] + slot * (kHeld * V * width);
+                const int half = a.rope_half, c0 = a.rope_col / V, c1 = (a.rope_col + 2 * half) / V;
+#pragma unroll
+                for (int k = 0; k < kHeld; ++k) {
+                    const int pc = lane + k * width;
+                    if (rows > 0 && pc >= c0 && pc < c1) {
+                        const Pack<In, V> x = unpack(keep[k]);
+#pragma unroll
+                        for (int j = 0; j < V; ++j) buf[pc * V + j - a.rope_col] = to_f32(x.v[j]);
+                    }
+                }
+                __syncwarp();
+#pragma unroll
+                for (int k = 0; k < kHeld; ++k) {
+                    const int pc = lane + k * width;
+                    if (rows > 0 && pc >= c0 && pc < c1) {
+                        Pack<In, V> x = unpack(keep[k]);
+#pragma unroll
+                        for (int j = 0; j < V; ++j) {
+                            const int rr = pc * V + j - a.rope_col;
+                            const int i = rr < half ? rr : rr - half;
+                            const float x1 = a.rope_interleaved ? buf[2 * i] : buf[i];
+                            const float x2 = a.rope_interleaved ? buf[2 * i + 1] : buf[i + half];
+                            const float2 cs = a.rope_cs[r0 * half + i];
+                            x.v[j] =
+                                from_f32<In>(rr < half ? rope_math::first(x1, x2, cs) : rope_math::second(x1, x2, cs));
+                        }
+                        memcpy(&keep[k], &x, sizeof(x));
+                    }
+                }
+            }
 #pragma unroll
             for (int k = 0; k < kHeld; ++k) m = pack_max(m, keep[k]);
         } else {
@@ -431,30 +500,50 @@ __global__ void __launch_bounds__(kThreads)
     if (rows == 0) return;
     const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
     const float inv = __fdiv_rn(1.0f, sc);
-    // e4m3 of x * inv by the hardware cast: |x * inv| <= 448.0001 (e4m3x2_in_range's range), NaN -> 0x7f; an
-    // infinite amax makes inv 0 and every quotient 0 or NaN, as in the reference.
+    // e4m3 of x * inv. With a finite amax and a finite inv no quotient is NaN and each is <= 448.0001, where the
+    // hardware cast equals the software rounding (fp8.cuh e4m3x2_in_range): four values per e4m3x4_finite, without
+    // NaN fix-ups. Otherwise (a NaN or an infinity in the unit, or an amax so small that 1 / s overflows) the
+    // software rounding, NaN -> 0x7f, as in the reference (where the hardware would saturate an infinite quotient).
+    // The branch is the unit's, uniform over its lanes.
+    const bool finite = isfinite(m) && isfinite(inv);
     auto store = [&](const PackWalk& w, const Raw& r) {
         Pack<uint8_t, V> q;
-        if constexpr (kWords) {
-            uint32_t wd[kNumWords];
-            words_of(r, wd);
+        if (finite) {
+            if constexpr (kWords && kNumWords % 2 == 0) {
+                uint32_t wd[kNumWords], wq[kNumWords / 2];
+                words_of(r, wd);
 #pragma unroll
-            for (int i = 0; i < kNumWords; ++i) {  // element 2i is the low half-word
-                const uint32_t b = e4m3x2_in_range(__fmul_rn(__uint_as_float(wd[i] << 16), inv),
-                                                   __fmul_rn(__uint_as_float(wd[i] & 0xffff0000u), inv));
-                q.v[2 * i] = static_cast<uint8_t>(b & 0xffu);
-                q.v[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+                for (int i = 0; i < kNumWords / 2; ++i) {  // element 2i of word i is its low half-word
+                    const uint32_t a = wd[2 * i], b = wd[2 * i + 1];
+                    wq[i] = e4m3x4_finite(
+                        __fmul_rn(__uint_as_float(a << 16), inv), __fmul_rn(__uint_as_float(a & 0xffff0000u), inv),
+                        __fmul_rn(__uint_as_float(b << 16), inv), __fmul_rn(__uint_as_float(b & 0xffff0000u), inv));
+                }
+                static_assert(sizeof(wq) == sizeof(q), "V e4m3 bytes");
+                memcpy(&q, wq, sizeof(q));
+            } else if constexpr (V % 4 == 0) {
+                const Pack<In, V> x = unpack(r);
+                uint32_t wq[V / 4];
+#pragma unroll
+                for (int i = 0; i < V / 4; ++i) {
+                    wq[i] =
+                        e4m3x4_finite(__fmul_rn(to_f32(x.v[4 * i]), inv), __fmul_rn(to_f32(x.v[4 * i + 1]), inv),
+                                      __fmul_rn(to_f32(x.v[4 * i + 2]), inv), __fmul_rn(to_f32(x.v[4 * i + 3]), inv));
+                }
+                memcpy(&q, wq, sizeof(q));
+            } else {
+                const Pack<In, V> x = unpack(r);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    q.v[j] = static_cast<uint8_t>(e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), inv), 0.0f) & 0xffu);
+                }
             }
-        } else if constexpr (V == 1) {
-            const Pack<In, V> x = unpack(r);
-            q.v[0] = static_cast<uint8_t>(e4m3x2_in_range(__fmul_rn(to_f32(x.v[0]), inv), 0.0f) & 0xffu);
         } else {
             const Pack<In, V> x = unpack(r);
 #pragma unroll
-            for (int j = 0; j < V; j += 2) {
-                const uint32_t b = e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), inv), __fmul_rn(to_f32(x.v[j + 1]), inv));
-                q.v[j] = static_cast<uint8_t>(b & 0xffu);
-                q.v[j + 1] = static_cast<uint8_t>(b >> 8);
+            for (int j = 0; j < V; ++j) {
+                const float y = __fmul_rn(to_f32(x.v[j]), inv);
+                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
             }
         }
         *reinterpret_cast<Pack<uint8_t, V>*>(out_u + w.row * a.o0 + static_cast<int64_t>(w.col) * V) = q;
@@ -529,6 +618,22 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
         a.cu = p.cu_seqlens.ptr<const int32_t>();
         a.n_seqs = static_cast<int>(p.cu_seqlens.size(0) - 1);
     }
+    const bool rope = p.rope.inv_freq.data != nullptr;
+    int64_t half = 0;
+    if (rope) {
+        half = p.rope.inv_freq.size(0);
+        check_on_gpu(p.rope.inv_freq, op, "rope.inv_freq");
+        check_on_gpu(p.rope.positions, op, "rope.positions");
+        PENSTOCK_CHECK(p.block == 1 && !has_tail) << op << ": RoPE with block 1 and no in_tail only";
+        PENSTOCK_CHECK(p.rope.inv_freq.dtype == DType::kF32 && p.rope.inv_freq.ndim == 1 &&
+                       (p.rope.inv_freq.stride(0) == 1 || half <= 1))
+            << op << ": rope.inv_freq must be a contiguous [half] f32 tensor";
+        PENSTOCK_CHECK(p.rope.positions.dtype == DType::kI32 && p.rope.positions.ndim == 1 &&
+                       p.rope.positions.size(0) == a.n && (p.rope.positions.stride(0) == 1 || a.n <= 1))
+            << op << ": rope.positions must be a contiguous [n] i32 tensor";
+        PENSTOCK_CHECK(half >= 1 && p.rope_col >= 0 && p.rope_col + 2 * half <= a.d)
+            << op << ": rope columns [" << p.rope_col << ", " << p.rope_col + 2 * half << ") outside in's " << a.d;
+    }
     if (a.n == 0 || a.h == 0 || a.n_seqs == 0) return;
     PENSTOCK_CHECK_LE(a.h, 65535) << op << ": heads";
     PENSTOCK_CHECK_LT(a.n * a.h, int64_t{1} << 31) << op << ": rows x heads";
@@ -557,9 +662,45 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
                 int group = 1;
                 while (group < 32 && group * kHeldRow < per_row) group *= 2;
                 const int64_t units_per_cta = (kThreads / 32) * (32 / group);
-                head_quant_kernel<In, V, true, kHeldRow>
-                    <<<static_cast<unsigned>((a.n * a.h + units_per_cta - 1) / units_per_cta), kThreads, 0, s>>>(
-                        o, sc, x, tl, a, group);
+                const auto grid = static_cast<unsigned>((a.n * a.h + units_per_cta - 1) / units_per_cta);
+                if (!rope) {
+                    head_quant_kernel<In, V, true, kHeldRow><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
+                } else if (V > 1 && p.rope_col % V == 0 && (2 * half) % V == 0 && per_row <= kHeldRow * group) {
+                    // the fused RoPE: whole rope packs, the row held in registers; (cos, sin) from a table
+                    const auto ints = [](int64_t v) { return static_cast<int>(v); };
+                    float2* tab = nullptr;
+                    PENSTOCK_CUDA_CHECK(
+                        cudaMallocAsync(reinterpret_cast<void**>(&tab), sizeof(float2) * a.n * half, s));
+                    rope_table_kernel<<<grid_for(a.n * half), kThreads, 0, s>>>(
+                        tab, p.rope.positions.ptr<const int32_t>(), p.rope.inv_freq.ptr<const float>(), a.n, ints(half),
+                        p.rope.attention_factor);
+                    PENSTOCK_CUDA_LAUNCH_CHECK();
+                    HeadQuantArgs ar = a;
+                    ar.rope_cs = tab;
+                    ar.rope_col = ints(p.rope_col);
+                    ar.rope_half = ints(half);
+                    ar.rope_interleaved = p.rope.interleaved;
+                    head_quant_kernel<In, V, true, kHeldRow, true><<<grid, kThreads, 0, s>>>(o, sc, x, tl, ar, group);
+                    PENSTOCK_CUDA_LAUNCH_CHECK();
+                    PENSTOCK_CUDA_CHECK(cudaFreeAsync(tab, s));
+                } else {
+                    // otherwise the composition: in copied, kernels::rope on the copy's slice, then this op
+                    In* buf = nullptr;
+                    PENSTOCK_CUDA_CHECK(
+                        cudaMallocAsync(reinterpret_cast<void**>(&buf), sizeof(In) * a.n * a.h * a.d, s));
+                    const int64_t shape[3] = {a.n, a.h, a.d};
+                    const TensorView bv =
+                        TensorView::contiguous(buf, p.in.dtype, shape, Device::kCUDA, p.in.device_index);
+                    copy({.out = bv, .in = p.in}, stream);
+                    kernels::RopeParams rp = p.rope;
+                    rp.x = bv.slice(2, p.rope_col, p.rope_col + 2 * half);
+                    cuda::rope(rp, stream);
+                    kernels::Fp8HeadQuantParams plain = p;
+                    plain.in = bv;
+                    plain.rope = {};
+                    fp8_quantize_heads(plain, stream);
+                    PENSTOCK_CUDA_CHECK(cudaFreeAsync(buf, s));
+                }
             } else {
                 const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
                 PENSTOCK_CHECK_LT(units * a.h, int64_t{1} << 31) << op << ": blocks x heads";

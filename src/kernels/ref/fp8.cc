@@ -282,6 +282,40 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, ThreadPool* /*pool
     PENSTOCK_CHECK((p.in.stride(2) == 1 || d <= 1) && (p.out.stride(2) == 1 || d + dt <= 1))
         << op << ": last dims must be contiguous";
     PENSTOCK_CHECK_GE(p.block, 1) << op << ": block";
+    if (p.rope.inv_freq.data != nullptr) {
+        // RoPE first, as kernels::rope on a copy of in (f32; rounded back to in's dtype), then the plain op.
+        const int64_t rot = 2 * p.rope.inv_freq.size(0);
+        PENSTOCK_CHECK(p.block == 1 && !tail) << op << ": RoPE with block 1 and no in_tail only";
+        PENSTOCK_CHECK(p.rope_col >= 0 && p.rope_col + rot <= d) << op << ": rope columns outside in";
+        Tensor xr = Tensor::empty({n, h, d}, DType::kF32);
+        for (int64_t r = 0; r < n; ++r) {
+            for (int64_t hh = 0; hh < h; ++hh) {
+                for (int64_t c = 0; c < d; ++c) {
+                    *xr.view().at<float>({r, hh, c}) = p.in.dtype == DType::kF32
+                                                           ? *p.in.at<float>({r, hh, c})
+                                                           : bf16_to_float(*p.in.at<uint16_t>({r, hh, c}));
+                }
+            }
+        }
+        kernels::RopeParams rp = p.rope;
+        rp.x = xr.view().slice(2, p.rope_col, p.rope_col + rot);
+        rope(rp, nullptr);
+        if (p.in.dtype == DType::kBF16) {
+            for (int64_t r = 0; r < n; ++r) {
+                for (int64_t hh = 0; hh < h; ++hh) {
+                    for (int64_t c = p.rope_col; c < p.rope_col + rot; ++c) {
+                        float* v = xr.view().at<float>({r, hh, c});
+                        *v = bf16_to_float(float_to_bf16(*v));
+                    }
+                }
+            }
+        }
+        kernels::Fp8HeadQuantParams plain = p;
+        plain.in = xr;
+        plain.rope = {};
+        fp8_quantize_heads(plain, nullptr);
+        return;
+    }
     std::vector<int64_t> cu = {0, n};
     if (p.cu_seqlens.data != nullptr) {
         PENSTOCK_CHECK(p.cu_seqlens.device == Device::kCPU && p.cu_seqlens.dtype == DType::kI32 &&

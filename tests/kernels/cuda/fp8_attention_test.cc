@@ -12,11 +12,14 @@
 // One "[conf] ..." line per output. Skips without a GPU; the cuDNN cases skip in a build without cuDNN.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -40,6 +43,15 @@ constexpr Tolerance kFp8Attn{.atol = 1e-1, .rtol = 1.5e-1};
 std::vector<uint8_t> bytes_of(const Tensor& host) {
     std::vector<uint8_t> b(static_cast<size_t>(host.nbytes()));
     std::memcpy(b.data(), host.view().data, b.size());
+    return b;
+}
+
+// Scales compared bit for bit, every NaN as one pattern (a NaN scale's payload is the platform's).
+std::vector<uint32_t> scale_bits(const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        b[i] = std::isnan(v[i]) ? 0x7fc00000u : std::bit_cast<uint32_t>(v[i]);
+    }
     return b;
 }
 
@@ -69,8 +81,8 @@ protected:
         // The reference reads the same rounded values: a host copy in the device dtype.
         ref::fp8_quantize_tensor({.out = q.host, .scale = q.host_scale, .in = hv}, nullptr);
         conf_exact("fp8_quantize_tensor", name + " bytes", bytes_of(cuda::to_host(q.dev, stream())), bytes_of(q.host));
-        conf_exact("fp8_quantize_tensor", name + " scale", std::vector<float>{scalar_of(q.dev_scale, stream())},
-                   std::vector<float>{q.host_scale.ptr<float>()[0]});
+        conf_exact("fp8_quantize_tensor", name + " scale", scale_bits({scalar_of(q.dev_scale, stream())}),
+                   scale_bits({q.host_scale.ptr<float>()[0]}));
         return q;
     }
 
@@ -99,8 +111,8 @@ protected:
                                  .block = block},
                                 nullptr);
         conf_exact("fp8_quantize_heads", name + " bytes", bytes_of(cuda::to_host(q.dev, stream())), bytes_of(q.host));
-        conf_exact("fp8_quantize_heads", name + " scales", read_f32(cuda::to_host(q.dev_scale, stream())),
-                   read_f32(q.host_scale));
+        conf_exact("fp8_quantize_heads", name + " scales", scale_bits(read_f32(cuda::to_host(q.dev_scale, stream()))),
+                   scale_bits(read_f32(q.host_scale)));
         return q;
     }
 };
@@ -122,6 +134,25 @@ TEST_F(Fp8AttentionTest, TensorQuantizeMatchesReferenceBitExact) {
     const Quantized qv = quantize_both("mla_v_slice", kvb.dv.slice(2, 128, 256), kvb.hv.slice(2, 128, 256));
     const Pair z = make_pair_from(std::vector<float>(64, 0.0f), {4, 16}, DType::kBF16, false, alloc(), stream());
     quantize_both("zeros", z.dv, z.hv);
+    // Amax or 1 / s not finite (the software rounding's branch): an infinity, a NaN, an amax so small that 1 / s
+    // overflows (every quotient infinite or NaN: 0x7f, where the hardware cast would saturate); and one just above
+    // that (1 / s finite: the hardware cast's branch).
+    for (const auto& [label, special] :
+         std::vector<std::pair<std::string, float>>{{"inf", std::numeric_limits<float>::infinity()},
+                                                    {"nan", std::numeric_limits<float>::quiet_NaN()},
+                                                    {"tiny_amax", 1e-37f},
+                                                    {"small_amax", 1e-35f}}) {
+        std::vector<float> vals = random_floats(rng, 3 * 64, -1.0f, 1.0f);
+        const bool scaled = label == "tiny_amax" || label == "small_amax";
+        if (scaled) {
+            for (float& x : vals) x *= special;
+        }
+        vals[77] = special;  // (scaled: the amax itself)
+        for (const DType dt : {DType::kBF16, DType::kF32}) {
+            const Pair sp = make_pair_from(vals, {3, 4, 16}, dt, false, alloc(), stream());
+            quantize_both("special_" + label + "_" + std::string(dtype_name(dt)), sp.dv, sp.hv);
+        }
+    }
 
     // Dequantise to bf16 and f32: bit-exact.
     for (DType dt : {DType::kBF16, DType::kF32}) {
@@ -166,6 +197,105 @@ TEST_F(Fp8AttentionTest, HeadQuantizeMatchesReferenceBitExact) {
         make_pair_from(std::vector<float>(6 * 2 * 16, 0.0f), {6, 2, 16}, DType::kBF16, false, alloc(), stream());
     const Quantized qz = quantize_heads_both("zeros", z.dv, z.hv, TensorView{}, TensorView{}, {0, 6}, 4);
     EXPECT_EQ(read_f32(qz.host_scale), std::vector<float>(12, 1.0f));
+    // Units whose amax or 1 / s is not finite take the software rounding (an infinity, a NaN, an amax so small that
+    // 1 / s overflows), beside units that take the hardware cast (one just above that, and plain ones): 8 rows x 2
+    // heads x 32 columns, per row (bf16 and f32) and per block of 4 rows of two sequences.
+    {
+        std::vector<float> vals = random_floats(rng, 8 * 2 * 32, -2.0f, 2.0f);
+        auto unit = [&](int row, int head) { return vals.begin() + (row * 2 + head) * 32; };
+        unit(1, 0)[5] = std::numeric_limits<float>::infinity();
+        unit(2, 1)[31] = -std::numeric_limits<float>::infinity();
+        unit(3, 0)[0] = std::numeric_limits<float>::quiet_NaN();
+        for (int c = 0; c < 32; ++c) unit(5, 1)[c] *= 1e-37f;  // 1 / s overflows
+        for (int c = 0; c < 32; ++c) unit(6, 0)[c] *= 1e-35f;  // 1 / s finite
+        for (const DType dt : {DType::kBF16, DType::kF32}) {
+            const Pair sp = make_pair_from(vals, {8, 2, 32}, dt, false, alloc(), stream());
+            const std::string tag = std::string(dtype_name(dt));
+            quantize_heads_both("special_per_row_" + tag, sp.dv, sp.hv, TensorView{}, TensorView{}, {}, 1);
+            quantize_heads_both("special_blocks_" + tag, sp.dv, sp.hv, TensorView{}, TensorView{}, {0, 3, 8}, 4);
+        }
+    }
+}
+
+// fp8_quantize_heads with the fused RoPE (FP8 attention's q, Fp8HeadQuantParams::rope) is bit for bit cuda::rope on a
+// copy's rope columns followed by the plain op, both on the GPU (rope.cuh's arithmetic is shared): the fused kernel on
+// DeepSeek-V3's q rows (192 columns, the last 64 rotated; interleaved or not; bf16 with positions past 2^16, and f32),
+// rope columns in the middle of the row, and the composed fallback (rope columns that are not whole packs). Against the
+// reference, whose cos / sin are the host's, it stays within one e4m3 step.
+TEST_F(Fp8AttentionTest, HeadQuantizeWithRopeIsRopeThenQuantize) {
+    constexpr uint32_t kSeed = 3170;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    struct Case {
+        std::string name;
+        int64_t n, h, d, col, half;
+        DType dt;
+        bool interleaved;
+    };
+    const std::vector<Case> cases = {
+        {"dsv3_q_interleaved", 300, 16, 192, 128, 32, DType::kBF16, true},
+        {"dsv3_q_halves", 300, 16, 192, 128, 32, DType::kBF16, false},
+        {"mid_row_f32", 65, 5, 96, 32, 16, DType::kF32, true},
+        {"unaligned_fallback", 33, 4, 40, 6, 9, DType::kBF16, false},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        const Pair x = random_pair(rng, {c.n, c.h, c.d}, c.dt, /*strided=*/false, alloc(), stream(), -4.0f, 4.0f);
+        std::vector<int32_t> pos(static_cast<size_t>(c.n));
+        for (int64_t i = 0; i < c.n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i * 331 + (i % 3) * 70000);
+        std::vector<float> freq(static_cast<size_t>(c.half));
+        for (int64_t i = 0; i < c.half; ++i) {
+            freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / (2.0f * c.half));
+        }
+        const Tensor pos_d = dev_i32(pos, alloc(), stream()), pos_h = Tensor::from_i32({c.n}, pos);
+        const Tensor freq_h = Tensor::from_f32({c.half}, freq);
+        const Tensor freq_d = cuda::to_device(freq_h, alloc(), stream());
+        const kernels::RopeParams rope_d{
+            .x = {}, .positions = pos_d, .inv_freq = freq_d, .attention_factor = 0.75f, .interleaved = c.interleaved};
+        kernels::RopeParams rope_h = rope_d;
+        rope_h.positions = pos_h;
+        rope_h.inv_freq = freq_h;
+        Tensor fused = dev_empty({c.n, c.h, c.d}, DType::kF8E4M3), fused_s = dev_empty({c.n, c.h}, DType::kF32);
+        cuda::fp8_quantize_heads({.out = fused, .scale = fused_s, .in = x.dv, .rope = rope_d, .rope_col = c.col},
+                                 raw_stream());
+        // the composition on the GPU
+        Tensor copy = dev_empty({c.n, c.h, c.d}, c.dt);
+        cuda::copy({.out = copy, .in = x.dv}, raw_stream());
+        kernels::RopeParams on_copy = rope_d;
+        on_copy.x = copy.view().slice(2, c.col, c.col + 2 * c.half);
+        cuda::rope(on_copy, raw_stream());
+        Tensor comp = dev_empty({c.n, c.h, c.d}, DType::kF8E4M3), comp_s = dev_empty({c.n, c.h}, DType::kF32);
+        cuda::fp8_quantize_heads({.out = comp, .scale = comp_s, .in = copy}, raw_stream());
+        const std::vector<uint8_t> got = bytes_of(cuda::to_host(fused, stream()));
+        conf_exact("fp8_quantize_heads_rope", c.name + " bytes vs rope + quantize", got,
+                   bytes_of(cuda::to_host(comp, stream())));
+        const std::vector<float> got_s = read_f32(cuda::to_host(fused_s, stream()));
+        conf_exact("fp8_quantize_heads_rope", c.name + " scales vs rope + quantize", scale_bits(got_s),
+                   scale_bits(read_f32(cuda::to_host(comp_s, stream()))));
+        // the reference: within one e4m3 code of each byte (host cos / sin), scales within a bf16 / f32 rounding
+        Tensor ref_q = Tensor::empty({c.n, c.h, c.d}, DType::kF8E4M3), ref_s = Tensor::empty({c.n, c.h}, DType::kF32);
+        ref::fp8_quantize_heads({.out = ref_q, .scale = ref_s, .in = x.hv, .rope = rope_h, .rope_col = c.col}, nullptr);
+        int64_t off = 0, far = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            const uint8_t g = got[i], r = ref_q.ptr<uint8_t>()[i];
+            if (g == r) continue;
+            ++off;
+            const bool same_sign = (g & 0x80) == (r & 0x80);
+            if (!same_sign || std::abs(static_cast<int>(g & 0x7f) - static_cast<int>(r & 0x7f)) > 1) ++far;
+        }
+        double worst_scale = 0.0;
+        for (int64_t i = 0; i < c.n * c.h; ++i) {
+            const double r = ref_s.ptr<float>()[i];
+            worst_scale = std::max(worst_scale, std::fabs(got_s[static_cast<size_t>(i)] - r) / r);
+        }
+        const bool pass = far == 0 && off * 100 <= static_cast<int64_t>(got.size()) && worst_scale <= 1e-2;
+        std::printf(
+            "[conf] fp8_quantize_heads_rope | %s vs reference | bytes off by one %lld of %zu, farther %lld, "
+            "scales rel %.2g | one e4m3 step | %s\n",
+            c.name.c_str(), static_cast<long long>(off), got.size(), static_cast<long long>(far), worst_scale,
+            pass ? "PASS" : "FAIL");
+        EXPECT_TRUE(pass) << c.name;
+    }
 }
 
 struct Seq {
