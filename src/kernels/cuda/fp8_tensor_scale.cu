@@ -332,16 +332,12 @@ struct PackWalk {
 // group's threads reads them again in the cast (from L1 / L2). kLaneGroups (block 1): a unit = (row, head) per group
 // of `group` lanes (a power of two up to 32, picked on the host so that a row's packs fill about kHeld per lane),
 // 32 / group units per warp; else a unit = (block, head) per CTA.
-// kRope (kLaneGroups only, every row held): the row's rope packs are rotated in registers before the maximum (the
-// group's rope values through shared memory, since a pair's elements sit in other lanes' packs).
-template <class In, int V, bool kLaneGroups, int kHeld, bool kRope = false>
+template <class In, int V, bool kLaneGroups, int kHeld>
 __global__ void __launch_bounds__(kThreads)
     head_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
                       const In* __restrict__ tail, HeadQuantArgs a, int group) {
     int64_t r0 = 0, head = 0;
     int rows = 0, lane, width;
-    static_assert(!kRope || kLaneGroups, "the fused RoPE takes a group of lanes per row");
-    int slot = 0;                 // kRope: the unit's slot in its warp
     if constexpr (kLaneGroups) {  // u = row * h + head < 2^31 (checked on the host)
         const uint32_t warp = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
         const uint32_t lane32 = threadIdx.x % 32, per_warp = 32u / static_cast<uint32_t>(group);
@@ -355,7 +351,6 @@ __global__ void __launch_bounds__(kThreads)
             rows = 1;
         }
         lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
-        slot = static_cast<int>(lane32 / static_cast<uint32_t>(group));
         width = group;
     } else {
         // head fastest: the CTAs resident together read whole rows (all heads of a few blocks), not one head's slice
@@ -440,42 +435,6 @@ __global__ void __launch_bounds__(kThreads)
         PackWalk w(lane, width, per_row);
         if (held) {
             load_batch(keep, kHeld, w, lane);
-            if constexpr (kRope) {
-                // The rope packs (columns [rope_col, rope_col + 2 half), whole packs: checked on the host) through
-                // shared memory as f32, then each element rotated from its pair's two values (rope.cuh, rounded to
-                // In as kernels::rope stores it). Pack k of this lane is pack lane + k * width of the row.
-                __shared__ float rope_buf[kThreads / 32][32 * kHeld * V];
-                float* buf = rope_buf[threadIdx.x / 32] + slot * (kHeld * V * width);
-                const int half = a.rope_half, c0 = a.rope_col / V, c1 = (a.rope_col + 2 * half) / V;
-#pragma unroll
-                for (int k = 0; k < kHeld; ++k) {
-                    const int pc = lane + k * width;
-                    if (rows > 0 && pc >= c0 && pc < c1) {
-                        const Pack<In, V> x = unpack(keep[k]);
-#pragma unroll
-                        for (int j = 0; j < V; ++j) buf[pc * V + j - a.rope_col] = to_f32(x.v[j]);
-                    }
-                }
-                __syncwarp();
-#pragma unroll
-                for (int k = 0; k < kHeld; ++k) {
-                    const int pc = lane + k * width;
-                    if (rows > 0 && pc >= c0 && pc < c1) {
-                        Pack<In, V> x = unpack(keep[k]);
-#pragma unroll
-                        for (int j = 0; j < V; ++j) {
-                            const int rr = pc * V + j - a.rope_col;
-                            const int i = rr < half ? rr : rr - half;
-                            const float x1 = a.rope_interleaved ? buf[2 * i] : buf[i];
-                            const float x2 = a.rope_interleaved ? buf[2 * i + 1] : buf[i + half];
-                            const float2 cs = a.rope_cs[r0 * half + i];
-                            x.v[j] =
-                                from_f32<In>(rr < half ? rope_math::first(x1, x2, cs) : rope_math::second(x1, x2, cs));
-                        }
-                        memcpy(&keep[k], &x, sizeof(x));
-                    }
-                }
-            }
 #pragma unroll
             for (int k = 0; k < kHeld; ++k) m = pack_max(m, keep[k]);
         } else {
@@ -567,6 +526,129 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     for (int r = lane; r < rows; r += width) scale[(r0 + r) * a.c0 + head * a.c1] = sc;
+}
+
+// fp8_quantize_heads per row (block 1) over rows of d contiguous elements, 16-byte packs, no in_tail (FP8 attention's
+// q): a group of `group` lanes (a power of two) per (row, head) unit, 32 / group units per warp, pack pc = lane +
+// k * group (k < kPer) of the unit at one 64-bit base address, every load issued before the first use and the packs
+// past the row's end predicated off. head_quant_kernel's general walk (strides, tails, blocks) spent about 30
+// integer instructions per pack on its addresses and branches, which held q's quantiser at 2.4 TB/s
+// (docs/perf/2026-12-04-s30.md). The maximum and the cast as there (the same bytes).
+// kRope (Fp8HeadQuantParams::rope): the rope packs (columns [rope_col, rope_col + 2 half), whole packs) go to shared
+// memory as f32, and each lane then rotates its own pack's elements from their pairs' values (rope.cuh), rounded to In
+// as kernels::rope stores them; (cos, sin) from the host-launched table a.rope_cs.
+constexpr int kRopeWarpFloats = 256;  // kRope: a warp's units' rope columns (32 / group x 2 half <= this)
+
+template <class In, int V, int kPer, bool kRope>
+__global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale,
+                                                             const In* __restrict__ in, HeadQuantArgs a, int group) {
+    using Raw = typename RawWords<sizeof(Pack<In, V>)>::type;
+    const uint32_t warp = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+    const uint32_t lane32 = threadIdx.x % 32, per_warp = 32u / static_cast<uint32_t>(group);
+    const uint32_t units = static_cast<uint32_t>(a.n * a.h);
+    if (warp * per_warp >= units) return;  // (the whole warp: its shuffles need every lane)
+    const uint32_t slot = lane32 / static_cast<uint32_t>(group);
+    const uint32_t u = warp * per_warp + slot;
+    const bool valid = u < units;  // a group past the end joins the shuffles with no packs
+    const uint32_t row = valid ? u / static_cast<uint32_t>(a.h) : 0;
+    const uint32_t head = valid ? u - row * static_cast<uint32_t>(a.h) : 0;
+    const int lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
+    const int per_row = static_cast<int>(a.d / V);
+    const In* src = in + static_cast<int64_t>(row) * a.s0 + static_cast<int64_t>(head) * a.s1;
+    Raw x[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int pc = lane + k * group;
+        x[k] = valid && pc < per_row ? *reinterpret_cast<const Raw*>(src + pc * V) : Raw{};
+    }
+    if constexpr (kRope) {
+        __shared__ __align__(16) float rope_buf[kThreads / 32][kRopeWarpFloats];
+        const int half = a.rope_half, rot = 2 * half;
+        float* buf = rope_buf[threadIdx.x / 32] + slot * rot;
+        const int c0 = a.rope_col / V, c1 = (a.rope_col + rot) / V;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int pc = lane + k * group;
+            if (valid && pc >= c0 && pc < c1) {
+                Pack<In, V> p;
+                memcpy(&p, &x[k], sizeof(p));
+#pragma unroll
+                for (int j = 0; j < V; ++j) buf[pc * V - a.rope_col + j] = to_f32(p.v[j]);
+            }
+        }
+        __syncwarp();
+        const float2* cs_row = a.rope_cs + static_cast<int64_t>(row) * half;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int pc = lane + k * group;
+            if (valid && pc >= c0 && pc < c1) {
+                const int rr0 = pc * V - a.rope_col;  // the pack's first rope column
+                const bool first = rr0 < half;        // (a pack lies wholly in one half: half % V == 0)
+                const int i0 = first ? rr0 : rr0 - half;
+                Pack<In, V> p;
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const int i = i0 + j;
+                    const float x1 = a.rope_interleaved ? buf[2 * i] : buf[i];
+                    const float x2 = a.rope_interleaved ? buf[2 * i + 1] : buf[i + half];
+                    const float2 cs = cs_row[i];
+                    p.v[j] = from_f32<In>(first ? rope_math::first(x1, x2, cs) : rope_math::second(x1, x2, cs));
+                }
+                memcpy(&x[k], &p, sizeof(p));
+            }
+        }
+    }
+    // max |x|: bf16 packs as 32-bit words (__vmaxu2 on the masked half-words), as head_quant_kernel
+    constexpr bool kWords = std::is_same_v<In, __nv_bfloat16> && V % 2 == 0;
+    constexpr int kNumWords = sizeof(Raw) / 4;
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        if constexpr (kWords) {
+            uint32_t wd[kNumWords];
+            memcpy(wd, &x[k], sizeof(wd));
+            uint32_t acc = 0;
+#pragma unroll
+            for (int i = 0; i < kNumWords; ++i) acc = __vmaxu2(acc, wd[i] & 0x7fff7fffu);
+            m = abs_max_bits_merge(m, __uint_as_float(max(acc & 0xffffu, acc >> 16) << 16));
+        } else {
+            Pack<In, V> p;
+            memcpy(&p, &x[k], sizeof(p));
+#pragma unroll
+            for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(p.v[j])));
+        }
+    }
+    for (int o = group / 2; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (!valid) return;
+    const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
+    const float inv = __fdiv_rn(1.0f, sc);
+    const bool finite = isfinite(m) && isfinite(inv);  // (see head_quant_kernel's store)
+    uint8_t* dst = out + static_cast<int64_t>(row) * a.o0 + static_cast<int64_t>(head) * a.o1;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int pc = lane + k * group;
+        if (pc >= per_row) continue;
+        Pack<In, V> p;
+        memcpy(&p, &x[k], sizeof(p));
+        Pack<uint8_t, V> q;
+        if (finite) {
+            uint32_t wq[V / 4];
+#pragma unroll
+            for (int i = 0; i < V / 4; ++i) {
+                wq[i] = e4m3x4_finite(__fmul_rn(to_f32(p.v[4 * i]), inv), __fmul_rn(to_f32(p.v[4 * i + 1]), inv),
+                                      __fmul_rn(to_f32(p.v[4 * i + 2]), inv), __fmul_rn(to_f32(p.v[4 * i + 3]), inv));
+            }
+            memcpy(&q, wq, sizeof(q));
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const float y = __fmul_rn(to_f32(p.v[j]), inv);
+                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+            }
+        }
+        *reinterpret_cast<Pack<uint8_t, V>*>(dst + pc * V) = q;
+    }
+    if (lane == 0) scale[static_cast<int64_t>(row) * a.c0 + static_cast<int64_t>(head) * a.c1] = sc;
 }
 
 }  // namespace
@@ -663,10 +745,24 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
                 while (group < 32 && group * kHeldRow < per_row) group *= 2;
                 const int64_t units_per_cta = (kThreads / 32) * (32 / group);
                 const auto grid = static_cast<unsigned>((a.n * a.h + units_per_cta - 1) / units_per_cta);
+                // rows of whole packs held by the group: row_quant_kernel (a base address per row); its fused RoPE
+                // when the rope columns are whole packs, each within one half, and the warp's fit its buffer
+                constexpr bool kRowKernel = V % 4 == 0;  // (row_quant_kernel's four-value casts)
+                const bool rows_fast = kRowKernel && !has_tail && per_row <= kHeldRow * group;
+                const bool rope_fast = rows_fast && rope && p.rope_col % V == 0 && half % V == 0 &&
+                                       (32 / group) * 2 * half <= kRopeWarpFloats;
                 if (!rope) {
-                    head_quant_kernel<In, V, true, kHeldRow><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
-                } else if (V > 1 && p.rope_col % V == 0 && (2 * half) % V == 0 && per_row <= kHeldRow * group) {
-                    // the fused RoPE: whole rope packs, the row held in registers; (cos, sin) from a table
+                    if constexpr (kRowKernel) {
+                        if (rows_fast) {
+                            row_quant_kernel<In, V, kHeldRow, false><<<grid, kThreads, 0, s>>>(o, sc, x, a, group);
+                        } else {
+                            head_quant_kernel<In, V, true, kHeldRow><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
+                        }
+                    } else {
+                        head_quant_kernel<In, V, true, kHeldRow><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
+                    }
+                } else if (kRowKernel && rope_fast) {
+                    // (cos, sin) of every row and pair from a table (rope.cuh's arithmetic), then the fused kernel
                     const auto ints = [](int64_t v) { return static_cast<int>(v); };
                     float2* tab = nullptr;
                     PENSTOCK_CUDA_CHECK(
@@ -680,7 +776,9 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
                     ar.rope_col = ints(p.rope_col);
                     ar.rope_half = ints(half);
                     ar.rope_interleaved = p.rope.interleaved;
-                    head_quant_kernel<In, V, true, kHeldRow, true><<<grid, kThreads, 0, s>>>(o, sc, x, tl, ar, group);
+                    if constexpr (kRowKernel) {
+                        row_quant_kernel<In, V, kHeldRow, true><<<grid, kThreads, 0, s>>>(o, sc, x, ar, group);
+                    }
                     PENSTOCK_CUDA_LAUNCH_CHECK();
                     PENSTOCK_CUDA_CHECK(cudaFreeAsync(tab, s));
                 } else {
