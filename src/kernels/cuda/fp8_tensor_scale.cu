@@ -562,6 +562,9 @@ __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict
         x[k] = valid && pc < per_row ? *reinterpret_cast<const Raw*>(src + pc * V) : Raw{};
     }
     if constexpr (kRope) {
+        // 16-byte shared and table accesses: rot and half are multiples of V (checked on the host), so a pack's
+        // columns, its pairs' values and its (cos, sin) run start on 16 bytes
+        static_assert(V % 4 == 0, "whole float4s per pack");
         __shared__ __align__(16) float rope_buf[kThreads / 32][kRopeWarpFloats];
         const int half = a.rope_half, rot = 2 * half;
         float* buf = rope_buf[threadIdx.x / 32] + slot * rot;
@@ -573,7 +576,10 @@ __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict
                 Pack<In, V> p;
                 memcpy(&p, &x[k], sizeof(p));
 #pragma unroll
-                for (int j = 0; j < V; ++j) buf[pc * V - a.rope_col + j] = to_f32(p.v[j]);
+                for (int j = 0; j < V; j += 4) {
+                    *reinterpret_cast<float4*>(buf + pc * V - a.rope_col + j) =
+                        make_float4(to_f32(p.v[j]), to_f32(p.v[j + 1]), to_f32(p.v[j + 2]), to_f32(p.v[j + 3]));
+                }
             }
         }
         __syncwarp();
@@ -583,16 +589,38 @@ __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict
             const int pc = lane + k * group;
             if (valid && pc >= c0 && pc < c1) {
                 const int rr0 = pc * V - a.rope_col;  // the pack's first rope column
-                const bool first = rr0 < half;        // (a pack lies wholly in one half: half % V == 0)
+                const bool first = rr0 < half;        // (a pack lies wholly in one half)
                 const int i0 = first ? rr0 : rr0 - half;
+                float x1[V], x2[V];
+                float2 cs[V];
+#pragma unroll
+                for (int j = 0; j < V; j += 2) {
+                    const float4 t = *reinterpret_cast<const float4*>(cs_row + i0 + j);
+                    cs[j] = make_float2(t.x, t.y);
+                    cs[j + 1] = make_float2(t.z, t.w);
+                    if (a.rope_interleaved) {  // pair i at (2i, 2i + 1)
+                        const float4 v = *reinterpret_cast<const float4*>(buf + 2 * (i0 + j));
+                        x1[j] = v.x;
+                        x2[j] = v.y;
+                        x1[j + 1] = v.z;
+                        x2[j + 1] = v.w;
+                    }
+                }
+                if (!a.rope_interleaved) {  // pair i at (i, i + half)
+#pragma unroll
+                    for (int j = 0; j < V; j += 4) {
+                        const float4 v1 = *reinterpret_cast<const float4*>(buf + i0 + j);
+                        const float4 v2 = *reinterpret_cast<const float4*>(buf + i0 + half + j);
+                        x1[j] = v1.x, x1[j + 1] = v1.y, x1[j + 2] = v1.z, x1[j + 3] = v1.w;
+                        x2[j] = v2.x, x2[j + 1] = v2.y, x2[j + 2] = v2.z, x2[j + 3] = v2.w;
+                    }
+                }
+                // the second element x2 c + x1 s as first(x2, -x1): the same products and sum, bit for bit
                 Pack<In, V> p;
 #pragma unroll
                 for (int j = 0; j < V; ++j) {
-                    const int i = i0 + j;
-                    const float x1 = a.rope_interleaved ? buf[2 * i] : buf[i];
-                    const float x2 = a.rope_interleaved ? buf[2 * i + 1] : buf[i + half];
-                    const float2 cs = cs_row[i];
-                    p.v[j] = from_f32<In>(first ? rope_math::first(x1, x2, cs) : rope_math::second(x1, x2, cs));
+                    p.v[j] = from_f32<In>(first ? rope_math::first(x1[j], x2[j], cs[j])
+                                                : rope_math::first(x2[j], -x1[j], cs[j]));
                 }
                 memcpy(&x[k], &p, sizeof(p));
             }
