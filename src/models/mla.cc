@@ -163,9 +163,8 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
     const int64_t n = layout.n_tokens;
     // FP8 attention in one key round (attend_mha's FP8 path): q's RoPE rides on its quantiser, so q_pe is not rotated
     // in a pass of its own (bit for bit the same e4m3 q).
-    const bool fuse_q_rope = variant_.rope && n > 0 && options.fp8_attention && options.mla_form == MlaForm::kMha &&
-                             layout.q_pos_step == 1 && !layout.cp &&
-                             mha_key_rounds(batch, layout.n_seqs, options.max_kv_chunk_capacity) == 1;
+    const bool fuse_q_rope = variant_.rope && n > 0 && options.mla_form == MlaForm::kMha &&
+                             fp8_mha_path(batch, layout, options.fp8_attention, options.max_kv_chunk_capacity);
     const Projection p = project(layout, x, rope, ctx, xq, /*rope_q=*/!fuse_q_rope);
     const TensorView q3 = p.q.view();
     const kernels::RopeParams q_rope{.x = {},
@@ -239,6 +238,11 @@ int64_t MlaAttention::mha_key_rounds(const ForwardBatch& batch, int64_t n_seqs, 
     return n_rounds;
 }
 
+bool MlaAttention::fp8_mha_path(const ForwardBatch& batch, const BatchLayout& layout, bool fp8_attention,
+                                int64_t capacity) {
+    return fp8_attention && layout.q_pos_step == 1 && !layout.cp && mha_key_rounds(batch, layout.n_seqs, capacity) == 1;
+}
+
 bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layout, const TensorView& q, int64_t layer,
                               const kv_cache::PagedRowCache& cache, float softmax_scale, int64_t capacity,
                               bool fp8_attention, const TensorView& attn_out, Fp8Activations* attn_rows,
@@ -264,7 +268,7 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     // the output straight in the activation dtype. Chunks with a cached prefix take it too (the CUDA backend's FP8
     // kernel aligns the causal diagonal bottom-right); context-parallel row splits (no promised mask) stay in the
     // activation dtype.
-    const bool fp8 = fp8_attention && direct && layout.q_pos_step == 1 && !layout.cp;
+    const bool fp8 = direct && fp8_mha_path(batch, layout, fp8_attention, capacity);
     PENSTOCK_CHECK(q_rope == nullptr || fp8) << "MLA: q's RoPE was left to the FP8 path, which is not taken";
     Tensor acc_out, acc_lse, piece_out;
     if (!direct) {

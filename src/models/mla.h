@@ -97,6 +97,11 @@ private:
                     const kernels::RopeParams* q_rope = nullptr) const;
     // The key rounds attend_mha takes: each expands at most capacity / n_seqs keys per sequence.
     static int64_t mha_key_rounds(const ForwardBatch& batch, int64_t n_seqs, int64_t capacity);
+    // Whether attend_mha runs FP8 attention (ModelOptions::fp8_attention): one key round, no context-parallel row
+    // split, contiguous query positions, and an attn_out in q's dtype (forward() makes it so). forward() decides q's
+    // RoPE by it, attend_mha its path.
+    static bool fp8_mha_path(const ForwardBatch& batch, const BatchLayout& layout, bool fp8_attention,
+                             int64_t capacity);
     // The one-round MHA attention call `ap` (bf16 q / k / v into ap.out) in FP8 (ModelOptions::fp8_attention): q
     // quantised per row and head, k = [ap.k's first nope columns ; k_pe] per head in blocks of kFp8AttnKeyBlock keys
     // of each sequence (kernels::fp8_quantize_heads; k_pe [total_k, H, rope] is the rope'd latent broadcast over the
