@@ -33,7 +33,12 @@
 //    padding is zero) in the permuted order within each 32 keys. It moves 2 bytes per v element (~0.15 ms for
 //    DeepSeek-V3's 16K x 128 heads x 128), a few percent of the attention.
 //  - Schedule per consumer warpgroup (FlashAttention-3's intra-warpgroup overlap): tile i's score wgmma and tile
-//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight.
+//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight. P's
+//    A fragments live in two register sets, so tile i's probabilities are packed into one while tile i - 1's value
+//    product reads the other: after that product's wait only the stage's release and O's rescale remain before the
+//    next issue (DeepSeek-V3 at 16K: the kernel 2-4% faster, the layer's attention 13.3-13.5 ms against 13.7-14.2,
+//    docs/perf/2026-12-04-s31.md). Issuing tile i's scores before the wait for tile i - 1's value product (so that the
+//    tensor cores always hold this warpgroup's next product) ran 14-17% slower, and a 4-stage ring no faster.
 //  - Epilogue: O * v_descale / (256 l) to bf16, or to e4m3 with the caller's 1 / out_descale; lse = (m - 8) ln 2 +
 //    ln l (natural log; m the running max in log2 units) when asked; a row without keys gets 0 and -inf.
 #include <cuda_bf16.h>
@@ -69,6 +74,8 @@ constexpr int kBN = 128;             // keys per tile
 constexpr int kThreads = 384;        // producer warpgroup + two consumer warpgroups
 constexpr int kBoxBytes = 64;        // TMA box width = the 64-byte swizzle span
 constexpr float kPScaleLog2 = 8.0f;  // the probabilities' scale before the e4m3 cast: 2^8, added in the exponent
+constexpr int kMaxStages = 3;        // the ring's stages where they fit (Layout::kStages; 4, where they fit, ran no
+                                     // faster: docs/perf/2026-12-04-s31.md)
 constexpr int kExpFmaDefault = 4;    // Fp8AttnArgs::exp_fma unless PENSTOCK_FP8_ATTN_EXP_FMA says otherwise
 
 // Position p (0..31) of a 32-key block of vt holds key vt_perm(p) of the block: the key that the score accumulator
@@ -91,8 +98,11 @@ struct Layout {
     // offsets and the prefix scan's scratch (persistent items, attn_wgmma::build_item_prefix).
     static constexpr int kPrefixCap = 1024;  // sequences the persistent items' prefix takes (ItemSpace::prefix_cap)
     static constexpr int kItemWords = attn_wgmma::kWorkWords + 2 * (kPrefixCap + 1) + 32;
-    static constexpr int kTailBytes = 8 * (2 + 2 * 3) + 4 * kItemWords;
-    static constexpr int kStages = (kQBytes + 3 * kStageBytes + kTailBytes + 1024 <= 227 * 1024) ? 3 : 2;
+    // The ring takes as many stages as fit, up to kMaxStages.
+    static constexpr bool fits(int n) {
+        return kQBytes + n * kStageBytes + 8 * (2 + 2 * n) + 4 * kItemWords + 1024 <= 227 * 1024;
+    }
+    static constexpr int kStages = fits(kMaxStages) ? kMaxStages : fits(3) ? 3 : 2;
     static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;  // q_full, q_empty, full[kStages], empty[..]
     static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 2 * kStages);
     static constexpr int kSmemBytes = kSlotOffset + 4 * kItemWords + 1024;  // + alignment slack
@@ -582,7 +592,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const attn_wgmma::PingPong pp{a.pingpong && n_tiles > 0, cw};
         pp.open();
         float s[64];
-        uint32_t pa[4][4];
+        // P's A fragments in two sets: tile it's probabilities are packed into one while tile it - 1's value product
+        // still reads the other, so that the pack runs beside that product instead of after its wait.
+        uint32_t pa0[4][4], pa1[4][4];
         int prev = 0;  // the stage of the tile whose value product is next
         if (n_tiles > 0) {
             const float sk = k_tile_descale(n_tiles - 1);
@@ -596,43 +608,60 @@ __global__ void __launch_bounds__(kThreads, 1)
             float corr_lo, corr_hi;
             if (a.mma_only) {
 #pragma unroll
-                for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = 0x38383838u;
+                for (int i = 0; i < 16; ++i) pa0[i / 4][i % 4] = pa1[i / 4][i % 4] = 0x38383838u;
             } else {
                 softmax(s, n_tiles - 1, sk, corr_lo, corr_hi);  // o is 0: no rescale
-                pack(s, pa);
+                pack(s, pa0);
             }
             prev = st;
         }
-        for (int it = 1; it < n_tiles; ++it) {
+        // Tile it: its scores issued with tile it - 1's value product (from pa_prev), its softmax and pack (into
+        // pa_next) while that product runs, then the wait, the stage's release and O's rescale.
+        auto step = [&](int it, uint32_t(&pa_prev)[4][4], uint32_t(&pa_next)[4][4]) {
             const float sk = k_tile_descale(n_tiles - 1 - it);
             const auto [st, ph] = next_stage();
             tma::mbar_wait(full(st), ph);
             pp.begin();
             issue_scores(st, s);
-            issue_values(prev, pa);
+            issue_values(prev, pa_prev);
             pp.end(false);
             wgmma::wait<1>();  // the scores (committed first)
             wgmma::reg_fence(s);
             float corr_lo = 1.0f, corr_hi = 1.0f;
-            if (!a.mma_only) softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
+            if (!a.mma_only) {
+                softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
+                pack(s, pa_next);
+            }
             wgmma::wait<0>();  // the value product
             wgmma::reg_fence(o);
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-                for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
+                for (int w = 0; w < 4; ++w) {
+                    asm volatile("" : "+r"(pa_prev[kk][w])::"memory");  // live until the MMA is done
+                }
             }
             release(prev);
             // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
             if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) {
                 attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
             }
-            if (!a.mma_only) pack(s, pa);
             prev = st;
+        };
+        int it = 1;
+        for (; it + 1 < n_tiles; it += 2) {
+            step(it, pa0, pa1);
+            step(it + 1, pa1, pa0);
         }
+        const bool odd = it < n_tiles;  // one tile left: its probabilities end in pa1
+        if (odd) step(it, pa0, pa1);
         if (n_tiles > 0) {
             pp.begin();
-            issue_values(prev, pa);  // the last tile's stage
+            if (odd) {  // the last tile's stage
+                issue_values(prev, pa1);
+            } else {
+                issue_values(prev, pa0);
+            }
             pp.end(true);
             wgmma::wait<0>();
             wgmma::reg_fence(o);

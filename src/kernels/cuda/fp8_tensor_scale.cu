@@ -14,7 +14,9 @@
 //   the caller's device multiplier.
 // fp8_quantize_heads (bit-exact with ref::fp8_quantize_heads): one unit = a block of rows of one head; block 1 takes a
 // group of lanes per unit (a power of two holding the row in <= 4 packs per lane: 8 lanes for a 192-wide bf16 row,
-// 4 units per warp), a longer block a CTA. The unit's threads read its packs (V elements of [in ; in_tail], walked
+// 4 units per warp; row_quant_kernel), a longer block a CTA (block_quant_kernel: a group of lanes per row, 3 or 4
+// packs per lane, each row at its own base address, the block held in registers; head_quant_kernel's general walk
+// for the other shapes). The unit's threads read its packs (V elements of [in ; in_tail], walked
 // without a division per pack) into registers for the max |x| (shuffles, then shared memory across a CTA's warps;
 // NaN wins as above) and cast them with inv = 1 / s by the hardware e4m3x2 cast (the quotients are <= 448.0001, where
 // it equals the software rounding): one read per element (a unit too large for the registers, > 4 packs per lane or
@@ -94,6 +96,66 @@ __device__ __forceinline__ float abs_max_bits_merge(float a, float b) {
     return __uint_as_float(max(__float_as_uint(a), __float_as_uint(b)));
 }
 
+// The unsigned word type of B bytes (a pack's raw form).
+template <int B>
+struct RawWords;
+template <>
+struct RawWords<2> {
+    using type = uint16_t;
+};
+template <>
+struct RawWords<4> {
+    using type = uint32_t;
+};
+template <>
+struct RawWords<8> {
+    using type = uint2;
+};
+template <>
+struct RawWords<16> {
+    using type = uint4;
+};
+
+// Stores the e4m3 bytes of x * m for one pack at dst (V-byte aligned). finite (the quantisers' promise for a unit, or
+// a tensor, whose amax and m = 1 / s are finite: no quotient is NaN and each is <= 448.0001): the hardware cast, four
+// values per e4m3x4_finite; otherwise (an infinity or a NaN in the unit, 1 / s overflowed, or fp8_cast_scaled's
+// caller-given multiplier) the software rounding, NaN -> 0x7f, as the reference. Every quantiser of this file casts its
+// packs here. Both branches make whole 32-bit words and one V-byte store writes them: a byte array merged from the two
+// was split into bytes and joined again by NVVM (a pack of 8 stored as four 2-byte halves).
+template <class In, int V>
+__device__ __forceinline__ void store_e4m3_pack(uint8_t* dst, Pack<In, V> x, float m, bool finite) {
+    auto soft = [&](int j) {
+        const float y = __fmul_rn(to_f32(x.v[j]), m);
+        return isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
+    };
+    if constexpr (V % 4 == 0) {
+        uint32_t wq[V / 4];
+        if (finite) {
+#pragma unroll
+            for (int i = 0; i < V / 4; ++i) {
+                wq[i] = e4m3x4_finite(__fmul_rn(to_f32(x.v[4 * i]), m), __fmul_rn(to_f32(x.v[4 * i + 1]), m),
+                                      __fmul_rn(to_f32(x.v[4 * i + 2]), m), __fmul_rn(to_f32(x.v[4 * i + 3]), m));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < V / 4; ++i) {
+                wq[i] = static_cast<uint32_t>(soft(4 * i)) | static_cast<uint32_t>(soft(4 * i + 1)) << 8 |
+                        static_cast<uint32_t>(soft(4 * i + 2)) << 16 | static_cast<uint32_t>(soft(4 * i + 3)) << 24;
+            }
+        }
+        using W = typename RawWords<V>::type;
+        W w;
+        static_assert(sizeof(w) == sizeof(wq), "V e4m3 bytes");
+        memcpy(&w, wq, sizeof(w));
+        *reinterpret_cast<W*>(dst) = w;
+    } else {
+        Pack<uint8_t, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) q.v[j] = soft(j);
+        *reinterpret_cast<Pack<uint8_t, V>*>(dst) = q;
+    }
+}
+
 template <class In, int V>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(unsigned* amax_bits, const In* __restrict__ in, Rows3 r, int64_t n_packs) {
@@ -135,29 +197,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t p = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; p < n_packs;
          p += static_cast<int64_t>(gridDim.x) * kThreads) {
         const Pack<In, V> x = *reinterpret_cast<const Pack<In, V>*>(in + pack_offset<V>(p, ri));
-        Pack<uint8_t, V> q;
-        if constexpr (kFromAmax && V % 4 == 0) {
-            // With a finite amax and a finite m = 1 / s (s = amax / 448) no quotient is NaN and each is <= 448.0001,
-            // where the hardware cast equals the software rounding (fp8.cuh e4m3x4_finite: four values, two casts)
-            if (finite) {
-                uint32_t wq[V / 4];
-#pragma unroll
-                for (int i = 0; i < V / 4; ++i) {
-                    wq[i] = e4m3x4_finite(__fmul_rn(to_f32(x.v[4 * i]), m), __fmul_rn(to_f32(x.v[4 * i + 1]), m),
-                                          __fmul_rn(to_f32(x.v[4 * i + 2]), m), __fmul_rn(to_f32(x.v[4 * i + 3]), m));
-                }
-                memcpy(&q, wq, sizeof(q));
-                *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
-                continue;
-            }
-        }
-        // (fp8_cast_scaled; or a NaN or an infinity in the tensor, or 1 / s overflowed: the software rounding)
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float y = __fmul_rn(to_f32(x.v[j]), m);
-            q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
-        }
-        *reinterpret_cast<Pack<uint8_t, V>*>(out + pack_offset<V>(p, ro)) = q;
+        store_e4m3_pack(out + pack_offset<V>(p, ro), x, m, finite);
     }
 }
 
@@ -287,25 +327,40 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// The unsigned word type of B bytes (a pack's raw form).
-template <int B>
-struct RawWords;
-template <>
-struct RawWords<2> {
-    using type = uint16_t;
-};
-template <>
-struct RawWords<4> {
-    using type = uint32_t;
-};
-template <>
-struct RawWords<8> {
-    using type = uint2;
-};
-template <>
-struct RawWords<16> {
-    using type = uint4;
-};
+// A pack of V elements of In as the raw words it travels in until used: a pack of 16-bit elements held as such would be
+// split into halves (PRMT) right where its load's branches join, which waits for the load.
+template <class In, int V>
+using RawPack = typename RawWords<sizeof(Pack<In, V>)>::type;
+
+template <class In, int V>
+__device__ __forceinline__ Pack<In, V> unpack_raw(RawPack<In, V> r) {
+    Pack<In, V> x;
+    memcpy(&x, &r, sizeof(x));
+    return x;
+}
+
+// max(m, the largest |x| of a raw pack), NaN winning (abs_max_bits_merge). bf16 packs stay in their 32-bit words: |x|
+// per half-word by a mask and the maximum per half-word (__vmaxu2: the order of the bit patterns). Working on unpacked
+// halves kept both forms live between the maximum and the cast: 169 registers in head_quant_kernel, one CTA per SM.
+// The pack is taken by value: through a const reference the quantisers' registers grew (row_quant_kernel 40 -> 50,
+// block_quant_kernel 79 -> 120, ptxas -v), and the per-row q quantiser ran 3% slower (docs/perf/2026-12-04-s31.md).
+template <class In, int V>
+__device__ __forceinline__ float raw_abs_max(float m, RawPack<In, V> r) {
+    if constexpr (std::is_same_v<In, __nv_bfloat16> && V % 2 == 0) {
+        constexpr int kNumWords = sizeof(r) / 4;
+        uint32_t wd[kNumWords];
+        memcpy(wd, &r, sizeof(wd));
+        uint32_t acc = 0;
+#pragma unroll
+        for (int i = 0; i < kNumWords; ++i) acc = __vmaxu2(acc, wd[i] & 0x7fff7fffu);
+        return abs_max_bits_merge(m, __uint_as_float(max(acc & 0xffffu, acc >> 16) << 16));
+    } else {
+        const Pack<In, V> x = unpack_raw<In, V>(r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(x.v[j])));
+        return m;
+    }
+}
 
 // A unit's packs, i = lane, lane + width, ... of n_packs, walked as (row, pack column) with no division per step.
 struct PackWalk {
@@ -327,6 +382,33 @@ struct PackWalk {
         }
     }
 };
+
+// The unit (block of rows, head) of CTA `flat` of a per-block grid: its first row r0, head and row count. Head fastest,
+// so that the CTAs resident together read whole rows (all heads of a few blocks), not one head's slice of every row.
+// False for a surplus unit past its sequence's rows (see the header: the grid has n / block + n_seqs units per head).
+__device__ __forceinline__ bool block_unit(const HeadQuantArgs& a, int64_t flat, int64_t& r0, int64_t& head,
+                                           int& rows) {
+    int64_t x = flat / a.h, base = 0, end = a.n;
+    head = flat - x * a.h;
+    if (a.cu != nullptr) {
+        int lo = 0, hi = a.n_seqs - 1;  // the last s with cu[s] / block + s <= x
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (__ldg(a.cu + mid) / a.block + mid <= x) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        base = __ldg(a.cu + lo);
+        end = __ldg(a.cu + lo + 1);
+        x -= base / a.block + lo;
+    }
+    r0 = base + x * a.block;
+    if (r0 >= end) return false;
+    rows = static_cast<int>(min(end - r0, static_cast<int64_t>(a.block)));
+    return true;
+}
 
 // kHeld: packs a thread keeps in registers between the max and the cast; a unit with more packs than kHeld times its
 // group's threads reads them again in the cast (from L1 / L2). kLaneGroups (block 1): a unit = (row, head) per group
@@ -353,28 +435,7 @@ __global__ void __launch_bounds__(kThreads)
         lane = static_cast<int>(lane32 % static_cast<uint32_t>(group));
         width = group;
     } else {
-        // head fastest: the CTAs resident together read whole rows (all heads of a few blocks), not one head's slice
-        // of every row
-        const int64_t flat = blockIdx.x;
-        int64_t x = flat / a.h, base = 0, end = a.n;
-        head = flat - x * a.h;
-        if (a.cu != nullptr) {
-            int lo = 0, hi = a.n_seqs - 1;  // the last s with cu[s] / block + s <= x
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if (__ldg(a.cu + mid) / a.block + mid <= x) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            base = __ldg(a.cu + lo);
-            end = __ldg(a.cu + lo + 1);
-            x -= base / a.block + lo;
-        }
-        r0 = base + x * a.block;
-        if (r0 >= end) return;  // (uniform over the CTA)
-        rows = static_cast<int>(min(end - r0, static_cast<int64_t>(a.block)));
+        if (!block_unit(a, blockIdx.x, r0, head, rows)) return;  // (uniform over the CTA)
         lane = static_cast<int>(threadIdx.x);
         width = kThreads;
     }
@@ -383,38 +444,11 @@ __global__ void __launch_bounds__(kThreads)
     const In* in_u = in + r0 * a.s0 + head * a.s1;
     const In* tail_u = tail + r0 * a.t0 + head * a.t1;
     uint8_t* out_u = out + r0 * a.o0 + head * a.o1;
-    // Packs travel as raw words until used: a pack of 16-bit elements held as such would be split into halves
-    // (PRMT) right where the load's branches join, which waits for the load.
-    using Raw = typename RawWords<sizeof(Pack<In, V>)>::type;
+    using Raw = RawPack<In, V>;
     auto load = [&](const PackWalk& w) {
         const int64_t c = static_cast<int64_t>(w.col) * V;
         const In* src = c < a.d ? in_u + w.row * a.s0 + c : tail_u + w.row * a.t0 + (c - a.d);
         return *reinterpret_cast<const Raw*>(src);
-    };
-    auto unpack = [](const Raw& r) {
-        Pack<In, V> x;
-        memcpy(&x, &r, sizeof(x));
-        return x;
-    };
-    // bf16 packs stay in their 32-bit words: |x| per half-word by a mask, the maximum per half-word (__vmaxu2; the
-    // order of the bit patterns, as abs_max_bits_merge), and the cast widens each half by a shift or a mask. Working
-    // on unpacked halves kept both forms live between the maximum and the cast: 169 registers, one CTA per SM.
-    constexpr bool kWords = std::is_same_v<In, __nv_bfloat16> && V % 2 == 0;
-    constexpr int kNumWords = sizeof(Raw) / 4;
-    auto words_of = [](const Raw& r, uint32_t(&wd)[kWords ? kNumWords : 1]) { memcpy(wd, &r, sizeof(wd)); };
-    auto pack_max = [&](float m, const Raw& r) {
-        if constexpr (kWords) {
-            uint32_t wd[kNumWords];
-            words_of(r, wd);
-            uint32_t acc = 0;
-#pragma unroll
-            for (int i = 0; i < kNumWords; ++i) acc = __vmaxu2(acc, wd[i] & 0x7fff7fffu);
-            return abs_max_bits_merge(m, __uint_as_float(max(acc & 0xffffu, acc >> 16) << 16));
-        }
-        const Pack<In, V> x = unpack(r);
-#pragma unroll
-        for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(x.v[j])));
-        return m;
     };
     // Every load of a batch is issued before the first use of any: a use right after its load (the obvious loop)
     // makes the warp wait out the memory latency once per pack, which held the per-block k quantiser to 0.9 TB/s.
@@ -436,12 +470,12 @@ __global__ void __launch_bounds__(kThreads)
         if (held) {
             load_batch(keep, kHeld, w, lane);
 #pragma unroll
-            for (int k = 0; k < kHeld; ++k) m = pack_max(m, keep[k]);
+            for (int k = 0; k < kHeld; ++k) m = raw_abs_max<In, V>(m, keep[k]);
         } else {
             for (int i = lane; i < n_packs; i += kBatch * width) {
                 load_batch(keep, kBatch, w, i);
 #pragma unroll
-                for (int k = 0; k < kBatch; ++k) m = pack_max(m, keep[k]);
+                for (int k = 0; k < kBatch; ++k) m = raw_abs_max<In, V>(m, keep[k]);
             }
         }
     }
@@ -466,46 +500,7 @@ __global__ void __launch_bounds__(kThreads)
     // The branch is the unit's, uniform over its lanes.
     const bool finite = isfinite(m) && isfinite(inv);
     auto store = [&](const PackWalk& w, const Raw& r) {
-        Pack<uint8_t, V> q;
-        if (finite) {
-            if constexpr (kWords && kNumWords % 2 == 0) {
-                uint32_t wd[kNumWords], wq[kNumWords / 2];
-                words_of(r, wd);
-#pragma unroll
-                for (int i = 0; i < kNumWords / 2; ++i) {  // element 2i of word i is its low half-word
-                    const uint32_t a = wd[2 * i], b = wd[2 * i + 1];
-                    wq[i] = e4m3x4_finite(
-                        __fmul_rn(__uint_as_float(a << 16), inv), __fmul_rn(__uint_as_float(a & 0xffff0000u), inv),
-                        __fmul_rn(__uint_as_float(b << 16), inv), __fmul_rn(__uint_as_float(b & 0xffff0000u), inv));
-                }
-                static_assert(sizeof(wq) == sizeof(q), "V e4m3 bytes");
-                memcpy(&q, wq, sizeof(q));
-            } else if constexpr (V % 4 == 0) {
-                const Pack<In, V> x = unpack(r);
-                uint32_t wq[V / 4];
-#pragma unroll
-                for (int i = 0; i < V / 4; ++i) {
-                    wq[i] =
-                        e4m3x4_finite(__fmul_rn(to_f32(x.v[4 * i]), inv), __fmul_rn(to_f32(x.v[4 * i + 1]), inv),
-                                      __fmul_rn(to_f32(x.v[4 * i + 2]), inv), __fmul_rn(to_f32(x.v[4 * i + 3]), inv));
-                }
-                memcpy(&q, wq, sizeof(q));
-            } else {
-                const Pack<In, V> x = unpack(r);
-#pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    q.v[j] = static_cast<uint8_t>(e4m3x2_in_range(__fmul_rn(to_f32(x.v[j]), inv), 0.0f) & 0xffu);
-                }
-            }
-        } else {
-            const Pack<In, V> x = unpack(r);
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-                const float y = __fmul_rn(to_f32(x.v[j]), inv);
-                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
-            }
-        }
-        *reinterpret_cast<Pack<uint8_t, V>*>(out_u + w.row * a.o0 + static_cast<int64_t>(w.col) * V) = q;
+        store_e4m3_pack(out_u + w.row * a.o0 + static_cast<int64_t>(w.col) * V, unpack_raw<In, V>(r), inv, finite);
     };
     PackWalk w(lane, width, per_row);
     if (held) {
@@ -542,7 +537,7 @@ constexpr int kRopeWarpFloats = 256;  // kRope: a warp's units' rope columns (32
 template <class In, int V, int kPer, bool kRope>
 __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale,
                                                              const In* __restrict__ in, HeadQuantArgs a, int group) {
-    using Raw = typename RawWords<sizeof(Pack<In, V>)>::type;
+    using Raw = RawPack<In, V>;
     const uint32_t warp = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
     const uint32_t lane32 = threadIdx.x % 32, per_warp = 32u / static_cast<uint32_t>(group);
     const uint32_t units = static_cast<uint32_t>(a.n * a.h);
@@ -626,26 +621,9 @@ __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict
             }
         }
     }
-    // max |x|: bf16 packs as 32-bit words (__vmaxu2 on the masked half-words), as head_quant_kernel
-    constexpr bool kWords = std::is_same_v<In, __nv_bfloat16> && V % 2 == 0;
-    constexpr int kNumWords = sizeof(Raw) / 4;
     float m = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        if constexpr (kWords) {
-            uint32_t wd[kNumWords];
-            memcpy(wd, &x[k], sizeof(wd));
-            uint32_t acc = 0;
-#pragma unroll
-            for (int i = 0; i < kNumWords; ++i) acc = __vmaxu2(acc, wd[i] & 0x7fff7fffu);
-            m = abs_max_bits_merge(m, __uint_as_float(max(acc & 0xffffu, acc >> 16) << 16));
-        } else {
-            Pack<In, V> p;
-            memcpy(&p, &x[k], sizeof(p));
-#pragma unroll
-            for (int j = 0; j < V; ++j) m = abs_max_bits_merge(m, fabsf(to_f32(p.v[j])));
-        }
-    }
+    for (int k = 0; k < kPer; ++k) m = raw_abs_max<In, V>(m, x[k]);
     for (int o = group / 2; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (!valid) return;
     const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
@@ -656,27 +634,77 @@ __global__ void __launch_bounds__(kThreads) row_quant_kernel(uint8_t* __restrict
     for (int k = 0; k < kPer; ++k) {
         const int pc = lane + k * group;
         if (pc >= per_row) continue;
-        Pack<In, V> p;
-        memcpy(&p, &x[k], sizeof(p));
-        Pack<uint8_t, V> q;
-        if (finite) {
-            uint32_t wq[V / 4];
-#pragma unroll
-            for (int i = 0; i < V / 4; ++i) {
-                wq[i] = e4m3x4_finite(__fmul_rn(to_f32(p.v[4 * i]), inv), __fmul_rn(to_f32(p.v[4 * i + 1]), inv),
-                                      __fmul_rn(to_f32(p.v[4 * i + 2]), inv), __fmul_rn(to_f32(p.v[4 * i + 3]), inv));
-            }
-            memcpy(&q, wq, sizeof(q));
-        } else {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-                const float y = __fmul_rn(to_f32(p.v[j]), inv);
-                q.v[j] = isnan(y) ? uint8_t{0x7f} : float_to_e4m3(y);
-            }
-        }
-        *reinterpret_cast<Pack<uint8_t, V>*>(dst + pc * V) = q;
+        store_e4m3_pack(dst + pc * V, unpack_raw<In, V>(x[k]), inv, finite);
     }
     if (lane == 0) scale[static_cast<int64_t>(row) * a.c0 + static_cast<int64_t>(head) * a.c1] = sc;
+}
+
+// fp8_quantize_heads per block of rows (block > 1: FP8 attention's k per 128-key block) over rows of whole 16-byte
+// packs of [in ; in_tail]: a CTA per (block, head) unit, as head_quant_kernel, but each row taken by a group of `group`
+// lanes (a power of two up to 32, 256 / group rows per pass), pack pc = lane + k * group (k < kPer) of the row at the
+// row's own base address of in or in_tail, kPasses passes of rows, every load issued before the first use. The held
+// packs (kPer x kPasses <= 16 per thread) are the unit's whole block, so it is read once. head_quant_kernel's general
+// walk (a (row, column) step and a tail test per pack, 64-bit addresses) held this case to 2.0 TB/s
+// (docs/perf/2026-12-04-s30.md), as it had held q's per-row quantiser before row_quant_kernel. The maximum, scale
+// and cast as there (the same bytes).
+template <class In, int V, int kPer, int kPasses>
+__global__ void __launch_bounds__(kThreads)
+    block_quant_kernel(uint8_t* __restrict__ out, float* __restrict__ scale, const In* __restrict__ in,
+                       const In* __restrict__ tail, HeadQuantArgs a, int group) {
+    static_assert(kPer * kPasses <= 16, "packs held per thread");
+    using Raw = RawPack<In, V>;
+    int64_t r0 = 0, head = 0;
+    int rows = 0;
+    if (!block_unit(a, blockIdx.x, r0, head, rows)) return;  // (uniform over the CTA)
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & (group - 1), row_step = kThreads / group;
+    const int r_first = tid / group;
+    const int per_row = static_cast<int>((a.d + a.dt) / V), in_packs = static_cast<int>(a.d / V);
+    const In* in_u = in + r0 * a.s0 + head * a.s1;
+    const In* tail_u = tail + r0 * a.t0 + head * a.t1;
+    Raw x[kPasses][kPer];
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+        const int r = r_first + ps * row_step;
+        const In* in_r = in_u + static_cast<int64_t>(r) * a.s0;
+        const In* tail_r = tail_u + static_cast<int64_t>(r) * a.t0;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int pc = lane + k * group;
+            const In* src = pc < in_packs ? in_r + pc * V : tail_r + (pc - in_packs) * V;
+            x[ps][k] = r < rows && pc < per_row ? *reinterpret_cast<const Raw*>(src) : Raw{};
+        }
+    }
+    float m = 0.0f;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) m = raw_abs_max<In, V>(m, x[ps][k]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = abs_max_bits_merge(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __shared__ float warp_max[kThreads / 32];
+    if (tid % 32 == 0) warp_max[tid / 32] = m;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) m = abs_max_bits_merge(m, warp_max[i]);
+    const float sc = m > 0.0f || isnan(m) ? __fdiv_rn(m, 448.0f) : 1.0f;
+    const float inv = __fdiv_rn(1.0f, sc);
+    const bool finite = isfinite(m) && isfinite(inv);  // (see head_quant_kernel's store)
+    uint8_t* out_u = out + r0 * a.o0 + head * a.o1;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+        const int r = r_first + ps * row_step;
+        uint8_t* out_r = out_u + static_cast<int64_t>(r) * a.o0;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int pc = lane + k * group;
+            if (r < rows && pc < per_row) {
+                store_e4m3_pack(out_r + pc * V, unpack_raw<In, V>(x[ps][k]), inv, finite);
+            }
+        }
+    }
+    for (int r = tid; r < rows; r += kThreads) scale[(r0 + r) * a.c0 + head * a.c1] = sc;
 }
 
 }  // namespace
@@ -830,8 +858,33 @@ void fp8_quantize_heads(const kernels::Fp8HeadQuantParams& p, void* stream) {
             } else {
                 const int64_t units = a.cu != nullptr ? a.n / a.block + a.n_seqs : (a.n + a.block - 1) / a.block;
                 PENSTOCK_CHECK_LT(units * a.h, int64_t{1} << 31) << op << ": blocks x heads";
-                head_quant_kernel<In, V, false, 16>
-                    <<<static_cast<unsigned>(units * a.h), kThreads, 0, s>>>(o, sc, x, tl, a, kThreads);
+                const auto grid = static_cast<unsigned>(units * a.h);
+                // rows of whole packs whose block the CTA holds: block_quant_kernel (a base address per row), with
+                // kPer 3 or 4 packs per lane, whichever leaves fewer lanes idle (a 192-wide bf16 row: 8 lanes x 3)
+                const int64_t per_row = (a.d + a.dt) / V;
+                auto group_for = [&](int per) {
+                    int g = 1;
+                    while (g < 32 && g * per < per_row) g *= 2;
+                    return g;
+                };
+                const int g3 = group_for(3), g4 = group_for(4);
+                const bool three = 3 * g3 <= 4 * g4 && 3 * g3 >= per_row;
+                const int group = three ? g3 : g4;
+                constexpr int kPasses = 4;
+                const bool block_fast = per_row > 0 && per_row <= (three ? 3 : 4) * group &&
+                                        a.block <= static_cast<int64_t>(kPasses) * (kThreads / group);
+                if constexpr (V > 1) {  // (16-byte packs only)
+                    if (block_fast) {
+                        if (three) {
+                            block_quant_kernel<In, V, 3, kPasses><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
+                        } else {
+                            block_quant_kernel<In, V, 4, kPasses><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, group);
+                        }
+                        PENSTOCK_CUDA_LAUNCH_CHECK();
+                        return;
+                    }
+                }
+                head_quant_kernel<In, V, false, 16><<<grid, kThreads, 0, s>>>(o, sc, x, tl, a, kThreads);
             }
             PENSTOCK_CUDA_LAUNCH_CHECK();
         };

@@ -173,8 +173,9 @@ TEST_F(Fp8AttentionTest, TensorQuantizeMatchesReferenceBitExact) {
 // fp8_quantize_heads (FP8 attention's per-row q and per-block k scales) bit-exact with the reference: per row (block 1)
 // over contiguous bf16 (16-byte packs) and padded strides (the element-wise path); per 128-key block of ragged
 // sequences (blocks ending mid-sequence, a sequence shorter than a block, an empty one) with the MLA K pieces, k_nope
-// a slice of a wider buffer and k_pe a stride-0 broadcast over the heads; f32 with blocks of 3 rows and no sequences;
-// an all-zero block (scale 1).
+// a slice of a wider buffer and k_pe a stride-0 broadcast over the heads; block_quant_kernel's 3- and 4-pack lane
+// shapes and head_quant_kernel's walk for a block too large for it; f32 with blocks of 3 rows and no sequences; an
+// all-zero block (scale 1); units with infinities, NaNs and tiny amaxes.
 TEST_F(Fp8AttentionTest, HeadQuantizeMatchesReferenceBitExact) {
     constexpr uint32_t kSeed = 3150;
     PENSTOCK_SEEDED(kSeed);
@@ -190,6 +191,15 @@ TEST_F(Fp8AttentionTest, HeadQuantizeMatchesReferenceBitExact) {
     auto bcast = [](const TensorView& v) { return v.as_strided(0, {v.size(0), 8, 64}, {v.stride(0), 0, 1}); };
     quantize_heads_both("mla_k_blocks", kvb.dv.slice(2, 0, 128), kvb.hv.slice(2, 0, 128), bcast(pe.dv), bcast(pe.hv),
                         cu, kernels::kFp8AttnKeyBlock);
+    // Per 128-key block on block_quant_kernel's other shapes: 12 bf16 packs per row (4 lanes x 3, two passes of 64
+    // rows) over ragged sequences; and f32 [128 ; 64] (48 packs per row: 16 lanes a row, 64 rows in 4 passes, too few
+    // for a block: head_quant_kernel's walk).
+    const Pair e = random_pair(rng, {300, 4, 96}, DType::kBF16, /*strided=*/false, alloc(), stream(), -3.0f, 3.0f);
+    quantize_heads_both("blocks_bf16_96", e.dv, e.hv, TensorView{}, TensorView{}, {0, 130, 130, 300},
+                        kernels::kFp8AttnKeyBlock);
+    const Pair f = random_pair(rng, {200, 2, 128}, DType::kF32, /*strided=*/false, alloc(), stream());
+    const Pair ft = random_pair(rng, {200, 2, 64}, DType::kF32, /*strided=*/false, alloc(), stream());
+    quantize_heads_both("blocks_f32_walk", f.dv, f.hv, ft.dv, ft.hv, {0, 77, 200}, kernels::kFp8AttnKeyBlock);
     const Pair c = random_pair(rng, {10, 4, 24}, DType::kF32, /*strided=*/false, alloc(), stream());
     const Pair ct = random_pair(rng, {10, 4, 8}, DType::kF32, /*strided=*/false, alloc(), stream());
     quantize_heads_both("f32_tail_block3", c.dv, c.hv, ct.dv, ct.hv, {}, 3);
@@ -199,18 +209,19 @@ TEST_F(Fp8AttentionTest, HeadQuantizeMatchesReferenceBitExact) {
     EXPECT_EQ(read_f32(qz.host_scale), std::vector<float>(12, 1.0f));
     // Units whose amax or 1 / s is not finite take the software rounding (an infinity, a NaN, an amax so small that
     // 1 / s overflows), beside units that take the hardware cast (one just above that, and plain ones): 8 rows x 2
-    // heads x 32 columns, per row (bf16 and f32) and per block of 4 rows of two sequences.
-    {
-        std::vector<float> vals = random_floats(rng, 8 * 2 * 32, -2.0f, 2.0f);
-        auto unit = [&](int row, int head) { return vals.begin() + (row * 2 + head) * 32; };
+    // heads x 32 or 48 columns (block_quant_kernel with 4 or 3 packs per lane), per row (bf16 and f32) and per block
+    // of 4 rows of two sequences.
+    for (const int cols : {32, 48}) {
+        std::vector<float> vals = random_floats(rng, 8 * 2 * cols, -2.0f, 2.0f);
+        auto unit = [&](int row, int head) { return vals.begin() + (row * 2 + head) * cols; };
         unit(1, 0)[5] = std::numeric_limits<float>::infinity();
         unit(2, 1)[31] = -std::numeric_limits<float>::infinity();
         unit(3, 0)[0] = std::numeric_limits<float>::quiet_NaN();
-        for (int c = 0; c < 32; ++c) unit(5, 1)[c] *= 1e-37f;  // 1 / s overflows
-        for (int c = 0; c < 32; ++c) unit(6, 0)[c] *= 1e-35f;  // 1 / s finite
+        for (int c = 0; c < cols; ++c) unit(5, 1)[c] *= 1e-37f;  // 1 / s overflows
+        for (int c = 0; c < cols; ++c) unit(6, 0)[c] *= 1e-35f;  // 1 / s finite
         for (const DType dt : {DType::kBF16, DType::kF32}) {
-            const Pair sp = make_pair_from(vals, {8, 2, 32}, dt, false, alloc(), stream());
-            const std::string tag = std::string(dtype_name(dt));
+            const Pair sp = make_pair_from(vals, {8, 2, cols}, dt, false, alloc(), stream());
+            const std::string tag = std::string(dtype_name(dt)) + "_" + std::to_string(cols);
             quantize_heads_both("special_per_row_" + tag, sp.dv, sp.hv, TensorView{}, TensorView{}, {}, 1);
             quantize_heads_both("special_blocks_" + tag, sp.dv, sp.hv, TensorView{}, TensorView{}, {0, 3, 8}, 4);
         }
