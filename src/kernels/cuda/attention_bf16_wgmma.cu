@@ -22,7 +22,9 @@
 //    cvt per pair; B = the v tile read N-major (transpose bit; LBO = one 128-key box between 64-column blocks, SBO
 //    1024 bytes between 8-key groups).
 //  - Schedule per consumer warpgroup (FlashAttention-3's intra-warpgroup overlap): tile i's score wgmma and tile
-//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight.
+//    i - 1's value wgmma are issued back to back, and tile i's softmax runs while the value product is in flight. P's
+//    A fragments live in two register sets used in turn, so tile i's probabilities are packed while tile i - 1's
+//    value product still reads the other set (as the FP8 kernel, docs/perf/2026-12-04-s31.md).
 //  - Epilogue: O / l to bf16 pairs; lse = m * scale + ln l (natural log) when asked; a row without keys gets 0, -inf.
 #include "kernels/cuda/attention_bf16_wgmma.h"
 
@@ -317,7 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     pp.open();
 
     float s[64];
-    uint32_t pa[8][4];
+    // P's A fragments in two sets: tile it's probabilities are packed into one while tile it - 1's value product still
+    // reads the other, so that the pack runs beside that product instead of after its wait (as the FP8 kernel).
+    uint32_t pa0[8][4], pa1[8][4];
     if (n_tiles > 0) {
         tma::mbar_wait(q_full, 0);
         tma::mbar_wait(k_full(0), 0);
@@ -330,16 +334,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         float corr_lo, corr_hi;
         if (a.mma_only) {
 #pragma unroll
-            for (int i = 0; i < 32; ++i) pa[i / 4][i % 4] = 0x3F803F80u;  // bf16 ones
+            for (int i = 0; i < 32; ++i) pa0[i / 4][i % 4] = pa1[i / 4][i % 4] = 0x3F803F80u;  // bf16 ones
         } else {
             softmax(s, n_tiles - 1, corr_lo, corr_hi);  // o is 0: no rescale
-            pack(s, pa);
+            pack(s, pa0);
         }
     }
     // Tile it's k sits in k slot it % kStages, tile it - 1's v in v slot (it - 1) % kStages.
     int ks = 0, vs = 0;
     uint32_t k_phase = 0, v_phase = 0;
-    for (int it = 1; it < n_tiles; ++it) {
+    // Tile it: its scores issued with tile it - 1's value product (from pa_prev), its softmax and pack (into pa_next)
+    // while that product runs, then the wait, the v slot's release and O's rescale.
+    auto step = [&](int it, uint32_t(&pa_prev)[8][4], uint32_t(&pa_next)[8][4]) {
         if (++ks == kStages) {
             ks = 0;
             k_phase ^= 1u;
@@ -348,19 +354,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::mbar_wait(v_full(vs), v_phase);
         pp.begin();
         issue_scores(ks, s);
-        issue_values(vs, pa);
+        issue_values(vs, pa_prev);
         pp.end(false);
         wgmma::wait<1>();  // the scores (committed first)
         wgmma::reg_fence(s);
         release(k_empty(ks));
         float corr_lo = 1.0f, corr_hi = 1.0f;
-        if (!a.mma_only) softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+        if (!a.mma_only) {
+            softmax(s, n_tiles - 1 - it, corr_lo, corr_hi);
+            pack(s, pa_next);
+        }
         wgmma::wait<0>();  // the value product
         wgmma::reg_fence(o);
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
-            for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(pa[kk][w])::"memory");  // live until the MMA is done
+            for (int w = 0; w < 4; ++w) {
+                asm volatile("" : "+r"(pa_prev[kk][w])::"memory");  // live until the MMA is done
+            }
         }
         release(v_empty(vs));
         if (++vs == kStages) {
@@ -369,12 +380,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // (a warp whose rows kept their max skips the multiplications: exact, corr is 1)
         if (__any_sync(0xffffffffu, corr_lo != 1.0f || corr_hi != 1.0f)) attn_wgmma::rescale_rows(o, corr_lo, corr_hi);
-        if (!a.mma_only) pack(s, pa);
+    };
+    int it = 1;
+    for (; it + 1 < n_tiles; it += 2) {
+        step(it, pa0, pa1);
+        step(it + 1, pa1, pa0);
     }
+    const bool odd = it < n_tiles;  // one tile left: its probabilities end in pa1
+    if (odd) step(it, pa0, pa1);
     if (n_tiles > 0) {
         tma::mbar_wait(v_full(vs), v_phase);
         pp.begin();
-        issue_values(vs, pa);  // the last tile's v
+        if (odd) {  // the last tile's v
+            issue_values(vs, pa1);
+        } else {
+            issue_values(vs, pa0);
+        }
         pp.end(true);
         wgmma::wait<0>();
         wgmma::reg_fence(o);
