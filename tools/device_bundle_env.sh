@@ -19,7 +19,7 @@ echo "commit $(cat "${P}/COMMIT")"
 # One penstock_model_bench run of bundle B's binary (the layer loop of the sNNx.sh scripts, sessions 29-31):
 #   layer B TAG CONFIG LAYERS TOKENS [extra flags...]     e.g. layer s31f dsv3f8.1 deepseek-v3.json 3:4 16384 --fp8-weights native
 # writes $O/TAG.B.{json,log} (8 reps, --breakdown) and prints one line: the median and min, the attention-side scopes,
-# the experts and the joules per rep (layer_line).
+# the permute, the experts and their gate/up GEMM, and the joules per rep (layer_line).
 layer() {
   local b=$1 tag=$2 cfg=$3 lay=$4 tok=$5; shift 5
   timeout "${LAYER_TIMEOUT:-100}" "/tmp/s/${b}/bin/penstock_model_bench" --config "${P}/configs/${cfg}" --layers "${lay}" \
@@ -33,7 +33,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))[0]
 b = {x['scope']: x['median_ms'] for x in r.get('breakdown', [])}
 scopes = [('attention', 'layer.attn.core.attention'), ('kv_expand', 'layer.attn.core.kv_expand'),
-          ('fp8_quant', 'layer.attn.core.fp8_quant'), ('core', 'layer.attn.core'), ('experts', 'layer.moe.experts')]
+          ('fp8_quant', 'layer.attn.core.fp8_quant'), ('core', 'layer.attn.core'), ('permute', 'layer.moe.permute'),
+          ('experts', 'layer.moe.experts'), ('gate_up_act', 'layer.moe.experts.gate_up_act')]
 parts = [f"{name} {b[key]:.3f}" for name, key in scopes if key in b]
 print(f"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}; " + ", ".join(parts) + f", {r.get('energy_j_per_rep', 0):.1f} J)")
 PY

@@ -5,6 +5,7 @@
 // path uses the fast exp / divide intrinsics (see SiluOp).
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -12,6 +13,7 @@
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rows_vec.cuh"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda {
 
@@ -171,6 +173,118 @@ __global__ void rope_heads_kernel(T* x, const int32_t* positions, const float* i
             }
         }
         __syncwarp();  // the next head's reads stay after these writes (rows do not overlap; kept for clarity)
+    }
+}
+
+// ---- rope on bf16 rows in 16-byte chunks (rot_dim = 8 kC, kC in {2, 4, 8, 16, 32}; chunk-aligned rows): one warp
+// per (token, run of kRopeVecRun heads), each pass over 32 / kC heads at once, lane l holding chunk l % kC (8
+// elements) of head l / kC. A chunk is read with one 16-byte load and written with one store; the values a lane needs
+// from elsewhere come by shuffles: with halves, the partner chunk kC / 2 away (pair i is (x[i], x[i + half])); with
+// the interleaved layout, output chunk c (pairs 8 (c mod kC / 2) .. + 7, their first or second elements) reads
+// input chunks 2 (c mod kC / 2) and the next, whose words are those pairs. The token's cos / sin are computed once per
+// warp, one pair per lane and slot (kSlots = ceil(half / 32)), and handed to the lanes that need them by shuffles.
+// Same arithmetic (rope.cuh) as rope_heads_kernel, so bit for bit its results; rope_heads_kernel moved 2 bytes per
+// lane access and ran DeepSeek-V3's q at ~1.7 TB/s (docs/perf/2026-12-04-s32.md).
+constexpr int kRopeVecRun = 32;
+
+// A bf16x2 word's two values (low half first), exactly.
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+template <int kC>
+__global__ void rope_bf16x8_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+                                   int n_heads, int64_t s0, int64_t s1, float attention_factor, bool interleaved) {
+    constexpr int kHalf = 4 * kC;              // pairs
+    constexpr int kSlots = (kHalf + 31) / 32;  // cos / sin pairs per lane
+    constexpr int kGroup = 32 / kC;            // heads per pass
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int runs = (n_heads + kRopeVecRun - 1) / kRopeVecRun;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+    if (item >= n_tokens * runs) return;
+    const int64_t t = item / runs;
+    const int h0 = static_cast<int>(item % runs) * kRopeVecRun;
+    const int32_t pos = positions[t];
+    float2 own[kSlots];
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+        const int i = lane + 32 * k;
+        own[k] = rope_math::cos_sin(i < kHalf ? pos : 0, i < kHalf ? inv_freq[i] : 0.0f, attention_factor);
+    }
+    const int c = lane % kC;
+    const int cm = c % (kC / 2);
+    const bool first_half = c < kC / 2;
+    // Output element j of this chunk belongs to pair (8 c + j) mod half either way.
+    float2 cs[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int p = (8 * c + j) % kHalf;
+        float cx = own[0].x, cy = own[0].y;
+#pragma unroll
+        for (int k = 0; k < kSlots; ++k) {
+            const float ox = __shfl_sync(0xffffffffu, own[k].x, p % 32);
+            const float oy = __shfl_sync(0xffffffffu, own[k].y, p % 32);
+            if (p / 32 == k) {
+                cx = ox;
+                cy = oy;
+            }
+        }
+        cs[j] = make_float2(cx, cy);
+    }
+    const int base = lane - c;  // this head's first lane
+    const int src0 = base + 2 * cm;
+    const int h1 = min(h0 + kRopeVecRun, n_heads);
+    // kAhead passes' chunks are loaded before any is rotated: more bytes in flight per warp (one pass at a time ran
+    // DeepSeek-V3's q at ~70% of the copy rate).
+    constexpr int kAhead = kC < 4 ? kC : 4;
+    for (int hb0 = h0; hb0 < h1; hb0 += kAhead * kGroup) {
+        uint4 v[kAhead];
+        uint4* chunk[kAhead];
+        bool live[kAhead];
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+            const int hb = hb0 + a * kGroup;
+            const int h = hb + lane / kC;
+            live[a] = h < h1;
+            chunk[a] = reinterpret_cast<uint4*>(x + t * s0 + static_cast<int64_t>(live[a] ? h : h0) * s1) + c;
+            v[a] = live[a] ? *chunk[a] : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+            const uint32_t w[4] = {v[a].x, v[a].y, v[a].z, v[a].w};
+            float x1[8], x2[8];
+            if (!interleaved) {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const uint32_t o = __shfl_xor_sync(0xffffffffu, w[k], kC / 2);
+                    const float2 mine = unpack_bf16x2(w[k]), other = unpack_bf16x2(o);
+                    x1[2 * k] = first_half ? mine.x : other.x;
+                    x1[2 * k + 1] = first_half ? mine.y : other.y;
+                    x2[2 * k] = first_half ? other.x : mine.x;
+                    x2[2 * k + 1] = first_half ? other.y : mine.y;
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float2 p0 = unpack_bf16x2(__shfl_sync(0xffffffffu, w[k], src0));
+                    const float2 p1 = unpack_bf16x2(__shfl_sync(0xffffffffu, w[k], src0 + 1));
+                    x1[k] = p0.x;
+                    x2[k] = p0.y;
+                    x1[4 + k] = p1.x;
+                    x2[4 + k] = p1.y;
+                }
+            }
+            float y[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                y[j] = first_half ? rope_math::first(x1[j], x2[j], cs[j]) : rope_math::second(x1[j], x2[j], cs[j]);
+            }
+            if (live[a]) {
+                *chunk[a] = make_uint4(tile::pack_bf16x2(y[0], y[1]), tile::pack_bf16x2(y[2], y[3]),
+                                       tile::pack_bf16x2(y[4], y[5]), tile::pack_bf16x2(y[6], y[7]));
+            }
+        }
     }
 }
 
@@ -339,6 +453,38 @@ void rope(const kernels::RopeParams& p, void* stream) {
     const int64_t n_items = n_tokens * n_heads;
     if (n_items == 0 || rot_dim == 0) return;
     const auto s = static_cast<cudaStream_t>(stream);
+    // bf16 rows of 16-byte chunks: rope_bf16x8_kernel.
+    const int64_t kc = rot_dim / 8;
+    if (p.x.dtype == DType::kBF16 && rot_dim % 8 == 0 && (kc == 2 || kc == 4 || kc == 8 || kc == 16 || kc == 32) &&
+        reinterpret_cast<uintptr_t>(p.x.data) % 16 == 0 && (n_tokens <= 1 || p.x.stride(0) % 8 == 0) &&
+        (n_heads <= 1 || p.x.stride(1) % 8 == 0)) {
+        constexpr int kVecWarps = 8;
+        const int64_t items = n_tokens * ((n_heads + kRopeVecRun - 1) / kRopeVecRun);
+        auto launch = [&](auto kernel) {
+            kernel<<<blocks_for(items, kVecWarps), kVecWarps * 32, 0, s>>>(
+                p.x.ptr<bf16>(), p.positions.ptr<const int32_t>(), p.inv_freq.ptr<const float>(), n_tokens,
+                static_cast<int>(n_heads), p.x.stride(0), p.x.stride(1), p.attention_factor, p.interleaved);
+        };
+        switch (kc) {
+            case 2:
+                launch(rope_bf16x8_kernel<2>);
+                break;
+            case 4:
+                launch(rope_bf16x8_kernel<4>);
+                break;
+            case 8:
+                launch(rope_bf16x8_kernel<8>);
+                break;
+            case 16:
+                launch(rope_bf16x8_kernel<16>);
+                break;
+            default:
+                launch(rope_bf16x8_kernel<32>);
+                break;
+        }
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     if (rot_dim <= 256) {  // the token's cos / sin fit 4 pairs per lane
         constexpr int kHeadWarps = 8;
         const int64_t items = n_tokens * ((n_heads + kRopeHeads - 1) / kRopeHeads);

@@ -123,8 +123,11 @@ TEST_F(ElementwiseOpTest, Rope) {
     struct RopeCase {
         int64_t n_tokens, n_heads, rot_dim;
     };
-    // rot_dim <= 256: a warp per (token, 8 heads) with the cos / sin held per lane (1, 2 or 4 pairs); 576: per head.
-    const RopeCase kCases[] = {{1, 1, 2}, {3, 3, 64}, {17, 96, 64}, {5, 8, 128}, {4, 13, 192}, {3, 9, 256}, {2, 1, 576}};
+    // bf16 rows of 16-byte chunks with rot_dim 16 .. 256 a power of two (not strided): a warp per (token, 32 heads),
+    // 32 / (rot_dim / 8) heads per pass (37 heads: a partial pass); other rot_dim <= 256, f32 and strided rows: a warp
+    // per (token, 8 heads) with the cos / sin held per lane (1, 2 or 4 pairs); 576: per head.
+    const RopeCase kCases[] = {{1, 1, 2},   {3, 3, 64},   {17, 96, 64}, {7, 37, 64}, {5, 3, 16},
+                               {5, 8, 128}, {4, 13, 192}, {3, 9, 256},  {2, 1, 576}};
     uint32_t seed = 900;
     for (const RopeCase& c : kCases) {
         for (DType dt : kDtypes) {
