@@ -127,6 +127,28 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
     }
 }
 
+// The item of this warp when each warp takes one token and a run of `run` heads (tokens major): its token t and first
+// head h0; false for a warp past the last item.
+__device__ __forceinline__ bool rope_warp_item(int64_t n_tokens, int n_heads, int run, int64_t& t, int& h0) {
+    const int runs = (n_heads + run - 1) / run;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + static_cast<int>(threadIdx.x) / 32;
+    if (item >= n_tokens * runs) return false;
+    t = item / runs;
+    h0 = static_cast<int>(item % runs) * run;
+    return true;
+}
+
+// The token's (cos, sin) of pairs lane, lane + 32, ... (pairs past `half`: position 0's, unused).
+template <int kN>
+__device__ __forceinline__ void rope_lane_cos_sin(float2 (&cs)[kN], int lane, int32_t pos, const float* inv_freq,
+                                                  int half, float attention_factor) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+        const int i = lane + 32 * j;
+        cs[j] = rope_math::cos_sin(i < half ? pos : 0, i < half ? inv_freq[i] : 0.0f, attention_factor);
+    }
+}
+
 // The same, one warp per (token, run of kRopeHeads heads) with the token's cos / sin computed once (rot_dim / 2 <=
 // 32 * kPairs pairs, lane l holding pairs l, l + 32, ...): each head's pairs are read into registers, the warp
 // synchronises (the interleaved layout writes positions other lanes read), then writes. Same arithmetic as rope_kernel
@@ -136,21 +158,13 @@ constexpr int kRopeHeads = 8;
 template <class T, int kPairs>
 __global__ void rope_heads_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int n_heads,
                                   int rot_dim, int64_t s0, int64_t s1, float attention_factor, bool interleaved) {
-    const int warp = static_cast<int>(threadIdx.x) / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int runs = (n_heads + kRopeHeads - 1) / kRopeHeads;
-    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-    if (item >= n_tokens * runs) return;
-    const int64_t t = item / runs;
-    const int h0 = static_cast<int>(item % runs) * kRopeHeads;
+    int64_t t = 0;
+    int h0 = 0;
+    if (!rope_warp_item(n_tokens, n_heads, kRopeHeads, t, h0)) return;
     const int half = rot_dim / 2;
-    const int32_t pos = positions[t];
     float2 cs[kPairs];
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-        const int i = lane + 32 * j;
-        cs[j] = rope_math::cos_sin(i < half ? pos : 0, i < half ? inv_freq[i] : 0.0f, attention_factor);
-    }
+    rope_lane_cos_sin(cs, lane, positions[t], inv_freq, half, attention_factor);
     const int h1 = min(h0 + kRopeHeads, n_heads);
     for (int h = h0; h < h1; ++h) {
         T* row = x + t * s0 + h * s1;
@@ -198,20 +212,12 @@ __global__ void rope_bf16x8_kernel(bf16* x, const int32_t* positions, const floa
     constexpr int kHalf = 4 * kC;              // pairs
     constexpr int kSlots = (kHalf + 31) / 32;  // cos / sin pairs per lane
     constexpr int kGroup = 32 / kC;            // heads per pass
-    const int warp = static_cast<int>(threadIdx.x) / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int runs = (n_heads + kRopeVecRun - 1) / kRopeVecRun;
-    const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-    if (item >= n_tokens * runs) return;
-    const int64_t t = item / runs;
-    const int h0 = static_cast<int>(item % runs) * kRopeVecRun;
-    const int32_t pos = positions[t];
+    int64_t t = 0;
+    int h0 = 0;
+    if (!rope_warp_item(n_tokens, n_heads, kRopeVecRun, t, h0)) return;
     float2 own[kSlots];
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-        const int i = lane + 32 * k;
-        own[k] = rope_math::cos_sin(i < kHalf ? pos : 0, i < kHalf ? inv_freq[i] : 0.0f, attention_factor);
-    }
+    rope_lane_cos_sin(own, lane, positions[t], inv_freq, kHalf, attention_factor);
     const int c = lane % kC;
     const int cm = c % (kC / 2);
     const bool first_half = c < kC / 2;
