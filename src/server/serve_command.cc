@@ -219,9 +219,9 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     setup.model_options.fp8_attention = args.fp8_attention;
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,
-                     "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores); "
-                     "--dsa-fp8-indexer runs FP8 keys on tensor cores, 2.3x faster per GLM-5.3 step at 16K "
-                     "(docs/perf/2026-12-01-serve-vs-bench.md)\n");
+                     "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores: "
+                     "35 ms of logits per full-indexer GLM-5.3 layer at a 16K chunk); --dsa-fp8-indexer runs FP8 "
+                     "keys on tensor cores (~2 ms; docs/perf/2026-12-04-s32.md)\n");
     }
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
     return setup;

@@ -19,7 +19,8 @@ namespace penstock::cuda {
 // Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, chosen by kAuto only for params with
 // fp8_accumulate).
 // kAuto: kWgmma where it applies (kWgmmaFp8 instead when the params allow fp8 accumulation,
-// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies, else kCudaCore. A forced variant CHECK-fails
+// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies, else (f32 q / k) the register-tiled CUDA-core
+// kernel where dsa_indexer_f32_tiled_supported, else kCudaCore. A forced variant CHECK-fails
 // where it cannot run. Every variant skips key tiles past the rows' q_pos (when given).
 enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma, kWgmmaFp8 };
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
@@ -27,6 +28,9 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
 // Whether kMma / kWgmma can run `p` (the launcher CHECK-fails when one is forced where it cannot).
 bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p);
 bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
+// Whether kAuto runs f32 q / k on the register-tiled CUDA-core kernel (16-byte aligned rows, head_dim % 4 == 0 and
+// <= 128); otherwise, and under kCudaCore, the per-element kernel (the same results bit for bit).
+bool dsa_indexer_f32_tiled_supported(const kernels::DsaIndexerLogitsParams& p);
 // Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
 // replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
 // identical. Scratch (the tied-row list and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered

@@ -112,10 +112,11 @@ std::vector<LogitsCase> logits_cases() {
 
 TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
     uint32_t seed = 4100;
-    // f32 through the dispatch; fp8 through the dispatch (kAuto: tensor cores where they apply) and forced to the
-    // CUDA-core variant.
-    for (const int mode : {0, 1, 2}) {
-        const bool fp8 = mode > 0;
+    // f32 through the dispatch (the register-tiled kernel where it applies, checked bit for bit against the
+    // per-element kernel) and forced to the per-element kernel; fp8 through the dispatch (kAuto: tensor cores where
+    // they apply) and forced to the CUDA-core variant.
+    for (const int mode : {0, 1, 2, 3}) {
+        const bool fp8 = mode == 1 || mode == 2;
         for (const LogitsCase& c : logits_cases()) {
             std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
             SCOPED_TRACE(name);
@@ -147,9 +148,41 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                 hp = {.logits = logits.hv, .q = qf.hv, .k = kf.hv, .weights = weights.hv, .q_scale = {}, .k_scale = {},
                       .q_pos = {}, .scale = scale};
             }
-            if (mode == 2) {
+            if (mode == 2 || mode == 3) {
                 name += " [cuda-core]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
+            } else if (!fp8 && cuda::dsa_indexer_f32_tiled_supported(gp)) {
+                name += " [tiled]";
+                kernels::dsa_indexer_logits(gp, gpu());
+                Pair per_element = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
+                kernels::DsaIndexerLogitsParams pe = gp;
+                pe.logits = per_element.dv;
+                cuda::dsa_indexer_logits(pe, cuda::IndexerVariant::kCudaCore, raw_stream());
+                conf_exact("dsa_indexer_logits", name + " vs per-element", read_pair(logits, stream(), false).values,
+                           read_pair(per_element, stream(), false).values);
+                // Causal (q_pos: row r sees keys <= n_keys - n_rows + r, some rows none): the keys each row sees,
+                // bit for bit (the kernels skip different all-masked tiles, whose logits are unspecified).
+                std::vector<int32_t> pos(static_cast<size_t>(c.n_rows));
+                for (int64_t r = 0; r < c.n_rows; ++r) pos[static_cast<size_t>(r)] = static_cast<int32_t>(c.n_keys - c.n_rows + r);
+                const Tensor pos_d = dev_i32(pos, alloc(), stream());
+                Pair causal_t = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
+                Pair causal_e = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
+                kernels::DsaIndexerLogitsParams ct = gp;
+                ct.q_pos = pos_d;
+                ct.logits = causal_t.dv;
+                kernels::dsa_indexer_logits(ct, gpu());
+                ct.logits = causal_e.dv;
+                cuda::dsa_indexer_logits(ct, cuda::IndexerVariant::kCudaCore, raw_stream());
+                const std::vector<float> vt = read_pair(causal_t, stream(), false).values;
+                const std::vector<float> ve = read_pair(causal_e, stream(), false).values;
+                std::vector<float> seen_t, seen_e;
+                for (int64_t r = 0; r < c.n_rows; ++r) {
+                    for (int64_t key = 0; key <= pos[static_cast<size_t>(r)] && key < c.n_keys; ++key) {
+                        seen_t.push_back(vt[static_cast<size_t>(r * c.n_keys + key)]);
+                        seen_e.push_back(ve[static_cast<size_t>(r * c.n_keys + key)]);
+                    }
+                }
+                conf_exact("dsa_indexer_logits", name + " causal vs per-element", seen_t, seen_e);
             } else {
                 if (fp8) {
                     name += cuda::dsa_indexer_wgmma_supported(gp) ? " [wgmma]"
