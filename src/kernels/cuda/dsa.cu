@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(kTileThreads) dsa_indexer_logits_f32_tiled_ker
     const int d4 = d / 4;
     const float* k = static_cast<const float*>(a.k);
     const float* q = static_cast<const float*>(a.q);
-    // Thread i stages column quad i / tiles of key (row) i % tile: a warp writes 32 consecutive keys (rows) of one
-    // column, conflict free.
+    // Thread i stages columns 4 (i / kTileKeys) .. + 3 of key i % kTileKeys (and of q row i % kTileRows below): a warp
+    // writes 32 consecutive keys (rows) of one column, conflict free.
     for (int i = tid; i < kTileKeys * d4; i += kTileThreads) {
         const int key = i % kTileKeys;
         const int c = 4 * (i / kTileKeys);
@@ -274,7 +274,6 @@ __global__ void __launch_bounds__(kTileThreads) dsa_indexer_logits_f32_tiled_ker
         }
     }
 }
-
 
 // ---------------------------------------------------------------------------------------------------------------
 // dsa_indexer_logits, fp8 on tensor cores (IndexerVariant::kMma): mma.sync.m16n8k32 e4m3 x e4m3 -> f32 (exact e4m3
