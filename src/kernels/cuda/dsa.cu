@@ -14,6 +14,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/mla_tc.h"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda {
 
@@ -169,24 +170,34 @@ __global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(Indexer
 // ---------------------------------------------------------------------------------------------------------------
 // dsa_indexer_logits with f32 q / k (the default indexer: transformers' computation), register-tiled on CUDA cores
 // (kAuto where q / k rows are 16-byte aligned and head_dim % 4 == 0, <= 128; IndexerVariant::kCudaCore forces the
-// kernel above). Block tile kTileRows query rows x kTileKeys keys, 256 threads; thread (ty = warp, tx = lane) owns rows
-// 8 ty .. 8 ty + 7 and keys 4 tx .. 4 tx + 3 (32 logits). The key tile is staged once, transposed ([head_dim][keys]:
-// a lane's 4 keys at one column are one 16-byte load), then per head the rows' q, transposed as well (a warp's 8 rows
-// at one column: two broadcast loads), and the gates. Each column then costs 3 shared loads for 32 FMAs, where the
-// kernel above spends 4 for 4 (it ran at ~20% of the f32 peak: GLM-5.3's 16K layer spent 80 ms in it). Per (row,
-// key) the dot runs over the columns in order and the head sum over the heads in order, with the same expressions as
-// the kernel above: its results bit for bit.
-constexpr int kTileRows = 64;
+// kernel above). Block tile kTileRows query rows x kTileKeys keys, 512 threads, one block per SM; thread (ty = warp,
+// tx = lane) owns rows 8 ty .. 8 ty + 7 and keys 4 tx .. 4 tx + 3 (32 logits). The key tile is staged once, transposed
+// ([head_dim][keys]: a lane's 4 keys at one column are one 16-byte load). The heads' q rows (row-major, as in memory)
+// and gates go through a two-slot ring by cp.async: head h + 1 lands while head h's products run, so a head costs one
+// barrier and no exposed load (session 32's kernel staged each head's q transposed through registers between two
+// barriers: ~31 TFLOP/s at 64 rows x 128 keys, two blocks per SM). Per 4 columns a thread loads its 8 rows' q as
+// 8 broadcast 16-byte loads and 4 key vectors: 12 shared loads for 128 FMAs. Per (row, key) the dot runs over the
+// columns in order and the head sum over the heads in order, with the same expressions as the kernel above: its
+// results bit for bit.
+constexpr int kTileRows = 128;
 constexpr int kTileKeys = 128;
-constexpr int kTileThreads = 256;
+constexpr int kTileThreads = 512;
 constexpr int kTileMaxDim = 128;
 
-__global__ void __launch_bounds__(kTileThreads) dsa_indexer_logits_f32_tiled_kernel(IndexerArgs a) {
+size_t f32_tiled_smem_bytes(int64_t head_dim) {
+    return sizeof(float) * (static_cast<size_t>(head_dim) * (kTileKeys + 2 * kTileRows) + 2 * kTileRows);
+}
+
+// kD: head_dim when it is a compile-time constant (128: GLM-5.3 and DeepSeek-V3.2; 64), else 0 and a.head_dim. With
+// kD the 8 rows' loads are one base plus immediate offsets; with a run-time pitch each row took its own address
+// arithmetic (27% of the issued instructions were not FMAs at head_dim 128, Nsight Compute).
+template <int kD>
+__global__ void __launch_bounds__(kTileThreads, 1) dsa_indexer_logits_f32_tiled_kernel(IndexerArgs a) {
     extern __shared__ float4 tile_smem4[];
     float* k_s = reinterpret_cast<float*>(tile_smem4);  // [head_dim][kTileKeys]
-    const int d = a.head_dim;
-    float* q_s = k_s + d * kTileKeys;                   // [head_dim][kTileRows]
-    float* gate_s = q_s + d * kTileRows;                // [kTileRows]
+    const int d = kD > 0 ? kD : a.head_dim;
+    float* q_s = k_s + d * kTileKeys;         // [2][kTileRows][head_dim]
+    float* gate_s = q_s + 2 * d * kTileRows;  // [2][kTileRows]
     const int tid = static_cast<int>(threadIdx.x);
     const int tx = tid % 32;
     const int ty = tid / 32;
@@ -196,8 +207,26 @@ __global__ void __launch_bounds__(kTileThreads) dsa_indexer_logits_f32_tiled_ker
     const int d4 = d / 4;
     const float* k = static_cast<const float*>(a.k);
     const float* q = static_cast<const float*>(a.q);
-    // Thread i stages columns 4 (i / kTileKeys) .. + 3 of key i % kTileKeys (and of q row i % kTileRows below): a warp
-    // writes 32 consecutive keys (rows) of one column, conflict free.
+    // Head h's q rows into slot `slot`: warp w copies rows w, w + 16, ..., lane c4 the row's 16-byte chunk c4 (rows
+    // past n_rows zero-filled); threads 0 .. kTileRows - 1 copy one gate each.
+    const auto issue_head = [&](int h, int slot) {
+        float* qd = q_s + slot * d * kTileRows;
+        for (int r = ty; r < kTileRows; r += kTileThreads / 32) {
+            const bool ok = row0 + r < a.n_rows;
+            const float* src = q + (ok ? static_cast<int64_t>(row0 + r) * a.q0 + static_cast<int64_t>(h) * a.q1 : 0);
+            for (int c4 = tx; c4 < d4; c4 += 32)
+                tile::cp_async_16(tile::smem_u32(qd + r * d + 4 * c4), src + 4 * c4, ok);
+        }
+        if (tid < kTileRows) {
+            const bool ok = row0 + tid < a.n_rows;
+            const float* src = a.weights + (ok ? static_cast<int64_t>(row0 + tid) * a.w0 + h : 0);
+            tile::cp_async_4(tile::smem_u32(gate_s + slot * kTileRows + tid), src, ok);
+        }
+        tile::cp_async_commit();
+    };
+    issue_head(0, 0);
+    // Thread i stages columns 4 (i / kTileKeys) .. + 3 of key i % kTileKeys: a warp writes 32 consecutive keys of one
+    // column, conflict free.
     for (int i = tid; i < kTileKeys * d4; i += kTileThreads) {
         const int key = i % kTileKeys;
         const int c = 4 * (i / kTileKeys);
@@ -214,47 +243,40 @@ __global__ void __launch_bounds__(kTileThreads) dsa_indexer_logits_f32_tiled_ker
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     }
+    const float* kc = k_s + 4 * tx;
     for (int h = 0; h < a.n_heads; ++h) {
-        __syncthreads();  // the previous head's q_s consumed (and k_s written, on the first pass)
-        for (int i = tid; i < kTileRows * d4; i += kTileThreads) {
-            const int r = i % kTileRows;
-            const int c = 4 * (i / kTileRows);
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (row0 + r < a.n_rows) {
-                x = *reinterpret_cast<const float4*>(q + static_cast<int64_t>(row0 + r) * a.q0 +
-                                                     static_cast<int64_t>(h) * a.q1 + c);
-            }
-            q_s[c * kTileRows + r] = x.x;
-            q_s[(c + 1) * kTileRows + r] = x.y;
-            q_s[(c + 2) * kTileRows + r] = x.z;
-            q_s[(c + 3) * kTileRows + r] = x.w;
-        }
-        if (tid < kTileRows) gate_s[tid] = row0 + tid < a.n_rows ? a.weights[(row0 + tid) * a.w0 + h] : 0.0f;
-        __syncthreads();
+        const int slot = h & 1;
+        tile::cp_async_wait_all();  // head h's rows and gates (this thread's copies)
+        __syncthreads();            // everyone's copies landed; slot 1 - slot (head h - 1) consumed; k_s written
+        if (h + 1 < a.n_heads) issue_head(h + 1, 1 - slot);
         float dot[8][4];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) dot[i][j] = 0.0f;
         }
-        const float* qc = q_s + 8 * ty;
-        const float* kc = k_s + 4 * tx;
+        const float* qr = q_s + slot * d * kTileRows + 8 * ty * d;
 #pragma unroll 4
-        for (int c = 0; c < d; ++c) {
-            const float4 q0 = *reinterpret_cast<const float4*>(qc + c * kTileRows);
-            const float4 q1 = *reinterpret_cast<const float4*>(qc + c * kTileRows + 4);
-            const float4 kv = *reinterpret_cast<const float4*>(kc + c * kTileKeys);
-            const float qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-            const float kw[4] = {kv.x, kv.y, kv.z, kv.w};
+        for (int c = 0; c < d; c += 4) {
+            float4 qv[8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < 8; ++i) qv[i] = *reinterpret_cast<const float4*>(qr + i * d + c);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) dot[i][j] = fmaf(qv[i], kw[j], dot[i][j]);
+            for (int cc = 0; cc < 4; ++cc) {
+                const float4 kv = *reinterpret_cast<const float4*>(kc + (c + cc) * kTileKeys);
+                const float kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float x = cc == 0 ? qv[i].x : cc == 1 ? qv[i].y : cc == 2 ? qv[i].z : qv[i].w;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) dot[i][j] = fmaf(x, kw[j], dot[i][j]);
+                }
             }
         }
+        const float* gates = gate_s + slot * kTileRows + 8 * ty;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const float g = gate_s[8 * ty + i];
+            const float g = gates[i];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const float score = a.scale * dot[i][j];
@@ -761,13 +783,16 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
         return;
     }
     if (!fp8 && variant == IndexerVariant::kAuto && dsa_indexer_f32_tiled_supported(p)) {
-        const size_t tsmem = sizeof(float) * (static_cast<size_t>(head_dim) * (kTileKeys + kTileRows) + kTileRows);
+        const size_t tsmem = f32_tiled_smem_bytes(head_dim);
         const dim3 tgrid(static_cast<unsigned>((n_keys + kTileKeys - 1) / kTileKeys),
                          static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows));
         PENSTOCK_CHECK_LE(tgrid.y, 65535u) << op << ": too many rows for one call";
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(dsa_indexer_logits_f32_tiled_kernel,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(tsmem)));
-        dsa_indexer_logits_f32_tiled_kernel<<<tgrid, kTileThreads, tsmem, s>>>(a);
+        const auto kernel = head_dim == 128  ? dsa_indexer_logits_f32_tiled_kernel<128>
+                            : head_dim == 64 ? dsa_indexer_logits_f32_tiled_kernel<64>
+                                             : dsa_indexer_logits_f32_tiled_kernel<0>;
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(tsmem)));
+        kernel<<<tgrid, kTileThreads, tsmem, s>>>(a);
         PENSTOCK_CUDA_LAUNCH_CHECK();
         return;
     }

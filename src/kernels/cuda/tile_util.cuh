@@ -19,6 +19,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
     const int n = ok ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
+// 4-byte async copy (through L1: .cg takes 16 bytes only); zero fill as above.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool ok) {
+    const int n = ok ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

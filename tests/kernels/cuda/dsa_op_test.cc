@@ -107,6 +107,7 @@ std::vector<LogitsCase> logits_cases() {
         {"head_dim64_rows1", 1, 32, 64, 200, true},
         {"rows40_keys700_heads32", 40, 32, 128, 700, false},
         {"rows20_keys1100_heads64", 20, 64, 128, 1100, false},
+        {"rows300_keys333_heads5_dim96", 300, 5, 96, 333, false},  // several row tiles, the last one partial
     };
 }
 
