@@ -220,8 +220,8 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,
                      "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores: "
-                     "35 ms of logits per full-indexer GLM-5.3 layer at a 16K chunk); --dsa-fp8-indexer runs FP8 "
-                     "keys on tensor cores (~2 ms; docs/perf/2026-12-04-s32.md)\n");
+                     "33 ms of logits per full-indexer GLM-5.3 layer at a 16K chunk); --dsa-fp8-indexer runs FP8 "
+                     "keys on tensor cores (~2 ms; docs/perf/2026-12-04-s33.md)\n");
     }
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
     return setup;
