@@ -12,16 +12,13 @@ root=build-dev-lead
 dest=${root}/${name}
 rm -rf "${dest}"
 mkdir -p "${dest}/bin" "${dest}/lib" "${dest}/configs"
-"$(dirname "$0")/pack_kernel_bins.sh" "${build}" "${dest}" > /dev/null
+# The model bench and the runtime test go in first, so that pack_kernel_bins.sh copies their shared libraries with the
+# kernel binaries' (the model bench links spdlog, which the kernel binaries do not).
 for b in penstock_model_bench cuda_runtime_test; do
   f=$(find "${build}" -name "${b}" -type f -perm -u+x | head -1)
   if [ -n "${f}" ]; then cp "${f}" "${dest}/bin/" && strip "${dest}/bin/${b}"; fi
 done
-# Their shared libraries too (the model bench links spdlog, which the kernel binaries do not).
-skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libcuda\.so|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc'
-for b in "${dest}/bin/"*; do
-  ldd "${b}" | awk '/=> \//{print $3}' | grep -v -E "${skip}" | while read -r l; do cp -L "${l}" "${dest}/lib/"; done
-done
+"$(dirname "$0")/pack_kernel_bins.sh" "${build}" "${dest}" > /dev/null
 rm -f "${dest}"/lib/libdl* "${dest}"/lib/libpthread* "${dest}"/lib/librt*
 cp ../shared/configs/*.json "${dest}/configs/"
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo ' + work tree'): ${what}" > "${dest}/COMMIT"
