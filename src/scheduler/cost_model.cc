@@ -7,13 +7,86 @@
 
 #include "core/check.h"
 #include "kv_cache/page_pool.h"
+#include "models/glm_dsa.h"
+#include "models/kimi_linear.h"
 
 namespace penstock::scheduler {
 
+double capped_pairs(int64_t prefix_len, int64_t n_tokens, int64_t cap) {
+    if (n_tokens <= 0 || cap <= 0) return 0.0;
+    // Position p reads min(p + 1, cap) keys; over p + 1 in [a, b]:
+    const double a = static_cast<double>(prefix_len) + 1.0, b = static_cast<double>(prefix_len + n_tokens);
+    const double c = static_cast<double>(cap);
+    if (b <= c) return 0.5 * (a + b) * (b - a + 1.0);
+    if (a > c) return c * (b - a + 1.0);
+    return 0.5 * (a + c) * (c - a + 1.0) + c * (b - c);
+}
+
 double chunk_cost(const CostCoefficients& c, int64_t prefix_len, int64_t n_tokens) {
     const double l = static_cast<double>(prefix_len), x = static_cast<double>(n_tokens);
-    return c.k_g * x + c.k_e * (l + x) + c.k_a * x * (l + 0.5 * x);
+    double cost = c.k_g * x + c.k_e * (l + x) + c.k_a * x * (l + 0.5 * x);
+    if (c.k_s > 0) cost += c.k_s * capped_pairs(prefix_len, n_tokens, c.s_cap);
+    return cost;
 }
+
+namespace {
+
+// The per-layer counts of cost_model.h, one function per layer kind.
+struct LayerCounter {
+    const loader::ModelConfig& m;
+    double h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
+    double qk = static_cast<double>(m.qk_head_dim()), v = static_cast<double>(m.v_head_dim);
+    double nope = static_cast<double>(m.qk_nope_head_dim);
+    double kv_lora = static_cast<double>(m.kv_lora_rank), rope = static_cast<double>(m.qk_rope_head_dim);
+    double q_lora = static_cast<double>(m.q_lora_rank);
+
+    // q_a / q_b (or q_proj), kv_a_proj_with_mqa, o_proj.
+    double mla_projections() const {
+        const double q = m.q_lora_rank > 0 ? 2.0 * h * q_lora + 2.0 * q_lora * heads * qk : 2.0 * h * heads * qk;
+        return q + 2.0 * h * (kv_lora + rope) + 2.0 * heads * v * h;
+    }
+    void mla(CostCoefficients& c, bool output_gate) const {
+        c.k_g += mla_projections() + (output_gate ? 2.0 * h * heads * v : 0.0);
+        c.k_e += 2.0 * kv_lora * heads * (nope + v);
+        c.k_a += 2.0 * heads * (qk + v);
+    }
+    void dsa(CostCoefficients& c, const models::DsaConfig& d, bool full_indexer) const {
+        c.k_g += mla_projections() + 2.0 * heads * kv_lora * (nope + v);
+        add_sparse(c, 2.0 * heads * (kv_lora + rope + kv_lora), d.index_topk);
+        if (full_indexer) {
+            const double ih = static_cast<double>(d.index_n_heads), id = static_cast<double>(d.index_head_dim);
+            c.k_g += 2.0 * q_lora * ih * id + 2.0 * h * id + 2.0 * h * ih;
+            c.k_a += 2.0 * ih * id;
+        }
+    }
+    void kda(CostCoefficients& c, const models::KdaOptions& o) const {
+        const double d = static_cast<double>(o.dims.head_dim), n = static_cast<double>(o.dims.n_heads);
+        const double qkv = n * d, chunk = static_cast<double>(o.chunk_size);
+        const double gate = o.full_rank_output_gate ? 2.0 * h * qkv : 2.0 * h * d + 2.0 * d * qkv;
+        c.k_g += 3.0 * 2.0 * h * qkv + 2.0 * static_cast<double>(o.dims.conv_kernel) * 3.0 * qkv +
+                 (2.0 * h * d + 2.0 * d * qkv) + 2.0 * h * n + gate + 2.0 * qkv * h +
+                 n * (6.0 * d * d + 8.0 * chunk * d);
+    }
+    double ffn(bool moe, int64_t latent_dim = 0) const {
+        if (!moe) return 6.0 * h * static_cast<double>(m.intermediate_size);
+        const double inter = static_cast<double>(m.moe_intermediate_size);
+        const double top_k = static_cast<double>(m.num_experts_per_tok);
+        const double shared = 6.0 * h * inter * static_cast<double>(m.n_shared_experts);
+        const double router = 2.0 * h * static_cast<double>(m.n_routed_experts);
+        if (latent_dim > 0) {
+            const double latent = static_cast<double>(latent_dim);
+            return 6.0 * latent * inter * top_k + 4.0 * h * latent + shared + router;
+        }
+        return 6.0 * h * inter * top_k + shared + router;
+    }
+    static void add_sparse(CostCoefficients& c, double flops, int64_t cap) {
+        PENSTOCK_CHECK(c.s_cap == 0 || c.s_cap == cap) << "one index_topk per model: " << c.s_cap << " vs " << cap;
+        c.k_s += flops;
+        c.s_cap = cap;
+    }
+};
+
+}  // namespace
 
 Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t layer_begin, int64_t layer_end) {
     if (layer_begin < 0 || layer_end > m.num_hidden_layers || layer_begin >= layer_end) {
@@ -21,22 +94,31 @@ Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t
                                 std::to_string(layer_end) + ") is empty or outside the model's " +
                                 std::to_string(m.num_hidden_layers) + " layers");
     }
-    const double h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
-    const double qk = static_cast<double>(m.qk_head_dim()), v = static_cast<double>(m.v_head_dim);
-    const double kv_lora = static_cast<double>(m.kv_lora_rank), rope = static_cast<double>(m.qk_rope_head_dim);
-    const double q_gemm = m.q_lora_rank > 0 ? 2.0 * h * static_cast<double>(m.q_lora_rank) +
-                                                  2.0 * static_cast<double>(m.q_lora_rank) * heads * qk
-                                            : 2.0 * h * heads * qk;
-    const double attn_gemm = q_gemm + 2.0 * h * (kv_lora + rope) + 2.0 * heads * v * h;
-    const double dense_ffn = 6.0 * h * static_cast<double>(m.intermediate_size);
-    const double moe_ffn = 6.0 * h * static_cast<double>(m.moe_intermediate_size) *
-                               static_cast<double>(m.num_experts_per_tok + m.n_shared_experts) +
-                           2.0 * h * static_cast<double>(m.n_routed_experts);
+    const LayerCounter count{.m = m};
     CostCoefficients c;
-    for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
-        c.k_g += attn_gemm + (m.is_moe_layer(layer) ? moe_ffn : dense_ffn);
-        c.k_e += 2.0 * kv_lora * heads * (static_cast<double>(m.qk_nope_head_dim) + v);
-        c.k_a += 2.0 * heads * (qk + v);
+    if (m.model_type == "glm_moe_dsa" || m.model_type == "deepseek_v32") {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::DsaConfig d, models::parse_dsa_config(m));
+        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
+            const auto l = static_cast<size_t>(layer);
+            count.dsa(c, d, d.full_indexer[l] != 0);
+            c.k_g += count.ffn(d.moe_mlp[l] != 0);
+        }
+    } else if (m.model_type == "kimi_linear") {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
+        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
+            const auto l = static_cast<size_t>(layer);
+            if (k.is_kda[l]) {
+                count.kda(c, k.kda);
+            } else {
+                count.mla(c, k.mla_output_gate);
+            }
+            c.k_g += count.ffn(k.is_moe[l], k.latent_dim);
+        }
+    } else {
+        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
+            count.mla(c, /*output_gate=*/false);
+            c.k_g += count.ffn(m.is_moe_layer(layer));
+        }
     }
     return c;
 }
@@ -53,8 +135,9 @@ int64_t page_aligned_cut(int64_t start, int64_t remaining, int64_t limit) {
 ChunkCostModel::ChunkCostModel(std::vector<CostCoefficients> stages) : stages_(std::move(stages)) {
     PENSTOCK_CHECK(!stages_.empty()) << "a cost model needs at least one stage";
     for (const CostCoefficients& c : stages_) {
-        PENSTOCK_CHECK(c.k_g > 0 && c.k_e >= 0 && c.k_a >= 0)
-            << "cost coefficients k_g " << c.k_g << " k_e " << c.k_e << " k_a " << c.k_a;
+        PENSTOCK_CHECK(c.k_g > 0 && c.k_e >= 0 && c.k_a >= 0 && c.k_s >= 0 && (c.k_s == 0 || c.s_cap > 0))
+            << "cost coefficients k_g " << c.k_g << " k_e " << c.k_e << " k_a " << c.k_a << " k_s " << c.k_s
+            << " s_cap " << c.s_cap;
     }
 }
 

@@ -1,9 +1,11 @@
-// Dynamic chunking cost model: FLOP counting on DeepSeek-V3's real config, max over pipeline stages, the chunk
-// search, and the scheduler's shrinking chunks of a long prompt with every chunk's predicted cost within budget.
+// Dynamic chunking cost model: FLOP counting by layer kind on the real DeepSeek-V3, GLM-5.3 and Kimi K3 configs, max
+// over pipeline stages, the chunk search, and the scheduler's shrinking chunks of a long prompt with every chunk's
+// predicted cost within budget.
 #include "scheduler/cost_model.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -19,8 +21,8 @@ namespace {
 
 constexpr double kRelSlack = 1e-12;  // cost comparisons are exact up to double rounding
 
-loader::ModelConfig deepseek_v3() {
-    const std::string path = std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/deepseek-v3.json";
+loader::ModelConfig real_config(const std::string& name) {
+    const std::string path = std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/" + name;
     auto text = loader::read_text_file(path);
     PENSTOCK_CHECK(text.ok()) << text.status().to_string();
     auto json = loader::parse_json_text(*text, path);
@@ -29,6 +31,8 @@ loader::ModelConfig deepseek_v3() {
     PENSTOCK_CHECK(config.ok()) << config.status().to_string();
     return *config;
 }
+
+loader::ModelConfig deepseek_v3() { return real_config("deepseek-v3.json"); }
 
 TEST(CostModel, CountsDeepSeekV3PerTokenFlops) {
     const loader::ModelConfig m = deepseek_v3();
@@ -49,6 +53,83 @@ TEST(CostModel, CountsDeepSeekV3PerTokenFlops) {
     EXPECT_DOUBLE_EQ(dense_only->k_g, 3 * (attn + dense));
     EXPECT_FALSE(count_layer_costs(m, 60, 62).ok());
     EXPECT_FALSE(count_layer_costs(m, 5, 5).ok());
+}
+
+TEST(CostModel, CappedPairsMatchBruteForce) {
+    std::mt19937_64 rng(11);
+    for (int trial = 0; trial < 500; ++trial) {
+        const int64_t prefix = static_cast<int64_t>(rng() % 3000), n = static_cast<int64_t>(rng() % 2500);
+        const int64_t cap = 1 + static_cast<int64_t>(rng() % 2048);
+        double expect = 0;
+        for (int64_t p = prefix; p < prefix + n; ++p) expect += static_cast<double>(std::min(p + 1, cap));
+        ASSERT_DOUBLE_EQ(capped_pairs(prefix, n, cap), expect) << prefix << " " << n << " " << cap;
+    }
+    EXPECT_EQ(capped_pairs(5, 0, 10), 0.0);
+    EXPECT_EQ(capped_pairs(0, 4, 0), 0.0);
+}
+
+// GLM-5.3 (DSA): written out from its shapes (H 6144, 64 heads, q_lora 2048, kv_lora 512, nope 192, rope 64, v 256,
+// dense 12288, 256 experts of 2048, top-8 + 1 shared, first 3 dense; indexer 32 heads x 128, top-2048; 21 "full"
+// indexer layers of 78).
+TEST(CostModel, CountsGlmDsaLayersByKind) {
+    const loader::ModelConfig m = real_config("glm-5.3.json");
+    ASSERT_EQ(m.num_hidden_layers, 78);
+    const double mla = 2.0 * 6144 * 2048 + 2.0 * 2048 * 64 * 256 + 2.0 * 6144 * 576 + 2.0 * 64 * 256 * 6144;
+    const double absorb = 2.0 * 64 * 512 * (192 + 256);
+    const double indexer = 2.0 * 2048 * 32 * 128 + 2.0 * 6144 * 128 + 2.0 * 6144 * 32;
+    const double dense = 6.0 * 6144 * 12288, moe = 6.0 * 6144 * 2048 * 9 + 2.0 * 6144 * 256;
+    auto all = count_layer_costs(m, 0, 78);
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    EXPECT_DOUBLE_EQ(all->k_g, 78 * (mla + absorb) + 21 * indexer + 3 * dense + 75 * moe);
+    EXPECT_EQ(all->k_e, 0.0) << "the absorbed form expands no prefix latents";
+    EXPECT_DOUBLE_EQ(all->k_a, 21 * 2.0 * 32 * 128) << "only the full indexer layers score every prefix key";
+    EXPECT_DOUBLE_EQ(all->k_s, 78 * 2.0 * 64 * (512 + 64 + 512));
+    EXPECT_EQ(all->s_cap, 2048);
+    auto shared = count_layer_costs(m, 3, 4);  // a "shared" layer: no indexer
+    ASSERT_TRUE(shared.ok());
+    EXPECT_DOUBLE_EQ(shared->k_g, mla + absorb + moe);
+    EXPECT_EQ(shared->k_a, 0.0);
+    // Past index_topk keys a query's sparse attention costs the same at any prefix.
+    EXPECT_DOUBLE_EQ(chunk_cost(*shared, 100000, 512), chunk_cost(*shared, 2048, 512));
+    EXPECT_LT(chunk_cost(*shared, 0, 512), chunk_cost(*shared, 2048, 512));
+    std::printf("GLM-5.3 per token: k_g %.4g GFLOP, k_a %.4g MFLOP/pair, k_s %.4g MFLOP/selected pair (cap %lld)\n",
+                all->k_g / 1e9, all->k_a / 1e6, all->k_s / 1e6, static_cast<long long>(all->s_cap));
+}
+
+// Kimi K3 (69 KDA + 24 MLA layers): H 7168; MLA 96 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, with
+// the output gate; KDA 96 heads x 128, conv 4, full-rank output gate, chunk 64; latent MoE 3584, 896 experts of 3072,
+// top-16 + 2 shared; dense 33792 in layer 0.
+TEST(CostModel, CountsKimiKdaAndMlaLayersByKind) {
+    const loader::ModelConfig m = real_config("kimi-k3.json");
+    ASSERT_EQ(m.num_hidden_layers, 93);
+    const double qkv = 96.0 * 128;
+    const double kda = 3 * 2.0 * 7168 * qkv + 2.0 * 4 * 3 * qkv + 2.0 * 7168 * 128 + 2.0 * 128 * qkv + 2.0 * 7168 * 96 +
+                       2.0 * 7168 * qkv + 2.0 * qkv * 7168 + 96 * (6.0 * 128 * 128 + 8.0 * 64 * 128);
+    const double mla =
+        2.0 * 7168 * 1536 + 2.0 * 1536 * 96 * 192 + 2.0 * 7168 * 576 + 2.0 * 96 * 128 * 7168 + 2.0 * 7168 * 96 * 128;
+    const double moe = 6.0 * 3584 * 3072 * 16 + 4.0 * 7168 * 3584 + 6.0 * 7168 * 3072 * 2 + 2.0 * 7168 * 896;
+    const double dense = 6.0 * 7168 * 33792;
+    auto all = count_layer_costs(m, 0, 93);
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    EXPECT_DOUBLE_EQ(all->k_g, 69 * kda + 24 * mla + dense + 92 * moe);
+    EXPECT_DOUBLE_EQ(all->k_e, 24 * 2.0 * 512 * 96 * 256);
+    EXPECT_DOUBLE_EQ(all->k_a, 24 * 2.0 * 96 * 320);
+    EXPECT_EQ(all->k_s, 0.0);
+    auto kda_only = count_layer_costs(m, 0, 3);  // layers 1-3 (1-based) are KDA
+    ASSERT_TRUE(kda_only.ok());
+    EXPECT_DOUBLE_EQ(kda_only->k_g, 3 * kda + dense + 2 * moe);
+    EXPECT_DOUBLE_EQ(chunk_cost(*kda_only, 500000, 4096), chunk_cost(*kda_only, 0, 4096)) << "no prefix term";
+    std::printf("Kimi K3 per token: k_g %.4g GFLOP, k_e %.4g GFLOP/context token, k_a %.4g MFLOP/pair\n",
+                all->k_g / 1e9, all->k_e / 1e9, all->k_a / 1e6);
+}
+
+// A bad family config is an error, not a guess.
+TEST(CostModel, FamilyConfigErrorsPropagate) {
+    loader::ModelConfig m = real_config("glm-5.3.json");
+    m.raw["indexer_types"] = nlohmann::json::array({"shared"});
+    auto bad = count_layer_costs(m, 0, 1);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("indexer_types"), std::string::npos) << bad.status().to_string();
 }
 
 TEST(CostModel, PartitionIsValidatedAndTheWorstStageBinds) {
@@ -75,7 +156,11 @@ TEST(CostModel, MaxTokensWithinMatchesBruteForce) {
     std::uniform_real_distribution<double> coef(0.0, 5.0);
     for (int trial = 0; trial < 200; ++trial) {
         const ChunkCostModel model({{.k_g = 1 + coef(rng), .k_e = coef(rng), .k_a = coef(rng) / 100},
-                                    {.k_g = 1 + coef(rng), .k_e = coef(rng), .k_a = coef(rng) / 100}});
+                                    {.k_g = 1 + coef(rng),
+                                     .k_e = coef(rng),
+                                     .k_a = coef(rng) / 1000,
+                                     .k_s = coef(rng) / 10,
+                                     .s_cap = 1 + static_cast<int64_t>(rng() % 1000)}});
         const int64_t prefix = static_cast<int64_t>(rng() % 2000), limit = static_cast<int64_t>(rng() % 1500);
         const double budget = coef(rng) * 2000 + 10;
         int64_t expect = 0;
@@ -94,22 +179,18 @@ TEST(CostModel, NextChunkAlwaysMakesProgress) {
     EXPECT_EQ(model.next_chunk(4096, 10, 1.0), 10);
 }
 
-// The acceptance test of SPEC §3: later chunks of a long prompt shrink and each stays within the budget.
-TEST(CostModel, LongPromptChunksShrinkWithinBudget) {
-    const loader::ModelConfig m = deepseek_v3();
-    const std::vector<int64_t> partition{16, 15, 15, 15};
-    auto model = ChunkCostModel::from_model(m, partition);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    const double budget = model->budget(8192);
-    const int64_t prompt = 131072;
+// Cuts a `prompt`-token prompt by next_chunk under `budget` and checks every chunk: within the budget, and (all but
+// the last) the largest page-aligned chunk that fits, ending on a page boundary, no longer than the one before.
+std::vector<int64_t> chunk_prompt(const ChunkCostModel& model, double budget, int64_t prompt) {
     std::vector<int64_t> chunks;
     for (int64_t done = 0; done < prompt;) {
-        const int64_t x = model->next_chunk(done, prompt - done, budget);
-        ASSERT_GT(x, 0);
-        EXPECT_LE(model->cost(done, x), budget * (1 + kRelSlack)) << "chunk at prefix " << done;
+        const int64_t x = model.next_chunk(done, prompt - done, budget);
+        EXPECT_GT(x, 0);
+        if (x <= 0) break;
+        EXPECT_LE(model.cost(done, x), budget * (1 + kRelSlack)) << "chunk at prefix " << done;
         if (done + x < prompt) {
             EXPECT_EQ((done + x) % kv_cache::kPageSize, 0);
-            EXPECT_GT(model->cost(done, x + kv_cache::kPageSize), budget) << "the largest page-aligned chunk";
+            EXPECT_GT(model.cost(done, x + kv_cache::kPageSize), budget) << "the largest page-aligned chunk";
             if (!chunks.empty()) {
                 EXPECT_LE(x, chunks.back()) << "chunks shrink monotonically";
             }
@@ -117,11 +198,51 @@ TEST(CostModel, LongPromptChunksShrinkWithinBudget) {
         chunks.push_back(x);
         done += x;
     }
+    return chunks;
+}
+
+// The acceptance test of SPEC §3: later chunks of a long prompt shrink and each stays within the budget.
+TEST(CostModel, LongPromptChunksShrinkWithinBudget) {
+    const loader::ModelConfig m = deepseek_v3();
+    const std::vector<int64_t> partition{16, 15, 15, 15};
+    auto model = ChunkCostModel::from_model(m, partition);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const int64_t prompt = 131072;
+    const std::vector<int64_t> chunks = chunk_prompt(*model, model->budget(8192), prompt);
+    ASSERT_FALSE(HasFailure());
     EXPECT_EQ(chunks.front(), 8192);
     EXPECT_LT(chunks[chunks.size() - 2], chunks.front() / 4) << "late chunks are much shorter";
     std::printf("%zu chunks for a %lld-token prompt: first %lld, second %lld, last full %lld\n", chunks.size(),
                 static_cast<long long>(prompt), static_cast<long long>(chunks[0]), static_cast<long long>(chunks[1]),
                 static_cast<long long>(chunks[chunks.size() - 2]));
+}
+
+// GLM-5.3 at a long prompt: only the full layers' indexer grows with the prefix (sparse attention is capped at
+// index_topk keys per query), so the chunks shrink far less than an all-MLA count would make them.
+TEST(CostModel, DsaLongPromptChunksStayLongWithinBudget) {
+    const loader::ModelConfig m = real_config("glm-5.3.json");
+    auto model = ChunkCostModel::from_model(m, {});
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const int64_t prompt = 131072;
+    const std::vector<int64_t> chunks = chunk_prompt(*model, model->budget(8192), prompt);
+    ASSERT_FALSE(HasFailure());
+    ASSERT_GE(chunks.size(), 3u);
+    EXPECT_EQ(chunks.front(), 8192);
+    EXPECT_LT(chunks[chunks.size() - 2], chunks.front()) << "the indexer still grows with the prefix";
+    EXPECT_GT(chunks[chunks.size() - 2], chunks.front() / 2) << "but the sparse attention does not";
+    // Counted as dense MLA (k_a over every causal pair, k_e re-expanding the prefix), the same prefix would allow
+    // under a fifth of that.
+    const int64_t l_hi = prompt - chunks.back() - chunks[chunks.size() - 2];
+    CostCoefficients as_mla = model->stages()[0];
+    as_mla.k_a = 78 * 2.0 * 64 * (256 + 256);
+    as_mla.k_e = 78 * 2.0 * 512 * 64 * (192 + 256);
+    as_mla.k_s = 0;
+    as_mla.s_cap = 0;
+    const ChunkCostModel mla_model({as_mla});
+    EXPECT_LT(mla_model.max_tokens_within(l_hi, mla_model.budget(8192), 8192) * 5, chunks[chunks.size() - 2]);
+    std::printf("GLM-5.3: %zu chunks for a %lld-token prompt: first %lld, last full %lld at prefix %lld\n",
+                chunks.size(), static_cast<long long>(prompt), static_cast<long long>(chunks[0]),
+                static_cast<long long>(chunks[chunks.size() - 2]), static_cast<long long>(l_hi));
 }
 
 TEST(CostModel, SchedulerPlansShrinkingChunksWithinBudget) {
