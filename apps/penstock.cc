@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "parallel/layout.h"
 #include "parallel/partition.h"
 #include "parallel/pipeline.h"
+#include "planner/plan_command.h"
 #include "runtime/model_runner.h"
 #include "server/serve_command.h"
 #if PENSTOCK_ENABLE_MPI
@@ -509,6 +511,11 @@ int main(int argc, char** argv) {
     CLI::App* sweep_cmd = app.add_subcommand("sweep", "run a layout x concurrency x repeat matrix (SWEEP.toml)");
     bench::add_sweep_options(sweep_cmd, &sweep_opts);
 
+    planner::PlanArgs plan_args;
+    CLI::App* plan_cmd =
+        app.add_subcommand("plan", "predict the best PP x TP x EP x CP layout for a model on a cluster");
+    planner::add_plan_options(plan_cmd, &plan_args);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -525,6 +532,10 @@ int main(int argc, char** argv) {
     }
     if (bench_cmd->parsed()) return bench::run_bench(bench_args);
     if (sweep_cmd->parsed()) return bench::run_sweep(sweep_opts);
+    if (plan_cmd->parsed()) {
+        const Status st = planner::run_plan(plan_args, std::cout);
+        if (!st.ok()) return fail(st.to_string());
+    }
     if (serve->parsed()) {
         const Status st = server::run_serve(serve_args);
         if (!st.ok()) return fail(st.to_string());

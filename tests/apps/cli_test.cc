@@ -133,6 +133,29 @@ TEST(Cli, BadInputsGiveOneLineAndExitCode2) {
     }
 }
 
+// `penstock plan` through the binary: the table on stdout and exit 0; bad inputs give one line and exit code 2.
+TEST(Cli, PlanPrintsLayoutsAndRefusesBadInputs) {
+    const std::string config = std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/deepseek-v3.json";
+    const RunResult ok = run("plan --model " + config + " --cluster rtx6000d-4x8 --fp8-weights --concurrency 16");
+    EXPECT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_NE(ok.out.find("| pp32 tp1 ep1 cp1 | yes |"), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("(35% less)"), std::string::npos) << ok.out;
+    const std::vector<std::string> cases = {
+        "plan --model " + config + " --cluster no-such-profile",
+        "plan --model " + config + " --cluster /nonexistent/cluster.toml",
+        "plan --model /nonexistent/config.json",
+        "plan --model " + config + " --layout 2,x",
+        "plan --model " + config + " --layout 4,4",  // 16 GPUs on an 8-GPU cluster
+        "plan --model " + config + " --gpus 64",
+        "plan --model " + config + " --ep two",
+    };
+    for (const std::string& args : cases) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+        EXPECT_EQ(count_lines(r.err), 1) << args << "\nstderr: " << r.err;
+    }
+}
+
 // `penstock serve --backend / --dtype` (and --dsa-fp8-accumulate without --dsa-fp8-indexer): refused combinations give
 // one line and exit code 2 before anything loads
 // (the GPU path itself: tools/gpu_serve_check.py on a GPU machine).

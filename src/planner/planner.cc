@@ -1,0 +1,347 @@
+// The planner's analytical model (planner.h; the formulas and assumptions are docs/design/planner.md's).
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "models/glm_dsa.h"
+#include "models/kimi_linear.h"
+#include "parallel/partition.h"
+#include "scheduler/cost_model.h"
+
+namespace penstock::planner {
+
+std::string Layout::str() const {
+    std::ostringstream os;
+    os << "pp" << pp << " tp" << tp << " ep" << ep << " cp" << cp;
+    return os.str();
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kBf16 = 2.0;
+
+enum class Attn : uint8_t { kMla, kDsa, kKda };
+
+// One layer as the planner sees it: parameter counts (split = divided over the TP group; replicated = on every TP
+// rank), cache bytes and what its attention needs.
+struct LayerModel {
+    Attn attn = Attn::kMla;
+    bool full_indexer = false;
+    double split = 0, replicated = 0;  // linear weights
+    double kv_per_token = 0;           // bytes per cached token (latent rows, index keys)
+    double index_k_per_token = 0;      // of which index keys (DSA full layers)
+    double state_per_request = 0;      // KDA recurrent + conv state bytes (split over TP)
+    double kda_state_bytes = 0;        // one KDA layer's recurrent state per request (the CP hand-off)
+};
+
+struct ModelShape {
+    std::vector<LayerModel> layers;
+    bool output_gate = false;
+    int64_t index_topk = 0;
+    std::vector<int64_t> bank_rows_at;  // Kimi AttnRes: bank rows a stage boundary before layer l carries
+};
+
+Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) {
+    const double h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
+    const double qk = static_cast<double>(m.qk_head_dim()), v = static_cast<double>(m.v_head_dim);
+    const double nope = static_cast<double>(m.qk_nope_head_dim), rope = static_cast<double>(m.qk_rope_head_dim);
+    const double kv_lora = static_cast<double>(m.kv_lora_rank), q_lora = static_cast<double>(m.q_lora_rank);
+    const double latent_row = w.fp8_kv ? kv_lora + kv_lora / 128.0 * 4.0 + rope * kBf16 : (kv_lora + rope) * kBf16;
+    ModelShape s;
+    const auto mla = [&](LayerModel& l, bool gate) {
+        if (m.q_lora_rank > 0) {
+            l.replicated += h * q_lora;
+            l.split += q_lora * heads * qk;
+        } else {
+            l.split += h * heads * qk;
+        }
+        l.replicated += h * (kv_lora + rope);
+        l.split += kv_lora * heads * (nope + v) + heads * v * h + (gate ? h * heads * v : 0.0);
+        l.kv_per_token += latent_row;
+    };
+    const double inter = static_cast<double>(m.moe_intermediate_size);
+    const double experts = static_cast<double>(m.n_routed_experts);
+    const auto ffn = [&](LayerModel& l, bool moe, int64_t latent_dim) {
+        if (!moe) {
+            l.split += 3.0 * h * static_cast<double>(m.intermediate_size);
+            return;
+        }
+        l.replicated += h * experts;  // router
+        l.split += 3.0 * h * inter * static_cast<double>(m.n_shared_experts);
+        if (latent_dim > 0) {
+            const double latent = static_cast<double>(latent_dim);
+            l.split += 3.0 * latent * inter * experts;
+            l.replicated += 2.0 * h * latent;
+        } else {
+            l.split += 3.0 * h * inter * experts;
+        }
+    };
+    const int64_t n = m.num_hidden_layers;
+    s.bank_rows_at.assign(static_cast<size_t>(n) + 1, 0);
+    if (m.model_type == "glm_moe_dsa" || m.model_type == "deepseek_v32") {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::DsaConfig d, models::parse_dsa_config(m));
+        s.index_topk = d.index_topk;
+        const double ih = static_cast<double>(d.index_n_heads), id = static_cast<double>(d.index_head_dim);
+        for (int64_t i = 0; i < n; ++i) {
+            LayerModel l{.attn = Attn::kDsa, .full_indexer = d.full_indexer[static_cast<size_t>(i)] != 0};
+            mla(l, false);
+            if (l.full_indexer) {
+                l.replicated += q_lora * ih * id + h * id + h * ih;
+                l.index_k_per_token = w.fp8_index_k ? id + 4.0 : id * 4.0;
+                l.kv_per_token += l.index_k_per_token;
+            }
+            ffn(l, d.moe_mlp[static_cast<size_t>(i)] != 0, 0);
+            s.layers.push_back(l);
+        }
+    } else if (m.model_type == "kimi_linear") {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
+        s.output_gate = k.mla_output_gate;
+        const double d = static_cast<double>(k.kda.dims.head_dim), nh = static_cast<double>(k.kda.dims.n_heads);
+        const double qkv = nh * d, conv = static_cast<double>(k.kda.dims.conv_kernel);
+        for (int64_t i = 0; i < n; ++i) {
+            LayerModel l;
+            if (k.is_kda[static_cast<size_t>(i)]) {
+                l.attn = Attn::kKda;
+                l.split += 4.0 * h * qkv + d * qkv + h * nh + 3.0 * qkv * conv;
+                l.replicated += h * d;
+                if (k.kda.full_rank_output_gate) {
+                    l.split += h * qkv;
+                } else {
+                    l.replicated += h * d;
+                    l.split += d * qkv;
+                }
+                l.kda_state_bytes = nh * d * d * 4.0;
+                l.state_per_request = l.kda_state_bytes + (conv - 1.0) * 3.0 * qkv * 4.0;
+            } else {
+                mla(l, k.mla_output_gate);
+            }
+            ffn(l, k.is_moe[static_cast<size_t>(i)], k.latent_dim);
+            s.layers.push_back(l);
+        }
+        for (int64_t i = 0; i <= n; ++i) s.bank_rows_at[static_cast<size_t>(i)] = k.n_bank_rows(i);
+    } else {
+        for (int64_t i = 0; i < n; ++i) {
+            LayerModel l;
+            mla(l, false);
+            ffn(l, m.is_moe_layer(i), 0);
+            s.layers.push_back(l);
+        }
+    }
+    return s;
+}
+
+// The chunks a prompt is cut into: (prefix, tokens).
+std::vector<std::pair<int64_t, int64_t>> prompt_chunks(const Workload& w) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t done = 0; done < w.input_len; done += w.chunk)
+        out.emplace_back(done, std::min(w.chunk, w.input_len - done));
+    return out;
+}
+
+}  // namespace
+
+std::vector<Layout> enumerate_layouts(const loader::ModelConfig& m, int world, int max_cp, bool ep_auto, int ep) {
+    std::vector<Layout> out;
+    const bool moe = m.n_routed_experts > 0;
+    for (int cp = 1; cp <= std::max(1, max_cp); ++cp) {
+        if (world % cp != 0) continue;
+        for (int pp = 1; pp <= world / cp; ++pp) {
+            if ((world / cp) % pp != 0 || pp > m.num_hidden_layers) continue;
+            const int tp = world / cp / pp;
+            int e = 1;
+            if (moe) e = ep_auto ? tp : (ep >= 1 && tp % ep == 0 ? ep : 1);
+            out.push_back(Layout{.pp = pp, .tp = tp, .ep = e, .cp = cp});
+        }
+    }
+    return out;
+}
+
+Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const Workload& w, const Layout& lay) {
+    if (lay.pp < 1 || lay.tp < 1 || lay.cp < 1 || lay.ep < 1 || lay.tp % lay.ep != 0) {
+        return invalid_argument("layout " + lay.str() + ": sizes must be >= 1 and ep must divide tp");
+    }
+    if (lay.pp * lay.tp * lay.cp > c.world()) {
+        return invalid_argument("layout " + lay.str() + " needs " + std::to_string(lay.pp * lay.tp * lay.cp) +
+                                " GPUs; the cluster has " + std::to_string(c.world()));
+    }
+    if (w.input_len < 1 || w.chunk < 1 || w.concurrency < 1) {
+        return invalid_argument("workload: input length, chunk and concurrency must be >= 1");
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(const ModelShape shape, model_shape(m, w));
+    PENSTOCK_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                              parallel::balance_partition(m, lay.pp, w.chunk, w.input_len / 2));
+    const auto chunks = prompt_chunks(w);
+    const double n_c = static_cast<double>(chunks.size());
+    const double h = static_cast<double>(m.hidden_size);
+    const double heads = static_cast<double>(m.num_attention_heads);
+    const double weight_bytes = w.fp8_weights ? 1.0 + 4.0 / (128.0 * 128.0) : kBf16;
+    const double rate = (w.fp8_weights ? c.fp8_tflops : c.bf16_tflops) * 1e12;
+    const double tp = lay.tp, cp = lay.cp;
+    const double tokens_per_rank = static_cast<double>(w.chunk) / cp;
+    const double kv_tokens = static_cast<double>(w.concurrency) * static_cast<double>(w.input_len) / cp;
+    const double embed = static_cast<double>(m.vocab_size) * h * kBf16;
+
+    Prediction p;
+    p.layout = lay;
+    int64_t begin = 0;
+    for (int s = 0; s < lay.pp; ++s) {
+        StagePrediction st;
+        st.layer_begin = begin;
+        st.layer_end = begin + counts[static_cast<size_t>(s)];
+        begin = st.layer_end;
+        const int first_rank = s * lay.cp * lay.tp;  // ranks: tp innermost, then cp, then pp
+        double weights = (s == 0 ? embed : 0.0) + (s == lay.pp - 1 ? embed : 0.0);
+        double kv = 0, state = 0;
+        int64_t attn_layers = 0, kda_layers = 0, dense_mla_layers = 0;
+        double kda_state = 0;
+        for (int64_t l = st.layer_begin; l < st.layer_end; ++l) {
+            const LayerModel& lm = shape.layers[static_cast<size_t>(l)];
+            weights += (lm.split / tp + lm.replicated) * weight_bytes;
+            kv += lm.kv_per_token * kv_tokens;
+            state += lm.state_per_request / tp * static_cast<double>(w.concurrency);
+            if (lm.attn == Attn::kKda) {
+                ++kda_layers;
+                kda_state = lm.kda_state_bytes / tp;
+            } else {
+                ++attn_layers;
+                if (lm.attn == Attn::kMla) ++dense_mla_layers;
+            }
+        }
+        st.weights_gib = weights / kGiB;
+        st.kv_gib = (kv + state) / kGiB;
+        // Activations: ~6 f32 hidden-sized buffers, the routed rows of this rank's experts (gate / up and down
+        // operands), the chunk's q / k / v, and the MHA form's expanded prefix piece.
+        double act = tokens_per_rank * h * 4.0 * 6.0;
+        if (m.n_routed_experts > 0) {
+            const double rows = tokens_per_rank * static_cast<double>(m.num_experts_per_tok) / lay.ep;
+            act += rows * (h + 2.0 * static_cast<double>(m.moe_intermediate_size) * lay.ep / tp) * kBf16;
+        }
+        act += tokens_per_rank * heads / tp * (2.0 * static_cast<double>(m.qk_head_dim()) + m.v_head_dim) * kBf16;
+        if (dense_mla_layers > 0) {
+            const double piece = std::min<double>(static_cast<double>(w.input_len), w.max_kv_chunk_capacity);
+            act += piece * heads / tp * (static_cast<double>(m.qk_nope_head_dim) + m.v_head_dim) * kBf16;
+        }
+        st.activations_gib = act / kGiB;
+
+        PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostCoefficients coef,
+                                  scheduler::count_layer_costs(m, st.layer_begin, st.layer_end));
+        double flops = 0;
+        for (const auto& [prefix, x] : chunks) flops += scheduler::chunk_cost(coef, prefix, x);
+        st.compute_ms = flops / n_c / (tp * cp) / rate * 1e3;
+        const double hidden_bytes = tokens_per_rank * h * kBf16;
+        const double layers = static_cast<double>(st.layer_end - st.layer_begin);
+        st.tp_comm_ms = layers * 2.0 * c.all_reduce_ms(hidden_bytes, lay.tp, first_rank);
+        if (lay.cp > 1) {
+            const double latent =
+                static_cast<double>(w.chunk) * static_cast<double>(m.kv_lora_rank + m.qk_rope_head_dim) * kBf16;
+            st.cp_comm_ms =
+                static_cast<double>(attn_layers) * c.all_gather_ms(latent, lay.cp, first_rank, lay.tp) +
+                static_cast<double>(kda_layers) * (cp - 1.0) * c.send_ms(kda_state, first_rank, first_rank + lay.tp);
+        }
+        if (s + 1 < lay.pp) {
+            double bytes = hidden_bytes;
+            bytes += static_cast<double>(shape.bank_rows_at[static_cast<size_t>(st.layer_end)]) * hidden_bytes;
+            if (shape.index_topk > 0 && !shape.layers[static_cast<size_t>(st.layer_end)].full_indexer) {
+                bytes += tokens_per_rank * static_cast<double>(shape.index_topk) * 4.0;  // the top-k columns
+            }
+            const int next_first = (s + 1) * lay.cp * lay.tp;
+            st.boundary_ms = c.send_ms(bytes, first_rank, next_first);
+        }
+        p.stages.push_back(st);
+    }
+    // The period: the slowest stage (its sends are not overlapped with its next micro-batch).
+    for (int s = 0; s < lay.pp; ++s) {
+        const StagePrediction& st = p.stages[static_cast<size_t>(s)];
+        p.max_rank_gib = std::max(p.max_rank_gib, st.total_gib());
+        if (st.busy_ms() > p.period_ms) {
+            p.period_ms = st.busy_ms();
+            p.slowest_stage = s;
+        }
+    }
+    const StagePrediction& slow = p.stages[static_cast<size_t>(p.slowest_stage)];
+    const std::pair<double, const char*> parts[] = {{slow.compute_ms, "compute"},
+                                                    {slow.tp_comm_ms, "TP all-reduce"},
+                                                    {slow.cp_comm_ms, "CP all-gather"},
+                                                    {slow.boundary_ms, "PP boundary"}};
+    p.bottleneck = std::max_element(std::begin(parts), std::end(parts))->second;
+    p.comm_share = p.period_ms > 0 ? 1.0 - slow.compute_ms / p.period_ms : 0.0;
+    p.fits = p.max_rank_gib <= c.memory_gib * w.mem_fraction;
+    // Micro-batches in flight: every chunk of every request in flight can be one (consecutive chunks of a request
+    // pipeline through the stages), up to pp + async_depth slots; fewer than pp leave bubbles.
+    const double in_flight =
+        std::min(static_cast<double>(w.concurrency) * n_c, static_cast<double>(lay.pp + w.async_depth));
+    p.fill = std::min(1.0, in_flight / lay.pp);
+    const double tokens_per_chunk = static_cast<double>(w.input_len) / n_c;
+    p.input_tok_s = p.fill * tokens_per_chunk / (p.period_ms * 1e-3);
+    // TTFT: a lone request's chunks through every stage, or Little's law over the closed loop's requests.
+    const double alone_s = (n_c + lay.pp - 1.0) * p.period_ms * 1e-3;
+    const double loop_s = static_cast<double>(w.concurrency) * static_cast<double>(w.input_len) / p.input_tok_s;
+    p.ttft_s = std::max(alone_s, loop_s);
+    return p;
+}
+
+Result<std::vector<Prediction>> plan(const loader::ModelConfig& m, const Cluster& c, const Workload& w,
+                                     const std::vector<Layout>& layouts) {
+    std::vector<Prediction> out;
+    for (const Layout& l : layouts) {
+        PENSTOCK_ASSIGN_OR_RETURN(Prediction p, predict(m, c, w, l));
+        out.push_back(std::move(p));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+        if (a.fits != b.fits) return a.fits;
+        return a.input_tok_s > b.input_tok_s;
+    });
+    return out;
+}
+
+Result<TpCommPatterns> tp_comm_patterns(const loader::ModelConfig& m) {
+    TpCommPatterns t;
+    t.hidden = static_cast<double>(m.hidden_size);
+    t.latent = static_cast<double>(std::max<int64_t>(m.q_lora_rank, 0) + m.kv_lora_rank + m.qk_rope_head_dim);
+    t.all_reduce = 2.0 * t.hidden;
+    t.rs_ag = t.hidden + t.latent;
+    t.rs_ag_full_hidden = 2.0 * t.hidden + t.latent;
+    if (m.model_type == "kimi_linear") {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
+        t.needs_full_hidden = k.mla_output_gate || std::count(k.is_kda.begin(), k.is_kda.end(), true) > 0;
+    }
+    return t;
+}
+
+Result<LongContext> long_context(const loader::ModelConfig& m, const Workload& w, int64_t len,
+                                 const std::vector<int64_t>& chunks) {
+    PENSTOCK_ASSIGN_OR_RETURN(const ModelShape shape, model_shape(m, w));
+    PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostCoefficients all,
+                              scheduler::count_layer_costs(m, 0, m.num_hidden_layers));
+    LongContext lc;
+    lc.len = len;
+    double index_k_per_token = 0;  // over the full layers
+    for (const LayerModel& l : shape.layers) {
+        lc.kv_bytes_per_token += l.kv_per_token;
+        index_k_per_token += l.index_k_per_token;
+        if (l.full_indexer) ++lc.full_indexer_layers;
+    }
+    const double l2 = static_cast<double>(len) * static_cast<double>(len) / 2.0;
+    // k_a counts the indexer's logits (2 index_heads index_dim per pair) on DSA models; the MLA families' k_a is
+    // dense attention, so the indexer part is 0 there.
+    const bool dsa = shape.index_topk > 0;
+    const double total = scheduler::chunk_cost(all, 0, len);
+    lc.indexer_pflop = dsa ? all.k_a * l2 / 1e15 : 0.0;
+    lc.backbone_pflop = total / 1e15 - lc.indexer_pflop;
+    lc.kv_gb = lc.kv_bytes_per_token * static_cast<double>(len) / 1e9;
+    for (const int64_t b : chunks) {
+        ChunkTradeoff t{.chunk = b};
+        if (dsa) {
+            t.index_k_reread_gb = index_k_per_token * l2 / static_cast<double>(b) / 1e9;
+            t.logits_peak_gb = static_cast<double>(b) * static_cast<double>(len) * 4.0 / 1e9;
+        }
+        t.activation_peak_gb = static_cast<double>(b) * static_cast<double>(m.hidden_size) * 4.0 * 6.0 / 1e9;
+        lc.chunks.push_back(t);
+    }
+    return lc;
+}
+
+}  // namespace penstock::planner
