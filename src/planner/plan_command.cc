@@ -30,6 +30,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs* a) {
         ->capture_default_str();
     cmd->add_option("--pp-async-batch-depth", a->workload.async_depth, "extra micro-batch slots")
         ->capture_default_str();
+    cmd->add_option("--num-layers", a->num_layers,
+                    "plan for the model's first N layers (a partial-depth run, as serve --num-layers)");
     cmd->add_option("--gpus", a->gpus, "GPUs to plan for (default: the whole cluster)");
     cmd->add_option("--max-cp", a->max_cp, "largest context-parallel size to consider")->capture_default_str();
     cmd->add_option("--ep", a->ep, "expert-parallel size: auto (= tp for MoE models) or a number dividing tp")
@@ -76,7 +78,10 @@ std::string fmt(double v, int prec) {
 }  // namespace
 
 Status run_plan(const PlanArgs& a, std::ostream& out) {
-    PENSTOCK_ASSIGN_OR_RETURN(const loader::ModelConfig m, loader::load_model_config_dir_or_file(a.model));
+    PENSTOCK_ASSIGN_OR_RETURN(loader::ModelConfig m, loader::load_model_config_dir_or_file(a.model));
+    if (a.num_layers > 0) {
+        PENSTOCK_ASSIGN_OR_RETURN(m, loader::with_num_layers(m, a.num_layers));
+    }
     PENSTOCK_ASSIGN_OR_RETURN(const Cluster c, cluster_from_arg(a.cluster));
     const int gpus = a.gpus > 0 ? a.gpus : c.world();
     if (gpus > c.world()) {

@@ -14,6 +14,7 @@ struct PlanArgs {
     std::string model;               // config.json, or a model directory holding one
     std::string cluster = "h200x8";  // a built-in profile or a TOML file
     Workload workload;
+    int64_t num_layers = 0;  // > 0: the model's first N layers (as `serve --num-layers`)
     int gpus = 0;  // 0: the whole cluster
     int max_cp = 1;
     std::string ep = "auto";           // "auto" (= tp for MoE models) or a number that divides tp

@@ -140,6 +140,12 @@ TEST(Cli, PlanPrintsLayoutsAndRefusesBadInputs) {
     EXPECT_EQ(ok.exit_code, 0) << ok.err;
     EXPECT_NE(ok.out.find("| pp32 tp1 ep1 cp1 | yes |"), std::string::npos) << ok.out;
     EXPECT_NE(ok.out.find("(35% less)"), std::string::npos) << ok.out;
+    const std::string k3 = std::string(PENSTOCK_FIXTURES_DIR) + "/../configs/kimi-k3.json";
+    const RunResult cut = run("plan --model " + k3 + " --num-layers 3 --gpus 2 --layout 2,1 --layout 1,2");
+    EXPECT_EQ(cut.exit_code, 0) << cut.err;
+    EXPECT_NE(cut.out.find("kimi_linear (3 layers"), std::string::npos) << cut.out;
+    EXPECT_NE(cut.out.find("| pp2 tp1 ep1 cp1 |"), std::string::npos) << cut.out;
+    EXPECT_NE(cut.out.find("| pp1 tp2 ep2 cp1 |"), std::string::npos) << cut.out;
     const std::vector<std::string> cases = {
         "plan --model " + config + " --cluster no-such-profile",
         "plan --model " + config + " --cluster /nonexistent/cluster.toml",
@@ -148,6 +154,7 @@ TEST(Cli, PlanPrintsLayoutsAndRefusesBadInputs) {
         "plan --model " + config + " --layout 4,4",  // 16 GPUs on an 8-GPU cluster
         "plan --model " + config + " --gpus 64",
         "plan --model " + config + " --ep two",
+        "plan --model " + config + " --num-layers 62",
     };
     for (const std::string& args : cases) {
         const RunResult r = run(args);
