@@ -34,8 +34,29 @@ r = json.load(open(sys.argv[1]))[0]
 b = {x['scope']: x['median_ms'] for x in r.get('breakdown', [])}
 scopes = [('attention', 'layer.attn.core.attention'), ('kv_expand', 'layer.attn.core.kv_expand'),
           ('fp8_quant', 'layer.attn.core.fp8_quant'), ('core', 'layer.attn.core'), ('permute', 'layer.moe.permute'),
-          ('experts', 'layer.moe.experts'), ('gate_up_act', 'layer.moe.experts.gate_up_act')]
+          ('experts', 'layer.moe.experts'), ('gate_up_act', 'layer.moe.experts.gate_up_act'),
+          ('indexer', 'layer.attn.indexer'), ('logits', 'layer.attn.indexer.logits')]
 parts = [f"{name} {b[key]:.3f}" for name, key in scopes if key in b]
 print(f"{r['median_ms']:.2f} ms (min {r['min_ms']:.2f}; " + ", ".join(parts) + f", {r.get('energy_j_per_rep', 0):.1f} J)")
 PY
+}
+
+# Nsight Compute on the first launch of the kernels matching REGEX in one run of BIN (its arguments after it):
+# every section the scripts read plus per-instruction stall samples, written as $O/TAG.{details.txt,sass.csv,
+# hotspots.txt} (tools/ncu_sass_hotspots.py); prints the headline metrics and the per-region summary.
+#   ncu_sass TAG REGEX BIN [ARGS...]     e.g. PENSTOCK_CUDA_PERF=1 ncu_sass tf32 tf32 $P/bin/cuda_kernels_test --gtest_filter=DsaOpTest.Perf
+ncu_sass() {
+  local tag=$1 regex=$2; shift 2
+  local ncu=/usr/local/cuda/bin/ncu
+  timeout "${NCU_TIMEOUT:-200}" "${ncu}" --clock-control none -k "regex:${regex}" --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section SourceCounters -o "${O}/${tag}" "$@" > "${O}/${tag}.ncu.log" 2>&1
+  echo "ncu ${tag} rc $? at ${SECONDS}s"
+  "${ncu}" -i "${O}/${tag}.ncu-rep" --page details > "${O}/${tag}.details.txt" 2>&1
+  "${ncu}" -i "${O}/${tag}.ncu-rep" --page source --print-source sass --csv > "${O}/${tag}.sass.csv" 2> "${O}/${tag}.sass.err"
+  rm -f "${O}/${tag}.ncu-rep"
+  python3 tools/ncu_sass_hotspots.py "${O}/${tag}.sass.csv" --top 25 > "${O}/${tag}.hotspots.txt" 2>&1
+  grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |Tensor|Registers" \
+    "${O}/${tag}.details.txt" | head -12
+  sed -n '/^regions/,$p' "${O}/${tag}.hotspots.txt" | head -14
 }

@@ -5,8 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "models/glm_dsa.h"
-#include "models/kimi_linear.h"
+#include "models/layer_kinds.h"
 #include "parallel/partition.h"
 #include "scheduler/cost_model.h"
 
@@ -23,13 +22,12 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kBf16 = 2.0;
 
-enum class Attn : uint8_t { kMla, kDsa, kKda };
+using models::AttentionKind;
 
 // One layer as the planner sees it: parameter counts (split = divided over the TP group; replicated = on every TP
 // rank), cache bytes and what its attention needs.
 struct LayerModel {
-    Attn attn = Attn::kMla;
-    bool full_indexer = false;
+    models::LayerKind kind;
     double split = 0, replicated = 0;  // linear weights
     double kv_per_token = 0;           // bytes per cached token (latent rows, index keys)
     double index_k_per_token = 0;      // of which index keys (DSA full layers)
@@ -39,7 +37,6 @@ struct LayerModel {
 
 struct ModelShape {
     std::vector<LayerModel> layers;
-    bool output_gate = false;
     int64_t index_topk = 0;
     std::vector<int64_t> bank_rows_at;  // Kimi AttnRes: bank rows a stage boundary before layer l carries
 };
@@ -79,35 +76,31 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
             l.split += 3.0 * h * inter * experts;
         }
     };
-    const int64_t n = m.num_hidden_layers;
-    s.bank_rows_at.assign(static_cast<size_t>(n) + 1, 0);
-    if (m.model_type == "glm_moe_dsa" || m.model_type == "deepseek_v32") {
-        PENSTOCK_ASSIGN_OR_RETURN(const models::DsaConfig d, models::parse_dsa_config(m));
-        s.index_topk = d.index_topk;
-        const double ih = static_cast<double>(d.index_n_heads), id = static_cast<double>(d.index_head_dim);
-        for (int64_t i = 0; i < n; ++i) {
-            LayerModel l{.attn = Attn::kDsa, .full_indexer = d.full_indexer[static_cast<size_t>(i)] != 0};
-            mla(l, false);
-            if (l.full_indexer) {
-                l.replicated += q_lora * ih * id + h * id + h * ih;
-                l.index_k_per_token = w.fp8_index_k ? id + 4.0 : id * 4.0;
-                l.kv_per_token += l.index_k_per_token;
-            }
-            ffn(l, d.moe_mlp[static_cast<size_t>(i)] != 0, 0);
-            s.layers.push_back(l);
-        }
-    } else if (m.model_type == "kimi_linear") {
-        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
-        s.output_gate = k.mla_output_gate;
-        const double d = static_cast<double>(k.kda.dims.head_dim), nh = static_cast<double>(k.kda.dims.n_heads);
-        const double qkv = nh * d, conv = static_cast<double>(k.kda.dims.conv_kernel);
-        for (int64_t i = 0; i < n; ++i) {
-            LayerModel l;
-            if (k.is_kda[static_cast<size_t>(i)]) {
-                l.attn = Attn::kKda;
+    PENSTOCK_ASSIGN_OR_RETURN(const models::LayerKinds kinds, models::layer_kinds(m));
+    s.index_topk = kinds.index_topk;
+    s.bank_rows_at = kinds.bank_rows_at;
+    const double ih = static_cast<double>(kinds.index_n_heads), id = static_cast<double>(kinds.index_head_dim);
+    const models::KdaDims& kd = kinds.kda.dims;
+    const double d = static_cast<double>(kd.head_dim), nh = static_cast<double>(kd.n_heads);
+    const double qkv = nh * d, conv = static_cast<double>(kd.conv_kernel);
+    for (const models::LayerKind& kind : kinds.layers) {
+        LayerModel l{.kind = kind};
+        switch (kind.attention) {
+            case AttentionKind::kMla:
+                mla(l, kinds.mla_output_gate);
+                break;
+            case AttentionKind::kDsa:
+                mla(l, false);
+                if (kind.full_indexer) {
+                    l.replicated += q_lora * ih * id + h * id + h * ih;
+                    l.index_k_per_token = w.fp8_index_k ? id + 4.0 : id * 4.0;
+                    l.kv_per_token += l.index_k_per_token;
+                }
+                break;
+            case AttentionKind::kKda:
                 l.split += 4.0 * h * qkv + d * qkv + h * nh + 3.0 * qkv * conv;
                 l.replicated += h * d;
-                if (k.kda.full_rank_output_gate) {
+                if (kinds.kda.full_rank_output_gate) {
                     l.split += h * qkv;
                 } else {
                     l.replicated += h * d;
@@ -115,20 +108,10 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
                 }
                 l.kda_state_bytes = nh * d * d * 4.0;
                 l.state_per_request = l.kda_state_bytes + (conv - 1.0) * 3.0 * qkv * 4.0;
-            } else {
-                mla(l, k.mla_output_gate);
-            }
-            ffn(l, k.is_moe[static_cast<size_t>(i)], k.latent_dim);
-            s.layers.push_back(l);
+                break;
         }
-        for (int64_t i = 0; i <= n; ++i) s.bank_rows_at[static_cast<size_t>(i)] = k.n_bank_rows(i);
-    } else {
-        for (int64_t i = 0; i < n; ++i) {
-            LayerModel l;
-            mla(l, false);
-            ffn(l, m.is_moe_layer(i), 0);
-            s.layers.push_back(l);
-        }
+        ffn(l, kind.moe, kinds.latent_dim);
+        s.layers.push_back(l);
     }
     return s;
 }
@@ -202,12 +185,12 @@ Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const
             weights += (lm.split / tp + lm.replicated) * weight_bytes;
             kv += lm.kv_per_token * kv_tokens;
             state += lm.state_per_request / tp * static_cast<double>(w.concurrency);
-            if (lm.attn == Attn::kKda) {
+            if (lm.kind.attention == AttentionKind::kKda) {
                 ++kda_layers;
                 kda_state = lm.kda_state_bytes / tp;
             } else {
                 ++attn_layers;
-                if (lm.attn == Attn::kMla) ++dense_mla_layers;
+                if (lm.kind.attention == AttentionKind::kMla) ++dense_mla_layers;
             }
         }
         st.weights_gib = weights / kGiB;
@@ -244,7 +227,7 @@ Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const
         if (s + 1 < lay.pp) {
             double bytes = hidden_bytes;
             bytes += static_cast<double>(shape.bank_rows_at[static_cast<size_t>(st.layer_end)]) * hidden_bytes;
-            if (shape.index_topk > 0 && !shape.layers[static_cast<size_t>(st.layer_end)].full_indexer) {
+            if (shape.index_topk > 0 && !shape.layers[static_cast<size_t>(st.layer_end)].kind.full_indexer) {
                 bytes += tokens_per_rank * static_cast<double>(shape.index_topk) * 4.0;  // the top-k columns
             }
             const int next_first = (s + 1) * lay.cp * lay.tp;
@@ -304,10 +287,8 @@ Result<TpCommPatterns> tp_comm_patterns(const loader::ModelConfig& m) {
     t.all_reduce = 2.0 * t.hidden;
     t.rs_ag = t.hidden + t.latent;
     t.rs_ag_full_hidden = 2.0 * t.hidden + t.latent;
-    if (m.model_type == "kimi_linear") {
-        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
-        t.needs_full_hidden = k.mla_output_gate || std::count(k.is_kda.begin(), k.is_kda.end(), true) > 0;
-    }
+    PENSTOCK_ASSIGN_OR_RETURN(const models::LayerKinds kinds, models::layer_kinds(m));
+    t.needs_full_hidden = kinds.mla_output_gate || kinds.any(AttentionKind::kKda);
     return t;
 }
 
@@ -322,7 +303,7 @@ Result<LongContext> long_context(const loader::ModelConfig& m, const Workload& w
     for (const LayerModel& l : shape.layers) {
         lc.kv_bytes_per_token += l.kv_per_token;
         index_k_per_token += l.index_k_per_token;
-        if (l.full_indexer) ++lc.full_indexer_layers;
+        if (l.kind.full_indexer) ++lc.full_indexer_layers;
     }
     const double l2 = static_cast<double>(len) * static_cast<double>(len) / 2.0;
     // k_a counts the indexer's logits (2 index_heads index_dim per pair) on DSA models; the MLA families' k_a is

@@ -7,8 +7,7 @@
 
 #include "core/check.h"
 #include "kv_cache/page_pool.h"
-#include "models/glm_dsa.h"
-#include "models/kimi_linear.h"
+#include "models/layer_kinds.h"
 
 namespace penstock::scheduler {
 
@@ -50,11 +49,11 @@ struct LayerCounter {
         c.k_e += 2.0 * kv_lora * heads * (nope + v);
         c.k_a += 2.0 * heads * (qk + v);
     }
-    void dsa(CostCoefficients& c, const models::DsaConfig& d, bool full_indexer) const {
+    void dsa(CostCoefficients& c, const models::LayerKinds& k, bool full_indexer) const {
         c.k_g += mla_projections() + 2.0 * heads * kv_lora * (nope + v);
-        add_sparse(c, 2.0 * heads * (kv_lora + rope + kv_lora), d.index_topk);
+        add_sparse(c, 2.0 * heads * (kv_lora + rope + kv_lora), k.index_topk);
         if (full_indexer) {
-            const double ih = static_cast<double>(d.index_n_heads), id = static_cast<double>(d.index_head_dim);
+            const double ih = static_cast<double>(k.index_n_heads), id = static_cast<double>(k.index_head_dim);
             c.k_g += 2.0 * q_lora * ih * id + 2.0 * h * id + 2.0 * h * ih;
             c.k_a += 2.0 * ih * id;
         }
@@ -95,30 +94,22 @@ Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t
                                 std::to_string(m.num_hidden_layers) + " layers");
     }
     const LayerCounter count{.m = m};
+    PENSTOCK_ASSIGN_OR_RETURN(const models::LayerKinds kinds, models::layer_kinds(m));
     CostCoefficients c;
-    if (m.model_type == "glm_moe_dsa" || m.model_type == "deepseek_v32") {
-        PENSTOCK_ASSIGN_OR_RETURN(const models::DsaConfig d, models::parse_dsa_config(m));
-        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
-            const auto l = static_cast<size_t>(layer);
-            count.dsa(c, d, d.full_indexer[l] != 0);
-            c.k_g += count.ffn(d.moe_mlp[l] != 0);
+    for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
+        const models::LayerKind& l = kinds.layers[static_cast<size_t>(layer)];
+        switch (l.attention) {
+            case models::AttentionKind::kMla:
+                count.mla(c, kinds.mla_output_gate);
+                break;
+            case models::AttentionKind::kDsa:
+                count.dsa(c, kinds, l.full_indexer);
+                break;
+            case models::AttentionKind::kKda:
+                count.kda(c, kinds.kda);
+                break;
         }
-    } else if (m.model_type == "kimi_linear") {
-        PENSTOCK_ASSIGN_OR_RETURN(const models::KimiConfig k, models::KimiConfig::parse(m));
-        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
-            const auto l = static_cast<size_t>(layer);
-            if (k.is_kda[l]) {
-                count.kda(c, k.kda);
-            } else {
-                count.mla(c, k.mla_output_gate);
-            }
-            c.k_g += count.ffn(k.is_moe[l], k.latent_dim);
-        }
-    } else {
-        for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
-            count.mla(c, /*output_gate=*/false);
-            c.k_g += count.ffn(m.is_moe_layer(layer));
-        }
+        c.k_g += count.ffn(l.moe, kinds.latent_dim);
     }
     return c;
 }

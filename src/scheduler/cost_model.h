@@ -13,8 +13,8 @@
 
 namespace penstock::scheduler {
 
-// FLOPs (multiply-add = 2) of one layer range, split by how they scale, counted per layer by its kind (the family's
-// own config: models::parse_dsa_config, models::KimiConfig::parse). Norms, RoPE, activations and gates (O(H) per
+// FLOPs (multiply-add = 2) of one layer range, split by how they scale, counted per layer by its kind
+// (models::layer_kinds, from the family's own config parser). Norms, RoPE, activations and gates (O(H) per
 // token), embedding, final norm and lm_head (one row per request) are left out.
 //   MLA (DeepSeek-V3; Kimi's full-attention layers), MHA form:
 //     k_g, per new token: q_a_proj 2·H·q_lora + q_b_proj 2·q_lora·n_heads·qk_head_dim (or q_proj 2·H·n_heads·

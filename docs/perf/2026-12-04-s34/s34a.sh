@@ -14,7 +14,8 @@
 # build-dev-lead/s34c.tar.xz then holds both folders (21 MB): carry that one file.
 # Order: conformance first (a tf32 failure stops nothing else), kernel perf
 # alternated, then GLM-5.3's layer 6 at 16K (bf16 weights, the default f32 indexer) alternated three ways, then
-# Nsight Compute on the tf32 kernel. About 8-9 minutes.
+# Nsight Compute on the tf32 kernel (tools/device_bundle_env.sh's ncu_sass; `layer` prints the indexer and logits
+# scopes). About 8-9 minutes.
 set -uo pipefail
 NAME=s34c; O=/tmp/out.s34; source tools/device_bundle_env.sh  # unpacks s34c and s34t
 for b in s34t s34c; do
@@ -35,18 +36,5 @@ for round in 1 2 3; do
   PENSTOCK_DSA_F32_INDEXER=tf32 layer s34t glmtf.$round glm-5.3.json 6:7 16384 --fp8-weights dequant
   layer s34c glmbf.$round glm-5.3.json 6:7 16384 --fp8-weights dequant
 done
-for f in $O/glm*.json; do python3 -c "
-import json,sys; r=json.load(open(sys.argv[1]))[0]; b={x['scope']:x['median_ms'] for x in r['breakdown']}
-print(sys.argv[1].split('/')[-1], 'indexer', round(b.get('layer.attn.indexer',0),2), 'logits', round(b.get('layer.attn.indexer.logits',0),2), 'layer', round(r['median_ms'],2))" $f; done
-NCU=/usr/local/cuda/bin/ncu
-PENSTOCK_CUDA_PERF=1 timeout 200 $NCU --clock-control none -k regex:tf32 --launch-count 1 --section SpeedOfLight \
-  --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
-  -o $O/tf32 /tmp/s/s34t/bin/cuda_kernels_test --gtest_filter=DsaOpTest.Perf > $O/ncu.log 2>&1
-echo "ncu rc $? at ${SECONDS}s"
-$NCU -i $O/tf32.ncu-rep --page details > $O/tf32.details.txt 2>&1
-$NCU -i $O/tf32.ncu-rep --page source --print-source sass --csv > $O/tf32.sass.csv 2> $O/tf32.sass.err
-rm -f $O/tf32.ncu-rep
-python3 tools/ncu_sass_hotspots.py $O/tf32.sass.csv --top 25 > $O/tf32.hotspots.txt 2>&1
-grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |Tensor|Registers" $O/tf32.details.txt | head -12
-sed -n '/^regions/,$p' $O/tf32.hotspots.txt | head -14
+PENSTOCK_CUDA_PERF=1 ncu_sass tf32 tf32 /tmp/s/s34t/bin/cuda_kernels_test --gtest_filter=DsaOpTest.Perf
 cd $O && tar czf ${OUT:-/tmp}/s34.tgz *.log *.json *.txt *.csv
