@@ -153,6 +153,11 @@ Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const
     if (w.input_len < 1 || w.chunk < 1 || w.concurrency < 1) {
         return invalid_argument("workload: input length, chunk and concurrency must be >= 1");
     }
+    if (!(w.mem_fraction > 0.0 && w.mem_fraction <= 1.0) || w.max_kv_chunk_capacity < 1 || w.async_depth < 0) {
+        return invalid_argument(
+            "workload: --mem-fraction-static must be in (0, 1], --max-kv-chunk-capacity >= 1 and "
+            "--pp-async-batch-depth >= 0");
+    }
     PENSTOCK_ASSIGN_OR_RETURN(const ModelShape shape, model_shape(m, w));
     PENSTOCK_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
                               parallel::balance_partition(m, lay.pp, w.chunk, w.input_len / 2));

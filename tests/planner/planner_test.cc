@@ -241,6 +241,14 @@ TEST(PlannerModel, BadLayoutsAreErrors) {
     Workload w;
     w.chunk = 0;
     EXPECT_FALSE(predict(m, c, w, Layout{}).ok());
+    for (const double f : {0.0, 1.5, -0.2}) {
+        Workload bad;
+        bad.mem_fraction = f;
+        EXPECT_FALSE(predict(m, c, bad, Layout{}).ok()) << f;
+    }
+    Workload depth;
+    depth.async_depth = -1;
+    EXPECT_FALSE(predict(m, c, depth, Layout{}).ok());
 }
 
 TEST(PlanCommand, PrintsTheTablesAndWritesJson) {
