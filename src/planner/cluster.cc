@@ -51,6 +51,14 @@ double Cluster::send_ms(double bytes, int from, int to) const {
     return l.latency_us * 1e-3 + bytes / (l.p2p_gbps * 1e9) * 1e3;
 }
 
+bool ClassRates::any() const {
+    for (double r : {gemm, gemm_fp8, experts, experts_fp8, attention, attention_fp8, sparse_attention, indexer_f32,
+                     indexer_fp8, indexer_fp8_accumulate, kda, topk_ps_per_pair, copy_gbps}) {
+        if (r > 0) return true;
+    }
+    return false;
+}
+
 std::string builtin_cluster_names() { return "h200x8, rtx6000d-4x8"; }
 
 Result<Cluster> builtin_cluster(const std::string& name) {
@@ -66,7 +74,30 @@ Result<Cluster> builtin_cluster(const std::string& name) {
         c.intra = {.busbw_gbps = 285, .p2p_gbps = 348, .latency_us = 50};
         c.inter = {.busbw_gbps = 45, .p2p_gbps = 45, .latency_us = 20};
         c.all_reduce = {{.ranks = 2, .bytes = 134217728, .ms = 0.470}};
+        // `penstock plan --calibrate` over the profiled layers in docs/perf/2026-12-05-s35/calibration (planner.md
+        // "Calibration"): DeepSeek-V3 bf16 and FP8 + FP8 attention, GLM-5.3 bf16 with f32 and FP8 index keys and FP8
+        // at 64K, Kimi K3 KDA bf16 and FP8.
+        c.rates = {.gemm = 665.3,
+                   .gemm_fp8 = 1075,
+                   .experts = 847,
+                   .experts_fp8 = 917.7,
+                   .experts_half_rows = 166.5,
+                   .experts_fp8_half_rows = 52.37,
+                   .attention = 580,
+                   .attention_fp8 = 721.1,
+                   .sparse_attention = 535.6,
+                   .indexer_f32 = 32.01,
+                   .indexer_fp8 = 561.2,
+                   .indexer_fp8_accumulate = 928.2,
+                   .kda = 26.02,
+                   .topk_ps_per_pair = 5.585,
+                   .copy_gbps = 3616};
         c.notes = {
+            "class rates: penstock plan --calibrate over 7 profiled layers of sessions 27 and 33 (DeepSeek-V3, "
+            "GLM-5.3, "
+            "Kimi K3 KDA; docs/perf/2026-12-05-s35/calibration, docs/design/planner.md); the layer rates below stand "
+            "in "
+            "for classes a cluster file does not measure",
             "layer rates: Penstock's DeepSeek-V3 layer at a 16K chunk, 51.0 ms bf16 / 35.2 ms FP8 weights + FP8 "
             "attention (docs/perf/issue7-goals.md), over this cost model's FLOPs",
             "NVLink: NCCL via torch on 2 H200 (shared/PERF.md): all-reduce 128 MiB 0.47 ms (285 GB/s busbw), 1 MiB "
@@ -228,6 +259,28 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& source
             PENSTOCK_RETURN_IF_ERROR(p.finish());
             c.all_reduce.push_back(a);
         }
+    }
+    if (const toml::table* t = r.table("rates", false)) {
+        Reader k(*t, "rates", source);
+        ClassRates& x = c.rates;
+        for (auto [key, out] : {std::pair{"gemm", &x.gemm},
+                                {"gemm_fp8", &x.gemm_fp8},
+                                {"experts", &x.experts},
+                                {"experts_fp8", &x.experts_fp8},
+                                {"attention", &x.attention},
+                                {"attention_fp8", &x.attention_fp8},
+                                {"sparse_attention", &x.sparse_attention},
+                                {"indexer_f32", &x.indexer_f32},
+                                {"indexer_fp8", &x.indexer_fp8},
+                                {"indexer_fp8_accumulate", &x.indexer_fp8_accumulate},
+                                {"kda", &x.kda}}) {
+            k.get(key, out, false, 1e-3, 1e6);
+        }
+        k.get("experts_half_rows", &x.experts_half_rows, false, 0, 1e9);
+        k.get("experts_fp8_half_rows", &x.experts_fp8_half_rows, false, 0, 1e9);
+        k.get("topk_ps_per_pair", &x.topk_ps_per_pair, false, 0, 1e9);
+        k.get("copy_gbps", &x.copy_gbps, false, 1e-3, 1e6);
+        PENSTOCK_RETURN_IF_ERROR(k.finish());
     }
     PENSTOCK_RETURN_IF_ERROR(r.finish());
     if (c.name.empty()) c.name = source;

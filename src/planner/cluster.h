@@ -28,6 +28,24 @@ struct AllReducePoint {
     double busbw_gbps() const;
 };
 
+// The rates of the classes of work a layer runs (scheduler::OpClass), measured inside whole layers: the layer
+// benchmark's --breakdown scopes over the cost model's FLOPs of each class (planner/calibrate.h derives them), and the
+// memory-bound rest. TFLOP/s; 0 = not measured: that class runs at the cluster's layer rate.
+struct ClassRates {
+    double gemm = 0, gemm_fp8 = 0;        // dense linears with bf16 / block-FP8 weights
+    double experts = 0, experts_fp8 = 0;  // routed experts at many rows per expert
+    // Rows per expert at which the routed experts run at half their rate: rate(r) = experts · r / (r + half_rows)
+    // (partial tiles and per-expert set-up weigh more as the rows per expert fall). 0: one rate.
+    double experts_half_rows = 0, experts_fp8_half_rows = 0;
+    double attention = 0, attention_fp8 = 0;  // MHA form (bf16; --fp8-attention with its quantisers)
+    double sparse_attention = 0;              // DSA's sparse MLA
+    double indexer_f32 = 0, indexer_fp8 = 0, indexer_fp8_accumulate = 0;  // DSA logits by index-key format
+    double kda = 0;               // KDA's kernels (conv, gates, delta rule, gated norm) over their nominal FLOPs
+    double topk_ps_per_pair = 0;  // DSA top-k: picoseconds per causal (query, key) pair scanned
+    double copy_gbps = 0;         // effective GB/s of the memory-bound rest (norms, residual adds, RoPE, MoE permute)
+    bool any() const;
+};
+
 struct Cluster {
     std::string name;
     std::string gpu;
@@ -41,6 +59,7 @@ struct Cluster {
     Link intra;  // GPUs of one node
     Link inter;  // GPUs of different nodes
     std::vector<AllReducePoint> all_reduce;
+    ClassRates rates;                // where measured, each class of work at its own rate (planner.md "Compute")
     std::vector<std::string> notes;  // where the numbers come from, printed with the plan
 
     int world() const { return nodes * gpus_per_node; }

@@ -8,11 +8,12 @@
 #include <sstream>
 
 #include "loader/model_config.h"
+#include "planner/calibrate.h"
 
 namespace penstock::planner {
 
 void add_plan_options(CLI::App* cmd, PlanArgs* a) {
-    cmd->add_option("--model", a->model, "the model's config.json (or a directory holding one)")->required();
+    cmd->add_option("--model", a->model, "the model's config.json (or a directory holding one)");
     cmd->add_option(
            "--cluster", a->cluster,
            "a built-in profile (" + builtin_cluster_names() + ") or a cluster TOML file (docs/design/planner.md)")
@@ -23,6 +24,15 @@ void add_plan_options(CLI::App* cmd, PlanArgs* a) {
     cmd->add_flag("--fp8-weights", a->workload.fp8_weights, "block-FP8 linear weights");
     cmd->add_flag("--fp8-kv", a->workload.fp8_kv, "the latent cache in DeepSeek's FP8 format (656 bytes at 512 / 64)");
     cmd->add_flag("--fp8-index-k", a->workload.fp8_index_k, "DSA index keys in FP8 (132 bytes at 128)");
+    cmd->add_flag("--fp8-attention", a->workload.fp8_attention, "the MHA form's attention in FP8 (its class rate)");
+    cmd->add_flag("--dsa-fp8-accumulate", a->workload.dsa_fp8_accumulate,
+                  "FP8 index keys with e4m3-accumulated logits (with --fp8-index-k; its class rate)");
+    cmd->add_option("--calibrate", a->calibrate,
+                    "CONFIG=BENCH.json: derive the class rates from penstock_model_bench --breakdown results of "
+                    "that model (repeatable); prints them as a cluster file's [rates] table and plans with them");
+    cmd->add_option("--check", a->check,
+                    "CONFIG=BENCH.json: layer-benchmark results left out of --calibrate; prints the calibrated "
+                    "model's time for each against the measured one (repeatable)");
     cmd->add_option("--mem-fraction-static", a->workload.mem_fraction,
                     "fraction of each GPU for weights, KV, activations")
         ->capture_default_str();
@@ -75,14 +85,84 @@ std::string fmt(double v, int prec) {
     return os.str();
 }
 
+// --calibrate: reads each CONFIG=BENCH.json pair, prints every run split into the classes with the calibrated
+// model's time for it, and the [rates] table.
+Result<std::vector<std::pair<loader::ModelConfig, BenchRun>>> read_runs(const std::vector<std::string>& pairs,
+                                                                        const char* flag) {
+    std::vector<std::pair<loader::ModelConfig, BenchRun>> runs;
+    for (const std::string& pair : pairs) {
+        const size_t eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size()) {
+            return invalid_argument(std::string(flag) + " '" + pair + "': expected CONFIG=BENCH.json");
+        }
+        PENSTOCK_ASSIGN_OR_RETURN(const loader::ModelConfig m,
+                                  loader::load_model_config_dir_or_file(pair.substr(0, eq)));
+        PENSTOCK_ASSIGN_OR_RETURN(const std::vector<BenchRun> rs, read_model_bench_json(pair.substr(eq + 1)));
+        for (const BenchRun& r : rs) runs.emplace_back(m, r);
+    }
+    return runs;
+}
+
+std::string formats(const BenchRun& r) {
+    std::string f = r.fp8_weights ? "fp8 weights" : "bf16 weights";
+    if (r.fp8_attention) f += ", fp8 attention";
+    if (r.dsa_fp8_indexer) f += r.dsa_fp8_accumulate ? ", fp8 index keys (accumulate)" : ", fp8 index keys";
+    return f;
+}
+
+Result<ClassRates> run_calibration(const PlanArgs& a, const Cluster& base, std::ostream& out) {
+    PENSTOCK_ASSIGN_OR_RETURN(const auto runs, read_runs(a.calibrate, "--calibrate"));
+    PENSTOCK_ASSIGN_OR_RETURN(const auto checks, read_runs(a.check, "--check"));
+    std::vector<RunSplit> splits;
+    PENSTOCK_ASSIGN_OR_RETURN(const ClassRates rates, calibrate(runs, &splits));
+    Cluster c = base;
+    c.rates = rates;
+    out << "# calibration: " << runs.size()
+        << " layer-benchmark results, ms by class of work (profiled scopes scaled to the wall median) and "
+        << "the calibrated model's time\n\n| result | model | layers | tokens | prefix | formats | gemm | experts | "
+           "attention | sparse | indexer | kda | top-k | memory | profiled ms | wall ms | model ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < runs.size(); ++i) {
+        const auto& [m, r] = runs[i];
+        const RunSplit& s = splits[i];
+        PENSTOCK_ASSIGN_OR_RETURN(const double model_ms, predict_run_ms(m, c, r));
+        out << "| " << r.source << " | " << m.model_type << " | " << r.layer_begin << "-" << r.layer_end << " | "
+            << r.tokens << " | " << r.prefix << " | " << formats(r);
+        for (double ms : s.ms) out << " | " << fmt(ms, 2);
+        out << " | " << fmt(s.topk_ms, 2) << " | " << fmt(s.memory_ms, 2) << " | " << fmt(s.leaves_ms, 2) << " | "
+            << fmt(r.median_ms, 2) << " | " << fmt(model_ms, 2) << " |\n";
+    }
+    out << "\n" << rates_toml(rates) << "\n";
+    if (!checks.empty()) {
+        out << "Held out (--check): the layer's wall median against the calibrated model\n\n| result | model | layers "
+               "| "
+               "tokens | prefix | formats | measured ms | model ms | model / measured |\n"
+               "|---|---|---|---|---|---|---|---|---|\n";
+        for (const auto& [m, r] : checks) {
+            PENSTOCK_ASSIGN_OR_RETURN(const double model_ms, predict_run_ms(m, c, r));
+            out << "| " << r.source << " | " << m.model_type << " | " << r.layer_begin << "-" << r.layer_end << " | "
+                << r.tokens << " | " << r.prefix << " | " << formats(r) << " | " << fmt(r.median_ms, 2) << " | "
+                << fmt(model_ms, 2) << " | " << fmt(model_ms / r.median_ms, 3) << " |\n";
+        }
+        out << "\n";
+    }
+    return rates;
+}
+
 }  // namespace
 
 Status run_plan(const PlanArgs& a, std::ostream& out) {
+    PENSTOCK_ASSIGN_OR_RETURN(Cluster c, cluster_from_arg(a.cluster));
+    if (!a.calibrate.empty()) {
+        PENSTOCK_ASSIGN_OR_RETURN(c.rates, run_calibration(a, c, out));
+        c.notes.push_back("class rates calibrated from the --calibrate results above");
+        if (a.model.empty()) return ok_status();
+    }
+    if (a.model.empty()) return invalid_argument("plan needs --model (or --calibrate)");
     PENSTOCK_ASSIGN_OR_RETURN(loader::ModelConfig m, loader::load_model_config_dir_or_file(a.model));
     if (a.num_layers > 0) {
         PENSTOCK_ASSIGN_OR_RETURN(m, loader::with_num_layers(m, a.num_layers));
     }
-    PENSTOCK_ASSIGN_OR_RETURN(const Cluster c, cluster_from_arg(a.cluster));
     const int gpus = a.gpus > 0 ? a.gpus : c.world();
     if (gpus > c.world()) {
         return invalid_argument("--gpus " + std::to_string(gpus) + ": the cluster has " + std::to_string(c.world()));

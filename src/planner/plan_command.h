@@ -22,6 +22,8 @@ struct PlanArgs {
     int64_t long_context = 0;          // > 0: also the long-context table for one prompt of this many tokens
     int top = 0;                       // > 0: print only the best N layouts
     std::string json;                  // write the predictions here too
+    std::vector<std::string> calibrate;  // "CONFIG=BENCH.json": derive the cluster's class rates from these results
+    std::vector<std::string> check;      // "CONFIG=BENCH.json": results the calibrated model predicts (held out)
 };
 
 void add_plan_options(CLI::App* cmd, PlanArgs* a);

@@ -33,6 +33,7 @@ struct LayerModel {
     double index_k_per_token = 0;      // of which index keys (DSA full layers)
     double state_per_request = 0;      // KDA recurrent + conv state bytes (split over TP)
     double kda_state_bytes = 0;        // one KDA layer's recurrent state per request (the CP hand-off)
+    double elementwise_bytes = 0;      // memory-bound bytes per token outside the class rates (planner.md "Compute")
 };
 
 struct ModelShape {
@@ -58,14 +59,23 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
         l.replicated += h * (kv_lora + rope);
         l.split += kv_lora * heads * (nope + v) + heads * v * h + (gate ? h * heads * v : 0.0);
         l.kv_per_token += latent_row;
+        // RoPE on q's and k's rope columns (read and written) and the latent row's cache write.
+        l.elementwise_bytes += 2.0 * (heads + 1.0) * rope * kBf16 + (kv_lora + rope) * kBf16;
     };
     const double inter = static_cast<double>(m.moe_intermediate_size);
     const double experts = static_cast<double>(m.n_routed_experts);
     const auto ffn = [&](LayerModel& l, bool moe, int64_t latent_dim) {
         if (!moe) {
             l.split += 3.0 * h * static_cast<double>(m.intermediate_size);
+            l.elementwise_bytes += 3.0 * static_cast<double>(m.intermediate_size) * kBf16;  // the activation
             return;
         }
+        // The permute reads and writes top_k rows of the routed width, the unpermute reads them and writes a hidden
+        // row, the shared experts' activation reads two rows and writes one.
+        const double routed = static_cast<double>(latent_dim > 0 ? latent_dim : m.hidden_size);
+        const double top_k = static_cast<double>(m.num_experts_per_tok);
+        l.elementwise_bytes +=
+            (3.0 * top_k * routed + h) * kBf16 + 3.0 * inter * static_cast<double>(m.n_shared_experts) * kBf16;
         l.replicated += h * experts;  // router
         l.split += 3.0 * h * inter * static_cast<double>(m.n_shared_experts);
         if (latent_dim > 0) {
@@ -84,7 +94,8 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
     const double d = static_cast<double>(kd.head_dim), nh = static_cast<double>(kd.n_heads);
     const double qkv = nh * d, conv = static_cast<double>(kd.conv_kernel);
     for (const models::LayerKind& kind : kinds.layers) {
-        LayerModel l{.kind = kind};
+        // Two residual adds + RMSNorms (x and the residual read, both written) and the last residual add.
+        LayerModel l{.kind = kind, .elementwise_bytes = 11.0 * h * kBf16};
         switch (kind.attention) {
             case AttentionKind::kMla:
                 mla(l, kinds.mla_output_gate);
@@ -95,6 +106,7 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
                     l.replicated += q_lora * ih * id + h * id + h * ih;
                     l.index_k_per_token = w.fp8_index_k ? id + 4.0 : id * 4.0;
                     l.kv_per_token += l.index_k_per_token;
+                    l.elementwise_bytes += 2.0 * ih * id * kBf16;  // the index q's RoPE and quantisation, k's write
                 }
                 break;
             case AttentionKind::kKda:
@@ -111,6 +123,10 @@ Result<ModelShape> model_shape(const loader::ModelConfig& m, const Workload& w) 
                 break;
         }
         ffn(l, kind.moe, kinds.latent_dim);
+        // Kimi's AttnRes: before the attention and before the MLP, the bank's rows and the current hidden are read
+        // and one mixed row written.
+        const double bank = static_cast<double>(kinds.bank_rows_at[s.layers.size()]);
+        if (bank > 0) l.elementwise_bytes += 2.0 * (bank + 2.0) * h * kBf16;
         s.layers.push_back(l);
     }
     return s;
@@ -124,7 +140,78 @@ std::vector<std::pair<int64_t, int64_t>> prompt_chunks(const Workload& w) {
     return out;
 }
 
+// The cluster's rate for a class of work (TFLOP/s): its measured rate where there is one, else the layer rate of the
+// weights' format.
+double class_rate(const Cluster& c, const Workload& w, scheduler::OpClass k, double rows_per_expert) {
+    const ClassRates& r = c.rates;
+    const double layer = w.fp8_weights ? c.fp8_tflops : c.bf16_tflops;
+    const auto pick = [layer](double v) { return v > 0 ? v : layer; };
+    switch (k) {
+        case scheduler::OpClass::kGemm:
+            return pick(w.fp8_weights ? r.gemm_fp8 : r.gemm);
+        case scheduler::OpClass::kExperts: {
+            const double base = w.fp8_weights ? r.experts_fp8 : r.experts;
+            const double half = w.fp8_weights ? r.experts_fp8_half_rows : r.experts_half_rows;
+            if (base <= 0) return layer;
+            return half > 0 && rows_per_expert > 0 ? base * rows_per_expert / (rows_per_expert + half) : base;
+        }
+        case scheduler::OpClass::kAttention:
+            return pick(w.fp8_attention ? r.attention_fp8 : r.attention);
+        case scheduler::OpClass::kSparseAttention:
+            return pick(r.sparse_attention);
+        case scheduler::OpClass::kIndexer:
+            if (!w.fp8_index_k) return pick(r.indexer_f32);
+            return pick(w.dsa_fp8_accumulate ? r.indexer_fp8_accumulate : r.indexer_fp8);
+        case scheduler::OpClass::kKda:
+            return pick(r.kda);
+    }
+    return layer;
+}
+
 }  // namespace
+
+Result<double> elementwise_bytes_per_token(const loader::ModelConfig& m, int64_t layer_begin, int64_t layer_end) {
+    if (layer_begin < 0 || layer_end > m.num_hidden_layers || layer_begin >= layer_end) {
+        return invalid_argument("layer range [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
+                                ") is empty or outside the model's " + std::to_string(m.num_hidden_layers) + " layers");
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(const ModelShape shape, model_shape(m, Workload{}));
+    double bytes = 0;
+    for (int64_t l = layer_begin; l < layer_end; ++l) bytes += shape.layers[static_cast<size_t>(l)].elementwise_bytes;
+    return bytes;
+}
+
+Result<double> compute_ms(const loader::ModelConfig& m, const Cluster& c, const Workload& w, int64_t layer_begin,
+                          int64_t layer_end, int64_t prefix, int64_t tokens, int tp, int cp) {
+    PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostBreakdown cost,
+                              scheduler::count_layer_cost_breakdown(m, layer_begin, layer_end));
+    const double ranks = static_cast<double>(tp) * static_cast<double>(cp);
+    if (!c.rates.any()) {
+        const double rate = (w.fp8_weights ? c.fp8_tflops : c.bf16_tflops) * 1e12;
+        return scheduler::chunk_cost(cost.total(), prefix, tokens) / ranks / rate * 1e3;
+    }
+    const double x = static_cast<double>(tokens), l = static_cast<double>(prefix);
+    const double rows_per_expert = m.n_routed_experts > 0 ? x / cp * static_cast<double>(m.num_experts_per_tok) /
+                                                                static_cast<double>(m.n_routed_experts)
+                                                          : 0.0;
+    double seconds = 0;
+    for (size_t k = 0; k < scheduler::kNumOpClasses; ++k) {
+        const double flops = scheduler::chunk_cost(cost.by_class[k], prefix, tokens);
+        if (flops > 0)
+            seconds += flops / (class_rate(c, w, static_cast<scheduler::OpClass>(k), rows_per_expert) * 1e12);
+    }
+    if (c.rates.topk_ps_per_pair > 0 && cost[scheduler::OpClass::kIndexer].k_a > 0) {
+        PENSTOCK_ASSIGN_OR_RETURN(const models::LayerKinds kinds, models::layer_kinds(m));
+        double full = 0;
+        for (int64_t i = layer_begin; i < layer_end; ++i) full += kinds.layers[static_cast<size_t>(i)].full_indexer;
+        seconds += full * x * (l + 0.5 * x) * c.rates.topk_ps_per_pair * 1e-12;
+    }
+    if (c.rates.copy_gbps > 0) {
+        PENSTOCK_ASSIGN_OR_RETURN(const double bytes, elementwise_bytes_per_token(m, layer_begin, layer_end));
+        seconds += bytes * x / (c.rates.copy_gbps * 1e9);
+    }
+    return seconds / ranks * 1e3;
+}
 
 std::vector<Layout> enumerate_layouts(const loader::ModelConfig& m, int world, int max_cp, bool ep_auto, int ep) {
     std::vector<Layout> out;
@@ -166,7 +253,6 @@ Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const
     const double h = static_cast<double>(m.hidden_size);
     const double heads = static_cast<double>(m.num_attention_heads);
     const double weight_bytes = w.fp8_weights ? 1.0 + 4.0 / (128.0 * 128.0) : kBf16;
-    const double rate = (w.fp8_weights ? c.fp8_tflops : c.bf16_tflops) * 1e12;
     const double tp = lay.tp, cp = lay.cp;
     const double tokens_per_rank = static_cast<double>(w.chunk) / cp;
     const double kv_tokens = static_cast<double>(w.concurrency) * static_cast<double>(w.input_len) / cp;
@@ -214,11 +300,13 @@ Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const
         }
         st.activations_gib = act / kGiB;
 
-        PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostCoefficients coef,
-                                  scheduler::count_layer_costs(m, st.layer_begin, st.layer_end));
-        double flops = 0;
-        for (const auto& [prefix, x] : chunks) flops += scheduler::chunk_cost(coef, prefix, x);
-        st.compute_ms = flops / n_c / (tp * cp) / rate * 1e3;
+        double ms = 0;
+        for (const auto& [prefix, x] : chunks) {
+            PENSTOCK_ASSIGN_OR_RETURN(const double one,
+                                      compute_ms(m, c, w, st.layer_begin, st.layer_end, prefix, x, lay.tp, lay.cp));
+            ms += one;
+        }
+        st.compute_ms = ms / n_c;
         const double hidden_bytes = tokens_per_rank * h * kBf16;
         const double layers = static_cast<double>(st.layer_end - st.layer_begin);
         st.tp_comm_ms = layers * 2.0 * c.all_reduce_ms(hidden_bytes, lay.tp, first_rank);
@@ -300,8 +388,9 @@ Result<TpCommPatterns> tp_comm_patterns(const loader::ModelConfig& m) {
 Result<LongContext> long_context(const loader::ModelConfig& m, const Workload& w, int64_t len,
                                  const std::vector<int64_t>& chunks) {
     PENSTOCK_ASSIGN_OR_RETURN(const ModelShape shape, model_shape(m, w));
-    PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostCoefficients all,
-                              scheduler::count_layer_costs(m, 0, m.num_hidden_layers));
+    PENSTOCK_ASSIGN_OR_RETURN(const scheduler::CostBreakdown by_class,
+                              scheduler::count_layer_cost_breakdown(m, 0, m.num_hidden_layers));
+    const scheduler::CostCoefficients all = by_class.total();
     LongContext lc;
     lc.len = len;
     double index_k_per_token = 0;  // over the full layers
@@ -311,11 +400,9 @@ Result<LongContext> long_context(const loader::ModelConfig& m, const Workload& w
         if (l.kind.full_indexer) ++lc.full_indexer_layers;
     }
     const double l2 = static_cast<double>(len) * static_cast<double>(len) / 2.0;
-    // k_a counts the indexer's logits (2 index_heads index_dim per pair) on DSA models; the MLA families' k_a is
-    // dense attention, so the indexer part is 0 there.
     const bool dsa = shape.index_topk > 0;
     const double total = scheduler::chunk_cost(all, 0, len);
-    lc.indexer_pflop = dsa ? all.k_a * l2 / 1e15 : 0.0;
+    lc.indexer_pflop = by_class[scheduler::OpClass::kIndexer].k_a * l2 / 1e15;
     lc.backbone_pflop = total / 1e15 - lc.indexer_pflop;
     lc.kv_gb = lc.kv_bytes_per_token * static_cast<double>(len) / 1e9;
     for (const int64_t b : chunks) {

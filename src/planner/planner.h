@@ -22,6 +22,8 @@ struct Workload {
     bool fp8_kv = false;         // the latent cache in DeepSeek's FP8 format: kv_lora e4m3 + kv_lora / 128 f32 scales
                                  // + rope bf16 (656 bytes for 512 / 64); else (kv_lora + rope) bf16
     bool fp8_index_k = false;    // DSA index keys e4m3 + one f32 scale (132 bytes for 128); else f32
+    bool fp8_attention = false;  // the MHA form's attention in e4m3 (serve --fp8-attention): the class rate only
+    bool dsa_fp8_accumulate = false;  // FP8 index keys with e4m3-accumulated logits (serve --dsa-fp8-accumulate)
     double mem_fraction = 0.88;  // of each GPU for weights, KV and activations
     int64_t max_kv_chunk_capacity = 131072;  // the MHA form's prefix expansion piece (tokens)
     int async_depth = 0;                     // --pp-async-batch-depth
@@ -63,6 +65,19 @@ std::vector<Layout> enumerate_layouts(const loader::ModelConfig& m, int world, i
 
 [[nodiscard]] Result<Prediction> predict(const loader::ModelConfig& m, const Cluster& c, const Workload& w,
                                          const Layout& layout);
+
+// The time of one chunk of `tokens` new tokens after `prefix` cached ones through layers [layer_begin, layer_end) on
+// one rank of a tp x cp group (ms): each OpClass's FLOPs (scheduler::count_layer_cost_breakdown) at the cluster's
+// rate for it, the DSA top-k's pairs and the memory-bound bytes (planner.md "Compute"); without class rates, every FLOP
+// at the layer rate. Work is divided evenly over the tp x cp ranks.
+[[nodiscard]] Result<double> compute_ms(const loader::ModelConfig& m, const Cluster& c, const Workload& w,
+                                        int64_t layer_begin, int64_t layer_end, int64_t prefix, int64_t tokens,
+                                        int tp = 1, int cp = 1);
+
+// The memory-bound bytes per token of layers [layer_begin, layer_end) that the class rates do not carry (norms and
+// residual adds, RoPE, cache writes, the MoE permute / unpermute and activations; planner.md "Compute").
+[[nodiscard]] Result<double> elementwise_bytes_per_token(const loader::ModelConfig& m, int64_t layer_begin,
+                                                         int64_t layer_end);
 
 // Every layout's prediction, the ones that fit first, then by input tokens/s.
 [[nodiscard]] Result<std::vector<Prediction>> plan(const loader::ModelConfig& m, const Cluster& c, const Workload& w,

@@ -28,9 +28,39 @@ double chunk_cost(const CostCoefficients& c, int64_t prefix_len, int64_t n_token
     return cost;
 }
 
+const char* op_class_name(OpClass c) {
+    switch (c) {
+        case OpClass::kGemm:
+            return "gemm";
+        case OpClass::kExperts:
+            return "experts";
+        case OpClass::kAttention:
+            return "attention";
+        case OpClass::kSparseAttention:
+            return "sparse_attention";
+        case OpClass::kIndexer:
+            return "indexer";
+        case OpClass::kKda:
+            return "kda";
+    }
+    return "?";
+}
+
+CostCoefficients CostBreakdown::total() const {
+    CostCoefficients t;
+    for (const CostCoefficients& c : by_class) {
+        t.k_g += c.k_g;
+        t.k_e += c.k_e;
+        t.k_a += c.k_a;
+        t.k_s += c.k_s;
+        t.s_cap = std::max(t.s_cap, c.s_cap);
+    }
+    return t;
+}
+
 namespace {
 
-// The per-layer counts of cost_model.h, one function per layer kind.
+// The per-layer counts of cost_model.h, one function per layer kind, each FLOP term added to its OpClass.
 struct LayerCounter {
     const loader::ModelConfig& m;
     double h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
@@ -44,50 +74,56 @@ struct LayerCounter {
         const double q = m.q_lora_rank > 0 ? 2.0 * h * q_lora + 2.0 * q_lora * heads * qk : 2.0 * h * heads * qk;
         return q + 2.0 * h * (kv_lora + rope) + 2.0 * heads * v * h;
     }
-    void mla(CostCoefficients& c, bool output_gate) const {
-        c.k_g += mla_projections() + (output_gate ? 2.0 * h * heads * v : 0.0);
-        c.k_e += 2.0 * kv_lora * heads * (nope + v);
-        c.k_a += 2.0 * heads * (qk + v);
+    void mla(CostBreakdown& b, bool output_gate) const {
+        b[OpClass::kGemm].k_g += mla_projections() + (output_gate ? 2.0 * h * heads * v : 0.0);
+        b[OpClass::kGemm].k_e += 2.0 * kv_lora * heads * (nope + v);
+        b[OpClass::kAttention].k_a += 2.0 * heads * (qk + v);
     }
-    void dsa(CostCoefficients& c, const models::LayerKinds& k, bool full_indexer) const {
-        c.k_g += mla_projections() + 2.0 * heads * kv_lora * (nope + v);
-        add_sparse(c, 2.0 * heads * (kv_lora + rope + kv_lora), k.index_topk);
+    void dsa(CostBreakdown& b, const models::LayerKinds& k, bool full_indexer) const {
+        b[OpClass::kGemm].k_g += mla_projections() + 2.0 * heads * kv_lora * (nope + v);
+        CostCoefficients& sparse = b[OpClass::kSparseAttention];
+        PENSTOCK_CHECK(sparse.s_cap == 0 || sparse.s_cap == k.index_topk)
+            << "one index_topk per model: " << sparse.s_cap << " vs " << k.index_topk;
+        sparse.k_s += 2.0 * heads * (kv_lora + rope + kv_lora);
+        sparse.s_cap = k.index_topk;
         if (full_indexer) {
             const double ih = static_cast<double>(k.index_n_heads), id = static_cast<double>(k.index_head_dim);
-            c.k_g += 2.0 * q_lora * ih * id + 2.0 * h * id + 2.0 * h * ih;
-            c.k_a += 2.0 * ih * id;
+            b[OpClass::kGemm].k_g += 2.0 * q_lora * ih * id + 2.0 * h * id + 2.0 * h * ih;
+            b[OpClass::kIndexer].k_a += 2.0 * ih * id;
         }
     }
-    void kda(CostCoefficients& c, const models::KdaOptions& o) const {
+    void kda(CostBreakdown& b, const models::KdaOptions& o) const {
         const double d = static_cast<double>(o.dims.head_dim), n = static_cast<double>(o.dims.n_heads);
         const double qkv = n * d, chunk = static_cast<double>(o.chunk_size);
         const double gate = o.full_rank_output_gate ? 2.0 * h * qkv : 2.0 * h * d + 2.0 * d * qkv;
-        c.k_g += 3.0 * 2.0 * h * qkv + 2.0 * static_cast<double>(o.dims.conv_kernel) * 3.0 * qkv +
-                 (2.0 * h * d + 2.0 * d * qkv) + 2.0 * h * n + gate + 2.0 * qkv * h +
-                 n * (6.0 * d * d + 8.0 * chunk * d);
+        b[OpClass::kGemm].k_g +=
+            3.0 * 2.0 * h * qkv + (2.0 * h * d + 2.0 * d * qkv) + 2.0 * h * n + gate + 2.0 * qkv * h;
+        b[OpClass::kKda].k_g +=
+            2.0 * static_cast<double>(o.dims.conv_kernel) * 3.0 * qkv + n * (6.0 * d * d + 8.0 * chunk * d);
     }
-    double ffn(bool moe, int64_t latent_dim = 0) const {
-        if (!moe) return 6.0 * h * static_cast<double>(m.intermediate_size);
+    void ffn(CostBreakdown& b, bool moe, int64_t latent_dim = 0) const {
+        if (!moe) {
+            b[OpClass::kGemm].k_g += 6.0 * h * static_cast<double>(m.intermediate_size);
+            return;
+        }
         const double inter = static_cast<double>(m.moe_intermediate_size);
         const double top_k = static_cast<double>(m.num_experts_per_tok);
         const double shared = 6.0 * h * inter * static_cast<double>(m.n_shared_experts);
         const double router = 2.0 * h * static_cast<double>(m.n_routed_experts);
+        b[OpClass::kGemm].k_g += shared + router;
         if (latent_dim > 0) {
             const double latent = static_cast<double>(latent_dim);
-            return 6.0 * latent * inter * top_k + 4.0 * h * latent + shared + router;
+            b[OpClass::kExperts].k_g += 6.0 * latent * inter * top_k;
+            b[OpClass::kGemm].k_g += 4.0 * h * latent;
+        } else {
+            b[OpClass::kExperts].k_g += 6.0 * h * inter * top_k;
         }
-        return 6.0 * h * inter * top_k + shared + router;
-    }
-    static void add_sparse(CostCoefficients& c, double flops, int64_t cap) {
-        PENSTOCK_CHECK(c.s_cap == 0 || c.s_cap == cap) << "one index_topk per model: " << c.s_cap << " vs " << cap;
-        c.k_s += flops;
-        c.s_cap = cap;
     }
 };
 
 }  // namespace
 
-Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t layer_begin, int64_t layer_end) {
+Result<CostBreakdown> count_layer_cost_breakdown(const loader::ModelConfig& m, int64_t layer_begin, int64_t layer_end) {
     if (layer_begin < 0 || layer_end > m.num_hidden_layers || layer_begin >= layer_end) {
         return invalid_argument("cost model layer range [" + std::to_string(layer_begin) + ", " +
                                 std::to_string(layer_end) + ") is empty or outside the model's " +
@@ -95,23 +131,28 @@ Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t
     }
     const LayerCounter count{.m = m};
     PENSTOCK_ASSIGN_OR_RETURN(const models::LayerKinds kinds, models::layer_kinds(m));
-    CostCoefficients c;
+    CostBreakdown b;
     for (int64_t layer = layer_begin; layer < layer_end; ++layer) {
         const models::LayerKind& l = kinds.layers[static_cast<size_t>(layer)];
         switch (l.attention) {
             case models::AttentionKind::kMla:
-                count.mla(c, kinds.mla_output_gate);
+                count.mla(b, kinds.mla_output_gate);
                 break;
             case models::AttentionKind::kDsa:
-                count.dsa(c, kinds, l.full_indexer);
+                count.dsa(b, kinds, l.full_indexer);
                 break;
             case models::AttentionKind::kKda:
-                count.kda(c, kinds.kda);
+                count.kda(b, kinds.kda);
                 break;
         }
-        c.k_g += count.ffn(l.moe, kinds.latent_dim);
+        count.ffn(b, l.moe, kinds.latent_dim);
     }
-    return c;
+    return b;
+}
+
+Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t layer_begin, int64_t layer_end) {
+    PENSTOCK_ASSIGN_OR_RETURN(const CostBreakdown b, count_layer_cost_breakdown(m, layer_begin, layer_end));
+    return b.total();
 }
 
 int64_t page_aligned_cut(int64_t start, int64_t remaining, int64_t limit) {

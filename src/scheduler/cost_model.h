@@ -4,6 +4,7 @@
 // short prefixes, attention-heavy ones at long prefixes). Pure host arithmetic.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -47,6 +48,28 @@ struct CostCoefficients {
     int64_t s_cap = 0;  // index_topk; 0 where k_s is 0
 };
 
+// What each counted FLOP runs on, for a time model with one measured rate per class (the layout planner; the chunk
+// budget of SPEC §3 uses only the total).
+enum class OpClass : uint8_t {
+    kGemm,             // dense linears: the attention and indexer projections, kv_b's expansion / absorption, the dense
+                       // MLP, shared experts, router, Kimi's output gate and latent down / up projections
+    kExperts,          // the routed experts' grouped GEMMs
+    kAttention,        // the MHA form's causal pairs (MLA)
+    kSparseAttention,  // DSA's sparse MLA over the selected latents (k_s)
+    kIndexer,          // the DSA indexer's logits per causal pair on "full" layers
+    kKda,              // KDA's short conv and chunked delta rule
+};
+inline constexpr size_t kNumOpClasses = 6;
+const char* op_class_name(OpClass c);
+
+// The counts of count_layer_costs split by OpClass; total() is count_layer_costs' result.
+struct CostBreakdown {
+    std::array<CostCoefficients, kNumOpClasses> by_class{};
+    CostCoefficients& operator[](OpClass c) { return by_class[static_cast<size_t>(c)]; }
+    const CostCoefficients& operator[](OpClass c) const { return by_class[static_cast<size_t>(c)]; }
+    CostCoefficients total() const;
+};
+
 // The selected pairs of a chunk of n_tokens queries after prefix_len keys when each reads at most `cap` of the keys
 // at and before it: sum over positions p in [prefix_len, prefix_len + n_tokens) of min(p + 1, cap). Closed form.
 double capped_pairs(int64_t prefix_len, int64_t n_tokens, int64_t cap);
@@ -59,6 +82,9 @@ double chunk_cost(const CostCoefficients& c, int64_t prefix_len, int64_t n_token
 // layer range, or a family config that does not parse.
 [[nodiscard]] Result<CostCoefficients> count_layer_costs(const loader::ModelConfig& m, int64_t layer_begin,
                                                          int64_t layer_end);
+// The same counts by the class of work each runs on.
+[[nodiscard]] Result<CostBreakdown> count_layer_cost_breakdown(const loader::ModelConfig& m, int64_t layer_begin,
+                                                               int64_t layer_end);
 
 // The chunk length a request may take: all of `remaining` when it is <= limit, else the largest x <= limit with
 // (start + x) a multiple of kPageSize (0 when there is none: the request is not split further this step).

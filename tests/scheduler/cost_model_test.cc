@@ -124,6 +124,43 @@ TEST(CostModel, CountsKimiKdaAndMlaLayersByKind) {
 }
 
 // A bad family config is an error, not a guess.
+// The per-class split of the planner adds up to the totals, and each term lands in the class it runs on.
+TEST(CostModel, BreakdownByOpClassSumsToTheTotals) {
+    for (const char* name : {"deepseek-v3.json", "glm-5.3.json", "kimi-k3.json"}) {
+        const loader::ModelConfig m = real_config(name);
+        for (const auto& [b, e] : {std::pair<int64_t, int64_t>{0, m.num_hidden_layers}, {0, 1}, {3, 4}, {1, 2}}) {
+            auto total = count_layer_costs(m, b, e);
+            auto split = count_layer_cost_breakdown(m, b, e);
+            ASSERT_TRUE(total.ok() && split.ok()) << name;
+            const CostCoefficients sum = split->total();
+            EXPECT_NEAR(sum.k_g, total->k_g, 1e-9 * total->k_g) << name << " [" << b << "," << e << ")";
+            EXPECT_DOUBLE_EQ(sum.k_e, total->k_e) << name;
+            EXPECT_DOUBLE_EQ(sum.k_a, total->k_a) << name;
+            EXPECT_DOUBLE_EQ(sum.k_s, total->k_s) << name;
+            EXPECT_EQ(sum.s_cap, total->s_cap) << name;
+        }
+    }
+    // DeepSeek-V3 layer 3: attention pairs only in kAttention, the routed experts (8 of 2048 wide) in kExperts.
+    auto d = count_layer_cost_breakdown(real_config("deepseek-v3.json"), 3, 4);
+    ASSERT_TRUE(d.ok());
+    EXPECT_DOUBLE_EQ((*d)[OpClass::kAttention].k_a, 2.0 * 128 * 320);
+    EXPECT_DOUBLE_EQ((*d)[OpClass::kExperts].k_g, 6.0 * 7168 * 2048 * 8);
+    EXPECT_DOUBLE_EQ((*d)[OpClass::kGemm].k_e, 2.0 * 512 * 128 * 256) << "kv_b's expansion is a dense GEMM";
+    EXPECT_EQ((*d)[OpClass::kIndexer].k_a + (*d)[OpClass::kKda].k_g + (*d)[OpClass::kSparseAttention].k_s, 0.0);
+    // GLM-5.3: the whole model's indexer logits are 21 full layers x 2 x 32 x 128 per pair; sparse MLA in k_s.
+    auto g = count_layer_cost_breakdown(real_config("glm-5.3.json"), 0, 78);
+    ASSERT_TRUE(g.ok());
+    EXPECT_DOUBLE_EQ((*g)[OpClass::kIndexer].k_a, 21 * 2.0 * 32 * 128);
+    EXPECT_DOUBLE_EQ((*g)[OpClass::kAttention].k_a, 0.0);
+    EXPECT_EQ((*g)[OpClass::kSparseAttention].s_cap, 2048);
+    // Kimi K3 layer 1 (KDA): the delta rule and conv in kKda, 96 heads of 128, chunk 64, conv 4.
+    auto k = count_layer_cost_breakdown(real_config("kimi-k3.json"), 1, 2);
+    ASSERT_TRUE(k.ok());
+    EXPECT_DOUBLE_EQ((*k)[OpClass::kKda].k_g, 2.0 * 4 * 3 * 12288 + 96 * (6.0 * 128 * 128 + 8.0 * 64 * 128));
+    EXPECT_EQ((*k)[OpClass::kAttention].k_a, 0.0);
+    EXPECT_STREQ(op_class_name(OpClass::kSparseAttention), "sparse_attention");
+}
+
 TEST(CostModel, FamilyConfigErrorsPropagate) {
     loader::ModelConfig m = real_config("glm-5.3.json");
     m.raw["indexer_types"] = nlohmann::json::array({"shared"});
