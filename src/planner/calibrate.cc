@@ -126,31 +126,13 @@ Result<RunSplit> split_run(const loader::ModelConfig& m, const BenchRun& run) {
         });
         if (!leaf) continue;
         s.leaves_ms += ms;
-        switch (classify_scope(path)) {
-            case ScopeClass::kGemm:
-                s.ms[static_cast<size_t>(OpClass::kGemm)] += ms;
-                break;
-            case ScopeClass::kExperts:
-                s.ms[static_cast<size_t>(OpClass::kExperts)] += ms;
-                break;
-            case ScopeClass::kAttention:
-                s.ms[static_cast<size_t>(OpClass::kAttention)] += ms;
-                break;
-            case ScopeClass::kSparseAttention:
-                s.ms[static_cast<size_t>(OpClass::kSparseAttention)] += ms;
-                break;
-            case ScopeClass::kIndexer:
-                s.ms[static_cast<size_t>(OpClass::kIndexer)] += ms;
-                break;
-            case ScopeClass::kKda:
-                s.ms[static_cast<size_t>(OpClass::kKda)] += ms;
-                break;
-            case ScopeClass::kTopk:
-                s.topk_ms += ms;
-                break;
-            case ScopeClass::kMemory:
-                s.memory_ms += ms;
-                break;
+        const ScopeClass cls = classify_scope(path);
+        if (cls == ScopeClass::kTopk) {
+            s.topk_ms += ms;
+        } else if (cls == ScopeClass::kMemory) {
+            s.memory_ms += ms;
+        } else {
+            s.ms[static_cast<size_t>(cls)] += ms;  // the first six ScopeClass values are the OpClass values
         }
     }
     // The wall median holds a little time outside the profiled scopes (launch gaps; the profiled reps are other

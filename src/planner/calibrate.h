@@ -31,8 +31,10 @@ struct BenchRun {
 // Every result in a bench JSON file (an array of results or one). A result without a breakdown is an error.
 [[nodiscard]] Result<std::vector<BenchRun>> read_model_bench_json(const std::string& path);
 
-// Where a leaf scope's time goes.
+// Where a leaf scope's time goes: an OpClass (the same values), the DSA top-k, or the memory-bound rest.
 enum class ScopeClass : uint8_t { kGemm, kExperts, kAttention, kSparseAttention, kIndexer, kKda, kTopk, kMemory };
+static_assert(static_cast<size_t>(ScopeClass::kKda) == static_cast<size_t>(scheduler::OpClass::kKda) &&
+              static_cast<size_t>(ScopeClass::kTopk) == scheduler::kNumOpClasses);
 ScopeClass classify_scope(const std::string& leaf_path);
 
 // One run split into the classes: the FLOPs and measured ms of each OpClass, the top-k's pairs and ms, the
