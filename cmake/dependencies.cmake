@@ -69,3 +69,17 @@ if(NOT PENSTOCK_CUDA STREQUAL "OFF")
 endif()
 
 set(PENSTOCK_FIXTURES_DIR "${PROJECT_SOURCE_DIR}/../shared/fixtures" CACHE PATH "Reference fixtures")
+
+# UCX (Debian libucx-dev) for disaggregated KV transfer (src/disagg): found through pkg-config; without it the
+# disaggregation module builds without a transfer engine and says so at run time.
+find_package(PkgConfig QUIET)
+set(PENSTOCK_ENABLE_UCX 0)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(PENSTOCK_UCX QUIET IMPORTED_TARGET ucx)
+endif()
+if(PENSTOCK_UCX_FOUND AND EXISTS "${PENSTOCK_UCX_INCLUDEDIR}/ucp/api/ucp.h")
+  set(PENSTOCK_ENABLE_UCX 1)
+  message(STATUS "Penstock: UCX ${PENSTOCK_UCX_VERSION} found; disaggregated KV transfer ON")
+else()
+  message(STATUS "Penstock: UCX headers not found (libucx-dev); disaggregated KV transfer OFF")
+endif()

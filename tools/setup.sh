@@ -6,7 +6,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake git pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev libboost-dev curl python3
-      libtomlplusplus-dev gnuplot-nox)
+      libtomlplusplus-dev gnuplot-nox libucx-dev)
 PKGS+=(python3-venv python3-pip)  # the tools venv below
 missing=()
 for p in "${PKGS[@]}"; do

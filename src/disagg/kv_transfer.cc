@@ -1,0 +1,289 @@
+// KV sender / receiver and their record formats (kv_transfer.h).
+#include "disagg/kv_transfer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace penstock::disagg {
+
+namespace {
+
+constexpr uint32_t kDestinationMagic = 0x444B5350;  // "PSKD"
+constexpr uint32_t kAuxMagic = 0x414B5350;          // "PSKA"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kMaxAddressBytes = 1 << 16, kMaxRkeyBytes = 1 << 14, kMaxRegions = 1 << 12, kMaxPages = 1 << 24;
+
+uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+class Writer {
+public:
+    Writer() { out.reserve(256); }
+    template <class T>
+    void put(T v) {
+        const size_t at = out.size();
+        out.resize(at + sizeof(T));
+        std::memcpy(out.data() + at, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
+    }
+    void bytes(std::span<const uint8_t> b) {
+        put<uint32_t>(static_cast<uint32_t>(b.size()));
+        const size_t at = out.size();
+        out.resize(at + b.size());
+        if (!b.empty()) std::memcpy(out.data() + at, b.data(), b.size());
+    }
+    std::vector<uint8_t> out;
+};
+
+class Reader {
+public:
+    explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+    template <class T>
+    bool get(T* v) {
+        if (b_.size() - pos_ < sizeof(T)) return false;
+        std::memcpy(v, b_.data() + pos_, sizeof(T));
+        pos_ += sizeof(T);
+        return true;
+    }
+    bool bytes(std::vector<uint8_t>* v, size_t limit) {
+        uint32_t n = 0;
+        if (!get(&n) || n > limit || b_.size() - pos_ < n) return false;
+        v->assign(b_.begin() + static_cast<std::ptrdiff_t>(pos_), b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+        pos_ += n;
+        return true;
+    }
+    bool done() const { return pos_ == b_.size(); }
+
+private:
+    std::span<const uint8_t> b_;
+    size_t pos_ = 0;
+};
+
+}  // namespace
+
+uint64_t KvLayout::fingerprint() const {
+    Writer w;
+    w.put<uint64_t>(buffers.size());
+    for (const KvBuffer& b : buffers) w.put<uint64_t>(b.page_bytes);
+    return fnv1a(w.out.data(), w.out.size());
+}
+
+std::string KvLayout::describe() const {
+    std::ostringstream os;
+    os << buffers.size() << " buffers:";
+    for (size_t i = 0; i < buffers.size(); ++i) os << (i ? ", " : " ") << buffers[i].page_bytes;
+    os << " bytes per page";
+    return os.str();
+}
+
+std::vector<uint8_t> KvDestination::encode() const {
+    Writer w;
+    w.put<uint32_t>(kDestinationMagic);
+    w.put<uint16_t>(kVersion);
+    w.put<uint16_t>(0);
+    w.put<uint64_t>(room);
+    w.put<uint64_t>(layout_fingerprint);
+    w.put<int64_t>(n_tokens);
+    w.bytes(engine_address);
+    w.put<uint32_t>(static_cast<uint32_t>(regions.size()));
+    for (const Region& r : regions) {
+        w.put<uint64_t>(r.region.base);
+        w.put<uint64_t>(r.region.bytes);
+        w.bytes(r.region.rkey);
+        w.put<uint64_t>(r.page_stride);
+        w.put<int64_t>(r.n_pages);
+    }
+    w.put<uint32_t>(static_cast<uint32_t>(pages.size()));
+    for (int32_t p : pages) w.put<int32_t>(p);
+    return w.out;
+}
+
+Result<KvDestination> KvDestination::decode(std::span<const uint8_t> bytes) {
+    Reader r(bytes);
+    const auto bad = [](const std::string& what) { return invalid_argument("KV destination record: " + what); };
+    uint32_t magic = 0, n_regions = 0, n_pages = 0;
+    uint16_t version = 0, reserved = 0;
+    if (!r.get(&magic) || magic != kDestinationMagic) return bad("bad magic");
+    if (!r.get(&version) || version != kVersion) return bad("protocol version " + std::to_string(version) + ", not 1");
+    KvDestination d;
+    if (!r.get(&reserved) || !r.get(&d.room) || !r.get(&d.layout_fingerprint) || !r.get(&d.n_tokens) ||
+        !r.bytes(&d.engine_address, kMaxAddressBytes) || !r.get(&n_regions)) {
+        return bad("truncated header");
+    }
+    if (n_regions > kMaxRegions) return bad(std::to_string(n_regions) + " regions");
+    for (uint32_t i = 0; i < n_regions; ++i) {
+        Region g;
+        if (!r.get(&g.region.base) || !r.get(&g.region.bytes) || !r.bytes(&g.region.rkey, kMaxRkeyBytes) ||
+            !r.get(&g.page_stride) || !r.get(&g.n_pages)) {
+            return bad("truncated region " + std::to_string(i));
+        }
+        d.regions.push_back(std::move(g));
+    }
+    if (!r.get(&n_pages) || n_pages > kMaxPages) return bad("page count");
+    d.pages.resize(n_pages);
+    for (int32_t& p : d.pages) {
+        if (!r.get(&p)) return bad("truncated page list");
+    }
+    if (!r.done()) return bad("trailing bytes");
+    if (d.n_tokens < 0 || d.n_tokens > static_cast<int64_t>(n_pages) * 64) return bad("token count");
+    return d;
+}
+
+std::vector<uint8_t> AuxRecord::encode() const {
+    Writer w;
+    w.put<uint32_t>(kAuxMagic);
+    w.put<uint16_t>(kVersion);
+    w.put<uint16_t>(0);
+    w.put<uint64_t>(room);
+    w.put<int64_t>(n_tokens);
+    w.put<int32_t>(first_token);
+    w.put<uint32_t>(n_pages);
+    w.put<uint64_t>(layout_fingerprint);
+    w.put<uint64_t>(fnv1a(w.out.data(), w.out.size()));
+    std::vector<uint8_t> message(kMessageBytes, 0);
+    std::memcpy(message.data(), w.out.data(), std::min(w.out.size(), kMessageBytes));
+    return message;
+}
+
+Result<AuxRecord> AuxRecord::decode(std::span<const uint8_t> bytes) {
+    const auto bad = [](const std::string& what) { return invalid_argument("KV aux record: " + what); };
+    if (bytes.size() != kMessageBytes) return bad(std::to_string(bytes.size()) + " bytes");
+    Reader r(bytes);
+    uint32_t magic = 0;
+    uint16_t version = 0, reserved = 0;
+    AuxRecord a;
+    uint64_t sum = 0;
+    if (!r.get(&magic) || magic != kAuxMagic) return bad("bad magic");
+    if (!r.get(&version) || version != kVersion) return bad("protocol version " + std::to_string(version) + ", not 1");
+    if (!r.get(&reserved) || !r.get(&a.room) || !r.get(&a.n_tokens) || !r.get(&a.first_token) || !r.get(&a.n_pages) ||
+        !r.get(&a.layout_fingerprint) || !r.get(&sum)) {
+        return bad("truncated");
+    }
+    constexpr size_t kSummed = 40;  // everything before the checksum
+    if (fnv1a(bytes.data(), kSummed) != sum) return bad("checksum");
+    for (size_t i = kSummed + 8; i < kMessageBytes; ++i) {
+        if (bytes[i] != 0) return bad("non-zero padding");
+    }
+    return a;
+}
+
+Result<std::unique_ptr<KvReceiver>> KvReceiver::create(TransferEngine* engine, KvLayout layout, RoomTimeouts timeouts) {
+    PENSTOCK_RETURN_IF_ERROR(validate(timeouts));
+    std::unique_ptr<KvReceiver> r(new KvReceiver(engine, std::move(layout), timeouts));
+    for (const KvBuffer& b : r->layout_.buffers) {
+        if (b.base == nullptr || b.page_bytes == 0 || b.page_stride < b.page_bytes || b.n_pages < 1) {
+            return invalid_argument("KV receiver: a buffer needs a base, page bytes, a stride >= them and pages");
+        }
+        PENSTOCK_ASSIGN_OR_RETURN(RemoteRegion region,
+                                  engine->register_region(b.base, b.page_stride * static_cast<uint64_t>(b.n_pages)));
+        r->regions_.push_back(std::move(region));
+    }
+    return r;
+}
+
+Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pages, int64_t n_tokens, TimePoint now) {
+    if (pages.empty() || n_tokens < 1 || n_tokens > static_cast<int64_t>(pages.size()) * 64) {
+        return invalid_argument("room " + std::to_string(room) + ": " + std::to_string(n_tokens) + " tokens in " +
+                                std::to_string(pages.size()) + " pages");
+    }
+    for (const KvBuffer& b : layout_.buffers) {
+        for (int32_t p : pages) {
+            if (p < 0 || p >= b.n_pages) return out_of_range("room " + std::to_string(room) + ": page id out of range");
+        }
+    }
+    PENSTOCK_RETURN_IF_ERROR(rooms_.open(room, now));
+    PENSTOCK_RETURN_IF_ERROR(rooms_.bootstrapped(room, now));
+    Room* r = rooms_.find_mut(room);
+    r->pages = pages;
+    r->n_tokens = n_tokens;
+    KvDestination d;
+    d.room = room;
+    d.layout_fingerprint = layout_.fingerprint();
+    d.n_tokens = n_tokens;
+    d.engine_address = engine_->address();
+    for (size_t i = 0; i < layout_.buffers.size(); ++i) {
+        d.regions.push_back({.region = regions_[i],
+                             .page_stride = layout_.buffers[i].page_stride,
+                             .n_pages = layout_.buffers[i].n_pages});
+    }
+    d.pages = std::move(pages);
+    return d;
+}
+
+std::vector<uint64_t> KvReceiver::poll(TimePoint now) {
+    std::vector<uint64_t> done;
+    for (const std::vector<uint8_t>& m : engine_->poll_messages()) {
+        const Result<AuxRecord> a = AuxRecord::decode(m);
+        if (!a.ok()) {
+            ++dropped_;
+            continue;
+        }
+        const Room* r = rooms_.find(a->room);
+        if (r == nullptr || r->state != RoomState::kWaitingForInput ||
+            a->n_pages != static_cast<uint32_t>(r->pages.size()) || a->n_tokens != r->n_tokens ||
+            a->layout_fingerprint != layout_.fingerprint()) {
+            ++dropped_;
+            continue;
+        }
+        // The flush before the aux record made every page complete here: the transfer is over when it arrives.
+        if (rooms_.start_transfer(a->room, now).ok() && rooms_.succeed(a->room, now).ok()) {
+            rooms_.find_mut(a->room)->first_token = a->first_token;
+            done.push_back(a->room);
+        }
+    }
+    for (uint64_t id : rooms_.expire(now)) done.push_back(id);
+    return done;
+}
+
+Status KvSender::send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t first_token,
+                      TimePoint deadline) {
+    if (dst.layout_fingerprint != layout_.fingerprint() || dst.regions.size() != layout_.buffers.size()) {
+        return failed_precondition("KV layout mismatch between prefill (" + layout_.describe() + ") and decode (" +
+                                   std::to_string(dst.regions.size()) +
+                                   " buffers, another page size): the two servers must run the same model and KV "
+                                   "formats");
+    }
+    if (src_pages.size() != dst.pages.size()) {
+        return invalid_argument("room " + std::to_string(dst.room) + ": " + std::to_string(src_pages.size()) +
+                                " source pages for " + std::to_string(dst.pages.size()) + " destination pages");
+    }
+    for (size_t b = 0; b < layout_.buffers.size(); ++b) {
+        for (size_t i = 0; i < src_pages.size(); ++i) {
+            if (src_pages[i] < 0 || src_pages[i] >= layout_.buffers[b].n_pages || dst.pages[i] < 0 ||
+                dst.pages[i] >= dst.regions[b].n_pages) {
+                return invalid_argument("room " + std::to_string(dst.room) + ": page id out of range");
+            }
+        }
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(const int peer, engine_->connect(dst.engine_address));
+    for (size_t b = 0; b < layout_.buffers.size(); ++b) {
+        const KvBuffer& src = layout_.buffers[b];
+        const KvDestination::Region& to = dst.regions[b];
+        const bool dense = src.page_stride == src.page_bytes && to.page_stride == src.page_bytes;
+        for (size_t i = 0; i < src_pages.size();) {
+            // A run of pages consecutive at both ends is one put when both strides are the page size.
+            size_t n = 1;
+            while (dense && i + n < src_pages.size() && src_pages[i + n] == src_pages[i] + static_cast<int32_t>(n) &&
+                   dst.pages[i + n] == dst.pages[i] + static_cast<int32_t>(n)) {
+                ++n;
+            }
+            const auto* from =
+                static_cast<const uint8_t*>(src.base) + static_cast<uint64_t>(src_pages[i]) * src.page_stride;
+            const uint64_t remote = to.region.base + static_cast<uint64_t>(dst.pages[i]) * to.page_stride;
+            PENSTOCK_RETURN_IF_ERROR(engine_->put(peer, from, src.page_bytes * n, remote, to.region));
+            ++n_puts_;
+            i += n;
+        }
+    }
+    PENSTOCK_RETURN_IF_ERROR(engine_->flush(peer, deadline));
+    const AuxRecord aux{.room = dst.room,
+                        .n_tokens = dst.n_tokens,
+                        .first_token = first_token,
+                        .n_pages = static_cast<uint32_t>(dst.pages.size()),
+                        .layout_fingerprint = layout_.fingerprint()};
+    return engine_->send_message(peer, aux.encode(), deadline);
+}
+
+}  // namespace penstock::disagg
