@@ -59,6 +59,14 @@ void RequestTables::release(int64_t id) {
     tables_.erase(it);
 }
 
+PageTable RequestTables::detach(int64_t id) {
+    auto it = tables_.find(id);
+    if (it == tables_.end()) return {};
+    PageTable t = std::move(it->second);
+    tables_.erase(it);
+    return t;
+}
+
 const PageTable& RequestTables::table(int64_t id) const {
     auto it = tables_.find(id);
     PENSTOCK_CHECK(it != tables_.end()) << "unknown request " << id;

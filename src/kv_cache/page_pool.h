@@ -37,7 +37,7 @@ public:
 
 private:
     int64_t n_pages_;
-    std::vector<int32_t> free_;   // stack of free ids
+    std::vector<int32_t> free_;  // stack of free ids
     std::vector<uint8_t> in_use_;
 };
 
@@ -50,6 +50,9 @@ public:
     [[nodiscard]] Status reserve(int64_t id, int64_t n_tokens);
     // Frees every page of request `id` (no-op for unknown ids).
     void release(int64_t id);
+    // Removes request `id`'s table without freeing its pages and returns it (empty for unknown ids): the caller now
+    // owns the pages and must give them back to the pool.
+    PageTable detach(int64_t id);
     // The table of a known request (aborts for unknown ids).
     const PageTable& table(int64_t id) const;
     bool contains(int64_t id) const { return tables_.count(id) != 0; }

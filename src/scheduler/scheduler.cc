@@ -36,7 +36,7 @@ int64_t Scheduler::n_mid_chunk() const {
     return std::count_if(running_.begin(), running_.end(), [](const Request* r) { return r->is_mid_chunk(); });
 }
 
-Status Scheduler::add_request(NewRequest r) {
+Status Scheduler::validate_new(const NewRequest& r) const {
     const std::string who = "request " + std::to_string(r.id) + ": ";
     if (r.prompt.empty()) return invalid_argument(who + "empty prompt");
     if (r.sampling.max_new_tokens < 1) {
@@ -56,14 +56,72 @@ Status Scheduler::add_request(NewRequest r) {
                             " tokens (prompt + max_new_tokens) but the pool can give at most " +
                             std::to_string(can_give) + " pages; it can never be admitted");
     }
-    if (live_.count(r.id) != 0) return invalid_argument(who + "id already in use");
+    if (live_.count(r.id) != 0 || held_.count(r.id) != 0) return invalid_argument(who + "id already in use");
+    return ok_status();
+}
+
+Status Scheduler::add_request(NewRequest r) {
+    PENSTOCK_RETURN_IF_ERROR(validate_new(r));
+    const std::string who = "request " + std::to_string(r.id) + ": ";
     if (n_waiting() >= config_.max_queue_size) {
         return resource_exhausted(who + "waiting queue full (max_queue_size " + std::to_string(config_.max_queue_size) +
                                   ")");
     }
+    const bool hold = r.hold_kv_on_finish;
     auto req = std::make_unique<Request>(r.id, std::move(r.prompt), std::move(r.sampling), r.arrival, r.deadline);
     waiting_.push_back(req.get());
-    live_.emplace(r.id, Live{.request = std::move(req), .serial = next_serial_++});
+    live_.emplace(r.id, Live{.request = std::move(req), .serial = next_serial_++, .hold_kv_on_finish = hold});
+    return ok_status();
+}
+
+Status Scheduler::add_prefilled_request(NewRequest r) {
+    PENSTOCK_RETURN_IF_ERROR(validate_new(r));
+    const std::string who = "request " + std::to_string(r.id) + ": ";
+    if (n_running() >= config_.max_running_requests) {
+        return resource_exhausted(who + "max_running_requests (" + std::to_string(config_.max_running_requests) +
+                                  ") requests are running");
+    }
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.sampling.max_new_tokens;
+    const int64_t need = kv_cache::pages_for_tokens(total);
+    if (pool_->n_free() - need < watermark_pages(config_, pool_->n_pages())) {
+        return resource_exhausted(who + "needs " + std::to_string(need) + " KV pages, " +
+                                  std::to_string(pool_->n_free()) + " free");
+    }
+    auto req = std::make_unique<Request>(r.id, std::move(r.prompt), std::move(r.sampling), r.arrival, r.deadline);
+    Request* p = req.get();
+    PENSTOCK_RETURN_IF_ERROR(tables_.reserve(p->id(), p->reserved_kv_tokens()));
+    p->admit();
+    p->schedule_prefill(p->prompt_len());  // never planned: the positions arrive from the prefill server
+    running_.push_back(p);
+    awaiting_kv_.insert(p->id());
+    live_.emplace(p->id(), Live{.request = std::move(req), .serial = next_serial_++});
+    return ok_status();
+}
+
+Result<bool> Scheduler::complete_transfer(int64_t id, int32_t first_token) {
+    Request* r = live(id);
+    if (r == nullptr) return not_found("request " + std::to_string(id) + " is not live");
+    if (!awaiting_kv_.contains(id)) {
+        return failed_precondition("request " + std::to_string(id) + " is not waiting for transferred KV");
+    }
+    awaiting_kv_.erase(id);
+    r->complete_positions(r->prompt_len());
+    if (!r->append_token(first_token)) return false;
+    retire(id);
+    return true;
+}
+
+Result<std::vector<int32_t>> Scheduler::held_pages(int64_t id) const {
+    auto it = held_.find(id);
+    if (it == held_.end()) return not_found("request " + std::to_string(id) + " holds no pages");
+    return it->second.pages;
+}
+
+Status Scheduler::release_held(int64_t id) {
+    auto it = held_.find(id);
+    if (it == held_.end()) return not_found("request " + std::to_string(id) + " holds no pages");
+    pool_->release(it->second.pages);
+    held_.erase(it);
     return ok_status();
 }
 
@@ -74,7 +132,12 @@ void Scheduler::retire(int64_t id) {
     PENSTOCK_CHECK(r->is_terminal()) << "retire request " << id << " in state " << request_state_name(r->state());
     std::erase(waiting_, r);
     std::erase(running_, r);
-    tables_.release(id);
+    awaiting_kv_.erase(id);
+    if (it->second.hold_kv_on_finish && r->state() == RequestState::kFinished) {
+        held_.emplace(id, tables_.detach(id));  // the KV transfer reads them; release_held() frees them
+    } else {
+        tables_.release(id);
+    }
     finished_.push_back(std::move(it->second.request));
     live_.erase(it);
 }
@@ -202,9 +265,11 @@ std::vector<std::unique_ptr<Request>> Scheduler::take_finished() { return std::e
 
 Status Scheduler::check_invariants() const {
     auto broken = [](const std::string& what) { return internal_error("scheduler invariant: " + what); };
-    if (tables_.pages_owned() != pool_->n_used()) {
-        return broken("pages owned by requests " + std::to_string(tables_.pages_owned()) + " != pool pages used " +
-                      std::to_string(pool_->n_used()));
+    int64_t held = 0;
+    for (const auto& [id, t] : held_) held += static_cast<int64_t>(t.pages.size());
+    if (tables_.pages_owned() + held != pool_->n_used()) {
+        return broken("pages owned by requests " + std::to_string(tables_.pages_owned()) + " + held for transfers " +
+                      std::to_string(held) + " != pool pages used " + std::to_string(pool_->n_used()));
     }
     if (tables_.n_requests() != n_running()) {
         return broken(std::to_string(tables_.n_requests()) + " page tables for " + std::to_string(n_running()) +

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -39,6 +40,9 @@ struct NewRequest {
     SamplingParams sampling;
     TimePoint arrival{};
     TimePoint deadline = kNoDeadline;
+    // Prefill/decode disaggregation, prefill end: when the request finishes (not when it is aborted), its pages are
+    // held for the KV transfer instead of freed, until release_held().
+    bool hold_kv_on_finish = false;
 };
 
 class Scheduler final {
@@ -53,6 +57,23 @@ public:
     // max_context_len, or an id already live. OutOfRange: its whole KV needs more pages than the pool can ever give
     // (rejected at once). ResourceExhausted: the waiting queue holds max_queue_size requests.
     [[nodiscard]] Status add_request(NewRequest r);
+
+    // Disaggregation, decode end: a request whose prompt KV comes from a prefill server. It is admitted at once (its
+    // whole KV reserved, pages in page_table(id)) and waits, never planned, until complete_transfer() gives it the
+    // first token; then it decodes like any other. The same validation as add_request, and ResourceExhausted when the
+    // free pages (minus the watermark) or the running cap do not allow it now.
+    [[nodiscard]] Status add_prefilled_request(NewRequest r);
+    // The transfer of a prefilled request's KV is complete: its prompt positions count as computed and `first_token`
+    // is appended (finishing it when it should). Returns whether it finished. NotFound: not live; FailedPrecondition:
+    // not waiting for its KV.
+    [[nodiscard]] Result<bool> complete_transfer(int64_t id, int32_t first_token);
+    bool awaiting_kv(int64_t id) const { return awaiting_kv_.contains(id); }
+
+    // Disaggregation, prefill end: the pages of finished hold_kv_on_finish requests, until release_held(id) frees
+    // them (after the transfer, or when it failed). NotFound for an id that holds none.
+    [[nodiscard]] Result<std::vector<int32_t>> held_pages(int64_t id) const;
+    [[nodiscard]] Status release_held(int64_t id);
+    int64_t n_held_requests() const { return static_cast<int64_t>(held_.size()); }
 
     // Aborts a live request in any state and frees its pages at once (safe while a step holding it is in flight:
     // steps run in order, so a later owner of those pages writes them after the stale step did). NotFound when the
@@ -79,7 +100,8 @@ public:
     // Requests that reached kFinished or kAborted since the last call (ownership passes to the caller).
     std::vector<std::unique_ptr<Request>> take_finished();
 
-    // Internal error describing the first broken invariant: pages owned by live requests == pool pages used, a table
+    // Internal error describing the first broken invariant: pages owned by live requests + held for transfers == pool
+    // pages used, a table
     // per running request covering its whole reserved KV and none for waiting ones, at most one mid-chunk request,
     // running <= max_running_requests. For idle checks (SPEC §6: the caller warns or aborts by setting).
     [[nodiscard]] Status check_invariants() const;
@@ -100,7 +122,10 @@ private:
     struct Live {
         std::unique_ptr<Request> request;
         uint64_t serial = 0;  // distinguishes a reused id from the request an in-flight step was planned for
+        bool hold_kv_on_finish = false;
     };
+    // add_request's checks of a new request (not its queue or pool state).
+    Status validate_new(const NewRequest& r) const;
     // What on_step_done needs of a planned entry.
     struct PlannedEntry {
         int64_t request_id = 0;
@@ -130,6 +155,8 @@ private:
     std::vector<Request*> running_;  // admission order
     std::vector<std::unique_ptr<Request>> finished_;
     std::deque<PlannedStep> in_flight_;
+    std::unordered_map<int64_t, kv_cache::PageTable> held_;  // finished requests' pages held for a KV transfer
+    std::unordered_set<int64_t> awaiting_kv_;                // prefilled requests whose KV has not arrived
     int64_t next_step_id_ = 0;
     uint64_t next_serial_ = 0;
 };

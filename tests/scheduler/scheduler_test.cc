@@ -276,6 +276,85 @@ TEST(Scheduler, QueueCapAnswersResourceExhausted) {
     EXPECT_TRUE(s->add_request(new_request(3, 10)).ok());
 }
 
+// Disaggregation, decode end: a prefilled request takes its pages at once, is never planned until its KV arrives, then
+// decodes; a transfer that never comes ends at the deadline with its pages freed (RELIABILITY T11).
+TEST(Scheduler, PrefilledRequestWaitsForItsKvThenDecodes) {
+    kv_cache::PagePool pool(20);
+    SchedulerConfig c;
+    c.max_running_requests = 2;
+    auto s = make_scheduler(c, &pool);
+    ASSERT_TRUE(s->add_prefilled_request(new_request(1, 130, /*max_new_tokens=*/3)).ok());
+    EXPECT_TRUE(s->awaiting_kv(1));
+    EXPECT_EQ(s->page_table(1).pages.size(), 3u) << "130 + 3 tokens";
+    EXPECT_EQ(pool.n_used(), 3);
+    EXPECT_TRUE(s->schedule_step().empty()) << "nothing to plan while the KV is on its way";
+    EXPECT_TRUE(s->check_invariants().ok());
+    EXPECT_EQ(s->add_prefilled_request(new_request(1, 10)).code(), StatusCode::kInvalidArgument) << "id in use";
+    EXPECT_EQ(s->add_prefilled_request(new_request(2, 64 * 18)).code(), StatusCode::kResourceExhausted)
+        << "17 free pages now";
+    EXPECT_EQ(s->complete_transfer(9, 1).status().code(), StatusCode::kNotFound);
+    auto done = s->complete_transfer(1, 77);
+    ASSERT_TRUE(done.ok());
+    EXPECT_FALSE(*done);
+    EXPECT_EQ(s->complete_transfer(1, 77).status().code(), StatusCode::kFailedPrecondition) << "only once";
+    EXPECT_EQ(s->find(1)->generated(), std::vector<int32_t>{77});
+    EXPECT_EQ(s->find(1)->prefix_len(), 130);
+    for (int step = 0; step < 2; ++step) {
+        const BatchPlan plan = s->schedule_step();
+        ASSERT_EQ(plan.entries.size(), 1u);
+        EXPECT_EQ(plan.entries[0].kind, EntryKind::kDecode);
+        EXPECT_EQ(plan.entries[0].prefix_len, 130 + step);
+        s->on_step_done(result_for(plan));
+    }
+    EXPECT_EQ(s->find(1), nullptr) << "3 tokens: 77 from prefill and two decoded";
+    EXPECT_EQ(pool.n_used(), 0);
+    // max_new_tokens 1: the first token finishes it.
+    ASSERT_TRUE(s->add_prefilled_request(new_request(3, 10)).ok());
+    auto one = s->complete_transfer(3, 5);
+    ASSERT_TRUE(one.ok());
+    EXPECT_TRUE(*one);
+    EXPECT_EQ(pool.n_used(), 0);
+    // The prefill end never delivers: the deadline aborts it and frees its pages.
+    ASSERT_TRUE(s->add_prefilled_request(new_request(4, 100, 4, TimePoint{} + std::chrono::seconds(5))).ok());
+    ASSERT_TRUE(s->add_prefilled_request(new_request(5, 100, 4)).ok());
+    EXPECT_EQ(s->add_prefilled_request(new_request(6, 10)).code(), StatusCode::kResourceExhausted) << "running cap";
+    EXPECT_EQ(s->expire_deadlines(TimePoint{} + std::chrono::seconds(6)), std::vector<int64_t>{4});
+    EXPECT_FALSE(s->awaiting_kv(4));
+    ASSERT_TRUE(s->abort(5).ok());
+    EXPECT_EQ(pool.n_used(), 0);
+    EXPECT_TRUE(s->check_invariants().ok());
+}
+
+// Disaggregation, prefill end: a finished request's pages stay held for the transfer (and count in the page
+// invariant) until released; an aborted one frees them at once.
+TEST(Scheduler, FinishedRequestHoldsItsPagesForTheTransfer) {
+    kv_cache::PagePool pool(20);
+    auto s = make_scheduler(SchedulerConfig{}, &pool);
+    NewRequest r = new_request(1, 200);
+    r.hold_kv_on_finish = true;
+    ASSERT_TRUE(s->add_request(std::move(r)).ok());
+    NewRequest q = new_request(2, 100);
+    q.hold_kv_on_finish = true;
+    ASSERT_TRUE(s->add_request(std::move(q)).ok());
+    const BatchPlan plan = s->schedule_step();
+    ASSERT_EQ(plan.entries.size(), 2u);
+    const std::vector<int32_t> pages = plan.entries[0].pages;
+    ASSERT_TRUE(s->abort(2).ok());
+    s->on_step_done(result_for(plan, 9));
+    EXPECT_EQ(s->find(1), nullptr);
+    EXPECT_EQ(s->n_held_requests(), 1) << "the aborted request holds nothing";
+    auto held = s->held_pages(1);
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(*held, pages) << "the pages its prompt was written to";
+    EXPECT_EQ(pool.n_used(), 4);
+    EXPECT_TRUE(s->check_invariants().ok());
+    EXPECT_EQ(s->add_request(new_request(1, 10)).code(), StatusCode::kInvalidArgument) << "its id is still in use";
+    ASSERT_TRUE(s->release_held(1).ok());
+    EXPECT_EQ(s->release_held(1).code(), StatusCode::kNotFound);
+    EXPECT_EQ(pool.n_used(), 0);
+    EXPECT_TRUE(s->check_invariants().ok());
+}
+
 TEST(SchedulerConfig, ValidationNamesTheField) {
     SchedulerConfig c;
     EXPECT_TRUE(validate(c).ok());
