@@ -69,6 +69,18 @@ struct Engine::Live {
     std::string matched_stop;
 };
 
+std::string_view disagg_mode_name(DisaggOptions::Mode m) {
+    switch (m) {
+        case DisaggOptions::Mode::kNone:
+            return "null";
+        case DisaggOptions::Mode::kPrefill:
+            return "prefill";
+        case DisaggOptions::Mode::kDecode:
+            return "decode";
+    }
+    return "?";
+}
+
 namespace {
 
 RequestOutput finished_output(std::string reason, Status error) {
@@ -121,8 +133,47 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
     std::optional<scheduler::ChunkCostModel> cost = options.cost_model;
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
                               scheduler::Scheduler::create(options.scheduler, &runner->page_pool(), std::move(cost)));
-    return std::unique_ptr<Engine>(
+    const DisaggOptions::Mode mode = options.disagg.mode;
+    disagg::KvLayout layout;
+    if (mode != DisaggOptions::Mode::kNone) {
+        const std::string what = "--disaggregation-mode " + std::string(disagg_mode_name(mode)) + ": ";
+        if (!runner->model().is_last_stage()) {
+            return unimplemented(what +
+                                 "a pipeline's stages each send their own layers' KV, which is not built yet "
+                                 "(docs/design/disagg.md); run it with --pp 1");
+        }
+        if (runner->cache().has_request_state()) {
+            return unimplemented(what +
+                                 "this model keeps per-request KDA state outside the KV pages, which the "
+                                 "transfer does not carry yet");
+        }
+        for (const kv_cache::PagedBuffer& b : runner->cache().paged_buffers()) {
+            if (b.on_device) {
+                return unimplemented(what +
+                                     "the KV cache is on the GPU; this build's transfer engine moves host "
+                                     "memory only (UCX's CUDA transports are not wired yet)");
+            }
+            layout.buffers.push_back(
+                {.base = b.base, .page_bytes = b.page_bytes, .page_stride = b.page_stride, .n_pages = b.n_pages});
+        }
+        if (layout.buffers.empty()) return unimplemented(what + "this model's cache lists no paged KV buffers");
+        PENSTOCK_RETURN_IF_ERROR(disagg::validate(options.disagg.timeouts));
+        if (mode == DisaggOptions::Mode::kPrefill && !options.disagg.resolve_destination) {
+            return invalid_argument(what + "the prefill end needs a way to reach the decode end's bootstrap");
+        }
+    }
+    std::unique_ptr<Engine> e(
         new Engine(std::move(runner), std::move(executor), tokenizer, std::move(options), std::move(sched)));
+    if (mode != DisaggOptions::Mode::kNone) {
+        PENSTOCK_ASSIGN_OR_RETURN(e->xfer_engine_, disagg::make_transfer_engine(e->options_.disagg.transfer_backend));
+        if (mode == DisaggOptions::Mode::kDecode) {
+            PENSTOCK_ASSIGN_OR_RETURN(e->receiver_, disagg::KvReceiver::create(e->xfer_engine_.get(), std::move(layout),
+                                                                               e->options_.disagg.timeouts));
+        } else {
+            e->sender_ = std::make_unique<disagg::KvSender>(e->xfer_engine_.get(), std::move(layout));
+        }
+    }
+    return e;
 }
 
 Engine::Engine(std::unique_ptr<runtime::ModelRunner> runner, std::unique_ptr<StepExecutor> executor,
@@ -144,6 +195,7 @@ void Engine::start() {
     PENSTOCK_CHECK(!thread_.joinable()) << "engine started twice";
     heartbeat_ns_ = Clock::now().time_since_epoch().count();
     thread_ = std::thread([this] { loop(); });
+    if (sender_ != nullptr) xfer_thread_ = std::thread([this] { transfer_loop(); });
 }
 
 void Engine::stop() {
@@ -154,6 +206,22 @@ void Engine::stop() {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        xfer_stopping_ = true;
+    }
+    xfer_cv_.notify_all();
+    if (xfer_thread_.joinable()) xfer_thread_.join();
+}
+
+Result<std::vector<uint8_t>> Engine::destination(uint64_t room) const {
+    if (options_.disagg.mode != DisaggOptions::Mode::kDecode) {
+        return failed_precondition("this server is not the decode end of a disaggregated deployment");
+    }
+    std::lock_guard<std::mutex> lock(dest_mu_);
+    auto it = destinations_.find(room);
+    if (it == destinations_.end()) return not_found("room " + std::to_string(room) + " has no pages here (yet)");
+    return it->second;
 }
 
 Clock::time_point Engine::last_heartbeat() const { return Clock::time_point(Clock::duration(heartbeat_ns_.load())); }
@@ -174,6 +242,9 @@ Status Engine::validate_request(const GenerateRequest& r) const {
     }
     const GenerateParams& p = r.params;
     if (p.max_new_tokens < 1) return invalid_argument("max_new_tokens must be >= 1");
+    if (r.bootstrap_room && options_.disagg.mode == DisaggOptions::Mode::kNone) {
+        return invalid_argument("bootstrap_room: this server is not in a disaggregation mode");
+    }
     PENSTOCK_RETURN_IF_ERROR(validate(p.sampling));
     for (int32_t t : p.stop_token_ids) {
         if (t < 0 || t >= vocab) return invalid_argument("stop_token_ids: " + std::to_string(t) + " is not a token id");
@@ -212,6 +283,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerateRequest r) {
         return s;
     };
     if (!accepting_) return reject("draining", Status(StatusCode::kUnavailable, "the server is shutting down"));
+    if (r.bootstrap_room && options_.disagg.mode == DisaggOptions::Mode::kPrefill) {
+        r.params.max_new_tokens = 1;  // the prefill end computes the first token; the decode end generates the rest
+    }
     if (Status v = validate_request(r); !v.ok()) {
         return reject(v.code() == StatusCode::kOutOfRange ? "too_long" : "invalid", v);
     }
@@ -285,7 +359,23 @@ bool Engine::absorb_inbox() {
         if (!l->params.ignore_eos) {
             for (int32_t eos : options_.eos_token_ids) nr.sampling.stop_token_ids.push_back(eos);
         }
-        const Status st = sched_->add_request(std::move(nr));
+        const std::optional<uint64_t> room = p.request.bootstrap_room;
+        const bool prefilled = room && options_.disagg.mode == DisaggOptions::Mode::kDecode;
+        nr.hold_kv_on_finish = room && options_.disagg.mode == DisaggOptions::Mode::kPrefill;
+        const bool hold = nr.hold_kv_on_finish;
+        const Status st = prefilled ? sched_->add_prefilled_request(std::move(nr)) : sched_->add_request(std::move(nr));
+        if (st.ok() && prefilled) {
+            live_.emplace(p.id, std::move(l));
+            if (const Status e = expect_room(p.id, *room); !e.ok()) {
+                // No destination was published, so nothing can write its pages: they are freed at once, and the
+                // request ends with the error.
+                live_.at(p.id)->error = e;
+                (void)sched_->abort(p.id);
+                (void)sched_->release_held(p.id);
+            }
+            continue;
+        }
+        if (st.ok() && hold) prefill_room_[p.id] = *room;
         if (!st.ok()) {
             {
                 std::lock_guard<std::mutex> lock(metrics_mu_);
@@ -316,6 +406,8 @@ bool Engine::absorb_inbox() {
 
 void Engine::loop() {
     while (absorb_inbox()) {
+        poll_rooms();
+        collect_transfers();
         for (int64_t id : sched_->expire_deadlines(Clock::now())) {
             live_.at(id)->abort_reason = AbortReason::kTimeout;
             std::lock_guard<std::mutex> lock(metrics_mu_);
@@ -346,8 +438,9 @@ void Engine::loop() {
         update_gauges();
         heartbeat_ns_ = Clock::now().time_since_epoch().count();
         if (!worked) {
+            // Rooms waiting for KV or transfers in flight are polled every millisecond.
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait_for(lock, std::chrono::milliseconds(20),
+            cv_.wait_for(lock, std::chrono::milliseconds(disagg_busy() ? 1 : 20),
                          [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
         }
     }
@@ -539,6 +632,13 @@ void Engine::publish_finished() {
         const int64_t id = r->id();
         runner_->cache().release(id);
         released.push_back(id);
+        if (auto room = prefill_room_.find(id); room != prefill_room_.end()) {
+            // Finished: its pages are held for the transfer (an aborted one freed them: the decode end times out).
+            if (r->state() == scheduler::RequestState::kFinished && !r->generated().empty()) {
+                queue_transfer(id, room->second, r->generated().front());
+            }
+            prefill_room_.erase(room);
+        }
         auto it = live_.find(id);
         PENSTOCK_CHECK(it != live_.end()) << "finished request " << id << " has no engine state";
         Live& l = *it->second;
@@ -599,6 +699,122 @@ void Engine::publish_finished() {
     const Status st = executor_->release(released);
     PENSTOCK_CHECK(st.ok()) << "freeing " << released.size()
                             << " request(s) on the other ranks failed: " << st.to_string();
+}
+
+Status Engine::expect_room(int64_t id, uint64_t room) {
+    if (room_request_.contains(room)) return invalid_argument("bootstrap_room " + std::to_string(room) + " is in use");
+    const kv_cache::PageTable& table = sched_->page_table(id);
+    const scheduler::Request* r = sched_->find(id);
+    PENSTOCK_ASSIGN_OR_RETURN(disagg::KvDestination d,
+                              receiver_->expect(room, table.pages, r->prompt_len(), disagg::Clock::now()));
+    room_request_[room] = id;
+    std::lock_guard<std::mutex> lock(dest_mu_);
+    destinations_[room] = d.encode();
+    return ok_status();
+}
+
+bool Engine::disagg_busy() const {
+    return (receiver_ != nullptr && receiver_->rooms().size() > 0) || xfer_outstanding_ > 0;
+}
+
+void Engine::poll_rooms() {
+    if (receiver_ == nullptr) return;
+    const disagg::TimePoint now = disagg::Clock::now();
+    std::erase_if(quarantine_, [&](const std::pair<int64_t, disagg::TimePoint>& q) {
+        if (q.second > now) return false;
+        (void)sched_->release_held(q.first);
+        return true;
+    });
+    if (receiver_->rooms().size() == 0) return;
+    for (uint64_t room : receiver_->poll(now)) {
+        const disagg::Room* info = receiver_->rooms().find(room);
+        const int64_t id = room_request_.at(room);
+        {
+            std::lock_guard<std::mutex> lock(dest_mu_);
+            destinations_.erase(room);
+        }
+        const bool ok = info->state == disagg::RoomState::kSuccess;
+        {
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.kv_transfers[ok ? "received" : "receive_failed"];
+        }
+        if (sched_->awaiting_kv(id)) {
+            if (ok) {
+                const int32_t first = info->first_token;
+                const Result<bool> done = sched_->complete_transfer(id, first);
+                PENSTOCK_CHECK(done.ok()) << done.status().to_string();
+                on_token(id, first);
+            } else {
+                Live& l = *live_.at(id);
+                l.error = Status(StatusCode::kUnavailable, "the KV transfer for bootstrap_room " +
+                                                               std::to_string(room) + " failed: " + info->failure);
+                count_abort_phase(*sched_->find(id));
+                (void)sched_->abort(id);
+            }
+        }
+        // A request that ended while its KV was on the way holds its pages until now. After a failed room a late
+        // writer is still possible until the prefill end's transfer deadline: its pages wait that long.
+        if (ok) {
+            (void)sched_->release_held(id);
+        } else if (sched_->held_pages(id).ok()) {
+            quarantine_.emplace_back(id, now + options_.disagg.timeouts.transfer);
+        }
+        room_request_.erase(room);
+        (void)receiver_->rooms().erase(room);
+    }
+}
+
+void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
+    const Result<std::vector<int32_t>> pages = sched_->held_pages(id);
+    if (!pages.ok()) return;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        xfer_jobs_.push_back({.id = id, .room = room, .pages = *pages, .first_token = first_token});
+    }
+    ++xfer_outstanding_;
+    xfer_cv_.notify_all();
+}
+
+void Engine::collect_transfers() {
+    if (xfer_outstanding_ == 0) return;
+    std::vector<std::pair<int64_t, Status>> done;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        done.swap(xfer_done_);
+    }
+    for (const auto& [id, st] : done) {
+        (void)sched_->release_held(id);
+        --xfer_outstanding_;
+        if (!st.ok()) PENSTOCK_LOG_WARN("KV transfer of request {} failed: {}", id, st.to_string());
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        ++metrics_.kv_transfers[st.ok() ? "sent" : "send_failed"];
+    }
+}
+
+void Engine::transfer_loop() {
+    for (;;) {
+        TransferJob job;
+        {
+            std::unique_lock<std::mutex> lock(xfer_mu_);
+            xfer_cv_.wait(lock, [&] { return xfer_stopping_ || !xfer_jobs_.empty(); });
+            if (xfer_jobs_.empty()) return;
+            job = std::move(xfer_jobs_.front());
+            xfer_jobs_.pop_front();
+        }
+        const DisaggOptions& o = options_.disagg;
+        Result<disagg::KvDestination> dst = o.resolve_destination(job.room, Clock::now() + o.timeouts.bootstrap);
+        Status st = dst.status();
+        if (dst.ok()) {
+            st = dst->room == job.room
+                     ? sender_->send(*dst, job.pages, job.first_token, disagg::Clock::now() + o.timeouts.transfer)
+                     : invalid_argument("the bootstrap answered for another room");
+        }
+        {
+            std::lock_guard<std::mutex> lock(xfer_mu_);
+            xfer_done_.emplace_back(job.id, std::move(st));
+        }
+        cv_.notify_all();
+    }
 }
 
 void Engine::shutdown_all() {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "disagg/kv_transfer.h"
 #include "engine/sampling.h"
 #include "engine/step_executor.h"
 #include "engine/tokenizer.h"
@@ -52,6 +53,10 @@ struct GenerateRequest {
     GenerateParams params;
     std::string rid;  // optional external id for abort_rid ("" = none); unique among live ones
     Clock::duration timeout = Clock::duration::zero();  // <= 0: no deadline
+    // Prefill/decode disaggregation: the room shared by the prefill and the decode request (engines in a
+    // disaggregation mode only). Prefill end: the request computes its first token (max_new_tokens becomes 1) and its
+    // KV goes to the decode end. Decode end: the request's KV and first token come from the prefill end.
+    std::optional<uint64_t> bootstrap_room;
 };
 
 // One event of a request: new tokens (and their text), and on the last event the finish information.
@@ -109,11 +114,25 @@ struct EngineMetrics {
     std::map<std::string, int64_t> rejected_by_reason;  // queue_full, invalid, too_long, draining
     std::map<std::string, int64_t> aborted_by_reason;   // abort_reason_name
     std::map<std::string, int64_t> aborted_by_phase;    // queued, prefill, decode (RELIABILITY T7)
+    // Disaggregation: rooms by outcome (prefill end: sent, send_failed; decode end: received, receive_failed).
+    std::map<std::string, int64_t> kv_transfers;
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram e2e_s{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
     // The step executor's view: micro-batch slots, in flight now / at most, submitted, active time, per-stage counters.
     ExecutorStats executor;
 };
+
+// Prefill/decode disaggregation (SPEC §5, docs/design/disagg.md). Both ends must serve the same model and KV formats.
+struct DisaggOptions {
+    enum class Mode : uint8_t { kNone, kPrefill, kDecode };
+    Mode mode = Mode::kNone;
+    std::string transfer_backend = "ucx";  // --disaggregation-transfer-backend
+    disagg::RoomTimeouts timeouts = {};
+    // Prefill end (required there): the decode end's destination for a room (its bootstrap). Called on the transfer
+    // thread; it may block until the deadline (e.g. retrying until the decode end has allocated the room).
+    std::function<Result<disagg::KvDestination>(uint64_t room, Clock::time_point deadline)> resolve_destination;
+};
+std::string_view disagg_mode_name(DisaggOptions::Mode m);
 
 struct EngineOptions {
     scheduler::SchedulerConfig scheduler = {};
@@ -126,6 +145,7 @@ struct EngineOptions {
     // requests (RELIABILITY T3). logits_observer sees every sampled row (request id, [vocab] f32).
     std::function<Status(const scheduler::BatchPlan&)> step_fault = {};
     std::function<void(int64_t, std::span<const float>)> logits_observer = {};
+    DisaggOptions disagg = {};
 };
 
 class Engine final {
@@ -159,6 +179,10 @@ public:
     bool abort_rid(const std::string& rid, AbortReason reason);
     // New submissions get Unavailable from now on (drain).
     void stop_accepting() { accepting_ = false; }
+
+    // Decode end: the encoded KvDestination of a room whose request has its pages (what the bootstrap serves to the
+    // prefill end). NotFound until then or once the room is over; FailedPrecondition outside the decode mode.
+    [[nodiscard]] Result<std::vector<uint8_t>> destination(uint64_t room) const;
 
     EngineMetrics metrics() const;
     // Requests submitted and not yet finished.
@@ -199,6 +223,15 @@ private:
     void on_token(int64_t id, int32_t token);
     void publish_finished();
     void shutdown_all();
+    // Disaggregation (engine thread). Decode end: registers a prefilled request's room; polls the receiver and hands
+    // arrived first tokens to the scheduler; frees pages held for rooms that are over. Prefill end: queues a finished
+    // request's pages for the transfer thread and frees them when it is done.
+    Status expect_room(int64_t id, uint64_t room);
+    void poll_rooms();
+    void queue_transfer(int64_t id, uint64_t room, int32_t first_token);
+    void collect_transfers();
+    void transfer_loop();  // the prefill end's transfer thread
+    bool disagg_busy() const;
     void update_gauges();
     Status validate_request(const GenerateRequest& r) const;
 
@@ -229,6 +262,29 @@ private:
     std::atomic<bool> accepting_{true};
     std::atomic<int64_t> heartbeat_ns_{0};
     std::thread thread_;
+
+    // Disaggregation. The transfer engine belongs to the engine thread (decode end) or the transfer thread (prefill).
+    std::unique_ptr<disagg::TransferEngine> xfer_engine_;
+    std::unique_ptr<disagg::KvReceiver> receiver_;                   // decode end
+    std::unordered_map<uint64_t, int64_t> room_request_;             // decode end: room -> request id (engine thread)
+    std::unordered_map<int64_t, uint64_t> prefill_room_;             // prefill end: request id -> room (engine thread)
+    std::vector<std::pair<int64_t, disagg::TimePoint>> quarantine_;  // decode end: held pages of failed rooms
+    mutable std::mutex dest_mu_;
+    std::unordered_map<uint64_t, std::vector<uint8_t>> destinations_;  // decode end: encoded, for destination()
+    std::unique_ptr<disagg::KvSender> sender_;                         // prefill end (transfer thread)
+    struct TransferJob {
+        int64_t id = 0;
+        uint64_t room = 0;
+        std::vector<int32_t> pages;
+        int32_t first_token = 0;
+    };
+    std::mutex xfer_mu_;
+    std::condition_variable xfer_cv_;
+    std::deque<TransferJob> xfer_jobs_;
+    std::vector<std::pair<int64_t, Status>> xfer_done_;
+    bool xfer_stopping_ = false;
+    int64_t xfer_outstanding_ = 0;  // engine thread: jobs queued and not collected
+    std::thread xfer_thread_;
 };
 
 }  // namespace penstock::engine

@@ -21,6 +21,19 @@ const TensorView& PagedRowCache::layer_view(int64_t layer) const {
     return layers_[static_cast<size_t>(layer - layer_begin_)].view();
 }
 
+std::vector<PagedBuffer> PagedRowCache::buffers() const {
+    std::vector<PagedBuffer> out;
+    const uint64_t page_bytes = static_cast<uint64_t>(row_bytes()) * kPageSize;
+    for (const Tensor& t : layers_) {
+        out.push_back({.base = t.view().data,
+                       .page_bytes = page_bytes,
+                       .page_stride = page_bytes,
+                       .n_pages = n_pages_,
+                       .on_device = t.view().device != Device::kCPU});
+    }
+    return out;
+}
+
 float* PagedRowCache::row_ptr(int64_t layer, const PageTable& table, int64_t pos) const {
     PENSTOCK_CHECK(pos >= 0 && pos < table.capacity_tokens())
         << "position " << pos << " outside the request's " << table.capacity_tokens() << " reserved tokens";

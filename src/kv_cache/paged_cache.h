@@ -11,6 +11,16 @@
 
 namespace penstock::kv_cache {
 
+// One paged buffer as raw memory (for disaggregated KV transfer): page p's bytes are [base + p * page_stride,
+// + page_bytes), on the host or on a device.
+struct PagedBuffer {
+    void* base = nullptr;
+    uint64_t page_bytes = 0;
+    uint64_t page_stride = 0;
+    int64_t n_pages = 0;
+    bool on_device = false;
+};
+
 class PagedRowCache final {
 public:
     // Layers [layer_begin, layer_end) each get n_pages * kPageSize rows of row_dim elements of dtype (host memory,
@@ -25,8 +35,11 @@ public:
     const TensorView& layer_view(int64_t layer) const;
     // Bytes per token per layer.
     size_t row_bytes() const { return dtype_bytes(dtype_, static_cast<size_t>(row_dim_)); }
+    // Each layer's storage as a paged buffer, in layer order.
+    std::vector<PagedBuffer> buffers() const;
 
-    // Host caches: rows[i] -> position pos0 + i of the request owning `table`. rows: [n, row_dim] f32 (strided rows ok).
+    // Host caches: rows[i] -> position pos0 + i of the request owning `table`. rows: [n, row_dim] f32 (strided rows
+    // ok).
     void write(int64_t layer, const PageTable& table, int64_t pos0, const TensorView& rows);
     // Host caches: out[i] = row at position pos0 + i. out: [n, row_dim] f32 contiguous.
     void gather(int64_t layer, const PageTable& table, int64_t pos0, const TensorView& out) const;

@@ -18,6 +18,7 @@ public:
     MlaModelCache(int64_t n_pages, int64_t row_dim, int64_t layer_begin, int64_t layer_end,
                   Allocator& alloc = cpu_allocator(), DType dtype = DType::kF32)
         : latent(n_pages, row_dim, layer_begin, layer_end, dtype, alloc) {}
+    std::vector<kv_cache::PagedBuffer> paged_buffers() const override { return latent.buffers(); }
     kv_cache::PagedRowCache latent;
 };
 

@@ -40,6 +40,16 @@ bool DsaIndexKCache::has_layer(int64_t layer) const {
     return std::binary_search(layers_.begin(), layers_.end(), layer);
 }
 
+std::vector<kv_cache::PagedBuffer> DsaIndexKCache::buffers() const {
+    std::vector<kv_cache::PagedBuffer> out;
+    for (const auto* list : {&caches_, &scales_}) {
+        for (const auto& c : *list) {
+            for (const kv_cache::PagedBuffer& b : c->buffers()) out.push_back(b);
+        }
+    }
+    return out;
+}
+
 size_t DsaIndexKCache::row_bytes() const {
     return fp8_ ? static_cast<size_t>(head_dim_) + sizeof(float) : static_cast<size_t>(head_dim_) * sizeof(float);
 }
@@ -69,8 +79,8 @@ void DsaIndexKCache::write(int64_t layer, const BatchLayout& layout, const Tenso
     }
     Tensor q8 = scratch(ctx, {n, head_dim_}, DType::kF8E4M3);
     Tensor scale = scratch(ctx, {n, 1}, DType::kF32);
-    kernels::dsa_quantize_fp8(
-        {.out = q8, .scale = scale.view().reshape({n}), .in = k, .rotate = true, .ue8m0 = true}, ctx);
+    kernels::dsa_quantize_fp8({.out = q8, .scale = scale.view().reshape({n}), .in = k, .rotate = true, .ue8m0 = true},
+                              ctx);
     write_rows(*caches_[i], q8);
     write_rows(*scales_[i], scale);
 }

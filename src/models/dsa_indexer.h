@@ -41,6 +41,8 @@ public:
     bool has_layer(int64_t layer) const;
     // Bytes per token per full layer (4 * head_dim, or head_dim + 4 in FP8 mode).
     size_t row_bytes() const;
+    // The keys of every full layer in order, then (FP8 mode) their scales.
+    std::vector<kv_cache::PagedBuffer> buffers() const;
 
     // k: [layout.n_tokens, head_dim] f32 roped index keys of the layout's chunk rows (sequence s: positions q_pos0[s]
     // + i). FP8 mode: rotated and quantised here.

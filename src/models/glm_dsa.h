@@ -43,6 +43,11 @@ public:
                   DType dtype = DType::kF32)
         : latent(n_pages, latent_dim, layer_begin, layer_end, dtype, alloc),
           index_k(n_pages, index_head_dim, full_layers, fp8_indexer, alloc) {}
+    std::vector<kv_cache::PagedBuffer> paged_buffers() const override {
+        std::vector<kv_cache::PagedBuffer> out = latent.buffers();
+        for (const kv_cache::PagedBuffer& b : index_k.buffers()) out.push_back(b);
+        return out;
+    }
     kv_cache::PagedRowCache latent;
     DsaIndexKCache index_k;
 };

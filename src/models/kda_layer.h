@@ -61,7 +61,7 @@ private:
     KdaOptions options_;
     Linear qkv_proj_;                  // [3 qkv, hidden]: q, k, v rows stacked (dense weights)
     Linear q_proj_, k_proj_, v_proj_;  // native FP8 only (qkv_proj_ undefined): one FP8 GEMM each into mixed's thirds
-    Tensor conv_weight_;  // [3 qkv, conv_kernel] f32
+    Tensor conv_weight_;               // [3 qkv, conv_kernel] f32
     Linear f_a_proj_, f_b_proj_;
     Tensor a_log_;    // [n_heads] f32
     Tensor dt_bias_;  // [qkv] f32

@@ -48,6 +48,14 @@ public:
     [[nodiscard]] Status admit(int64_t request_id) override { return slots_.acquire(request_id); }
     void release(int64_t request_id) override { slots_.release(request_id); }
     int64_t n_admitted() const override { return slots_.n_requests(); }
+    std::vector<kv_cache::PagedBuffer> paged_buffers() const override {
+        std::vector<kv_cache::PagedBuffer> out;
+        for (const auto& [layer, c] : latent_) {
+            for (const kv_cache::PagedBuffer& b : c->buffers()) out.push_back(b);
+        }
+        return out;
+    }
+    bool has_request_state() const override { return states_.n_layers() > 0; }
 
     kv_cache::PagedRowCache* latent(int64_t layer);
     kv_cache::KdaStatePool& states() { return states_; }
@@ -124,7 +132,7 @@ private:
     float softmax_scale_ = 1.0f;
     std::vector<int64_t> mla_layers_;  // MLA layer indices in the range
     int64_t n_kda_layers_ = 0;
-    EmbedHead io_;  // embedding (first stage), final norm and lm_head (last stage)
+    EmbedHead io_;              // embedding (first stage), final norm and lm_head (last stage)
     ResidualQuery output_res_;  // K3 AttnRes output read (last stage)
     std::vector<Layer> layers_;
 };

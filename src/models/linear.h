@@ -18,7 +18,7 @@ struct Linear {
     Tensor weight;  // [out_features, in_features] f32 / bf16, or f8e4m3 when `scale` is defined
     Tensor
         scale;  // [ceil(out / 128), ceil(in / 128)] f32: an FP8 weight's weight_scale_inv (a multiplier); or undefined
-    Tensor bias;    // [out_features] f32, or undefined
+    Tensor bias;  // [out_features] f32, or undefined
     int64_t out_features() const { return weight.size(0); }
     int64_t in_features() const { return weight.size(1); }
     bool fp8() const { return scale.defined(); }

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kv_cache/paged_cache.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "models/decision_pins.h"
@@ -100,6 +101,11 @@ public:
     virtual void release(int64_t request_id) {}
     // Requests currently holding admitted state (0 for families without any): tests check for leaks with it.
     virtual int64_t n_admitted() const { return 0; }
+    // The cache's paged KV buffers in a fixed order (every layer's latent rows, then a DSA stage's index keys and
+    // their scales), for disaggregated KV transfer: the same model and formats list the same buffers on both ends.
+    virtual std::vector<kv_cache::PagedBuffer> paged_buffers() const { return {}; }
+    // Whether requests also keep state outside the pages (KDA's recurrent state): pages alone do not carry it.
+    virtual bool has_request_state() const { return false; }
 };
 
 class Model {

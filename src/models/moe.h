@@ -92,14 +92,14 @@ private:
     [[nodiscard]] Status load_experts_fp8(WeightReader& reader, const std::string& prefix, const MoeLoadOptions& o,
                                           int64_t inter, int64_t width, IndexRange cols);
 
-    Linear router_;      // [n_experts, hidden]
-    Tensor score_bias_;  // [n_experts] f32 or undefined
-    int64_t n_experts_ = 0;      // all routed experts (the router's width)
-    IndexRange local_experts_;   // the experts this rank computes
-    int64_t inter_ = 0;          // this rank's intermediate columns per expert
+    Linear router_;             // [n_experts, hidden]
+    Tensor score_bias_;         // [n_experts] f32 or undefined
+    int64_t n_experts_ = 0;     // all routed experts (the router's width)
+    IndexRange local_experts_;  // the experts this rank computes
+    int64_t inter_ = 0;         // this rank's intermediate columns per expert
     TensorParallel tp_;
-    Tensor experts_gate_up_;        // [n_local, 2 * up_offset_, width]: per expert [gate ; up] rows (one grouped GEMM)
-    Tensor experts_down_;           // [n_local, width, inter]
+    Tensor experts_gate_up_;  // [n_local, 2 * up_offset_, width]: per expert [gate ; up] rows (one grouped GEMM)
+    Tensor experts_down_;     // [n_local, width, inter]
     // Native FP8 experts only (else undefined): the weights above are e4m3 and these their 128 x 128 block scales.
     Tensor experts_gate_up_scale_;  // [n_local, 2 * up_offset_ / 128, ceil(width / 128)] f32
     Tensor experts_down_scale_;     // [n_local, ceil(width / 128), ceil(inter / 128)] f32

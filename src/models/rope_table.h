@@ -1,6 +1,7 @@
 // RoPE frequencies and attention scale from a ModelConfig, following Hugging Face transformers 5.17 exactly:
 // default: inv_freq_i = 1 / theta^(2i/d); yarn: ramp-blended interpolation/extrapolation frequencies, cos/sin scaled by
-// attention_factor, and the MLA softmax scale multiplied by mscale(factor, mscale_all_dim)^2 when mscale_all_dim is set.
+// attention_factor, and the MLA softmax scale multiplied by mscale(factor, mscale_all_dim)^2 when mscale_all_dim is
+// set.
 #pragma once
 
 #include "core/status.h"
@@ -10,7 +11,7 @@
 namespace penstock::models {
 
 struct RopeTable {
-    Tensor inv_freq;               // [rot_dim / 2] f32
+    Tensor inv_freq;                // [rot_dim / 2] f32
     float attention_factor = 1.0f;  // multiplies cos and sin
     int64_t rot_dim = 0;
     bool interleaved = true;

@@ -132,9 +132,11 @@ void Scheduler::retire(int64_t id) {
     PENSTOCK_CHECK(r->is_terminal()) << "retire request " << id << " in state " << request_state_name(r->state());
     std::erase(waiting_, r);
     std::erase(running_, r);
-    awaiting_kv_.erase(id);
-    if (it->second.hold_kv_on_finish && r->state() == RequestState::kFinished) {
-        held_.emplace(id, tables_.detach(id));  // the KV transfer reads them; release_held() frees them
+    const bool kv_incoming = awaiting_kv_.erase(id) != 0;
+    if ((it->second.hold_kv_on_finish && r->state() == RequestState::kFinished) || kv_incoming) {
+        // Prefill end: the KV transfer reads them. Decode end, a request that ends while its KV is on the way: the
+        // prefill server may still write them. Either way release_held() frees them once the transfer is over.
+        held_.emplace(id, tables_.detach(id));
     } else {
         tables_.release(id);
     }

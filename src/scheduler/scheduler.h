@@ -69,8 +69,9 @@ public:
     [[nodiscard]] Result<bool> complete_transfer(int64_t id, int32_t first_token);
     bool awaiting_kv(int64_t id) const { return awaiting_kv_.contains(id); }
 
-    // Disaggregation, prefill end: the pages of finished hold_kv_on_finish requests, until release_held(id) frees
-    // them (after the transfer, or when it failed). NotFound for an id that holds none.
+    // Disaggregation: pages held for a KV transfer, until release_held(id) frees them. Prefill end: those of finished
+    // hold_kv_on_finish requests (the transfer reads them). Decode end: those of a prefilled request aborted or timed
+    // out while its KV was on the way (the prefill server may still write them). NotFound for an id that holds none.
     [[nodiscard]] Result<std::vector<int32_t>> held_pages(int64_t id) const;
     [[nodiscard]] Status release_held(int64_t id);
     int64_t n_held_requests() const { return static_cast<int64_t>(held_.size()); }

@@ -352,6 +352,139 @@ TEST(Engine, SeededSamplingIsReproducible) {
     for (int i = 0; i < 3; ++i) EXPECT_EQ(collect(*hs[static_cast<size_t>(i)]).ids, unseeded[static_cast<size_t>(i)]);
 }
 
+// Prefill/decode disaggregation at the engine level (SPEC §5): a prefill engine computes the first token and sends the
+// KV pages over UCX into the pages a decode engine reserved for the room; the decode engine generates the rest. The
+// tokens equal one engine's generation, and both ends return to zero pages.
+Result<disagg::KvDestination> wait_for_destination(const Engine& decode, uint64_t room, Clock::time_point deadline) {
+    for (;;) {
+        const Result<std::vector<uint8_t>> bytes = decode.destination(room);
+        if (bytes.ok()) return disagg::KvDestination::decode(*bytes);
+        if (bytes.status().code() != StatusCode::kNotFound || Clock::now() > deadline) return bytes.status();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+EngineOptions disagg_options(DisaggOptions::Mode mode, const Engine* decode = nullptr) {
+    EngineOptions o;
+    o.disagg.mode = mode;
+    o.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(5000),
+                         .waiting = std::chrono::milliseconds(30000),
+                         .transfer = std::chrono::milliseconds(5000)};
+    if (decode != nullptr) {
+        o.disagg.resolve_destination = [decode](uint64_t room, Clock::time_point deadline) {
+            return wait_for_destination(*decode, room, deadline);
+        };
+    }
+    return o;
+}
+
+TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    const std::vector<int64_t> lengths = {70, 130, 9};
+    std::vector<std::vector<int32_t>> want;
+    {
+        auto one = make_engine({});
+        one->start();
+        for (size_t i = 0; i < lengths.size(); ++i) {
+            auto h = one->submit(greedy(seeded_prompt(lengths[i], 90 + i), 6));
+            ASSERT_TRUE(h.ok());
+            want.push_back(collect(**h).ids);
+        }
+    }
+    auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode));
+    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
+    po.scheduler.chunked_prefill_size = 64;  // the prefill end chunks; the KV is the same
+    auto prefill = make_engine(std::move(po));
+    decode->start();
+    prefill->start();
+    std::vector<std::shared_ptr<RequestHandle>> dh, ph;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+        GenerateRequest d = greedy(seeded_prompt(lengths[i], 90 + i), 6);
+        d.bootstrap_room = 1000 + i;
+        GenerateRequest p = d;
+        dh.push_back(*decode->submit(std::move(d)));
+        ph.push_back(*prefill->submit(std::move(p)));
+    }
+    for (size_t i = 0; i < lengths.size(); ++i) {
+        const Collected p = collect(*ph[i]);
+        EXPECT_TRUE(p.last.error.ok()) << p.last.error.to_string();
+        ASSERT_EQ(p.ids.size(), 1u) << "the prefill end computes the first token only";
+        EXPECT_EQ(p.ids[0], want[i][0]);
+        const Collected d = collect(*dh[i]);
+        EXPECT_TRUE(d.last.error.ok()) << d.last.error.to_string();
+        EXPECT_EQ(d.ids, want[i]) << "prompt " << lengths[i];
+        EXPECT_EQ(d.last.finish_reason, "length");
+    }
+    wait_idle(*decode);
+    for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_pages_used, 0) << "held pages are freed once sent";
+    EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 3);
+    EXPECT_EQ(decode->metrics().kv_transfers.at("received"), 3);
+}
+
+TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    // A room outside a disaggregation mode is a bad request.
+    auto plain = make_engine({});
+    GenerateRequest r = greedy(seeded_prompt(20, 3), 4);
+    r.bootstrap_room = 1;
+    EXPECT_EQ(plain->submit(r).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(plain->destination(1).status().code(), StatusCode::kFailedPrecondition);
+
+    // Decode end, no prefill end (RELIABILITY T11): the request fails at the waiting deadline; its pages wait out the
+    // transfer deadline (a late writer) and are then freed. A second request for a room in use fails at once.
+    EngineOptions o = disagg_options(DisaggOptions::Mode::kDecode);
+    o.disagg.timeouts.waiting = std::chrono::milliseconds(200);
+    o.disagg.timeouts.transfer = std::chrono::milliseconds(100);
+    auto decode = make_engine(std::move(o));
+    decode->start();
+    auto h = decode->submit(r);
+    ASSERT_TRUE(h.ok());
+    for (int i = 0; i < 1000 && !decode->destination(1).ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(decode->destination(1).ok());
+    auto dup = decode->submit(r);
+    ASSERT_TRUE(dup.ok());
+    const Collected d2 = collect(**dup);
+    EXPECT_EQ(d2.last.finish_reason, "error");
+    EXPECT_NE(d2.last.error.message().find("in use"), std::string::npos) << d2.last.error.to_string();
+    const Collected d = collect(**h);
+    EXPECT_EQ(d.last.finish_reason, "error");
+    EXPECT_EQ(d.last.error.code(), StatusCode::kUnavailable);
+    EXPECT_NE(d.last.error.message().find("deadline passed in WaitingForInput"), std::string::npos)
+        << d.last.error.to_string();
+    EXPECT_TRUE(d.ids.empty()) << "nothing is decoded from partial KV";
+    wait_idle(*decode);
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0);
+    EXPECT_EQ(decode->metrics().kv_transfers.at("receive_failed"), 1);
+    EXPECT_EQ(decode->destination(1).status().code(), StatusCode::kNotFound);
+
+    // Prefill end, no decode end (RELIABILITY T10): the client has its first token (early output), the transfer fails
+    // at the bootstrap deadline, and the held pages are freed.
+    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill);
+    po.disagg.timeouts.bootstrap = std::chrono::milliseconds(100);
+    po.disagg.resolve_destination = [](uint64_t room, Clock::time_point deadline) -> Result<disagg::KvDestination> {
+        std::this_thread::sleep_until(deadline);
+        return Status(StatusCode::kDeadlineExceeded, "no decode end answered for room " + std::to_string(room));
+    };
+    auto prefill = make_engine(std::move(po));
+    prefill->start();
+    auto ph = prefill->submit(r);
+    ASSERT_TRUE(ph.ok());
+    const Collected p = collect(**ph);
+    EXPECT_TRUE(p.last.error.ok());
+    EXPECT_EQ(p.ids.size(), 1u);
+    for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_transfers.at("send_failed"), 1);
+}
+
 TEST(Sampling, ValidateRejectsBadValues) {
     EXPECT_FALSE(validate({.temperature = -1}).ok());
     EXPECT_FALSE(validate({.temperature = INFINITY}).ok());

@@ -277,7 +277,8 @@ TEST(Scheduler, QueueCapAnswersResourceExhausted) {
 }
 
 // Disaggregation, decode end: a prefilled request takes its pages at once, is never planned until its KV arrives, then
-// decodes; a transfer that never comes ends at the deadline with its pages freed (RELIABILITY T11).
+// decodes; a transfer that never comes ends at the deadline (RELIABILITY T11), its pages held until the caller knows
+// the transfer is over.
 TEST(Scheduler, PrefilledRequestWaitsForItsKvThenDecodes) {
     kv_cache::PagePool pool(20);
     SchedulerConfig c;
@@ -321,6 +322,12 @@ TEST(Scheduler, PrefilledRequestWaitsForItsKvThenDecodes) {
     EXPECT_EQ(s->expire_deadlines(TimePoint{} + std::chrono::seconds(6)), std::vector<int64_t>{4});
     EXPECT_FALSE(s->awaiting_kv(4));
     ASSERT_TRUE(s->abort(5).ok());
+    // Their KV may still be on the way: the pages stay held (not reused) until the transfer is over.
+    EXPECT_EQ(s->n_held_requests(), 2);
+    EXPECT_EQ(pool.n_used(), 4);
+    EXPECT_TRUE(s->check_invariants().ok());
+    ASSERT_TRUE(s->release_held(4).ok());
+    ASSERT_TRUE(s->release_held(5).ok());
     EXPECT_EQ(pool.n_used(), 0);
     EXPECT_TRUE(s->check_invariants().ok());
 }
