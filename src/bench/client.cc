@@ -8,6 +8,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "server/disagg_bootstrap.h"
 #include "server/fd_stream.h"
 
 namespace penstock::bench {
@@ -141,25 +142,7 @@ StreamTiming stream_generate(const Endpoint& ep, const std::string& path, const 
 }
 
 std::string http_get(const Endpoint& ep, const std::string& path, double timeout_s, int* status) {
-    *status = 0;
-    std::string error;
-    Connection conn;
-    conn.fd = server::connect_tcp(ep.host, ep.port, timeout_s, &error);
-    if (conn.fd < 0) return "";
-    server::FdStream s(conn.fd);
-    s.set_timeout(timeout_s);
-    http::request<http::empty_body> req{http::verb::get, path, 11};
-    req.set(http::field::host, ep.host);
-    req.keep_alive(false);
-    boost::system::error_code ec;
-    http::write(s, req, ec);
-    if (ec) return "";
-    boost::beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(s, buf, res, ec);
-    if (ec && ec != http::error::end_of_stream) return "";
-    *status = static_cast<int>(res.result_int());
-    return res.body();
+    return server::http_get(ep.host, ep.port, path, timeout_s, status);
 }
 
 }  // namespace penstock::bench

@@ -35,6 +35,9 @@ struct Job {
     bool include_usage = false;  // stream_options.include_usage
     bool return_text = true;     // a tokenizer is loaded
     std::string model;
+    // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
+    std::string bootstrap_host;
+    int64_t bootstrap_port = 0;
 };
 
 struct ParseContext {

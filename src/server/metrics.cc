@@ -71,6 +71,11 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
     for (const auto& [k, v] : m.aborted_by_phase) {
         line(&out, "penstock_requests_aborted_by_phase_total", "phase=\"" + k + "\"", static_cast<double>(v));
     }
+    head(&out, "penstock_kv_transfers_total", "counter",
+         "Disaggregated KV transfers by outcome (prefill: sent, send_failed; decode: received, receive_failed)");
+    for (const auto& [k, v] : m.kv_transfers) {
+        line(&out, "penstock_kv_transfers_total", "outcome=\"" + k + "\"", static_cast<double>(v));
+    }
     // Step executor (pipeline micro-batches; one slot in one process).
     const engine::ExecutorStats& x = m.executor;
     gauge("penstock_pp_micro_batch_slots", "Micro-batch slots (pp + async depth; 1 in one process)",

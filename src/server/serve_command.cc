@@ -32,9 +32,10 @@ using json = nlohmann::json;
 void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     ServerConfig& s = a->server;
     cmd->add_option("--model,--model-path", a->model, "Hugging Face checkpoint directory (default: the bundled model)");
-    cmd->add_option("--load-format", a->load_format,
-                    "auto (read the checkpoint) or dummy (seeded random weights at the config's dimensions; --model may "
-                    "be a config .json file)");
+    cmd->add_option(
+        "--load-format", a->load_format,
+        "auto (read the checkpoint) or dummy (seeded random weights at the config's dimensions; --model may "
+        "be a config .json file)");
     cmd->add_option("--dummy-seed", a->dummy_seed, "seed of --load-format dummy weights (non-zero)");
     cmd->add_option("--num-layers", a->num_layers,
                     "keep the first N decoder layers of the config (partial depth; needs --load-format dummy)");
@@ -69,7 +70,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
         "block-FP8 checkpoints: native (e4m3 + block scales, FP8 GEMMs), dequant (dequantised on load) or "
         "auto (native on cuda, dequant on cpu); with --load-format dummy, native generates block-FP8 weights for any "
         "config");
-    cmd->add_option("--backend", a->backend, "cpu or cuda (cuda: GPU 0; under mpirun GPU local_rank / --ranks-per-gpu)");
+    cmd->add_option("--backend", a->backend,
+                    "cpu or cuda (cuda: GPU 0; under mpirun GPU local_rank / --ranks-per-gpu)");
     cmd->add_option("--device-links", a->device_links,
                     "--backend cuda under mpirun: nccl (device-to-device) or host (staged through MPI)");
     cmd->add_option("--ranks-per-gpu", a->ranks_per_gpu,
@@ -107,6 +109,21 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--tp-size,--tp", a->tp, "tensor-parallel ranks per stage");
     cmd->add_option("--ep-size,--ep", a->ep, "expert-parallel ranks (1 in serve for now)");
     cmd->add_option("--cp-size,--cp", a->cp, "context-parallel ranks (interleave split of every chunk)");
+    cmd->add_option("--disaggregation-mode", a->disaggregation_mode,
+                    "null | prefill | decode: this server's end of a prefill/decode pair (bootstrap_room requests)")
+        ->capture_default_str();
+    cmd->add_option("--disaggregation-transfer-backend", a->disaggregation_transfer_backend,
+                    "the KV transfer engine (ucx)")
+        ->capture_default_str();
+    cmd->add_option("--disaggregation-bootstrap-timeout-ms", a->disaggregation_bootstrap_timeout_ms,
+                    "a room's bootstrap deadline (prefill: waiting for the decode server's destination)")
+        ->capture_default_str();
+    cmd->add_option("--disaggregation-waiting-timeout-ms", a->disaggregation_waiting_timeout_ms,
+                    "decode: how long a room's reserved pages wait for the prefill server's KV")
+        ->capture_default_str();
+    cmd->add_option("--disaggregation-transfer-timeout-ms", a->disaggregation_transfer_timeout_ms,
+                    "the deadline of one room's page transfer")
+        ->capture_default_str();
 }
 
 namespace {
@@ -224,6 +241,22 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
                      "keys on tensor cores (~2 ms; docs/perf/2026-12-04-s33.md)\n");
     }
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
+    if (args.disaggregation_mode == "prefill") {
+        setup.disagg.mode = engine::DisaggOptions::Mode::kPrefill;
+    } else if (args.disaggregation_mode == "decode") {
+        setup.disagg.mode = engine::DisaggOptions::Mode::kDecode;
+    } else if (args.disaggregation_mode != "null") {
+        return invalid_argument("--disaggregation-mode must be null, prefill or decode, got '" +
+                                args.disaggregation_mode + "'");
+    }
+    setup.disagg.transfer_backend = args.disaggregation_transfer_backend;
+    setup.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(args.disaggregation_bootstrap_timeout_ms),
+                             .waiting = std::chrono::milliseconds(args.disaggregation_waiting_timeout_ms),
+                             .transfer = std::chrono::milliseconds(args.disaggregation_transfer_timeout_ms)};
+    PENSTOCK_RETURN_IF_ERROR(disagg::validate(setup.disagg.timeouts));
+    if (setup.disagg.mode != engine::DisaggOptions::Mode::kNone && setup.sizes.world() > 1) {
+        return unimplemented("--disaggregation-mode with more than one rank is not built yet (docs/design/disagg.md)");
+    }
     return setup;
 }
 
@@ -295,6 +328,14 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
         PENSTOCK_ASSIGN_OR_RETURN(scheduler::ChunkCostModel cm, scheduler::ChunkCostModel::from_model(mc, {}));
         eo.cost_model = cm;
     }
+    eo.disagg = setup.disagg;
+    std::shared_ptr<DisaggBootstrap> bootstrap;
+    if (eo.disagg.mode == engine::DisaggOptions::Mode::kPrefill) {
+        bootstrap = std::make_shared<DisaggBootstrap>(eo.disagg.timeouts.bootstrap + eo.disagg.timeouts.waiting);
+        eo.disagg.resolve_destination = [bootstrap](uint64_t room, engine::Clock::time_point deadline) {
+            return bootstrap->resolve(room, deadline);
+        };
+    }
     if (args.test_step_delay_ms > 0) {
         const int64_t ms = args.test_step_delay_ms;
         eo.step_fault = [ms](const scheduler::BatchPlan&) {
@@ -335,9 +376,15 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"threads", args.threads},
                  {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
                  {"random_seed", args.random_seed},
-                 {"eos_token_ids", eng->options().eos_token_ids}};
+                 {"eos_token_ids", eng->options().eos_token_ids},
+                 {"disaggregation_mode", args.disaggregation_mode},
+                 {"disaggregation_transfer_backend", args.disaggregation_transfer_backend},
+                 {"disaggregation_timeouts_ms",
+                  {{"bootstrap", args.disaggregation_bootstrap_timeout_ms},
+                   {"waiting", args.disaggregation_waiting_timeout_ms},
+                   {"transfer", args.disaggregation_transfer_timeout_ms}}}};
     info.update(parallel_info);
-    Server server(eng.get(), cfg, info.dump());
+    Server server(eng.get(), cfg, info.dump(), bootstrap);
     PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());
     std::atomic<bool> done{false};
     std::thread signals([&] {
@@ -378,9 +425,9 @@ Status run_serve(const ServeArgs& args) {
     if (args.backend == "cuda") {
         PENSTOCK_ASSIGN_OR_RETURN(backend, kernels::make_backend(args.backend, 0));
     }
-    PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ModelRunner> runner,
-                              load_serve_runner(args, setup, {0, setup.config.num_hidden_layers}, nullptr,
-                                                backend.get()));
+    PENSTOCK_ASSIGN_OR_RETURN(
+        std::unique_ptr<runtime::ModelRunner> runner,
+        load_serve_runner(args, setup, {0, setup.config.num_hidden_layers}, nullptr, backend.get()));
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Tokenizer> tok, load_serve_tokenizer(args));
     auto executor = std::make_unique<engine::LocalExecutor>(runner.get());
     const json parallel_info = {{"pp_size", setup.sizes.pp},

@@ -30,8 +30,8 @@ struct ServeArgs {
     bool fp8_attention = false;        // MLA MHA form: FP8 attention (models::ModelOptions::fp8_attention)
     bool dsa_fp8_indexer = false;      // DSA families: the FP8 indexer (models::ModelOptions::dsa_fp8_indexer)
     bool dsa_fp8_accumulate = false;  // its logits with fp8 tensor-core sums (models::ModelOptions::dsa_fp8_accumulate)
-    std::string backend = "cpu";       // cpu | cuda (under mpirun: each rank on GPU local_rank / ranks_per_gpu)
-    std::string dtype = "float32";     // float32 | bfloat16 (cuda): activations, KV cache, weights
+    std::string backend = "cpu";      // cpu | cuda (under mpirun: each rank on GPU local_rank / ranks_per_gpu)
+    std::string dtype = "float32";    // float32 | bfloat16 (cuda): activations, KV cache, weights
     // --backend cuda under mpirun: how the ranks' device tensors travel. "nccl" (default where built): NCCL groups
     // for the pipeline's activations and the TP/EP collectives; "host": staged through host memory over MPI (GPUs
     // without peer access, or several ranks sharing one GPU, which NCCL refuses).
@@ -60,6 +60,12 @@ struct ServeArgs {
     // Test hook (hidden flag --test-pp-slots): > 0 caps the pipeline's micro-batches in flight (1 = one engine step at
     // a time through every stage), for overlap A/B figures. 0 in production: pp + --pp-async-batch-depth.
     int64_t test_pp_slots = 0;
+    // Prefill/decode disaggregation (SGLang's flag names; docs/design/disagg.md): null | prefill | decode.
+    std::string disaggregation_mode = "null";
+    std::string disaggregation_transfer_backend = "ucx";
+    int64_t disaggregation_bootstrap_timeout_ms = 30000;
+    int64_t disaggregation_waiting_timeout_ms = 300000;
+    int64_t disaggregation_transfer_timeout_ms = 60000;
 };
 
 // Registers the subcommand's options on `cmd`, writing into `args`.

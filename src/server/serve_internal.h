@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "engine/engine.h"
 #include "engine/step_executor.h"
 #include "engine/tokenizer.h"
 #include "kernels/backend.h"
@@ -25,6 +26,7 @@ struct ServeSetup {
     models::ModelOptions model_options;
     int64_t n_pages = 0;
     parallel::ParallelSizes sizes;
+    engine::DisaggOptions disagg;  // mode, backend, timeouts (the prefill end's resolver is set by serve_http)
 };
 
 // Every argument check that needs no communication (identical on every rank, so that all ranks fail alike).

@@ -92,9 +92,8 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     PENSTOCK_RETURN_IF_ERROR(agree_serve_settings(*groups.pp, args, &setup, &eager_bank));
     // The pipeline's hidden and bank rows: on the device pp group where there is one (plans, tokens, logits and stats
     // stay on the MPI pp group).
-    const parallel::StageOptions stage_options{.data = device_groups.pp.get(),
-                                               .eager_bank = eager_bank,
-                                               .hidden_dtype = setup.model_options.dtype};
+    const parallel::StageOptions stage_options{
+        .data = device_groups.pp.get(), .eager_bank = eager_bank, .hidden_dtype = setup.model_options.dtype};
 
     // Load this stage (and, on stage 0, the tokenizer), then agree that every rank is ready.
     Result<std::vector<int64_t>> counts = stage_partition(args, setup.config);
@@ -144,8 +143,8 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (groups.coords.world_rank != 0) {
         std::unique_ptr<engine::StepExecutor> inner = lane_inner();
         const Status followed = engine::run_lane_follower(runner->get(), inner.get(), groups.cp.get(), groups.tp.get());
-        PENSTOCK_CHECK(followed.ok()) << "stage-0 lane (cp " << groups.coords.cp_rank << ", tp " << groups.coords.tp_rank
-                                      << ") failed: " << followed.to_string();
+        PENSTOCK_CHECK(followed.ok()) << "stage-0 lane (cp " << groups.coords.cp_rank << ", tp "
+                                      << groups.coords.tp_rank << ") failed: " << followed.to_string();
         std::printf("penstock serve: stage 0 lane cp %d tp %d stopped; KV pages in use: %lld of %lld\n",
                     groups.coords.cp_rank, groups.coords.tp_rank,
                     static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages));

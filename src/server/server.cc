@@ -10,6 +10,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -104,8 +105,9 @@ bool wait_readable(int fd, double timeout_s) {
 
 }  // namespace
 
-Server::Server(engine::Engine* engine, ServerConfig config, std::string info_json)
-    : engine_(engine), config_(std::move(config)), info_json_(std::move(info_json)) {
+Server::Server(engine::Engine* engine, ServerConfig config, std::string info_json,
+               std::shared_ptr<DisaggBootstrap> bootstrap)
+    : engine_(engine), bootstrap_(std::move(bootstrap)), config_(std::move(config)), info_json_(std::move(info_json)) {
     parse_ctx_ = ParseContext{.tokenizer = engine_->tokenizer(),
                               .config = &config_,
                               .model_name = config_.served_model_name,
@@ -320,6 +322,23 @@ bool Server::handle(const Request& req, FdStream& s) {
         return post ? run_job(ApiKind::kChat, req, s) : reply(error_reply(405, "use POST"));
     }
     if (target == "/health_generate") return health_generate(s, keep);
+    if (target == "/disagg/destination") {
+        // The decode end's bootstrap: the KV destination of a room whose pages are reserved (404 until then).
+        if (!get) return reply(error_reply(405, "use GET"));
+        const std::string_view full(req.target().data(), req.target().size());
+        const size_t q = full.find("?room=");
+        uint64_t room = 0;
+        const std::string_view digits = q == std::string_view::npos ? std::string_view() : full.substr(q + 6);
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), room);
+        if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+            return reply(error_reply(400, "room: a decimal room id is required", "", "room"));
+        }
+        const Result<std::vector<uint8_t>> d = engine_->destination(room);
+        if (!d.ok()) {
+            return reply(error_reply(d.status().code() == StatusCode::kNotFound ? 404 : 409, d.status().message()));
+        }
+        return reply(json_reply(json{{"room", room}, {"destination", to_hex(*d)}}.dump()));
+    }
     if (target == "/get_server_info" || target == "/server_info") return reply(json_reply(server_info()));
     if (target == "/v1/models") {
         json m = {{"object", "list"},
@@ -357,6 +376,16 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
         return reply(error_reply(pr.error.http_status, pr.error.message, pr.error.type, pr.error.param));
     }
     Job& job = *pr.job;
+    if (job.request.bootstrap_room && bootstrap_ != nullptr) {
+        if (job.bootstrap_host.empty() || job.bootstrap_port == 0) {
+            count_rejection("invalid_request");
+            return reply(error_reply(400,
+                                     "bootstrap_room on a prefill server needs bootstrap_host and bootstrap_port "
+                                     "(the decode server)",
+                                     "invalid_request_error", "bootstrap_host"));
+        }
+        bootstrap_->add(*job.request.bootstrap_room, job.bootstrap_host, static_cast<int>(job.bootstrap_port));
+    }
     const int64_t n = next_rid_++;
     std::string id = kind == ApiKind::kGenerate
                          ? (job.request.rid.empty() ? "req-" + std::to_string(n) : job.request.rid)

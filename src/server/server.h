@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "server/api.h"
 #include "server/config.h"
+#include "server/disagg_bootstrap.h"
 
 namespace penstock::server {
 
@@ -28,7 +29,9 @@ class Server final {
 public:
     // `engine` (started) must outlive the server. `info_json` is a JSON object merged into /get_server_info (model
     // path, parallel sizes, ineffective options: whatever the caller knows).
-    Server(engine::Engine* engine, ServerConfig config, std::string info_json);
+    // `bootstrap` (a prefill server in a disaggregated deployment; else null) learns each request's decode server.
+    Server(engine::Engine* engine, ServerConfig config, std::string info_json,
+           std::shared_ptr<DisaggBootstrap> bootstrap = nullptr);
     ~Server();
 
     // Binds and listens; returns the bound port. InvalidArgument for a bad host, Unavailable when the port is taken.
@@ -53,6 +56,7 @@ private:
     bool authorized(std::string_view header) const;
 
     engine::Engine* engine_;
+    std::shared_ptr<DisaggBootstrap> bootstrap_;
     ServerConfig config_;
     std::string info_json_;
     ParseContext parse_ctx_;
