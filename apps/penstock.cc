@@ -24,6 +24,7 @@
 #include "parallel/pipeline.h"
 #include "planner/plan_command.h"
 #include "runtime/model_runner.h"
+#include "server/router.h"
 #include "server/serve_command.h"
 #if PENSTOCK_ENABLE_MPI
 #include "parallel/comm_factory.h"
@@ -302,14 +303,17 @@ Status agree_pipeline_settings(parallel::Communicator& pp, const ForwardArgs& ar
 
 void print_stage_stats(const std::vector<parallel::StageStats>& stats, double wall_ms, bool eager) {
     std::printf(
-        "pipeline stages (eager bank %s): stage, steps, busy ms, busy %%, bubble %%, boundary stall ms, MB sent (bank MB)\n",
+        "pipeline stages (eager bank %s): stage, steps, busy ms, busy %%, bubble %%, boundary stall ms, MB sent (bank "
+        "MB)\n",
         eager ? "on" : "off");
     for (size_t s = 0; s < stats.size(); ++s) {
         const parallel::StageStats& t = stats[s];
         const double busy = wall_ms > 0 ? 100.0 * t.busy_ms / wall_ms : 0.0;
-        std::printf("  stage %zu: %lld steps, busy %.1f ms (%.0f%%), bubble %.0f%%, stall %.1f ms, sent %.2f MB (%.2f MB bank)\n", s,
-                    static_cast<long long>(t.steps), t.busy_ms, busy, 100.0 - busy,
-                    t.stall_ms, static_cast<double>(t.bytes_sent) / 1e6, static_cast<double>(t.bank_bytes_sent) / 1e6);
+        std::printf(
+            "  stage %zu: %lld steps, busy %.1f ms (%.0f%%), bubble %.0f%%, stall %.1f ms, sent %.2f MB (%.2f MB "
+            "bank)\n",
+            s, static_cast<long long>(t.steps), t.busy_ms, busy, 100.0 - busy, t.stall_ms,
+            static_cast<double>(t.bytes_sent) / 1e6, static_cast<double>(t.bank_bytes_sent) / 1e6);
     }
 }
 
@@ -370,10 +374,10 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
                       std::chrono::duration<double, std::milli>(t2 - t1).count());
     }
     // Plans, logits and stats on the MPI pp group; activations on the device pp group where there is one.
-    parallel::PipelineStage pipe(runner->get(), groups.pp.get(),
-                                 parallel::StageOptions{.data = device_groups.pp.get(),
-                                                        .eager_bank = setup.eager_bank,
-                                                        .hidden_dtype = setup.options.dtype});
+    parallel::PipelineStage pipe(
+        runner->get(), groups.pp.get(),
+        parallel::StageOptions{
+            .data = device_groups.pp.get(), .eager_bank = setup.eager_bank, .hidden_dtype = setup.options.dtype});
     if (stage > 0) {
         PENSTOCK_RETURN_IF_ERROR(pipe.serve());
         return pipe.gather_stats().status();
@@ -401,12 +405,13 @@ Status run_forward_pipeline(const ForwardArgs& args, const ForwardSetup& setup_i
                                     std::chrono::duration<double, std::milli>(t2 - t1).count()));
     std::printf("last stage sampled (greedy): token %lld (logprob %.4f)\n", static_cast<long long>(out->next[0].token),
                 static_cast<double>(out->next[0].logprob));
-    std::printf("pp_max_micro_batch_size %lld (running requests), %lld slots (at most %zu in flight), %lld concurrent "
-                "prompts: %.1f input tok/s\n",
-                static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots), pipe.max_in_flight(),
-                static_cast<long long>(args.concurrency),
-                static_cast<double>(args.concurrency * static_cast<int64_t>(setup.ids.size())) /
-                    (std::chrono::duration<double>(t2 - t1).count()));
+    std::printf(
+        "pp_max_micro_batch_size %lld (running requests), %lld slots (at most %zu in flight), %lld concurrent "
+        "prompts: %.1f input tok/s\n",
+        static_cast<long long>(mb.micro_batch_size), static_cast<long long>(mb.slots), pipe.max_in_flight(),
+        static_cast<long long>(args.concurrency),
+        static_cast<double>(args.concurrency * static_cast<int64_t>(setup.ids.size())) /
+            (std::chrono::duration<double>(t2 - t1).count()));
     return ok_status();
 }
 #endif
@@ -503,6 +508,12 @@ int main(int argc, char** argv) {
     CLI::App* serve = app.add_subcommand("serve", "run the OpenAI-compatible HTTP server (SIGTERM drains, exit 0)");
     server::add_serve_options(serve, &serve_args);
 
+    server::RouterArgs router_args;
+    CLI::App* router_cmd = app.add_subcommand(
+        "router",
+        "front a prefill/decode disaggregated deployment: one room per request to a prefill and a decode server");
+    server::add_router_options(router_cmd, &router_args);
+
     bench::BenchArgs bench_args;
     CLI::App* bench_cmd = app.add_subcommand("bench", "load generator for a running server (TTFT, ITL, tok/s)");
     bench::add_bench_options(bench_cmd, &bench_args);
@@ -538,6 +549,10 @@ int main(int argc, char** argv) {
     }
     if (serve->parsed()) {
         const Status st = server::run_serve(serve_args);
+        if (!st.ok()) return fail(st.to_string());
+    }
+    if (router_cmd->parsed()) {
+        const Status st = server::run_router(router_args);
         if (!st.ok()) return fail(st.to_string());
     }
     return 0;

@@ -319,16 +319,17 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
     Fields f(j, "");
     f.boolean("stream", &job.stream);
     engine::GenerateParams& p = job.request.params;
+    // Disaggregation (every route, as a router adds them): the room, and on a prefill server its decode server.
+    if (f.find("bootstrap_room") != nullptr) {
+        int64_t room = 0;
+        f.integer("bootstrap_room", 0, std::numeric_limits<int64_t>::max(), &room);
+        job.request.bootstrap_room = static_cast<uint64_t>(room);
+    }
+    f.string("bootstrap_host", &job.bootstrap_host, 255);
+    f.integer("bootstrap_port", 1, 65535, &job.bootstrap_port);
     if (kind == ApiKind::kGenerate) {
         p.max_new_tokens = std::min(c.default_max_new_tokens, max_new_limit);
         f.string("rid", &job.request.rid, 256);
-        if (f.find("bootstrap_room") != nullptr) {
-            int64_t room = 0;
-            f.integer("bootstrap_room", 0, std::numeric_limits<int64_t>::max(), &room);
-            job.request.bootstrap_room = static_cast<uint64_t>(room);
-        }
-        f.string("bootstrap_host", &job.bootstrap_host, 255);
-        f.integer("bootstrap_port", 1, 65535, &job.bootstrap_port);
         const json* text = f.find("text");
         const json* ids = f.find("input_ids");
         if ((text == nullptr) == (ids == nullptr)) {

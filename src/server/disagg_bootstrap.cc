@@ -14,7 +14,10 @@ namespace penstock::server {
 
 namespace http = boost::beast::http;
 
-std::string http_get(const std::string& host, int port, const std::string& path, double timeout_s, int* status) {
+namespace {
+
+template <class Body>
+std::string exchange(const std::string& host, int port, http::request<Body>& req, double timeout_s, int* status) {
     *status = 0;
     std::string error;
     const int fd = connect_tcp(host, port, timeout_s, &error);
@@ -25,7 +28,6 @@ std::string http_get(const std::string& host, int port, const std::string& path,
     } closer{fd};
     FdStream s(fd);
     s.set_timeout(timeout_s);
-    http::request<http::empty_body> req{http::verb::get, path, 11};
     req.set(http::field::host, host);
     req.keep_alive(false);
     boost::system::error_code ec;
@@ -37,6 +39,22 @@ std::string http_get(const std::string& host, int port, const std::string& path,
     if (ec && ec != http::error::end_of_stream) return "";
     *status = static_cast<int>(res.result_int());
     return res.body();
+}
+
+}  // namespace
+
+std::string http_get(const std::string& host, int port, const std::string& path, double timeout_s, int* status) {
+    http::request<http::empty_body> req{http::verb::get, path, 11};
+    return exchange(host, port, req, timeout_s, status);
+}
+
+std::string http_post(const std::string& host, int port, const std::string& path, const std::string& body,
+                      double timeout_s, int* status) {
+    http::request<http::string_body> req{http::verb::post, path, 11};
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    return exchange(host, port, req, timeout_s, status);
 }
 
 std::string to_hex(std::span<const uint8_t> bytes) {

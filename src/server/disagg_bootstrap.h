@@ -20,6 +20,10 @@ namespace penstock::server {
 // A blocking HTTP/1.1 GET (one request per connection); returns the body, or "" with `status` 0 on a transport failure.
 std::string http_get(const std::string& host, int port, const std::string& path, double timeout_s, int* status);
 
+// A blocking HTTP/1.1 POST of a JSON body; returns the response body, or "" with `status` 0 on a transport failure.
+std::string http_post(const std::string& host, int port, const std::string& path, const std::string& body,
+                      double timeout_s, int* status);
+
 std::string to_hex(std::span<const uint8_t> bytes);
 [[nodiscard]] Result<std::vector<uint8_t>> from_hex(std::string_view hex);
 

@@ -301,6 +301,8 @@ Result<std::unique_ptr<engine::Tokenizer>> load_serve_tokenizer(const ServeArgs&
     return t;
 }
 
+bool stop_requested() { return g_stop_signal != 0; }
+
 void install_stop_signal_handlers() {
     // SIGTERM/SIGINT set a flag that a watcher thread turns into a drain (threads that existed before this point,
     // such as OpenBLAS's pool, may take the signal, so a handler is installed rather than a blocked mask).

@@ -44,6 +44,8 @@ struct ServeSetup {
 
 // Installs the SIGTERM/SIGINT flag handler and ignores SIGPIPE.
 void install_stop_signal_handlers();
+// Whether SIGTERM / SIGINT arrived since install_stop_signal_handlers().
+bool stop_requested();
 
 // The single process, or global rank 0: the engine over `runner` and `executor`, the HTTP server, signals and the
 // drain. Returns after the drain with the engine stopped (which stops the executor's other ranks). `parallel_info`

@@ -9,16 +9,24 @@ mode; /metrics ends with no KV page in use on either end. A room with no prefill
 with a clean error (RELIABILITY T11); a prefill request without bootstrap_host is a 400; a plain server refuses
 bootstrap_room; a malformed destination query is a 400 and an unknown room a 404.
 
+`penstock router --prefill URL --decode URL` in front of them: /generate (streamed and not), /v1/completions and
+/v1/chat/completions give the plain server's greedy outputs; /health and /get_server_info cover both servers; `penstock
+bench` through the router completes N/N requests.
+
 Run: PENSTOCK_BINARY=build/penstock python3 tests/server/test_disagg.py (ctest does this)."""
+import http.client
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serverlib import Server  # noqa: E402
+from serverlib import BINARY, Server  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUNDLED = os.path.join(ROOT, "assets", "tiny-deepseek-v3")
@@ -31,6 +39,33 @@ def generate(server, ids, max_new, **extra):
     return server.post("/generate", body, timeout=120)
 
 
+class Router:
+    """A `penstock router --port 0` subprocess in front of the given servers."""
+
+    def __init__(self, prefill, decode):
+        self.proc = subprocess.Popen(
+            [BINARY, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{prefill.port}",
+             "--decode", f"http://127.0.0.1:{decode.port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if not m:
+            raise RuntimeError(f"router did not start: {line!r} {self.proc.stderr.read()!r}")
+        self.port = int(m.group(1))
+
+    def request(self, method, path, body=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, data
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
 class Disaggregation(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -38,11 +73,47 @@ class Disaggregation(unittest.TestCase):
         cls.decode = Server("--model", BUNDLED, "--disaggregation-mode", "decode",
                             "--disaggregation-waiting-timeout-ms", "3000", "--disaggregation-transfer-timeout-ms", "500")
         cls.prefill = Server("--model", BUNDLED, "--disaggregation-mode", "prefill", "--chunked-prefill-size", "64")
+        cls.router = Router(cls.prefill, cls.decode)
 
     @classmethod
     def tearDownClass(cls):
+        assert cls.router.stop() == 0
         for s in (cls.plain, cls.decode, cls.prefill):
             s.stop()
+
+    def test_router_fronts_the_pair(self):
+        body = {"input_ids": PROMPTS[2], "sampling_params": {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}}
+        want = self.plain.post("/generate", body)[2]["output_ids"]
+        status, data = self.router.request("POST", "/generate", body)
+        self.assertEqual(status, 200, data)
+        self.assertEqual(json.loads(data)["output_ids"], want)
+        status, data = self.router.request("POST", "/generate", dict(body, stream=True))
+        self.assertEqual(status, 200, data)
+        frames = [json.loads(f[6:]) for f in data.decode().split("\n\n") if f.startswith("data: {")]
+        self.assertEqual(frames[-1]["output_ids"], want)
+        self.assertIn("data: [DONE]", data.decode())
+        for path, req in (("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 5,
+                                               "temperature": 0}),
+                          ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+                                                    "temperature": 0})):
+            status, data = self.router.request("POST", path, req)
+            self.assertEqual(status, 200, data)
+            got, ref = json.loads(data), self.plain.post(path, req)[2]
+            key = "text" if path == "/v1/completions" else "message"
+            self.assertEqual(got["choices"][0][key], ref["choices"][0][key], path)
+        self.assertEqual(self.router.request("GET", "/health")[0], 200)
+        info = json.loads(self.router.request("GET", "/get_server_info")[1])["router"]
+        self.assertEqual(info["decode"][0]["info"]["disaggregation_mode"], "decode")
+        self.assertEqual(info["prefill"][0]["info"]["disaggregation_mode"], "prefill")
+        self.assertEqual(self.router.request("GET", "/nowhere")[0], 404)
+        self.assertEqual(self.router.request("POST", "/generate", None)[0], 400)
+        # The load generator through the router: every request completes.
+        run = subprocess.run([BINARY, "bench", "--base-url", f"http://127.0.0.1:{self.router.port}", "--dataset",
+                              "random-ids", "--input-len", "100", "--output-len", "4", "--num-prompts", "8",
+                              "--max-concurrency", "4", "--seed", "3"], capture_output=True, text=True, timeout=240)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        for server in (self.decode, self.prefill):
+            server.wait_metric("penstock_kv_pages_used", lambda v: v == 0)
 
     def test_prefill_then_decode_equals_one_server(self):
         want = []
