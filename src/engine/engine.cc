@@ -161,16 +161,22 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
         if (mode == DisaggOptions::Mode::kPrefill && !options.disagg.resolve_destination) {
             return invalid_argument(what + "the prefill end needs a way to reach the decode end's bootstrap");
         }
+        if (options.disagg.transfer_queues < 1 || options.disagg.transfer_queues > 64) {
+            return invalid_argument(what + "--disaggregation-transfer-queues must be in [1, 64]");
+        }
     }
     std::unique_ptr<Engine> e(
         new Engine(std::move(runner), std::move(executor), tokenizer, std::move(options), std::move(sched)));
-    if (mode != DisaggOptions::Mode::kNone) {
+    if (mode == DisaggOptions::Mode::kDecode) {
         PENSTOCK_ASSIGN_OR_RETURN(e->xfer_engine_, disagg::make_transfer_engine(e->options_.disagg.transfer_backend));
-        if (mode == DisaggOptions::Mode::kDecode) {
-            PENSTOCK_ASSIGN_OR_RETURN(e->receiver_, disagg::KvReceiver::create(e->xfer_engine_.get(), std::move(layout),
-                                                                               e->options_.disagg.timeouts));
-        } else {
-            e->sender_ = std::make_unique<disagg::KvSender>(e->xfer_engine_.get(), std::move(layout));
+        PENSTOCK_ASSIGN_OR_RETURN(e->receiver_, disagg::KvReceiver::create(e->xfer_engine_.get(), std::move(layout),
+                                                                           e->options_.disagg.timeouts));
+    } else if (mode == DisaggOptions::Mode::kPrefill) {
+        for (int q = 0; q < e->options_.disagg.transfer_queues; ++q) {
+            auto queue = std::make_unique<TransferQueue>();
+            PENSTOCK_ASSIGN_OR_RETURN(queue->engine, disagg::make_transfer_engine(e->options_.disagg.transfer_backend));
+            queue->sender = std::make_unique<disagg::KvSender>(queue->engine.get(), layout);
+            e->xfer_queues_.push_back(std::move(queue));
         }
     }
     return e;
@@ -195,7 +201,9 @@ void Engine::start() {
     PENSTOCK_CHECK(!thread_.joinable()) << "engine started twice";
     heartbeat_ns_ = Clock::now().time_since_epoch().count();
     thread_ = std::thread([this] { loop(); });
-    if (sender_ != nullptr) xfer_thread_ = std::thread([this] { transfer_loop(); });
+    for (size_t q = 0; q < xfer_queues_.size(); ++q) {
+        xfer_queues_[q]->thread = std::thread([this, q] { transfer_loop(q); });
+    }
 }
 
 void Engine::stop() {
@@ -211,7 +219,9 @@ void Engine::stop() {
         xfer_stopping_ = true;
     }
     xfer_cv_.notify_all();
-    if (xfer_thread_.joinable()) xfer_thread_.join();
+    for (auto& q : xfer_queues_) {
+        if (q->thread.joinable()) q->thread.join();
+    }
 }
 
 Result<std::vector<uint8_t>> Engine::destination(uint64_t room) const {
@@ -764,12 +774,25 @@ void Engine::poll_rooms() {
     }
 }
 
+namespace {
+
+// splitmix64 of the room: rooms spread over the transfer queues whatever their numbering.
+size_t queue_of(uint64_t room, size_t n) {
+    uint64_t h = room + 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return static_cast<size_t>((h ^ (h >> 31)) % n);
+}
+
+}  // namespace
+
 void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
     const Result<std::vector<int32_t>> pages = sched_->held_pages(id);
     if (!pages.ok()) return;
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
-        xfer_jobs_.push_back({.id = id, .room = room, .pages = *pages, .first_token = first_token});
+        xfer_queues_[queue_of(room, xfer_queues_.size())]->jobs.push_back(
+            {.id = id, .room = room, .pages = *pages, .first_token = first_token});
     }
     ++xfer_outstanding_;
     xfer_cv_.notify_all();
@@ -791,22 +814,23 @@ void Engine::collect_transfers() {
     }
 }
 
-void Engine::transfer_loop() {
+void Engine::transfer_loop(size_t queue) {
+    TransferQueue& q = *xfer_queues_[queue];
     for (;;) {
         TransferJob job;
         {
             std::unique_lock<std::mutex> lock(xfer_mu_);
-            xfer_cv_.wait(lock, [&] { return xfer_stopping_ || !xfer_jobs_.empty(); });
-            if (xfer_jobs_.empty()) return;
-            job = std::move(xfer_jobs_.front());
-            xfer_jobs_.pop_front();
+            xfer_cv_.wait(lock, [&] { return xfer_stopping_ || !q.jobs.empty(); });
+            if (q.jobs.empty()) return;
+            job = std::move(q.jobs.front());
+            q.jobs.pop_front();
         }
         const DisaggOptions& o = options_.disagg;
         Result<disagg::KvDestination> dst = o.resolve_destination(job.room, Clock::now() + o.timeouts.bootstrap);
         Status st = dst.status();
         if (dst.ok()) {
             st = dst->room == job.room
-                     ? sender_->send(*dst, job.pages, job.first_token, disagg::Clock::now() + o.timeouts.transfer)
+                     ? q.sender->send(*dst, job.pages, job.first_token, disagg::Clock::now() + o.timeouts.transfer)
                      : invalid_argument("the bootstrap answered for another room");
         }
         {

@@ -127,6 +127,9 @@ struct DisaggOptions {
     enum class Mode : uint8_t { kNone, kPrefill, kDecode };
     Mode mode = Mode::kNone;
     std::string transfer_backend = "ucx";  // --disaggregation-transfer-backend
+    // Prefill end: transfer queues, each a thread with its own engine; a room goes to queue hash(room) % n (SPEC §5
+    // cut 3: rooms of different decode servers do not wait behind each other). --disaggregation-transfer-queues.
+    int transfer_queues = 4;
     disagg::RoomTimeouts timeouts = {};
     // Prefill end (required there): the decode end's destination for a room (its bootstrap). Called on the transfer
     // thread; it may block until the deadline (e.g. retrying until the decode end has allocated the room).
@@ -230,7 +233,7 @@ private:
     void poll_rooms();
     void queue_transfer(int64_t id, uint64_t room, int32_t first_token);
     void collect_transfers();
-    void transfer_loop();  // the prefill end's transfer thread
+    void transfer_loop(size_t queue);  // the prefill end's transfer threads
     bool disagg_busy() const;
     void update_gauges();
     Status validate_request(const GenerateRequest& r) const;
@@ -263,7 +266,7 @@ private:
     std::atomic<int64_t> heartbeat_ns_{0};
     std::thread thread_;
 
-    // Disaggregation. The transfer engine belongs to the engine thread (decode end) or the transfer thread (prefill).
+    // Disaggregation. Decode end: the receiver's engine belongs to the engine thread.
     std::unique_ptr<disagg::TransferEngine> xfer_engine_;
     std::unique_ptr<disagg::KvReceiver> receiver_;                   // decode end
     std::unordered_map<uint64_t, int64_t> room_request_;             // decode end: room -> request id (engine thread)
@@ -271,20 +274,25 @@ private:
     std::vector<std::pair<int64_t, disagg::TimePoint>> quarantine_;  // decode end: held pages of failed rooms
     mutable std::mutex dest_mu_;
     std::unordered_map<uint64_t, std::vector<uint8_t>> destinations_;  // decode end: encoded, for destination()
-    std::unique_ptr<disagg::KvSender> sender_;                         // prefill end (transfer thread)
     struct TransferJob {
         int64_t id = 0;
         uint64_t room = 0;
         std::vector<int32_t> pages;
         int32_t first_token = 0;
     };
+    // Prefill end: one per transfer queue; its engine and sender belong to its thread.
+    struct TransferQueue {
+        std::unique_ptr<disagg::TransferEngine> engine;
+        std::unique_ptr<disagg::KvSender> sender;
+        std::deque<TransferJob> jobs;  // under xfer_mu_
+        std::thread thread;
+    };
+    std::vector<std::unique_ptr<TransferQueue>> xfer_queues_;
     std::mutex xfer_mu_;
     std::condition_variable xfer_cv_;
-    std::deque<TransferJob> xfer_jobs_;
     std::vector<std::pair<int64_t, Status>> xfer_done_;
     bool xfer_stopping_ = false;
     int64_t xfer_outstanding_ = 0;  // engine thread: jobs queued and not collected
-    std::thread xfer_thread_;
 };
 
 }  // namespace penstock::engine

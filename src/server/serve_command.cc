@@ -115,6 +115,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--disaggregation-transfer-backend", a->disaggregation_transfer_backend,
                     "the KV transfer engine (ucx)")
         ->capture_default_str();
+    cmd->add_option("--disaggregation-transfer-queues", a->disaggregation_transfer_queues,
+                    "prefill: KV transfer queues (threads, each with its own engine); a room goes to hash(room) % n")
+        ->capture_default_str();
     cmd->add_option("--disaggregation-bootstrap-timeout-ms", a->disaggregation_bootstrap_timeout_ms,
                     "a room's bootstrap deadline (prefill: waiting for the decode server's destination)")
         ->capture_default_str();
@@ -250,6 +253,7 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
                                 args.disaggregation_mode + "'");
     }
     setup.disagg.transfer_backend = args.disaggregation_transfer_backend;
+    setup.disagg.transfer_queues = args.disaggregation_transfer_queues;
     setup.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(args.disaggregation_bootstrap_timeout_ms),
                              .waiting = std::chrono::milliseconds(args.disaggregation_waiting_timeout_ms),
                              .transfer = std::chrono::milliseconds(args.disaggregation_transfer_timeout_ms)};
@@ -381,6 +385,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"eos_token_ids", eng->options().eos_token_ids},
                  {"disaggregation_mode", args.disaggregation_mode},
                  {"disaggregation_transfer_backend", args.disaggregation_transfer_backend},
+                 {"disaggregation_transfer_queues", args.disaggregation_transfer_queues},
                  {"disaggregation_timeouts_ms",
                   {{"bootstrap", args.disaggregation_bootstrap_timeout_ms},
                    {"waiting", args.disaggregation_waiting_timeout_ms},

@@ -63,6 +63,7 @@ struct ServeArgs {
     // Prefill/decode disaggregation (SGLang's flag names; docs/design/disagg.md): null | prefill | decode.
     std::string disaggregation_mode = "null";
     std::string disaggregation_transfer_backend = "ucx";
+    int disaggregation_transfer_queues = 4;
     int64_t disaggregation_bootstrap_timeout_ms = 30000;
     int64_t disaggregation_waiting_timeout_ms = 300000;
     int64_t disaggregation_transfer_timeout_ms = 60000;

@@ -394,6 +394,7 @@ TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
     auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode));
     EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
     po.scheduler.chunked_prefill_size = 64;  // the prefill end chunks; the KV is the same
+    po.disagg.transfer_queues = 2;           // three rooms over two queues (threads with their own engines)
     auto prefill = make_engine(std::move(po));
     decode->start();
     prefill->start();
