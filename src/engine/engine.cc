@@ -224,14 +224,23 @@ void Engine::stop() {
     }
 }
 
-Result<std::vector<uint8_t>> Engine::destination(uint64_t room) const {
+Result<std::vector<uint8_t>> Engine::destination(uint64_t room, std::optional<bool> peer_lazy) const {
     if (options_.disagg.mode != DisaggOptions::Mode::kDecode) {
         return failed_precondition("this server is not the decode end of a disaggregated deployment");
     }
+    const bool lazy = options_.disagg.lazy_allocation;
     std::lock_guard<std::mutex> lock(dest_mu_);
+    if (peer_lazy && *peer_lazy != lazy) {
+        const std::string why = std::string("settings mismatch: --disaggregation-lazy-allocation is ") +
+                                (lazy ? "on" : "off") + " at the decode server and " + (*peer_lazy ? "on" : "off") +
+                                " at the prefill server";
+        mismatched_rooms_.emplace(room, why);
+        return failed_precondition(why);
+    }
     auto it = destinations_.find(room);
-    if (it == destinations_.end()) return not_found("room " + std::to_string(room) + " has no pages here (yet)");
-    return it->second;
+    if (it != destinations_.end()) return it->second;
+    if (claimed_rooms_.contains(room)) wanted_rooms_.insert(room);  // the engine thread reserves the pages next
+    return not_found("room " + std::to_string(room) + " has no pages here (yet)");
 }
 
 Clock::time_point Engine::last_heartbeat() const { return Clock::time_point(Clock::duration(heartbeat_ns_.load())); }
@@ -373,6 +382,24 @@ bool Engine::absorb_inbox() {
         const bool prefilled = room && options_.disagg.mode == DisaggOptions::Mode::kDecode;
         nr.hold_kv_on_finish = room && options_.disagg.mode == DisaggOptions::Mode::kPrefill;
         const bool hold = nr.hold_kv_on_finish;
+        if (prefilled && options_.disagg.lazy_allocation) {
+            // Claimed, not admitted: the pages are reserved when the prefill end asks for them (serve_claims).
+            const Status claim = room_request_.contains(*room) || claims_.contains(*room)
+                                     ? invalid_argument("bootstrap_room " + std::to_string(*room) + " is in use")
+                                     : ok_status();
+            const int64_t id = p.id;
+            live_.emplace(id, std::move(l));
+            if (!claim.ok()) {
+                finish_unscheduled(id, finished_output("error", claim));
+                continue;
+            }
+            claims_.emplace(*room, Claim{.id = id,
+                                         .request = std::move(nr),
+                                         .deadline = disagg::Clock::now() + options_.disagg.timeouts.waiting});
+            std::lock_guard<std::mutex> lock(dest_mu_);
+            claimed_rooms_.insert(*room);
+            continue;
+        }
         const Status st = prefilled ? sched_->add_prefilled_request(std::move(nr)) : sched_->add_request(std::move(nr));
         if (st.ok() && prefilled) {
             live_.emplace(p.id, std::move(l));
@@ -403,6 +430,28 @@ bool Engine::absorb_inbox() {
     }
     for (const auto& [id, reason] : aborts) {
         auto it = live_.find(id);
+        if (it != live_.end()) {
+            auto claim = std::find_if(claims_.begin(), claims_.end(), [&](const auto& c) { return c.second.id == id; });
+            if (claim != claims_.end()) {
+                {
+                    std::lock_guard<std::mutex> lock(dest_mu_);
+                    claimed_rooms_.erase(claim->first);
+                    wanted_rooms_.erase(claim->first);
+                }
+                claims_.erase(claim);
+                it->second->abort_reason = reason;
+                {
+                    std::lock_guard<std::mutex> lock(metrics_mu_);
+                    ++metrics_.aborted_by_phase["queued"];
+                    ++metrics_.aborted_by_reason[std::string(abort_reason_name(reason))];
+                }
+                finish_unscheduled(
+                    id, finished_output("abort", reason == AbortReason::kShutdown
+                                                     ? Status(StatusCode::kUnavailable, "the server is shutting down")
+                                                     : Status(StatusCode::kCancelled, "the request was aborted")));
+                continue;
+            }
+        }
         const scheduler::Request* r = sched_->find(id);
         if (it == live_.end() || r == nullptr) continue;
         it->second->abort_reason = reason;
@@ -416,6 +465,7 @@ bool Engine::absorb_inbox() {
 
 void Engine::loop() {
     while (absorb_inbox()) {
+        serve_claims();
         poll_rooms();
         collect_transfers();
         for (int64_t id : sched_->expire_deadlines(Clock::now())) {
@@ -724,7 +774,108 @@ Status Engine::expect_room(int64_t id, uint64_t room) {
 }
 
 bool Engine::disagg_busy() const {
-    return (receiver_ != nullptr && receiver_->rooms().size() > 0) || xfer_outstanding_ > 0;
+    return (receiver_ != nullptr && receiver_->rooms().size() > 0) || xfer_outstanding_ > 0 || !claims_.empty();
+}
+
+void Engine::finish_unscheduled(int64_t id, RequestOutput out) {
+    auto it = live_.find(id);
+    PENSTOCK_CHECK(it != live_.end()) << "request " << id << " has no engine state";
+    Live& l = *it->second;
+    out.prompt_tokens = l.prompt_len;
+    out.e2e_s = seconds(Clock::now() - l.arrival);
+    {
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        ++metrics_.finished_by_reason[out.finish_reason];
+    }
+    l.handle->push(std::move(out));
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!l.rid.empty()) rids_.erase(l.rid);
+    }
+    live_.erase(it);
+    --n_live_;
+}
+
+void Engine::serve_claims() {
+    if (receiver_ == nullptr) return;
+    std::unordered_set<uint64_t> wanted;
+    std::unordered_map<uint64_t, std::string> mismatched;
+    {
+        std::lock_guard<std::mutex> lock(dest_mu_);
+        wanted = wanted_rooms_;
+        mismatched.swap(mismatched_rooms_);
+    }
+    // A prefill end with the other allocation setting will not send: a room with pages fails at once (T12).
+    for (const auto& [room, why] : mismatched) {
+        auto r = room_request_.find(room);
+        if (r == room_request_.end()) continue;
+        const int64_t id = r->second;
+        if (sched_->awaiting_kv(id)) {
+            live_.at(id)->error = failed_precondition("bootstrap_room " + std::to_string(room) + ": " + why);
+            count_abort_phase(*sched_->find(id));
+            (void)sched_->abort(id);
+        }
+        (void)sched_->release_held(id);  // nothing will write them
+        (void)receiver_->rooms().fail(room, why);
+        (void)receiver_->rooms().erase(room);
+        room_request_.erase(r);
+        std::lock_guard<std::mutex> lock(dest_mu_);
+        destinations_.erase(room);
+        std::lock_guard<std::mutex> mlock(metrics_mu_);
+        ++metrics_.kv_transfers["receive_failed"];
+    }
+    if (claims_.empty()) return;
+    const disagg::TimePoint now = disagg::Clock::now();
+    for (auto it = claims_.begin(); it != claims_.end();) {
+        const uint64_t room = it->first;
+        const int64_t id = it->second.id;
+        Status end = ok_status();
+        if (auto m = mismatched.find(room); m != mismatched.end()) {
+            end = failed_precondition("bootstrap_room " + std::to_string(room) + ": " + m->second);
+        } else if (wanted.contains(room)) {
+            // The prefill end asked: reserve the pages now (or next time round when the pool is full).
+            scheduler::NewRequest copy = it->second.request;
+            const Status st = sched_->add_prefilled_request(std::move(copy));
+            if (st.ok()) {
+                if (const Status e = expect_room(id, room); !e.ok()) {
+                    live_.at(id)->error = e;
+                    (void)sched_->abort(id);
+                    (void)sched_->release_held(id);
+                }
+            } else if (st.code() != StatusCode::kResourceExhausted) {
+                end = st;
+            } else if (it->second.deadline <= now) {
+                end = Status(StatusCode::kUnavailable, "bootstrap_room " + std::to_string(room) +
+                                                           ": no KV pages free before the waiting deadline");
+            }
+            if (st.ok()) {
+                std::lock_guard<std::mutex> lock(dest_mu_);
+                claimed_rooms_.erase(room);
+                wanted_rooms_.erase(room);
+                it = claims_.erase(it);
+                continue;
+            }
+        } else if (it->second.deadline <= now) {
+            end = Status(StatusCode::kUnavailable, "bootstrap_room " + std::to_string(room) +
+                                                       ": the prefill end did not ask for the room before the "
+                                                       "waiting deadline");
+        }
+        if (end.ok()) {
+            ++it;
+            continue;
+        }
+        {
+            std::lock_guard<std::mutex> lock(dest_mu_);
+            claimed_rooms_.erase(room);
+            wanted_rooms_.erase(room);
+        }
+        {
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.kv_transfers["receive_failed"];
+        }
+        it = claims_.erase(it);
+        finish_unscheduled(id, finished_output("error", end));
+    }
 }
 
 void Engine::poll_rooms() {
@@ -853,6 +1004,10 @@ void Engine::shutdown_all() {
     for (Pending& p : inbox) {
         p.handle->push(finished_output("abort", Status(StatusCode::kUnavailable, "the server is shutting down")));
         --n_live_;
+    }
+    for (auto& [room, claim] : std::exchange(claims_, {})) {
+        finish_unscheduled(claim.id,
+                           finished_output("abort", Status(StatusCode::kUnavailable, "the server is shutting down")));
     }
     for (auto& [id, l] : live_) {
         l->abort_reason = AbortReason::kShutdown;

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -130,6 +131,11 @@ struct DisaggOptions {
     // Prefill end: transfer queues, each a thread with its own engine; a room goes to queue hash(room) % n (SPEC §5
     // cut 3: rooms of different decode servers do not wait behind each other). --disaggregation-transfer-queues.
     int transfer_queues = 4;
+    // --disaggregation-lazy-allocation (SPEC §5): the decode end claims a room's request first and reserves its pages
+    // only when the prefill end asks for the destination (its forward is done), so pages are not held while the prompt
+    // is still queued or computing at the prefill end. Both ends must agree: the prefill end states its setting when
+    // it asks, and a mismatch fails the room naming the setting (RELIABILITY T12).
+    bool lazy_allocation = false;
     disagg::RoomTimeouts timeouts = {};
     // Prefill end (required there): the decode end's destination for a room (its bootstrap). Called on the transfer
     // thread; it may block until the deadline (e.g. retrying until the decode end has allocated the room).
@@ -184,8 +190,11 @@ public:
     void stop_accepting() { accepting_ = false; }
 
     // Decode end: the encoded KvDestination of a room whose request has its pages (what the bootstrap serves to the
-    // prefill end). NotFound until then or once the room is over; FailedPrecondition outside the decode mode.
-    [[nodiscard]] Result<std::vector<uint8_t>> destination(uint64_t room) const;
+    // prefill end). NotFound until then (with lazy allocation, asking is what makes the engine reserve them) or once
+    // the room is over; FailedPrecondition outside the decode mode, or when `peer_lazy` (the asking prefill end's
+    // lazy-allocation setting) differs from this end's, which also fails the room's request.
+    [[nodiscard]] Result<std::vector<uint8_t>> destination(uint64_t room,
+                                                           std::optional<bool> peer_lazy = std::nullopt) const;
 
     EngineMetrics metrics() const;
     // Requests submitted and not yet finished.
@@ -234,6 +243,11 @@ private:
     void queue_transfer(int64_t id, uint64_t room, int32_t first_token);
     void collect_transfers();
     void transfer_loop(size_t queue);  // the prefill end's transfer threads
+    // Decode end with lazy allocation: reserves the pages of claimed rooms the prefill end asked for, fails claims
+    // past their deadline or with a settings mismatch.
+    void serve_claims();
+    // Ends a request that never reached the scheduler (a lazy claim) with `out`.
+    void finish_unscheduled(int64_t id, RequestOutput out);
     bool disagg_busy() const;
     void update_gauges();
     Status validate_request(const GenerateRequest& r) const;
@@ -288,6 +302,16 @@ private:
         std::thread thread;
     };
     std::vector<std::unique_ptr<TransferQueue>> xfer_queues_;
+    // Decode end, lazy allocation: claimed rooms (engine thread), the rooms the prefill end asked for and the
+    // mismatches it reported (under dest_mu_, written by destination()).
+    struct Claim {
+        int64_t id = 0;
+        scheduler::NewRequest request;
+        disagg::TimePoint deadline{};
+    };
+    std::unordered_map<uint64_t, Claim> claims_;
+    mutable std::unordered_set<uint64_t> claimed_rooms_, wanted_rooms_;
+    mutable std::unordered_map<uint64_t, std::string> mismatched_rooms_;
     std::mutex xfer_mu_;
     std::condition_variable xfer_cv_;
     std::vector<std::pair<int64_t, Status>> xfer_done_;

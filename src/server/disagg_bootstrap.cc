@@ -96,7 +96,8 @@ size_t DisaggBootstrap::size() const {
     return rooms_.size();
 }
 
-Result<disagg::KvDestination> DisaggBootstrap::resolve(uint64_t room, std::chrono::steady_clock::time_point deadline) {
+Result<disagg::KvDestination> DisaggBootstrap::resolve(uint64_t room, std::chrono::steady_clock::time_point deadline,
+                                                       bool lazy) {
     Peer peer;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -105,7 +106,7 @@ Result<disagg::KvDestination> DisaggBootstrap::resolve(uint64_t room, std::chron
         peer = it->second;
         rooms_.erase(it);
     }
-    const std::string path = "/disagg/destination?room=" + std::to_string(room);
+    const std::string path = "/disagg/destination?room=" + std::to_string(room) + "&lazy=" + (lazy ? "1" : "0");
     const std::string where = peer.host + ":" + std::to_string(peer.port);
     for (;;) {
         const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();

@@ -35,7 +35,9 @@ public:
     void add(uint64_t room, std::string host, int port);
     // Thread-safe: the room's destination from its decode server, polling while it answers 404 (the room's pages are
     // not reserved yet) until the deadline. Forgets the room.
-    [[nodiscard]] Result<disagg::KvDestination> resolve(uint64_t room, std::chrono::steady_clock::time_point deadline);
+    // `lazy`: this (prefill) end's --disaggregation-lazy-allocation, which the decode server checks against its own.
+    [[nodiscard]] Result<disagg::KvDestination> resolve(uint64_t room, std::chrono::steady_clock::time_point deadline,
+                                                        bool lazy);
     size_t size() const;
 
 private:

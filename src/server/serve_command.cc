@@ -118,6 +118,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--disaggregation-transfer-queues", a->disaggregation_transfer_queues,
                     "prefill: KV transfer queues (threads, each with its own engine); a room goes to hash(room) % n")
         ->capture_default_str();
+    cmd->add_flag("--disaggregation-lazy-allocation", a->disaggregation_lazy_allocation,
+                  "decode: reserve a room's pages only when the prefill server asks for them (both ends must agree)");
     cmd->add_option("--disaggregation-bootstrap-timeout-ms", a->disaggregation_bootstrap_timeout_ms,
                     "a room's bootstrap deadline (prefill: waiting for the decode server's destination)")
         ->capture_default_str();
@@ -254,6 +256,7 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     }
     setup.disagg.transfer_backend = args.disaggregation_transfer_backend;
     setup.disagg.transfer_queues = args.disaggregation_transfer_queues;
+    setup.disagg.lazy_allocation = args.disaggregation_lazy_allocation;
     setup.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(args.disaggregation_bootstrap_timeout_ms),
                              .waiting = std::chrono::milliseconds(args.disaggregation_waiting_timeout_ms),
                              .transfer = std::chrono::milliseconds(args.disaggregation_transfer_timeout_ms)};
@@ -338,8 +341,9 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     std::shared_ptr<DisaggBootstrap> bootstrap;
     if (eo.disagg.mode == engine::DisaggOptions::Mode::kPrefill) {
         bootstrap = std::make_shared<DisaggBootstrap>(eo.disagg.timeouts.bootstrap + eo.disagg.timeouts.waiting);
-        eo.disagg.resolve_destination = [bootstrap](uint64_t room, engine::Clock::time_point deadline) {
-            return bootstrap->resolve(room, deadline);
+        eo.disagg.resolve_destination = [bootstrap, lazy = eo.disagg.lazy_allocation](
+                                            uint64_t room, engine::Clock::time_point deadline) {
+            return bootstrap->resolve(room, deadline, lazy);
         };
     }
     if (args.test_step_delay_ms > 0) {
@@ -386,6 +390,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"disaggregation_mode", args.disaggregation_mode},
                  {"disaggregation_transfer_backend", args.disaggregation_transfer_backend},
                  {"disaggregation_transfer_queues", args.disaggregation_transfer_queues},
+                 {"disaggregation_lazy_allocation", args.disaggregation_lazy_allocation},
                  {"disaggregation_timeouts_ms",
                   {{"bootstrap", args.disaggregation_bootstrap_timeout_ms},
                    {"waiting", args.disaggregation_waiting_timeout_ms},

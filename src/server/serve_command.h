@@ -64,6 +64,7 @@ struct ServeArgs {
     std::string disaggregation_mode = "null";
     std::string disaggregation_transfer_backend = "ucx";
     int disaggregation_transfer_queues = 4;
+    bool disaggregation_lazy_allocation = false;
     int64_t disaggregation_bootstrap_timeout_ms = 30000;
     int64_t disaggregation_waiting_timeout_ms = 300000;
     int64_t disaggregation_transfer_timeout_ms = 60000;

@@ -328,12 +328,19 @@ bool Server::handle(const Request& req, FdStream& s) {
         const std::string_view full(req.target().data(), req.target().size());
         const size_t q = full.find("?room=");
         uint64_t room = 0;
-        const std::string_view digits = q == std::string_view::npos ? std::string_view() : full.substr(q + 6);
+        std::string_view digits = q == std::string_view::npos ? std::string_view() : full.substr(q + 6);
+        std::optional<bool> peer_lazy;
+        if (const size_t amp = digits.find('&'); amp != std::string_view::npos) {
+            const std::string_view rest = digits.substr(amp + 1);
+            digits = digits.substr(0, amp);
+            if (rest != "lazy=0" && rest != "lazy=1") return reply(error_reply(400, "lazy: 0 or 1", "", "lazy"));
+            peer_lazy = rest == "lazy=1";
+        }
         const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), room);
         if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
             return reply(error_reply(400, "room: a decimal room id is required", "", "room"));
         }
-        const Result<std::vector<uint8_t>> d = engine_->destination(room);
+        const Result<std::vector<uint8_t>> d = engine_->destination(room, peer_lazy);
         if (!d.ok()) {
             return reply(error_reply(d.status().code() == StatusCode::kNotFound ? 404 : 409, d.status().message()));
         }

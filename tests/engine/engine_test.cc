@@ -355,31 +355,38 @@ TEST(Engine, SeededSamplingIsReproducible) {
 // Prefill/decode disaggregation at the engine level (SPEC §5): a prefill engine computes the first token and sends the
 // KV pages over UCX into the pages a decode engine reserved for the room; the decode engine generates the rest. The
 // tokens equal one engine's generation, and both ends return to zero pages.
-Result<disagg::KvDestination> wait_for_destination(const Engine& decode, uint64_t room, Clock::time_point deadline) {
+Result<disagg::KvDestination> wait_for_destination(const Engine& decode, uint64_t room, Clock::time_point deadline,
+                                                   bool lazy) {
     for (;;) {
-        const Result<std::vector<uint8_t>> bytes = decode.destination(room);
+        const Result<std::vector<uint8_t>> bytes = decode.destination(room, lazy);
         if (bytes.ok()) return disagg::KvDestination::decode(*bytes);
         if (bytes.status().code() != StatusCode::kNotFound || Clock::now() > deadline) return bytes.status();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
 }
 
-EngineOptions disagg_options(DisaggOptions::Mode mode, const Engine* decode = nullptr) {
+EngineOptions disagg_options(DisaggOptions::Mode mode, const Engine* decode = nullptr, bool lazy = false) {
     EngineOptions o;
     o.disagg.mode = mode;
+    o.disagg.lazy_allocation = lazy;
     o.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(5000),
                          .waiting = std::chrono::milliseconds(30000),
                          .transfer = std::chrono::milliseconds(5000)};
     if (decode != nullptr) {
-        o.disagg.resolve_destination = [decode](uint64_t room, Clock::time_point deadline) {
-            return wait_for_destination(*decode, room, deadline);
+        o.disagg.resolve_destination = [decode, lazy](uint64_t room, Clock::time_point deadline) {
+            return wait_for_destination(*decode, room, deadline, lazy);
         };
     }
     return o;
 }
 
-TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
+class EngineDisaggLazy : public ::testing::TestWithParam<bool> {};
+
+// Eager allocation (the room's pages reserved when the decode request arrives) and lazy allocation (reserved when the
+// prefill end asks for the destination) give the same tokens.
+TEST_P(EngineDisaggLazy, PrefillThenDecodeEqualsOneEngine) {
     if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    const bool lazy = GetParam();
     const std::vector<int64_t> lengths = {70, 130, 9};
     std::vector<std::vector<int32_t>> want;
     {
@@ -391,8 +398,8 @@ TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
             want.push_back(collect(**h).ids);
         }
     }
-    auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode));
-    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
+    auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode, nullptr, lazy));
+    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get(), lazy);
     po.scheduler.chunked_prefill_size = 64;  // the prefill end chunks; the KV is the same
     po.disagg.transfer_queues = 2;           // three rooms over two queues (threads with their own engines)
     auto prefill = make_engine(std::move(po));
@@ -402,8 +409,17 @@ TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
     for (size_t i = 0; i < lengths.size(); ++i) {
         GenerateRequest d = greedy(seeded_prompt(lengths[i], 90 + i), 6);
         d.bootstrap_room = 1000 + i;
-        GenerateRequest p = d;
         dh.push_back(*decode->submit(std::move(d)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (lazy) {
+        EXPECT_EQ(decode->metrics().kv_pages_used, 0) << "claimed, no pages until the prefill end asks";
+    } else {
+        EXPECT_GT(decode->metrics().kv_pages_used, 0);
+    }
+    for (size_t i = 0; i < lengths.size(); ++i) {
+        GenerateRequest p = greedy(seeded_prompt(lengths[i], 90 + i), 6);
+        p.bootstrap_room = 1000 + i;
         ph.push_back(*prefill->submit(std::move(p)));
     }
     for (size_t i = 0; i < lengths.size(); ++i) {
@@ -424,6 +440,53 @@ TEST(EngineDisagg, PrefillThenDecodeEqualsOneEngine) {
     EXPECT_EQ(prefill->metrics().kv_pages_used, 0) << "held pages are freed once sent";
     EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 3);
     EXPECT_EQ(decode->metrics().kv_transfers.at("received"), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocation, EngineDisaggLazy, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Lazy" : "Eager"; });
+
+// The two ends disagree on lazy allocation (RELIABILITY T12): the decode request fails at once naming the setting, the
+// prefill end's transfer fails, and both return to zero pages. A lazy claim nobody asks for fails at its deadline.
+TEST(EngineDisagg, LazyAllocationMismatchIsRefused) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    for (const bool decode_lazy : {true, false}) {
+        EngineOptions dopt = disagg_options(DisaggOptions::Mode::kDecode, nullptr, decode_lazy);
+        dopt.disagg.timeouts.waiting = std::chrono::milliseconds(5000);
+        auto decode = make_engine(std::move(dopt));
+        auto prefill = make_engine(disagg_options(DisaggOptions::Mode::kPrefill, decode.get(), !decode_lazy));
+        decode->start();
+        prefill->start();
+        GenerateRequest r = greedy(seeded_prompt(40, 8), 4);
+        r.bootstrap_room = 77;
+        auto dh = decode->submit(r);
+        auto ph = prefill->submit(r);
+        ASSERT_TRUE(dh.ok() && ph.ok());
+        const Collected d = collect(**dh);
+        EXPECT_EQ(d.last.finish_reason, "error");
+        EXPECT_NE(d.last.error.message().find("--disaggregation-lazy-allocation is "), std::string::npos)
+            << d.last.error.to_string();
+        collect(**ph);
+        wait_idle(*decode);
+        for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        EXPECT_EQ(decode->metrics().kv_pages_used, 0);
+        EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
+        EXPECT_EQ(prefill->metrics().kv_transfers.at("send_failed"), 1);
+    }
+    EngineOptions dopt = disagg_options(DisaggOptions::Mode::kDecode, nullptr, true);
+    dopt.disagg.timeouts.waiting = std::chrono::milliseconds(100);
+    auto decode = make_engine(std::move(dopt));
+    decode->start();
+    GenerateRequest r = greedy(seeded_prompt(40, 8), 4);
+    r.bootstrap_room = 5;
+    auto h = decode->submit(r);
+    ASSERT_TRUE(h.ok());
+    const Collected c = collect(**h);
+    EXPECT_EQ(c.last.error.code(), StatusCode::kUnavailable);
+    EXPECT_NE(c.last.error.message().find("did not ask for the room"), std::string::npos) << c.last.error.to_string();
+    wait_idle(*decode);
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0);
 }
 
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
