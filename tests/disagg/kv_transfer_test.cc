@@ -159,7 +159,7 @@ TEST(KvTransfer, StrayRecordsChangeNothingAndAStalledSenderFailsTheRoom) {
     if (!rx_engine || !tx_engine) GTEST_SKIP() << "no transfer engine in this build";
     Ends ends;
     auto rx = KvReceiver::create(rx_engine.get(), ends.recv_layout(),
-                                 RoomTimeouts{.bootstrap = milliseconds(1000), .waiting = milliseconds(1500)});
+                                 RoomTimeouts{.bootstrap = milliseconds(1000), .waiting = milliseconds(10000)});
     ASSERT_TRUE(rx.ok());
     const TimePoint t0 = Clock::now();
     auto dest = (*rx)->expect(7, {1, 2}, 100, t0);
@@ -195,7 +195,7 @@ TEST(KvTransfer, StrayRecordsChangeNothingAndAStalledSenderFailsTheRoom) {
     EXPECT_EQ((*rx)->rooms().find(7)->state, RoomState::kWaitingForInput) << "nothing a stray record says counts";
     EXPECT_EQ(ends.recv_a, std::vector<uint8_t>(ends.recv_a.size(), 0));
     // The prefill end never sends: the room fails at the waiting deadline, naming the state.
-    const auto done = (*rx)->poll(t0 + milliseconds(1600));
+    const auto done = (*rx)->poll(t0 + milliseconds(10001));
     EXPECT_EQ(done, std::vector<uint64_t>{7});
     EXPECT_EQ((*rx)->rooms().find(7)->state, RoomState::kFailed);
     EXPECT_EQ((*rx)->rooms().find(7)->failure, "deadline passed in WaitingForInput");

@@ -71,7 +71,7 @@ class Disaggregation(unittest.TestCase):
     def setUpClass(cls):
         cls.plain = Server("--model", BUNDLED)
         cls.decode = Server("--model", BUNDLED, "--disaggregation-mode", "decode",
-                            "--disaggregation-waiting-timeout-ms", "3000", "--disaggregation-transfer-timeout-ms", "500")
+                            "--disaggregation-waiting-timeout-ms", "60000")
         cls.prefill = Server("--model", BUNDLED, "--disaggregation-mode", "prefill", "--chunked-prefill-size", "64")
         cls.router = Router(cls.prefill, cls.decode)
 
@@ -198,12 +198,41 @@ class Disaggregation(unittest.TestCase):
             lazy_decode.stop()
             lazy_prefill.stop()
 
+    def test_dead_decode_server_frees_the_prefill_pages(self):
+        # RELIABILITY T10: the decode server dies after claiming the room; the prefill server's transfer fails at its
+        # bootstrap deadline and its held pages are freed (its own client already has the first token).
+        decode = Server("--model", BUNDLED, "--disaggregation-mode", "decode")
+        prefill = Server("--model", BUNDLED, "--disaggregation-mode", "prefill",
+                         "--disaggregation-bootstrap-timeout-ms", "500")
+        try:
+            t = threading.Thread(target=lambda: generate(decode, PROMPTS[2], 4, bootstrap_room=4242))
+            t.start()
+            decode.wait_metric("penstock_kv_pages_used", lambda v: v > 0)
+            decode.proc.send_signal(signal.SIGKILL)
+            decode.proc.wait(timeout=30)
+            t.join()
+            status, _, body = generate(prefill, PROMPTS[2], 4, bootstrap_room=4242, bootstrap_host="127.0.0.1",
+                                       bootstrap_port=decode.port)
+            self.assertEqual(status, 200, body)
+            prefill.wait_metric('penstock_kv_transfers_total{outcome="send_failed"}', lambda v: v == 1)
+            prefill.wait_metric("penstock_kv_pages_used", lambda v: v == 0)
+        finally:
+            prefill.stop()
+            if decode.proc.poll() is None:
+                decode.stop()
+
     def test_failures_are_clean(self):
-        # No prefill request for the room: the decode request fails at the waiting deadline, its pages freed.
-        status, _, body = generate(self.decode, PROMPTS[1], 4, bootstrap_room=99)
-        self.assertNotEqual(status, 200, body)
-        self.assertIn("deadline passed in WaitingForInput", json.dumps(body))
-        self.decode.wait_metric("penstock_kv_pages_used", lambda v: v == 0)
+        # No prefill request for the room: the decode request fails at the waiting deadline, its pages freed after the
+        # transfer deadline's quarantine.
+        short = Server("--model", BUNDLED, "--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms",
+                       "1000", "--disaggregation-transfer-timeout-ms", "500")
+        try:
+            status, _, body = generate(short, PROMPTS[1], 4, bootstrap_room=99)
+            self.assertNotEqual(status, 200, body)
+            self.assertIn("deadline passed in WaitingForInput", json.dumps(body))
+            self.assertEqual(short.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
+        finally:
+            short.stop()
         status, _, body = generate(self.prefill, PROMPTS[0], 4, bootstrap_room=5)
         self.assertEqual(status, 400, body)
         self.assertIn("bootstrap_host", json.dumps(body))
