@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/byte_io.h"
+
 namespace penstock::disagg {
 
 namespace {
@@ -19,55 +21,14 @@ uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
     return h;
 }
 
-class Writer {
-public:
-    Writer() { out.reserve(256); }
-    template <class T>
-    void put(T v) {
-        const size_t at = out.size();
-        out.resize(at + sizeof(T));
-        std::memcpy(out.data() + at, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
-    }
-    void bytes(std::span<const uint8_t> b) {
-        put<uint32_t>(static_cast<uint32_t>(b.size()));
-        const size_t at = out.size();
-        out.resize(at + b.size());
-        if (!b.empty()) std::memcpy(out.data() + at, b.data(), b.size());
-    }
-    std::vector<uint8_t> out;
-};
-
-class Reader {
-public:
-    explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-    template <class T>
-    bool get(T* v) {
-        if (b_.size() - pos_ < sizeof(T)) return false;
-        std::memcpy(v, b_.data() + pos_, sizeof(T));
-        pos_ += sizeof(T);
-        return true;
-    }
-    bool bytes(std::vector<uint8_t>* v, size_t limit) {
-        uint32_t n = 0;
-        if (!get(&n) || n > limit || b_.size() - pos_ < n) return false;
-        v->assign(b_.begin() + static_cast<std::ptrdiff_t>(pos_), b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
-        pos_ += n;
-        return true;
-    }
-    bool done() const { return pos_ == b_.size(); }
-
-private:
-    std::span<const uint8_t> b_;
-    size_t pos_ = 0;
-};
-
 }  // namespace
 
 uint64_t KvLayout::fingerprint() const {
-    Writer w;
-    w.put<uint64_t>(buffers.size());
-    for (const KvBuffer& b : buffers) w.put<uint64_t>(b.page_bytes);
-    return fnv1a(w.out.data(), w.out.size());
+    std::vector<uint8_t> w;
+    w.reserve(256);
+    put_le<uint64_t>(&w, buffers.size());
+    for (const KvBuffer& b : buffers) put_le<uint64_t>(&w, b.page_bytes);
+    return fnv1a(w.data(), w.size());
 }
 
 std::string KvLayout::describe() const {
@@ -79,29 +40,30 @@ std::string KvLayout::describe() const {
 }
 
 std::vector<uint8_t> KvDestination::encode() const {
-    Writer w;
-    w.put<uint32_t>(kDestinationMagic);
-    w.put<uint16_t>(kVersion);
-    w.put<uint16_t>(0);
-    w.put<uint64_t>(room);
-    w.put<uint64_t>(layout_fingerprint);
-    w.put<int64_t>(n_tokens);
-    w.bytes(engine_address);
-    w.put<uint32_t>(static_cast<uint32_t>(regions.size()));
+    std::vector<uint8_t> w;
+    w.reserve(256);
+    put_le<uint32_t>(&w, kDestinationMagic);
+    put_le<uint16_t>(&w, kVersion);
+    put_le<uint16_t>(&w, 0);
+    put_le<uint64_t>(&w, room);
+    put_le<uint64_t>(&w, layout_fingerprint);
+    put_le<int64_t>(&w, n_tokens);
+    put_bytes(&w, engine_address);
+    put_le<uint32_t>(&w, static_cast<uint32_t>(regions.size()));
     for (const Region& r : regions) {
-        w.put<uint64_t>(r.region.base);
-        w.put<uint64_t>(r.region.bytes);
-        w.bytes(r.region.rkey);
-        w.put<uint64_t>(r.page_stride);
-        w.put<int64_t>(r.n_pages);
+        put_le<uint64_t>(&w, r.region.base);
+        put_le<uint64_t>(&w, r.region.bytes);
+        put_bytes(&w, r.region.rkey);
+        put_le<uint64_t>(&w, r.page_stride);
+        put_le<int64_t>(&w, r.n_pages);
     }
-    w.put<uint32_t>(static_cast<uint32_t>(pages.size()));
-    for (int32_t p : pages) w.put<int32_t>(p);
-    return w.out;
+    put_le<uint32_t>(&w, static_cast<uint32_t>(pages.size()));
+    for (int32_t p : pages) put_le<int32_t>(&w, p);
+    return w;
 }
 
 Result<KvDestination> KvDestination::decode(std::span<const uint8_t> bytes) {
-    Reader r(bytes);
+    ByteReader r(bytes);
     const auto bad = [](const std::string& what) { return invalid_argument("KV destination record: " + what); };
     uint32_t magic = 0, n_regions = 0, n_pages = 0;
     uint16_t version = 0, reserved = 0;
@@ -132,25 +94,26 @@ Result<KvDestination> KvDestination::decode(std::span<const uint8_t> bytes) {
 }
 
 std::vector<uint8_t> AuxRecord::encode() const {
-    Writer w;
-    w.put<uint32_t>(kAuxMagic);
-    w.put<uint16_t>(kVersion);
-    w.put<uint16_t>(0);
-    w.put<uint64_t>(room);
-    w.put<int64_t>(n_tokens);
-    w.put<int32_t>(first_token);
-    w.put<uint32_t>(n_pages);
-    w.put<uint64_t>(layout_fingerprint);
-    w.put<uint64_t>(fnv1a(w.out.data(), w.out.size()));
+    std::vector<uint8_t> w;
+    w.reserve(256);
+    put_le<uint32_t>(&w, kAuxMagic);
+    put_le<uint16_t>(&w, kVersion);
+    put_le<uint16_t>(&w, 0);
+    put_le<uint64_t>(&w, room);
+    put_le<int64_t>(&w, n_tokens);
+    put_le<int32_t>(&w, first_token);
+    put_le<uint32_t>(&w, n_pages);
+    put_le<uint64_t>(&w, layout_fingerprint);
+    put_le<uint64_t>(&w, fnv1a(w.data(), w.size()));
     std::vector<uint8_t> message(kMessageBytes, 0);
-    std::memcpy(message.data(), w.out.data(), std::min(w.out.size(), kMessageBytes));
+    std::memcpy(message.data(), w.data(), std::min(w.size(), kMessageBytes));
     return message;
 }
 
 Result<AuxRecord> AuxRecord::decode(std::span<const uint8_t> bytes) {
     const auto bad = [](const std::string& what) { return invalid_argument("KV aux record: " + what); };
     if (bytes.size() != kMessageBytes) return bad(std::to_string(bytes.size()) + " bytes");
-    Reader r(bytes);
+    ByteReader r(bytes);
     uint32_t magic = 0;
     uint16_t version = 0, reserved = 0;
     AuxRecord a;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/byte_io.h"
 #include "parallel/pipeline.h"
 
 namespace penstock::parallel {
@@ -16,78 +17,54 @@ constexpr uint32_t kMaxSeqs = 1u << 20;
 constexpr uint32_t kMaxCounters = 1u << 12;  // stages
 constexpr uint32_t kKnownFlags = 7;          // stop | eager bank | return logits
 
-template <class T>
-void put(std::vector<uint8_t>* out, T v) {
-    const size_t at = out->size();
-    out->resize(at + sizeof(T));
-    std::memcpy(out->data() + at, &v, sizeof(T));
-}
-
-class Reader final {
-public:
-    explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-    template <class T>
-    bool get(T* v) {
-        if (b_.size() - pos_ < sizeof(T)) return false;
-        std::memcpy(v, b_.data() + pos_, sizeof(T));
-        pos_ += sizeof(T);
-        return true;
-    }
-    size_t left() const { return b_.size() - pos_; }
-
-private:
-    std::span<const uint8_t> b_;
-    size_t pos_ = 0;
-};
-
 int64_t to_us(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)); }
 
 }  // namespace
 
 std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     std::vector<uint8_t> out;
-    put<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u) | (plan.return_logits ? 4u : 0u));
-    put<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
-    put<uint32_t>(&out, plan.bank_total);
-    put<uint32_t>(&out, plan.bank_inherited);
-    put<uint32_t>(&out, plan.bank_valid);
-    put<uint32_t>(&out, plan.topk_cols);
-    put<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
-    put<uint32_t>(&out, static_cast<uint32_t>(plan.counters.size()));
+    put_le<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u) | (plan.return_logits ? 4u : 0u));
+    put_le<uint32_t>(&out, static_cast<uint32_t>(plan.batch.seqs.size()));
+    put_le<uint32_t>(&out, plan.bank_total);
+    put_le<uint32_t>(&out, plan.bank_inherited);
+    put_le<uint32_t>(&out, plan.bank_valid);
+    put_le<uint32_t>(&out, plan.topk_cols);
+    put_le<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
+    put_le<uint32_t>(&out, static_cast<uint32_t>(plan.counters.size()));
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         const runtime::SeqSampling s = i < plan.sampling.size() ? plan.sampling[i] : runtime::SeqSampling{};
-        put<int64_t>(&out, c.request_id);
-        put<int64_t>(&out, c.prefix_len);
-        put<int64_t>(&out, c.prompt_len);
-        put<uint32_t>(&out, static_cast<uint32_t>(c.token_ids.size()));
-        put<uint8_t>(&out, static_cast<uint8_t>(c.logits));
-        put<uint8_t>(&out, i < plan.release.size() ? plan.release[i] : 0);
-        put<uint8_t>(&out, s.sample ? 1 : 0);
-        put<uint8_t>(&out, 0);
-        put<float>(&out, s.temperature);
-        put<float>(&out, s.top_p);
-        put<int32_t>(&out, s.top_k);
-        put<float>(&out, s.min_p);
-        put<uint64_t>(&out, s.seed);
-        put<int64_t>(&out, s.token_index);
+        put_le<int64_t>(&out, c.request_id);
+        put_le<int64_t>(&out, c.prefix_len);
+        put_le<int64_t>(&out, c.prompt_len);
+        put_le<uint32_t>(&out, static_cast<uint32_t>(c.token_ids.size()));
+        put_le<uint8_t>(&out, static_cast<uint8_t>(c.logits));
+        put_le<uint8_t>(&out, i < plan.release.size() ? plan.release[i] : 0);
+        put_le<uint8_t>(&out, s.sample ? 1 : 0);
+        put_le<uint8_t>(&out, 0);
+        put_le<float>(&out, s.temperature);
+        put_le<float>(&out, s.top_p);
+        put_le<int32_t>(&out, s.top_k);
+        put_le<float>(&out, s.min_p);
+        put_le<uint64_t>(&out, s.seed);
+        put_le<int64_t>(&out, s.token_index);
     }
     for (const models::SeqChunk& c : plan.batch.seqs) {
-        for (int32_t t : c.token_ids) put<int32_t>(&out, t);
+        for (int32_t t : c.token_ids) put_le<int32_t>(&out, t);
     }
-    for (int64_t id : plan.free_ids) put<int64_t>(&out, id);
+    for (int64_t id : plan.free_ids) put_le<int64_t>(&out, id);
     for (const StageStats& st : plan.counters) {
-        put<int64_t>(&out, st.steps);
-        put<int64_t>(&out, to_us(st.busy_ms));
-        put<int64_t>(&out, to_us(st.stall_ms));
-        put<int64_t>(&out, st.bytes_sent);
-        put<int64_t>(&out, st.bank_bytes_sent);
+        put_le<int64_t>(&out, st.steps);
+        put_le<int64_t>(&out, to_us(st.busy_ms));
+        put_le<int64_t>(&out, to_us(st.stall_ms));
+        put_le<int64_t>(&out, st.bytes_sent);
+        put_le<int64_t>(&out, st.bank_bytes_sent);
     }
     return out;
 }
 
 Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
-    Reader r(bytes);
+    ByteReader r(bytes);
     StagePlan plan;
     uint32_t flags = 0, n_seqs = 0, n_free = 0, n_counters = 0;
     if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
