@@ -489,6 +489,39 @@ TEST(EngineDisagg, LazyAllocationMismatchIsRefused) {
     EXPECT_EQ(decode->metrics().kv_pages_used, 0);
 }
 
+// RELIABILITY T7 on the decode end: a request aborted while its KV is on the way ends at once (abort), but its pages
+// stay held until the room is over (the prefill end may still be writing them); then every page is free.
+TEST(EngineDisagg, AbortWhileTheKvIsOnTheWayHoldsThePagesUntilTheRoomEnds) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode));
+    auto prefill = make_engine(disagg_options(DisaggOptions::Mode::kPrefill, decode.get()));
+    decode->start();
+    prefill->start();
+    GenerateRequest r = greedy(seeded_prompt(150, 12), 8);
+    r.bootstrap_room = 31;
+    auto dh = decode->submit(r);
+    ASSERT_TRUE(dh.ok());
+    for (int i = 0; i < 1000 && !decode->destination(31).ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const int64_t pages = decode->metrics().kv_pages_used;
+    EXPECT_EQ(pages, 3) << "150 + 8 tokens";
+    decode->abort((*dh)->id(), AbortReason::kClientDisconnect);
+    const Collected d = collect(**dh);
+    EXPECT_EQ(d.last.finish_reason, "abort");
+    EXPECT_EQ(decode->metrics().kv_pages_used, pages) << "held: the prefill end may still write them";
+    auto ph = prefill->submit(r);
+    ASSERT_TRUE(ph.ok());
+    collect(**ph);
+    for (int i = 0; i < 2000 && (decode->metrics().kv_pages_used > 0 || prefill->metrics().kv_pages_used > 0); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0) << "freed once the room's KV arrived";
+    EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 1);
+    EXPECT_EQ(decode->metrics().aborted_by_reason.at("client_disconnect"), 1);
+}
+
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
     if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
     // A room outside a disaggregation mode is a bad request.
