@@ -111,6 +111,12 @@ public:
             out = health();
         } else if (target == "/get_server_info" || target == "/server_info") {
             out = info();
+        } else if (target == "/v1/models") {
+            // The model the pair serves, as the first decode server reports it.
+            int status = 0;
+            const std::string body = http_get(decode_[0].host, decode_[0].port, "/v1/models", 5, &status);
+            out = status == 200 ? reply_text(200, body)
+                                : reply_text(502, error_json(502, decode_[0].url + " did not list its models"));
         } else if (target == "/generate" || target == "/v1/completions" || target == "/v1/chat/completions") {
             if (req.method() != http::verb::post) {
                 out = reply_text(405, error_json(405, "use POST"));

@@ -10,7 +10,7 @@ with a clean error (RELIABILITY T11); a prefill request without bootstrap_host i
 bootstrap_room; a malformed destination query is a 400 and an unknown room a 404.
 
 `penstock router --prefill URL --decode URL` in front of them: /generate (streamed and not), /v1/completions and
-/v1/chat/completions give the plain server's greedy outputs; /health and /get_server_info cover both servers; `penstock
+/v1/chat/completions give the plain server's greedy outputs; /health, /get_server_info and /v1/models cover the servers; `penstock
 bench` through the router completes N/N requests.
 
 Run: PENSTOCK_BINARY=build/penstock python3 tests/server/test_disagg.py (ctest does this)."""
@@ -106,6 +106,10 @@ class Disaggregation(unittest.TestCase):
         self.assertEqual(info["decode"][0]["info"]["disaggregation_mode"], "decode")
         self.assertEqual(info["prefill"][0]["info"]["disaggregation_mode"], "prefill")
         self.assertEqual(self.router.request("GET", "/nowhere")[0], 404)
+        status, data = self.router.request("GET", "/v1/models")
+        self.assertEqual(status, 200, data)
+        self.assertEqual(json.loads(data)["data"][0]["id"], json.loads(self.plain.request("GET", "/v1/models")[2])[
+            "data"][0]["id"])
         self.assertEqual(self.router.request("POST", "/generate", None)[0], 400)
         # The load generator through the router: every request completes.
         run = subprocess.run([BINARY, "bench", "--base-url", f"http://127.0.0.1:{self.router.port}", "--dataset",
