@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < pool; ++i) pool_ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
             if (scattered) std::shuffle(pool_ids.begin(), pool_ids.end(), rng);
             std::vector<int32_t> dst_pages(pool_ids.begin(), pool_ids.begin() + pages);
-            auto dest = (*rx)->expect(room, dst_pages, pages * 64, Clock::now());
+            auto dest = (*rx)->expect(room, dst_pages, -1, pages * 64, Clock::now());
             if (!dest.ok()) return 1;
             bool done = false;
             std::thread poller([&] {
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
             });
             const int64_t puts0 = tx.n_puts();
             const auto t0 = Clock::now();
-            const Status st = tx.send(*dest, src_pages, 1, Clock::now() + std::chrono::seconds(60));
+            const Status st = tx.send(*dest, src_pages, -1, 1, Clock::now() + std::chrono::seconds(60));
             poller.join();
             const double ms = Ms(Clock::now() - t0).count();
             if (!st.ok() || (*rx)->rooms().find(room)->state != RoomState::kSuccess) {

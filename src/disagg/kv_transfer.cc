@@ -27,14 +27,16 @@ uint64_t KvLayout::fingerprint() const {
     std::vector<uint8_t> w;
     w.reserve(256);
     put_le<uint64_t>(&w, buffers.size());
-    for (const KvBuffer& b : buffers) put_le<uint64_t>(&w, b.page_bytes);
+    for (const KvBuffer& b : buffers) put_le<uint64_t>(&w, b.page_bytes * 2 + (b.per_slot ? 1 : 0));
     return fnv1a(w.data(), w.size());
 }
 
 std::string KvLayout::describe() const {
     std::ostringstream os;
     os << buffers.size() << " buffers:";
-    for (size_t i = 0; i < buffers.size(); ++i) os << (i ? ", " : " ") << buffers[i].page_bytes;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+        os << (i ? ", " : " ") << buffers[i].page_bytes << (buffers[i].per_slot ? " per slot" : "");
+    }
     os << " bytes per page";
     return os.str();
 }
@@ -59,6 +61,7 @@ std::vector<uint8_t> KvDestination::encode() const {
     }
     put_le<uint32_t>(&w, static_cast<uint32_t>(pages.size()));
     for (int32_t p : pages) put_le<int32_t>(&w, p);
+    put_le<int32_t>(&w, slot);
     return w;
 }
 
@@ -88,6 +91,7 @@ Result<KvDestination> KvDestination::decode(std::span<const uint8_t> bytes) {
     for (int32_t& p : d.pages) {
         if (!r.get(&p)) return bad("truncated page list");
     }
+    if (!r.get(&d.slot) || d.slot < -1) return bad("state slot");
     if (!r.done()) return bad("trailing bytes");
     if (d.n_tokens < 0 || d.n_tokens > static_cast<int64_t>(n_pages) * 64) return bad("token count");
     return d;
@@ -146,12 +150,20 @@ Result<std::unique_ptr<KvReceiver>> KvReceiver::create(TransferEngine* engine, K
     return r;
 }
 
-Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pages, int64_t n_tokens, TimePoint now) {
+Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pages, int32_t slot, int64_t n_tokens,
+                                         TimePoint now) {
     if (pages.empty() || n_tokens < 1 || n_tokens > static_cast<int64_t>(pages.size()) * 64) {
         return invalid_argument("room " + std::to_string(room) + ": " + std::to_string(n_tokens) + " tokens in " +
                                 std::to_string(pages.size()) + " pages");
     }
     for (const KvBuffer& b : layout_.buffers) {
+        if (b.per_slot) {
+            if (slot < 0 || slot >= b.n_pages) {
+                return out_of_range("room " + std::to_string(room) + ": state slot " + std::to_string(slot) +
+                                    " out of range");
+            }
+            continue;
+        }
         for (int32_t p : pages) {
             if (p < 0 || p >= b.n_pages) return out_of_range("room " + std::to_string(room) + ": page id out of range");
         }
@@ -172,6 +184,7 @@ Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pag
                              .n_pages = layout_.buffers[i].n_pages});
     }
     d.pages = std::move(pages);
+    d.slot = slot;
     return d;
 }
 
@@ -200,8 +213,8 @@ std::vector<uint64_t> KvReceiver::poll(TimePoint now) {
     return done;
 }
 
-Status KvSender::send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t first_token,
-                      TimePoint deadline) {
+Status KvSender::send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t src_slot,
+                      int32_t first_token, TimePoint deadline) {
     if (dst.layout_fingerprint != layout_.fingerprint() || dst.regions.size() != layout_.buffers.size()) {
         return failed_precondition("KV layout mismatch between prefill (" + layout_.describe() + ") and decode (" +
                                    std::to_string(dst.regions.size()) +
@@ -213,6 +226,13 @@ Status KvSender::send(const KvDestination& dst, std::span<const int32_t> src_pag
                                 " source pages for " + std::to_string(dst.pages.size()) + " destination pages");
     }
     for (size_t b = 0; b < layout_.buffers.size(); ++b) {
+        if (layout_.buffers[b].per_slot) {
+            if (src_slot < 0 || src_slot >= layout_.buffers[b].n_pages || dst.slot < 0 ||
+                dst.slot >= dst.regions[b].n_pages) {
+                return invalid_argument("room " + std::to_string(dst.room) + ": state slot out of range");
+            }
+            continue;
+        }
         for (size_t i = 0; i < src_pages.size(); ++i) {
             if (src_pages[i] < 0 || src_pages[i] >= layout_.buffers[b].n_pages || dst.pages[i] < 0 ||
                 dst.pages[i] >= dst.regions[b].n_pages) {
@@ -224,6 +244,15 @@ Status KvSender::send(const KvDestination& dst, std::span<const int32_t> src_pag
     for (size_t b = 0; b < layout_.buffers.size(); ++b) {
         const KvBuffer& src = layout_.buffers[b];
         const KvDestination::Region& to = dst.regions[b];
+        if (src.per_slot) {  // one "page": the request's state slot
+            const auto* from =
+                static_cast<const uint8_t*>(src.base) + static_cast<uint64_t>(src_slot) * src.page_stride;
+            PENSTOCK_RETURN_IF_ERROR(engine_->put(peer, from, src.page_bytes,
+                                                  to.region.base + static_cast<uint64_t>(dst.slot) * to.page_stride,
+                                                  to.region));
+            ++n_puts_;
+            continue;
+        }
         const bool dense = src.page_stride == src.page_bytes && to.page_stride == src.page_bytes;
         for (size_t i = 0; i < src_pages.size();) {
             // A run of pages consecutive at both ends is one put when both strides are the page size.

@@ -26,6 +26,8 @@ struct KvBuffer {
     uint64_t page_bytes = 0;
     uint64_t page_stride = 0;
     int64_t n_pages = 0;
+    // Indexed by the request's state slot instead of its pages (KDA's recurrent / conv state: one "page" per slot).
+    bool per_slot = false;
 };
 
 struct KvLayout {
@@ -48,6 +50,7 @@ struct KvDestination {
     };
     std::vector<Region> regions;  // one per KvBuffer
     std::vector<int32_t> pages;   // the receiver's page ids, in position order
+    int32_t slot = -1;            // the receiver's state slot (per-slot buffers), -1 without them
 
     std::vector<uint8_t> encode() const;
     // InvalidArgument for a truncated or malformed record (bad magic / version, lengths beyond the bytes or the
@@ -73,10 +76,11 @@ public:
     [[nodiscard]] static Result<std::unique_ptr<KvReceiver>> create(TransferEngine* engine, KvLayout layout,
                                                                     RoomTimeouts timeouts);
 
-    // Opens `room` for `pages` (this end's page ids in position order, already allocated by the caller) and returns
-    // the destination to hand to the sender; the room waits for input (RoomState::kWaitingForInput).
-    [[nodiscard]] Result<KvDestination> expect(uint64_t room, std::vector<int32_t> pages, int64_t n_tokens,
-                                               TimePoint now);
+    // Opens `room` for `pages` (this end's page ids in position order, already allocated by the caller) and `slot`
+    // (its state slot when the layout has per-slot buffers, else -1) and returns the destination to hand to the
+    // sender; the room waits for input (RoomState::kWaitingForInput).
+    [[nodiscard]] Result<KvDestination> expect(uint64_t room, std::vector<int32_t> pages, int32_t slot,
+                                               int64_t n_tokens, TimePoint now);
     // Takes the aux records that arrived, marks their rooms Success, fails rooms past their deadline; returns the
     // rooms that reached a terminal state in this call (the caller frees a failed room's pages, then erases it).
     std::vector<uint64_t> poll(TimePoint now);
@@ -102,12 +106,12 @@ public:
     // The engine and the buffers must outlive the sender.
     KvSender(TransferEngine* engine, KvLayout layout) : engine_(engine), layout_(std::move(layout)) {}
 
-    // Writes `src_pages` (this end's page ids, position order, as many as dst.pages) of every buffer to the
-    // destination, flushes, and sends the aux record with `first_token`. FailedPrecondition when the layouts differ
-    // (naming both), InvalidArgument for page counts or ids out of range, DeadlineExceeded / Unavailable from the
-    // engine (a dead or stalled receiver).
-    [[nodiscard]] Status send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t first_token,
-                              TimePoint deadline);
+    // Writes `src_pages` (this end's page ids, position order, as many as dst.pages) of every paged buffer and
+    // `src_slot` of every per-slot buffer to the destination, flushes, and sends the aux record with `first_token`.
+    // FailedPrecondition when the layouts differ (naming both), InvalidArgument for page counts or ids out of range,
+    // DeadlineExceeded / Unavailable from the engine (a dead or stalled receiver).
+    [[nodiscard]] Status send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t src_slot,
+                              int32_t first_token, TimePoint deadline);
 
     // Puts issued so far (contiguous page runs coalesce into one put).
     int64_t n_puts() const { return n_puts_; }

@@ -142,19 +142,23 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
                                  "a pipeline's stages each send their own layers' KV, which is not built yet "
                                  "(docs/design/disagg.md); run it with --pp 1");
         }
-        if (runner->cache().has_request_state()) {
-            return unimplemented(what +
-                                 "this model keeps per-request KDA state outside the KV pages, which the "
-                                 "transfer does not carry yet");
-        }
-        for (const kv_cache::PagedBuffer& b : runner->cache().paged_buffers()) {
-            if (b.on_device) {
-                return unimplemented(what +
-                                     "the KV cache is on the GPU; this build's transfer engine moves host "
-                                     "memory only (UCX's CUDA transports are not wired yet)");
+        // KDA's per-request state goes too, one "page" per state slot: its storage is reserved whole now so that the
+        // registered addresses stay valid.
+        if (runner->cache().has_request_state()) runner->cache().reserve_state_storage();
+        for (const bool per_slot : {false, true}) {
+            for (const kv_cache::PagedBuffer& b :
+                 per_slot ? runner->cache().state_buffers() : runner->cache().paged_buffers()) {
+                if (b.on_device) {
+                    return unimplemented(what +
+                                         "the KV cache is on the GPU; this build's transfer engine moves host "
+                                         "memory only (UCX's CUDA transports are not wired yet)");
+                }
+                layout.buffers.push_back({.base = b.base,
+                                          .page_bytes = b.page_bytes,
+                                          .page_stride = b.page_stride,
+                                          .n_pages = b.n_pages,
+                                          .per_slot = per_slot});
             }
-            layout.buffers.push_back(
-                {.base = b.base, .page_bytes = b.page_bytes, .page_stride = b.page_stride, .n_pages = b.n_pages});
         }
         if (layout.buffers.empty()) return unimplemented(what + "this model's cache lists no paged KV buffers");
         PENSTOCK_RETURN_IF_ERROR(disagg::validate(options.disagg.timeouts));
@@ -408,7 +412,7 @@ bool Engine::absorb_inbox() {
                 // request ends with the error.
                 live_.at(p.id)->error = e;
                 (void)sched_->abort(p.id);
-                (void)sched_->release_held(p.id);
+                release_held_kv(p.id);
             }
             continue;
         }
@@ -690,7 +694,9 @@ void Engine::publish_finished() {
     std::vector<int64_t> released;
     for (std::unique_ptr<scheduler::Request>& r : sched_->take_finished()) {
         const int64_t id = r->id();
-        runner_->cache().release(id);
+        // A request whose pages are held for a transfer keeps its state slot too (KDA state goes with the pages):
+        // release_held_kv() frees both.
+        if (!sched_->held_pages(id).ok()) runner_->cache().release(id);
         released.push_back(id);
         if (auto room = prefill_room_.find(id); room != prefill_room_.end()) {
             // Finished: its pages are held for the transfer (an aborted one freed them: the decode end times out).
@@ -765,12 +771,21 @@ Status Engine::expect_room(int64_t id, uint64_t room) {
     if (room_request_.contains(room)) return invalid_argument("bootstrap_room " + std::to_string(room) + " is in use");
     const kv_cache::PageTable& table = sched_->page_table(id);
     const scheduler::Request* r = sched_->find(id);
+    int32_t slot = -1;
+    if (runner_->cache().has_request_state()) {  // KDA: the state slot the prefill end's state goes into
+        PENSTOCK_RETURN_IF_ERROR(runner_->cache().admit(id));
+        slot = runner_->cache().state_slot(id).value_or(-1);
+    }
     PENSTOCK_ASSIGN_OR_RETURN(disagg::KvDestination d,
-                              receiver_->expect(room, table.pages, r->prompt_len(), disagg::Clock::now()));
+                              receiver_->expect(room, table.pages, slot, r->prompt_len(), disagg::Clock::now()));
     room_request_[room] = id;
     std::lock_guard<std::mutex> lock(dest_mu_);
     destinations_[room] = d.encode();
     return ok_status();
+}
+
+void Engine::release_held_kv(int64_t id) {
+    if (sched_->release_held(id).ok()) runner_->cache().release(id);
 }
 
 bool Engine::disagg_busy() const {
@@ -815,7 +830,7 @@ void Engine::serve_claims() {
             count_abort_phase(*sched_->find(id));
             (void)sched_->abort(id);
         }
-        (void)sched_->release_held(id);  // nothing will write them
+        release_held_kv(id);  // nothing will write them
         (void)receiver_->rooms().fail(room, why);
         (void)receiver_->rooms().erase(room);
         room_request_.erase(r);
@@ -840,7 +855,7 @@ void Engine::serve_claims() {
                 if (const Status e = expect_room(id, room); !e.ok()) {
                     live_.at(id)->error = e;
                     (void)sched_->abort(id);
-                    (void)sched_->release_held(id);
+                    release_held_kv(id);
                 }
             } else if (st.code() != StatusCode::kResourceExhausted) {
                 end = st;
@@ -883,7 +898,7 @@ void Engine::poll_rooms() {
     const disagg::TimePoint now = disagg::Clock::now();
     std::erase_if(quarantine_, [&](const std::pair<int64_t, disagg::TimePoint>& q) {
         if (q.second > now) return false;
-        (void)sched_->release_held(q.first);
+        release_held_kv(q.first);
         return true;
     });
     if (receiver_->rooms().size() == 0) return;
@@ -916,7 +931,7 @@ void Engine::poll_rooms() {
         // A request that ended while its KV was on the way holds its pages until now. After a failed room a late
         // writer is still possible until the prefill end's transfer deadline: its pages wait that long.
         if (ok) {
-            (void)sched_->release_held(id);
+            release_held_kv(id);
         } else if (sched_->held_pages(id).ok()) {
             quarantine_.emplace_back(id, now + options_.disagg.timeouts.transfer);
         }
@@ -943,7 +958,11 @@ void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
         xfer_queues_[queue_of(room, xfer_queues_.size())]->jobs.push_back(
-            {.id = id, .room = room, .pages = *pages, .first_token = first_token});
+            {.id = id,
+             .room = room,
+             .pages = *pages,
+             .slot = runner_->cache().state_slot(id).value_or(-1),
+             .first_token = first_token});
     }
     ++xfer_outstanding_;
     xfer_cv_.notify_all();
@@ -957,7 +976,7 @@ void Engine::collect_transfers() {
         done.swap(xfer_done_);
     }
     for (const auto& [id, st] : done) {
-        (void)sched_->release_held(id);
+        release_held_kv(id);
         --xfer_outstanding_;
         if (!st.ok()) PENSTOCK_LOG_WARN("KV transfer of request {} failed: {}", id, st.to_string());
         std::lock_guard<std::mutex> lock(metrics_mu_);
@@ -980,9 +999,9 @@ void Engine::transfer_loop(size_t queue) {
         Result<disagg::KvDestination> dst = o.resolve_destination(job.room, Clock::now() + o.timeouts.bootstrap);
         Status st = dst.status();
         if (dst.ok()) {
-            st = dst->room == job.room
-                     ? q.sender->send(*dst, job.pages, job.first_token, disagg::Clock::now() + o.timeouts.transfer)
-                     : invalid_argument("the bootstrap answered for another room");
+            st = dst->room == job.room ? q.sender->send(*dst, job.pages, job.slot, job.first_token,
+                                                        disagg::Clock::now() + o.timeouts.transfer)
+                                       : invalid_argument("the bootstrap answered for another room");
         }
         {
             std::lock_guard<std::mutex> lock(xfer_mu_);

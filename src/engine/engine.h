@@ -249,6 +249,8 @@ private:
     // Ends a request that never reached the scheduler (a lazy claim) with `out`.
     void finish_unscheduled(int64_t id, RequestOutput out);
     bool disagg_busy() const;
+    // Frees a request's held pages and its state slot (a disaggregated transfer is over).
+    void release_held_kv(int64_t id);
     void update_gauges();
     Status validate_request(const GenerateRequest& r) const;
 
@@ -292,6 +294,7 @@ private:
         int64_t id = 0;
         uint64_t room = 0;
         std::vector<int32_t> pages;
+        int32_t slot = -1;  // KDA state slot (-1: none)
         int32_t first_token = 0;
     };
     // Prefill end: one per transfer queue; its engine and sender belong to its thread.

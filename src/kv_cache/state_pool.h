@@ -49,6 +49,11 @@ public:
     // Bytes of one slot across all layers (recurrent + conv).
     size_t slot_bytes() const;
 
+    // Backs every slot with storage now, so that the views (and their addresses) stay valid from here on (a
+    // disaggregated transfer registers them). No-op when already full.
+    void reserve_all() {
+        if (capacity_ < n_slots_) grow(n_slots_);
+    }
     // Takes a free slot and zero-fills its state in every layer, or returns ResourceExhausted (taking nothing).
     // May grow the storage: views from recurrent() / conv() taken before are invalidated (slot contents are kept).
     [[nodiscard]] Result<int32_t> allocate();

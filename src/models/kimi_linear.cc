@@ -177,14 +177,32 @@ KimiLinearCache::KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::ve
               placement.device == Device::kCPU
                   ? kv_cache::StateMemoryOps{}
                   : kv_cache::StateMemoryOps{
-                        .copy = [placement](const TensorView& dst,
-                                            const TensorView& src) { kernels::transfer({.out = dst, .in = src}, placement); },
-                        .zero = [placement](const TensorView& dst) { kernels::fill({.out = dst, .value = 0.0f}, placement); }}),
+                        .copy = [placement](
+                                    const TensorView& dst,
+                                    const TensorView& src) { kernels::transfer({.out = dst, .in = src}, placement); },
+                        .zero = [placement](
+                                    const TensorView& dst) { kernels::fill({.out = dst, .value = 0.0f}, placement); }}),
       slots_(&states_) {
     for (int64_t l : mla_layers) {
         latent_[l] = std::make_unique<kv_cache::PagedRowCache>(n_pages, latent_dim, l, l + 1, dtype,
                                                                kernels::allocator_of(placement));
     }
+}
+
+std::vector<kv_cache::PagedBuffer> KimiLinearCache::state_buffers() const {
+    std::vector<kv_cache::PagedBuffer> out;
+    const int64_t slots = states_.capacity();
+    for (int64_t l = 0; l < states_.n_layers(); ++l) {
+        for (const TensorView* v : {&states_.recurrent(l), &states_.conv(l)}) {
+            const auto bytes = static_cast<uint64_t>(v->numel() / std::max<int64_t>(slots, 1)) * sizeof(float);
+            out.push_back({.base = v->data,
+                           .page_bytes = bytes,
+                           .page_stride = bytes,
+                           .n_pages = slots,
+                           .on_device = v->device != Device::kCPU});
+        }
+    }
+    return out;
 }
 
 kv_cache::PagedRowCache* KimiLinearCache::latent(int64_t layer) {
@@ -306,7 +324,8 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
         PENSTOCK_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::load(r, ffn, config_, o, options_.tp));
         layer.moe = std::make_unique<MoeBlock>(std::move(moe));
     } else {
-        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::load(r, ffn, h, config_.intermediate_size, kimi_.act, options_.tp));
+        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp mlp,
+                                  DenseMlp::load(r, ffn, h, config_.intermediate_size, kimi_.act, options_.tp));
         layer.mlp = std::make_unique<DenseMlp>(std::move(mlp));
     }
     if (kimi_.attn_res_block_size > 0) {

@@ -56,6 +56,11 @@ public:
         return out;
     }
     bool has_request_state() const override { return states_.n_layers() > 0; }
+    void reserve_state_storage() override { states_.reserve_all(); }
+    std::vector<kv_cache::PagedBuffer> state_buffers() const override;
+    std::optional<int32_t> state_slot(int64_t request_id) const override {
+        return slots_.contains(request_id) ? std::optional<int32_t>(slots_.slot(request_id)) : std::nullopt;
+    }
 
     kv_cache::PagedRowCache* latent(int64_t layer);
     kv_cache::KdaStatePool& states() { return states_; }

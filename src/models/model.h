@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -106,6 +107,11 @@ public:
     virtual std::vector<kv_cache::PagedBuffer> paged_buffers() const { return {}; }
     // Whether requests also keep state outside the pages (KDA's recurrent state): pages alone do not carry it.
     virtual bool has_request_state() const { return false; }
+    // Disaggregation of that state: storage for every state slot from now on (stable addresses), the per-slot buffers
+    // in a fixed order (page = state slot: each KDA layer's recurrent then conv state), and a request's slot.
+    virtual void reserve_state_storage() {}
+    virtual std::vector<kv_cache::PagedBuffer> state_buffers() const { return {}; }
+    virtual std::optional<int32_t> state_slot(int64_t request_id) const { return std::nullopt; }
 };
 
 class Model {

@@ -120,7 +120,7 @@ TEST(KvTransfer, PagesLandWhereTheDestinationSaysAndTheAuxCarriesTheFirstToken) 
     auto rx = KvReceiver::create(rx_engine.get(), ends.recv_layout(), RoomTimeouts{});
     ASSERT_TRUE(rx.ok()) << rx.status().to_string();
     const std::vector<int32_t> src = {3, 4, 5, 9, 20}, dst = {10, 11, 12, 0, 7};
-    auto dest = (*rx)->expect(42, dst, 5 * 64 - 10, Clock::now());
+    auto dest = (*rx)->expect(42, dst, -1, 5 * 64 - 10, Clock::now());
     ASSERT_TRUE(dest.ok()) << dest.status().to_string();
     EXPECT_EQ((*rx)->rooms().find(42)->state, RoomState::kWaitingForInput);
     // Over the wire, the destination is bytes.
@@ -130,7 +130,7 @@ TEST(KvTransfer, PagesLandWhereTheDestinationSaysAndTheAuxCarriesTheFirstToken) 
     RoomState final_state = RoomState::kBootstrapping;
     std::thread poller([&] { final_state = poll_until_terminal(rx->get(), 42, milliseconds(20000)); });
     KvSender tx(tx_engine.get(), ends.send_layout());
-    const Status s = tx.send(*wire, src, 4242, Clock::now() + milliseconds(20000));
+    const Status s = tx.send(*wire, src, -1, 4242, Clock::now() + milliseconds(20000));
     poller.join();
     ASSERT_TRUE(s.ok()) << s.to_string();
     ASSERT_EQ(final_state, RoomState::kSuccess);
@@ -162,7 +162,7 @@ TEST(KvTransfer, StrayRecordsChangeNothingAndAStalledSenderFailsTheRoom) {
                                  RoomTimeouts{.bootstrap = milliseconds(1000), .waiting = milliseconds(10000)});
     ASSERT_TRUE(rx.ok());
     const TimePoint t0 = Clock::now();
-    auto dest = (*rx)->expect(7, {1, 2}, 100, t0);
+    auto dest = (*rx)->expect(7, {1, 2}, -1, 100, t0);
     ASSERT_TRUE(dest.ok());
     const uint64_t fp = ends.recv_layout().fingerprint();
     std::vector<std::vector<uint8_t>> stray;
@@ -199,7 +199,8 @@ TEST(KvTransfer, StrayRecordsChangeNothingAndAStalledSenderFailsTheRoom) {
     EXPECT_EQ(done, std::vector<uint64_t>{7});
     EXPECT_EQ((*rx)->rooms().find(7)->state, RoomState::kFailed);
     EXPECT_EQ((*rx)->rooms().find(7)->failure, "deadline passed in WaitingForInput");
-    EXPECT_EQ((*rx)->expect(7, {1}, 10, t0).status().code(), StatusCode::kInvalidArgument) << "room ids are not reused";
+    EXPECT_EQ((*rx)->expect(7, {1}, -1, 10, t0).status().code(), StatusCode::kInvalidArgument)
+        << "room ids are not reused";
 }
 
 TEST(KvTransfer, MismatchedLayoutsAndBadPagesAreRefused) {
@@ -208,23 +209,23 @@ TEST(KvTransfer, MismatchedLayoutsAndBadPagesAreRefused) {
     Ends ends;
     auto rx = KvReceiver::create(rx_engine.get(), ends.recv_layout(), RoomTimeouts{});
     ASSERT_TRUE(rx.ok());
-    EXPECT_EQ((*rx)->expect(1, {16}, 10, Clock::now()).status().code(), StatusCode::kOutOfRange);
-    EXPECT_EQ((*rx)->expect(1, {}, 10, Clock::now()).status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ((*rx)->expect(1, {0}, 65, Clock::now()).status().code(), StatusCode::kInvalidArgument);
-    auto dest = (*rx)->expect(2, {0, 1}, 100, Clock::now());
+    EXPECT_EQ((*rx)->expect(1, {16}, -1, 10, Clock::now()).status().code(), StatusCode::kOutOfRange);
+    EXPECT_EQ((*rx)->expect(1, {}, -1, 10, Clock::now()).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*rx)->expect(1, {0}, -1, 65, Clock::now()).status().code(), StatusCode::kInvalidArgument);
+    auto dest = (*rx)->expect(2, {0, 1}, -1, 100, Clock::now());
     ASSERT_TRUE(dest.ok());
     KvLayout other = ends.send_layout();
     other.buffers[1].page_bytes = 999;
     other.buffers[1].page_stride = 999;
     KvSender bad(tx_engine.get(), other);
-    const Status s = bad.send(*dest, std::vector<int32_t>{0, 1}, 1, Clock::now() + milliseconds(1000));
+    const Status s = bad.send(*dest, std::vector<int32_t>{0, 1}, -1, 1, Clock::now() + milliseconds(1000));
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("KV layout mismatch"), std::string::npos) << s.to_string();
     EXPECT_NE(s.message().find("4096, 999 bytes per page"), std::string::npos) << s.to_string();
     KvSender tx(tx_engine.get(), ends.send_layout());
-    EXPECT_EQ(tx.send(*dest, std::vector<int32_t>{0}, 1, Clock::now() + milliseconds(1000)).code(),
+    EXPECT_EQ(tx.send(*dest, std::vector<int32_t>{0}, -1, 1, Clock::now() + milliseconds(1000)).code(),
               StatusCode::kInvalidArgument);
-    EXPECT_EQ(tx.send(*dest, std::vector<int32_t>{0, 32}, 1, Clock::now() + milliseconds(1000)).code(),
+    EXPECT_EQ(tx.send(*dest, std::vector<int32_t>{0, 32}, -1, 1, Clock::now() + milliseconds(1000)).code(),
               StatusCode::kInvalidArgument);
     EXPECT_EQ(tx.n_puts(), 0) << "nothing is written before the pages are checked";
     EXPECT_EQ((*rx)->rooms().find(2)->state, RoomState::kWaitingForInput);

@@ -28,10 +28,10 @@ namespace {
 const std::string kModelDir = std::string(PENSTOCK_ASSETS_DIR) + "/tiny-deepseek-v3";
 constexpr float kMaxAbsDiff = 2e-4f;
 
-std::unique_ptr<runtime::ModelRunner> make_runner(int64_t n_pages) {
-    auto config = loader::load_model_config(kModelDir);
+std::unique_ptr<runtime::ModelRunner> make_runner(int64_t n_pages, const std::string& dir = kModelDir) {
+    auto config = loader::load_model_config(dir);
     EXPECT_TRUE(config.ok()) << config.status().to_string();
-    auto ckpt = loader::Checkpoint::open(kModelDir);
+    auto ckpt = loader::Checkpoint::open(dir);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status().to_string();
     loader::LoadStats stats;
     auto model = models::load_model(*config, *ckpt, {0, config->num_hidden_layers}, {}, &stats);
@@ -520,6 +520,59 @@ TEST(EngineDisagg, AbortWhileTheKvIsOnTheWayHoldsThePagesUntilTheRoomEnds) {
     EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
     EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 1);
     EXPECT_EQ(decode->metrics().aborted_by_reason.at("client_disconnect"), 1);
+}
+
+// Kimi K3 (KDA + MLA layers, AttnRes): the request's KDA recurrent and conv state travels with its MLA pages (one
+// per-slot buffer per KDA layer and kind), so the decode end continues the linear attention where the prefill end
+// left it; the tokens equal one engine's.
+TEST(EngineDisagg, KimiKdaStateTravelsWithThePages) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    const std::string k3 = std::string(PENSTOCK_TEST_DATA_DIR) + "/variants_k3/k3_tiny_block2";
+    const auto engine_for = [&](EngineOptions o) {
+        auto e = Engine::create(make_runner(64, k3), nullptr, std::move(o));
+        EXPECT_TRUE(e.ok()) << e.status().to_string();
+        return std::move(e).value();
+    };
+    const std::vector<int64_t> lengths = {70, 5, 129};
+    const auto prompt = [](int64_t len, uint64_t seed) {
+        std::vector<int32_t> p = seeded_prompt(len, seed);
+        for (int32_t& t : p) t %= 250;  // the tiny K3's vocabulary is 256
+        return p;
+    };
+    std::vector<std::vector<int32_t>> want;
+    {
+        auto one = engine_for({});
+        one->start();
+        for (size_t i = 0; i < lengths.size(); ++i) {
+            auto h = one->submit(greedy(prompt(lengths[i], 40 + i), 6));
+            ASSERT_TRUE(h.ok()) << h.status().to_string();
+            want.push_back(collect(**h).ids);
+        }
+    }
+    auto decode = engine_for(disagg_options(DisaggOptions::Mode::kDecode));
+    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
+    po.scheduler.chunked_prefill_size = 64;
+    auto prefill = engine_for(std::move(po));
+    decode->start();
+    prefill->start();
+    for (size_t i = 0; i < lengths.size(); ++i) {
+        GenerateRequest r = greedy(prompt(lengths[i], 40 + i), 6);
+        r.bootstrap_room = 500 + i;
+        auto dh = decode->submit(r);
+        auto ph = prefill->submit(r);
+        ASSERT_TRUE(dh.ok() && ph.ok()) << dh.status().to_string() << " " << ph.status().to_string();
+        EXPECT_EQ(collect(**ph).ids.size(), 1u);
+        const Collected d = collect(**dh);
+        EXPECT_TRUE(d.last.error.ok()) << d.last.error.to_string();
+        EXPECT_EQ(d.ids, want[i]) << "prompt " << lengths[i];
+    }
+    wait_idle(*decode);
+    for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 3);
 }
 
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {

@@ -5,7 +5,8 @@ DeepSeek-V3 model. Each request goes to both with the same bootstrap_room (SGLan
 the decode server as bootstrap_host / bootstrap_port, computes the first token, and sends the room's KV pages over UCX
 into the pages the decode server reserved; the decode server generates the rest. The decode server's greedy output_ids
 equal a plain server's for several prompt lengths sent concurrently, streamed or not; /get_server_info reports the
-mode; /metrics ends with no KV page in use on either end. A room with no prefill request fails at the waiting deadline
+mode; /metrics ends with no KV page in use on either end. A Kimi K3-shaped model's rooms carry their KDA state with the pages. A room with no prefill request fails at the
+waiting deadline
 with a clean error (RELIABILITY T11); a prefill request without bootstrap_host is a 400; a plain server refuses
 bootstrap_room; a malformed destination query is a 400 and an unknown room a 404.
 
@@ -30,6 +31,7 @@ from serverlib import BINARY, Server  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUNDLED = os.path.join(ROOT, "assets", "tiny-deepseek-v3")
+K3 = os.path.join(ROOT, "tests", "data", "variants_k3", "k3_tiny_block2")
 PROMPTS = [list(range(3, 3 + n)) for n in (9, 64, 70, 130)]
 
 
@@ -224,6 +226,30 @@ class Disaggregation(unittest.TestCase):
             prefill.stop()
             if decode.proc.poll() is None:
                 decode.stop()
+
+    def test_kimi_k3_kda_state_goes_with_the_pages(self):
+        # A K3-shaped model (KDA + MLA layers, AttnRes): the KDA state of each room travels with its MLA pages.
+        k3 = ("--model", K3, "--skip-tokenizer-init")
+        plain, decode = Server(*k3), Server(*k3, "--disaggregation-mode", "decode")
+        prefill = Server(*k3, "--disaggregation-mode", "prefill")
+        try:
+            for n in (9, 100):
+                ids = [(3 + 7 * i) % 250 for i in range(n)]
+                want = generate(plain, ids, 5)[2]["output_ids"]
+                out = {}
+                t = threading.Thread(target=lambda: out.update(r=generate(decode, ids, 5, bootstrap_room=600 + n)))
+                t.start()
+                status, _, body = generate(prefill, ids, 5, bootstrap_room=600 + n, bootstrap_host="127.0.0.1",
+                                           bootstrap_port=decode.port)
+                t.join()
+                self.assertEqual(status, 200, body)
+                self.assertEqual(out["r"][0], 200, out["r"])
+                self.assertEqual(out["r"][2]["output_ids"], want, f"prompt of {n} tokens")
+            for server in (decode, prefill):
+                self.assertEqual(server.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
+        finally:
+            for server in (plain, decode, prefill):
+                server.stop()
 
     def test_failures_are_clean(self):
         # No prefill request for the room: the decode request fails at the waiting deadline, its pages freed after the
