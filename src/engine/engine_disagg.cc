@@ -1,0 +1,289 @@
+// The engine's prefill/decode disaggregation (engine.h DisaggOptions; docs/design/disagg.md): the decode end's rooms,
+// lazy claims and bootstrap answers, the prefill end's transfer queues, and the held pages of both.
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/logging.h"
+#include "engine/engine.h"
+#include "engine/engine_internal.h"
+
+namespace penstock::engine {
+
+std::string_view disagg_mode_name(DisaggOptions::Mode m) {
+    switch (m) {
+        case DisaggOptions::Mode::kNone:
+            return "null";
+        case DisaggOptions::Mode::kPrefill:
+            return "prefill";
+        case DisaggOptions::Mode::kDecode:
+            return "decode";
+    }
+    return "?";
+}
+
+Result<std::vector<uint8_t>> Engine::destination(uint64_t room, std::optional<bool> peer_lazy) const {
+    if (options_.disagg.mode != DisaggOptions::Mode::kDecode) {
+        return failed_precondition("this server is not the decode end of a disaggregated deployment");
+    }
+    const bool lazy = options_.disagg.lazy_allocation;
+    std::lock_guard<std::mutex> lock(dest_mu_);
+    if (peer_lazy && *peer_lazy != lazy) {
+        const std::string why = std::string("settings mismatch: --disaggregation-lazy-allocation is ") +
+                                (lazy ? "on" : "off") + " at the decode server and " + (*peer_lazy ? "on" : "off") +
+                                " at the prefill server";
+        mismatched_rooms_.emplace(room, why);
+        return failed_precondition(why);
+    }
+    auto it = destinations_.find(room);
+    if (it != destinations_.end()) return it->second;
+    if (claimed_rooms_.contains(room)) wanted_rooms_.insert(room);  // the engine thread reserves the pages next
+    return not_found("room " + std::to_string(room) + " has no pages here (yet)");
+}
+
+Status Engine::expect_room(int64_t id, uint64_t room) {
+    if (room_request_.contains(room)) return invalid_argument("bootstrap_room " + std::to_string(room) + " is in use");
+    const kv_cache::PageTable& table = sched_->page_table(id);
+    const scheduler::Request* r = sched_->find(id);
+    int32_t slot = -1;
+    if (runner_->cache().has_request_state()) {  // KDA: the state slot the prefill end's state goes into
+        PENSTOCK_RETURN_IF_ERROR(runner_->cache().admit(id));
+        slot = runner_->cache().state_slot(id).value_or(-1);
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(disagg::KvDestination d,
+                              receiver_->expect(room, table.pages, slot, r->prompt_len(), disagg::Clock::now()));
+    room_request_[room] = id;
+    std::lock_guard<std::mutex> lock(dest_mu_);
+    destinations_[room] = d.encode();
+    return ok_status();
+}
+
+void Engine::release_held_kv(int64_t id) {
+    if (sched_->release_held(id).ok()) runner_->cache().release(id);
+}
+
+bool Engine::disagg_busy() const {
+    return (receiver_ != nullptr && receiver_->rooms().size() > 0) || xfer_outstanding_ > 0 || !claims_.empty();
+}
+
+void Engine::finish_unscheduled(int64_t id, RequestOutput out) {
+    auto it = live_.find(id);
+    PENSTOCK_CHECK(it != live_.end()) << "request " << id << " has no engine state";
+    Live& l = *it->second;
+    out.prompt_tokens = l.prompt_len;
+    out.e2e_s = seconds(Clock::now() - l.arrival);
+    {
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        ++metrics_.finished_by_reason[out.finish_reason];
+    }
+    l.handle->push(std::move(out));
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!l.rid.empty()) rids_.erase(l.rid);
+    }
+    live_.erase(it);
+    --n_live_;
+}
+
+void Engine::serve_claims() {
+    if (receiver_ == nullptr) return;
+    std::unordered_set<uint64_t> wanted;
+    std::unordered_map<uint64_t, std::string> mismatched;
+    {
+        std::lock_guard<std::mutex> lock(dest_mu_);
+        wanted = wanted_rooms_;
+        mismatched.swap(mismatched_rooms_);
+    }
+    // A prefill end with the other allocation setting will not send: a room with pages fails at once (T12).
+    for (const auto& [room, why] : mismatched) {
+        auto r = room_request_.find(room);
+        if (r == room_request_.end()) continue;
+        const int64_t id = r->second;
+        if (sched_->awaiting_kv(id)) {
+            live_.at(id)->error = failed_precondition("bootstrap_room " + std::to_string(room) + ": " + why);
+            count_abort_phase(*sched_->find(id));
+            (void)sched_->abort(id);
+        }
+        release_held_kv(id);  // nothing will write them
+        (void)receiver_->rooms().fail(room, why);
+        (void)receiver_->rooms().erase(room);
+        room_request_.erase(r);
+        std::lock_guard<std::mutex> lock(dest_mu_);
+        destinations_.erase(room);
+        std::lock_guard<std::mutex> mlock(metrics_mu_);
+        ++metrics_.kv_transfers["receive_failed"];
+    }
+    if (claims_.empty()) return;
+    const disagg::TimePoint now = disagg::Clock::now();
+    for (auto it = claims_.begin(); it != claims_.end();) {
+        const uint64_t room = it->first;
+        const int64_t id = it->second.id;
+        Status end = ok_status();
+        if (auto m = mismatched.find(room); m != mismatched.end()) {
+            end = failed_precondition("bootstrap_room " + std::to_string(room) + ": " + m->second);
+        } else if (wanted.contains(room)) {
+            // The prefill end asked: reserve the pages now (or next time round when the pool is full).
+            scheduler::NewRequest copy = it->second.request;
+            const Status st = sched_->add_prefilled_request(std::move(copy));
+            if (st.ok()) {
+                if (const Status e = expect_room(id, room); !e.ok()) {
+                    live_.at(id)->error = e;
+                    (void)sched_->abort(id);
+                    release_held_kv(id);
+                }
+            } else if (st.code() != StatusCode::kResourceExhausted) {
+                end = st;
+            } else if (it->second.deadline <= now) {
+                end = Status(StatusCode::kUnavailable, "bootstrap_room " + std::to_string(room) +
+                                                           ": no KV pages free before the waiting deadline");
+            }
+            if (st.ok()) {
+                std::lock_guard<std::mutex> lock(dest_mu_);
+                claimed_rooms_.erase(room);
+                wanted_rooms_.erase(room);
+                it = claims_.erase(it);
+                continue;
+            }
+        } else if (it->second.deadline <= now) {
+            end = Status(StatusCode::kUnavailable, "bootstrap_room " + std::to_string(room) +
+                                                       ": the prefill end did not ask for the room before the "
+                                                       "waiting deadline");
+        }
+        if (end.ok()) {
+            ++it;
+            continue;
+        }
+        {
+            std::lock_guard<std::mutex> lock(dest_mu_);
+            claimed_rooms_.erase(room);
+            wanted_rooms_.erase(room);
+        }
+        {
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.kv_transfers["receive_failed"];
+        }
+        it = claims_.erase(it);
+        finish_unscheduled(id, finished_output("error", end));
+    }
+}
+
+void Engine::poll_rooms() {
+    if (receiver_ == nullptr) return;
+    const disagg::TimePoint now = disagg::Clock::now();
+    std::erase_if(quarantine_, [&](const std::pair<int64_t, disagg::TimePoint>& q) {
+        if (q.second > now) return false;
+        release_held_kv(q.first);
+        return true;
+    });
+    if (receiver_->rooms().size() == 0) return;
+    for (uint64_t room : receiver_->poll(now)) {
+        const disagg::Room* info = receiver_->rooms().find(room);
+        const int64_t id = room_request_.at(room);
+        {
+            std::lock_guard<std::mutex> lock(dest_mu_);
+            destinations_.erase(room);
+        }
+        const bool ok = info->state == disagg::RoomState::kSuccess;
+        {
+            std::lock_guard<std::mutex> lock(metrics_mu_);
+            ++metrics_.kv_transfers[ok ? "received" : "receive_failed"];
+        }
+        if (sched_->awaiting_kv(id)) {
+            if (ok) {
+                const int32_t first = info->first_token;
+                const Result<bool> done = sched_->complete_transfer(id, first);
+                PENSTOCK_CHECK(done.ok()) << done.status().to_string();
+                on_token(id, first);
+            } else {
+                Live& l = *live_.at(id);
+                l.error = Status(StatusCode::kUnavailable, "the KV transfer for bootstrap_room " +
+                                                               std::to_string(room) + " failed: " + info->failure);
+                count_abort_phase(*sched_->find(id));
+                (void)sched_->abort(id);
+            }
+        }
+        // A request that ended while its KV was on the way holds its pages until now. After a failed room a late
+        // writer is still possible until the prefill end's transfer deadline: its pages wait that long.
+        if (ok) {
+            release_held_kv(id);
+        } else if (sched_->held_pages(id).ok()) {
+            quarantine_.emplace_back(id, now + options_.disagg.timeouts.transfer);
+        }
+        room_request_.erase(room);
+        (void)receiver_->rooms().erase(room);
+    }
+}
+
+namespace {
+
+// splitmix64 of the room: rooms spread over the transfer queues whatever their numbering.
+size_t queue_of(uint64_t room, size_t n) {
+    uint64_t h = room + 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return static_cast<size_t>((h ^ (h >> 31)) % n);
+}
+
+}  // namespace
+
+void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
+    const Result<std::vector<int32_t>> pages = sched_->held_pages(id);
+    if (!pages.ok()) return;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        xfer_queues_[queue_of(room, xfer_queues_.size())]->jobs.push_back(
+            {.id = id,
+             .room = room,
+             .pages = *pages,
+             .slot = runner_->cache().state_slot(id).value_or(-1),
+             .first_token = first_token});
+    }
+    ++xfer_outstanding_;
+    xfer_cv_.notify_all();
+}
+
+void Engine::collect_transfers() {
+    if (xfer_outstanding_ == 0) return;
+    std::vector<std::pair<int64_t, Status>> done;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        done.swap(xfer_done_);
+    }
+    for (const auto& [id, st] : done) {
+        release_held_kv(id);
+        --xfer_outstanding_;
+        if (!st.ok()) PENSTOCK_LOG_WARN("KV transfer of request {} failed: {}", id, st.to_string());
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        ++metrics_.kv_transfers[st.ok() ? "sent" : "send_failed"];
+    }
+}
+
+void Engine::transfer_loop(size_t queue) {
+    TransferQueue& q = *xfer_queues_[queue];
+    for (;;) {
+        TransferJob job;
+        {
+            std::unique_lock<std::mutex> lock(xfer_mu_);
+            xfer_cv_.wait(lock, [&] { return xfer_stopping_ || !q.jobs.empty(); });
+            if (q.jobs.empty()) return;
+            job = std::move(q.jobs.front());
+            q.jobs.pop_front();
+        }
+        const DisaggOptions& o = options_.disagg;
+        Result<disagg::KvDestination> dst = o.resolve_destination(job.room, Clock::now() + o.timeouts.bootstrap);
+        Status st = dst.status();
+        if (dst.ok()) {
+            st = dst->room == job.room ? q.sender->send(*dst, job.pages, job.slot, job.first_token,
+                                                        disagg::Clock::now() + o.timeouts.transfer)
+                                       : invalid_argument("the bootstrap answered for another room");
+        }
+        {
+            std::lock_guard<std::mutex> lock(xfer_mu_);
+            xfer_done_.emplace_back(job.id, std::move(st));
+        }
+        cv_.notify_all();
+    }
+}
+
+}  // namespace penstock::engine
