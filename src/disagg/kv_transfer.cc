@@ -151,7 +151,7 @@ Result<std::unique_ptr<KvReceiver>> KvReceiver::create(TransferEngine* engine, K
 }
 
 Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pages, int32_t slot, int64_t n_tokens,
-                                         TimePoint now) {
+                                         TimePoint now, bool bootstrapped) {
     if (pages.empty() || n_tokens < 1 || n_tokens > static_cast<int64_t>(pages.size()) * 64) {
         return invalid_argument("room " + std::to_string(room) + ": " + std::to_string(n_tokens) + " tokens in " +
                                 std::to_string(pages.size()) + " pages");
@@ -169,7 +169,7 @@ Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pag
         }
     }
     PENSTOCK_RETURN_IF_ERROR(rooms_.open(room, now));
-    PENSTOCK_RETURN_IF_ERROR(rooms_.bootstrapped(room, now));
+    if (bootstrapped) PENSTOCK_RETURN_IF_ERROR(rooms_.bootstrapped(room, now));
     Room* r = rooms_.find_mut(room);
     r->pages = pages;
     r->n_tokens = n_tokens;

@@ -79,8 +79,10 @@ public:
     // Opens `room` for `pages` (this end's page ids in position order, already allocated by the caller) and `slot`
     // (its state slot when the layout has per-slot buffers, else -1) and returns the destination to hand to the
     // sender; the room waits for input (RoomState::kWaitingForInput).
+    // With `bootstrapped` false the room stays in kBootstrapping (its bootstrap deadline running) until the caller
+    // reports that the sender fetched the destination (rooms().bootstrapped).
     [[nodiscard]] Result<KvDestination> expect(uint64_t room, std::vector<int32_t> pages, int32_t slot,
-                                               int64_t n_tokens, TimePoint now);
+                                               int64_t n_tokens, TimePoint now, bool bootstrapped = true);
     // Takes the aux records that arrived, marks their rooms Success, fails rooms past their deadline; returns the
     // rooms that reached a terminal state in this call (the caller frees a failed room's pages, then erases it).
     std::vector<uint64_t> poll(TimePoint now);

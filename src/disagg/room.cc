@@ -132,4 +132,10 @@ size_t RoomTable::n_live() const {
     return n;
 }
 
+size_t RoomTable::count(RoomState s) const {
+    size_t n = 0;
+    for (const auto& [id, r] : rooms_) n += r.state == s ? 1 : 0;
+    return n;
+}
+
 }  // namespace penstock::disagg

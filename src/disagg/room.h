@@ -74,6 +74,7 @@ public:
     Room* find_mut(uint64_t id);
     size_t size() const { return rooms_.size(); }
     size_t n_live() const;
+    size_t count(RoomState s) const;  // rooms in state s
     const RoomTimeouts& timeouts() const { return timeouts_; }
 
 private:

@@ -142,6 +142,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
             auto queue = std::make_unique<TransferQueue>();
             PENSTOCK_ASSIGN_OR_RETURN(queue->engine, disagg::make_transfer_engine(e->options_.disagg.transfer_backend));
             queue->sender = std::make_unique<disagg::KvSender>(queue->engine.get(), layout);
+            queue->rooms = std::make_unique<disagg::RoomTable>(e->options_.disagg.timeouts);
             e->xfer_queues_.push_back(std::move(queue));
         }
     }
@@ -359,7 +360,17 @@ bool Engine::absorb_inbox() {
             }
             continue;
         }
-        if (st.ok() && hold) prefill_room_[p.id] = *room;
+        if (st.ok() && hold) {
+            prefill_room_[p.id] = *room;
+            // The bootstrap runs while the request waits and computes (lazy allocation: only once it is done).
+            if (!options_.disagg.lazy_allocation) {
+                TransferJob job;
+                job.kind = TransferJob::Kind::kResolve;
+                job.id = p.id;
+                job.room = *room;
+                queue_job(std::move(job));
+            }
+        }
         if (!st.ok()) {
             {
                 std::lock_guard<std::mutex> lock(metrics_mu_);
@@ -645,6 +656,12 @@ void Engine::publish_finished() {
             // Finished: its pages are held for the transfer (an aborted one freed them: the decode end times out).
             if (r->state() == scheduler::RequestState::kFinished && !r->generated().empty()) {
                 queue_transfer(id, room->second, r->generated().front());
+            } else if (!options_.disagg.lazy_allocation) {
+                TransferJob job;
+                job.kind = TransferJob::Kind::kForget;
+                job.id = id;
+                job.room = room->second;
+                queue_job(std::move(job));
             }
             prefill_room_.erase(room);
         }
@@ -747,6 +764,15 @@ void Engine::update_gauges() {
     metrics_.running = sched_->n_running();
     metrics_.kv_pages_used = runner_->page_pool().n_used();
     metrics_.executor = executor_->stats();
+    if (receiver_ != nullptr) {
+        metrics_.disagg_rooms.clear();
+        metrics_.disagg_rooms["claimed"] = static_cast<int64_t>(claims_.size());
+        for (const disagg::RoomState st : {disagg::RoomState::kBootstrapping, disagg::RoomState::kWaitingForInput,
+                                           disagg::RoomState::kTransferring}) {
+            metrics_.disagg_rooms[std::string(disagg::room_state_name(st))] =
+                static_cast<int64_t>(receiver_->rooms().count(st));
+        }
+    }
 }
 
 }  // namespace penstock::engine

@@ -117,6 +117,8 @@ struct EngineMetrics {
     std::map<std::string, int64_t> aborted_by_phase;    // queued, prefill, decode (RELIABILITY T7)
     // Disaggregation: rooms by outcome (prefill end: sent, send_failed; decode end: received, receive_failed).
     std::map<std::string, int64_t> kv_transfers;
+    // Decode end: open rooms by state (Bootstrapping, WaitingForInput, Transferring) and lazy claims ("claimed").
+    std::map<std::string, int64_t> disagg_rooms;
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram e2e_s{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
     // The step executor's view: micro-batch slots, in flight now / at most, submitted, active time, per-stage counters.
@@ -291,6 +293,11 @@ private:
     mutable std::mutex dest_mu_;
     std::unordered_map<uint64_t, std::vector<uint8_t>> destinations_;  // decode end: encoded, for destination()
     struct TransferJob {
+        // kResolve: the room's bootstrap, started when the request arrives so that it overlaps the forward (not with
+        // lazy allocation: asking is what makes the decode end reserve). kSend: the finished request's pages.
+        // kForget: the request ended without a first token; drop what kResolve learned.
+        enum class Kind : uint8_t { kResolve, kSend, kForget };
+        Kind kind = Kind::kSend;
         int64_t id = 0;
         uint64_t room = 0;
         std::vector<int32_t> pages;
@@ -301,10 +308,15 @@ private:
     struct TransferQueue {
         std::unique_ptr<disagg::TransferEngine> engine;
         std::unique_ptr<disagg::KvSender> sender;
+        // The prefill end's rooms of this queue (its thread's): Bootstrapping while the destination is resolved,
+        // WaitingForInput until the forward is done, Transferring while the pages go, then Success or Failed.
+        std::unique_ptr<disagg::RoomTable> rooms;
+        std::unordered_map<uint64_t, disagg::KvDestination> destinations;
         std::deque<TransferJob> jobs;  // under xfer_mu_
         std::thread thread;
     };
     std::vector<std::unique_ptr<TransferQueue>> xfer_queues_;
+    void queue_job(TransferJob job);  // to queue hash(room) % n
     // Decode end, lazy allocation: claimed rooms (engine thread), the rooms the prefill end asked for and the
     // mismatches it reported (under dest_mu_, written by destination()).
     struct Claim {
@@ -314,6 +326,7 @@ private:
     };
     std::unordered_map<uint64_t, Claim> claims_;
     mutable std::unordered_set<uint64_t> claimed_rooms_, wanted_rooms_;
+    mutable std::unordered_set<uint64_t> fetched_rooms_;  // decode end: destinations the prefill end has fetched
     mutable std::unordered_map<uint64_t, std::string> mismatched_rooms_;
     std::mutex xfer_mu_;
     std::condition_variable xfer_cv_;

@@ -37,7 +37,10 @@ Result<std::vector<uint8_t>> Engine::destination(uint64_t room, std::optional<bo
         return failed_precondition(why);
     }
     auto it = destinations_.find(room);
-    if (it != destinations_.end()) return it->second;
+    if (it != destinations_.end()) {
+        fetched_rooms_.insert(room);  // the engine thread moves the room to WaitingForInput
+        return it->second;
+    }
     if (claimed_rooms_.contains(room)) wanted_rooms_.insert(room);  // the engine thread reserves the pages next
     return not_found("room " + std::to_string(room) + " has no pages here (yet)");
 }
@@ -52,7 +55,8 @@ Status Engine::expect_room(int64_t id, uint64_t room) {
         slot = runner_->cache().state_slot(id).value_or(-1);
     }
     PENSTOCK_ASSIGN_OR_RETURN(disagg::KvDestination d,
-                              receiver_->expect(room, table.pages, slot, r->prompt_len(), disagg::Clock::now()));
+                              receiver_->expect(room, table.pages, slot, r->prompt_len(), disagg::Clock::now(),
+                                                /*bootstrapped=*/options_.disagg.lazy_allocation));
     room_request_[room] = id;
     std::lock_guard<std::mutex> lock(dest_mu_);
     destinations_[room] = d.encode();
@@ -177,6 +181,19 @@ void Engine::poll_rooms() {
         return true;
     });
     if (receiver_->rooms().size() == 0) return;
+    // Destinations fetched since the last round: those rooms now wait for their KV (before the aux records are read,
+    // so a room's record never arrives while it still looks un-bootstrapped).
+    std::unordered_set<uint64_t> fetched;
+    {
+        std::lock_guard<std::mutex> lock(dest_mu_);
+        fetched.swap(fetched_rooms_);
+    }
+    for (uint64_t room : fetched) {
+        const disagg::Room* r = receiver_->rooms().find(room);
+        if (r != nullptr && r->state == disagg::RoomState::kBootstrapping) {
+            (void)receiver_->rooms().bootstrapped(room, now);
+        }
+    }
     for (uint64_t room : receiver_->poll(now)) {
         const disagg::Room* info = receiver_->rooms().find(room);
         const int64_t id = room_request_.at(room);
@@ -227,20 +244,24 @@ size_t queue_of(uint64_t room, size_t n) {
 
 }  // namespace
 
+void Engine::queue_job(TransferJob job) {
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        xfer_queues_[queue_of(job.room, xfer_queues_.size())]->jobs.push_back(std::move(job));
+    }
+    xfer_cv_.notify_all();
+}
+
 void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
     const Result<std::vector<int32_t>> pages = sched_->held_pages(id);
     if (!pages.ok()) return;
-    {
-        std::lock_guard<std::mutex> lock(xfer_mu_);
-        xfer_queues_[queue_of(room, xfer_queues_.size())]->jobs.push_back(
-            {.id = id,
-             .room = room,
-             .pages = *pages,
-             .slot = runner_->cache().state_slot(id).value_or(-1),
-             .first_token = first_token});
-    }
     ++xfer_outstanding_;
-    xfer_cv_.notify_all();
+    queue_job({.kind = TransferJob::Kind::kSend,
+               .id = id,
+               .room = room,
+               .pages = *pages,
+               .slot = runner_->cache().state_slot(id).value_or(-1),
+               .first_token = first_token});
 }
 
 void Engine::collect_transfers() {
@@ -261,6 +282,20 @@ void Engine::collect_transfers() {
 
 void Engine::transfer_loop(size_t queue) {
     TransferQueue& q = *xfer_queues_[queue];
+    const DisaggOptions& o = options_.disagg;
+    disagg::RoomTable& rooms = *q.rooms;
+    // The room's destination from the decode end's bootstrap; the room ends up WaitingForInput, or Failed.
+    const auto resolve = [&](uint64_t room) {
+        if (!rooms.open(room, disagg::Clock::now()).ok()) return;
+        Result<disagg::KvDestination> dst = o.resolve_destination(room, Clock::now() + o.timeouts.bootstrap);
+        if (dst.ok() && dst->room != room) dst = invalid_argument("the bootstrap answered for another room");
+        if (!dst.ok()) {
+            (void)rooms.fail(room, dst.status().message());
+            return;
+        }
+        q.destinations[room] = std::move(*dst);
+        (void)rooms.bootstrapped(room, disagg::Clock::now());
+    };
     for (;;) {
         TransferJob job;
         {
@@ -270,19 +305,40 @@ void Engine::transfer_loop(size_t queue) {
             job = std::move(q.jobs.front());
             q.jobs.pop_front();
         }
-        const DisaggOptions& o = options_.disagg;
-        Result<disagg::KvDestination> dst = o.resolve_destination(job.room, Clock::now() + o.timeouts.bootstrap);
-        Status st = dst.status();
-        if (dst.ok()) {
-            st = dst->room == job.room ? q.sender->send(*dst, job.pages, job.slot, job.first_token,
-                                                        disagg::Clock::now() + o.timeouts.transfer)
-                                       : invalid_argument("the bootstrap answered for another room");
+        rooms.expire(disagg::Clock::now());
+        if (job.kind == TransferJob::Kind::kResolve) {
+            resolve(job.room);
+            continue;
         }
-        {
-            std::lock_guard<std::mutex> lock(xfer_mu_);
-            xfer_done_.emplace_back(job.id, std::move(st));
+        if (job.kind == TransferJob::Kind::kSend) {
+            if (rooms.find(job.room) == nullptr) resolve(job.room);  // lazy allocation: the bootstrap happens now
+            const disagg::Room* r = rooms.find(job.room);
+            Status st = ok_status();
+            if (r == nullptr || r->state != disagg::RoomState::kWaitingForInput) {
+                st = Status(StatusCode::kUnavailable, "bootstrap_room " + std::to_string(job.room) + ": " +
+                                                          (r != nullptr ? r->failure : "not open"));
+            } else {
+                (void)rooms.start_transfer(job.room, disagg::Clock::now());
+                st = q.sender->send(q.destinations.at(job.room), job.pages, job.slot, job.first_token,
+                                    disagg::Clock::now() + o.timeouts.transfer);
+                if (st.ok()) {
+                    (void)rooms.succeed(job.room, disagg::Clock::now());
+                } else {
+                    (void)rooms.fail(job.room, st.message());
+                }
+            }
+            {
+                std::lock_guard<std::mutex> lock(xfer_mu_);
+                xfer_done_.emplace_back(job.id, std::move(st));
+            }
+            cv_.notify_all();
         }
-        cv_.notify_all();
+        // kSend and kForget end the room here.
+        if (const disagg::Room* r = rooms.find(job.room); r != nullptr && !disagg::is_terminal(r->state)) {
+            (void)rooms.fail(job.room, "the request ended without a first token");
+        }
+        (void)rooms.erase(job.room);
+        q.destinations.erase(job.room);
     }
 }
 

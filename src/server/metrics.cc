@@ -76,6 +76,10 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
     for (const auto& [k, v] : m.kv_transfers) {
         line(&out, "penstock_kv_transfers_total", "outcome=\"" + k + "\"", static_cast<double>(v));
     }
+    head(&out, "penstock_disagg_rooms", "gauge", "Decode end: open rooms by state, and lazy claims (claimed)");
+    for (const auto& [k, v] : m.disagg_rooms) {
+        line(&out, "penstock_disagg_rooms", "state=\"" + k + "\"", static_cast<double>(v));
+    }
     // Step executor (pipeline micro-batches; one slot in one process).
     const engine::ExecutorStats& x = m.executor;
     gauge("penstock_pp_micro_batch_slots", "Micro-batch slots (pp + async depth; 1 in one process)",

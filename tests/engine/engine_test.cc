@@ -467,12 +467,13 @@ TEST(EngineDisagg, LazyAllocationMismatchIsRefused) {
             << d.last.error.to_string();
         collect(**ph);
         wait_idle(*decode);
-        for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+        for (int i = 0; i < 2000 && prefill->metrics().kv_transfers["send_failed"] == 0; ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
+        wait_idle(*prefill);
         EXPECT_EQ(decode->metrics().kv_pages_used, 0);
         EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
-        EXPECT_EQ(prefill->metrics().kv_transfers.at("send_failed"), 1);
+        EXPECT_EQ(prefill->metrics().kv_transfers["send_failed"], 1);
     }
     EngineOptions dopt = disagg_options(DisaggOptions::Mode::kDecode, nullptr, true);
     dopt.disagg.timeouts.waiting = std::chrono::milliseconds(100);
@@ -575,6 +576,43 @@ TEST(EngineDisagg, KimiKdaStateTravelsWithThePages) {
     EXPECT_EQ(prefill->metrics().kv_transfers.at("sent"), 3);
 }
 
+// The prefill end bootstraps a room when its request arrives, not when its forward is done: with the prefill steps
+// slowed down, the decode end's room is already waiting for its KV (WaitingForInput, destination fetched) before
+// the prefill end has its first token.
+TEST(EngineDisagg, TheBootstrapOverlapsThePrefillForward) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    auto decode = make_engine(disagg_options(DisaggOptions::Mode::kDecode));
+    EngineOptions po = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
+    po.step_fault = [](const scheduler::BatchPlan&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        return ok_status();
+    };
+    auto prefill = make_engine(std::move(po));
+    decode->start();
+    prefill->start();
+    GenerateRequest r = greedy(seeded_prompt(40, 9), 3);
+    r.bootstrap_room = 64;
+    auto dh = decode->submit(r);
+    ASSERT_TRUE(dh.ok());
+    for (int i = 0; i < 1000 && decode->metrics().disagg_rooms["Bootstrapping"] != 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(decode->metrics().disagg_rooms["Bootstrapping"], 1) << "pages reserved, destination not fetched yet";
+    auto ph = prefill->submit(r);
+    ASSERT_TRUE(ph.ok());
+    for (int i = 0; i < 300 && decode->metrics().disagg_rooms["WaitingForInput"] != 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(decode->metrics().disagg_rooms["WaitingForInput"], 1);
+    EXPECT_TRUE((*ph)->wait(std::chrono::milliseconds(0)).empty()) << "the prefill forward (400 ms) is not done";
+    const Collected p = collect(**ph);
+    EXPECT_EQ(p.ids.size(), 1u);
+    const Collected d = collect(**dh);
+    EXPECT_TRUE(d.last.error.ok()) << d.last.error.to_string();
+    EXPECT_EQ(d.ids.size(), 3u);
+    EXPECT_EQ(d.ids[0], p.ids[0]);
+}
+
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
     if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
     // A room outside a disaggregation mode is a bad request.
@@ -628,11 +666,12 @@ TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
     const Collected p = collect(**ph);
     EXPECT_TRUE(p.last.error.ok());
     EXPECT_EQ(p.ids.size(), 1u);
-    for (int i = 0; i < 2000 && prefill->metrics().kv_pages_used > 0; ++i) {
+    for (int i = 0; i < 2000 && prefill->metrics().kv_transfers["send_failed"] == 0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    wait_idle(*prefill);
     EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
-    EXPECT_EQ(prefill->metrics().kv_transfers.at("send_failed"), 1);
+    EXPECT_EQ(prefill->metrics().kv_transfers["send_failed"], 1);
 }
 
 TEST(Sampling, ValidateRejectsBadValues) {

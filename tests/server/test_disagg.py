@@ -252,14 +252,14 @@ class Disaggregation(unittest.TestCase):
                 server.stop()
 
     def test_failures_are_clean(self):
-        # No prefill request for the room: the decode request fails at the waiting deadline, its pages freed after the
-        # transfer deadline's quarantine.
-        short = Server("--model", BUNDLED, "--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms",
+        # No prefill request for the room: nobody fetches its destination, so the decode request fails at the
+        # bootstrap deadline; its pages are freed after the transfer deadline's quarantine.
+        short = Server("--model", BUNDLED, "--disaggregation-mode", "decode", "--disaggregation-bootstrap-timeout-ms",
                        "1000", "--disaggregation-transfer-timeout-ms", "500")
         try:
             status, _, body = generate(short, PROMPTS[1], 4, bootstrap_room=99)
             self.assertNotEqual(status, 200, body)
-            self.assertIn("deadline passed in WaitingForInput", json.dumps(body))
+            self.assertIn("deadline passed in Bootstrapping", json.dumps(body))
             self.assertEqual(short.wait_metric("penstock_kv_pages_used", lambda v: v == 0), 0)
         finally:
             short.stop()
