@@ -613,6 +613,73 @@ TEST(EngineDisagg, TheBootstrapOverlapsThePrefillForward) {
     EXPECT_EQ(d.ids[0], p.ids[0]);
 }
 
+// RELIABILITY T17 for disaggregation: 24 rooms, some aborted at the decode end, some at the prefill end, at random
+// moments (queued, computing, KV on the way). Every request ends, the rooms that ran to completion give one engine's
+// tokens, and both ends return to zero pages (held and quarantined pages included).
+TEST(EngineDisagg, RandomAbortsOnBothEndsLeakNothing) {
+    if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
+    std::vector<std::vector<int32_t>> prompts, want;
+    {
+        auto one = make_engine({});
+        one->start();
+        for (int i = 0; i < 24; ++i) {
+            prompts.push_back(seeded_prompt(20 + 17 * (i % 7), 300 + i));
+            want.push_back(collect(**one->submit(greedy(prompts.back(), 4))).ids);
+        }
+    }
+    // A room whose prefill request was aborted waits out the decode end's waiting deadline (8 s here), then its pages
+    // the transfer deadline's quarantine (300 ms); the prefill end's deadlines are long enough never to bite.
+    EngineOptions dopt = disagg_options(DisaggOptions::Mode::kDecode);
+    dopt.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(30000),
+                            .waiting = std::chrono::milliseconds(8000),
+                            .transfer = std::chrono::milliseconds(300)};
+    auto decode = make_engine(std::move(dopt));
+    EngineOptions popt = disagg_options(DisaggOptions::Mode::kPrefill, decode.get());
+    popt.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(30000),
+                            .waiting = std::chrono::milliseconds(60000),
+                            .transfer = std::chrono::milliseconds(5000)};
+    popt.scheduler.chunked_prefill_size = 64;
+    auto prefill = make_engine(std::move(popt));
+    decode->start();
+    prefill->start();
+    std::mt19937 rng(17);
+    std::vector<std::shared_ptr<RequestHandle>> dh, ph;
+    std::vector<int> fate(prompts.size());  // 0: runs, 1: aborted at decode, 2: aborted at prefill
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerateRequest r = greedy(prompts[i], 4);
+        r.bootstrap_room = 9000 + i;
+        dh.push_back(*decode->submit(r));
+        ph.push_back(*prefill->submit(r));
+        fate[i] = static_cast<int>(rng() % 3);
+        if (fate[i] != 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 20));
+            if (fate[i] == 1) decode->abort(dh[i]->id(), AbortReason::kClientDisconnect);
+            if (fate[i] == 2) prefill->abort(ph[i]->id(), AbortReason::kClientDisconnect);
+        }
+    }
+    int completed = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const Collected d = collect(*dh[i]);
+        const Collected p = collect(*ph[i]);
+        if (fate[i] == 0) {
+            EXPECT_EQ(d.ids, want[i]) << "room " << i;
+            ++completed;
+        } else if (d.last.error.ok() && p.last.error.ok()) {
+            EXPECT_EQ(d.ids, want[i]) << "room " << i << ": the abort came after the work was done";
+        }
+    }
+    EXPECT_GT(completed, 0);
+    for (int i = 0; i < 3000 && (decode->metrics().kv_pages_used > 0 || prefill->metrics().kv_pages_used > 0 ||
+                                 decode->n_live() > 0 || prefill->n_live() > 0);
+         ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(decode->metrics().kv_pages_used, 0);
+    EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
+    EXPECT_EQ(decode->n_live(), 0);
+    EXPECT_EQ(prefill->n_live(), 0);
+}
+
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
     if (disagg::transfer_backends().empty()) GTEST_SKIP() << "this build has no transfer engine (libucx-dev)";
     // A room outside a disaggregation mode is a bad request.
