@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "core/logging.h"
 #include "server/disagg_bootstrap.h"
@@ -45,6 +46,15 @@ namespace {
 struct Backend {
     std::string url, host;
     int port = 0;
+};
+
+// Health of each backend, refreshed by the router's checker thread; selection skips the ones down.
+struct Health {
+    std::vector<std::atomic<bool>> prefill_up, decode_up;
+    Health(size_t np, size_t nd) : prefill_up(np), decode_up(nd) {
+        for (auto& u : prefill_up) u = true;
+        for (auto& u : decode_up) u = true;
+    }
 };
 
 Result<Backend> parse_url(const std::string& url) {
@@ -85,7 +95,22 @@ public:
         : args_(std::move(args)),
           prefill_(std::move(prefill)),
           decode_(std::move(decode)),
+          health_(prefill_.size(), decode_.size()),
           rng_(std::random_device{}()) {}
+
+    // One round of health checks (GET /health, 2 s each): a server that does not answer 200 is skipped until it does.
+    void check_health() {
+        for (auto [list, up] : {std::pair{&prefill_, &health_.prefill_up}, std::pair{&decode_, &health_.decode_up}}) {
+            for (size_t i = 0; i < list->size(); ++i) {
+                int status = 0;
+                http_get((*list)[i].host, (*list)[i].port, "/health", 2, &status);
+                const bool now_up = status == 200;
+                if ((*up)[i].exchange(now_up) != now_up) {
+                    PENSTOCK_LOG_WARN("router: {} is {}", (*list)[i].url, now_up ? "up again" : "down");
+                }
+            }
+        }
+    }
 
     void serve(int fd) {
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
@@ -131,18 +156,22 @@ public:
     }
 
 private:
+    // 200 while at least one prefill and one decode server are up (the checker's last round), listing any down.
     std::string health() const {
-        for (const auto* list : {&prefill_, &decode_}) {
-            for (const Backend& b : *list) {
-                int status = 0;
-                http_get(b.host, b.port, "/health", 5, &status);
-                if (status != 200) {
-                    return reply_text(503, b.url + " is not healthy (HTTP " + std::to_string(status) + ")",
-                                      "text/plain");
+        std::string down;
+        bool prefill_ok = false, decode_ok = false;
+        for (auto [list, up, ok] : {std::tuple{&prefill_, &health_.prefill_up, &prefill_ok},
+                                    std::tuple{&decode_, &health_.decode_up, &decode_ok}}) {
+            for (size_t i = 0; i < list->size(); ++i) {
+                if ((*up)[i]) {
+                    *ok = true;
+                } else {
+                    down += (down.empty() ? "" : ", ") + (*list)[i].url;
                 }
             }
         }
-        return reply_text(200, "ok", "text/plain");
+        const std::string body = down.empty() ? "ok" : "down: " + down;
+        return reply_text(prefill_ok && decode_ok ? 200 : 503, body, "text/plain");
     }
 
     std::string info() const {
@@ -172,8 +201,14 @@ private:
         {
             std::lock_guard<std::mutex> lock(mu_);
             room = rng_() >> 1;  // 63 bits: a non-negative JSON integer
-            pi = next_prefill_++ % prefill_.size();
-            di = next_decode_++ % decode_.size();
+            pi = next_up(health_.prefill_up, &next_prefill_);
+            di = next_up(health_.decode_up, &next_decode_);
+        }
+        if (pi == kNone || di == kNone) {
+            client.write_all(reply_text(503, error_json(503, std::string("no healthy ") +
+                                                                 (pi == kNone ? "prefill" : "decode") + " server")),
+                             ec);
+            return;
         }
         const Backend& p = prefill_[pi];
         const Backend& d = decode_[di];
@@ -225,8 +260,19 @@ private:
         prefill_thread.join();
     }
 
+    static constexpr size_t kNone = ~size_t{0};
+    // The next backend that is up, round robin from *cursor; kNone when all are down.
+    static size_t next_up(const std::vector<std::atomic<bool>>& up, size_t* cursor) {
+        for (size_t k = 0; k < up.size(); ++k) {
+            const size_t i = (*cursor)++ % up.size();
+            if (up[i]) return i;
+        }
+        return kNone;
+    }
+
     RouterArgs args_;
     std::vector<Backend> prefill_, decode_;
+    Health health_;
     std::mutex mu_;
     std::mt19937_64 rng_;
     size_t next_prefill_ = 0, next_decode_ = 0;
@@ -267,6 +313,13 @@ Status run_router(const RouterArgs& args) {
                 static_cast<int>(getpid()));
     std::fflush(stdout);
     std::atomic<int64_t> open{0};
+    std::atomic<bool> stopping{false};
+    std::thread checker([&] {
+        while (!stopping) {
+            router.check_health();
+            for (int i = 0; i < 10 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
     const int lfd = acc.native_handle();
     while (!stop_requested()) {
         pollfd p{.fd = lfd, .events = POLLIN, .revents = 0};
@@ -286,6 +339,8 @@ Status run_router(const RouterArgs& args) {
             --open;
         }).detach();
     }
+    stopping = true;
+    checker.join();
     for (int i = 0; i < 600 && open.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::printf("penstock router: stopped\n");
     std::fflush(stdout);

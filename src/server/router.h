@@ -3,8 +3,10 @@
 // server (round robin over each list) with the same room; the prefill server is told the decode server
 // (bootstrap_host / bootstrap_port) and answers with the first token, which the router drops; the decode server's
 // response, streamed or not, goes back to the client byte for byte. A prefill failure aborts the decode request
-// (/generate: by rid) so the client gets the error at once. GET /health is 200 only when every server's is; GET
-// /get_server_info lists the servers and their own reports. One thread per connection, one request per connection.
+// (/generate: by rid) so the client gets the error at once. A checker thread reads every server's /health each second
+// and the selection skips servers that are down (503 when no prefill or no decode server is up); GET /health is 200
+// while one of each is up. GET /get_server_info lists the servers and their own reports, /v1/models is the first
+// decode server's. One thread per connection, one request per connection.
 #pragma once
 
 #include <CLI/CLI.hpp>

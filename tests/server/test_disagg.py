@@ -11,7 +11,8 @@ with a clean error (RELIABILITY T11); a prefill request without bootstrap_host i
 bootstrap_room; a malformed destination query is a 400 and an unknown room a 404.
 
 `penstock router --prefill URL --decode URL` in front of them: /generate (streamed and not), /v1/completions and
-/v1/chat/completions give the plain server's greedy outputs; /health, /get_server_info and /v1/models cover the servers; `penstock
+/v1/chat/completions give the plain server's greedy outputs; /health, /get_server_info and /v1/models cover the servers;
+a killed decode server is skipped after the router's next health round; `penstock
 bench` through the router completes N/N requests.
 
 Run: PENSTOCK_BINARY=build/penstock python3 tests/server/test_disagg.py (ctest does this)."""
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,10 +46,12 @@ def generate(server, ids, max_new, **extra):
 class Router:
     """A `penstock router --port 0` subprocess in front of the given servers."""
 
-    def __init__(self, prefill, decode):
+    def __init__(self, prefill, decode, extra_decode=None):
+        extra = ["--decode", f"http://127.0.0.1:{extra_decode.port}"] if extra_decode else []
         self.proc = subprocess.Popen(
             [BINARY, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{prefill.port}",
-             "--decode", f"http://127.0.0.1:{decode.port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             "--decode", f"http://127.0.0.1:{decode.port}", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
         if not m:
@@ -256,6 +260,29 @@ class Disaggregation(unittest.TestCase):
         finally:
             for server in (plain, decode, prefill):
                 server.stop()
+
+    def test_router_skips_a_dead_decode_server(self):
+        spare = Server("--model", BUNDLED, "--disaggregation-mode", "decode")
+        router = Router(self.prefill, self.decode, extra_decode=spare)
+        try:
+            spare.proc.send_signal(signal.SIGKILL)
+            spare.proc.wait(timeout=30)
+            for _ in range(100):  # the checker's next round (each second) marks it down
+                status, body = router.request("GET", "/health")
+                if b"down:" in body:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(status, 200, body)
+            self.assertIn(f"127.0.0.1:{spare.port}".encode(), body)
+            want = generate(self.plain, PROMPTS[1], 3)[2]["output_ids"]
+            for _ in range(4):  # round robin would have sent every second one to the dead server
+                body = {"input_ids": PROMPTS[1],
+                        "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
+                status, data = router.request("POST", "/generate", body)
+                self.assertEqual(status, 200, data)
+                self.assertEqual(json.loads(data)["output_ids"], want)
+        finally:
+            self.assertEqual(router.stop(), 0)
 
     def test_failures_are_clean(self):
         # No prefill request for the room: nobody fetches its destination, so the decode request fails at the
