@@ -19,18 +19,27 @@ namespace penstock::cuda {
 // Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, chosen by kAuto only for params with
 // fp8_accumulate).
 // kAuto: kWgmma where it applies (kWgmmaFp8 instead when the params allow fp8 accumulation,
-// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies, else (f32 q / k) the register-tiled CUDA-core
-// kernel where dsa_indexer_f32_tiled_supported, else kCudaCore. A forced variant CHECK-fails
-// where it cannot run. Every variant skips key tiles past the rows' q_pos (when given).
-enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma, kWgmmaFp8 };
+// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies; f32 q / k: kWgmmaTf32 where it applies, else
+// kMmaTf32 where it applies and the call has at least 2 x SMs row groups (4 rows for 32 heads, 2 for 64), else
+// kF32Tiled where it applies, else kCudaCore. A forced variant CHECK-fails where it cannot run. Every variant skips key
+// tiles past the rows' q_pos (when given). kMmaTf32 (f32 only): three TF32 products per dot on mma.sync (hi/lo splits;
+// ~2^-22 relative per product), within the reference's tolerance but not bit-equal to the CUDA-core kernels; each logit
+// is computed the same way whatever the call's rows and keys (chunked prefill gives the same logits as one call). 32 or
+// 64 heads, head_dim a power of two in 8..128, 16-byte aligned rows. kWgmmaTf32 (f32 only): the same three products on
+// Hopper's tf32 wgmma (dsa_indexer_wgmma.h: sm_90, head_dim 128, 32 or 64 heads; calls of few rows split the keys); the
+// same error bound, not bit-equal to kMmaTf32 (another accumulation order). kF32Tiled: the register-tiled CUDA-core
+// kernel, bit-equal to kCudaCore.
+enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma, kWgmmaFp8, kMmaTf32, kF32Tiled, kWgmmaTf32 };
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant variant, void* stream);
 // Whether kMma / kWgmma can run `p` (the launcher CHECK-fails when one is forced where it cannot).
 bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p);
 bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
-// Whether kAuto runs f32 q / k on the register-tiled CUDA-core kernel (16-byte aligned rows, head_dim % 4 == 0 and
-// <= 128); otherwise, and under kCudaCore, the per-element kernel (the same results bit for bit).
+// Whether kF32Tiled can run `p` (16-byte aligned rows, head_dim % 4 == 0 and <= 128); kAuto takes it for f32 where
+// kMmaTf32 does not apply; otherwise, and under kCudaCore, the per-element kernel (the same results bit for bit).
 bool dsa_indexer_f32_tiled_supported(const kernels::DsaIndexerLogitsParams& p);
+// Whether kMmaTf32 can run `p`.
+bool dsa_indexer_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
 // Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
 // replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
 // identical. Scratch (the tied-row list and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered

@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(Indexer
     extern __shared__ float idx_smem[];
     const int d = a.head_dim;
     const int k_pitch = d + 1;
-    float* k_s = idx_smem;                 // [kKeysT][d + 1]
-    float* q_s = k_s + kKeysT * k_pitch;   // [kRowsT][d]
-    float* gate_s = q_s + kRowsT * d;      // [kRowsT]
+    float* k_s = idx_smem;                // [kKeysT][d + 1]
+    float* q_s = k_s + kKeysT * k_pitch;  // [kRowsT][d]
+    float* gate_s = q_s + kRowsT * d;     // [kRowsT]
     const int tid = static_cast<int>(threadIdx.x);
     const int tx = tid % 32;
     const int ty = tid / 32;
@@ -169,9 +169,10 @@ __global__ void __launch_bounds__(kIdxThreads) dsa_indexer_logits_kernel(Indexer
 
 // ---------------------------------------------------------------------------------------------------------------
 // dsa_indexer_logits with f32 q / k (the default indexer: transformers' computation), register-tiled on CUDA cores
-// (kAuto where q / k rows are 16-byte aligned and head_dim % 4 == 0, <= 128; IndexerVariant::kCudaCore forces the
-// kernel above). Block tile kTileRows query rows x kTileKeys keys, 512 threads, one block per SM; thread (ty = warp,
-// tx = lane) owns rows 8 ty .. 8 ty + 7 and keys 4 tx .. 4 tx + 3 (32 logits). The key tile is staged once, transposed
+// (IndexerVariant::kF32Tiled; kAuto's where q / k rows are 16-byte aligned and head_dim % 4 == 0, <= 128, and the TF32
+// kernel below does not apply; IndexerVariant::kCudaCore forces the kernel above). Block tile kTileRows query rows x
+// kTileKeys keys, 512 threads, one block per SM; thread (ty = warp, tx = lane) owns rows 8 ty .. 8 ty + 7 and keys 4 tx
+// .. 4 tx + 3 (32 logits). The key tile is staged once, transposed
 // ([head_dim][keys]: a lane's 4 keys at one column are one 16-byte load). The heads' q rows (row-major, as in memory)
 // and gates go through a two-slot ring by cp.async: head h + 1 lands while head h's products run, so a head costs one
 // barrier and no exposed load (session 32's kernel staged each head's q transposed through registers between two
@@ -231,7 +232,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) dsa_indexer_logits_f32_tiled_
         const int key = i % kTileKeys;
         const int c = 4 * (i / kTileKeys);
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (key0 + key < a.n_keys) x = *reinterpret_cast<const float4*>(k + static_cast<int64_t>(key0 + key) * a.k0 + c);
+        if (key0 + key < a.n_keys)
+            x = *reinterpret_cast<const float4*>(k + static_cast<int64_t>(key0 + key) * a.k0 + c);
         k_s[c * kTileKeys + key] = x.x;
         k_s[(c + 1) * kTileKeys + key] = x.y;
         k_s[(c + 2) * kTileKeys + key] = x.z;
@@ -293,6 +295,144 @@ __global__ void __launch_bounds__(kTileThreads, 1) dsa_indexer_logits_f32_tiled_
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (key0 + 4 * tx + j < a.n_keys) out[j] = acc[i][j];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dsa_indexer_logits with f32 q / k on TF32 tensor cores, three products per dot (IndexerVariant::kMmaTf32; kAuto's
+// f32 kernel for calls of many rows, 32 or 64 heads, since session 36: 59.9 vs 40.0 TFLOP/s for the tiled kernel,
+// docs/perf/2026-12-05-s35.md). Each f32 x is split as hi = x with its low 13 mantissa bits cleared (the
+// bits a tf32 operand keeps) and lo = x - hi (exact); q.k ~ lo_q.hi_k + hi_q.lo_k + hi_q.hi_k on
+// mma.sync.m16n8k8 tf32 with f32 accumulation (lo's own low bits dropped by the tensor core: ~2^-22 relative per
+// product). Not bit-equal to the CUDA-core kernels; held to the reference's kF32IndexerLogits tolerance.
+// Block: kT32Rows = 128 / n_heads query rows (N = 128 (row, head) pairs) x all visible keys in tiles of kT32Keys,
+// 8 warps, warp w the tile's keys 16 w .. 16 w + 15 (one m16 tile) against all 16 n8 tiles. Column c of n8 tile j is
+// the pair (row (c / 2) / L, head 2 L j + 2 ((c / 2) % L) + c % 2) with L = 4 / kT32Rows lanes per row, so lane
+// (g = lane / 4, t = lane % 4) accumulates keys g and g + 8 of row t / L over heads 2 L j + 2 (t % L) + {0, 1}: the
+// gated ReLU head sum stays in the lane (L = 2: one xor-1 shuffle). q is staged once, in pair order ([j][c][d], pitch
+// head_dim + 4: conflict-free fragment loads); key tiles ([key][d], same pitch) double-buffered by cp.async.
+constexpr int kT32Keys = 128;
+constexpr int kT32Warps = 8;
+constexpr int kT32Pairs = 128;
+
+__device__ __forceinline__ void mma_tf32_1688(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
+    hi = __float_as_uint(x) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+size_t tf32_indexer_smem_bytes(int64_t head_dim) {
+    const size_t pitch = static_cast<size_t>(head_dim) + 4;
+    return sizeof(float) * (pitch * (kT32Pairs + 2 * kT32Keys) + kT32Pairs);
+}
+
+template <int kRowsB>
+__global__ void __launch_bounds__(kT32Warps * 32, 1) dsa_indexer_logits_tf32_kernel(IndexerArgs a) {
+    constexpr int kHeads = kT32Pairs / kRowsB;
+    constexpr int kL = 4 / kRowsB;  // lanes per row in a quad
+    extern __shared__ float4 t32_smem4[];
+    const int d = a.head_dim;
+    const int pitch = d + 4;
+    float* q_s = reinterpret_cast<float*>(t32_smem4);  // [16 n8 tiles][8 columns][pitch]
+    float* k_s = q_s + kT32Pairs * pitch;              // [2][kT32Keys][pitch]
+    float* gate_s = k_s + 2 * kT32Keys * pitch;        // [kT32Pairs]: (row, head) at row * kHeads + head
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    // The last rows first (causal: the most keys).
+    const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kRowsB;
+    const int key_end = visible_key_end(a, row0, kRowsB);
+    const int n_tiles = (key_end + kT32Keys - 1) / kT32Keys;
+    if (n_tiles == 0) return;  // block-uniform: no row sees a key (nothing copied yet)
+    const float* q = static_cast<const float*>(a.q);
+    const float* k = static_cast<const float*>(a.k);
+    const int d4 = d / 4;
+    // q in pair order: (row r, head h) -> tile j = h / (2 kL), column c = 2 (kL r + (h / 2) % kL) + h % 2.
+    for (int i = tid; i < kT32Pairs * d4; i += kT32Warps * 32) {
+        const int pair = i / d4, c4 = i % d4;
+        const int r = pair / kHeads, h = pair % kHeads;
+        const int j = h / (2 * kL), c = 2 * (kL * r + (h / 2) % kL) + h % 2;
+        const bool ok = row0 + r < a.n_rows;
+        const float* src =
+            q + (ok ? static_cast<int64_t>(row0 + r) * a.q0 + static_cast<int64_t>(h) * a.q1 + 4 * c4 : 0);
+        tile::cp_async_16(tile::smem_u32(q_s + (8 * j + c) * pitch + 4 * c4), src, ok);
+    }
+    if (tid < kT32Pairs) {
+        const int r = tid / kHeads, h = tid % kHeads;
+        gate_s[tid] = row0 + r < a.n_rows ? a.weights[static_cast<int64_t>(row0 + r) * a.w0 + h] : 0.0f;
+    }
+    const auto load_keys = [&](int tile_i, int buf) {
+        float* dst = k_s + buf * kT32Keys * pitch;
+        const int key0 = tile_i * kT32Keys;
+        const int c4 = tid % d4;  // d4 divides the block (head_dim a power of two): no divisions per copy
+        for (int key = tid / d4; key < kT32Keys; key += kT32Warps * 32 / d4) {
+            const bool ok = key0 + key < a.n_keys;
+            const float* src = k + (ok ? static_cast<int64_t>(key0 + key) * a.k0 + 4 * c4 : 0);
+            tile::cp_async_16(tile::smem_u32(dst + key * pitch + 4 * c4), src, ok);
+        }
+        tile::cp_async_commit();
+    };
+    load_keys(0, 0);  // q's copies ride in the same group
+    const int my_row = t / kL;
+    for (int ti = 0; ti < n_tiles; ++ti) {
+        const int buf = ti & 1;
+        tile::cp_async_wait_all();
+        __syncthreads();  // tile ti (and q, gates) landed for all; buffer 1 - buf free (tile ti - 1 consumed)
+        if (ti + 1 < n_tiles) load_keys(ti + 1, 1 - buf);
+        float acc[16][4];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+        }
+        const float* ka = k_s + buf * kT32Keys * pitch + (16 * warp + g) * pitch + t;
+        const float* qb = q_s + g * pitch + t;
+        for (int k0 = 0; k0 < d; k0 += 8) {
+            uint32_t a_hi[4], a_lo[4];
+            tf32_split(ka[k0], a_hi[0], a_lo[0]);
+            tf32_split(ka[8 * pitch + k0], a_hi[1], a_lo[1]);
+            tf32_split(ka[k0 + 4], a_hi[2], a_lo[2]);
+            tf32_split(ka[8 * pitch + k0 + 4], a_hi[3], a_lo[3]);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                uint32_t b0_hi, b0_lo, b1_hi, b1_lo;
+                tf32_split(qb[8 * j * pitch + k0], b0_hi, b0_lo);
+                tf32_split(qb[8 * j * pitch + k0 + 4], b1_hi, b1_lo);
+                mma_tf32_1688(acc[j], a_lo, b0_hi, b1_hi);  // the small terms first
+                mma_tf32_1688(acc[j], a_hi, b0_lo, b1_lo);
+                mma_tf32_1688(acc[j], a_hi, b0_hi, b1_hi);
+            }
+        }
+        // acc[j][0 / 1]: key g, heads 2 kL j + 2 (t % kL) + 0 / 1 of row my_row; [2 / 3]: key g + 8.
+        float out0 = 0.0f, out1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int h = 2 * kL * j + 2 * (t % kL) + e;
+                const float gate = gate_s[my_row * kHeads + h];
+                const float s0 = a.scale * acc[j][e], s1 = a.scale * acc[j][2 + e];
+                out0 += gate * (s0 > 0.0f ? s0 : 0.0f);
+                out1 += gate * (s1 > 0.0f ? s1 : 0.0f);
+            }
+        }
+        if constexpr (kL == 2) {
+            out0 += __shfl_xor_sync(0xffffffffu, out0, 1);
+            out1 += __shfl_xor_sync(0xffffffffu, out1, 1);
+        }
+        const int r = row0 + my_row;
+        const int key = ti * kT32Keys + 16 * warp + g;
+        if (t % kL == 0 && r < a.n_rows) {
+            float* out = a.logits + static_cast<int64_t>(r) * a.lg0;
+            if (key < a.n_keys) out[key] = out0;
+            if (key + 8 < a.n_keys) out[key + 8] = out1;
         }
     }
 }
@@ -689,10 +829,9 @@ __global__ void __launch_bounds__(kMlaWarps * 32) sparse_mla_attention_kernel(Ml
 
 template <int kDvPerLane>
 void launch_mla(const MlaArgs& args, cudaStream_t stream) {
-    const size_t smem =
-        sizeof(float) * (static_cast<size_t>(kMlaWarps) * static_cast<size_t>(args.d_qk) +
-                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_qk + 1) +
-                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_v));
+    const size_t smem = sizeof(float) * (static_cast<size_t>(kMlaWarps) * static_cast<size_t>(args.d_qk) +
+                                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_qk + 1) +
+                                         static_cast<size_t>(kMlaKeys) * static_cast<size_t>(args.d_v));
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_attention_kernel<kDvPerLane>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     const dim3 grid(static_cast<unsigned>(args.n_rows),
@@ -735,10 +874,14 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     PENSTOCK_CHECK(head_dim >= 1 && head_dim <= 256) << op << ": head_dim " << head_dim << " (1..256)";
     PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_keys < (int64_t{1} << 31)) << op << ": sizes";
     if (n_rows == 0 || n_keys == 0) return;
+    PENSTOCK_CHECK(!fp8 || (variant != IndexerVariant::kMmaTf32 && variant != IndexerVariant::kF32Tiled &&
+                            variant != IndexerVariant::kWgmmaTf32))
+        << op << ": the tf32 and tiled f32 variants are for f32 q / k";
     const bool wgmma_ok = dsa_indexer_wgmma_supported(p);
     PENSTOCK_CHECK((variant != IndexerVariant::kWgmma && variant != IndexerVariant::kWgmmaFp8) || wgmma_ok)
-        << op << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
-                 "q / k bases and strides";
+        << op
+        << ": the wgmma variant needs an sm_90 device, fp8, head_dim 128, 32 or 64 heads and 16-byte aligned "
+           "q / k bases and strides";
     if (wgmma_ok && variant != IndexerVariant::kCudaCore && variant != IndexerVariant::kMma) {
         // Both kernels free-run their consumers: e4m3 accumulation 1-3% faster than the ping-pong at 4K-64K
         // (2026-12-02-s16); f16, with the per-lane row sums (2026-12-02-s17), +0.5% at 4K, +5% at 16K, -0.6% at 64K.
@@ -772,17 +915,50 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     a.scale = p.scale;
     const auto s = static_cast<cudaStream_t>(stream);
     const bool mma_ok = dsa_indexer_mma_supported(p);
-    PENSTOCK_CHECK(variant != IndexerVariant::kMma || mma_ok) << op << ": the mma variant needs fp8, head_dim % 32 == 0 "
-                                                                     "(<= 128) and 4-byte aligned q / k rows";
+    PENSTOCK_CHECK(variant != IndexerVariant::kMma || mma_ok) << op
+                                                              << ": the mma variant needs fp8, head_dim % 32 == 0 "
+                                                                 "(<= 128) and 4-byte aligned q / k rows";
     if (mma_ok && (variant == IndexerVariant::kAuto || variant == IndexerVariant::kMma)) {
-        const dim3 grid(static_cast<unsigned>((n_keys + kMmaWarps * kMmaKeysPerWarp - 1) / (kMmaWarps * kMmaKeysPerWarp)),
-                        static_cast<unsigned>((n_rows + kMmaRows - 1) / kMmaRows));
+        const dim3 grid(
+            static_cast<unsigned>((n_keys + kMmaWarps * kMmaKeysPerWarp - 1) / (kMmaWarps * kMmaKeysPerWarp)),
+            static_cast<unsigned>((n_rows + kMmaRows - 1) / kMmaRows));
         PENSTOCK_CHECK_LE(grid.y, 65535u) << op << ": too many rows for one call";
         dsa_indexer_logits_mma_kernel<<<grid, kMmaWarps * 32, 0, s>>>(a);
         PENSTOCK_CUDA_LAUNCH_CHECK();
         return;
     }
-    if (!fp8 && variant == IndexerVariant::kAuto && dsa_indexer_f32_tiled_supported(p)) {
+    PENSTOCK_CHECK(variant != IndexerVariant::kMmaTf32 || dsa_indexer_tf32_supported(p))
+        << op
+        << ": the tf32 variant needs f32 q / k, 32 or 64 heads, head_dim a power of two in 8..128 and 16-byte "
+           "aligned q / k rows";
+    PENSTOCK_CHECK(variant != IndexerVariant::kF32Tiled || dsa_indexer_f32_tiled_supported(p))
+        << op << ": the tiled f32 variant needs f32 q / k, head_dim % 4 == 0 (<= 128) and 16-byte aligned q / k rows";
+    PENSTOCK_CHECK(variant != IndexerVariant::kWgmmaTf32 || dsa_indexer_wgmma_tf32_supported(p))
+        << op
+        << ": the tf32 wgmma variant needs an sm_90 device, f32 q / k, head_dim 128, 32 or 64 heads, contiguous "
+           "16-byte aligned rows";
+    if (variant == IndexerVariant::kWgmmaTf32 ||
+        (variant == IndexerVariant::kAuto && dsa_indexer_wgmma_tf32_supported(p))) {
+        dsa_indexer_logits_wgmma_tf32(p, stream);
+        return;
+    }
+    // kAuto takes the mma.sync TF32 kernel only where its one-block-per-row-group grid fills the GPU twice over (it
+    // walks all of a row group's keys in one block; the tiled kernel also splits the keys, for calls of few rows).
+    const int t32_rows = n_heads == 32 ? 4 : 2;
+    if (variant == IndexerVariant::kMmaTf32 ||
+        (!fp8 && variant == IndexerVariant::kAuto && dsa_indexer_tf32_supported(p) &&
+         (n_rows + t32_rows - 1) / t32_rows >= 2 * static_cast<int64_t>(current_device_sms()))) {
+        const size_t smem = tf32_indexer_smem_bytes(head_dim);
+        const auto kernel = n_heads == 32 ? dsa_indexer_logits_tf32_kernel<4> : dsa_indexer_logits_tf32_kernel<2>;
+        PENSTOCK_CHECK_LE((n_rows + t32_rows - 1) / t32_rows, int64_t{0x7fffffff}) << op << ": too many rows";
+        PENSTOCK_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<static_cast<unsigned>((n_rows + t32_rows - 1) / t32_rows), kT32Warps * 32, smem, s>>>(a);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
+    if (!fp8 && (variant == IndexerVariant::kAuto || variant == IndexerVariant::kF32Tiled) &&
+        dsa_indexer_f32_tiled_supported(p)) {
         const size_t tsmem = f32_tiled_smem_bytes(head_dim);
         const dim3 tgrid(static_cast<unsigned>((n_keys + kTileKeys - 1) / kTileKeys),
                          static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows));
@@ -823,6 +999,12 @@ bool dsa_indexer_f32_tiled_supported(const kernels::DsaIndexerLogitsParams& p) {
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     return d % 4 == 0 && d >= 4 && d <= kTileMaxDim && aligned(p.q.data) && aligned(p.k.data) &&
            p.q.stride(0) % 4 == 0 && p.q.stride(1) % 4 == 0 && (p.k.size(0) <= 1 || p.k.stride(0) % 4 == 0);
+}
+
+bool dsa_indexer_tf32_supported(const kernels::DsaIndexerLogitsParams& p) {
+    if (!dsa_indexer_f32_tiled_supported(p)) return false;
+    const int64_t heads = p.q.size(1), d = p.q.size(2);
+    return (heads == 32 || heads == 64) && d >= 8 && (d & (d - 1)) == 0;
 }
 
 bool dsa_indexer_mma_supported(const kernels::DsaIndexerLogitsParams& p) {

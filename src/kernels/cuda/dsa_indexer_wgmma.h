@@ -1,6 +1,7 @@
 // The Hopper lightning-indexer logits kernels for fp8 q / k (IndexerVariant::kWgmma / kWgmmaFp8 of cuda_ops_dsa.h;
-// dsa_indexer_wgmma.cu): wgmma with the keys as the A operand and (query row, head) pairs as B, 128-byte-swizzled
-// shared memory, causal tile skipping from q_pos. Host-compilable (no CUDA headers).
+// dsa_indexer_wgmma.cu) and f32 q / k (kWgmmaTf32; dsa_indexer_wgmma_tf32.cu): wgmma with the keys as the A operand and
+// (query row, head) pairs as B, 128-byte-swizzled shared memory, causal tile skipping from q_pos. Host-compilable (no
+// CUDA headers).
 #pragma once
 
 #include "kernels/ops_dsa.h"
@@ -24,5 +25,12 @@ struct WgmmaIndexerOptions {
 // reduced-precision accumulation inside the tensor core).
 void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const WgmmaIndexerOptions& options,
                               void* stream);
+
+// f32 q / k on tf32 wgmma, three products per dot (IndexerVariant::kWgmmaTf32, dsa_indexer_wgmma_tf32.cu): whether
+// it can run `p` (an sm_90 device; head_dim 128; n_heads 32 or 64; q / k innermost contiguous, bases 16-byte aligned,
+// row / head strides multiples of 4 floats; sizes below 2^31), and the launcher (p validated by
+// cuda::dsa_indexer_logits).
+bool dsa_indexer_wgmma_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
+void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, void* stream);
 
 }  // namespace penstock::cuda

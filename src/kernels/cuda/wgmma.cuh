@@ -4,8 +4,8 @@
 // MMA (both K-major) and m64n256k16 with A from registers (B N-major) of the paired sparse MLA kernel, the e4m3
 // m64n128k32 / m64n192k32 / m64n256k32 MMAs (f16 and m64n256k32: dsa_indexer_wgmma.cu; m64n192k32: the wgmma probe),
 // the probe's e4m3 m64n64k32, the A-from-registers e4m3 m64n128k32 (attention_fp8_wgmma.cu, the probe) and m64n64k32
-// (the probe), and the register fence that keeps the compiler from moving accumulator accesses across the asynchronous
-// window. Device-only; include from .cu files.
+// (the probe), the A-from-registers tf32 m64n128k8 (dsa_indexer_wgmma_tf32.cu), and the register fence that keeps the
+// compiler from moving accumulator accesses across the asynchronous window. Device-only; include from .cu files.
 #pragma once
 
 #include <cstdint>
@@ -233,6 +233,24 @@ __device__ __forceinline__ void m64n256k32_e4m3(float (&d)[128], uint64_t desc_a
         "}\n"
         : PENSTOCK_WGMMA_D128_OUT(d)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 128] (+)= A[64 x 8] B[8 x 128] in tf32 with A from registers (four 32-bit registers per thread: rows
+// lane / 4 and lane / 4 + 8 of the warp's 16 rows at k columns lane % 4 and lane % 4 + 4, in the order (g, t),
+// (g + 8, t), (g, t + 4), (g + 8, t + 4)), B K-major in shared memory (descriptor; tf32 has no transpose option), f32
+// accumulate; the tensor cores read a tf32 operand's top 19 bits (dsa_indexer_wgmma_tf32.cu's three-product f32 dot).
+// scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " PENSTOCK_WGMMA_D64
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_D64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 // Keeps the compiler from moving accumulator reads / writes across the asynchronous wgmma window.

@@ -49,8 +49,8 @@ struct BytePair {
     TensorView hv, dv;
 };
 
-BytePair byte_pair(const std::vector<uint8_t>& bytes, const Shape& shape, bool strided, cuda::CudaCachingAllocator& alloc,
-                   const cuda::Stream& stream) {
+BytePair byte_pair(const std::vector<uint8_t>& bytes, const Shape& shape, bool strided,
+                   cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream) {
     const Shape padded = padded_shape(shape, strided);
     BytePair p;
     p.host = Tensor::empty(padded, DType::kF8E4M3);
@@ -84,7 +84,9 @@ std::string shape_name(const std::string& base, const std::vector<int64_t>& dims
 
 class DsaOpTest : public CudaTest {
 protected:
-    kernels::Context gpu() { return {.device = Device::kCUDA, .pool = nullptr, .stream = raw_stream(), .alloc = &alloc()}; }
+    kernels::Context gpu() {
+        return {.device = Device::kCUDA, .pool = nullptr, .stream = raw_stream(), .alloc = &alloc()};
+    }
 };
 
 // ------------------------------------------------------------------------------------------------ indexer logits
@@ -108,15 +110,20 @@ std::vector<LogitsCase> logits_cases() {
         {"rows40_keys700_heads32", 40, 32, 128, 700, false},
         {"rows20_keys1100_heads64", 20, 64, 128, 1100, false},
         {"rows300_keys333_heads5_dim96", 300, 5, 96, 333, false},  // several row tiles, the last one partial
+        {"rows1100_keys300_heads32", 1100, 32, 128, 300, false},   // enough rows for kAuto's TF32 kernel on an H200
+        {"rows3_keys2000_heads64", 3, 64, 128, 2000, false},       // the tf32 wgmma kernel's key split, a partial tile
+        {"rows530_keys129_heads64", 530, 64, 128, 129, false},
     };
 }
 
 TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
     uint32_t seed = 4100;
-    // f32 through the dispatch (the register-tiled kernel where it applies, checked bit for bit against the
-    // per-element kernel) and forced to the per-element kernel; fp8 through the dispatch (kAuto: tensor cores where
-    // they apply) and forced to the CUDA-core variant.
-    for (const int mode : {0, 1, 2, 3}) {
+    // f32 through the dispatch (kMmaTf32 for calls of many rows, else the register-tiled kernel, which is also forced
+    // and checked bit for bit against the per-element kernel) and forced to the per-element kernel; fp8 through the
+    // dispatch (kAuto: tensor cores where they apply) and forced to the CUDA-core variant. Modes 4 / 5: f32 forced to
+    // the TF32 tensor-core variants where they apply (mma.sync kMmaTf32, Hopper's wgmma kWgmmaTf32; the reference's
+    // tolerance only).
+    for (const int mode : {0, 1, 2, 3, 4, 5}) {
         const bool fp8 = mode == 1 || mode == 2;
         for (const LogitsCase& c : logits_cases()) {
             std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
@@ -137,41 +144,91 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                                alloc(), stream());
                 qs = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.strided, alloc(), stream(), 0.01f, 0.1f);
                 ks = random_pair(rng, {c.n_keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
-                gp = {.logits = logits.dv, .q = q8.dv, .k = k8.dv, .weights = weights.dv, .q_scale = qs.dv,
-                      .k_scale = ks.dv, .q_pos = {}, .scale = scale};
-                hp = {.logits = logits.hv, .q = q8.hv, .k = k8.hv, .weights = weights.hv, .q_scale = qs.hv,
-                      .k_scale = ks.hv, .q_pos = {}, .scale = scale};
+                gp = {.logits = logits.dv,
+                      .q = q8.dv,
+                      .k = k8.dv,
+                      .weights = weights.dv,
+                      .q_scale = qs.dv,
+                      .k_scale = ks.dv,
+                      .q_pos = {},
+                      .scale = scale};
+                hp = {.logits = logits.hv,
+                      .q = q8.hv,
+                      .k = k8.hv,
+                      .weights = weights.hv,
+                      .q_scale = qs.hv,
+                      .k_scale = ks.hv,
+                      .q_pos = {},
+                      .scale = scale};
             } else {
                 qf = random_pair(rng, {c.n_rows, c.n_heads, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
                 kf = random_pair(rng, {c.n_keys, c.head_dim}, DType::kF32, c.strided, alloc(), stream());
-                gp = {.logits = logits.dv, .q = qf.dv, .k = kf.dv, .weights = weights.dv, .q_scale = {}, .k_scale = {},
-                      .q_pos = {}, .scale = scale};
-                hp = {.logits = logits.hv, .q = qf.hv, .k = kf.hv, .weights = weights.hv, .q_scale = {}, .k_scale = {},
-                      .q_pos = {}, .scale = scale};
+                gp = {.logits = logits.dv,
+                      .q = qf.dv,
+                      .k = kf.dv,
+                      .weights = weights.dv,
+                      .q_scale = {},
+                      .k_scale = {},
+                      .q_pos = {},
+                      .scale = scale};
+                hp = {.logits = logits.hv,
+                      .q = qf.hv,
+                      .k = kf.hv,
+                      .weights = weights.hv,
+                      .q_scale = {},
+                      .k_scale = {},
+                      .q_pos = {},
+                      .scale = scale};
             }
-            if (mode == 2 || mode == 3) {
+            // Modes 4 / 5 also run causally (q_pos[r] = n_keys - n_rows + r): the keys each row sees are checked
+            // against the reference's full logits below, and none may be left unwritten.
+            std::vector<int32_t> tf32_pos;
+            Tensor tf32_pos_d;
+            Pair tf32_causal;
+            if (mode == 4 || mode == 5) {
+                const bool wg = mode == 5;
+                if (!(wg ? cuda::dsa_indexer_wgmma_tf32_supported(gp) : cuda::dsa_indexer_tf32_supported(gp))) continue;
+                const cuda::IndexerVariant tv = wg ? cuda::IndexerVariant::kWgmmaTf32 : cuda::IndexerVariant::kMmaTf32;
+                name += wg ? " [wgmma tf32]" : " [tf32]";
+                cuda::dsa_indexer_logits(gp, tv, raw_stream());
+                tf32_pos.resize(static_cast<size_t>(c.n_rows));
+                for (int64_t r = 0; r < c.n_rows; ++r)
+                    tf32_pos[static_cast<size_t>(r)] = static_cast<int32_t>(c.n_keys - c.n_rows + r);
+                tf32_pos_d = dev_i32(tf32_pos, alloc(), stream());
+                tf32_causal = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
+                kernels::DsaIndexerLogitsParams ct = gp;
+                ct.q_pos = tf32_pos_d;
+                ct.logits = tf32_causal.dv;
+                cuda::dsa_indexer_logits(ct, tv, raw_stream());
+            } else if (mode == 2 || mode == 3) {
                 name += " [cuda-core]";
                 cuda::dsa_indexer_logits(gp, cuda::IndexerVariant::kCudaCore, raw_stream());
             } else if (!fp8 && cuda::dsa_indexer_f32_tiled_supported(gp)) {
-                name += " [tiled]";
+                // The dispatch (kMmaTf32 for calls of many rows, else kF32Tiled) is held to the reference below; the
+                // tiled kernel, forced, bit for bit to the per-element kernel.
+                name += " [auto]";
                 kernels::dsa_indexer_logits(gp, gpu());
+                Pair tiled = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
                 Pair per_element = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
                 kernels::DsaIndexerLogitsParams pe = gp;
+                pe.logits = tiled.dv;
+                cuda::dsa_indexer_logits(pe, cuda::IndexerVariant::kF32Tiled, raw_stream());
                 pe.logits = per_element.dv;
                 cuda::dsa_indexer_logits(pe, cuda::IndexerVariant::kCudaCore, raw_stream());
-                conf_exact("dsa_indexer_logits", name + " vs per-element", read_pair(logits, stream(), false).values,
-                           read_pair(per_element, stream(), false).values);
+                conf_exact("dsa_indexer_logits", name + " tiled vs per-element",
+                           read_pair(tiled, stream(), false).values, read_pair(per_element, stream(), false).values);
                 // Causal (q_pos: row r sees keys <= n_keys - n_rows + r, some rows none): the keys each row sees,
                 // bit for bit (the kernels skip different all-masked tiles, whose logits are unspecified).
                 std::vector<int32_t> pos(static_cast<size_t>(c.n_rows));
-                for (int64_t r = 0; r < c.n_rows; ++r) pos[static_cast<size_t>(r)] = static_cast<int32_t>(c.n_keys - c.n_rows + r);
+                for (int64_t r = 0; r < c.n_rows; ++r)
+                    pos[static_cast<size_t>(r)] = static_cast<int32_t>(c.n_keys - c.n_rows + r);
                 const Tensor pos_d = dev_i32(pos, alloc(), stream());
                 Pair causal_t = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
                 Pair causal_e = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.strided, alloc(), stream());
                 kernels::DsaIndexerLogitsParams ct = gp;
                 ct.q_pos = pos_d;
                 ct.logits = causal_t.dv;
-                kernels::dsa_indexer_logits(ct, gpu());
+                cuda::dsa_indexer_logits(ct, cuda::IndexerVariant::kF32Tiled, raw_stream());
                 ct.logits = causal_e.dv;
                 cuda::dsa_indexer_logits(ct, cuda::IndexerVariant::kCudaCore, raw_stream());
                 const std::vector<float> vt = read_pair(causal_t, stream(), false).values;
@@ -183,17 +240,33 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                         seen_e.push_back(ve[static_cast<size_t>(r * c.n_keys + key)]);
                     }
                 }
-                conf_exact("dsa_indexer_logits", name + " causal vs per-element", seen_t, seen_e);
+                conf_exact("dsa_indexer_logits", name + " causal tiled vs per-element", seen_t, seen_e);
             } else {
                 if (fp8) {
                     name += cuda::dsa_indexer_wgmma_supported(gp) ? " [wgmma]"
                             : cuda::dsa_indexer_mma_supported(gp) ? " [mma]"
-                                                                   : " [cuda-core]";
+                                                                  : " [cuda-core]";
                 }
                 kernels::dsa_indexer_logits(gp, gpu());
             }
             kernels::dsa_indexer_logits(hp, kernels::Context{});
             conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
+            if (mode == 4 || mode == 5) {
+                const std::vector<float> got = read_pair(tf32_causal, stream(), false).values;
+                const std::vector<float> full = read_f32(logits.hv);
+                std::vector<float> seen_got, seen_ref;
+                int64_t unwritten = 0;
+                for (int64_t r = 0; r < c.n_rows; ++r) {
+                    for (int64_t key = 0; key <= tf32_pos[static_cast<size_t>(r)] && key < c.n_keys; ++key) {
+                        const auto i = static_cast<size_t>(r * c.n_keys + key);
+                        unwritten += std::isnan(got[i]) ? 1 : 0;  // the 0xff poison
+                        seen_got.push_back(got[i]);
+                        seen_ref.push_back(full[i]);
+                    }
+                }
+                conf_close("dsa_indexer_logits", name + " causal", seen_got, seen_ref, kF32IndexerLogits);
+                EXPECT_EQ(unwritten, 0) << name << ": visible logits left unwritten";
+            }
             if (HasFatalFailure()) return;
         }
     }
@@ -241,10 +314,10 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         const bool aligned_pad = c.pad && std::string(c.name).rfind("wg_", 0) == 0;
         const int64_t dpad = c.pad ? (aligned_pad ? c.head_dim + 16 : c.head_dim + 4) : c.head_dim;
         const int64_t hpad = c.pad ? c.n_heads + 1 : c.n_heads;
-        const BytePair q8 = byte_pair(random_e4m3(rng, c.n_rows * hpad * dpad, 8.0f), {c.n_rows, hpad, dpad}, false,
-                                      alloc(), stream());
-        const BytePair k8 = byte_pair(random_e4m3(rng, c.n_keys * dpad, 8.0f), {c.n_keys, dpad}, false, alloc(),
-                                      stream());
+        const BytePair q8 =
+            byte_pair(random_e4m3(rng, c.n_rows * hpad * dpad, 8.0f), {c.n_rows, hpad, dpad}, false, alloc(), stream());
+        const BytePair k8 =
+            byte_pair(random_e4m3(rng, c.n_keys * dpad, 8.0f), {c.n_keys, dpad}, false, alloc(), stream());
         const auto q_view = [&](TensorView v) { return v.slice(1, 0, c.n_heads).slice(2, 0, c.head_dim); };
         const auto k_view = [&](TensorView v) { return v.slice(1, 0, c.head_dim); };
         const Pair weights = random_pair(rng, {c.n_rows, c.n_heads}, DType::kF32, c.pad, alloc(), stream());
@@ -255,8 +328,14 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         const Tensor pos_d = dev_i32(pos, alloc(), stream());
         const Tensor pos_h = i32_tensor(pos);
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-        kernels::DsaIndexerLogitsParams hp{.logits = {}, .q = q_view(q8.hv), .k = k_view(k8.hv), .weights = weights.hv,
-                                           .q_scale = qs.hv, .k_scale = ks.hv, .q_pos = {}, .scale = scale};
+        kernels::DsaIndexerLogitsParams hp{.logits = {},
+                                           .q = q_view(q8.hv),
+                                           .k = k_view(k8.hv),
+                                           .weights = weights.hv,
+                                           .q_scale = qs.hv,
+                                           .k_scale = ks.hv,
+                                           .q_pos = {},
+                                           .scale = scale};
         if (causal) hp.q_pos = pos_h;
         Pair ref_logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
         hp.logits = ref_logits.hv;
@@ -282,7 +361,7 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
             if (mode == 0) {
                 name += cuda::dsa_indexer_wgmma_supported(gp) ? " [auto: wgmma]"
                         : cuda::dsa_indexer_mma_supported(gp) ? " [auto: mma]"
-                                                               : " [auto: cuda-core]";
+                                                              : " [auto: cuda-core]";
                 kernels::dsa_indexer_logits(gp, gpu());
             } else if (mode == 1) {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
@@ -427,9 +506,14 @@ std::vector<float> tied_logits(std::mt19937& rng, int64_t n, float positive_frac
 }
 
 std::vector<int32_t> positions_around(int64_t n_keys, int64_t top_k) {
-    std::vector<int32_t> p{0, -1, static_cast<int32_t>(top_k - 1), static_cast<int32_t>(top_k),
-                           static_cast<int32_t>(top_k + 1), static_cast<int32_t>(n_keys - 2),
-                           static_cast<int32_t>(n_keys - 1), static_cast<int32_t>(n_keys + 5)};
+    std::vector<int32_t> p{0,
+                           -1,
+                           static_cast<int32_t>(top_k - 1),
+                           static_cast<int32_t>(top_k),
+                           static_cast<int32_t>(top_k + 1),
+                           static_cast<int32_t>(n_keys - 2),
+                           static_cast<int32_t>(n_keys - 1),
+                           static_cast<int32_t>(n_keys + 5)};
     for (int32_t& x : p) x = std::max<int32_t>(x, -1);
     return p;
 }
@@ -536,7 +620,11 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             TopkCase c{b.mode == 5 ? shape_name("range_radix_keys_k_rowlen_mode_cluster",
                                                 {b.n_keys, b.k, b.row_len, b.mode, b.cluster})
                                    : shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}),
-                       b.n_keys, b.k, b.row_len, pos, {}};
+                       b.n_keys,
+                       b.k,
+                       b.row_len,
+                       pos,
+                       {}};
             c.strided = b.strided;
             c.expect_tied = b.expect_tied;
             std::normal_distribution<float> nd(9.0f, 0.7f);
@@ -612,9 +700,9 @@ TEST_F(DsaOpTest, QuantizeFp8BitExact) {
                                              // the warp-per-row kernel (dim 128, aligned rows): a grid tail, plain
                                              {4099, 128, true, true, false},
                                              {300, 128, false, false, false}}) {
-        const std::string name = shape_name(std::string(c.rotate ? "rot" : "plain") + (c.ue8m0 ? "_ue8m0" : "_f32s") +
-                                                (c.strided ? "_strided" : ""),
-                                            {c.n_rows, c.dim});
+        const std::string name = shape_name(
+            std::string(c.rotate ? "rot" : "plain") + (c.ue8m0 ? "_ue8m0" : "_f32s") + (c.strided ? "_strided" : ""),
+            {c.n_rows, c.dim});
         SCOPED_TRACE(name);
         PENSTOCK_SEEDED(seed);
         std::mt19937 rng(seed++);
@@ -628,15 +716,16 @@ TEST_F(DsaOpTest, QuantizeFp8BitExact) {
             for (int64_t i = 0; i < pitch; ++i) vals[static_cast<size_t>(r * pitch + i)] *= m;
         }
         const Pair in = make_pair_from(vals, shape, DType::kF32, c.strided, alloc(), stream());
-        BytePair out = byte_pair(std::vector<uint8_t>(static_cast<size_t>(numel_of(padded_shape(shape, c.strided))), 0x55),
-                                 shape, c.strided, alloc(), stream());
+        BytePair out =
+            byte_pair(std::vector<uint8_t>(static_cast<size_t>(numel_of(padded_shape(shape, c.strided))), 0x55), shape,
+                      c.strided, alloc(), stream());
         Tensor scale_d = Tensor::empty({c.n_rows}, DType::kF32, alloc());
         cuda::fill_bytes_async(scale_d.view(), 0xff, stream());
         Tensor scale_h = Tensor::empty({c.n_rows}, DType::kF32);
-        kernels::dsa_quantize_fp8(
-            {.out = out.dv, .scale = scale_d, .in = in.dv, .rotate = c.rotate, .ue8m0 = c.ue8m0}, gpu());
-        kernels::dsa_quantize_fp8(
-            {.out = out.hv, .scale = scale_h, .in = in.hv, .rotate = c.rotate, .ue8m0 = c.ue8m0}, kernels::Context{});
+        kernels::dsa_quantize_fp8({.out = out.dv, .scale = scale_d, .in = in.dv, .rotate = c.rotate, .ue8m0 = c.ue8m0},
+                                  gpu());
+        kernels::dsa_quantize_fp8({.out = out.hv, .scale = scale_h, .in = in.hv, .rotate = c.rotate, .ue8m0 = c.ue8m0},
+                                  kernels::Context{});
         const Tensor got = cuda::to_host(out.dev, stream());
         // Whole backing compared: the padding must keep its 0x55 on both sides.
         conf_exact("dsa_quantize_fp8", name + " bytes",
@@ -759,12 +848,12 @@ TEST_F(DsaOpTest, SparseMlaAttentionMatchesReference) {
         Pair out = poisoned_pair({c.n_rows, c.n_heads, c.d_v}, DType::kF32, true, alloc(), stream());
         Pair lse = poisoned_pair({c.n_rows, c.n_heads}, DType::kF32, false, alloc(), stream());
         const float scale = 2.0f / std::sqrt(static_cast<float>(c.d_qk));
-        kernels::sparse_mla_attention({.out = out.dv, .lse = lse.dv, .q = q.dv, .kv = kv.dv, .v = v_dev,
-                                       .indices = idx_d, .scale = scale},
-                                      gpu());
-        kernels::sparse_mla_attention({.out = out.hv, .lse = lse.hv, .q = q.hv, .kv = kv.hv, .v = v_host,
-                                       .indices = idx_h, .scale = scale},
-                                      kernels::Context{});
+        kernels::sparse_mla_attention(
+            {.out = out.dv, .lse = lse.dv, .q = q.dv, .kv = kv.dv, .v = v_dev, .indices = idx_d, .scale = scale},
+            gpu());
+        kernels::sparse_mla_attention(
+            {.out = out.hv, .lse = lse.hv, .q = q.hv, .kv = kv.hv, .v = v_host, .indices = idx_h, .scale = scale},
+            kernels::Context{});
         conf_pair("sparse_mla_attention", std::string(c.name) + " out", out, out.hv, kF32Tol, stream());
         conf_pair("sparse_mla_attention", std::string(c.name) + " lse", lse, lse.hv, kF32Tol, stream());
         if (HasFatalFailure()) return;
@@ -785,26 +874,51 @@ TEST_F(DsaOpTest, Perf) {
         const Pair w = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream());
         Tensor logits = Tensor::empty({rows, keys}, DType::kF32, alloc());
         const std::string shape = "rows 2048, keys 8192, 32 heads x 128";
-        const double us = perf_time("dsa_indexer_logits f32", shape, stream(), [&] {
-            kernels::dsa_indexer_logits({.logits = logits, .q = q.dv, .k = k.dv, .weights = w.dv, .q_scale = {},
-                                         .k_scale = {}, .q_pos = {}, .scale = 0.088f},
-                                        ctx);
+        const kernels::DsaIndexerLogitsParams pf{.logits = logits,
+                                                 .q = q.dv,
+                                                 .k = k.dv,
+                                                 .weights = w.dv,
+                                                 .q_scale = {},
+                                                 .k_scale = {},
+                                                 .q_pos = {},
+                                                 .scale = 0.088f};
+        const double us = perf_time("dsa_indexer_logits f32 [tiled]", shape, stream(), [&] {
+            cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kF32Tiled, raw_stream());
         });
-        std::printf("[perf] dsa_indexer_logits f32 | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / us * 1e-6);
-        const BytePair q8 = byte_pair(random_e4m3(rng, rows * heads * d, 8.0f), {rows, heads, d}, false, alloc(), stream());
+        std::printf("[perf] dsa_indexer_logits f32 [tiled] | %.1f TFLOP/s\n",
+                    2.0 * rows * keys * heads * d / us * 1e-6);
+        const double us_tf32 = perf_time("dsa_indexer_logits f32 [tf32]", shape, stream(), [&] {
+            cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kMmaTf32, raw_stream());
+        });
+        std::printf("[perf] dsa_indexer_logits f32 [tf32] | %.1f TFLOP/s\n",
+                    2.0 * rows * keys * heads * d / us_tf32 * 1e-6);
+        if (cuda::dsa_indexer_wgmma_tf32_supported(pf)) {
+            const double us_wg = perf_time("dsa_indexer_logits f32 [wgmma tf32]", shape, stream(), [&] {
+                cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kWgmmaTf32, raw_stream());
+            });
+            std::printf("[perf] dsa_indexer_logits f32 [wgmma tf32] | %.1f TFLOP/s\n",
+                        2.0 * rows * keys * heads * d / us_wg * 1e-6);
+        }
+        const BytePair q8 =
+            byte_pair(random_e4m3(rng, rows * heads * d, 8.0f), {rows, heads, d}, false, alloc(), stream());
         const BytePair k8 = byte_pair(random_e4m3(rng, keys * d, 8.0f), {keys, d}, false, alloc(), stream());
         const Pair qs = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
         const Pair ks = random_pair(rng, {keys}, DType::kF32, false, alloc(), stream(), 0.01f, 0.1f);
-        const kernels::DsaIndexerLogitsParams p8{.logits = logits, .q = q8.dv, .k = k8.dv, .weights = w.dv,
-                                                 .q_scale = qs.dv, .k_scale = ks.dv, .q_pos = {}, .scale = 0.088f};
+        const kernels::DsaIndexerLogitsParams p8{.logits = logits,
+                                                 .q = q8.dv,
+                                                 .k = k8.dv,
+                                                 .weights = w.dv,
+                                                 .q_scale = qs.dv,
+                                                 .k_scale = ks.dv,
+                                                 .q_pos = {},
+                                                 .scale = 0.088f};
         const double us8 = perf_time("dsa_indexer_logits fp8 [cuda-core]", shape, stream(), [&] {
             cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kCudaCore, raw_stream());
         });
         std::printf("[perf] dsa_indexer_logits fp8 [cuda-core] | %.1f TFLOP/s\n",
                     2.0 * rows * keys * heads * d / us8 * 1e-6);
-        const double usm = perf_time("dsa_indexer_logits fp8 [mma]", shape, stream(), [&] {
-            cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kMma, raw_stream());
-        });
+        const double usm = perf_time("dsa_indexer_logits fp8 [mma]", shape, stream(),
+                                     [&] { cuda::dsa_indexer_logits(p8, cuda::IndexerVariant::kMma, raw_stream()); });
         std::printf("[perf] dsa_indexer_logits fp8 [mma] | %.1f TFLOP/s\n", 2.0 * rows * keys * heads * d / usm * 1e-6);
         // The two fp8 variants on the perf shape (blocks past the first 256 keys / 16 rows): GPU vs GPU.
         Tensor logits_cc = Tensor::empty({rows, keys}, DType::kF32, alloc());
@@ -822,10 +936,11 @@ TEST_F(DsaOpTest, Perf) {
                 max_d = std::max(max_d, std::fabs(m - c));
                 max_ref = std::max(max_ref, std::fabs(c));
             }
-            std::printf("[perf] dsa_indexer_logits fp8 mma vs cuda-core at %lld x %lld: max|d| %.3g (max|x| %.3g), "
-                        "NaN %lld, zeros %lld\n",
-                        static_cast<long long>(rows), static_cast<long long>(keys), max_d, max_ref,
-                        static_cast<long long>(n_nan), static_cast<long long>(n_zero));
+            std::printf(
+                "[perf] dsa_indexer_logits fp8 mma vs cuda-core at %lld x %lld: max|d| %.3g (max|x| %.3g), "
+                "NaN %lld, zeros %lld\n",
+                static_cast<long long>(rows), static_cast<long long>(keys), max_d, max_ref,
+                static_cast<long long>(n_nan), static_cast<long long>(n_zero));
             EXPECT_LE(max_d, kF32IndexerLogits.atol + kF32IndexerLogits.rtol * max_ref);
         }
         // top-k over those logits, rows at causal positions 6144..8191 (every row has > 2048 visible keys).
@@ -841,8 +956,8 @@ TEST_F(DsaOpTest, Perf) {
         });
         {
             // Distinct f32 values (no ties anywhere): the radix-select path alone.
-            const Pair dl = make_pair_from(distinct_logits(rng, rows * keys), {rows, keys}, DType::kF32, false, alloc(),
-                                           stream());
+            const Pair dl =
+                make_pair_from(distinct_logits(rng, rows * keys), {rows, keys}, DType::kF32, false, alloc(), stream());
             perf_time("dsa_topk distinct", "rows 2048, keys 8192, top 2048", stream(), [&] {
                 kernels::dsa_topk({.indices = idx, .logits = dl.dv, .q_pos = pos_d, .torch_row_len = 0}, ctx);
             });
@@ -854,9 +969,10 @@ TEST_F(DsaOpTest, Perf) {
         std::vector<int32_t> tpos(static_cast<size_t>(trows), static_cast<int32_t>(keys - 1));
         const Tensor tpos_d = dev_i32(tpos, alloc(), stream());
         Tensor tidx = Tensor::empty({trows, 2048}, DType::kI32, alloc());
-        perf_time("dsa_topk tied (replay)", "rows 256, keys 8192, top 2048", stream(), [&] {
-            kernels::dsa_topk({.indices = tidx, .logits = tl.dv, .q_pos = tpos_d, .torch_row_len = 0}, ctx);
-        }, 1, 3);
+        perf_time(
+            "dsa_topk tied (replay)", "rows 256, keys 8192, top 2048", stream(),
+            [&] { kernels::dsa_topk({.indices = tidx, .logits = tl.dv, .q_pos = tpos_d, .torch_row_len = 0}, ctx); }, 1,
+            3);
     }
     // 65536 rows (42 MB: in L2) and a GLM-5.3 16K chunk's 16384 x 32 query rows (335 MB).
     for (const int64_t rows : {int64_t{65536}, int64_t{524288}}) {
@@ -887,11 +1003,17 @@ TEST_F(DsaOpTest, Perf) {
         Tensor out = Tensor::empty({rows, heads, 512}, DType::kF32, alloc());
         Tensor lse = Tensor::empty({rows, heads}, DType::kF32, alloc());
         const double us = perf_time("sparse_mla_attention", "rows 256, 64 heads, top 2048, 576/512", stream(), [&] {
-            kernels::sparse_mla_attention({.out = out, .lse = lse, .q = q.dv, .kv = kv.dv,
-                                           .v = kv.dv.slice(1, 0, 512), .indices = idx_d, .scale = 0.0417f},
+            kernels::sparse_mla_attention({.out = out,
+                                           .lse = lse,
+                                           .q = q.dv,
+                                           .kv = kv.dv,
+                                           .v = kv.dv.slice(1, 0, 512),
+                                           .indices = idx_d,
+                                           .scale = 0.0417f},
                                           ctx);
         });
-        std::printf("[perf] sparse_mla_attention | %.2f TFLOP/s\n", 2.0 * rows * heads * top_k * (576 + 512) / us * 1e-6);
+        std::printf("[perf] sparse_mla_attention | %.2f TFLOP/s\n",
+                    2.0 * rows * heads * top_k * (576 + 512) / us * 1e-6);
     }
 }
 
