@@ -74,28 +74,28 @@ Result<Cluster> builtin_cluster(const std::string& name) {
         c.intra = {.busbw_gbps = 285, .p2p_gbps = 348, .latency_us = 50};
         c.inter = {.busbw_gbps = 45, .p2p_gbps = 45, .latency_us = 20};
         c.all_reduce = {{.ranks = 2, .bytes = 134217728, .ms = 0.470}};
-        // `penstock plan --calibrate` over the profiled layers in docs/perf/2026-12-05-s35/calibration (planner.md
-        // "Calibration"): DeepSeek-V3 bf16 and FP8 + FP8 attention, GLM-5.3 bf16 with f32 and FP8 index keys and FP8
-        // at 64K, Kimi K3 KDA bf16 and FP8.
-        c.rates = {.gemm = 665.3,
+        // `penstock plan --calibrate` over the profiled layers in docs/perf/2026-12-05-s36/calibration (planner.md
+        // "Calibration"): DeepSeek-V3 bf16 and FP8 + FP8 attention, GLM-5.3 bf16 with f32 (session 36's tensor-core
+        // logits) and FP8 index keys and FP8 at 64K, Kimi K3 KDA bf16 and FP8.
+        c.rates = {.gemm = 657.3,
                    .gemm_fp8 = 1075,
-                   .experts = 847,
+                   .experts = 817.4,
                    .experts_fp8 = 917.7,
-                   .experts_half_rows = 166.5,
+                   .experts_half_rows = 150.5,
                    .experts_fp8_half_rows = 52.37,
                    .attention = 580,
                    .attention_fp8 = 721.1,
-                   .sparse_attention = 535.6,
-                   .indexer_f32 = 32.01,
+                   .sparse_attention = 522.2,
+                   .indexer_f32 = 138,
                    .indexer_fp8 = 561.2,
                    .indexer_fp8_accumulate = 928.2,
                    .kda = 26.02,
-                   .topk_ps_per_pair = 5.585,
-                   .copy_gbps = 3616};
+                   .topk_ps_per_pair = 5.637,
+                   .copy_gbps = 3613};
         c.notes = {
-            "class rates: penstock plan --calibrate over 7 profiled layers of sessions 27 and 33 (DeepSeek-V3, "
+            "class rates: penstock plan --calibrate over 7 profiled layers of sessions 27 and 36 (DeepSeek-V3, "
             "GLM-5.3, "
-            "Kimi K3 KDA; docs/perf/2026-12-05-s35/calibration, docs/design/planner.md); the layer rates below stand "
+            "Kimi K3 KDA; docs/perf/2026-12-05-s36/calibration, docs/design/planner.md); the layer rates below stand "
             "in "
             "for classes a cluster file does not measure",
             "layer rates: Penstock's DeepSeek-V3 layer at a 16K chunk, 51.0 ms bf16 / 35.2 ms FP8 weights + FP8 "

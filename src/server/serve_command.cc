@@ -241,9 +241,9 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     setup.model_options.fp8_attention = args.fp8_attention;
     if (args.backend == "cuda" && !args.dsa_fp8_indexer && setup.config.raw.contains("index_topk")) {
         std::fprintf(stderr,
-                     "penstock serve: note: DSA indexer with f32 keys (transformers' computation, CUDA cores: "
-                     "33 ms of logits per full-indexer GLM-5.3 layer at a 16K chunk); --dsa-fp8-indexer runs FP8 "
-                     "keys on tensor cores (~2 ms; docs/perf/2026-12-04-s33.md)\n");
+                     "penstock serve: note: DSA indexer with f32 keys (transformers' computation, three f16 "
+                     "products per dot: ~8 ms of logits per full-indexer GLM-5.3 layer at a 16K chunk on an H200); "
+                     "--dsa-fp8-indexer runs FP8 keys (~2 ms; docs/perf/2026-12-05-s36.md)\n");
     }
     setup.n_pages = kv_cache::pages_for_tokens(args.max_total_tokens);
     if (args.disaggregation_mode == "prefill") {

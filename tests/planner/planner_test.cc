@@ -416,7 +416,7 @@ TEST(PlannerCalibrate, RecoversKnownRates) {
     ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << toml;
 }
 
-std::string perf_dir() { return std::string(PENSTOCK_TEST_DATA_DIR) + "/../../docs/perf/2026-12-05-s35/"; }
+std::string perf_dir() { return std::string(PENSTOCK_TEST_DATA_DIR) + "/../../docs/perf/2026-12-05-s36/"; }
 
 std::vector<std::pair<loader::ModelConfig, BenchRun>> recorded_runs(const std::string& folder) {
     std::vector<std::pair<loader::ModelConfig, BenchRun>> out;
@@ -436,8 +436,9 @@ std::vector<std::pair<loader::ModelConfig, BenchRun>> recorded_runs(const std::s
 }
 
 // The built-in H200 class rates are `penstock plan --calibrate` over the recorded layers; the calibrated model then
-// predicts layers it was not fitted on (other sessions' runs, Kimi K3's MLA layer, GLM-5.3 with FP8 weights) within
-// 8% of their measured wall time (0.96-1.02 at this commit: planner.md "Calibration").
+// predicts layers it was not fitted on (other sessions' runs, Kimi K3's MLA layer, GLM-5.3 with FP8 weights, 4K and 8K
+// chunks, GLM-5.3's f32 indexer at 64K) within 8% of their measured wall time from 8K tokens up and 15% at 4K
+// (0.97-1.12 at this commit: planner.md "Calibration").
 TEST(PlannerCalibrate, H200RatesComeFromTheRecordedLayersAndPredictHeldOutOnes) {
     const auto runs = recorded_runs("calibration");
     ASSERT_EQ(runs.size(), 7u);
@@ -470,7 +471,8 @@ TEST(PlannerCalibrate, H200RatesComeFromTheRecordedLayersAndPredictHeldOutOnes) 
         auto ms = predict_run_ms(m, h200, r);
         ASSERT_TRUE(ms.ok());
         std::printf("held out %s: measured %.2f ms, model %.2f ms\n", r.source.c_str(), r.median_ms, *ms);
-        EXPECT_NEAR(*ms / r.median_ms, 1.0, 0.08) << r.source;
+        // 4K chunks run below the power limit the 16K fit carries: the model is up to 12% pessimistic there.
+        EXPECT_NEAR(*ms / r.median_ms, 1.0, r.tokens >= 8192 ? 0.08 : 0.15) << r.source;
     }
 }
 

@@ -19,7 +19,7 @@ namespace penstock::cuda {
 // Hopper's reduced-precision fp8 accumulation, ~1e-4 relative: opt-in, chosen by kAuto only for params with
 // fp8_accumulate).
 // kAuto: kWgmma where it applies (kWgmmaFp8 instead when the params allow fp8 accumulation,
-// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies; f32 q / k: kWgmmaTf32 where it applies, else
+// DsaIndexerLogitsParams::fp8_accumulate), else kMma where it applies; f32 q / k: kWgmmaF16x3 where it applies, else
 // kMmaTf32 where it applies and the call has at least 2 x SMs row groups (4 rows for 32 heads, 2 for 64), else
 // kF32Tiled where it applies, else kCudaCore. A forced variant CHECK-fails where it cannot run. Every variant skips key
 // tiles past the rows' q_pos (when given). kMmaTf32 (f32 only): three TF32 products per dot on mma.sync (hi/lo splits;
@@ -29,7 +29,17 @@ namespace penstock::cuda {
 // Hopper's tf32 wgmma (dsa_indexer_wgmma.h: sm_90, head_dim 128, 32 or 64 heads; calls of few rows split the keys); the
 // same error bound, not bit-equal to kMmaTf32 (another accumulation order). kF32Tiled: the register-tiled CUDA-core
 // kernel, bit-equal to kCudaCore.
-enum class IndexerVariant : uint8_t { kAuto, kCudaCore, kMma, kWgmma, kWgmmaFp8, kMmaTf32, kF32Tiled, kWgmmaTf32 };
+enum class IndexerVariant : uint8_t {
+    kAuto,
+    kCudaCore,
+    kMma,
+    kWgmma,
+    kWgmmaFp8,
+    kMmaTf32,
+    kF32Tiled,
+    kWgmmaTf32,
+    kWgmmaF16x3
+};
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, void* stream);
 void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant variant, void* stream);
 // Whether kMma / kWgmma can run `p` (the launcher CHECK-fails when one is forced where it cannot).

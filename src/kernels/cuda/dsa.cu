@@ -875,7 +875,7 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
     PENSTOCK_CHECK(n_rows < (int64_t{1} << 31) && n_keys < (int64_t{1} << 31)) << op << ": sizes";
     if (n_rows == 0 || n_keys == 0) return;
     PENSTOCK_CHECK(!fp8 || (variant != IndexerVariant::kMmaTf32 && variant != IndexerVariant::kF32Tiled &&
-                            variant != IndexerVariant::kWgmmaTf32))
+                            variant != IndexerVariant::kWgmmaTf32 && variant != IndexerVariant::kWgmmaF16x3))
         << op << ": the tf32 and tiled f32 variants are for f32 q / k";
     const bool wgmma_ok = dsa_indexer_wgmma_supported(p);
     PENSTOCK_CHECK((variant != IndexerVariant::kWgmma && variant != IndexerVariant::kWgmmaFp8) || wgmma_ok)
@@ -937,9 +937,14 @@ void dsa_indexer_logits(const kernels::DsaIndexerLogitsParams& p, IndexerVariant
         << op
         << ": the tf32 wgmma variant needs an sm_90 device, f32 q / k, head_dim 128, 32 or 64 heads, contiguous "
            "16-byte aligned rows";
-    if (variant == IndexerVariant::kWgmmaTf32 ||
+    PENSTOCK_CHECK(variant != IndexerVariant::kWgmmaF16x3 || dsa_indexer_wgmma_tf32_supported(p))
+        << op
+        << ": the f16 wgmma variant needs an sm_90 device, f32 q / k, head_dim 128, 32 or 64 heads, contiguous "
+           "16-byte aligned rows";
+    if (variant == IndexerVariant::kWgmmaTf32 || variant == IndexerVariant::kWgmmaF16x3 ||
         (variant == IndexerVariant::kAuto && dsa_indexer_wgmma_tf32_supported(p))) {
-        dsa_indexer_logits_wgmma_tf32(p, stream);
+        // kAuto: the f16 form, 1.20x the tf32 one and closer to the reference (docs/perf/2026-12-05-s36.md).
+        dsa_indexer_logits_wgmma_tf32(p, variant != IndexerVariant::kWgmmaTf32, stream);
         return;
     }
     // kAuto takes the mma.sync TF32 kernel only where its one-block-per-row-group grid fills the GPU twice over (it

@@ -30,7 +30,9 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const Wg
 // it can run `p` (an sm_90 device; head_dim 128; n_heads 32 or 64; q / k innermost contiguous, bases 16-byte aligned,
 // row / head strides multiples of 4 floats; sizes below 2^31), and the launcher (p validated by
 // cuda::dsa_indexer_logits).
+// f16 (kWgmmaF16x3): the same products on f16 wgmma, each key and q vector scaled by a power of two first (the same
+// shapes).
 bool dsa_indexer_wgmma_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
-void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, void* stream);
+void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, bool f16, void* stream);
 
 }  // namespace penstock::cuda

@@ -1,5 +1,7 @@
-// dsa_indexer_logits with f32 q / k on Hopper's tf32 wgmma, three products per dot (IndexerVariant::kWgmmaTf32;
-// contract kernels/ops_dsa.h, dispatch dsa.cu). sm_90a; head_dim 128, n_heads 32 or 64.
+// dsa_indexer_logits with f32 q / k on Hopper's tensor cores, three products per dot: on tf32 wgmma
+// (IndexerVariant::kWgmmaTf32) and on f16 wgmma with power-of-two scaling (kWgmmaF16x3, kAuto's; below). Contract
+// kernels/ops_dsa.h, dispatch dsa.cu. sm_90a; head_dim 128, n_heads 32 or 64. Measured (2048 x 8192, 32 heads,
+// docs/perf/2026-12-05-s36.md): f16x3 168 TFLOP/s, tf32 140, the CUDA-core kernel 40.
 //
 // Numerics (as the mma.sync kMmaTf32 kernel of dsa.cu): each f32 x is split as hi = x with its low 13 mantissa bits
 // cleared (what a tf32 operand keeps) and lo = x - hi (exact in f32); q.k ~ lo_k.hi_q + hi_k.lo_q + hi_k.hi_q with f32
@@ -27,6 +29,7 @@
 // their logits not written: unspecified by the contract); CTAs run latest rows (most keys) first. Calls of few rows
 // split the key tiles over grid.y so that the grid fills the GPU twice.
 #include <cuda.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -267,6 +270,244 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// The f16 form (IndexerVariant::kWgmmaF16x3): the same three products on f16 wgmma at twice tf32's rate. f16 has
+// tf32's 11-bit significand but not its exponent range, so each key and each (row, head) q vector is first scaled by
+// a power of two that puts its largest |x| in [2^14, 2^15) (exact; the scale comes off in the epilogue, also
+// exactly), then split as hi = f16(x) (round to nearest) and lo = f16(x - hi): ~2^-22 relative per value, values
+// below 2^-28 of the vector's largest lose bits. Same CTA shape as the tf32 kernel; q's hi / lo tiles are 32 KiB each
+// (so the ring has 4 stages), per 16 columns a thread's float4 of a key row gives the f16 pairs at k-step columns
+// (2t, 2t + 1) and (2t + 8, 2t + 9) (B's columns stored in that order), and a key's scale comes from its 128 values
+// (a first pass over the tile's rows, max reduced over the quad that holds the row).
+constexpr int kStagesH = 4;
+constexpr int kQTileBytesH = kPairs * kD * 2;  // 32 KiB for each of hi and lo
+constexpr int kQBlockBytesH = kPairs * 128;    // one 64-column block
+constexpr int kSmemBytesH = 1024 + 2 * kQTileBytesH + kPairs * 4 + kStagesH * kKeyTileBytes + 2 * kStagesH * 8;
+static_assert(kSmemBytesH <= 227 * 1024, "shared memory");
+
+// The power of two that scales a vector of largest |x| = m into [2^14, 2^15), and its inverse (1, 1 for m = 0).
+__device__ __forceinline__ void pow2_scale(float m, float& s, float& inv) {
+    int shift = 0;
+    if (m > 0.0f) {
+        const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;
+        shift = min(max(14 - e, -126), 126);
+    }
+    s = __uint_as_float(static_cast<uint32_t>(127 + shift) << 23);
+    inv = __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
+}
+
+// (x, y) scaled -> the f16 pairs hi and lo (low half x).
+__device__ __forceinline__ void f16x2_split(float x, float y, uint32_t& hi, uint32_t& lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+template <int kHeads>
+__global__ void __launch_bounds__(kThreads, 1)
+    dsa_indexer_logits_wgmma_f16x3_kernel(const __grid_constant__ CUtensorMap tm_k, Tf32Args a) {
+    constexpr int kRows = kPairs / kHeads;
+    constexpr int kL = 4 / kRows;
+    static_assert(kRows * kHeads == kPairs && kL * kRows == 4, "kHeads 32 or 64");
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = tile::smem_u32(smem_raw);
+    const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
+    const uint32_t sbase = raw + pad;
+    const uint32_t q_hi = sbase;                                 // [2 blocks][kPairs][128 B] f16, swizzled
+    const uint32_t q_lo = sbase + kQTileBytesH;                  // the same
+    const uint32_t k_s = sbase + 2 * kQTileBytesH + kPairs * 4;  // [kStagesH][kKeys][kD] f32 (after q's scales)
+    const uint32_t bars = k_s + kStagesH * kKeyTileBytes;
+    float* q_inv = reinterpret_cast<float*>(smem_raw + pad + 2 * kQTileBytesH);  // [kPairs]: 2^-shift of each pair
+    const uint8_t* k_gen = smem_raw + pad + 2 * kQTileBytesH + kPairs * 4;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kRows;
+    const int key_end = key_end_of(a, row0, kRows);
+    const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
+    const int t_begin = static_cast<int>(blockIdx.y) * a.tiles_per_split;
+    const int t_end = min(n_tiles, t_begin + a.tiles_per_split);
+    if (t_begin >= t_end) return;
+    const int n_local = t_end - t_begin;
+
+    if (tid == 0) {
+        for (int i = 0; i < kStagesH; ++i) {
+            tma::mbar_init(bars + 8 * i, 1);
+            tma::mbar_init(bars + 8 * (kStagesH + i), 1);
+        }
+        tma::fence_mbar_init();
+    }
+    __syncthreads();
+    const int wg = tid >> 7;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            tma::prefetch_map(&tm_k);
+            for (int i = 0; i < n_local; ++i) {
+                const int stage = i % kStagesH;
+                const auto use = static_cast<uint32_t>(i / kStagesH);
+                tma::mbar_wait(bars + 8 * (kStagesH + stage), (use & 1u) ^ 1u);
+                const uint32_t full = bars + 8 * stage;
+                tma::mbar_expect_tx(full, kKeyTileBytes);
+                tma::load_2d(k_s + static_cast<uint32_t>(stage) * kKeyTileBytes, &tm_k, 0, (t_begin + i) * kKeys, full);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int c = wg - 1;
+    const int ctid = tid - 128;
+    const int lane = tid & 31;
+    const int warp = (tid >> 5) & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    // q: one pair per warp and step, lane m its original columns 4m .. 4m + 3 -> logical columns 16 (m / 4) +
+    // 2 (m % 4) + {0, 1} and + {8, 9}; the pair's scale from the warp's max.
+    for (int n = ctid / 32; n < kPairs; n += 8) {
+        const int m = lane;
+        const int tq = (n % 8) / 2;
+        const int r = row0 + tq / kL;
+        const int h = 32 * (tq % kL) + 2 * (n / 8) + n % 2;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < a.n_rows) {
+            x = __ldg(reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(r) * a.q0 +
+                                                      static_cast<int64_t>(h) * a.q1 + 4 * m));
+        }
+        float mx = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sc, inv;
+        pow2_scale(mx, sc, inv);
+        if (lane == 0) q_inv[n] = inv;
+        uint32_t hi0, lo0, hi1, lo1;
+        f16x2_split(x.x * sc, x.y * sc, hi0, lo0);
+        f16x2_split(x.z * sc, x.w * sc, hi1, lo1);
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const int col = 16 * (m / 4) + 2 * (m % 4) + 8 * part;  // even: the pair's two f16 at col, col + 1
+            const int chunk = (col % 64) / 8;
+            const uint32_t off =
+                static_cast<uint32_t>((col / 64) * kQBlockBytesH + n * 128 + ((chunk ^ (n & 7)) << 4) + 2 * (col % 8));
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_hi + off), "r"(part == 0 ? hi0 : hi1) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_lo + off), "r"(part == 0 ? lo0 : lo1) : "memory");
+        }
+    }
+    wgmma::fence_proxy_async();
+    tma::named_sync(1, 256);
+    // Gates times each pair's inverse q scale (exact: a power of two).
+    const int my_row = row0 + t / kL;
+    float gate[16][2];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int n = 8 * j + 2 * t + e;
+            gate[j][e] =
+                my_row < a.n_rows
+                    ? __ldg(a.weights + static_cast<int64_t>(my_row) * a.w0 + 32 * (t % kL) + 2 * j + e) * q_inv[n]
+                    : 0.0f;
+        }
+    }
+    float* out = my_row < a.n_rows ? a.logits + static_cast<int64_t>(my_row) * a.lg0 : nullptr;
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    uint32_t ahi[2][2][4], alo[2][2][4];  // [slot][k step of the group][fragment register]
+    for (int li = c; li < n_local; li += 2) {
+        const int stage = li % kStagesH;
+        const auto use = static_cast<uint32_t>(li / kStagesH);
+        tma::mbar_wait(bars + 8 * stage, use & 1u);
+        const float* rows_a = reinterpret_cast<const float*>(k_gen + stage * kKeyTileBytes) + (16 * warp + g) * kD;
+        const float* rows_b = rows_a + 8 * kD;
+        // The two key rows' scales (max over the quad's 4 x 32 values).
+        float ma = 0.0f, mb = 0.0f;
+#pragma unroll
+        for (int st = 0; st < 8; ++st) {
+            const float4 xa = *reinterpret_cast<const float4*>(rows_a + 16 * st + 4 * t);
+            const float4 xb = *reinterpret_cast<const float4*>(rows_b + 16 * st + 4 * t);
+            ma = fmaxf(ma, fmaxf(fmaxf(fabsf(xa.x), fabsf(xa.y)), fmaxf(fabsf(xa.z), fabsf(xa.w))));
+            mb = fmaxf(mb, fmaxf(fmaxf(fabsf(xb.x), fabsf(xb.y)), fmaxf(fabsf(xb.z), fabsf(xb.w))));
+        }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+            ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+            mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+        }
+        float sa, inv_a, sb, inv_b;
+        pow2_scale(ma, sa, inv_a);
+        pow2_scale(mb, sb, inv_b);
+#pragma unroll
+        for (int grp = 0; grp < 4; ++grp) {
+            const int slot = grp & 1;
+            if (grp >= 2) {
+                wgmma::wait<1>();
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        asm volatile("" : "+r"(ahi[slot][s][i]), "+r"(alo[slot][s][i])::"memory");
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const int col = 16 * (2 * grp + s) + 4 * t;
+                const float4 xa = *reinterpret_cast<const float4*>(rows_a + col);
+                const float4 xb = *reinterpret_cast<const float4*>(rows_b + col);
+                f16x2_split(xa.x * sa, xa.y * sa, ahi[slot][s][0], alo[slot][s][0]);
+                f16x2_split(xb.x * sb, xb.y * sb, ahi[slot][s][1], alo[slot][s][1]);
+                f16x2_split(xa.z * sa, xa.w * sa, ahi[slot][s][2], alo[slot][s][2]);
+                f16x2_split(xb.z * sb, xb.w * sb, ahi[slot][s][3], alo[slot][s][3]);
+            }
+            wgmma::reg_fence(acc);
+            wgmma::fence();
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const int step = 2 * grp + s;  // k16 step: block step / 4, 32 bytes per step within the row
+                const uint32_t off = static_cast<uint32_t>((step / 4) * kQBlockBytesH + 32 * (step % 4));
+                wgmma::m64n128k16_f16_rs(acc, alo[slot][s], make_desc(q_hi + off), step != 0 ? 1 : 0);
+                wgmma::m64n128k16_f16_rs(acc, ahi[slot][s], make_desc(q_lo + off), 1);
+                wgmma::m64n128k16_f16_rs(acc, ahi[slot][s], make_desc(q_hi + off), 1);
+            }
+            wgmma::commit();
+        }
+        wgmma::wait<0>();
+        wgmma::reg_fence(acc);
+#pragma unroll
+        for (int slot = 0; slot < 2; ++slot) {
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(ahi[slot][s][i]), "+r"(alo[slot][s][i])::"memory");
+            }
+        }
+        if ((tid & 127) == 0) tma::mbar_arrive(bars + 8 * (kStagesH + stage));
+        float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float v0 = a.scale * (acc[4 * j + e] * inv_a), v1 = a.scale * (acc[4 * j + 2 + e] * inv_b);
+                s0[j % 4] += gate[j][e] * (v0 > 0.0f ? v0 : 0.0f);
+                s1[j % 4] += gate[j][e] * (v1 > 0.0f ? v1 : 0.0f);
+            }
+        }
+        float o0 = (s0[0] + s0[1]) + (s0[2] + s0[3]);
+        float o1 = (s1[0] + s1[1]) + (s1[2] + s1[3]);
+        if constexpr (kL == 2) {
+            const float p0 = __shfl_xor_sync(0xffffffffu, o0, 1);
+            const float p1 = __shfl_xor_sync(0xffffffffu, o1, 1);
+            o0 = (t % 2 == 0) ? o0 + p0 : p0 + o0;
+            o1 = (t % 2 == 0) ? o1 + p1 : p1 + o1;
+        }
+        const int key = (t_begin + li) * kKeys + 16 * warp + g;
+        if (out != nullptr && t % kL == 0) {
+            if (key < a.n_keys) out[key] = o0;
+            if (key + 8 < a.n_keys) out[key + 8] = o1;
+        }
+    }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -280,7 +521,7 @@ bool dsa_indexer_wgmma_tf32_supported(const kernels::DsaIndexerLogitsParams& p) 
            p.q.size(0) < (int64_t{1} << 31) && p.k.size(0) < (int64_t{1} << 31) && fp8::device_major() == 9;
 }
 
-void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, void* stream) {
+void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, bool f16, void* stream) {
     const int64_t n_rows = p.q.size(0), n_keys = p.k.size(0), n_heads = p.q.size(1);
     if (n_rows == 0 || n_keys == 0) return;
     Tf32Args a{};
@@ -311,10 +552,13 @@ void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, voi
     const cuuint32_t k_box[2] = {static_cast<cuuint32_t>(kD), static_cast<cuuint32_t>(kKeys)};
     const CUtensorMap tm_k = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k.data, 2, k_dims, k_strides, k_box,
                                                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-    auto* kernel = n_heads == 32 ? dsa_indexer_logits_wgmma_tf32_kernel<32> : dsa_indexer_logits_wgmma_tf32_kernel<64>;
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    auto* kernel =
+        f16 ? (n_heads == 32 ? dsa_indexer_logits_wgmma_f16x3_kernel<32> : dsa_indexer_logits_wgmma_f16x3_kernel<64>)
+            : (n_heads == 32 ? dsa_indexer_logits_wgmma_tf32_kernel<32> : dsa_indexer_logits_wgmma_tf32_kernel<64>);
+    const int smem = f16 ? kSmemBytesH : kSmemBytes;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(grid_y));
-    kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(tm_k, a);
+    kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(tm_k, a);
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 

@@ -4,8 +4,9 @@
 // MMA (both K-major) and m64n256k16 with A from registers (B N-major) of the paired sparse MLA kernel, the e4m3
 // m64n128k32 / m64n192k32 / m64n256k32 MMAs (f16 and m64n256k32: dsa_indexer_wgmma.cu; m64n192k32: the wgmma probe),
 // the probe's e4m3 m64n64k32, the A-from-registers e4m3 m64n128k32 (attention_fp8_wgmma.cu, the probe) and m64n64k32
-// (the probe), the A-from-registers tf32 m64n128k8 (dsa_indexer_wgmma_tf32.cu), and the register fence that keeps the
-// compiler from moving accumulator accesses across the asynchronous window. Device-only; include from .cu files.
+// (the probe), the A-from-registers tf32 m64n128k8 and f16 m64n128k16 (dsa_indexer_wgmma_tf32.cu), and the register
+// fence that keeps the compiler from moving accumulator accesses across the asynchronous window. Device-only; include
+// from .cu files.
 #pragma once
 
 #include <cstdint>
@@ -248,6 +249,22 @@ __device__ __forceinline__ void m64n128k8_tf32_rs(float (&d)[64], const uint32_t
         "setp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " PENSTOCK_WGMMA_D64
         "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+        "}\n"
+        : PENSTOCK_WGMMA_D64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 128] (+)= A[64 x 16] B[16 x 128] in f16 with A from registers (four 32-bit registers of f16 pairs per thread,
+// the mma.m16n8k16 A layout: (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)), B K-major in shared
+// memory (descriptor), f32 accumulate (dsa_indexer_wgmma_tf32.cu's f16 three-product dot). scale_d 0 overwrites D.
+__device__ __forceinline__ void m64n128k16_f16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " PENSTOCK_WGMMA_D64
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
         "}\n"
         : PENSTOCK_WGMMA_D64_OUT(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));

@@ -123,7 +123,7 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
     // dispatch (kAuto: tensor cores where they apply) and forced to the CUDA-core variant. Modes 4 / 5: f32 forced to
     // the TF32 tensor-core variants where they apply (mma.sync kMmaTf32, Hopper's wgmma kWgmmaTf32; the reference's
     // tolerance only).
-    for (const int mode : {0, 1, 2, 3, 4, 5}) {
+    for (const int mode : {0, 1, 2, 3, 4, 5, 6}) {
         const bool fp8 = mode == 1 || mode == 2;
         for (const LogitsCase& c : logits_cases()) {
             std::string name = std::string(fp8 ? "fp8 " : "f32 ") + c.name;
@@ -180,16 +180,18 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                       .q_pos = {},
                       .scale = scale};
             }
-            // Modes 4 / 5 also run causally (q_pos[r] = n_keys - n_rows + r): the keys each row sees are checked
+            // Modes 4-6 also run causally (q_pos[r] = n_keys - n_rows + r): the keys each row sees are checked
             // against the reference's full logits below, and none may be left unwritten.
             std::vector<int32_t> tf32_pos;
             Tensor tf32_pos_d;
             Pair tf32_causal;
-            if (mode == 4 || mode == 5) {
-                const bool wg = mode == 5;
+            if (mode >= 4) {
+                const bool wg = mode >= 5;
                 if (!(wg ? cuda::dsa_indexer_wgmma_tf32_supported(gp) : cuda::dsa_indexer_tf32_supported(gp))) continue;
-                const cuda::IndexerVariant tv = wg ? cuda::IndexerVariant::kWgmmaTf32 : cuda::IndexerVariant::kMmaTf32;
-                name += wg ? " [wgmma tf32]" : " [tf32]";
+                const cuda::IndexerVariant tv = mode == 6 ? cuda::IndexerVariant::kWgmmaF16x3
+                                                : wg      ? cuda::IndexerVariant::kWgmmaTf32
+                                                          : cuda::IndexerVariant::kMmaTf32;
+                name += mode == 6 ? " [wgmma f16x3]" : wg ? " [wgmma tf32]" : " [tf32]";
                 cuda::dsa_indexer_logits(gp, tv, raw_stream());
                 tf32_pos.resize(static_cast<size_t>(c.n_rows));
                 for (int64_t r = 0; r < c.n_rows; ++r)
@@ -251,7 +253,7 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
             }
             kernels::dsa_indexer_logits(hp, kernels::Context{});
             conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
-            if (mode == 4 || mode == 5) {
+            if (mode >= 4) {
                 const std::vector<float> got = read_pair(tf32_causal, stream(), false).values;
                 const std::vector<float> full = read_f32(logits.hv);
                 std::vector<float> seen_got, seen_ref;
@@ -267,6 +269,60 @@ TEST_F(DsaOpTest, IndexerLogitsMatchReference) {
                 conf_close("dsa_indexer_logits", name + " causal", seen_got, seen_ref, kF32IndexerLogits);
                 EXPECT_EQ(unwritten, 0) << name << ": visible logits left unwritten";
             }
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// The f16 three-product kernel scales each key and each (row, head) q vector by its own power of two: vectors whose
+// magnitudes span 2^-12 .. 2^12 (within-vector values uniform) match the reference to the f32 tolerance, as the tf32
+// kernel does on the same inputs.
+TEST_F(DsaOpTest, IndexerLogitsThreeProductsOverWideMagnitudes) {
+    uint32_t seed = 4900;
+    for (const int64_t heads : {32, 64}) {
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const int64_t rows = 37, keys = 333, d = 128;
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f), ex(-12.0f, 12.0f);
+        std::vector<float> qv(static_cast<size_t>(rows * heads * d)), kv(static_cast<size_t>(keys * d));
+        for (int64_t v = 0; v < rows * heads; ++v) {
+            const float m = std::exp2(std::round(ex(rng)));
+            for (int64_t i = 0; i < d; ++i) qv[static_cast<size_t>(v * d + i)] = m * u(rng);
+        }
+        for (int64_t v = 0; v < keys; ++v) {
+            const float m = std::exp2(std::round(ex(rng)));
+            for (int64_t i = 0; i < d; ++i) kv[static_cast<size_t>(v * d + i)] = m * u(rng);
+        }
+        const Pair q = make_pair_from(qv, {rows, heads, d}, DType::kF32, false, alloc(), stream());
+        const Pair k = make_pair_from(kv, {keys, d}, DType::kF32, false, alloc(), stream());
+        // Positive gates: a logit is then a sum of non-negative terms (no cancellation across heads, which no f32
+        // method meets the relative tolerance through at these magnitudes).
+        const Pair w = random_pair(rng, {rows, heads}, DType::kF32, false, alloc(), stream(), 0.01f, 1.0f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        for (const auto variant : {cuda::IndexerVariant::kWgmmaF16x3, cuda::IndexerVariant::kWgmmaTf32}) {
+            const std::string name = std::string(variant == cuda::IndexerVariant::kWgmmaF16x3 ? "f16x3" : "tf32") +
+                                     " wide magnitudes heads" + std::to_string(heads);
+            Pair logits = poisoned_pair({rows, keys}, DType::kF32, false, alloc(), stream());
+            const kernels::DsaIndexerLogitsParams gp{.logits = logits.dv,
+                                                     .q = q.dv,
+                                                     .k = k.dv,
+                                                     .weights = w.dv,
+                                                     .q_scale = {},
+                                                     .k_scale = {},
+                                                     .q_pos = {},
+                                                     .scale = scale};
+            if (!cuda::dsa_indexer_wgmma_tf32_supported(gp)) GTEST_SKIP() << "needs an sm_90 device";
+            cuda::dsa_indexer_logits(gp, variant, raw_stream());
+            kernels::dsa_indexer_logits({.logits = logits.hv,
+                                         .q = q.hv,
+                                         .k = k.hv,
+                                         .weights = w.hv,
+                                         .q_scale = {},
+                                         .k_scale = {},
+                                         .q_pos = {},
+                                         .scale = scale},
+                                        kernels::Context{});
+            conf_pair("dsa_indexer_logits", name, logits, logits.hv, kF32IndexerLogits, stream());
             if (HasFatalFailure()) return;
         }
     }
@@ -898,6 +954,11 @@ TEST_F(DsaOpTest, Perf) {
             });
             std::printf("[perf] dsa_indexer_logits f32 [wgmma tf32] | %.1f TFLOP/s\n",
                         2.0 * rows * keys * heads * d / us_wg * 1e-6);
+            const double us_h = perf_time("dsa_indexer_logits f32 [wgmma f16x3]", shape, stream(), [&] {
+                cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kWgmmaF16x3, raw_stream());
+            });
+            std::printf("[perf] dsa_indexer_logits f32 [wgmma f16x3] | %.1f TFLOP/s\n",
+                        2.0 * rows * keys * heads * d / us_h * 1e-6);
         }
         const BytePair q8 =
             byte_pair(random_e4m3(rng, rows * heads * d, 8.0f), {rows, heads, d}, false, alloc(), stream());
