@@ -5,7 +5,8 @@
 // (dsa_quantize_fp8: Hadamard, e4m3, ue8m0 scale per (row, head) / key); weights uniform.
 // Variants: kWgmma (dsa_indexer_wgmma.cu: e4m3 widened to f16, exact; kAuto's choice), kWgmmaFp8 (e4m3 wgmma,
 // Hopper's reduced-precision accumulation; opt-in) and kMma (mma.sync), all with q_pos (causal tile skipping), and
-// kMma without q_pos (every key: the call before q_pos existed) at T <= 16384. Alternatives of the wgmma kernels
+// kMma without q_pos (every key: the call before q_pos existed) at T <= 16384; the default f32 indexer's tensor-core
+// kernels on the unquantised f32 q / k (kWgmmaF16x3, kAuto's; kWgmmaTf32), causal. Alternatives of the wgmma kernels
 // (WgmmaIndexerOptions): the consumers' ping-pong instead of free-running (the default of both since session 17),
 // the ping-pong with the hand-over after the wgmmas retired, and a diagnostic without the epilogue.
 // FLOPs = 2 * heads * head_dim * sum_r (q_pos[r] + 1) (the causal half); % of FP8 peak against the datasheet dense
@@ -57,9 +58,10 @@ void run_dsa_bench(BenchContext& ctx) {
     void* s = ctx.stream().handle();
     for (const int64_t T : kTokens) {
         Tensor q8, q_scale, k8, k_scale, w, pos, logits, logits_mma, logits_fp8, idx;
+        // f32 q / k (the default indexer's; kept for its kernels' timings below), and their fp8 quantisation.
+        const Tensor qf = Tensor::empty({T * kHeads, kDim}, DType::kF32, ctx.alloc());
+        const Tensor kf = Tensor::empty({T, kDim}, DType::kF32, ctx.alloc());
         {
-            const Tensor qf = Tensor::empty({T * kHeads, kDim}, DType::kF32, ctx.alloc());
-            const Tensor kf = Tensor::empty({T, kDim}, DType::kF32, ctx.alloc());
             fill_uniform(qf.view(), seed++, 0.0f, 1.0f, s);
             fill_uniform(kf.view(), seed++, 0.0f, 1.0f, s);
             q8 = Tensor::empty({T * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
@@ -119,6 +121,21 @@ void run_dsa_bench(BenchContext& ctx) {
             t_f8_mma = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lf8, mma_fp8, s); }, 2, reps * 2);
             t_wg = ctx.time([&] { cuda::dsa_indexer_logits(lp, cuda::IndexerVariant::kWgmma, s); }, 2, reps * 2);
             t_f8 = ctx.time([&] { cuda::dsa_indexer_logits(lf8, cuda::IndexerVariant::kWgmmaFp8, s); }, 2, reps * 2);
+        }
+        // The f32 indexer's tensor-core kernels (causal; into logits_mma, which the mma runs below overwrite).
+        kernels::DsaIndexerLogitsParams l32{.logits = logits_mma,
+                                            .q = qf.view().reshape({T, kHeads, kDim}),
+                                            .k = kf,
+                                            .weights = w,
+                                            .q_scale = {},
+                                            .k_scale = {},
+                                            .q_pos = pos,
+                                            .scale = lp.scale};
+        const bool f32_wgmma_ok = cuda::dsa_indexer_wgmma_tf32_supported(l32);
+        Timing t_f16x3{}, t_tf32{};
+        if (f32_wgmma_ok) {
+            t_f16x3 = ctx.time([&] { cuda::dsa_indexer_logits(l32, cuda::IndexerVariant::kWgmmaF16x3, s); }, 1, reps);
+            t_tf32 = ctx.time([&] { cuda::dsa_indexer_logits(l32, cuda::IndexerVariant::kWgmmaTf32, s); }, 1, reps);
         }
         t_mma = ctx.time([&] { cuda::dsa_indexer_logits(lm, cuda::IndexerVariant::kMma, s); }, 1, reps);
         if (!big) t_full = ctx.time([&] { cuda::dsa_indexer_logits(lfull, cuda::IndexerVariant::kMma, s); }, 1, reps);
@@ -186,10 +203,11 @@ void run_dsa_bench(BenchContext& ctx) {
         // Bytes: q, k (e4m3) + scales + weights read once, the causal half of the f32 logits written.
         const double bytes =
             static_cast<double>(T) * kHeads * (kDim + 8.0) + T * (kDim + 4.0) + 4.0 * T * (T + 1) / 2.0;
-        auto emit = [&](const char* variant, const Timing& t, double fl, bool causal) {
+        auto emit = [&](const char* variant, const Timing& t, double fl, bool causal,
+                        const char* dtype = "e4m3 q/k, f32 logits") {
             nlohmann::json rec = ctx.base_record("dsa_indexer_logits");
             rec["variant"] = variant;
-            rec["dtype"] = "e4m3 q/k, f32 logits";
+            rec["dtype"] = dtype;
             rec["tokens"] = T;
             rec["heads"] = kHeads;
             rec["head_dim"] = kDim;
@@ -213,6 +231,9 @@ void run_dsa_bench(BenchContext& ctx) {
         if (wgmma_ok) emit("diag_wgmma_mma_only", t_wg_mma, flops, true);
         if (wgmma_ok) emit("diag_wgmma_fp8_accumulate_mma_only", t_f8_mma, flops, true);
         emit("mma", t_mma, flops, true);
+        // (their bytes are counted as the fp8 ones': the f32 q / k are 4x those, still small against the logits)
+        if (f32_wgmma_ok) emit("f32_wgmma_f16x3", t_f16x3, flops, true, "f32 q/k, f32 logits");
+        if (f32_wgmma_ok) emit("f32_wgmma_tf32", t_tf32, flops, true, "f32 q/k, f32 logits");
         if (!big) emit("mma_all_keys", t_full, flops_full, false);
         nlohmann::json rec = ctx.base_record("dsa_topk");
         rec["tokens"] = T;
