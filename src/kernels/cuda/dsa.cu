@@ -301,11 +301,11 @@ __global__ void __launch_bounds__(kTileThreads, 1) dsa_indexer_logits_f32_tiled_
 
 // ---------------------------------------------------------------------------------------------------------------
 // dsa_indexer_logits with f32 q / k on TF32 tensor cores, three products per dot (IndexerVariant::kMmaTf32; kAuto's
-// f32 kernel for calls of many rows, 32 or 64 heads, since session 36: 59.9 vs 40.0 TFLOP/s for the tiled kernel,
-// docs/perf/2026-12-05-s35.md). Each f32 x is split as hi = x with its low 13 mantissa bits cleared (the
-// bits a tf32 operand keeps) and lo = x - hi (exact); q.k ~ lo_q.hi_k + hi_q.lo_k + hi_q.hi_k on
-// mma.sync.m16n8k8 tf32 with f32 accumulation (lo's own low bits dropped by the tensor core: ~2^-22 relative per
-// product). Not bit-equal to the CUDA-core kernels; held to the reference's kF32IndexerLogits tolerance.
+// f32 kernel for calls of many rows, 32 or 64 heads, where the wgmma kernels of dsa_indexer_wgmma_tf32.cu do not
+// apply: 60 vs 40 TFLOP/s for the tiled kernel, docs/perf/2026-12-05-s36.md). Each f32 x is split as hi = x with its
+// low 13 mantissa bits cleared (the bits a tf32 operand keeps) and lo = x - hi (exact); q.k ~ lo_q.hi_k + hi_q.lo_k +
+// hi_q.hi_k on mma.sync.m16n8k8 tf32 with f32 accumulation (lo's own low bits dropped by the tensor core: ~2^-22
+// relative per product). Not bit-equal to the CUDA-core kernels; held to the reference's kF32IndexerLogits tolerance.
 // Block: kT32Rows = 128 / n_heads query rows (N = 128 (row, head) pairs) x all visible keys in tiles of kT32Keys,
 // 8 warps, warp w the tile's keys 16 w .. 16 w + 15 (one m16 tile) against all 16 n8 tiles. Column c of n8 tile j is
 // the pair (row (c / 2) / L, head 2 L j + 2 ((c / 2) % L) + c % 2) with L = 4 / kT32Rows lanes per row, so lane

@@ -938,27 +938,21 @@ TEST_F(DsaOpTest, Perf) {
                                                  .k_scale = {},
                                                  .q_pos = {},
                                                  .scale = 0.088f};
-        const double us = perf_time("dsa_indexer_logits f32 [tiled]", shape, stream(), [&] {
-            cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kF32Tiled, raw_stream());
-        });
-        std::printf("[perf] dsa_indexer_logits f32 [tiled] | %.1f TFLOP/s\n",
-                    2.0 * rows * keys * heads * d / us * 1e-6);
-        const double us_tf32 = perf_time("dsa_indexer_logits f32 [tf32]", shape, stream(), [&] {
-            cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kMmaTf32, raw_stream());
-        });
-        std::printf("[perf] dsa_indexer_logits f32 [tf32] | %.1f TFLOP/s\n",
-                    2.0 * rows * keys * heads * d / us_tf32 * 1e-6);
-        if (cuda::dsa_indexer_wgmma_tf32_supported(pf)) {
-            const double us_wg = perf_time("dsa_indexer_logits f32 [wgmma tf32]", shape, stream(), [&] {
-                cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kWgmmaTf32, raw_stream());
-            });
-            std::printf("[perf] dsa_indexer_logits f32 [wgmma tf32] | %.1f TFLOP/s\n",
-                        2.0 * rows * keys * heads * d / us_wg * 1e-6);
-            const double us_h = perf_time("dsa_indexer_logits f32 [wgmma f16x3]", shape, stream(), [&] {
-                cuda::dsa_indexer_logits(pf, cuda::IndexerVariant::kWgmmaF16x3, raw_stream());
-            });
-            std::printf("[perf] dsa_indexer_logits f32 [wgmma f16x3] | %.1f TFLOP/s\n",
-                        2.0 * rows * keys * heads * d / us_h * 1e-6);
+        // The f32 kernels: the CUDA-core tiled one and the three-product tensor-core ones (wgmma: sm_90 only).
+        const struct {
+            const char* label;
+            cuda::IndexerVariant variant;
+            bool wgmma;
+        } f32_kernels[] = {{"tiled", cuda::IndexerVariant::kF32Tiled, false},
+                           {"tf32", cuda::IndexerVariant::kMmaTf32, false},
+                           {"wgmma tf32", cuda::IndexerVariant::kWgmmaTf32, true},
+                           {"wgmma f16x3", cuda::IndexerVariant::kWgmmaF16x3, true}};
+        for (const auto& f : f32_kernels) {
+            if (f.wgmma && !cuda::dsa_indexer_wgmma_tf32_supported(pf)) continue;
+            const std::string label = std::string("dsa_indexer_logits f32 [") + f.label + "]";
+            const double us_f =
+                perf_time(label, shape, stream(), [&] { cuda::dsa_indexer_logits(pf, f.variant, raw_stream()); });
+            std::printf("[perf] %s | %.1f TFLOP/s\n", label.c_str(), 2.0 * rows * keys * heads * d / us_f * 1e-6);
         }
         const BytePair q8 =
             byte_pair(random_e4m3(rng, rows * heads * d, 8.0f), {rows, heads, d}, false, alloc(), stream());
