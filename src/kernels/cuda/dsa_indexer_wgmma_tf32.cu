@@ -541,7 +541,7 @@ void dsa_indexer_logits_wgmma_tf32(const kernels::DsaIndexerLogitsParams& p, boo
     const int64_t groups = (n_rows + rows_per_cta - 1) / rows_per_cta;
     const int64_t tiles = (n_keys + kKeys - 1) / kKeys;
     // Few rows: split the key tiles so that the grid is at least twice the SMs (one CTA per SM).
-    const int64_t want = 2 * static_cast<int64_t>(current_device_sms());
+    const int64_t want = 2 * static_cast<int64_t>(fp8::device_sms());  // cached per thread and device
     const int64_t splits = std::clamp<int64_t>((want + groups - 1) / groups, 1, std::min<int64_t>(tiles, 65535));
     a.tiles_per_split = static_cast<int>((tiles + splits - 1) / splits);
     const int64_t grid_y = (tiles + a.tiles_per_split - 1) / a.tiles_per_split;
