@@ -115,7 +115,8 @@ struct EngineMetrics {
     std::map<std::string, int64_t> rejected_by_reason;  // queue_full, invalid, too_long, draining
     std::map<std::string, int64_t> aborted_by_reason;   // abort_reason_name
     std::map<std::string, int64_t> aborted_by_phase;    // queued, prefill, decode (RELIABILITY T7)
-    // Disaggregation: rooms by outcome (prefill end: sent, send_failed; decode end: received, receive_failed).
+    // Disaggregation: rooms by outcome (prefill end: sent, send_failed; decode end: received, receive_failed), and at
+    // the decode end record_dropped: aux records that matched no waiting room, or malformed messages.
     std::map<std::string, int64_t> kv_transfers;
     // Decode end: open rooms by state (Bootstrapping, WaitingForInput, Transferring) and lazy claims ("claimed").
     std::map<std::string, int64_t> disagg_rooms;

@@ -194,7 +194,13 @@ void Engine::poll_rooms() {
             (void)receiver_->rooms().bootstrapped(room, now);
         }
     }
-    for (uint64_t room : receiver_->poll(now)) {
+    const std::vector<uint64_t> ended = receiver_->poll(now);
+    {
+        // Aux records for no waiting room (late, stray or hostile) and malformed messages; normally 0.
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        metrics_.kv_transfers["record_dropped"] = receiver_->n_dropped();
+    }
+    for (uint64_t room : ended) {
         const disagg::Room* info = receiver_->rooms().find(room);
         const int64_t id = room_request_.at(room);
         {

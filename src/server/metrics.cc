@@ -72,7 +72,8 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
         line(&out, "penstock_requests_aborted_by_phase_total", "phase=\"" + k + "\"", static_cast<double>(v));
     }
     head(&out, "penstock_kv_transfers_total", "counter",
-         "Disaggregated KV transfers by outcome (prefill: sent, send_failed; decode: received, receive_failed)");
+         "Disaggregated KV transfers by outcome (prefill: sent, send_failed; decode: received, receive_failed, "
+         "record_dropped)");
     for (const auto& [k, v] : m.kv_transfers) {
         line(&out, "penstock_kv_transfers_total", "outcome=\"" + k + "\"", static_cast<double>(v));
     }

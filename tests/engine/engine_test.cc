@@ -662,7 +662,8 @@ TEST(EngineDisagg, RandomAbortsOnBothEndsLeakNothing) {
         const Collected d = collect(*dh[i]);
         const Collected p = collect(*ph[i]);
         if (fate[i] == 0) {
-            EXPECT_EQ(d.ids, want[i]) << "room " << i;
+            EXPECT_EQ(d.ids, want[i]) << "room " << i << ": decode " << d.last.error.to_string() << ", prefill "
+                                      << p.last.error.to_string();
             ++completed;
         } else if (d.last.error.ok() && p.last.error.ok()) {
             EXPECT_EQ(d.ids, want[i]) << "room " << i << ": the abort came after the work was done";
@@ -678,6 +679,7 @@ TEST(EngineDisagg, RandomAbortsOnBothEndsLeakNothing) {
     EXPECT_EQ(prefill->metrics().kv_pages_used, 0);
     EXPECT_EQ(decode->n_live(), 0);
     EXPECT_EQ(prefill->n_live(), 0);
+    EXPECT_EQ(decode->metrics().kv_transfers["record_dropped"], 0) << "every aux record found its room";
 }
 
 TEST(EngineDisagg, MissingPeersFailCleanlyAndFreeEveryPage) {
