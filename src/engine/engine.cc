@@ -213,6 +213,9 @@ Status Engine::validate_request(const GenerateRequest& r) const {
         return invalid_argument("bootstrap_room: this server is not in a disaggregation mode");
     }
     PENSTOCK_RETURN_IF_ERROR(validate(p.sampling));
+    if (p.top_logprobs < 0 || p.top_logprobs > runtime::kMaxTopLogprobs) {
+        return invalid_argument("top_logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) + "]");
+    }
     for (int32_t t : p.stop_token_ids) {
         if (t < 0 || t >= vocab) return invalid_argument("stop_token_ids: " + std::to_string(t) + " is not a token id");
     }
@@ -545,9 +548,12 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
         // The token this row yields is the request's n_generated-th output (a request whose final chunk or decode is
         // in flight is not planned again, so the count is final).
         const Live& l = *live_.at(e.request_id);
-        in.sampling.push_back(c.logits == models::LogitsMode::kLast
-                                  ? seq_sampling(l.params.sampling, l.seed, sched_->find(e.request_id)->n_generated())
-                                  : runtime::SeqSampling{});
+        runtime::SeqSampling sampling;
+        if (c.logits == models::LogitsMode::kLast) {
+            sampling = seq_sampling(l.params.sampling, l.seed, sched_->find(e.request_id)->n_generated());
+            sampling.top_logprobs = l.params.return_logprob ? l.params.top_logprobs : 0;
+        }
+        in.sampling.push_back(sampling);
         in.batch.seqs.push_back(std::move(c));
         entry_of.push_back(&e);
     }
@@ -576,6 +582,7 @@ void Engine::collect_step() {
     in_flight_.pop_front();
     const int64_t vocab = runner_->model().config().vocab_size;
     scheduler::StepResult result{.step_id = step.step_id, .tokens = {}};
+    std::vector<runtime::Sampled> sampled;  // per result token: its log-probability and alternatives
     for (const std::vector<int64_t>& ids : step.parts) {
         Result<runtime::StepOutput> out = executor_->collect();
         PENSTOCK_CHECK(out.ok()) << "collecting step " << step.step_id << " failed: " << out.status().to_string();
@@ -592,10 +599,16 @@ void Engine::collect_step() {
             // A request that ended while its step was in flight (abort, deadline, stop string) drops its token.
             if (sched_->find(ids[i]) == nullptr) continue;
             result.tokens.push_back({.request_id = ids[i], .token_id = out->tokens[i]});
+            sampled.push_back(
+                {.token = out->tokens[i],
+                 .logprob = out->logprobs[i],
+                 .top = i < out->top.size() ? std::move(out->top[i]) : std::vector<runtime::TopLogprob>{}});
         }
     }
     sched_->on_step_done(result);
-    for (const scheduler::SampledToken& t : result.tokens) on_token(t.request_id, t.token_id);
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+        on_token(result.tokens[i].request_id, result.tokens[i].token_id, &sampled[i]);
+    }
     std::lock_guard<std::mutex> lock(metrics_mu_);
     ++metrics_.steps_total;
     if (step.failed) ++metrics_.step_failures_total;
@@ -603,7 +616,7 @@ void Engine::collect_step() {
     metrics_.generation_tokens_total += static_cast<int64_t>(result.tokens.size());
 }
 
-void Engine::on_token(int64_t id, int32_t token) {
+void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled) {
     Live& l = *live_.at(id);
     if (l.stopped_by_string) return;
     const Clock::time_point now = Clock::now();
@@ -615,6 +628,18 @@ void Engine::on_token(int64_t id, int32_t token) {
     }
     RequestOutput out;
     out.token_ids = {token};
+    if (l.params.return_logprob) {
+        const auto entry = [&](int32_t t, std::optional<float> lp) {
+            return TokenLogprob{.token = t,
+                                .logprob = lp,
+                                .text = tokenizer_ != nullptr ? tokenizer_->decode(std::span(&t, 1), false) : ""};
+        };
+        OutputLogprob& o = out.logprobs.emplace_back();
+        o.chosen = entry(token, sampled != nullptr ? std::optional<float>(sampled->logprob) : std::nullopt);
+        if (sampled != nullptr) {
+            for (const runtime::TopLogprob& a : sampled->top) o.top.push_back(entry(a.token, a.logprob));
+        }
+    }
     if (l.detok) {
         l.held += l.detok->step(token);
         const std::vector<std::string>& stops = l.params.stop;

@@ -47,6 +47,10 @@ struct GenerateParams {
     std::vector<std::string> stop;        // stop strings, matched on the detokenized output (needs a tokenizer)
     bool ignore_eos = false;
     bool skip_special_tokens = true;  // for the output text
+    // Each output token's log-probability (RequestOutput::logprobs), and with top_logprobs > 0 (at most
+    // runtime::kMaxTopLogprobs) that many most likely alternatives at its position.
+    bool return_logprob = false;
+    int32_t top_logprobs = 0;
 };
 
 struct GenerateRequest {
@@ -60,10 +64,27 @@ struct GenerateRequest {
     std::optional<uint64_t> bootstrap_room;
 };
 
+// A token and its log-probability under the model's own distribution: log-softmax of the raw logits (temperature 1,
+// no filters), whatever the request's sampling parameters.
+struct TokenLogprob {
+    int32_t token = 0;
+    // Unknown (nullopt) only for a decode end's first token, which the prefill server computed.
+    std::optional<float> logprob;
+    std::string text;  // the token decoded alone, special tokens kept ("" without a tokenizer)
+};
+
+// One output token's log-probability, and the most likely tokens at its position (GenerateParams::top_logprobs of
+// them, by descending log-probability; empty where the log-probability is unknown).
+struct OutputLogprob {
+    TokenLogprob chosen;
+    std::vector<TokenLogprob> top;
+};
+
 // One event of a request: new tokens (and their text), and on the last event the finish information.
 struct RequestOutput {
-    std::vector<int32_t> token_ids;  // tokens sampled since the previous event
-    std::string text;                // their text (complete UTF-8 characters; "" without a tokenizer)
+    std::vector<int32_t> token_ids;       // tokens sampled since the previous event
+    std::string text;                     // their text (complete UTF-8 characters; "" without a tokenizer)
+    std::vector<OutputLogprob> logprobs;  // one per token_ids entry, with GenerateParams::return_logprob
     bool finished = false;
     // "length" | "stop" | "abort" | "timeout" | "rejected" | "error" (finished events only).
     std::string finish_reason;
@@ -235,7 +256,9 @@ private:
     void collect_step();
     void fail_request(int64_t id, const Status& error);
     void count_abort_phase(const scheduler::Request& r);
-    void on_token(int64_t id, int32_t token);
+    // `sampled`: the token's log-probability and alternatives as the step returned them (null: unknown, a decode
+    // end's first token).
+    void on_token(int64_t id, int32_t token, const runtime::Sampled* sampled);
     void publish_finished();
     void shutdown_all();
     // Disaggregation (engine thread). Decode end: registers a prefilled request's room; polls the receiver and hands

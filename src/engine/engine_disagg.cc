@@ -217,7 +217,7 @@ void Engine::poll_rooms() {
                 const int32_t first = info->first_token;
                 const Result<bool> done = sched_->complete_transfer(id, first);
                 PENSTOCK_CHECK(done.ok()) << done.status().to_string();
-                on_token(id, first);
+                on_token(id, first, nullptr);  // its log-probability stayed at the prefill server
             } else {
                 Live& l = *live_.at(id);
                 l.error = Status(StatusCode::kUnavailable, "the KV transfer for bootstrap_room " +

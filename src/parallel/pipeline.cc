@@ -21,6 +21,8 @@ constexpr int kTagTopk = 106;
 constexpr int kTagTokens = 107;
 constexpr int kTagLogprobs = 108;
 constexpr int kTagCounters = 109;
+constexpr int kTagTopIds = 110;
+constexpr int kTagTopLogprobs = 111;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 constexpr int64_t kCounterFields = 5;
 
@@ -38,6 +40,13 @@ TensorView bytes_view(std::vector<uint8_t>* v) {
 int64_t n_sampled(std::span<const runtime::SeqSampling> sampling) {
     int64_t n = 0;
     for (const runtime::SeqSampling& s : sampling) n += s.sample ? 1 : 0;
+    return n;
+}
+
+// Alternatives the last stage returns: the sampled sequences' top_logprobs summed.
+int64_t n_top(std::span<const runtime::SeqSampling> sampling) {
+    int64_t n = 0;
+    for (const runtime::SeqSampling& s : sampling) n += s.sample ? s.top_logprobs : 0;
     return n;
 }
 
@@ -192,6 +201,17 @@ Status PipelineStage::submit(const models::ForwardBatch& batch, std::span<const 
         PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.logprobs, last, kTagLogprobs));
         f.recvs.push_back(std::move(op));
     }
+    if (const int64_t top = n_top(sampling); top > 0) {
+        for (const runtime::SeqSampling& s : sampling) {
+            if (s.sample) f.top_per_token.push_back(s.top_logprobs);
+        }
+        f.top_ids = Tensor::empty({top}, DType::kI32);
+        f.top_logprobs = Tensor::empty({top}, DType::kF32);
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.top_ids, last, kTagTopIds));
+        f.recvs.push_back(std::move(op));
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.top_logprobs, last, kTagTopLogprobs));
+        f.recvs.push_back(std::move(op));
+    }
     if (return_logits) {
         f.logits = Tensor::empty({static_cast<int64_t>(layout.logit_rows.size()), runner_->model().config().vocab_size},
                                  DType::kF32);
@@ -281,6 +301,20 @@ Result<runtime::StepOutput> PipelineStage::collect() {
         }
         out.tokens.push_back(tokens[i]);
         out.logprobs.push_back(logprobs[i]);
+    }
+    if (!f.top_per_token.empty()) {
+        const int32_t* ids = f.top_ids.ptr<const int32_t>();
+        const float* lp = f.top_logprobs.ptr<const float>();
+        for (int32_t n : f.top_per_token) {
+            std::vector<runtime::TopLogprob>& alt = out.top.emplace_back();
+            for (int32_t k = 0; k < n; ++k, ++ids, ++lp) {
+                if (*ids < -1 || *ids >= vocab) {
+                    return data_loss("pipeline: the last stage returned alternative token id " + std::to_string(*ids) +
+                                     " outside the vocabulary");
+                }
+                if (*ids >= 0) alt.push_back({.token = *ids, .logprob = *lp});
+            }
+        }
     }
     const int64_t* c = f.counters.ptr<const int64_t>();
     std::vector<StageStats> remote;
@@ -381,6 +415,27 @@ Status PipelineStage::send_results(const StagePlan& plan, const models::BatchLay
         PENSTOCK_RETURN_IF_ERROR(
             pp_->send(TensorView::contiguous(out.logprobs.data(), DType::kF32, shape), 0, kTagLogprobs));
         bytes += n * 8;
+    }
+    if (const int64_t top = n_top(plan.sampling); top > 0) {
+        // Each sampled sequence's top_logprobs entries in turn; a row with fewer finite logits pads with id -1.
+        std::vector<int32_t> ids;
+        std::vector<float> lps;
+        ids.reserve(static_cast<size_t>(top));
+        lps.reserve(static_cast<size_t>(top));
+        size_t token = 0;
+        for (const runtime::SeqSampling& s : plan.sampling) {
+            if (!s.sample) continue;
+            const std::vector<runtime::TopLogprob>& alt = out.top[token++];
+            for (int32_t k = 0; k < s.top_logprobs; ++k) {
+                const bool have = static_cast<size_t>(k) < alt.size();
+                ids.push_back(have ? alt[static_cast<size_t>(k)].token : -1);
+                lps.push_back(have ? alt[static_cast<size_t>(k)].logprob : 0.0f);
+            }
+        }
+        const int64_t shape[1] = {top};
+        PENSTOCK_RETURN_IF_ERROR(pp_->send(TensorView::contiguous(ids.data(), DType::kI32, shape), 0, kTagTopIds));
+        PENSTOCK_RETURN_IF_ERROR(pp_->send(TensorView::contiguous(lps.data(), DType::kF32, shape), 0, kTagTopLogprobs));
+        bytes += top * 8;
     }
     if (plan.return_logits) {
         PENSTOCK_RETURN_IF_ERROR(pp_->send(out.logits, 0, kTagLogits));

@@ -10,7 +10,7 @@
 //   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank, bit 2: return logits), u32 n_seqs, u32 bank_total,
 //                     u32 bank_inherited, u32 bank_valid, u32 topk_cols, u32 n_free, u32 n_counters, then per
 //                     sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens, u8 logits mode,
-//                     u8 release_after, u8 sample, u8 0, f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
+//                     u8 release_after, u8 sample, u8 top_logprobs (0 unless sampled), f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
 //                     i64 token_index; then all token ids (i32) in sequence order; then n_free request ids (i64) to
 //                     free before the batch; then n_counters x 5 i64 (steps, busy us, stall us, bytes sent, bank bytes
 //                     sent) of stages 1..s, each appended by its stage as it forwards the plan. A plan with no
@@ -26,8 +26,10 @@
 //                     after the bank rows; i32 as it is, never widened).
 // last stage -> stage 0, per step with sequences: i64 [pp - 1, 5] counters of stages 1..pp-1 (kTagCounters; the last
 // stage's after this step, the others' as of this step's plan), i32 [n_sampled] token ids (kTagTokens) and f32
-// [n_sampled] their log-probabilities (kTagLogprobs) when n_sampled > 0, and f32 [n_logit_rows, vocab] (kTagLogits)
-// only with the return-logits flag. Stage 0 knows every size from the plan it sent.
+// [n_sampled] their log-probabilities (kTagLogprobs) when n_sampled > 0, i32 [n_top] then f32 [n_top] the
+// alternatives' ids and log-probabilities (kTagTopIds, kTagTopLogprobs; n_top = the sum of the sampled sequences'
+// top_logprobs, each sequence's in turn, fewer entries padded with id -1) when n_top > 0, and f32 [n_logit_rows,
+// vocab] (kTagLogits) only with the return-logits flag. Stage 0 knows every size from the plan it sent.
 // bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
 //
@@ -57,7 +59,8 @@ namespace penstock::parallel {
 inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
 // 4: per-sequence sampling parameters, last-stage sampling (tokens back instead of logits), stage counters.
 // 5: the DSA top-k on the data link (device to device with NCCL) instead of the control link.
-inline constexpr uint32_t kStageVersion = 5;
+// 6: per-sequence top_logprobs, and the alternatives among the results.
+inline constexpr uint32_t kStageVersion = 6;
 
 // When the stages after stage 0 free a request's pages and non-paged state.
 enum class ReleasePolicy : uint8_t {
@@ -200,6 +203,9 @@ private:
         Tensor counters;  // [pp - 1, 5] i64
         Tensor tokens;    // [n_sampled] i32
         Tensor logprobs;  // [n_sampled] f32
+        Tensor top_ids;   // [n_top] i32 (-1: no alternative), when some sampled sequence asked for alternatives
+        Tensor top_logprobs;                  // [n_top] f32
+        std::vector<int32_t> top_per_token;   // per sampled sequence: its top_logprobs (empty when n_top is 0)
         Tensor logits;    // [n_logit_rows, vocab] f32, with return_logits only
         std::vector<std::unique_ptr<PendingOp>> recvs;
     };

@@ -74,8 +74,10 @@ Result<PrefillOutput> pipeline_prefill_sampled(runtime::ModelRunner* runner, Pip
             }
             row += p.len;
             if (p.last) {
-                result.next[static_cast<size_t>(p.prompt)] = {.token = out.tokens[sampled],
-                                                              .logprob = out.logprobs[sampled]};
+                result.next[static_cast<size_t>(p.prompt)] = {
+                    .token = out.tokens[sampled],
+                    .logprob = out.logprobs[sampled],
+                    .top = sampled < out.top.size() ? out.top[sampled] : std::vector<runtime::TopLogprob>{}};
                 ++sampled;
             }
             auto& a = arrived[static_cast<size_t>(p.prompt)];

@@ -18,19 +18,44 @@ int32_t argmax(std::span<const float> logits) {
     return best < 0 ? 0 : best;
 }
 
-// log-softmax of the raw row at `token` (finite logits only), in double.
-float log_prob(std::span<const float> logits, int32_t token) {
-    const float x = logits[static_cast<size_t>(token)];
-    if (!std::isfinite(x)) return -std::numeric_limits<float>::infinity();
+// log of the raw row's softmax denominator (finite logits only), in double; -inf when none is finite.
+double log_sum_exp(std::span<const float> logits) {
     double top = -std::numeric_limits<double>::infinity();
     for (float v : logits) {
         if (std::isfinite(v)) top = std::max(top, static_cast<double>(v));
     }
+    if (!std::isfinite(top)) return top;
     double sum = 0;
     for (float v : logits) {
         if (std::isfinite(v)) sum += std::exp(static_cast<double>(v) - top);
     }
-    return static_cast<float>(static_cast<double>(x) - top - std::log(sum));
+    return top + std::log(sum);
+}
+
+// log-softmax of the raw row at `token`, given its log_sum_exp.
+float log_prob(std::span<const float> logits, int32_t token, double lse) {
+    const float x = logits[static_cast<size_t>(token)];
+    if (!std::isfinite(x)) return -std::numeric_limits<float>::infinity();
+    return static_cast<float>(static_cast<double>(x) - lse);
+}
+
+// The n most likely finite tokens of the raw row, by descending logit, ties to the lower id.
+std::vector<TopLogprob> top_tokens(std::span<const float> logits, int32_t n, double lse) {
+    std::vector<int32_t> ids;
+    ids.reserve(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (std::isfinite(logits[i])) ids.push_back(static_cast<int32_t>(i));
+    }
+    const size_t keep = std::min(ids.size(), static_cast<size_t>(std::max(n, 0)));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                          const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+                          return la > lb || (la == lb && a < b);
+                      });
+    std::vector<TopLogprob> out;
+    out.reserve(keep);
+    for (size_t k = 0; k < keep; ++k) out.push_back({.token = ids[k], .logprob = log_prob(logits, ids[k], lse)});
+    return out;
 }
 
 struct Candidate {
@@ -124,6 +149,9 @@ Status validate(const SeqSampling& s) {
         return invalid_argument("min_p must be a finite number in [0, 1]");
     }
     if (s.token_index < 0) return invalid_argument("token_index must be >= 0");
+    if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs) {
+        return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+    }
     return ok_status();
 }
 
@@ -146,7 +174,11 @@ Sampled sample_token(std::span<const float> logits, const SeqSampling& s) {
             }
         }
     }
-    return Sampled{.token = token, .logprob = logits.empty() ? 0.0f : log_prob(logits, token)};
+    if (logits.empty()) return Sampled{.token = token, .logprob = 0.0f, .top = {}};
+    const double lse = log_sum_exp(logits);
+    return Sampled{.token = token,
+                   .logprob = log_prob(logits, token, lse),
+                   .top = s.top_logprobs > 0 ? top_tokens(logits, s.top_logprobs, lse) : std::vector<TopLogprob>{}};
 }
 
 void sampling_distribution(std::span<const float> logits, const SeqSampling& s, std::span<double> probs) {
@@ -171,6 +203,8 @@ Result<StepOutput> sample_step(const models::ForwardBatch& batch, std::span<cons
                                 " rows of vocabulary " + std::to_string(vocab));
     }
     StepOutput out;
+    const bool any_top = std::any_of(sampling.begin(), sampling.end(),
+                                     [](const SeqSampling& s) { return s.sample && s.top_logprobs > 0; });
     int64_t row = 0;
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         const models::SeqChunk& c = batch.seqs[i];
@@ -191,9 +225,10 @@ Result<StepOutput> sample_step(const models::ForwardBatch& batch, std::span<cons
         if (n_rows == 0) return invalid_argument("sequence " + std::to_string(i) + " is sampled but has no logit row");
         PENSTOCK_RETURN_IF_ERROR(validate(sampling[i]));
         const std::span<const float> last(logits.ptr<const float>() + (row - 1) * vocab, static_cast<size_t>(vocab));
-        const Sampled s = sample_token(last, sampling[i]);
+        Sampled s = sample_token(last, sampling[i]);
         out.tokens.push_back(s.token);
         out.logprobs.push_back(s.logprob);
+        if (any_top) out.top.push_back(std::move(s.top));
     }
     if (keep_logits) out.logits = std::move(logits);
     return out;

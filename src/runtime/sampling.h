@@ -16,6 +16,9 @@
 
 namespace penstock::runtime {
 
+// The most alternatives a sampled token can come back with (OpenAI's top_logprobs limit).
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 // How one sequence of a step is sampled (carried per sequence in the pipeline's stage plan).
 struct SeqSampling {
     bool sample = false;       // draw one token from this sequence's last logit row (its logits mode must give rows)
@@ -25,6 +28,15 @@ struct SeqSampling {
     float min_p = 0.0f;        // [0, 1]: drop tokens with p < min_p * p_max
     uint64_t seed = 0;         // the request's seed (the RNG key)
     int64_t token_index = 0;   // which output token of the request this is (0 = the first); the RNG counter
+    // [0, kMaxTopLogprobs]: also return this many most likely tokens of the row with their log-probabilities.
+    int32_t top_logprobs = 0;
+};
+
+// One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).
+struct TopLogprob {
+    int32_t token = 0;
+    float logprob = 0.0f;
+    bool operator==(const TopLogprob&) const = default;
 };
 
 struct Sampled {
@@ -32,13 +44,18 @@ struct Sampled {
     // log p(token) under the model's own distribution: log-softmax of the raw logits row (temperature 1, no
     // filters), in double, rounded to f32; -inf when the row has no finite logit.
     float logprob = 0.0f;
+    // SeqSampling::top_logprobs most likely tokens (fewer when the row has fewer finite logits), by descending
+    // logit, ties to the lower id; whatever filters the draw used.
+    std::vector<TopLogprob> top;
 };
 
 // What one step returns to its driver: one token per sampled sequence, in batch order.
 struct StepOutput {
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;  // of each token (Sampled::logprob)
-    Tensor logits;                // [n_logit_rows, vocab] f32 on the host, only when the caller asked for them
+    // Per token its alternatives (Sampled::top); empty when no sequence of the step asked for any.
+    std::vector<std::vector<TopLogprob>> top;
+    Tensor logits;  // [n_logit_rows, vocab] f32 on the host, only when the caller asked for them
 };
 
 // Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32_10): 10 rounds, key bumped between rounds.
@@ -49,12 +66,13 @@ double sampling_uniform(uint64_t seed, int64_t token_index);
 
 bool is_greedy(const SeqSampling& s);
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1, min_p finite
-// in [0, 1], token_index >= 0.
+// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs].
 [[nodiscard]] Status validate(const SeqSampling& s);
 
 // One token from `logits` ([vocab] f32). Non-finite logits are treated as -inf (never drawn unless all are, then id
 // 0). Greedy: argmax. Otherwise: a stable sort of the finite logits, top-k, softmax at the temperature (double),
 // min-p, top-p (smallest prefix with mass >= top_p), renormalise, one draw sampling_uniform(seed, token_index).
+// The logprob and the alternatives are the raw row's whatever the parameters.
 Sampled sample_token(std::span<const float> logits, const SeqSampling& s);
 
 // The distribution sample_token draws from (probabilities over [vocab], zeros for filtered tokens); for tests.

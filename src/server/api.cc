@@ -211,15 +211,46 @@ void refuse_unsupported(Fields* f) {
     bool echo = false;
     f->boolean("echo", &echo);
     if (echo) f->fail("echo", "is not supported");
-    if (const json* lp = f->find("logprobs"); lp != nullptr && !(lp->is_boolean() && !lp->get<bool>())) {
-        f->fail("logprobs", "is not supported");
-    }
     if (f->find("tools") != nullptr) f->fail("tools", "is not supported");
     for (const char* name : {"presence_penalty", "frequency_penalty"}) {
         float v = 0;
         f->number(name, &v);
         if (v != 0) f->fail(name, "only 0 is supported");
     }
+}
+
+// Log-probability fields. SGLang /generate: return_logprob, top_logprobs_num, return_text_in_logprobs, and
+// logprob_start_len only at -1 (no prompt positions). OpenAI completions: logprobs = the number of alternatives
+// (null: none returned). Chat: logprobs true/false, top_logprobs alternatives (needs logprobs true).
+void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* text_in_logprobs) {
+    int64_t top = 0;
+    const int64_t max_top = runtime::kMaxTopLogprobs;
+    switch (kind) {
+        case ApiKind::kGenerate: {
+            f->boolean("return_logprob", &p->return_logprob);
+            f->integer("top_logprobs_num", 0, max_top, &top);
+            f->boolean("return_text_in_logprobs", text_in_logprobs);
+            int64_t start = -1;
+            f->integer("logprob_start_len", -1, std::numeric_limits<int64_t>::max(), &start);
+            if (start != -1 && p->return_logprob) {
+                f->fail("logprob_start_len", "prompt log-probabilities are not supported (only -1)");
+            }
+            if (f->find("token_ids_logprob") != nullptr) f->fail("token_ids_logprob", "is not supported");
+            break;
+        }
+        case ApiKind::kCompletions:
+            if (f->find("logprobs") != nullptr) {
+                f->integer("logprobs", 0, max_top, &top);
+                p->return_logprob = true;
+            }
+            break;
+        case ApiKind::kChat:
+            f->boolean("logprobs", &p->return_logprob);
+            f->integer("top_logprobs", 0, max_top, &top);
+            if (top > 0 && !p->return_logprob) f->fail("top_logprobs", "needs logprobs: true");
+            break;
+    }
+    p->top_logprobs = static_cast<int32_t>(top);
 }
 
 bool encode_text(Fields* f, const ParseContext& ctx, const char* name, const std::string& text, bool special,
@@ -341,6 +372,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         } else {
             encode_text(&f, ctx, "text", text->get<std::string>(), /*special=*/true, &job.request.prompt);
         }
+        parse_logprobs(&f, kind, &p, &job.text_in_logprobs);
         if (const json* sp = f.find("sampling_params")) {
             if (!sp->is_object()) {
                 f.fail("sampling_params", "must be an object");
@@ -372,6 +404,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         }
         if (!f.failed()) parse_sampling(&f, ctx, max_new_limit, &p, /*openai=*/true);
         if (!f.failed()) refuse_unsupported(&f);
+        if (!f.failed()) parse_logprobs(&f, kind, &p, &job.text_in_logprobs);
         if (const json* so = f.find("stream_options"); so != nullptr && so->is_object()) {
             job.include_usage = so->value("include_usage", false);
         }
@@ -391,6 +424,7 @@ ResponseWriter::ResponseWriter(const Job& job, std::string id, int64_t created)
 void ResponseWriter::add(const engine::RequestOutput& ev) {
     ids_.insert(ids_.end(), ev.token_ids.begin(), ev.token_ids.end());
     text_ += ev.text;
+    logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
     last_ = ev;
 }
 
@@ -432,6 +466,82 @@ json usage(const engine::RequestOutput& last, int64_t n_out) {
 
 std::string frame(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
 
+// OpenAI's value for a log-probability the server does not know (a decode end's first token): its documented
+// "very unlikely" sentinel, since clients parse the field as a number.
+constexpr double kUnknownLogprob = -9999.0;
+
+double openai_logprob(const std::optional<float>& lp) { return lp ? static_cast<double>(*lp) : kUnknownLogprob; }
+
+// SGLang: [logprob (null when unknown), token id, text (null unless asked)].
+json sglang_entry(const engine::TokenLogprob& t, bool with_text) {
+    return json::array(
+        {t.logprob ? json(*t.logprob) : json(nullptr), t.token, with_text ? json(t.text) : json(nullptr)});
+}
+
+json bytes_of(const std::string& text) {
+    json b = json::array();
+    for (unsigned char c : text) b.push_back(static_cast<int>(c));
+    return b;
+}
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}.
+json chat_logprobs(std::span<const engine::OutputLogprob> lps) {
+    json content = json::array();
+    for (const engine::OutputLogprob& o : lps) {
+        json top = json::array();
+        for (const engine::TokenLogprob& t : o.top) {
+            top.push_back({{"token", t.text}, {"logprob", openai_logprob(t.logprob)}, {"bytes", bytes_of(t.text)}});
+        }
+        content.push_back({{"token", o.chosen.text},
+                           {"logprob", openai_logprob(o.chosen.logprob)},
+                           {"bytes", bytes_of(o.chosen.text)},
+                           {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// Completions: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}; offsets count bytes of the
+// tokens' own texts from `offset` on.
+json completion_logprobs(std::span<const engine::OutputLogprob> lps, int64_t offset) {
+    json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+    for (const engine::OutputLogprob& o : lps) {
+        tokens.push_back(o.chosen.text);
+        values.push_back(o.chosen.logprob ? json(*o.chosen.logprob) : json(nullptr));
+        json top = json::object();
+        for (const engine::TokenLogprob& t : o.top) {
+            if (!top.contains(t.text)) top[t.text] = openai_logprob(t.logprob);
+        }
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += static_cast<int64_t>(o.chosen.text.size());
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(values)},
+            {"top_logprobs", std::move(tops)},
+            {"text_offset", std::move(offsets)}};
+}
+
+int64_t text_bytes(std::span<const engine::OutputLogprob> lps) {
+    int64_t n = 0;
+    for (const engine::OutputLogprob& o : lps) n += static_cast<int64_t>(o.chosen.text.size());
+    return n;
+}
+
+// meta_info's output_token_logprobs (and output_top_logprobs with top_logprobs_num > 0) for `lps`.
+void add_sglang_logprobs(json* meta, const Job& job, std::span<const engine::OutputLogprob> lps) {
+    const engine::GenerateParams& p = job.request.params;
+    if (!p.return_logprob) return;
+    json chosen = json::array(), top = json::array();
+    for (const engine::OutputLogprob& o : lps) {
+        chosen.push_back(sglang_entry(o.chosen, job.text_in_logprobs));
+        json alt = json::array();
+        for (const engine::TokenLogprob& t : o.top) alt.push_back(sglang_entry(t, job.text_in_logprobs));
+        top.push_back(std::move(alt));
+    }
+    (*meta)["output_token_logprobs"] = std::move(chosen);
+    if (p.top_logprobs > 0) (*meta)["output_top_logprobs"] = std::move(top);
+}
+
 }  // namespace
 
 std::string ResponseWriter::final_body() const {
@@ -440,6 +550,7 @@ std::string ResponseWriter::final_body() const {
     switch (job_.kind) {
         case ApiKind::kGenerate:
             j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
+            add_sglang_logprobs(&j["meta_info"], job_, logprobs_);
             if (job_.return_text) j["text"] = text_;
             break;
         case ApiKind::kCompletions:
@@ -448,7 +559,10 @@ std::string ResponseWriter::final_body() const {
                  {"created", created_},
                  {"model", job_.model},
                  {"choices",
-                  {{{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_openai()}}}},
+                  {{{"index", 0},
+                    {"text", text_},
+                    {"logprobs", logprobs_on() ? completion_logprobs(logprobs_, 0) : json(nullptr)},
+                    {"finish_reason", finish_reason_openai()}}}},
                  {"usage", usage(last_, n_out)}};
             break;
         case ApiKind::kChat:
@@ -459,7 +573,7 @@ std::string ResponseWriter::final_body() const {
                  {"choices",
                   {{{"index", 0},
                     {"message", {{"role", "assistant"}, {"content", text_}}},
-                    {"logprobs", nullptr},
+                    {"logprobs", logprobs_on() ? chat_logprobs(logprobs_) : json(nullptr)},
                     {"finish_reason", finish_reason_openai()}}}},
                  {"usage", usage(last_, n_out)}};
             break;
@@ -473,36 +587,48 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
     const json finish = last_.finished ? json(finish_reason_openai()) : json(nullptr);
     switch (job_.kind) {
         case ApiKind::kGenerate: {
+            // Cumulative, as the output_ids and the text of SGLang's frames.
             json j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
+            add_sglang_logprobs(&j["meta_info"], job_, logprobs_);
             if (job_.return_text) j["text"] = text_;
             out += frame(j);
             break;
         }
         case ApiKind::kCompletions: {
-            json j = {
-                {"id", id_},
-                {"object", "text_completion"},
-                {"created", created_},
-                {"model", job_.model},
-                {"choices", {{{"index", 0}, {"text", ev.text}, {"logprobs", nullptr}, {"finish_reason", finish}}}}};
+            json j = {{"id", id_},
+                      {"object", "text_completion"},
+                      {"created", created_},
+                      {"model", job_.model},
+                      {"choices",
+                       {{{"index", 0},
+                         {"text", ev.text},
+                         {"logprobs", logprobs_on() && !ev.logprobs.empty()
+                                          ? completion_logprobs(ev.logprobs, streamed_text_bytes_)
+                                          : json(nullptr)},
+                         {"finish_reason", finish}}}}};
+            streamed_text_bytes_ += text_bytes(ev.logprobs);
             out += frame(j);
             break;
         }
         case ApiKind::kChat: {
-            const auto chunk = [&](json delta, json fin) {
+            const auto chunk = [&](json delta, json fin, json logprobs) {
                 return json{
                     {"id", id_},
                     {"object", "chat.completion.chunk"},
                     {"created", created_},
                     {"model", job_.model},
-                    {"choices", {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", fin}}}}};
+                    {"choices",
+                     {{{"index", 0}, {"delta", delta}, {"logprobs", std::move(logprobs)}, {"finish_reason", fin}}}}};
             };
             if (!sent_role_) {
-                out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+                out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
                 sent_role_ = true;
             }
-            if (!ev.text.empty() || !ev.token_ids.empty()) out += frame(chunk({{"content", ev.text}}, nullptr));
-            if (ev.finished) out += frame(chunk(json::object(), finish));
+            if (!ev.text.empty() || !ev.token_ids.empty()) {
+                out += frame(chunk({{"content", ev.text}}, nullptr,
+                                   logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr)));
+            }
+            if (ev.finished) out += frame(chunk(json::object(), finish, nullptr));
             break;
         }
     }

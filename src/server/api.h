@@ -32,8 +32,9 @@ struct Job {
     ApiKind kind = ApiKind::kGenerate;
     engine::GenerateRequest request;
     bool stream = false;
-    bool include_usage = false;  // stream_options.include_usage
-    bool return_text = true;     // a tokenizer is loaded
+    bool include_usage = false;     // stream_options.include_usage
+    bool return_text = true;        // a tokenizer is loaded
+    bool text_in_logprobs = false;  // /generate: return_text_in_logprobs (token texts in the logprob entries)
     std::string model;
     // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
     std::string bootstrap_host;
@@ -79,12 +80,15 @@ public:
 
 private:
     std::string finish_reason_openai() const;
+    bool logprobs_on() const { return job_.request.params.return_logprob; }
 
     const Job& job_;
     std::string id_;
     int64_t created_;
     std::vector<int32_t> ids_;
     std::string text_;
+    std::vector<engine::OutputLogprob> logprobs_;  // per output token, with return_logprob
+    int64_t streamed_text_bytes_ = 0;              // completions stream: text_offset of the next token
     engine::RequestOutput last_;
     bool sent_role_ = false;
 };

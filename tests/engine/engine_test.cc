@@ -58,6 +58,7 @@ std::unique_ptr<Engine> make_engine(EngineOptions o, int64_t n_pages = 256, cons
 struct Collected {
     std::vector<int32_t> ids;
     std::string text;
+    std::vector<OutputLogprob> logprobs;
     RequestOutput last;
 };
 Collected collect(RequestHandle& h) {
@@ -67,6 +68,7 @@ Collected collect(RequestHandle& h) {
         for (RequestOutput& ev : h.wait(std::chrono::milliseconds(50))) {
             c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
             c.text += ev.text;
+            c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
             if (ev.finished) {
                 c.last = std::move(ev);
                 return c;
@@ -89,6 +91,70 @@ GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_new, bool ignore
 void wait_idle(const Engine& e) {
     for (int i = 0; i < 2000 && (e.n_live() > 0 || e.metrics().kv_pages_used > 0); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+// return_logprob: each token's log-probability and alternatives are sample_token's on the very row the token was
+// drawn from (the logits observer sees every sampled row), whatever the sampling parameters (token texts: the server
+// tests, which have a tokenizer).
+TEST(EngineLogprobs, EachTokenCarriesItsRowsRawLogSoftmaxAndAlternatives) {
+    std::mutex mu;
+    std::map<int64_t, std::vector<std::vector<float>>> rows;  // request id -> its sampled rows in order
+    EngineOptions o;
+    o.scheduler.chunked_prefill_size = 64;
+    o.logits_observer = [&](int64_t id, std::span<const float> row) {
+        std::lock_guard<std::mutex> lock(mu);
+        rows[id].emplace_back(row.begin(), row.end());
+    };
+    auto eng = make_engine(std::move(o));
+    std::vector<GenerateRequest> reqs;
+    for (int i = 0; i < 3; ++i) {
+        GenerateRequest r = greedy(seeded_prompt(20 + 61 * i, 700 + i), 5);
+        r.params.return_logprob = i != 1;
+        r.params.top_logprobs = i == 2 ? 0 : 6;
+        if (i == 2) {
+            r.params.sampling.temperature = 1.3f;
+            r.params.sampling.top_k = 4;
+            r.params.sampling.seed = 11;
+        }
+        reqs.push_back(r);
+    }
+    GenerateRequest bad = reqs[0];
+    bad.params.top_logprobs = runtime::kMaxTopLogprobs + 1;
+    EXPECT_EQ(eng->submit(bad).status().code(), StatusCode::kInvalidArgument);
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (const GenerateRequest& r : reqs) hs.push_back(*eng->submit(r));
+    eng->start();
+    for (size_t i = 0; i < hs.size(); ++i) {
+        const Collected c = collect(*hs[i]);
+        ASSERT_EQ(c.ids.size(), 5u);
+        if (!reqs[i].params.return_logprob) {
+            EXPECT_TRUE(c.logprobs.empty());
+            continue;
+        }
+        ASSERT_EQ(c.logprobs.size(), 5u);
+        std::lock_guard<std::mutex> lock(mu);
+        const std::vector<std::vector<float>>& r = rows[hs[i]->id()];
+        ASSERT_EQ(r.size(), 5u);
+        for (size_t t = 0; t < 5; ++t) {
+            runtime::SeqSampling s = seq_sampling(reqs[i].params.sampling, 0, 0);
+            s.top_logprobs = reqs[i].params.top_logprobs;
+            const runtime::Sampled want = runtime::sample_token(r[t], s);
+            const OutputLogprob& got = c.logprobs[t];
+            EXPECT_EQ(got.chosen.token, c.ids[t]);
+            ASSERT_TRUE(got.chosen.logprob.has_value());
+            double lse = 0, top = -INFINITY;
+            for (float v : r[t]) top = std::max(top, static_cast<double>(v));
+            for (float v : r[t]) lse += std::exp(static_cast<double>(v) - top);
+            lse = top + std::log(lse);
+            EXPECT_NEAR(*got.chosen.logprob, r[t][static_cast<size_t>(c.ids[t])] - lse, 1e-5) << "token " << t;
+            ASSERT_EQ(got.top.size(), want.top.size());
+            for (size_t k = 0; k < got.top.size(); ++k) {
+                EXPECT_EQ(got.top[k].token, want.top[k].token);
+                EXPECT_EQ(got.top[k].logprob, want.top[k].logprob);
+            }
+            EXPECT_TRUE(got.chosen.text.empty()) << "no tokenizer: no token texts";
+        }
     }
 }
 

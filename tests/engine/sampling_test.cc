@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -117,6 +118,38 @@ TEST(Sampler, LogprobIsTheRawLogSoftmax) {
     }
 }
 
+// The alternatives: the most likely finite tokens of the raw row by descending logit, ties to the lower id, with
+// the raw log-softmax, whatever the draw's filters; fewer when fewer are finite.
+TEST(Sampler, TopLogprobsAreTheRawRowsMostLikelyTokens) {
+    const std::vector<float> l = {1.0f, 3.0f, NAN, 3.0f, -2.0f, INFINITY, 0.5f};
+    double z = 0;
+    for (float v : l) z += std::isfinite(v) ? std::exp(static_cast<double>(v)) : 0.0;
+    for (float temperature : {0.0f, 0.8f, 3.0f}) {
+        SeqSampling o = params(temperature, 0.5f, 2);
+        o.top_logprobs = 3;
+        const Sampled s = sample_token(l, o);
+        ASSERT_EQ(s.top.size(), 3u);
+        EXPECT_EQ(s.top[0].token, 1);  // 3.0 at ids 1 and 3: the lower id first
+        EXPECT_EQ(s.top[1].token, 3);
+        EXPECT_EQ(s.top[2].token, 0);
+        for (const TopLogprob& t : s.top) {
+            EXPECT_NEAR(t.logprob, l[static_cast<size_t>(t.token)] - std::log(z), 1e-6);
+        }
+        const auto it =
+            std::find_if(s.top.begin(), s.top.end(), [&](const TopLogprob& t) { return t.token == s.token; });
+        ASSERT_NE(it, s.top.end()) << "top_k 2 / top_p 0.5 draw from the top two";
+        EXPECT_EQ(it->logprob, s.logprob);
+    }
+    SeqSampling many = params(0);
+    many.top_logprobs = kMaxTopLogprobs;
+    EXPECT_EQ(sample_token(l, many).top.size(), 5u) << "five finite logits";
+    EXPECT_TRUE(sample_token(l, params(0)).top.empty());
+    many.top_logprobs = kMaxTopLogprobs + 1;
+    EXPECT_FALSE(validate(many).ok());
+    many.top_logprobs = -1;
+    EXPECT_FALSE(validate(many).ok());
+}
+
 models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
     models::SeqChunk c;
     c.request_id = id;
@@ -157,6 +190,16 @@ TEST(Sampler, SampleStepUsesEachSequencesLastRowAndIgnoresBatching) {
     EXPECT_EQ(out->tokens[1], sample_token(row(4), s[2]).token);  // kAll of seq 2: rows 1..4, the last is 4
     EXPECT_EQ(out->tokens[2], sample_token(row(5), s[3]).token);
     EXPECT_EQ(out->logprobs[1], sample_token(row(4), s[2]).logprob);
+    EXPECT_TRUE(out->top.empty()) << "no sequence asked for alternatives";
+    std::vector<SeqSampling> with_top = s;
+    with_top[2].top_logprobs = 4;
+    auto top = sample_step(batch, with_top, logits, vocab, /*keep_logits=*/false);
+    ASSERT_TRUE(top.ok());
+    ASSERT_EQ(top->top.size(), 3u);  // one entry per sampled token
+    EXPECT_TRUE(top->top[0].empty());
+    EXPECT_EQ(top->top[1], sample_token(row(4), with_top[2]).top);
+    EXPECT_EQ(top->top[1].size(), 4u);
+    EXPECT_TRUE(top->top[2].empty());
     // The same sequence alone in a step of its own.
     models::ForwardBatch alone;
     alone.seqs = {batch.seqs[3]};

@@ -136,7 +136,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
                                                      .top_k = 5 * s - 1,
                                                      .min_p = 0.01f,
                                                      .seed = 0xfeedface00000000ull + s,
-                                                     .token_index = 3 * s});
+                                                     .token_index = 3 * s,
+                                                     .top_logprobs = s == 0 ? 0 : 9 * s + 1});
     }
     plan.free_ids = {7, 9};
     plan.return_logits = true;
@@ -162,20 +163,28 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         EXPECT_EQ(a.min_p, b.min_p);
         EXPECT_EQ(a.seed, b.seed);
         EXPECT_EQ(a.token_index, b.token_index);
+        EXPECT_EQ(a.top_logprobs, b.top_logprobs);
     }
     ASSERT_EQ(back->counters.size(), 1u);
     EXPECT_EQ(back->counters[0].steps, 4);
     EXPECT_EQ(back->counters[0].busy_ms, 1.5);
     EXPECT_EQ(back->counters[0].bank_bytes_sent, 7);
     // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
-    for (int variant = 0; variant < 3; ++variant) {
+    // Alternatives beyond kMaxTopLogprobs are refused; an unsampled sequence carries none (the encoder writes 0).
+    for (int variant = 0; variant < 4; ++variant) {
         StagePlan bad = plan;
         if (variant == 0) bad.batch.seqs[1].logits = models::LogitsMode::kNone;
         if (variant == 1) bad.sampling[1].temperature = -1;
         if (variant == 2) bad.sampling[2].top_p = 0;
+        if (variant == 3) bad.sampling[2].top_logprobs = runtime::kMaxTopLogprobs + 1;
         auto r = decode_plan(encode_plan(bad));
         EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "variant " << variant;
     }
+    StagePlan unsampled = plan;
+    unsampled.sampling[0].top_logprobs = 5;
+    auto quiet = decode_plan(encode_plan(unsampled));
+    ASSERT_TRUE(quiet.ok());
+    EXPECT_EQ(quiet->sampling[0].top_logprobs, 0);
     // Every truncation and seeded random corruption is either decoded consistently or a DataLoss, never a crash.
     for (size_t n = 0; n < bytes.size(); ++n) {
         auto r = decode_plan(std::span<const uint8_t>(bytes.data(), n));

@@ -1,5 +1,5 @@
 """The `openai` Python SDK (a real client, not written here) against `penstock serve` on the embedded model:
-completions, chat, streaming, errors. Skips with a clear message when the package is not installed."""
+completions, chat, streaming, log-probabilities, errors. Skips with a clear message when the package is not installed."""
 import os
 import sys
 import unittest
@@ -56,6 +56,29 @@ class OpenAISdk(unittest.TestCase):
             model="tiny-deepseek-v3", prompt="a b c", max_tokens=5, stream=True, temperature=0))
         full = self.client.completions.create(model="tiny-deepseek-v3", prompt="a b c", max_tokens=5, temperature=0)
         self.assertEqual(text, full.choices[0].text)
+
+    def test_logprobs(self):
+        """The SDK's typed logprob objects parse the server's: chat content entries and completions' lists."""
+        r = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=4, temperature=0, logprobs=True,
+                                                top_logprobs=2, messages=[{"role": "user", "content": "hi"}])
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        for e in content:
+            self.assertIsInstance(e.logprob, float)
+            self.assertEqual(e.bytes, list(e.token.encode()))
+            self.assertEqual(len(e.top_logprobs), 2)
+            self.assertEqual(e.top_logprobs[0].logprob, e.logprob)  # greedy: the chosen token is the top one
+        c = self.client.completions.create(model="tiny-deepseek-v3", prompt="Hello", max_tokens=3, temperature=0,
+                                           logprobs=1)
+        lp = c.choices[0].logprobs
+        self.assertEqual(len(lp.token_logprobs), c.usage.completion_tokens)
+        self.assertEqual(len(lp.top_logprobs), len(lp.tokens))
+        stream = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=4, temperature=0,
+                                                     logprobs=True, stream=True,
+                                                     messages=[{"role": "user", "content": "hi"}])
+        streamed = [e for ch in stream if ch.choices and ch.choices[0].logprobs
+                    for e in ch.choices[0].logprobs.content]
+        self.assertEqual([e.logprob for e in streamed], [e.logprob for e in content])
 
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError):

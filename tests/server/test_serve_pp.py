@@ -56,14 +56,23 @@ def prompts(vocab):
 GREEDY = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
 
 
-def generate_all(srv, batch, params=lambda k: GREEDY):
+def generate_all(srv, batch, params=lambda k: GREEDY, logprobs=False):
     """Sends every prompt at once (one thread each) with sampling_params params(k); returns the output_ids in prompt
-    order."""
+    order (with `logprobs`: (output_ids, output_token_logprobs, output_top_logprobs) with k % 4 alternatives)."""
     out = [None] * len(batch)
 
     def run(k):
-        st, _, body = srv.post("/generate", {"input_ids": batch[k], "sampling_params": params(k)}, timeout=120)
-        out[k] = body["output_ids"] if st == 200 else (st, body)
+        req = {"input_ids": batch[k], "sampling_params": params(k)}
+        if logprobs:
+            req.update(return_logprob=True, top_logprobs_num=k % 4)
+        st, _, body = srv.post("/generate", req, timeout=120)
+        if st != 200:
+            out[k] = (st, body)
+        elif logprobs:
+            meta = body["meta_info"]
+            out[k] = (body["output_ids"], meta["output_token_logprobs"], meta.get("output_top_logprobs"))
+        else:
+            out[k] = body["output_ids"]
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(len(batch))]
     for t in threads:
@@ -71,6 +80,18 @@ def generate_all(srv, batch, params=lambda k: GREEDY):
     for t in threads:
         t.join(180)
     return out
+
+
+def assert_same_logprobs(test, got, want, what):
+    """generate_all(..., logprobs=True) results: equal ids and alternatives, log-probabilities within 1e-4."""
+    test.assertEqual(len(got), len(want), what)
+    for k, (g, w) in enumerate(zip(got, want)):
+        test.assertIsInstance(g, tuple, (what, k, g))
+        test.assertEqual(g[0], w[0], (what, k))
+        entries = lambda r: r[1] + [a for alt in (r[2] or []) for a in alt]  # noqa: E731
+        test.assertEqual([e[1] for e in entries(g)], [e[1] for e in entries(w)], (what, k))
+        for a, b in zip(entries(g), entries(w)):
+            test.assertAlmostEqual(a[0], b[0], delta=1e-4, msg=(what, k))
 
 
 COMPLETION = {"prompt": "Hello world", "max_tokens": 6, "temperature": 0}
@@ -114,6 +135,7 @@ def check_clean_stop(test, output, n_stages, lanes=1):
 
 
 class PipelineServe(unittest.TestCase):
+    maxDiff = None
     def check_info(self, srv, pp, partition, layers, tp=1, ep=1, cp=1):
         st, _, body = srv.request("GET", "/get_server_info")
         self.assertEqual(st, 200)
@@ -328,11 +350,14 @@ class PipelineServe(unittest.TestCase):
             vocab = json.loads(single.request("GET", "/get_server_info")[2])["vocab_size"]
             batch = prompts(vocab) + [[(i * 53 + 3) % vocab for i in range(n)] for n in (12, 90)]
             ref = generate_all(single, batch, seeded)
+            ref_lp = generate_all(single, batch, seeded, logprobs=True)
             greedy = generate_all(single, batch, lambda k: {**GREEDY, "max_new_tokens": 8})
             self.assertEqual(generate_all(single, batch, seeded), ref)  # reproducible on the same server
         finally:
             self.assertEqual(single.stop(), 0)
         self.assertTrue(all(isinstance(x, list) and len(x) == 8 for x in ref), ref)
+        self.assertEqual([x[0] for x in ref_lp], ref)
+        self.assertTrue(all(len(x[1]) == 8 and (x[2] is None) == (k % 4 == 0) for k, x in enumerate(ref_lp)), ref_lp)
         differs = sum(ref[k] != greedy[k] for k in range(len(batch)) if k % 3)
         self.assertGreater(differs, 0, "the seeded requests sampled the greedy tokens: the test would prove nothing")
         for pp, partition in ((2, None), (3, "2,1,1"), (4, None)):
@@ -340,6 +365,9 @@ class PipelineServe(unittest.TestCase):
             srv = Server("--model", BUNDLED, *CHUNKING, "--pp", str(pp), *extra, threads=1, launcher=mpirun(pp))
             try:
                 self.assertEqual(generate_all(srv, batch, seeded), ref, f"pp {pp}")
+                # The last stage's log-probabilities and alternatives (plan v6) reach stage 0: the same tokens, values
+                # within float noise (batches form differently across runs, so the GEMM rows differ).
+                assert_same_logprobs(self, generate_all(srv, batch, seeded, logprobs=True), ref_lp, f"pp {pp}")
                 os.kill(srv.pid, signal.SIGTERM)
                 check_clean_stop(self, exited_output(self, srv), pp)
             finally:

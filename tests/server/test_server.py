@@ -3,6 +3,7 @@
 Run: PENSTOCK_BINARY=build/penstock python3 tests/server/test_server.py  (ctest does this). Each test prints its
 figures (cases tried, time to error, leaked pages)."""
 import json
+import math
 import os
 import random
 import signal
@@ -112,6 +113,88 @@ class Shared(unittest.TestCase):
         self.assertTrue(done)
         self.assertIsNotNone(frames[-1]["choices"][0]["finish_reason"])
 
+    def test_logprobs(self):
+        """Each output token's log-probability under the model's raw distribution, and its most likely alternatives:
+        SGLang's return_logprob / top_logprobs_num, OpenAI's completions logprobs=N and chat logprobs/top_logprobs,
+        whole and streamed."""
+        ids = list(range(30, 52))
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "ignore_eos": True, "temperature": 0},
+                "return_logprob": True, "top_logprobs_num": 4, "return_text_in_logprobs": True}
+        st, _, out = self.srv.post("/generate", body)
+        self.assertEqual(st, 200, out)
+        meta = out["meta_info"]
+        chosen, top = meta["output_token_logprobs"], meta["output_top_logprobs"]
+        self.assertEqual([c[1] for c in chosen], out["output_ids"])
+        self.assertEqual(len(top), 5)
+        for c, alt in zip(chosen, top):
+            self.assertEqual(len(alt), 4)
+            self.assertEqual(alt[0][:2], c[:2], "greedy: the chosen token is the most likely one")
+            values = [a[0] for a in alt]
+            self.assertEqual(values, sorted(values, reverse=True))
+            self.assertTrue(all(v <= 0 for v in values))
+            self.assertLessEqual(sum(math.exp(v) for v in values), 1.0 + 1e-5)
+            self.assertEqual(len({a[1] for a in alt}), 4)
+            self.assertIsInstance(c[2], str)
+        # The raw distribution: sampling parameters change the draw, never the reported log-probabilities.
+        hot = dict(body, sampling_params={"max_new_tokens": 1, "temperature": 1.7, "top_k": 3, "seed": 5})
+        st, _, out2 = self.srv.post("/generate", hot)
+        self.assertEqual(st, 200, out2)
+        self.assertEqual(out2["meta_info"]["output_top_logprobs"][0], top[0])
+        # Without the flag nothing is added; without top_logprobs_num no alternatives.
+        st, _, plain = self.srv.post("/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}})
+        self.assertNotIn("output_token_logprobs", plain["meta_info"])
+        st, _, only = self.srv.post("/generate", dict(body, top_logprobs_num=0, return_text_in_logprobs=False))
+        self.assertNotIn("output_top_logprobs", only["meta_info"])
+        self.assertEqual([c[:2] for c in only["meta_info"]["output_token_logprobs"]], [c[:2] for c in chosen])
+        self.assertIsNone(only["meta_info"]["output_token_logprobs"][0][2])
+        # Streamed: the last frame carries every token's entries, as the whole response.
+        st, frames, done = self.srv.sse("/generate", dict(body, stream=True))
+        self.assertTrue(done)
+        self.assertEqual(frames[-1]["meta_info"]["output_token_logprobs"], chosen)
+        self.assertEqual(frames[-1]["meta_info"]["output_top_logprobs"], top)
+
+        # OpenAI completions: logprobs=N alternatives per token, text offsets over the tokens' texts.
+        comp = {"prompt": ids, "max_tokens": 5, "temperature": 0, "ignore_eos": True, "logprobs": 2}
+        st, _, c = self.srv.post("/v1/completions", comp)
+        self.assertEqual(st, 200, c)
+        lp = c["choices"][0]["logprobs"]
+        self.assertEqual(len(lp["tokens"]), 5)
+        self.assertEqual(lp["token_logprobs"], [x[0] for x in chosen])
+        self.assertEqual(lp["tokens"], [x[2] for x in chosen])
+        for k in range(4):
+            self.assertEqual(lp["text_offset"][k + 1] - lp["text_offset"][k], len(lp["tokens"][k].encode()))
+        for k, alt in enumerate(lp["top_logprobs"]):
+            self.assertEqual(alt, {a[2]: a[0] for a in top[k][:2]})
+        st, frames, done = self.srv.sse("/v1/completions", dict(comp, stream=True))
+        self.assertTrue(done)
+        streamed = [f["choices"][0]["logprobs"] for f in frames if f["choices"][0]["logprobs"]]
+        self.assertEqual(sum((x["token_logprobs"] for x in streamed), []), lp["token_logprobs"])
+        self.assertEqual(sum((x["text_offset"] for x in streamed), []), lp["text_offset"])
+        st, _, c0 = self.srv.post("/v1/completions", dict(comp, logprobs=0))
+        self.assertEqual(c0["choices"][0]["logprobs"]["top_logprobs"], [{}] * 5)
+        st, _, none = self.srv.post("/v1/completions", dict(comp, logprobs=None))
+        self.assertIsNone(none["choices"][0]["logprobs"])
+
+        # OpenAI chat: logprobs.content entries with UTF-8 bytes and top_logprobs alternatives.
+        chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "temperature": 0,
+                "ignore_eos": True, "logprobs": True, "top_logprobs": 3}
+        st, _, ch = self.srv.post("/v1/chat/completions", chat)
+        self.assertEqual(st, 200, ch)
+        content = ch["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), ch["usage"]["completion_tokens"])
+        for e in content:
+            self.assertEqual(e["bytes"], list(e["token"].encode()))
+            self.assertEqual(len(e["top_logprobs"]), 3)
+            self.assertEqual((e["top_logprobs"][0]["token"], e["top_logprobs"][0]["logprob"]),
+                             (e["token"], e["logprob"]))
+        st, frames, done = self.srv.sse("/v1/chat/completions", dict(chat, stream=True))
+        self.assertTrue(done)
+        self.assertEqual(sum((f["choices"][0]["logprobs"]["content"] for f in frames if f["choices"]
+                              and f["choices"][0]["logprobs"]), []), content)
+        st, _, off = self.srv.post("/v1/chat/completions", dict(chat, logprobs=False, top_logprobs=0))
+        self.assertIsNone(off["choices"][0]["logprobs"])
+        report("logprobs", generate_tokens=len(chosen), top=4, completions_tokens=5, chat_tokens=len(content))
+
     def test_parameter_bounds_T2(self):
         bad = [
             {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
@@ -147,12 +230,21 @@ class Shared(unittest.TestCase):
             worst = max(worst, time.time() - t0)
             self.assertEqual(st, 400, (body if len(json.dumps(body)) < 200 else "big", out))
             self.assertIn("message", out["error"])
-        for body in [{"prompt": "x", "n": 3}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 5},
+        for body in [{"prompt": "x", "n": 3}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
+                     {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": True},
                      {"prompt": "x", "echo": True}, {"prompt": "x", "temperature": "hot"},
                      {"prompt": "x", "presence_penalty": 1.0}, {"prompt": 3}]:
             st, _, out = self.srv.post("/v1/completions", body)
             self.assertEqual(st, 400, (body, out))
+        for body in [{"input_ids": [1], "return_logprob": True, "logprob_start_len": 0},
+                     {"input_ids": [1], "return_logprob": True, "top_logprobs_num": 21},
+                     {"input_ids": [1], "return_logprob": "yes"}]:
+            st, _, out = self.srv.post("/generate", body)
+            self.assertEqual(st, 400, (body, out))
+        hi = [{"role": "user", "content": "x"}]
         for body in [{"messages": []}, {"messages": [{"content": "x"}]}, {"messages": "hi"},
+                     {"messages": hi, "top_logprobs": 2}, {"messages": hi, "logprobs": True, "top_logprobs": 21},
+                     {"messages": hi, "logprobs": 1},
                      {"messages": [{"role": "user", "content": "x"}] * 1000}]:
             st, _, out = self.srv.post("/v1/chat/completions", body)
             self.assertEqual(st, 400, out)
