@@ -216,6 +216,13 @@ Status Engine::validate_request(const GenerateRequest& r) const {
     if (p.top_logprobs < 0 || p.top_logprobs > runtime::kMaxTopLogprobs) {
         return invalid_argument("top_logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) + "]");
     }
+    if (p.logprob_start_len < -1 || p.logprob_start_len >= static_cast<int64_t>(r.prompt.size())) {
+        return invalid_argument("logprob_start_len must be -1 (none) or a prompt position below " +
+                                std::to_string(r.prompt.size()));
+    }
+    if (p.logprob_start_len >= 0 && r.bootstrap_room && options_.disagg.mode == DisaggOptions::Mode::kDecode) {
+        return invalid_argument("logprob_start_len: the prefill server computes the prompt, not the decode server");
+    }
     for (int32_t t : p.stop_token_ids) {
         if (t < 0 || t >= vocab) return invalid_argument("stop_token_ids: " + std::to_string(t) + " is not a token id");
     }
@@ -319,6 +326,13 @@ bool Engine::absorb_inbox() {
         l->rid = p.request.rid;
         l->arrival = p.arrival;
         l->prompt_len = static_cast<int64_t>(p.request.prompt.size());
+        if (const int64_t start = l->params.logprob_start_len; start >= 0) {
+            // Every entry starts as its prompt token with no value; position 0 keeps it (nothing predicts it).
+            for (int64_t pos = start; pos < l->prompt_len; ++pos) {
+                l->prompt_lp.push_back(
+                    {.chosen = token_logprob(p.request.prompt[static_cast<size_t>(pos)], std::nullopt), .top = {}});
+            }
+        }
         scheduler::NewRequest nr{
             .id = p.id,
             .prompt = std::move(p.request.prompt),
@@ -503,6 +517,7 @@ struct Engine::InFlightStep {
     // Executor submissions holding the step's sequences, in submission order: the request id of each sampled
     // sequence (= each logit row: engine steps sample every kLast row).
     std::vector<std::vector<int64_t>> parts;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> scored;  // per part: prompt-scored sequences
 };
 
 Status Engine::submit_part(const StepInput& in, const scheduler::BatchPlan& plan, InFlightStep* step) {
@@ -518,10 +533,15 @@ Status Engine::submit_part(const StepInput& in, const scheduler::BatchPlan& plan
         << "step " << plan.step_id << " failed on a multi-rank executor, which cannot recover: " << st.to_string();
     if (!st.ok()) return st;
     std::vector<int64_t> sampled;
+    std::vector<std::pair<int64_t, int64_t>> scored;  // (request, the position its chunk's first row scores)
     for (size_t i = 0; i < in.batch.seqs.size(); ++i) {
         if (in.sampling[i].sample) sampled.push_back(in.batch.seqs[i].request_id);
+        if (in.sampling[i].prompt_logprobs) {
+            scored.emplace_back(in.batch.seqs[i].request_id, in.batch.seqs[i].prefix_len + 1);
+        }
     }
     step->parts.push_back(std::move(sampled));
+    step->scored.push_back(std::move(scored));
     return ok_status();
 }
 
@@ -529,7 +549,7 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
     StepInput in;
     in.return_logits = static_cast<bool>(options_.logits_observer);
     std::vector<const scheduler::PlanEntry*> entry_of;  // plan entry of each batch sequence
-    InFlightStep step{.step_id = plan.step_id, .admitted_tokens = 0, .failed = false, .parts = {}};
+    InFlightStep step{.step_id = plan.step_id, .admitted_tokens = 0, .failed = false, .parts = {}, .scored = {}};
     for (const scheduler::PlanEntry& e : plan.entries) {
         if (e.admitted) {
             step.admitted_tokens += e.prompt_len;
@@ -552,6 +572,18 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
         if (c.logits == models::LogitsMode::kLast) {
             sampling = seq_sampling(l.params.sampling, l.seed, sched_->find(e.request_id)->n_generated());
             sampling.top_logprobs = l.params.return_logprob ? l.params.top_logprobs : 0;
+        }
+        // Prompt log-probabilities: a prompt chunk whose rows score a position from logprob_start_len on computes a
+        // row per token; row j scores position prefix_len + j + 1.
+        const int64_t n = static_cast<int64_t>(c.token_ids.size());
+        const int64_t last_scored = std::min(c.prefix_len + n, c.prompt_len - 1);
+        if (l.params.logprob_start_len >= 0 && c.prefix_len < c.prompt_len &&
+            last_scored >= std::max<int64_t>(l.params.logprob_start_len, 1) && last_scored > c.prefix_len) {
+            c.logits = models::LogitsMode::kAll;
+            sampling.prompt_logprobs = true;
+            sampling.top_logprobs = l.params.top_logprobs;
+            const std::span<const int32_t> prompt = sched_->find(e.request_id)->prompt();
+            sampling.next_token = c.prefix_len + n < c.prompt_len ? prompt[static_cast<size_t>(c.prefix_len + n)] : -1;
         }
         in.sampling.push_back(sampling);
         in.batch.seqs.push_back(std::move(c));
@@ -583,17 +615,25 @@ void Engine::collect_step() {
     const int64_t vocab = runner_->model().config().vocab_size;
     scheduler::StepResult result{.step_id = step.step_id, .tokens = {}};
     std::vector<runtime::Sampled> sampled;  // per result token: its log-probability and alternatives
-    for (const std::vector<int64_t>& ids : step.parts) {
+    for (size_t part = 0; part < step.parts.size(); ++part) {
+        const std::vector<int64_t>& ids = step.parts[part];
         Result<runtime::StepOutput> out = executor_->collect();
         PENSTOCK_CHECK(out.ok()) << "collecting step " << step.step_id << " failed: " << out.status().to_string();
         PENSTOCK_CHECK_EQ(out->tokens.size(), ids.size()) << "step " << step.step_id;
-        if (options_.logits_observer && out->logits.defined()) {
+        if (options_.logits_observer && out->logits.defined() && out->prompt.empty()) {  // sampled rows only
             PENSTOCK_CHECK_EQ(out->logits.size(0), static_cast<int64_t>(ids.size()));
             for (size_t i = 0; i < ids.size(); ++i) {
                 options_.logits_observer(
                     ids[i], std::span<const float>(out->logits.ptr<const float>() + static_cast<int64_t>(i) * vocab,
                                                    static_cast<size_t>(vocab)));
             }
+        }
+        PENSTOCK_CHECK_EQ(out->prompt.size(), step.scored[part].size()) << "step " << step.step_id;
+        for (size_t q = 0; q < out->prompt.size(); ++q) {
+            const auto [id, first] = step.scored[part][q];
+            auto it = live_.find(id);
+            if (it == live_.end() || sched_->find(id) == nullptr) continue;
+            store_prompt_logprobs(*it->second, first, out->prompt[q]);
         }
         for (size_t i = 0; i < ids.size(); ++i) {
             // A request that ended while its step was in flight (abort, deadline, stop string) drops its token.
@@ -616,6 +656,24 @@ void Engine::collect_step() {
     metrics_.generation_tokens_total += static_cast<int64_t>(result.tokens.size());
 }
 
+TokenLogprob Engine::token_logprob(int32_t token, std::optional<float> logprob) const {
+    return TokenLogprob{.token = token,
+                        .logprob = logprob,
+                        .text = tokenizer_ != nullptr ? tokenizer_->decode(std::span(&token, 1), false) : ""};
+}
+
+void Engine::store_prompt_logprobs(Live& l, int64_t first, const std::vector<runtime::Sampled>& scored) {
+    const int64_t start = l.params.logprob_start_len;
+    for (size_t j = 0; j < scored.size(); ++j) {
+        const int64_t pos = first + static_cast<int64_t>(j);
+        if (pos < start || pos >= l.prompt_len) continue;
+        OutputLogprob& o = l.prompt_lp[static_cast<size_t>(pos - start)];
+        o.chosen = token_logprob(scored[j].token, scored[j].logprob);
+        o.top.clear();
+        for (const runtime::TopLogprob& a : scored[j].top) o.top.push_back(token_logprob(a.token, a.logprob));
+    }
+}
+
 void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled) {
     Live& l = *live_.at(id);
     if (l.stopped_by_string) return;
@@ -629,16 +687,15 @@ void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled
     RequestOutput out;
     out.token_ids = {token};
     if (l.params.return_logprob) {
-        const auto entry = [&](int32_t t, std::optional<float> lp) {
-            return TokenLogprob{.token = t,
-                                .logprob = lp,
-                                .text = tokenizer_ != nullptr ? tokenizer_->decode(std::span(&t, 1), false) : ""};
-        };
         OutputLogprob& o = out.logprobs.emplace_back();
-        o.chosen = entry(token, sampled != nullptr ? std::optional<float>(sampled->logprob) : std::nullopt);
+        o.chosen = token_logprob(token, sampled != nullptr ? std::optional<float>(sampled->logprob) : std::nullopt);
         if (sampled != nullptr) {
-            for (const runtime::TopLogprob& a : sampled->top) o.top.push_back(entry(a.token, a.logprob));
+            for (const runtime::TopLogprob& a : sampled->top) o.top.push_back(token_logprob(a.token, a.logprob));
         }
+    }
+    if (l.params.logprob_start_len >= 0 && !l.prompt_lp_published) {
+        out.prompt_logprobs = std::move(l.prompt_lp);
+        l.prompt_lp_published = true;
     }
     if (l.detok) {
         l.held += l.detok->step(token);

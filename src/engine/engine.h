@@ -51,6 +51,10 @@ struct GenerateParams {
     // runtime::kMaxTopLogprobs) that many most likely alternatives at its position.
     bool return_logprob = false;
     int32_t top_logprobs = 0;
+    // >= 0 (and below the prompt length): also the prompt's log-probabilities from this position on
+    // (RequestOutput::prompt_logprobs; top_logprobs alternatives each). The chunks holding those positions compute a
+    // logits row per token, [tokens, vocab] f32 each. -1: none.
+    int64_t logprob_start_len = -1;
 };
 
 struct GenerateRequest {
@@ -85,6 +89,9 @@ struct RequestOutput {
     std::vector<int32_t> token_ids;       // tokens sampled since the previous event
     std::string text;                     // their text (complete UTF-8 characters; "" without a tokenizer)
     std::vector<OutputLogprob> logprobs;  // one per token_ids entry, with GenerateParams::return_logprob
+    // With GenerateParams::logprob_start_len >= 0, on the first event with a token: one entry per prompt position from
+    // logprob_start_len on, log p(prompt[i] | prompt[:i]) (position 0 has none: nullopt).
+    std::vector<OutputLogprob> prompt_logprobs;
     bool finished = false;
     // "length" | "stop" | "abort" | "timeout" | "rejected" | "error" (finished events only).
     std::string finish_reason;
@@ -259,6 +266,9 @@ private:
     // `sampled`: the token's log-probability and alternatives as the step returned them (null: unknown, a decode
     // end's first token).
     void on_token(int64_t id, int32_t token, const runtime::Sampled* sampled);
+    TokenLogprob token_logprob(int32_t token, std::optional<float> logprob) const;
+    // Prompt log-probabilities of one chunk: scored[j] is position first + j's.
+    void store_prompt_logprobs(Live& l, int64_t first, const std::vector<runtime::Sampled>& scored);
     void publish_finished();
     void shutdown_all();
     // Disaggregation (engine thread). Decode end: registers a prefilled request's room; polls the receiver and hands

@@ -27,6 +27,10 @@ struct Engine::Live {
     Status error;
     bool stopped_by_string = false;
     std::string matched_stop;
+    // GenerateParams::logprob_start_len >= 0: the prompt's scored positions from there (entry k: position start + k),
+    // filled as the chunks come back (a recomputed chunk overwrites), published with the first output token.
+    std::vector<OutputLogprob> prompt_lp;
+    bool prompt_lp_published = false;
 };
 
 // A finished event with `reason` and `error` (counts and times are filled by the caller).

@@ -23,6 +23,9 @@ constexpr int kTagLogprobs = 108;
 constexpr int kTagCounters = 109;
 constexpr int kTagTopIds = 110;
 constexpr int kTagTopLogprobs = 111;
+constexpr int kTagPromptLogprobs = 112;
+constexpr int kTagPromptTopIds = 113;
+constexpr int kTagPromptTopLogprobs = 114;
 constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 constexpr int64_t kCounterFields = 5;
 
@@ -41,6 +44,25 @@ int64_t n_sampled(std::span<const runtime::SeqSampling> sampling) {
     int64_t n = 0;
     for (const runtime::SeqSampling& s : sampling) n += s.sample ? 1 : 0;
     return n;
+}
+
+// The prompt tokens sequence i of `batch` scores (SeqSampling::prompt_logprobs), in order.
+std::vector<int32_t> prompt_targets(const models::SeqChunk& c, const runtime::SeqSampling& s) {
+    std::vector<int32_t> t;
+    if (!s.prompt_logprobs || c.token_ids.empty()) return t;
+    t.assign(c.token_ids.begin() + 1, c.token_ids.end());
+    if (s.next_token >= 0) t.push_back(s.next_token);
+    return t;
+}
+
+// Flattens alternatives for the wire: `per` entries per scored token, padded with id -1.
+void flatten_top(const std::vector<runtime::TopLogprob>& alt, int32_t per, std::vector<int32_t>* ids,
+                 std::vector<float>* lps) {
+    for (int32_t k = 0; k < per; ++k) {
+        const bool have = static_cast<size_t>(k) < alt.size();
+        ids->push_back(have ? alt[static_cast<size_t>(k)].token : -1);
+        lps->push_back(have ? alt[static_cast<size_t>(k)].logprob : 0.0f);
+    }
 }
 
 // Alternatives the last stage returns: the sampled sequences' top_logprobs summed.
@@ -201,6 +223,27 @@ Status PipelineStage::submit(const models::ForwardBatch& batch, std::span<const 
         PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.logprobs, last, kTagLogprobs));
         f.recvs.push_back(std::move(op));
     }
+    int64_t n_scored = 0, n_scored_top = 0;
+    for (size_t i = 0; i < sampling.size(); ++i) {
+        if (!sampling[i].prompt_logprobs) continue;
+        f.prompt_targets.push_back(prompt_targets(batch.seqs[i], sampling[i]));
+        f.prompt_top.push_back(sampling[i].top_logprobs);
+        n_scored += static_cast<int64_t>(f.prompt_targets.back().size());
+        n_scored_top += static_cast<int64_t>(f.prompt_targets.back().size()) * sampling[i].top_logprobs;
+    }
+    if (!f.prompt_targets.empty()) {
+        f.prompt_logprobs = Tensor::empty({n_scored}, DType::kF32);
+        PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.prompt_logprobs, last, kTagPromptLogprobs));
+        f.recvs.push_back(std::move(op));
+        if (n_scored_top > 0) {
+            f.prompt_top_ids = Tensor::empty({n_scored_top}, DType::kI32);
+            f.prompt_top_logprobs = Tensor::empty({n_scored_top}, DType::kF32);
+            PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.prompt_top_ids, last, kTagPromptTopIds));
+            f.recvs.push_back(std::move(op));
+            PENSTOCK_ASSIGN_OR_RETURN(op, pp_->irecv(f.prompt_top_logprobs, last, kTagPromptTopLogprobs));
+            f.recvs.push_back(std::move(op));
+        }
+    }
     if (const int64_t top = n_top(sampling); top > 0) {
         for (const runtime::SeqSampling& s : sampling) {
             if (s.sample) f.top_per_token.push_back(s.top_logprobs);
@@ -316,6 +359,25 @@ Result<runtime::StepOutput> PipelineStage::collect() {
             }
         }
     }
+    if (!f.prompt_targets.empty()) {
+        const float* lp = f.prompt_logprobs.ptr<const float>();
+        const int32_t* tid = f.prompt_top_ids.defined() ? f.prompt_top_ids.ptr<const int32_t>() : nullptr;
+        const float* tlp = f.prompt_top_logprobs.defined() ? f.prompt_top_logprobs.ptr<const float>() : nullptr;
+        for (size_t q = 0; q < f.prompt_targets.size(); ++q) {
+            std::vector<runtime::Sampled>& scored = out.prompt.emplace_back();
+            for (int32_t target : f.prompt_targets[q]) {
+                runtime::Sampled& e =
+                    scored.emplace_back(runtime::Sampled{.token = target, .logprob = *lp++, .top = {}});
+                for (int32_t k = 0; k < f.prompt_top[q]; ++k, ++tid, ++tlp) {
+                    if (*tid < -1 || *tid >= vocab) {
+                        return data_loss("pipeline: the last stage returned alternative token id " +
+                                         std::to_string(*tid) + " outside the vocabulary");
+                    }
+                    if (*tid >= 0) e.top.push_back({.token = *tid, .logprob = *tlp});
+                }
+            }
+        }
+    }
     const int64_t* c = f.counters.ptr<const int64_t>();
     std::vector<StageStats> remote;
     for (int64_t s = 0; s < f.counters.size(0); ++s, c += kCounterFields) {
@@ -425,17 +487,38 @@ Status PipelineStage::send_results(const StagePlan& plan, const models::BatchLay
         size_t token = 0;
         for (const runtime::SeqSampling& s : plan.sampling) {
             if (!s.sample) continue;
-            const std::vector<runtime::TopLogprob>& alt = out.top[token++];
-            for (int32_t k = 0; k < s.top_logprobs; ++k) {
-                const bool have = static_cast<size_t>(k) < alt.size();
-                ids.push_back(have ? alt[static_cast<size_t>(k)].token : -1);
-                lps.push_back(have ? alt[static_cast<size_t>(k)].logprob : 0.0f);
-            }
+            flatten_top(out.top[token++], s.top_logprobs, &ids, &lps);
         }
         const int64_t shape[1] = {top};
         PENSTOCK_RETURN_IF_ERROR(pp_->send(TensorView::contiguous(ids.data(), DType::kI32, shape), 0, kTagTopIds));
         PENSTOCK_RETURN_IF_ERROR(pp_->send(TensorView::contiguous(lps.data(), DType::kF32, shape), 0, kTagTopLogprobs));
         bytes += top * 8;
+    }
+    if (!out.prompt.empty()) {
+        std::vector<float> lps;
+        std::vector<int32_t> top_ids;
+        std::vector<float> top_lps;
+        size_t q = 0;
+        for (const runtime::SeqSampling& s : plan.sampling) {
+            if (!s.prompt_logprobs) continue;
+            for (const runtime::Sampled& e : out.prompt[q]) {
+                lps.push_back(e.logprob);
+                flatten_top(e.top, s.top_logprobs, &top_ids, &top_lps);
+            }
+            ++q;
+        }
+        const int64_t shape[1] = {static_cast<int64_t>(lps.size())};
+        PENSTOCK_RETURN_IF_ERROR(
+            pp_->send(TensorView::contiguous(lps.data(), DType::kF32, shape), 0, kTagPromptLogprobs));
+        bytes += shape[0] * 4;
+        if (!top_ids.empty()) {
+            const int64_t tshape[1] = {static_cast<int64_t>(top_ids.size())};
+            PENSTOCK_RETURN_IF_ERROR(
+                pp_->send(TensorView::contiguous(top_ids.data(), DType::kI32, tshape), 0, kTagPromptTopIds));
+            PENSTOCK_RETURN_IF_ERROR(
+                pp_->send(TensorView::contiguous(top_lps.data(), DType::kF32, tshape), 0, kTagPromptTopLogprobs));
+            bytes += tshape[0] * 8;
+        }
     }
     if (plan.return_logits) {
         PENSTOCK_RETURN_IF_ERROR(pp_->send(out.logits, 0, kTagLogits));

@@ -10,8 +10,10 @@
 //   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank, bit 2: return logits), u32 n_seqs, u32 bank_total,
 //                     u32 bank_inherited, u32 bank_valid, u32 topk_cols, u32 n_free, u32 n_counters, then per
 //                     sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens, u8 logits mode,
-//                     u8 release_after, u8 sample, u8 top_logprobs (0 unless sampled), f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
-//                     i64 token_index; then all token ids (i32) in sequence order; then n_free request ids (i64) to
+//                     u8 release_after, u8 flags (bit 0 sample, bit 1 prompt_logprobs), u8 top_logprobs (0 unless
+//                     a flag is set), f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
+//                     i64 token_index, i32 next_token (-1 without prompt_logprobs); then all token ids (i32) in
+//                     sequence order; then n_free request ids (i64) to
 //                     free before the batch; then n_counters x 5 i64 (steps, busy us, stall us, bytes sent, bank bytes
 //                     sent) of stages 1..s, each appended by its stage as it forwards the plan. A plan with no
 //                     sequences only frees: nothing else follows it on the link and nothing comes back.
@@ -28,8 +30,11 @@
 // stage's after this step, the others' as of this step's plan), i32 [n_sampled] token ids (kTagTokens) and f32
 // [n_sampled] their log-probabilities (kTagLogprobs) when n_sampled > 0, i32 [n_top] then f32 [n_top] the
 // alternatives' ids and log-probabilities (kTagTopIds, kTagTopLogprobs; n_top = the sum of the sampled sequences'
-// top_logprobs, each sequence's in turn, fewer entries padded with id -1) when n_top > 0, and f32 [n_logit_rows,
-// vocab] (kTagLogits) only with the return-logits flag. Stage 0 knows every size from the plan it sent.
+// top_logprobs, each sequence's in turn, fewer entries padded with id -1) when n_top > 0; for the sequences with
+// prompt_logprobs, f32 [n_scored] the scored prompt tokens' log-probabilities (kTagPromptLogprobs; n_scored = each
+// one's token count, less one where next_token is -1) and, with top_logprobs, i32 then f32 [the sum of n x
+// top_logprobs] their alternatives (kTagPromptTopIds, kTagPromptTopLogprobs; padded with id -1); and f32
+// [n_logit_rows, vocab] (kTagLogits) only with the return-logits flag. Stage 0 knows every size from the plan it sent.
 // bank_total is the bank's row count (Kimi K3 AttnRes; 0 for other families); bank_valid = rows completed before the
 // receiving stage's first layer; bank_inherited = rows the sender itself received.
 //
@@ -206,6 +211,12 @@ private:
         Tensor top_ids;   // [n_top] i32 (-1: no alternative), when some sampled sequence asked for alternatives
         Tensor top_logprobs;                  // [n_top] f32
         std::vector<int32_t> top_per_token;   // per sampled sequence: its top_logprobs (empty when n_top is 0)
+        // Prompt log-probabilities: per scored sequence (batch order) its scored tokens and top_logprobs.
+        std::vector<std::vector<int32_t>> prompt_targets;
+        std::vector<int32_t> prompt_top;
+        Tensor prompt_logprobs;      // f32 [n_scored]
+        Tensor prompt_top_ids;       // i32 [sum of n x top], when some scored sequence asked for alternatives
+        Tensor prompt_top_logprobs;  // f32, as prompt_top_ids
         Tensor logits;    // [n_logit_rows, vocab] f32, with return_logits only
         std::vector<std::unique_ptr<PendingOp>> recvs;
     };

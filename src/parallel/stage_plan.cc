@@ -40,14 +40,15 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         put_le<uint32_t>(&out, static_cast<uint32_t>(c.token_ids.size()));
         put_le<uint8_t>(&out, static_cast<uint8_t>(c.logits));
         put_le<uint8_t>(&out, i < plan.release.size() ? plan.release[i] : 0);
-        put_le<uint8_t>(&out, s.sample ? 1 : 0);
-        put_le<uint8_t>(&out, static_cast<uint8_t>(s.sample ? s.top_logprobs : 0));
+        put_le<uint8_t>(&out, static_cast<uint8_t>((s.sample ? 1 : 0) | (s.prompt_logprobs ? 2 : 0)));
+        put_le<uint8_t>(&out, static_cast<uint8_t>(s.sample || s.prompt_logprobs ? s.top_logprobs : 0));
         put_le<float>(&out, s.temperature);
         put_le<float>(&out, s.top_p);
         put_le<int32_t>(&out, s.top_k);
         put_le<float>(&out, s.min_p);
         put_le<uint64_t>(&out, s.seed);
         put_le<int64_t>(&out, s.token_index);
+        put_le<int32_t>(&out, s.prompt_logprobs ? s.next_token : -1);
     }
     for (const models::SeqChunk& c : plan.batch.seqs) {
         for (int32_t t : c.token_ids) put_le<int32_t>(&out, t);
@@ -94,16 +95,23 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         uint8_t mode = 0, release = 0, sample = 0, top = 0;
         if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
             !r.get(&release) || !r.get(&sample) || !r.get(&top) || !r.get(&s.temperature) || !r.get(&s.top_p) ||
-            !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index)) {
+            !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index) ||
+            !r.get(&s.next_token)) {
             return data_loss("stage plan: truncated sequence " + std::to_string(i));
         }
-        if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 1 ||
-            (sample == 0 && top != 0) || c.prefix_len < 0 || c.prompt_len < 0) {
+        if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 3 ||
+            (sample == 0 && top != 0) || ((sample & 2) == 0 && s.next_token != -1) || c.prefix_len < 0 ||
+            c.prompt_len < 0) {
             return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
         }
         c.logits = static_cast<models::LogitsMode>(mode);
-        s.sample = sample != 0;
+        s.sample = (sample & 1) != 0;
+        s.prompt_logprobs = (sample & 2) != 0;
         s.top_logprobs = top;
+        if (s.prompt_logprobs && c.logits != models::LogitsMode::kAll) {
+            return data_loss("stage plan: sequence " + std::to_string(i) +
+                             " scores its prompt without a row per token");
+        }
         if (s.sample && (c.logits == models::LogitsMode::kNone || n == 0)) {
             return data_loss("stage plan: sequence " + std::to_string(i) + " is sampled but produces no logits");
         }

@@ -152,7 +152,15 @@ Status validate(const SeqSampling& s) {
     if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs) {
         return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
     }
+    if (s.next_token < -1) return invalid_argument("next_token must be -1 (none) or a token id");
     return ok_status();
+}
+
+Sampled score_token(std::span<const float> logits, int32_t token, int32_t top) {
+    const double lse = log_sum_exp(logits);
+    return Sampled{.token = token,
+                   .logprob = log_prob(logits, token, lse),
+                   .top = top > 0 ? top_tokens(logits, top, lse) : std::vector<TopLogprob>{}};
 }
 
 Sampled sample_token(std::span<const float> logits, const SeqSampling& s) {
@@ -175,10 +183,7 @@ Sampled sample_token(std::span<const float> logits, const SeqSampling& s) {
         }
     }
     if (logits.empty()) return Sampled{.token = token, .logprob = 0.0f, .top = {}};
-    const double lse = log_sum_exp(logits);
-    return Sampled{.token = token,
-                   .logprob = log_prob(logits, token, lse),
-                   .top = s.top_logprobs > 0 ? top_tokens(logits, s.top_logprobs, lse) : std::vector<TopLogprob>{}};
+    return score_token(logits, token, s.top_logprobs);
 }
 
 void sampling_distribution(std::span<const float> logits, const SeqSampling& s, std::span<double> probs) {
@@ -221,6 +226,23 @@ Result<StepOutput> sample_step(const models::ForwardBatch& batch, std::span<cons
                 break;
         }
         row += n_rows;
+        if (sampling[i].prompt_logprobs) {
+            PENSTOCK_RETURN_IF_ERROR(validate(sampling[i]));
+            if (c.logits != models::LogitsMode::kAll) {
+                return invalid_argument("sequence " + std::to_string(i) +
+                                        " scores its prompt but has no row per token");
+            }
+            std::vector<Sampled>& scored = out.prompt.emplace_back();
+            for (int64_t j = 0; j < n; ++j) {
+                const int32_t target = j + 1 < n ? c.token_ids[static_cast<size_t>(j + 1)] : sampling[i].next_token;
+                if (target < 0) break;
+                if (target >= vocab)
+                    return invalid_argument("prompt token " + std::to_string(target) + " out of range");
+                const std::span<const float> r(logits.ptr<const float>() + (row - n + j) * vocab,
+                                               static_cast<size_t>(vocab));
+                scored.push_back(score_token(r, target, sampling[i].top_logprobs));
+            }
+        }
         if (!sampling[i].sample) continue;
         if (n_rows == 0) return invalid_argument("sequence " + std::to_string(i) + " is sampled but has no logit row");
         PENSTOCK_RETURN_IF_ERROR(validate(sampling[i]));

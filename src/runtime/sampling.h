@@ -30,6 +30,11 @@ struct SeqSampling {
     int64_t token_index = 0;   // which output token of the request this is (0 = the first); the RNG counter
     // [0, kMaxTopLogprobs]: also return this many most likely tokens of the row with their log-probabilities.
     int32_t top_logprobs = 0;
+    // Prompt log-probabilities (the sequence's logits mode must be kAll): row j of the chunk scores the prompt token
+    // that follows it, token_ids[j + 1], and the last row scores next_token (the first token of the prompt's next
+    // chunk; -1 when the chunk ends the prompt, whose last row is the sampled one and scores nothing).
+    bool prompt_logprobs = false;
+    int32_t next_token = -1;
 };
 
 // One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).
@@ -55,6 +60,9 @@ struct StepOutput {
     std::vector<float> logprobs;  // of each token (Sampled::logprob)
     // Per token its alternatives (Sampled::top); empty when no sequence of the step asked for any.
     std::vector<std::vector<TopLogprob>> top;
+    // Per sequence with SeqSampling::prompt_logprobs (batch order): each scored prompt token in order (token, its
+    // log-probability, top_logprobs alternatives).
+    std::vector<std::vector<Sampled>> prompt;
     Tensor logits;  // [n_logit_rows, vocab] f32 on the host, only when the caller asked for them
 };
 
@@ -66,8 +74,11 @@ double sampling_uniform(uint64_t seed, int64_t token_index);
 
 bool is_greedy(const SeqSampling& s);
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1, min_p finite
-// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs].
+// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1.
 [[nodiscard]] Status validate(const SeqSampling& s);
+
+// The raw row's log-probability of `token` and its `top` most likely tokens (Sampled without a draw).
+Sampled score_token(std::span<const float> logits, int32_t token, int32_t top);
 
 // One token from `logits` ([vocab] f32). Non-finite logits are treated as -inf (never drawn unless all are, then id
 // 0). Greedy: argmax. Otherwise: a stable sort of the finite logits, top-k, softmax at the temperature (double),
@@ -79,9 +90,10 @@ Sampled sample_token(std::span<const float> logits, const SeqSampling& s);
 void sampling_distribution(std::span<const float> logits, const SeqSampling& s, std::span<double> probs);
 
 // Samples every sequence of `batch` with sampling[i].sample from its last row of `logits` ([n_logit_rows, vocab] f32
-// host, batch logit-row order: kNone 0 rows, kLast 1, kAll n_tokens). Keeps `logits` in the output when
-// `keep_logits`. InvalidArgument when sampling.size() != n_seqs, a sampled sequence has no logit row, a parameter is
-// out of range or the logits' shape is not [n_logit_rows, vocab].
+// host, batch logit-row order: kNone 0 rows, kLast 1, kAll n_tokens), and scores the prompt tokens of those with
+// prompt_logprobs. Keeps `logits` in the output when `keep_logits`. InvalidArgument when sampling.size() != n_seqs, a
+// sampled sequence has no logit row, a prompt-scored one is not kAll, a token is outside the vocabulary, a parameter
+// is out of range or the logits' shape is not [n_logit_rows, vocab].
 [[nodiscard]] Result<StepOutput> sample_step(const models::ForwardBatch& batch, std::span<const SeqSampling> sampling,
                                              Tensor logits, int64_t vocab, bool keep_logits);
 

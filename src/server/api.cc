@@ -91,7 +91,7 @@ public:
         }
         if (v->is_number_unsigned()) {
             const uint64_t u = v->get<uint64_t>();
-            if (u > static_cast<uint64_t>(hi)) return range(name, lo, hi);
+            if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) return range(name, lo, hi);
             *out = static_cast<int64_t>(u);
             return;
         }
@@ -169,10 +169,11 @@ void parse_token_list(Fields* f, const json& v, const char* name, int64_t max_le
 }
 
 // Sampling fields shared by every route (names as SGLang's sampling_params / OpenAI's top level).
-void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, engine::GenerateParams* p, bool openai) {
+void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, engine::GenerateParams* p, bool openai,
+                    bool zero_tokens_ok = false) {
     const ServerConfig& c = *ctx.config;
     if (openai) {
-        f->integer("max_tokens", 1, max_new_limit, &p->max_new_tokens);
+        f->integer("max_tokens", zero_tokens_ok ? 0 : 1, max_new_limit, &p->max_new_tokens);
         f->integer("max_completion_tokens", 1, max_new_limit, &p->max_new_tokens);
     } else {
         f->integer("max_new_tokens", 1, max_new_limit, &p->max_new_tokens);
@@ -208,9 +209,6 @@ void refuse_unsupported(Fields* f) {
     f->integer("n", 1, 1, &n);
     int64_t best_of = 1;
     f->integer("best_of", 1, 1, &best_of);
-    bool echo = false;
-    f->boolean("echo", &echo);
-    if (echo) f->fail("echo", "is not supported");
     if (f->find("tools") != nullptr) f->fail("tools", "is not supported");
     for (const char* name : {"presence_penalty", "frequency_penalty"}) {
         float v = 0;
@@ -222,7 +220,7 @@ void refuse_unsupported(Fields* f) {
 // Log-probability fields. SGLang /generate: return_logprob, top_logprobs_num, return_text_in_logprobs, and
 // logprob_start_len only at -1 (no prompt positions). OpenAI completions: logprobs = the number of alternatives
 // (null: none returned). Chat: logprobs true/false, top_logprobs alternatives (needs logprobs true).
-void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* text_in_logprobs) {
+void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* text_in_logprobs, const bool* echo) {
     int64_t top = 0;
     const int64_t max_top = runtime::kMaxTopLogprobs;
     switch (kind) {
@@ -232,9 +230,7 @@ void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* te
             f->boolean("return_text_in_logprobs", text_in_logprobs);
             int64_t start = -1;
             f->integer("logprob_start_len", -1, std::numeric_limits<int64_t>::max(), &start);
-            if (start != -1 && p->return_logprob) {
-                f->fail("logprob_start_len", "prompt log-probabilities are not supported (only -1)");
-            }
+            if (p->return_logprob) p->logprob_start_len = start;  // the engine checks it against the prompt
             if (f->find("token_ids_logprob") != nullptr) f->fail("token_ids_logprob", "is not supported");
             break;
         }
@@ -242,6 +238,7 @@ void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* te
             if (f->find("logprobs") != nullptr) {
                 f->integer("logprobs", 0, max_top, &top);
                 p->return_logprob = true;
+                if (*echo) p->logprob_start_len = 0;  // the echoed prompt's tokens are scored too
             }
             break;
         case ApiKind::kChat:
@@ -372,7 +369,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         } else {
             encode_text(&f, ctx, "text", text->get<std::string>(), /*special=*/true, &job.request.prompt);
         }
-        parse_logprobs(&f, kind, &p, &job.text_in_logprobs);
+        parse_logprobs(&f, kind, &p, &job.text_in_logprobs, &job.echo);
         if (const json* sp = f.find("sampling_params")) {
             if (!sp->is_object()) {
                 f.fail("sampling_params", "must be an object");
@@ -402,9 +399,26 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
                 parse_messages(&f, ctx, *msgs, &job.request.prompt);
             }
         }
-        if (!f.failed()) parse_sampling(&f, ctx, max_new_limit, &p, /*openai=*/true);
+        if (kind == ApiKind::kCompletions) {
+            f.boolean("echo", &job.echo);
+        } else if (const json* e = f.find("echo"); e != nullptr && !(e->is_boolean() && !e->get<bool>())) {
+            f.fail("echo", "is not supported on chat completions");
+        }
+        // echo with max_tokens 0 scores the prompt alone: the engine still computes one token, which is not returned.
+        if (!f.failed()) parse_sampling(&f, ctx, max_new_limit, &p, /*openai=*/true, /*zero_tokens_ok=*/job.echo);
+        if (!f.failed() && p.max_new_tokens == 0) {
+            job.score_only = true;
+            p.max_new_tokens = 1;
+        }
         if (!f.failed()) refuse_unsupported(&f);
-        if (!f.failed()) parse_logprobs(&f, kind, &p, &job.text_in_logprobs);
+        if (!f.failed()) parse_logprobs(&f, kind, &p, &job.text_in_logprobs, &job.echo);
+        if (!f.failed() && job.echo) {
+            const json& prompt = *f.find("prompt");
+            const json& one = prompt.is_array() && prompt.size() == 1 && !prompt[0].is_number() ? prompt[0] : prompt;
+            job.echo_text = one.is_string()            ? one.get<std::string>()
+                            : ctx.tokenizer != nullptr ? ctx.tokenizer->decode(job.request.prompt, false)
+                                                       : std::string();
+        }
         if (const json* so = f.find("stream_options"); so != nullptr && so->is_object()) {
             job.include_usage = so->value("include_usage", false);
         }
@@ -422,14 +436,18 @@ ResponseWriter::ResponseWriter(const Job& job, std::string id, int64_t created)
     : job_(job), id_(std::move(id)), created_(created) {}
 
 void ResponseWriter::add(const engine::RequestOutput& ev) {
-    ids_.insert(ids_.end(), ev.token_ids.begin(), ev.token_ids.end());
-    text_ += ev.text;
-    logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (!ev.prompt_logprobs.empty()) prompt_logprobs_ = ev.prompt_logprobs;
+    if (!job_.score_only) {
+        ids_.insert(ids_.end(), ev.token_ids.begin(), ev.token_ids.end());
+        text_ += ev.text;
+        logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+    }
     last_ = ev;
 }
 
 std::string ResponseWriter::finish_reason_openai() const {
     if (!last_.finished) return "";
+    if (job_.score_only && last_.error.ok()) return "length";
     if (last_.finish_reason == "length" || last_.finish_reason == "stop") return last_.finish_reason;
     return "abort";
 }
@@ -511,7 +529,7 @@ json completion_logprobs(std::span<const engine::OutputLogprob> lps, int64_t off
         for (const engine::TokenLogprob& t : o.top) {
             if (!top.contains(t.text)) top[t.text] = openai_logprob(t.logprob);
         }
-        tops.push_back(std::move(top));
+        tops.push_back(o.chosen.logprob ? std::move(top) : json(nullptr));  // the prompt's first token: nothing
         offsets.push_back(offset);
         offset += static_cast<int64_t>(o.chosen.text.size());
     }
@@ -528,7 +546,8 @@ int64_t text_bytes(std::span<const engine::OutputLogprob> lps) {
 }
 
 // meta_info's output_token_logprobs (and output_top_logprobs with top_logprobs_num > 0) for `lps`.
-void add_sglang_logprobs(json* meta, const Job& job, std::span<const engine::OutputLogprob> lps) {
+void add_sglang_logprobs(json* meta, const Job& job, std::span<const engine::OutputLogprob> lps,
+                         std::span<const engine::OutputLogprob> prompt) {
     const engine::GenerateParams& p = job.request.params;
     if (!p.return_logprob) return;
     json chosen = json::array(), top = json::array();
@@ -540,9 +559,26 @@ void add_sglang_logprobs(json* meta, const Job& job, std::span<const engine::Out
     }
     (*meta)["output_token_logprobs"] = std::move(chosen);
     if (p.top_logprobs > 0) (*meta)["output_top_logprobs"] = std::move(top);
+    if (p.logprob_start_len < 0) return;
+    json in = json::array(), in_top = json::array();
+    for (const engine::OutputLogprob& o : prompt) {
+        in.push_back(sglang_entry(o.chosen, job.text_in_logprobs));
+        json alt = json::array();
+        for (const engine::TokenLogprob& t : o.top) alt.push_back(sglang_entry(t, job.text_in_logprobs));
+        in_top.push_back(o.chosen.logprob ? std::move(alt) : json(nullptr));
+    }
+    (*meta)["input_token_logprobs"] = std::move(in);
+    if (p.top_logprobs > 0) (*meta)["input_top_logprobs"] = std::move(in_top);
 }
 
 }  // namespace
+
+std::vector<engine::OutputLogprob> ResponseWriter::echoed(const std::vector<engine::OutputLogprob>& lps) const {
+    if (!job_.echo) return lps;
+    std::vector<engine::OutputLogprob> all = prompt_logprobs_;
+    all.insert(all.end(), lps.begin(), lps.end());
+    return all;
+}
 
 std::string ResponseWriter::final_body() const {
     const auto n_out = static_cast<int64_t>(ids_.size());
@@ -550,7 +586,7 @@ std::string ResponseWriter::final_body() const {
     switch (job_.kind) {
         case ApiKind::kGenerate:
             j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
-            add_sglang_logprobs(&j["meta_info"], job_, logprobs_);
+            add_sglang_logprobs(&j["meta_info"], job_, logprobs_, prompt_logprobs_);
             if (job_.return_text) j["text"] = text_;
             break;
         case ApiKind::kCompletions:
@@ -560,8 +596,8 @@ std::string ResponseWriter::final_body() const {
                  {"model", job_.model},
                  {"choices",
                   {{{"index", 0},
-                    {"text", text_},
-                    {"logprobs", logprobs_on() ? completion_logprobs(logprobs_, 0) : json(nullptr)},
+                    {"text", (job_.echo ? job_.echo_text : std::string()) + text_},
+                    {"logprobs", logprobs_on() ? completion_logprobs(echoed(logprobs_), 0) : json(nullptr)},
                     {"finish_reason", finish_reason_openai()}}}},
                  {"usage", usage(last_, n_out)}};
             break;
@@ -589,24 +625,32 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
         case ApiKind::kGenerate: {
             // Cumulative, as the output_ids and the text of SGLang's frames.
             json j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
-            add_sglang_logprobs(&j["meta_info"], job_, logprobs_);
+            add_sglang_logprobs(&j["meta_info"], job_, logprobs_, prompt_logprobs_);
             if (job_.return_text) j["text"] = text_;
             out += frame(j);
             break;
         }
         case ApiKind::kCompletions: {
+            // The first frame leads with the echoed prompt (text and scored tokens); score_only drops the token.
+            std::string text = job_.score_only ? std::string() : ev.text;
+            std::vector<engine::OutputLogprob> lps =
+                job_.score_only ? std::vector<engine::OutputLogprob>{} : ev.logprobs;
+            if (job_.echo && !echo_sent_) {
+                text = job_.echo_text + text;
+                lps = echoed(lps);
+                echo_sent_ = true;
+            }
             json j = {{"id", id_},
                       {"object", "text_completion"},
                       {"created", created_},
                       {"model", job_.model},
                       {"choices",
                        {{{"index", 0},
-                         {"text", ev.text},
-                         {"logprobs", logprobs_on() && !ev.logprobs.empty()
-                                          ? completion_logprobs(ev.logprobs, streamed_text_bytes_)
-                                          : json(nullptr)},
+                         {"text", text},
+                         {"logprobs", logprobs_on() && !lps.empty() ? completion_logprobs(lps, streamed_text_bytes_)
+                                                                    : json(nullptr)},
                          {"finish_reason", finish}}}}};
-            streamed_text_bytes_ += text_bytes(ev.logprobs);
+            streamed_text_bytes_ += text_bytes(lps);
             out += frame(j);
             break;
         }

@@ -35,6 +35,11 @@ struct Job {
     bool include_usage = false;     // stream_options.include_usage
     bool return_text = true;        // a tokenizer is loaded
     bool text_in_logprobs = false;  // /generate: return_text_in_logprobs (token texts in the logprob entries)
+    // /v1/completions echo: the prompt's text leads the completion (and its tokens the logprobs); with max_tokens 0
+    // (score_only) the completion is the prompt alone, the one token the engine computed is not returned.
+    bool echo = false;
+    bool score_only = false;
+    std::string echo_text;
     std::string model;
     // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
     std::string bootstrap_host;
@@ -81,14 +86,18 @@ public:
 private:
     std::string finish_reason_openai() const;
     bool logprobs_on() const { return job_.request.params.return_logprob; }
+    // Completions with echo: the prompt's scored tokens, then `lps`.
+    std::vector<engine::OutputLogprob> echoed(const std::vector<engine::OutputLogprob>& lps) const;
 
     const Job& job_;
     std::string id_;
     int64_t created_;
     std::vector<int32_t> ids_;
     std::string text_;
-    std::vector<engine::OutputLogprob> logprobs_;  // per output token, with return_logprob
-    int64_t streamed_text_bytes_ = 0;              // completions stream: text_offset of the next token
+    std::vector<engine::OutputLogprob> logprobs_;         // per output token, with return_logprob
+    int64_t streamed_text_bytes_ = 0;                     // completions stream: text_offset of the next token
+    std::vector<engine::OutputLogprob> prompt_logprobs_;  // with logprob_start_len >= 0 (first token's event)
+    bool echo_sent_ = false;                              // completions stream: the prompt went out
     engine::RequestOutput last_;
     bool sent_role_ = false;
 };

@@ -59,6 +59,7 @@ struct Collected {
     std::vector<int32_t> ids;
     std::string text;
     std::vector<OutputLogprob> logprobs;
+    std::vector<OutputLogprob> prompt_logprobs;
     RequestOutput last;
 };
 Collected collect(RequestHandle& h) {
@@ -69,6 +70,7 @@ Collected collect(RequestHandle& h) {
             c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
             c.text += ev.text;
             c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+            c.prompt_logprobs.insert(c.prompt_logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
             if (ev.finished) {
                 c.last = std::move(ev);
                 return c;
@@ -156,6 +158,55 @@ TEST(EngineLogprobs, EachTokenCarriesItsRowsRawLogSoftmaxAndAlternatives) {
             EXPECT_TRUE(got.chosen.text.empty()) << "no tokenizer: no token texts";
         }
     }
+}
+
+// logprob_start_len: the prompt's log-probabilities, chunk by chunk (rows of three chunks, the last row of each
+// scoring the next chunk's first token), equal an unchunked reference forward's log-softmax at every position from
+// the start, with the same alternatives; position 0 has no value.
+TEST(EngineLogprobs, PromptLogprobsEqualTheUnchunkedForward) {
+    const std::vector<int32_t> prompt = seeded_prompt(150, 911);
+    auto ref_runner = make_runner(64);
+    auto ref = ref_runner->prefill_all_logits(std::span(&prompt, 1), /*chunk_size=*/0);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const Tensor& l = ref->front();
+    const int64_t vocab = l.size(1);
+    EngineOptions o;
+    o.scheduler.chunked_prefill_size = 64;
+    o.scheduler.max_prefill_tokens = 64;
+    auto eng = make_engine(std::move(o));
+    eng->start();
+    for (int64_t start : {int64_t{0}, int64_t{100}, int64_t{149}}) {
+        GenerateRequest r = greedy(prompt, 2);
+        r.params.logprob_start_len = start;
+        r.params.top_logprobs = 3;
+        const Collected c = collect(**eng->submit(r));
+        ASSERT_EQ(c.last.finish_reason, "length");
+        ASSERT_EQ(static_cast<int64_t>(c.prompt_logprobs.size()), 150 - start) << "start " << start;
+        EXPECT_TRUE(c.logprobs.empty()) << "return_logprob is off";
+        for (int64_t pos = start; pos < 150; ++pos) {
+            const OutputLogprob& e = c.prompt_logprobs[static_cast<size_t>(pos - start)];
+            EXPECT_EQ(e.chosen.token, prompt[static_cast<size_t>(pos)]);
+            if (pos == 0) {
+                EXPECT_FALSE(e.chosen.logprob.has_value());
+                EXPECT_TRUE(e.top.empty());
+                continue;
+            }
+            ASSERT_TRUE(e.chosen.logprob.has_value()) << "position " << pos;
+            const std::span<const float> row(l.ptr<const float>() + (pos - 1) * vocab, static_cast<size_t>(vocab));
+            const runtime::Sampled want = runtime::score_token(row, prompt[static_cast<size_t>(pos)], 3);
+            EXPECT_NEAR(*e.chosen.logprob, want.logprob, kMaxAbsDiff) << "position " << pos;
+            ASSERT_EQ(e.top.size(), 3u);
+            for (size_t k = 0; k < 3; ++k) {
+                EXPECT_EQ(e.top[k].token, want.top[k].token) << "position " << pos;
+                EXPECT_NEAR(*e.top[k].logprob, want.top[k].logprob, kMaxAbsDiff);
+            }
+        }
+    }
+    GenerateRequest bad = greedy(prompt, 2);
+    bad.params.logprob_start_len = 150;
+    EXPECT_EQ(eng->submit(bad).status().code(), StatusCode::kInvalidArgument);
+    wait_idle(*eng);
+    EXPECT_EQ(eng->metrics().kv_pages_used, 0);
 }
 
 struct MixCase {

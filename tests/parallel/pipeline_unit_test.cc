@@ -139,6 +139,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
                                                      .token_index = 3 * s,
                                                      .top_logprobs = s == 0 ? 0 : 9 * s + 1});
     }
+    plan.sampling[1].prompt_logprobs = true;  // kAll: its rows score its tokens 1.. and the next chunk's first
+    plan.sampling[1].next_token = 42;
     plan.free_ids = {7, 9};
     plan.return_logits = true;
     plan.counters = {
@@ -164,19 +166,23 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         EXPECT_EQ(a.seed, b.seed);
         EXPECT_EQ(a.token_index, b.token_index);
         EXPECT_EQ(a.top_logprobs, b.top_logprobs);
+        EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
+        EXPECT_EQ(a.next_token, b.next_token);
     }
     ASSERT_EQ(back->counters.size(), 1u);
     EXPECT_EQ(back->counters[0].steps, 4);
     EXPECT_EQ(back->counters[0].busy_ms, 1.5);
     EXPECT_EQ(back->counters[0].bank_bytes_sent, 7);
     // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
-    // Alternatives beyond kMaxTopLogprobs are refused; an unsampled sequence carries none (the encoder writes 0).
-    for (int variant = 0; variant < 4; ++variant) {
+    // Alternatives beyond kMaxTopLogprobs are refused, as prompt scoring without a row per token; an unsampled
+    // sequence carries no alternatives (the encoder writes 0).
+    for (int variant = 0; variant < 5; ++variant) {
         StagePlan bad = plan;
         if (variant == 0) bad.batch.seqs[1].logits = models::LogitsMode::kNone;
         if (variant == 1) bad.sampling[1].temperature = -1;
         if (variant == 2) bad.sampling[2].top_p = 0;
         if (variant == 3) bad.sampling[2].top_logprobs = runtime::kMaxTopLogprobs + 1;
+        if (variant == 4) bad.sampling[2].prompt_logprobs = true;  // kLast: no row per token
         auto r = decode_plan(encode_plan(bad));
         EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "variant " << variant;
     }
@@ -202,7 +208,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (r.ok()) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 64 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 68 * r->batch.seqs.size() + 8 * r->free_ids.size() +
                           40 * r->counters.size(),
                       m.size());
         } else {

@@ -80,6 +80,17 @@ class OpenAISdk(unittest.TestCase):
                     for e in ch.choices[0].logprobs.content]
         self.assertEqual([e.logprob for e in streamed], [e.logprob for e in content])
 
+    def test_echo_scores_the_prompt(self):
+        """lm-eval style scoring: echo, logprobs and max_tokens 0 give the prompt back with its tokens' values."""
+        c = self.client.completions.create(model="tiny-deepseek-v3", prompt="The cat sat", max_tokens=0, echo=True,
+                                           logprobs=1)
+        lp = c.choices[0].logprobs
+        self.assertEqual(c.choices[0].text, "The cat sat")
+        self.assertEqual(c.usage.completion_tokens, 0)
+        self.assertEqual(len(lp.tokens), c.usage.prompt_tokens)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertTrue(all(v <= 0 for v in lp.token_logprobs[1:]))
+
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError):
             self.client.completions.create(model="m", prompt="x", max_tokens=0)

@@ -58,19 +58,23 @@ GREEDY = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
 
 def generate_all(srv, batch, params=lambda k: GREEDY, logprobs=False):
     """Sends every prompt at once (one thread each) with sampling_params params(k); returns the output_ids in prompt
-    order (with `logprobs`: (output_ids, output_token_logprobs, output_top_logprobs) with k % 4 alternatives)."""
+    order (with `logprobs`: (output_ids, output_token_logprobs, output_top_logprobs, input_token_logprobs) with k % 4
+    alternatives, the prompt scored from position (k * 13) % length for odd k)."""
     out = [None] * len(batch)
 
     def run(k):
         req = {"input_ids": batch[k], "sampling_params": params(k)}
         if logprobs:
             req.update(return_logprob=True, top_logprobs_num=k % 4)
+            if k % 2:
+                req["logprob_start_len"] = (k * 13) % len(batch[k])
         st, _, body = srv.post("/generate", req, timeout=120)
         if st != 200:
             out[k] = (st, body)
         elif logprobs:
             meta = body["meta_info"]
-            out[k] = (body["output_ids"], meta["output_token_logprobs"], meta.get("output_top_logprobs"))
+            out[k] = (body["output_ids"], meta["output_token_logprobs"], meta.get("output_top_logprobs"),
+                      meta.get("input_token_logprobs"))
         else:
             out[k] = body["output_ids"]
 
@@ -88,10 +92,13 @@ def assert_same_logprobs(test, got, want, what):
     for k, (g, w) in enumerate(zip(got, want)):
         test.assertIsInstance(g, tuple, (what, k, g))
         test.assertEqual(g[0], w[0], (what, k))
-        entries = lambda r: r[1] + [a for alt in (r[2] or []) for a in alt]  # noqa: E731
+        entries = lambda r: r[1] + [a for alt in (r[2] or []) for a in alt] + (r[3] or [])  # noqa: E731
         test.assertEqual([e[1] for e in entries(g)], [e[1] for e in entries(w)], (what, k))
         for a, b in zip(entries(g), entries(w)):
-            test.assertAlmostEqual(a[0], b[0], delta=1e-4, msg=(what, k))
+            if a[0] is None or b[0] is None:
+                test.assertEqual(a[0], b[0], (what, k))
+            else:
+                test.assertAlmostEqual(a[0], b[0], delta=1e-4, msg=(what, k))
 
 
 COMPLETION = {"prompt": "Hello world", "max_tokens": 6, "temperature": 0}
@@ -358,6 +365,8 @@ class PipelineServe(unittest.TestCase):
         self.assertTrue(all(isinstance(x, list) and len(x) == 8 for x in ref), ref)
         self.assertEqual([x[0] for x in ref_lp], ref)
         self.assertTrue(all(len(x[1]) == 8 and (x[2] is None) == (k % 4 == 0) for k, x in enumerate(ref_lp)), ref_lp)
+        self.assertTrue(all((x[3] is None) == (k % 2 == 0) and (k % 2 == 0 or len(x[3]) == len(batch[k]) - (k * 13)
+                                                                % len(batch[k])) for k, x in enumerate(ref_lp)))
         differs = sum(ref[k] != greedy[k] for k in range(len(batch)) if k % 3)
         self.assertGreater(differs, 0, "the seeded requests sampled the greedy tokens: the test would prove nothing")
         for pp, partition in ((2, None), (3, "2,1,1"), (4, None)):

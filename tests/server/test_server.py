@@ -195,6 +195,58 @@ class Shared(unittest.TestCase):
         self.assertIsNone(off["choices"][0]["logprobs"])
         report("logprobs", generate_tokens=len(chosen), top=4, completions_tokens=5, chat_tokens=len(content))
 
+    def test_prompt_logprobs_and_echo(self):
+        """Scoring a prompt: /generate logprob_start_len, and OpenAI completions echo + logprobs (max_tokens 0: the
+        prompt alone). Position p's value and alternatives are the model's after ids[:p]: the same as the first output
+        token's alternatives of the prompt ids[:p], across the server's 64-token chunk edges."""
+        ids = [(i * 29 + 7) % 500 + 3 for i in range(140)]  # three chunks of 64
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 2}
+        st, _, out = self.srv.post("/generate", body)
+        self.assertEqual(st, 200, out)
+        inp = out["meta_info"]["input_token_logprobs"]
+        self.assertEqual([e[1] for e in inp], ids)
+        self.assertIsNone(inp[0][0])
+        self.assertIsNone(out["meta_info"]["input_top_logprobs"][0])
+        self.assertTrue(all(e[0] <= 0 for e in inp[1:]))
+        # Position p's alternatives are those of the first output token of the prompt ids[:p] (chunk edges included).
+        for p in (1, 63, 64, 65, 128, 139):
+            st, _, pre = self.srv.post("/generate", {"input_ids": ids[:p], "return_logprob": True,
+                                                     "top_logprobs_num": 2,
+                                                     "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+            want = pre["meta_info"]["output_top_logprobs"][0]
+            got = out["meta_info"]["input_top_logprobs"][p]
+            self.assertEqual([g[1] for g in got], [w[1] for w in want], p)
+            for g, w in zip(got, want):
+                self.assertAlmostEqual(g[0], w[0], delta=2e-4, msg=p)
+        st, _, tail = self.srv.post("/generate", dict(body, logprob_start_len=130))
+        self.assertEqual(tail["meta_info"]["input_token_logprobs"], inp[130:])
+        # OpenAI completions: echo, max_tokens 0 scores the prompt alone.
+        comp = {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1}
+        st, _, c = self.srv.post("/v1/completions", comp)
+        self.assertEqual(st, 200, c)
+        ch = c["choices"][0]
+        self.assertEqual(c["usage"]["completion_tokens"], 0)
+        self.assertEqual(ch["finish_reason"], "length")
+        self.assertEqual(ch["logprobs"]["token_logprobs"], [e[0] for e in inp])
+        self.assertIsNone(ch["logprobs"]["top_logprobs"][0])
+        text = ch["text"]
+        st, _, plain = self.srv.post("/v1/completions", {"prompt": ids, "max_tokens": 3, "temperature": 0,
+                                                         "ignore_eos": True})
+        st, _, echoed = self.srv.post("/v1/completions", {"prompt": ids, "max_tokens": 3, "temperature": 0,
+                                                          "ignore_eos": True, "echo": True, "logprobs": 0})
+        self.assertEqual(echoed["choices"][0]["text"], text + plain["choices"][0]["text"])
+        self.assertEqual(len(echoed["choices"][0]["logprobs"]["tokens"]), len(ids) + 3)
+        st, _, s1 = self.srv.post("/v1/completions", {"prompt": "scoring this", "max_tokens": 0, "echo": True})
+        self.assertEqual(s1["choices"][0]["text"], "scoring this")
+        self.assertIsNone(s1["choices"][0]["logprobs"])
+        st, frames, done = self.srv.sse("/v1/completions", dict(comp, stream=True))
+        self.assertTrue(done)
+        self.assertEqual("".join(f["choices"][0]["text"] for f in frames), text)
+        self.assertEqual(sum((f["choices"][0]["logprobs"]["token_logprobs"] for f in frames
+                              if f["choices"][0]["logprobs"]), []), ch["logprobs"]["token_logprobs"])
+        report("prompt logprobs", prompt_tokens=len(ids), checked_positions=6)
+
     def test_parameter_bounds_T2(self):
         bad = [
             {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
@@ -232,11 +284,12 @@ class Shared(unittest.TestCase):
             self.assertIn("message", out["error"])
         for body in [{"prompt": "x", "n": 3}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
                      {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": True},
-                     {"prompt": "x", "echo": True}, {"prompt": "x", "temperature": "hot"},
+                     {"prompt": "x", "echo": 1}, {"prompt": "x", "temperature": "hot"},
                      {"prompt": "x", "presence_penalty": 1.0}, {"prompt": 3}]:
             st, _, out = self.srv.post("/v1/completions", body)
             self.assertEqual(st, 400, (body, out))
-        for body in [{"input_ids": [1], "return_logprob": True, "logprob_start_len": 0},
+        for body in [{"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 2},
+                     {"input_ids": [1], "return_logprob": True, "logprob_start_len": -2},
                      {"input_ids": [1], "return_logprob": True, "top_logprobs_num": 21},
                      {"input_ids": [1], "return_logprob": "yes"}]:
             st, _, out = self.srv.post("/generate", body)
@@ -244,7 +297,7 @@ class Shared(unittest.TestCase):
         hi = [{"role": "user", "content": "x"}]
         for body in [{"messages": []}, {"messages": [{"content": "x"}]}, {"messages": "hi"},
                      {"messages": hi, "top_logprobs": 2}, {"messages": hi, "logprobs": True, "top_logprobs": 21},
-                     {"messages": hi, "logprobs": 1},
+                     {"messages": hi, "logprobs": 1}, {"messages": hi, "echo": True}, {"messages": hi, "max_tokens": 0},
                      {"messages": [{"role": "user", "content": "x"}] * 1000}]:
             st, _, out = self.srv.post("/v1/chat/completions", body)
             self.assertEqual(st, 400, out)
