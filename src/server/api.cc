@@ -205,10 +205,6 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
 
 // OpenAI fields we accept only at their default value.
 void refuse_unsupported(Fields* f) {
-    int64_t n = 1;
-    f->integer("n", 1, 1, &n);
-    int64_t best_of = 1;
-    f->integer("best_of", 1, 1, &best_of);
     if (f->find("tools") != nullptr) f->fail("tools", "is not supported");
     for (const char* name : {"presence_penalty", "frequency_penalty"}) {
         float v = 0;
@@ -309,15 +305,36 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
     encode_text(f, ctx, "messages", prompt, /*special=*/false, out);
 }
 
-void parse_prompt(Fields* f, const ParseContext& ctx, const json& p, std::vector<int32_t>* out) {
+// One prompt: a string or an array of token ids; its echo text is the string, or the ids decoded.
+void parse_one_prompt(Fields* f, const ParseContext& ctx, const json& p, JobPrompt* out) {
     if (p.is_string()) {
-        encode_text(f, ctx, "prompt", p.get<std::string>(), /*special=*/true, out);
-    } else if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) {
-        parse_prompt(f, ctx, p[0], out);
+        encode_text(f, ctx, "prompt", p.get<std::string>(), /*special=*/true, &out->ids);
+        out->echo_text = p.get<std::string>();
     } else if (p.is_array()) {
-        parse_token_list(f, p, "prompt", ctx.max_context_len, ctx.vocab_size, out);
+        parse_token_list(f, p, "prompt", ctx.max_context_len, ctx.vocab_size, &out->ids);
+        if (ctx.tokenizer != nullptr && !f->failed()) out->echo_text = ctx.tokenizer->decode(out->ids, false);
     } else {
-        f->fail("prompt", "must be a string, an array of token ids, or a one-element array of either");
+        f->fail("prompt", "must be a string, an array of token ids, or an array of either");
+    }
+}
+
+// OpenAI completions' prompt: one prompt, or an array of strings or of token-id arrays (a batch, one choice each).
+void parse_prompts(Fields* f, const ParseContext& ctx, const json& p, std::vector<JobPrompt>* out) {
+    const bool batch = p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array());
+    if (!batch) {
+        parse_one_prompt(f, ctx, p, &out->emplace_back());
+        return;
+    }
+    if (static_cast<int64_t>(p.size()) > ctx.config->max_choices) {
+        return f->fail("prompt", "more than " + std::to_string(ctx.config->max_choices) + " prompts (--max-choices)");
+    }
+    for (const json& one : p) {
+        if (!one.is_string() && !one.is_array()) {
+            return f->fail("prompt", "a batch holds strings or arrays of token ids, not a mix with numbers");
+        }
+        parse_one_prompt(f, ctx, one, &out->emplace_back());
+        if (f->failed()) return;
+        if (out->back().ids.empty()) return f->fail("prompt", "holds an empty prompt");
     }
 }
 
@@ -389,15 +406,28 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
             if (prompt == nullptr) {
                 f.fail("prompt", "is required");
             } else {
-                parse_prompt(&f, ctx, *prompt, &job.request.prompt);
+                parse_prompts(&f, ctx, *prompt, &job.prompts);
             }
         } else {
             const json* msgs = f.find("messages");
             if (msgs == nullptr) {
                 f.fail("messages", "is required");
             } else {
-                parse_messages(&f, ctx, *msgs, &job.request.prompt);
+                parse_messages(&f, ctx, *msgs, &job.prompts.emplace_back().ids);
             }
+        }
+        if (!job.prompts.empty()) job.request.prompt = job.prompts.front().ids;
+        // n choices per prompt (each its own engine request); best_of only as n (nothing is ranked).
+        f.integer("n", 1, c.max_choices, &job.n);
+        int64_t best_of = job.n;
+        f.integer("best_of", 1, c.max_choices, &best_of);
+        if (best_of != job.n) f.fail("best_of", "only best_of = n is supported (choices are not ranked)");
+        if (!f.failed() && job.n_choices() > c.max_choices) {
+            f.fail("n", std::to_string(job.prompts.size()) + " prompts x n = " + std::to_string(job.n_choices()) +
+                            " choices, more than " + std::to_string(c.max_choices) + " (--max-choices)");
+        }
+        if (!f.failed() && job.n_choices() > 1 && job.request.bootstrap_room) {
+            f.fail("bootstrap_room", "one room holds one request: n and prompt batches are not disaggregated");
         }
         if (kind == ApiKind::kCompletions) {
             f.boolean("echo", &job.echo);
@@ -412,13 +442,6 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         }
         if (!f.failed()) refuse_unsupported(&f);
         if (!f.failed()) parse_logprobs(&f, kind, &p, &job.text_in_logprobs, &job.echo);
-        if (!f.failed() && job.echo) {
-            const json& prompt = *f.find("prompt");
-            const json& one = prompt.is_array() && prompt.size() == 1 && !prompt[0].is_number() ? prompt[0] : prompt;
-            job.echo_text = one.is_string()            ? one.get<std::string>()
-                            : ctx.tokenizer != nullptr ? ctx.tokenizer->decode(job.request.prompt, false)
-                                                       : std::string();
-        }
         if (const json* so = f.find("stream_options"); so != nullptr && so->is_object()) {
             job.include_usage = so->value("include_usage", false);
         }
@@ -432,8 +455,25 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
     return res;
 }
 
-ResponseWriter::ResponseWriter(const Job& job, std::string id, int64_t created)
-    : job_(job), id_(std::move(id)), created_(created) {}
+engine::GenerateRequest Job::choice_request(int64_t i) const {
+    engine::GenerateRequest r = request;
+    if (!prompts.empty()) r.prompt = prompts[static_cast<size_t>(i / n)].ids;
+    if (i > 0 && r.params.sampling.seed) *r.params.sampling.seed += static_cast<uint64_t>(i);
+    if (i > 0 && !r.rid.empty()) r.rid += "-" + std::to_string(i);
+    return r;
+}
+
+namespace {
+const std::string kNoEcho;
+}  // namespace
+
+ResponseWriter::ResponseWriter(const Job& job, std::string id, int64_t created, int64_t index)
+    : job_(job),
+      id_(std::move(id)),
+      created_(created),
+      index_(index),
+      echo_text_(job.echo && !job.prompts.empty() ? job.prompts[static_cast<size_t>(index / job.n)].echo_text
+                                                  : kNoEcho) {}
 
 void ResponseWriter::add(const engine::RequestOutput& ev) {
     if (!ev.prompt_logprobs.empty()) prompt_logprobs_ = ev.prompt_logprobs;
@@ -595,8 +635,8 @@ std::string ResponseWriter::final_body() const {
                  {"created", created_},
                  {"model", job_.model},
                  {"choices",
-                  {{{"index", 0},
-                    {"text", (job_.echo ? job_.echo_text : std::string()) + text_},
+                  {{{"index", index_},
+                    {"text", (job_.echo ? echo_text_ : std::string()) + text_},
                     {"logprobs", logprobs_on() ? completion_logprobs(echoed(logprobs_), 0) : json(nullptr)},
                     {"finish_reason", finish_reason_openai()}}}},
                  {"usage", usage(last_, n_out)}};
@@ -607,7 +647,7 @@ std::string ResponseWriter::final_body() const {
                  {"created", created_},
                  {"model", job_.model},
                  {"choices",
-                  {{{"index", 0},
+                  {{{"index", index_},
                     {"message", {{"role", "assistant"}, {"content", text_}}},
                     {"logprobs", logprobs_on() ? chat_logprobs(logprobs_) : json(nullptr)},
                     {"finish_reason", finish_reason_openai()}}}},
@@ -636,7 +676,7 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
             std::vector<engine::OutputLogprob> lps =
                 job_.score_only ? std::vector<engine::OutputLogprob>{} : ev.logprobs;
             if (job_.echo && !echo_sent_) {
-                text = job_.echo_text + text;
+                text = echo_text_ + text;
                 lps = echoed(lps);
                 echo_sent_ = true;
             }
@@ -645,7 +685,7 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
                       {"created", created_},
                       {"model", job_.model},
                       {"choices",
-                       {{{"index", 0},
+                       {{{"index", index_},
                          {"text", text},
                          {"logprobs", logprobs_on() && !lps.empty() ? completion_logprobs(lps, streamed_text_bytes_)
                                                                     : json(nullptr)},
@@ -656,13 +696,15 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
         }
         case ApiKind::kChat: {
             const auto chunk = [&](json delta, json fin, json logprobs) {
-                return json{
-                    {"id", id_},
-                    {"object", "chat.completion.chunk"},
-                    {"created", created_},
-                    {"model", job_.model},
-                    {"choices",
-                     {{{"index", 0}, {"delta", delta}, {"logprobs", std::move(logprobs)}, {"finish_reason", fin}}}}};
+                return json{{"id", id_},
+                            {"object", "chat.completion.chunk"},
+                            {"created", created_},
+                            {"model", job_.model},
+                            {"choices",
+                             {{{"index", index_},
+                               {"delta", delta},
+                               {"logprobs", std::move(logprobs)},
+                               {"finish_reason", fin}}}}};
             };
             if (!sent_role_) {
                 out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
@@ -676,6 +718,7 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
             break;
         }
     }
+    if (job_.n_choices() > 1) return out;  // the server ends the stream once every choice has (multi_choice_stream_end)
     if (ev.finished && job_.kind != ApiKind::kGenerate && job_.include_usage) {
         out += frame({{"id", id_},
                       {"object", job_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
@@ -686,6 +729,43 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
     }
     if (ev.finished) out += "data: [DONE]\n\n";
     return out;
+}
+
+namespace {
+
+// Usage over choices: each prompt's tokens once (choices i * n .. i * n + n - 1 share prompt i), every choice's
+// completion tokens.
+json multi_usage(const std::vector<ResponseWriter>& writers, int64_t n) {
+    int64_t prompt = 0, completion = 0;
+    for (size_t i = 0; i < writers.size(); ++i) {
+        if (static_cast<int64_t>(i) % n == 0) prompt += writers[i].last().prompt_tokens;
+        completion += writers[i].n_out();
+    }
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+}  // namespace
+
+std::string multi_choice_body(const std::vector<ResponseWriter>& writers, const Job& job) {
+    json body = json::parse(writers.front().final_body());
+    json choices = json::array();
+    for (const ResponseWriter& w : writers) choices.push_back(json::parse(w.final_body())["choices"][0]);
+    body["choices"] = std::move(choices);
+    body["usage"] = multi_usage(writers, job.n);
+    return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string multi_choice_stream_end(const std::vector<ResponseWriter>& writers, const Job& job) {
+    std::string out;
+    if (job.include_usage) {
+        out += frame({{"id", writers.front().id()},
+                      {"object", job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", writers.front().created()},
+                      {"model", job.model},
+                      {"choices", json::array()},
+                      {"usage", multi_usage(writers, job.n)}});
+    }
+    return out + "data: [DONE]\n\n";
 }
 
 }  // namespace penstock::server

@@ -28,9 +28,22 @@ struct ApiError {
 };
 std::string error_body(const ApiError& e);
 
+// One prompt of a job: its ids and, for completions with echo, its text.
+struct JobPrompt {
+    std::vector<int32_t> ids;
+    std::string echo_text;
+};
+
 struct Job {
     ApiKind kind = ApiKind::kGenerate;
+    // The first choice's request (the prompt of prompts[0]); every choice shares its parameters.
     engine::GenerateRequest request;
+    // OpenAI routes: the prompts (completions may batch several; one otherwise) and n choices per prompt. Choice i is
+    // prompts[i / n] with its own seed (the request's seed + i when one was given).
+    std::vector<JobPrompt> prompts;
+    int64_t n = 1;
+    int64_t n_choices() const { return static_cast<int64_t>(prompts.size()) * n; }
+    engine::GenerateRequest choice_request(int64_t i) const;
     bool stream = false;
     bool include_usage = false;     // stream_options.include_usage
     bool return_text = true;        // a tokenizer is loaded
@@ -39,7 +52,6 @@ struct Job {
     // (score_only) the completion is the prompt alone, the one token the engine computed is not returned.
     bool echo = false;
     bool score_only = false;
-    std::string echo_text;
     std::string model;
     // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
     std::string bootstrap_host;
@@ -73,15 +85,21 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const std::str
 // Renders one job's outputs as it progresses.
 class ResponseWriter final {
 public:
-    ResponseWriter(const Job& job, std::string id, int64_t created);
+    // Choice `index` of `job` (OpenAI's choices[].index).
+    ResponseWriter(const Job& job, std::string id, int64_t created, int64_t index = 0);
     // Folds an engine event into the accumulated output.
     void add(const engine::RequestOutput& ev);
     // The whole (non-streaming) response body once finished.
     std::string final_body() const;
     // SSE "data: {...}\n\n" frames for the last event added (may be several: OpenAI's role chunk, usage chunk);
     // finished events end with "data: [DONE]\n\n".
+    // With several choices the server ends the stream itself (multi_choice_stream_end): the frames then never hold
+    // the usage chunk or [DONE].
     std::string sse_frames(const engine::RequestOutput& ev);
     const std::string& id() const { return id_; }
+    int64_t created() const { return created_; }
+    const engine::RequestOutput& last() const { return last_; }
+    int64_t n_out() const { return static_cast<int64_t>(ids_.size()); }
 
 private:
     std::string finish_reason_openai() const;
@@ -92,6 +110,8 @@ private:
     const Job& job_;
     std::string id_;
     int64_t created_;
+    int64_t index_;
+    const std::string& echo_text_;
     std::vector<int32_t> ids_;
     std::string text_;
     std::vector<engine::OutputLogprob> logprobs_;         // per output token, with return_logprob
@@ -101,5 +121,10 @@ private:
     engine::RequestOutput last_;
     bool sent_role_ = false;
 };
+
+// Several choices: the whole body (every writer's choice, usage summed: each prompt's tokens once, every choice's
+// completion tokens), and a stream's end (the usage chunk when asked, then [DONE]).
+std::string multi_choice_body(const std::vector<ResponseWriter>& writers, const Job& job);
+std::string multi_choice_stream_end(const std::vector<ResponseWriter>& writers, const Job& job);
 
 }  // namespace penstock::server

@@ -92,6 +92,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--max-new-tokens-limit", s.max_new_tokens_limit, "largest max_new_tokens (0: context length)");
     cmd->add_option("--max-stop-strings", s.max_stop_strings, "stop strings per request");
     cmd->add_option("--max-stop-string-bytes", s.max_stop_string_bytes, "bytes per stop string");
+    cmd->add_option("--max-choices", s.max_choices, "OpenAI routes: prompts x n per request (400 beyond)")
+        ->check(CLI::Range(int64_t{1}, int64_t{4096}));
     cmd->add_option("--drain-timeout-s", s.drain_timeout_s, "SIGTERM: wait this long for in-flight requests");
     cmd->add_option("--watchdog-timeout", s.watchdog_timeout_s, "/health is 503 when the engine loop stalls longer");
     cmd->add_option("--retry-after-s", s.retry_after_s, "Retry-After of a 429");

@@ -408,6 +408,7 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
         std::atomic<int64_t>* n;
         ~Guard() { --*n; }
     } guard{&in_flight_};
+    if (job.n_choices() > 1) return run_choices(job, id, s, keep);
     Result<std::shared_ptr<engine::RequestHandle>> h = engine_->submit(job.request);
     if (!h.ok()) return reply(status_reply(h.status(), config_.retry_after_s));
     const auto created = static_cast<int64_t>(std::time(nullptr));
@@ -467,6 +468,97 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
             return reply(json_reply(w.final_body()));
         }
     }
+}
+
+bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, bool keep) {
+    const auto reply = [&](const Reply& r) { return write_reply(s, r, keep, config_.write_timeout_s); };
+    const auto n = static_cast<size_t>(job.n_choices());
+    std::vector<std::shared_ptr<engine::RequestHandle>> hs;
+    std::vector<bool> done;
+    size_t n_done = 0;
+    // Ends every choice still running and waits for the engine to confirm (pages freed).
+    const auto end_all = [&](engine::AbortReason why) {
+        for (size_t i = 0; i < hs.size(); ++i) {
+            if (!done[i]) engine_->abort(hs[i]->id(), why);
+        }
+        const auto until = Clock::now() + std::chrono::seconds(10);
+        for (size_t i = 0; i < hs.size() && Clock::now() < until; ++i) {
+            while (!done[i] && Clock::now() < until) {
+                for (const engine::RequestOutput& ev : hs[i]->wait(std::chrono::milliseconds(50))) {
+                    if (ev.finished) done[i] = true;
+                }
+            }
+        }
+    };
+    for (size_t i = 0; i < n; ++i) {
+        Result<std::shared_ptr<engine::RequestHandle>> h = engine_->submit(job.choice_request(static_cast<int64_t>(i)));
+        if (!h.ok()) {
+            end_all(engine::AbortReason::kClientDisconnect);
+            return reply(status_reply(h.status(), config_.retry_after_s));
+        }
+        hs.push_back(*h);
+        done.push_back(false);
+    }
+    const auto created = static_cast<int64_t>(std::time(nullptr));
+    std::vector<ResponseWriter> ws;
+    ws.reserve(n);
+    for (size_t i = 0; i < n; ++i) ws.emplace_back(job, id, created, static_cast<int64_t>(i));
+    bool headers_sent = false;
+    Status failed;  // the first choice that failed (non-streaming answers with it)
+    const auto abandon = [&] {
+        end_all(engine::AbortReason::kClientDisconnect);
+        return false;
+    };
+    while (n_done < n) {
+        bool any = false;
+        for (size_t i = 0; i < n; ++i) {
+            if (done[i]) continue;
+            // Wait on the first running choice, look at the others without waiting.
+            const auto wait = any || i != static_cast<size_t>(std::find(done.begin(), done.end(), false) - done.begin())
+                                  ? std::chrono::milliseconds(0)
+                                  : std::chrono::milliseconds(20);
+            for (const engine::RequestOutput& ev : hs[i]->wait(wait)) {
+                any = true;
+                ws[i].add(ev);
+                if (ev.finished) {
+                    done[i] = true;
+                    ++n_done;
+                    if (!ev.error.ok() && ev.error.code() != StatusCode::kCancelled && failed.ok()) failed = ev.error;
+                }
+                if (!job.stream) continue;
+                if (!headers_sent) {
+                    if (ev.finished && !ev.error.ok() && ev.completion_tokens == 0) {
+                        end_all(engine::AbortReason::kClientDisconnect);
+                        return reply(status_reply(ev.error, config_.retry_after_s));
+                    }
+                    s.set_timeout(config_.write_timeout_s);
+                    boost::system::error_code ec;
+                    s.write_all(std::string("HTTP/1.1 200 OK\r\nServer: penstock\r\nContent-Type: text/event-stream\r\n"
+                                            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
+                                    (keep ? "" : "Connection: close\r\n") + "\r\n",
+                                ec);
+                    if (ec) return abandon();
+                    headers_sent = true;
+                }
+                std::string frames;
+                if (ev.finished && !ev.error.ok()) {
+                    frames = "data: " +
+                             error_body({.http_status = status_reply(ev.error, 0).status,
+                                         .message = ev.error.message(),
+                                         .type = "server_error",
+                                         .param = ""}) +
+                             "\n\n";
+                }
+                frames += ws[i].sse_frames(ev);
+                if (n_done == n) frames += multi_choice_stream_end(ws, job);
+                if (!write_chunk(s, frames, config_.write_timeout_s)) return abandon();
+            }
+        }
+        if (!any && s.peer_closed()) return abandon();
+    }
+    if (job.stream) return write_chunk(s, "", config_.write_timeout_s) && keep;
+    if (!failed.ok()) return reply(status_reply(failed, config_.retry_after_s));
+    return reply(json_reply(multi_choice_body(ws, job)));
 }
 
 bool Server::health_generate(FdStream& s, bool keep_alive) {
@@ -540,6 +632,7 @@ std::string Server::server_info() const {
     j["max_stop_string_bytes"] = config_.max_stop_string_bytes;
     j["max_stop_token_ids"] = config_.max_stop_token_ids;
     j["max_messages"] = config_.max_messages;
+    j["max_choices"] = config_.max_choices;
     j["request_timeout_s"] = config_.request_timeout_s;
     j["retry_after_s"] = config_.retry_after_s;
     j["drain_timeout_s"] = config_.drain_timeout_s;

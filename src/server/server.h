@@ -49,6 +49,9 @@ private:
     bool handle(const Request& req, FdStream& s);
     template <class Request>
     bool run_job(ApiKind kind, const Request& req, FdStream& s);
+    // A job of several choices (OpenAI n > 1 or a prompt batch): one engine request each, answered together (one
+    // body with every choice, or one stream whose chunks carry their choice's index).
+    bool run_choices(const Job& job, const std::string& id, FdStream& s, bool keep_alive);
     bool health_generate(FdStream& s, bool keep_alive);
     std::string server_info() const;
     std::string metrics_text() const;

@@ -91,11 +91,22 @@ class OpenAISdk(unittest.TestCase):
         self.assertIsNone(lp.token_logprobs[0])
         self.assertTrue(all(v <= 0 for v in lp.token_logprobs[1:]))
 
+    def test_n_and_prompt_batches(self):
+        """n choices per prompt and a batch of prompts come back as indexed choices (as lm-eval batches requests)."""
+        c = self.client.completions.create(model="tiny-deepseek-v3", prompt=["Hello", "Bye"], max_tokens=2, n=2,
+                                           temperature=0)
+        self.assertEqual([x.index for x in c.choices], [0, 1, 2, 3])
+        self.assertEqual(c.choices[0].text, c.choices[1].text)  # greedy: the two choices of one prompt agree
+        self.assertEqual(c.usage.completion_tokens, 8)
+        r = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=3, n=3, seed=1,
+                                                messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(len(r.choices), 3)
+
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError):
             self.client.completions.create(model="m", prompt="x", max_tokens=0)
         with self.assertRaises(openai.BadRequestError):
-            self.client.completions.create(model="m", prompt="x", n=2)
+            self.client.completions.create(model="m", prompt="x", n=2, best_of=3)
         bad = openai.OpenAI(base_url=f"http://127.0.0.1:{self.srv.port}/v1", api_key="wrong", max_retries=0)
         with self.assertRaises(openai.AuthenticationError):
             bad.models.list()

@@ -247,6 +247,56 @@ class Shared(unittest.TestCase):
                               if f["choices"][0]["logprobs"]), []), ch["logprobs"]["token_logprobs"])
         report("prompt logprobs", prompt_tokens=len(ids), checked_positions=6)
 
+    def test_choices_n_and_prompt_batches(self):
+        """OpenAI n and batched completion prompts: one engine request per choice, answered together. A batch's choice
+        i is prompt i's own completion; with a seed, choice i of n draws with seed + i; a stream interleaves the
+        choices by index and ends once, with the summed usage."""
+        prompts = ["Hello", [5, 6, 7, 8], "Good morning to you"]
+        base = {"max_tokens": 4, "temperature": 0, "ignore_eos": True}
+        singles = [self.srv.post("/v1/completions", dict(base, prompt=p))[2] for p in prompts]
+        st, _, out = self.srv.post("/v1/completions", dict(base, prompt=prompts))
+        self.assertEqual(st, 200, out)
+        self.assertEqual([c["index"] for c in out["choices"]], [0, 1, 2])
+        self.assertEqual([c["text"] for c in out["choices"]], [x["choices"][0]["text"] for x in singles])
+        self.assertEqual(out["usage"]["prompt_tokens"], sum(x["usage"]["prompt_tokens"] for x in singles))
+        self.assertEqual(out["usage"]["completion_tokens"], 12)
+        sampled = {"prompt": "Hello", "max_tokens": 5, "temperature": 1.0, "ignore_eos": True}
+        st, _, many = self.srv.post("/v1/completions", dict(sampled, n=3, seed=41))
+        self.assertEqual(st, 200, many)
+        texts = [c["text"] for c in many["choices"]]
+        for i in range(3):
+            one = self.srv.post("/v1/completions", dict(sampled, seed=41 + i))[2]
+            self.assertEqual(texts[i], one["choices"][0]["text"], i)
+        self.assertGreater(len(set(texts)), 1, "n choices drew the same tokens")
+        self.assertEqual(many["usage"]["prompt_tokens"], singles[0]["usage"]["prompt_tokens"])
+        st, frames, done = self.srv.sse("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "n": 2, "seed": 9, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}})
+        self.assertEqual(st, 200)
+        self.assertTrue(done)
+        per = {0: "", 1: ""}
+        finishes = {0: 0, 1: 0}
+        for f in frames[:-1]:
+            ch = f["choices"][0]
+            per[ch["index"]] += ch["delta"].get("content", "")
+            finishes[ch["index"]] += ch["finish_reason"] is not None
+        self.assertEqual(finishes, {0: 1, 1: 1})
+        self.assertEqual(frames[-1]["choices"], [])
+        self.assertEqual(frames[-1]["usage"]["completion_tokens"], 6)
+        whole = self.srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                       "max_tokens": 3, "n": 2, "seed": 9, "ignore_eos": True})[2]
+        self.assertEqual([per[0], per[1]], [c["message"]["content"] for c in whole["choices"]])
+        for body in [{"prompt": "x", "n": 2, "best_of": 3}, {"prompt": ["a", "b"], "n": 40},
+                     {"prompt": ["a", 5]}, {"prompt": ["a", []]}, {"prompt": "x", "n": 0}]:
+            st, _, err = self.srv.post("/v1/completions", body)
+            self.assertEqual(st, 400, (body, err))
+        for _ in range(200):
+            if self.srv.metrics()["penstock_kv_pages_used"] == 0:
+                break
+            time.sleep(0.01)
+        self.assertEqual(self.srv.metrics()["penstock_kv_pages_used"], 0)
+        report("choices", batch=len(prompts), n=3, streamed_n=2)
+
     def test_parameter_bounds_T2(self):
         bad = [
             {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
@@ -282,7 +332,7 @@ class Shared(unittest.TestCase):
             worst = max(worst, time.time() - t0)
             self.assertEqual(st, 400, (body if len(json.dumps(body)) < 200 else "big", out))
             self.assertIn("message", out["error"])
-        for body in [{"prompt": "x", "n": 3}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
+        for body in [{"prompt": "x", "n": 65}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
                      {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": True},
                      {"prompt": "x", "echo": 1}, {"prompt": "x", "temperature": "hot"},
                      {"prompt": "x", "presence_penalty": 1.0}, {"prompt": 3}]:
