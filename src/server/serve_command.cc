@@ -23,6 +23,7 @@
 #include "scheduler/cost_model.h"
 #include "server/serve_internal.h"
 #include "server/server.h"
+#include "server/warmup.h"
 
 namespace penstock::server {
 
@@ -79,6 +80,12 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--dtype", a->dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
     cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
+    cmd->add_option("--warmup-lengths", a->warmup_lengths,
+                    "before reporting ready, one prefill of each length, e.g. 512,2048,8192 (default: none)");
+    cmd->add_option("--warmup-concurrency", a->warmup_concurrency, "warm-up requests at once")
+        ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+    cmd->add_option("--warmup-timeout-s", a->warmup_timeout_s, "the warm-up must finish within (else start fails)")
+        ->check(CLI::PositiveNumber);
     cmd->add_flag("--skip-tokenizer-init", s.skip_tokenizer_init, "serve token ids only (no tokenizer)");
     cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on inference and admin routes");
     cmd->add_option("--request-timeout-s", s.request_timeout_s, "per-request deadline (0: none)");
@@ -215,6 +222,9 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return invalid_argument("--dtype must be float32 or bfloat16, got '" + args.dtype + "'");
     }
     PENSTOCK_ASSIGN_OR_RETURN(setup.scheduler, scheduler_config(args));
+    PENSTOCK_ASSIGN_OR_RETURN(setup.warmup.lengths, parse_warmup_lengths(args.warmup_lengths));
+    setup.warmup.concurrency = args.warmup_concurrency;
+    setup.warmup.timeout_s = args.warmup_timeout_s;
     if (args.load_format != "auto" && args.load_format != "dummy") {
         return invalid_argument("--load-format must be auto or dummy, got '" + args.load_format + "'");
     }
@@ -398,6 +408,22 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                    {"waiting", args.disaggregation_waiting_timeout_ms},
                    {"transfer", args.disaggregation_transfer_timeout_ms}}}};
     info.update(parallel_info);
+    // Warm-up before the port opens: until it is done no client can connect, so none meets a cold start.
+    PENSTOCK_ASSIGN_OR_RETURN(const WarmupResult warm, run_warmup(*eng, setup.warmup, mc.vocab_size));
+    info["warmup"] = {{"lengths", setup.warmup.lengths},
+                      {"concurrency", setup.warmup.concurrency},
+                      {"timeout_s", setup.warmup.timeout_s},
+                      {"seconds", warm.seconds},
+                      {"total_s", warm.total_s}};
+    if (!setup.warmup.lengths.empty()) {
+        std::string each;
+        for (size_t i = 0; i < warm.seconds.size(); ++i) {
+            each += (i ? ", " : "") + std::to_string(setup.warmup.lengths[i]) + " tokens " +
+                    std::to_string(warm.seconds[i]).substr(0, 6) + " s";
+        }
+        std::printf("penstock serve: warm-up done in %.3f s (%s)\n", warm.total_s, each.c_str());
+        std::fflush(stdout);
+    }
     Server server(eng.get(), cfg, info.dump(), bootstrap);
     PENSTOCK_ASSIGN_OR_RETURN(const int port, server.listen());
     std::atomic<bool> done{false};

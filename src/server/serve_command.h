@@ -54,6 +54,10 @@ struct ServeArgs {
     // > 0: keep only the first N decoder layers of the config (loader::with_num_layers), for partial-depth runs of a
     // large model's shape on fewer devices; needs --load-format dummy. 0: every layer.
     int64_t num_layers = 0;
+    // Start-up warm-up (server/warmup.h): prompt lengths ("" = none), requests at once, overall deadline.
+    std::string warmup_lengths;
+    int64_t warmup_concurrency = 1;
+    double warmup_timeout_s = 600;
     // Test hook (hidden flag --test-step-delay-ms): every engine step sleeps this long first, to wedge the loop in
     // /health tests (RELIABILITY T14). 0 in production.
     int64_t test_step_delay_ms = 0;

@@ -17,6 +17,7 @@
 #include "runtime/model_runner.h"
 #include "scheduler/scheduler.h"
 #include "server/serve_command.h"
+#include "server/warmup.h"
 
 namespace penstock::server {
 
@@ -27,6 +28,7 @@ struct ServeSetup {
     int64_t n_pages = 0;
     parallel::ParallelSizes sizes;
     engine::DisaggOptions disagg;  // mode, backend, timeouts (the prefill end's resolver is set by serve_http)
+    WarmupOptions warmup;          // --warmup-lengths / -concurrency / -timeout-s
 };
 
 // Every argument check that needs no communication (identical on every rank, so that all ranks fail alike).

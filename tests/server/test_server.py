@@ -8,19 +8,51 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server  # noqa: E402
+from serverlib import BINARY, Server  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_corpus")
 
 
 def report(name, **figures):
     print(f"[figures] {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
+
+
+class Warmup(unittest.TestCase):
+    """SPEC §6: --warmup-lengths runs one prefill per length before the port opens; a warm-up that cannot run or does
+    not finish in --warmup-timeout-s fails the start, naming why."""
+
+    def test_warmup_runs_before_ready_and_bad_ones_fail_the_start(self):
+        srv = Server("--warmup-lengths", "64,300,700", "--warmup-concurrency", "2")
+        try:
+            self.assertTrue(any("warm-up done" in line for line in srv.head), srv.head)
+            info = json.loads(srv.request("GET", "/get_server_info")[2])["warmup"]
+            self.assertEqual(info["lengths"], [64, 300, 700])
+            self.assertEqual(info["concurrency"], 2)
+            self.assertTrue(all(t > 0 for t in info["seconds"]), info)
+            m = srv.metrics()
+            self.assertEqual(m["penstock_prompt_tokens_total"], 1064)  # the warm-up ran, and only it
+            self.assertEqual(m["penstock_kv_pages_used"], 0)
+            st, _, out = srv.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+            self.assertEqual(st, 200, out)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        t0 = time.time()
+        for flags, why in [(("--warmup-lengths", "64,99999"), "exceeds the context length"),
+                           (("--warmup-lengths", "64,abc"), "is not a positive token count"),
+                           (("--warmup-lengths", "64,64,64,64", "--warmup-timeout-s", "0.3", "--test-step-delay-ms",
+                             "200"), "did not finish within --warmup-timeout-s 0.3 s")]:
+            run = subprocess.run([BINARY, "serve", "--port", "0", "--threads", "1", *flags], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertNotEqual(run.returncode, 0, flags)
+            self.assertIn(why, run.stderr, flags)
+        report("warm-up", lengths=3, refused_starts=3, refusal_s=round(time.time() - t0, 2))
 
 
 class Shared(unittest.TestCase):
