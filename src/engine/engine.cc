@@ -472,6 +472,23 @@ void Engine::loop() {
         publish_finished();
         update_gauges();
         heartbeat_ns_ = Clock::now().time_since_epoch().count();
+        if (worked || n_live_ > 0 || disagg_busy() || !quarantine_.empty()) {
+            busy_since_check_ = true;
+        } else if (busy_since_check_ && options_.idle_invariant_check != InvariantCheck::kOff) {
+            // Became idle: every page and state slot must be back (SPEC §6 idle invariant checks).
+            busy_since_check_ = false;
+            const Status st = check_idle_invariants();
+            {
+                std::lock_guard<std::mutex> lock(metrics_mu_);
+                ++metrics_.idle_checks_total;
+                if (!st.ok()) ++metrics_.invariant_violations_total;
+            }
+            if (!st.ok()) {
+                PENSTOCK_LOG_ERROR("idle invariant check failed: {}", st.to_string());
+                PENSTOCK_CHECK(options_.idle_invariant_check != InvariantCheck::kAbort)
+                    << "idle invariant check failed (--idle-invariant-check abort): " << st.to_string();
+            }
+        }
         if (!worked) {
             // Rooms waiting for KV or transfers in flight are polled every millisecond.
             std::unique_lock<std::mutex> lock(mu_);
@@ -483,6 +500,17 @@ void Engine::loop() {
     shutdown_all();
     const Status stopped = executor_->stop();
     if (!stopped.ok()) PENSTOCK_LOG_ERROR("stopping the other ranks failed: {}", stopped.to_string());
+}
+
+Status Engine::check_idle_invariants() const {
+    PENSTOCK_RETURN_IF_ERROR(sched_->check_invariants());
+    if (const int64_t used = runner_->page_pool().n_used(); used != 0) {
+        return internal_error(std::to_string(used) + " KV pages in use with no live request");
+    }
+    if (const int64_t slots = runner_->cache().n_admitted(); slots != 0) {
+        return internal_error(std::to_string(slots) + " state slots admitted with no live request");
+    }
+    return ok_status();
 }
 
 void Engine::count_abort_phase(const scheduler::Request& r) {

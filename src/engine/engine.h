@@ -139,6 +139,8 @@ struct EngineMetrics {
     int64_t generation_tokens_total = 0;  // sampled tokens
     int64_t steps_total = 0;
     int64_t step_failures_total = 0;
+    int64_t idle_checks_total = 0;           // idle invariant checks run (EngineOptions::idle_invariant_check)
+    int64_t invariant_violations_total = 0;  // ... that found a broken invariant
     std::map<std::string, int64_t> finished_by_reason;
     std::map<std::string, int64_t> rejected_by_reason;  // queue_full, invalid, too_long, draining
     std::map<std::string, int64_t> aborted_by_reason;   // abort_reason_name
@@ -174,6 +176,13 @@ struct DisaggOptions {
 };
 std::string_view disagg_mode_name(DisaggOptions::Mode m);
 
+// What the engine does when it finds a broken invariant on becoming idle (SPEC §6).
+enum class InvariantCheck : uint8_t {
+    kOff,    // no check
+    kWarn,   // log an error, count it (penstock_invariant_violations_total), keep serving
+    kAbort,  // log and abort the process (a supervisor restarts it from a clean state)
+};
+
 struct EngineOptions {
     scheduler::SchedulerConfig scheduler = {};
     std::optional<scheduler::ChunkCostModel> cost_model = std::nullopt;  // required with dynamic chunking
@@ -181,6 +190,9 @@ struct EngineOptions {
     uint64_t seed = 0;                        // seeds requests that bring no seed (counter-derived)
     int64_t max_stop_strings = 16;            // per request
     int64_t max_stop_string_bytes = 256;      // per stop string
+    // Each time the engine becomes idle (no live request, nothing in flight, no KV transfer): the scheduler's page
+    // accounting (Scheduler::check_invariants), no KV page in use, no non-paged state slot admitted.
+    InvariantCheck idle_invariant_check = InvariantCheck::kWarn;
     // Test hooks (unset in production). step_fault runs before each forward: non-OK fails only that step's
     // requests (RELIABILITY T3). logits_observer sees every sampled row (request id, [vocab] f32).
     std::function<Status(const scheduler::BatchPlan&)> step_fault = {};
@@ -270,6 +282,8 @@ private:
     // Prompt log-probabilities of one chunk: scored[j] is position first + j's.
     void store_prompt_logprobs(Live& l, int64_t first, const std::vector<runtime::Sampled>& scored);
     void publish_finished();
+    // The idle invariant checks (EngineOptions::idle_invariant_check); the first broken one, or OK.
+    Status check_idle_invariants() const;
     void shutdown_all();
     // Disaggregation (engine thread). Decode end: registers a prefilled request's room; polls the receiver and hands
     // arrived first tokens to the scheduler; frees pages held for rooms that are over. Prefill end: queues a finished
@@ -314,6 +328,7 @@ private:
     EngineMetrics metrics_;
     std::atomic<int64_t> next_id_{1};
     std::atomic<int64_t> n_live_{0};
+    bool busy_since_check_ = false;  // engine thread: work happened since the last idle invariant check
     std::atomic<bool> accepting_{true};
     std::atomic<int64_t> heartbeat_ns_{0};
     std::thread thread_;

@@ -62,6 +62,10 @@ std::string render_metrics(const engine::EngineMetrics& m, const std::map<std::s
     counter("penstock_generation_tokens_total", "Generated tokens", static_cast<double>(m.generation_tokens_total));
     counter("penstock_steps_total", "Engine forward steps", static_cast<double>(m.steps_total));
     counter("penstock_step_failures_total", "Engine steps that failed", static_cast<double>(m.step_failures_total));
+    counter("penstock_idle_checks_total", "Idle invariant checks run (--idle-invariant-check)",
+            static_cast<double>(m.idle_checks_total));
+    counter("penstock_invariant_violations_total", "Idle invariant checks that found a broken invariant",
+            static_cast<double>(m.invariant_violations_total));
     by_label(&out, "penstock_requests_finished_total", "Finished requests by finish reason", m.finished_by_reason);
     std::map<std::string, int64_t> rejected = m.rejected_by_reason;
     for (const auto& [k, v] : http_rejections) rejected[k] += v;

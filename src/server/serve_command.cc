@@ -80,6 +80,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--dtype", a->dtype, "float32 (cpu, cuda) or bfloat16 (cuda): activations, KV cache, weights");
     cmd->add_option("--threads", a->threads, "CPU threads for the reference kernels (0: all cores)");
     cmd->add_option("--random-seed", a->random_seed, "seed for requests that bring none");
+    cmd->add_option("--idle-invariant-check", a->idle_invariant_check,
+                    "when the engine becomes idle, check the KV page accounting: off | warn | abort")
+        ->check(CLI::IsMember({"off", "warn", "abort"}));
     cmd->add_option("--warmup-lengths", a->warmup_lengths,
                     "before reporting ready, one prefill of each length, e.g. 512,2048,8192 (default: none)");
     cmd->add_option("--warmup-concurrency", a->warmup_concurrency, "warm-up requests at once")
@@ -343,6 +346,9 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     eo.scheduler = sc;
     eo.eos_token_ids = eos_ids(dir, tok.get());
     eo.seed = args.random_seed;
+    eo.idle_invariant_check = args.idle_invariant_check == "off"     ? engine::InvariantCheck::kOff
+                              : args.idle_invariant_check == "abort" ? engine::InvariantCheck::kAbort
+                                                                     : engine::InvariantCheck::kWarn;
     eo.max_stop_strings = args.server.max_stop_strings;
     eo.max_stop_string_bytes = args.server.max_stop_string_bytes;
     if (sc.enable_dynamic_chunking) {
@@ -398,6 +404,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
                  {"threads", args.threads},
                  {"max_total_tokens", setup.n_pages * kv_cache::kPageSize},
                  {"random_seed", args.random_seed},
+                 {"idle_invariant_check", args.idle_invariant_check},
                  {"eos_token_ids", eng->options().eos_token_ids},
                  {"disaggregation_mode", args.disaggregation_mode},
                  {"disaggregation_transfer_backend", args.disaggregation_transfer_backend},

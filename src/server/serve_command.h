@@ -55,6 +55,7 @@ struct ServeArgs {
     // large model's shape on fewer devices; needs --load-format dummy. 0: every layer.
     int64_t num_layers = 0;
     // Start-up warm-up (server/warmup.h): prompt lengths ("" = none), requests at once, overall deadline.
+    std::string idle_invariant_check = "warn";  // off | warn | abort (engine::InvariantCheck)
     std::string warmup_lengths;
     int64_t warmup_concurrency = 1;
     double warmup_timeout_s = 600;

@@ -2,8 +2,8 @@
 #include "server/warmup.h"
 
 #include <charconv>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <memory>
 
@@ -35,7 +35,8 @@ Result<WarmupResult> run_warmup(engine::Engine& engine, const WarmupOptions& opt
     if (options.lengths.empty()) return result;
     if (options.concurrency < 1) return invalid_argument("--warmup-concurrency must be >= 1");
     const auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
+    const auto deadline =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
     struct Running {
         size_t index;
         std::shared_ptr<engine::RequestHandle> handle;

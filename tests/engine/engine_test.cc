@@ -209,6 +209,66 @@ TEST(EngineLogprobs, PromptLogprobsEqualTheUnchunkedForward) {
     EXPECT_EQ(eng->metrics().kv_pages_used, 0);
 }
 
+// SPEC §6 idle invariant checks: each time the engine becomes idle it checks the page accounting. A page taken behind
+// the scheduler's back is found at the next idle moment: warned and counted (serving goes on), or with kAbort the
+// process aborts.
+void run_one(Engine& e, int seed) {
+    EXPECT_EQ(collect(**e.submit(greedy(seeded_prompt(30, seed), 2))).last.finish_reason, "length");
+}
+void wait_idle_checks(const Engine& e, int64_t n) {
+    for (int i = 0; i < 400 && e.metrics().idle_checks_total < n; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+TEST(EngineIdleInvariants, ALeakedPageIsFoundWhenTheEngineGoesIdle) {
+    auto runner = make_runner(64);
+    kv_cache::PagePool* pool = &runner->page_pool();
+    auto made = Engine::create(std::move(runner), nullptr, EngineOptions{});
+    ASSERT_TRUE(made.ok());
+    Engine& e = **made;
+    e.start();
+    run_one(e, 1);
+    wait_idle_checks(e, 1);
+    EXPECT_EQ(e.metrics().idle_checks_total, 1);
+    EXPECT_EQ(e.metrics().invariant_violations_total, 0);
+    // The engine is idle: nothing else touches the pool while the test takes a page.
+    Result<std::vector<int32_t>> leaked = pool->allocate(1);
+    ASSERT_TRUE(leaked.ok());
+    run_one(e, 2);  // still serves
+    wait_idle_checks(e, 2);
+    EXPECT_EQ(e.metrics().idle_checks_total, 2);
+    EXPECT_EQ(e.metrics().invariant_violations_total, 1);
+    pool->release(*leaked);
+    run_one(e, 3);
+    wait_idle_checks(e, 3);
+    EXPECT_EQ(e.metrics().invariant_violations_total, 1) << "back in order";
+    EngineOptions off;
+    off.idle_invariant_check = InvariantCheck::kOff;
+    auto quiet = make_engine(std::move(off));
+    quiet->start();
+    run_one(*quiet, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    EXPECT_EQ(quiet->metrics().idle_checks_total, 0);
+}
+
+TEST(EngineIdleInvariantsDeathTest, AbortSettingEndsTheProcess) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            auto runner = make_runner(64);
+            kv_cache::PagePool* pool = &runner->page_pool();
+            EngineOptions o;
+            o.idle_invariant_check = InvariantCheck::kAbort;
+            auto e = std::move(Engine::create(std::move(runner), nullptr, std::move(o))).value();
+            e->start();
+            (void)pool->allocate(1);
+            run_one(*e, 5);
+            std::this_thread::sleep_for(std::chrono::seconds(5));
+        },
+        "idle invariant check failed");
+}
+
 struct MixCase {
     int64_t chunk;                 // chunked_prefill_size (0: no chunking)
     std::vector<int64_t> lengths;  // prompts submitted together

@@ -65,7 +65,14 @@ class Shared(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        # After every test here (aborts, disconnects, deadlines, overload): the engine checked its page accounting each
+        # time it went idle (SPEC §6, --idle-invariant-check warn by default) and never found it broken.
+        m = cls.srv.metrics()
+        checks, broken = m.get("penstock_idle_checks_total"), m.get("penstock_invariant_violations_total")
+        report("idle invariant checks", checks=checks, violations=broken)
         assert cls.srv.stop() == 0
+        assert checks is not None and checks > 0, m
+        assert broken == 0, broken
 
     def test_endpoints(self):
         s = self.srv
