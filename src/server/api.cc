@@ -377,15 +377,31 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         f.string("rid", &job.request.rid, 256);
         const json* text = f.find("text");
         const json* ids = f.find("input_ids");
+        // One prompt, or a batch (SGLang: a list of texts, or a list of token-id lists): one output per prompt.
+        const bool batch = (text != nullptr && text->is_array()) ||
+                           (ids != nullptr && ids->is_array() && !ids->empty() && ids->front().is_array());
+        const json* items = text != nullptr ? text : ids;
         if ((text == nullptr) == (ids == nullptr)) {
             f.fail("text", "give exactly one of text and input_ids");
-        } else if (ids != nullptr) {
-            parse_token_list(&f, *ids, "input_ids", ctx.max_context_len, ctx.vocab_size, &job.request.prompt);
-        } else if (!text->is_string()) {
-            f.fail("text", "must be a string (batches are not supported)");
+        } else if (batch && (items->empty() || static_cast<int64_t>(items->size()) > c.max_choices)) {
+            f.fail(text != nullptr ? "text" : "input_ids",
+                   "a batch holds 1 to " + std::to_string(c.max_choices) + " prompts (--max-choices)");
         } else {
-            encode_text(&f, ctx, "text", text->get<std::string>(), /*special=*/true, &job.request.prompt);
+            for (size_t i = 0; i < (batch ? items->size() : 1) && !f.failed(); ++i) {
+                const json& one = batch ? (*items)[i] : *items;
+                std::vector<int32_t>& out = job.prompts.emplace_back().ids;
+                if (ids != nullptr) {
+                    parse_token_list(&f, one, "input_ids", ctx.max_context_len, ctx.vocab_size, &out);
+                } else if (!one.is_string()) {
+                    f.fail("text", "must be a string or a list of strings");
+                } else {
+                    encode_text(&f, ctx, "text", one.get<std::string>(), /*special=*/true, &out);
+                }
+                if (!f.failed() && out.empty()) f.fail(ids != nullptr ? "input_ids" : "text", "holds an empty prompt");
+            }
+            job.batch = batch;
         }
+        if (!job.prompts.empty()) job.request.prompt = job.prompts.front().ids;
         parse_logprobs(&f, kind, &p, &job.text_in_logprobs, &job.echo);
         if (const json* sp = f.find("sampling_params")) {
             if (!sp->is_object()) {
@@ -393,8 +409,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
             } else if (!f.failed()) {
                 Fields sf(*sp, "sampling_params.");
                 parse_sampling(&sf, ctx, max_new_limit, &p, /*openai=*/false);
-                int64_t n = 1;
-                sf.integer("n", 1, 1, &n);
+                sf.integer("n", 1, c.max_choices, &job.n);
                 if (sf.failed()) f.error = sf.error;
             }
         }
@@ -422,13 +437,6 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         int64_t best_of = job.n;
         f.integer("best_of", 1, c.max_choices, &best_of);
         if (best_of != job.n) f.fail("best_of", "only best_of = n is supported (choices are not ranked)");
-        if (!f.failed() && job.n_choices() > c.max_choices) {
-            f.fail("n", std::to_string(job.prompts.size()) + " prompts x n = " + std::to_string(job.n_choices()) +
-                            " choices, more than " + std::to_string(c.max_choices) + " (--max-choices)");
-        }
-        if (!f.failed() && job.n_choices() > 1 && job.request.bootstrap_room) {
-            f.fail("bootstrap_room", "one room holds one request: n and prompt batches are not disaggregated");
-        }
         if (kind == ApiKind::kCompletions) {
             f.boolean("echo", &job.echo);
         } else if (const json* e = f.find("echo"); e != nullptr && !(e->is_boolean() && !e->get<bool>())) {
@@ -447,6 +455,13 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         }
     }
     if (!f.failed() && job.request.prompt.empty()) f.fail(kind == ApiKind::kChat ? "messages" : "prompt", "is empty");
+    if (!f.failed() && job.n_choices() > c.max_choices) {
+        f.fail("n", std::to_string(job.prompts.size()) + " prompts x n = " + std::to_string(job.n_choices()) +
+                        " choices, more than " + std::to_string(c.max_choices) + " (--max-choices)");
+    }
+    if (!f.failed() && (job.n_choices() > 1 || job.batch) && job.request.bootstrap_room) {
+        f.fail("bootstrap_room", "one room holds one request: n and prompt batches are not disaggregated");
+    }
     if (f.failed()) {
         res.error = f.error;
         return res;
@@ -667,6 +682,7 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
             json j = {{"output_ids", ids_}, {"meta_info", sglang_meta(id_, last_, n_out)}};
             add_sglang_logprobs(&j["meta_info"], job_, logprobs_, prompt_logprobs_);
             if (job_.return_text) j["text"] = text_;
+            if (job_.multi()) j["index"] = index_;  // SGLang: which output of a list input this frame is
             out += frame(j);
             break;
         }
@@ -718,7 +734,7 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
             break;
         }
     }
-    if (job_.n_choices() > 1) return out;  // the server ends the stream once every choice has (multi_choice_stream_end)
+    if (job_.multi()) return out;  // the server ends the stream once every choice has (multi_choice_stream_end)
     if (ev.finished && job_.kind != ApiKind::kGenerate && job_.include_usage) {
         out += frame({{"id", id_},
                       {"object", job_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
@@ -747,6 +763,11 @@ json multi_usage(const std::vector<ResponseWriter>& writers, int64_t n) {
 }  // namespace
 
 std::string multi_choice_body(const std::vector<ResponseWriter>& writers, const Job& job) {
+    if (job.kind == ApiKind::kGenerate) {  // SGLang: a list of outputs, prompt by prompt, n each
+        json all = json::array();
+        for (const ResponseWriter& w : writers) all.push_back(json::parse(w.final_body()));
+        return all.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
     json body = json::parse(writers.front().final_body());
     json choices = json::array();
     for (const ResponseWriter& w : writers) choices.push_back(json::parse(w.final_body())["choices"][0]);
@@ -757,7 +778,7 @@ std::string multi_choice_body(const std::vector<ResponseWriter>& writers, const 
 
 std::string multi_choice_stream_end(const std::vector<ResponseWriter>& writers, const Job& job) {
     std::string out;
-    if (job.include_usage) {
+    if (job.include_usage && job.kind != ApiKind::kGenerate) {
         out += frame({{"id", writers.front().id()},
                       {"object", job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
                       {"created", writers.front().created()},

@@ -43,6 +43,9 @@ struct Job {
     std::vector<JobPrompt> prompts;
     int64_t n = 1;
     int64_t n_choices() const { return static_cast<int64_t>(prompts.size()) * n; }
+    bool batch = false;  // /generate: the input was a list (the answer is a list, even of one)
+    // Answered as several choices (server run_choices): n > 1, several prompts, or a /generate list input.
+    bool multi() const { return n_choices() > 1 || batch; }
     engine::GenerateRequest choice_request(int64_t i) const;
     bool stream = false;
     bool include_usage = false;     // stream_options.include_usage

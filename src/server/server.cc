@@ -408,7 +408,7 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
         std::atomic<int64_t>* n;
         ~Guard() { --*n; }
     } guard{&in_flight_};
-    if (job.n_choices() > 1) return run_choices(job, id, s, keep);
+    if (job.multi()) return run_choices(job, id, s, keep);
     Result<std::shared_ptr<engine::RequestHandle>> h = engine_->submit(job.request);
     if (!h.ok()) return reply(status_reply(h.status(), config_.retry_after_s));
     const auto created = static_cast<int64_t>(std::time(nullptr));
@@ -502,7 +502,11 @@ bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, boo
     const auto created = static_cast<int64_t>(std::time(nullptr));
     std::vector<ResponseWriter> ws;
     ws.reserve(n);
-    for (size_t i = 0; i < n; ++i) ws.emplace_back(job, id, created, static_cast<int64_t>(i));
+    for (size_t i = 0; i < n; ++i) {
+        // /generate: each output has its own id (its request's rid); OpenAI: one id for the whole response.
+        const auto index = static_cast<int64_t>(i);
+        ws.emplace_back(job, job.kind == ApiKind::kGenerate ? job.choice_request(index).rid : id, created, index);
+    }
     bool headers_sent = false;
     Status failed;  // the first choice that failed (non-streaming answers with it)
     const auto abandon = [&] {

@@ -334,7 +334,29 @@ class Shared(unittest.TestCase):
                 break
             time.sleep(0.01)
         self.assertEqual(self.srv.metrics()["penstock_kv_pages_used"], 0)
-        report("choices", batch=len(prompts), n=3, streamed_n=2)
+        # SGLang /generate: a list of texts (or of token-id lists) and sampling_params.n give a list of outputs.
+        gen = {"sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
+        texts = ["Hello", "Good morning to you"]
+        alone = [self.srv.post("/generate", dict(gen, text=t))[2]["output_ids"] for t in texts]
+        st, _, outs = self.srv.post("/generate", dict(gen, text=texts))
+        self.assertEqual(st, 200, outs)
+        self.assertEqual([o["output_ids"] for o in outs], alone)
+        self.assertEqual(len({o["meta_info"]["id"] for o in outs}), 2, "each output has its own id")
+        st, _, two = self.srv.post("/generate", {"input_ids": [[5, 6, 7]], "sampling_params": dict(
+            gen["sampling_params"], n=2)})
+        self.assertEqual(st, 200, two)
+        self.assertEqual(len(two), 2)
+        self.assertEqual(two[0]["output_ids"], two[1]["output_ids"])  # greedy
+        st, frames, done = self.srv.sse("/generate", dict(gen, text=texts, stream=True))
+        self.assertTrue(done)
+        last = {f["index"]: f for f in frames}
+        self.assertEqual([last[i]["output_ids"] for i in range(2)], alone)
+        self.assertTrue(all(last[i]["meta_info"]["finish_reason"]["type"] == "length" for i in range(2)))
+        for body in [dict(gen, text=[]), dict(gen, text=["a", 5]), dict(gen, input_ids=[[1], []]),
+                     dict(gen, text=["a"] * 65)]:
+            st, _, err = self.srv.post("/generate", body)
+            self.assertEqual(st, 400, (str(body)[:80], err))
+        report("choices", batch=len(prompts), n=3, streamed_n=2, generate_batch=len(texts))
 
     def test_parameter_bounds_T2(self):
         bad = [
@@ -349,7 +371,7 @@ class Shared(unittest.TestCase):
             {"input_ids": [1], "sampling_params": {"top_p": 1.5}},
             {"input_ids": [1], "sampling_params": {"top_k": -5}},
             {"input_ids": [1], "sampling_params": {"min_p": 2}},
-            {"input_ids": [1], "sampling_params": {"n": 2}},
+            {"input_ids": [1], "sampling_params": {"n": 65}},
             {"input_ids": [1], "sampling_params": {"stop": ["x"] * 10000}},
             {"input_ids": [1], "sampling_params": {"stop": "x" * 1000}},
             {"input_ids": [1], "sampling_params": {"stop_token_ids": [9999]}},
