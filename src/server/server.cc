@@ -369,6 +369,23 @@ bool Server::handle(const Request& req, FdStream& s) {
     return reply(error_reply(404, "no route for " + std::string(target.substr(0, 128)), "not_found"));
 }
 
+bool Server::engine_stalled() const {
+    return std::chrono::duration<double>(Clock::now() - engine_->last_heartbeat()).count() > config_.watchdog_timeout_s;
+}
+
+bool Server::answer_stalled(FdStream& s, bool keep, bool stream_started, const std::vector<int64_t>& request_ids) {
+    for (int64_t id : request_ids) engine_->abort(id, engine::AbortReason::kShutdown);
+    const std::string message = "the engine has not advanced for more than --watchdog-timeout " +
+                                std::to_string(config_.watchdog_timeout_s) + " s (a hung step or pipeline rank)";
+    if (!stream_started) {
+        return write_reply(s, error_reply(503, message, "unavailable"), keep, config_.write_timeout_s);
+    }
+    const std::string frames =
+        "data: " + error_body({.http_status = 503, .message = message, .type = "unavailable", .param = ""}) +
+        "\n\ndata: [DONE]\n\n";
+    return write_chunk(s, frames, config_.write_timeout_s) && write_chunk(s, "", config_.write_timeout_s) && keep;
+}
+
 template <class Request>
 bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
     const bool keep = req.keep_alive();
@@ -429,6 +446,7 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
         std::vector<engine::RequestOutput> evs = (*h)->wait(std::chrono::milliseconds(20));
         if (evs.empty()) {
             if (s.peer_closed()) return abandon();
+            if (engine_stalled()) return answer_stalled(s, keep, headers_sent, {(*h)->id()});
             continue;
         }
         for (const engine::RequestOutput& ev : evs) {
@@ -559,6 +577,13 @@ bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, boo
             }
         }
         if (!any && s.peer_closed()) return abandon();
+        if (!any && engine_stalled()) {
+            std::vector<int64_t> running;
+            for (size_t i = 0; i < n; ++i) {
+                if (!done[i]) running.push_back(hs[i]->id());
+            }
+            return answer_stalled(s, keep, headers_sent, running);
+        }
     }
     if (job.stream) return write_chunk(s, "", config_.write_timeout_s) && keep;
     if (!failed.ok()) return reply(status_reply(failed, config_.retry_after_s));

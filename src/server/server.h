@@ -43,6 +43,12 @@ public:
     void request_drain();
 
 private:
+    // The engine loop's heartbeat is older than --watchdog-timeout (a hung step, or a pipeline rank that stopped
+    // answering): waiting requests are answered 503 instead of hanging (RELIABILITY T13).
+    bool engine_stalled() const;
+    // A waiting request when the engine stalled: abort it (queued; the engine may never take it) and answer 503, as a
+    // whole response or, once a stream has begun, as its error frame and end.
+    bool answer_stalled(FdStream& s, bool keep, bool stream_started, const std::vector<int64_t>& request_ids);
     void serve_connection(int fd);
     // Handles one request; returns whether the connection may be kept alive.
     template <class Request>

@@ -15,6 +15,7 @@ mpirun is started through tests/common/mpiexec_checked.sh (the multi-rank tests'
 race report told apart from a failure; the real launcher from PENSTOCK_MPIEXEC_REAL, default mpirun).
 
 Run: PENSTOCK_BINARY=build/penstock python3 tests/server/test_serve_pp.py (ctest does this)."""
+import http.client
 import json
 import os
 import re
@@ -45,6 +46,25 @@ def report(name, **figures):
 
 def mpirun(np, *mca):
     return [MPIEXEC, "--oversubscribe", *mca, "-np", str(np)]
+
+
+def sibling_rank(rank0_pid):
+    """The pid of the other rank of a two-rank job: rank 0's sibling under the launcher running `penstock serve`."""
+    def ppid(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    parent = ppid(rank0_pid)
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == rank0_pid:
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if ppid(int(d)) == parent and b"serve" in cmd:
+                return int(d)
+        except OSError:
+            continue
+    raise AssertionError("no sibling rank of %d found" % rank0_pid)
 
 
 def prompts(vocab):
@@ -342,6 +362,59 @@ class PipelineServe(unittest.TestCase):
             report("serve pp=2 ended requests", pool_pages=16, aborted=aborted, refills_ok=3, leaked_pages=0)
         finally:
             srv.stop()
+
+    def test_hung_then_killed_stage_errors_every_request_T13(self):
+        """RELIABILITY T13: a pipeline rank that stops answering (SIGSTOP) makes /health 503 and every waiting request
+        a 503 within the watchdog time; resumed, the server serves again; killed (SIGKILL), clients get an error at
+        once instead of hanging."""
+        srv = Server("--model", BUNDLED, *CHUNKING, "--pp", "2", "--watchdog-timeout", "1.5", threads=1,
+                     launcher=mpirun(2))
+        try:
+            rank1 = sibling_rank(srv.pid)
+            self.assertEqual(srv.request("GET", "/health")[0], 200)
+            body = {"input_ids": [5, 6, 7] * 30, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+            out = {}
+
+            def one():
+                t0 = time.time()
+                out["status"] = srv.post("/generate", body, timeout=60)[0]
+                out["s"] = time.time() - t0
+
+            th = threading.Thread(target=one)
+            th.start()
+            time.sleep(0.3)
+            os.kill(rank1, signal.SIGSTOP)
+            th.join(20)
+            self.assertFalse(th.is_alive(), "the request hung")
+            self.assertEqual(out["status"], 503, out)
+            self.assertEqual(srv.request("GET", "/health")[0], 503)
+            t0 = time.time()
+            self.assertEqual(srv.post("/generate", body, timeout=30)[0], 503)  # a new one: refused, not hung
+            stalled_answer_s = time.time() - t0
+            os.kill(rank1, signal.SIGCONT)
+            for _ in range(200):
+                if srv.request("GET", "/health")[0] == 200:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(srv.request("GET", "/health")[0], 200)
+            st, _, ok = srv.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": GREEDY})
+            self.assertEqual(st, 200, ok)
+            os.kill(rank1, signal.SIGKILL)
+            t0 = time.time()
+            try:
+                status = srv.post("/generate", body, timeout=30)[0]
+            except (OSError, http.client.HTTPException):
+                status = "connection error"
+            self.assertNotEqual(status, 200)
+            killed_answer_s = time.time() - t0
+            self.assertLess(killed_answer_s, 20)
+            srv.proc.wait(timeout=60)
+            self.assertNotEqual(srv.proc.returncode, 0)
+        finally:
+            srv.stop()
+        report("T13 hung / killed stage", hung_request_s=round(out.get("s", -1), 2),
+               stalled_new_request_s=round(stalled_answer_s, 2), killed_answer=status,
+               killed_answer_s=round(killed_answer_s, 2))
 
     def test_seeded_sampling_matches_single_process_pp2_pp3_pp4(self):
         """The last stage samples with the counter-based RNG keyed by (seed, token index): seeded non-greedy requests

@@ -599,13 +599,19 @@ class Limits(unittest.TestCase):
         srv = Server("--watchdog-timeout", "0.5", "--test-step-delay-ms", "1500")
         try:
             self.assertEqual(srv.request("GET", "/health")[0], 200)  # idle loop: heartbeat fresh
-            t = threading.Thread(target=lambda: srv.post("/generate", {"input_ids": [1], "sampling_params": {
-                "max_new_tokens": 1}}))
+            got = {}
+            t = threading.Thread(target=lambda: got.update(status=srv.post("/generate", {
+                "input_ids": [1], "sampling_params": {"max_new_tokens": 1}})[0]))
             t.start()
             time.sleep(1.0)
             self.assertEqual(srv.request("GET", "/health")[0], 503)  # the loop is stuck in a step
             t.join(30)
-            time.sleep(0.1)
+            # The request waiting on the stalled loop was answered (503) rather than left hanging (T13).
+            self.assertEqual(got.get("status"), 503)
+            for _ in range(100):  # the step returns: the heartbeat is fresh again
+                if srv.request("GET", "/health")[0] == 200:
+                    break
+                time.sleep(0.05)
             self.assertEqual(srv.request("GET", "/health")[0], 200)
         finally:
             self.assertEqual(srv.stop(), 0)
