@@ -203,14 +203,53 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
     }
 }
 
-// OpenAI fields we accept only at their default value.
-void refuse_unsupported(Fields* f) {
-    if (f->find("tools") != nullptr) f->fail("tools", "is not supported");
+// Sampling fields accepted only at their neutral value, on every route (OpenAI top level, SGLang sampling_params): a
+// request that asks for a penalty, a minimum length, a logit bias or constrained decoding is refused, never served
+// as if it had not asked.
+void refuse_unsupported_sampling(Fields* f) {
     for (const char* name : {"presence_penalty", "frequency_penalty"}) {
         float v = 0;
         f->number(name, &v);
+        if (v != 0) f->fail(name, "only 0 is supported (penalties are not implemented)");
+    }
+    float repetition = 1;
+    f->number("repetition_penalty", &repetition);
+    if (repetition != 1) f->fail("repetition_penalty", "only 1 is supported (penalties are not implemented)");
+    for (const char* name : {"min_tokens", "min_new_tokens"}) {
+        int64_t v = 0;
+        f->integer(name, 0, std::numeric_limits<int64_t>::max(), &v);
         if (v != 0) f->fail(name, "only 0 is supported");
     }
+    if (const json* b = f->find("logit_bias"); b != nullptr && !(b->is_object() && b->empty())) {
+        f->fail("logit_bias", "is not supported");
+    }
+    for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
+        if (f->find(name) != nullptr) f->fail(name, "is not supported (no constrained decoding)");
+    }
+}
+
+// OpenAI fields we accept only at their default value.
+void refuse_unsupported(Fields* f) {
+    if (const json* t = f->find("tools"); t != nullptr && !(t->is_array() && t->empty())) {
+        f->fail("tools", "is not supported");
+    }
+    if (const json* c = f->find("tool_choice"); c != nullptr && !(c->is_string() && (*c == "none" || *c == "auto"))) {
+        f->fail("tool_choice", "is not supported (no tools)");
+    }
+    for (const char* name : {"functions", "function_call"}) {
+        if (f->find(name) != nullptr) f->fail(name, "is not supported");
+    }
+    if (const json* r = f->find("response_format"); r != nullptr) {
+        const json* type = r->is_object() && r->contains("type") ? &(*r)["type"] : nullptr;
+        if (type == nullptr || !type->is_string() || *type != "text") {
+            f->fail("response_format", "only {\"type\": \"text\"} is supported (no structured output)");
+        }
+    }
+    if (const json* x = f->find("suffix");
+        x != nullptr && !(x->is_string() && x->get_ref<const std::string&>().empty())) {
+        f->fail("suffix", "is not supported");
+    }
+    refuse_unsupported_sampling(f);
 }
 
 // Log-probability fields. SGLang /generate: return_logprob, top_logprobs_num, return_text_in_logprobs, and
@@ -410,6 +449,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
                 Fields sf(*sp, "sampling_params.");
                 parse_sampling(&sf, ctx, max_new_limit, &p, /*openai=*/false);
                 sf.integer("n", 1, c.max_choices, &job.n);
+                refuse_unsupported_sampling(&sf);
                 if (sf.failed()) f.error = sf.error;
             }
         }

@@ -399,6 +399,27 @@ class Shared(unittest.TestCase):
                      {"prompt": "x", "presence_penalty": 1.0}, {"prompt": 3}]:
             st, _, out = self.srv.post("/v1/completions", body)
             self.assertEqual(st, 400, (body, out))
+        # Asked-for behaviour the server does not have is refused, never silently dropped.
+        for sp in [{"repetition_penalty": 1.1}, {"frequency_penalty": 0.5}, {"presence_penalty": -1},
+                   {"min_new_tokens": 3}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
+                   {"logit_bias": {"5": 1}}]:
+            st, _, out = self.srv.post("/generate", {"input_ids": [1], "sampling_params": sp})
+            self.assertEqual(st, 400, (sp, out))
+            self.assertEqual(out["error"]["param"], "sampling_params." + next(iter(sp)))
+        for extra in [{"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "required"},
+                      {"response_format": {"type": "json_object"}}, {"response_format": "json"},
+                      {"logit_bias": {"5": 10}}, {"frequency_penalty": 0.1}, {"min_tokens": 2},
+                      {"functions": [{"name": "f"}]}]:
+            st, _, out = self.srv.post("/v1/chat/completions", dict({"messages": [{"role": "user", "content": "x"}]},
+                                                                    **extra))
+            self.assertEqual(st, 400, (extra, out))
+        st, _, out = self.srv.post("/v1/completions", {"prompt": "x", "suffix": "end"})
+        self.assertEqual(st, 400, out)
+        # Their neutral values are accepted.
+        for extra in [{"tools": []}, {"tool_choice": "none"}, {"response_format": {"type": "text"}},
+                      {"logit_bias": {}}, {"frequency_penalty": 0}, {"repetition_penalty": 1}, {"suffix": ""}]:
+            st, _, out = self.srv.post("/v1/completions", dict({"prompt": "x", "max_tokens": 1}, **extra))
+            self.assertEqual(st, 200, (extra, out))
         for body in [{"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 2},
                      {"input_ids": [1], "return_logprob": True, "logprob_start_len": -2},
                      {"input_ids": [1], "return_logprob": True, "top_logprobs_num": 21},
