@@ -369,6 +369,32 @@ bool Server::handle(const Request& req, FdStream& s) {
     return reply(error_reply(404, "no route for " + std::string(target.substr(0, 128)), "not_found"));
 }
 
+namespace {
+
+// The headers of an SSE response (chunked); false when the client is gone.
+bool start_stream(FdStream& s, bool keep, double write_timeout_s) {
+    s.set_timeout(write_timeout_s);
+    boost::system::error_code ec;
+    s.write_all(std::string("HTTP/1.1 200 OK\r\nServer: penstock\r\nContent-Type: text/event-stream\r\n"
+                            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
+                    (keep ? "" : "Connection: close\r\n") + "\r\n",
+                ec);
+    return !ec;
+}
+
+// A stream's error frame for a request that failed after its stream began ("" otherwise).
+std::string error_frame(const engine::RequestOutput& ev) {
+    if (!ev.finished || ev.error.ok()) return "";
+    return "data: " +
+           error_body({.http_status = status_reply(ev.error, 0).status,
+                       .message = ev.error.message(),
+                       .type = "server_error",
+                       .param = ""}) +
+           "\n\n";
+}
+
+}  // namespace
+
 bool Server::engine_stalled() const {
     return std::chrono::duration<double>(Clock::now() - engine_->last_heartbeat()).count() > config_.watchdog_timeout_s;
 }
@@ -456,24 +482,10 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
                 if (ev.finished && !ev.error.ok() && ev.completion_tokens == 0) {
                     return reply(status_reply(ev.error, config_.retry_after_s));
                 }
-                s.set_timeout(config_.write_timeout_s);
-                boost::system::error_code ec;
-                s.write_all(std::string("HTTP/1.1 200 OK\r\nServer: penstock\r\nContent-Type: text/event-stream\r\n"
-                                        "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
-                                (keep ? "" : "Connection: close\r\n") + "\r\n",
-                            ec);
-                if (ec) return abandon();
+                if (!start_stream(s, keep, config_.write_timeout_s)) return abandon();
                 headers_sent = true;
             }
-            std::string frames;
-            if (ev.finished && !ev.error.ok()) {
-                frames = "data: " +
-                         error_body({.http_status = status_reply(ev.error, 0).status,
-                                     .message = ev.error.message(),
-                                     .type = "server_error",
-                                     .param = ""}) +
-                         "\n\n";
-            }
+            std::string frames = error_frame(ev);
             frames += w.sse_frames(ev);
             if (!write_chunk(s, frames, config_.write_timeout_s)) return abandon();
             if (ev.finished) return write_chunk(s, "", config_.write_timeout_s) && keep;
@@ -553,24 +565,10 @@ bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, boo
                         end_all(engine::AbortReason::kClientDisconnect);
                         return reply(status_reply(ev.error, config_.retry_after_s));
                     }
-                    s.set_timeout(config_.write_timeout_s);
-                    boost::system::error_code ec;
-                    s.write_all(std::string("HTTP/1.1 200 OK\r\nServer: penstock\r\nContent-Type: text/event-stream\r\n"
-                                            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
-                                    (keep ? "" : "Connection: close\r\n") + "\r\n",
-                                ec);
-                    if (ec) return abandon();
+                    if (!start_stream(s, keep, config_.write_timeout_s)) return abandon();
                     headers_sent = true;
                 }
-                std::string frames;
-                if (ev.finished && !ev.error.ok()) {
-                    frames = "data: " +
-                             error_body({.http_status = status_reply(ev.error, 0).status,
-                                         .message = ev.error.message(),
-                                         .type = "server_error",
-                                         .param = ""}) +
-                             "\n\n";
-                }
+                std::string frames = error_frame(ev);
                 frames += ws[i].sse_frames(ev);
                 if (n_done == n) frames += multi_choice_stream_end(ws, job);
                 if (!write_chunk(s, frames, config_.write_timeout_s)) return abandon();
