@@ -372,7 +372,8 @@ class PipelineServe(unittest.TestCase):
         try:
             rank1 = sibling_rank(srv.pid)
             self.assertEqual(srv.request("GET", "/health")[0], 200)
-            body = {"input_ids": [5, 6, 7] * 30, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+            # Long enough (3000 tokens) that it is still running when rank 1 stops, however fast the machine.
+            body = {"input_ids": [5, 6, 7] * 30, "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
             out = {}
 
             def one():
