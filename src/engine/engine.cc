@@ -598,8 +598,12 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
         const Live& l = *live_.at(e.request_id);
         runtime::SeqSampling sampling;
         if (c.logits == models::LogitsMode::kLast) {
-            sampling = seq_sampling(l.params.sampling, l.seed, sched_->find(e.request_id)->n_generated());
+            const scheduler::Request& req = *sched_->find(e.request_id);
+            sampling = seq_sampling(l.params.sampling, l.seed, req.n_generated());
             sampling.top_logprobs = l.params.return_logprob ? l.params.top_logprobs : 0;
+            if (sampling.presence_penalty != 0.0f || sampling.frequency_penalty != 0.0f) {
+                sampling.history = req.generated();  // the penalties count the output so far
+            }
         }
         // Prompt log-probabilities: a prompt chunk whose rows score a position from logprob_start_len on computes a
         // row per token; row j scores position prefix_len + j + 1.

@@ -4,8 +4,11 @@
 namespace penstock::engine {
 
 Status validate(const SamplingOptions& o) {
-    return runtime::validate(runtime::SeqSampling{
-        .sample = true, .temperature = o.temperature, .top_p = o.top_p, .top_k = o.top_k, .min_p = o.min_p});
+    runtime::SeqSampling s{
+        .sample = true, .temperature = o.temperature, .top_p = o.top_p, .top_k = o.top_k, .min_p = o.min_p};
+    s.presence_penalty = o.presence_penalty;
+    s.frequency_penalty = o.frequency_penalty;
+    return runtime::validate(s);
 }
 
 uint64_t derive_seed(uint64_t engine_seed, int64_t request_id) {
@@ -22,7 +25,9 @@ runtime::SeqSampling seq_sampling(const SamplingOptions& o, uint64_t seed, int64
                                 .top_k = o.top_k,
                                 .min_p = o.min_p,
                                 .seed = seed,
-                                .token_index = token_index};
+                                .token_index = token_index,
+                                .presence_penalty = o.presence_penalty,
+                                .frequency_penalty = o.frequency_penalty};
 }
 
 }  // namespace penstock::engine

@@ -18,6 +18,9 @@ struct SamplingOptions {
     int32_t top_k = -1;        // <= 0 (or >= vocab): all tokens; 1 = greedy
     float min_p = 0.0f;        // [0, 1]: drop tokens with p < min_p * p_max
     std::optional<uint64_t> seed = std::nullopt;  // unset: derive_seed(engine seed, request id)
+    // [-2, 2]: OpenAI's penalties over the request's output so far (runtime::SeqSampling::history).
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
 };
 
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1 (0 is taken

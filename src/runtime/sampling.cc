@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace penstock::runtime {
 namespace {
@@ -153,6 +154,12 @@ Status validate(const SeqSampling& s) {
         return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
     }
     if (s.next_token < -1) return invalid_argument("next_token must be -1 (none) or a token id");
+    for (auto [name, v] :
+         {std::pair{"presence_penalty", s.presence_penalty}, {"frequency_penalty", s.frequency_penalty}}) {
+        if (!std::isfinite(v) || v < -2.0f || v > 2.0f) {
+            return invalid_argument(std::string(name) + " must be a finite number in [-2, 2]");
+        }
+    }
     return ok_status();
 }
 
@@ -163,7 +170,31 @@ Sampled score_token(std::span<const float> logits, int32_t token, int32_t top) {
                    .top = top > 0 ? top_tokens(logits, top, lse) : std::vector<TopLogprob>{}};
 }
 
-Sampled sample_token(std::span<const float> logits, const SeqSampling& s) {
+namespace {
+
+// The row the draw uses: the raw one, or a copy with the penalties applied (out-of-vocabulary history ignored).
+std::span<const float> penalized(std::span<const float> logits, const SeqSampling& s, std::vector<float>* storage) {
+    if ((s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f) || s.history.empty()) return logits;
+    storage->assign(logits.begin(), logits.end());
+    std::vector<std::pair<int32_t, int32_t>> counts;  // (token, count), sorted by token
+    std::vector<int32_t> sorted = s.history;
+    std::sort(sorted.begin(), sorted.end());
+    for (int32_t t : sorted) {
+        if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
+        if (counts.empty() || counts.back().first != t) counts.emplace_back(t, 0);
+        ++counts.back().second;
+    }
+    for (const auto& [t, n] : counts) {
+        (*storage)[static_cast<size_t>(t)] -= s.frequency_penalty * static_cast<float>(n) + s.presence_penalty;
+    }
+    return *storage;
+}
+
+}  // namespace
+
+Sampled sample_token(std::span<const float> raw, const SeqSampling& s) {
+    std::vector<float> storage;
+    const std::span<const float> logits = penalized(raw, s, &storage);
     int32_t token = 0;
     if (is_greedy(s)) {
         token = argmax(logits);
@@ -182,11 +213,13 @@ Sampled sample_token(std::span<const float> logits, const SeqSampling& s) {
             }
         }
     }
-    if (logits.empty()) return Sampled{.token = token, .logprob = 0.0f, .top = {}};
-    return score_token(logits, token, s.top_logprobs);
+    if (raw.empty()) return Sampled{.token = token, .logprob = 0.0f, .top = {}};
+    return score_token(raw, token, s.top_logprobs);
 }
 
-void sampling_distribution(std::span<const float> logits, const SeqSampling& s, std::span<double> probs) {
+void sampling_distribution(std::span<const float> raw, const SeqSampling& s, std::span<double> probs) {
+    std::vector<float> storage;
+    const std::span<const float> logits = penalized(raw, s, &storage);
     std::fill(probs.begin(), probs.end(), 0.0);
     if (is_greedy(s)) {
         probs[static_cast<size_t>(argmax(logits))] = 1.0;

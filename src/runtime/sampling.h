@@ -35,6 +35,12 @@ struct SeqSampling {
     // chunk; -1 when the chunk ends the prompt, whose last row is the sampled one and scores nothing).
     bool prompt_logprobs = false;
     int32_t next_token = -1;
+    // OpenAI penalties over the request's output so far (`history`: its generated tokens, in order; empty unless a
+    // penalty is non-zero): before the draw each token t's logit drops by frequency_penalty x count(t) +
+    // presence_penalty x [count(t) > 0]. Both in [-2, 2]. The reported log-probabilities stay the raw row's.
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    std::vector<int32_t> history = {};
 };
 
 // One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).
@@ -74,7 +80,7 @@ double sampling_uniform(uint64_t seed, int64_t token_index);
 
 bool is_greedy(const SeqSampling& s);
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1, min_p finite
-// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1.
+// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1, penalties finite in [-2, 2].
 [[nodiscard]] Status validate(const SeqSampling& s);
 
 // The raw row's log-probability of `token` and its `top` most likely tokens (Sampled without a draw).
@@ -83,7 +89,8 @@ Sampled score_token(std::span<const float> logits, int32_t token, int32_t top);
 // One token from `logits` ([vocab] f32). Non-finite logits are treated as -inf (never drawn unless all are, then id
 // 0). Greedy: argmax. Otherwise: a stable sort of the finite logits, top-k, softmax at the temperature (double),
 // min-p, top-p (smallest prefix with mass >= top_p), renormalise, one draw sampling_uniform(seed, token_index).
-// The logprob and the alternatives are the raw row's whatever the parameters.
+// Penalties (SeqSampling::history) adjust the row first. The logprob and the alternatives are the raw row's whatever
+// the parameters.
 Sampled sample_token(std::span<const float> logits, const SeqSampling& s);
 
 // The distribution sample_token draws from (probabilities over [vocab], zeros for filtered tokens); for tests.

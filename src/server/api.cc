@@ -181,6 +181,11 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
     f->number("temperature", &p->sampling.temperature);
     f->number("top_p", &p->sampling.top_p);
     f->number("min_p", &p->sampling.min_p);
+    for (auto [name, v] : {std::pair{"presence_penalty", &p->sampling.presence_penalty},
+                           {"frequency_penalty", &p->sampling.frequency_penalty}}) {
+        f->number(name, v);
+        if (*v < -2.0f || *v > 2.0f) f->fail(name, "must be in [-2, 2]");
+    }
     int64_t top_k = p->sampling.top_k;
     f->integer("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
     p->sampling.top_k = static_cast<int32_t>(top_k);
@@ -207,14 +212,9 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
 // request that asks for a penalty, a minimum length, a logit bias or constrained decoding is refused, never served
 // as if it had not asked.
 void refuse_unsupported_sampling(Fields* f) {
-    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-        float v = 0;
-        f->number(name, &v);
-        if (v != 0) f->fail(name, "only 0 is supported (penalties are not implemented)");
-    }
     float repetition = 1;
     f->number("repetition_penalty", &repetition);
-    if (repetition != 1) f->fail("repetition_penalty", "only 1 is supported (penalties are not implemented)");
+    if (repetition != 1) f->fail("repetition_penalty", "only 1 is supported (presence / frequency penalties are)");
     for (const char* name : {"min_tokens", "min_new_tokens"}) {
         int64_t v = 0;
         f->integer(name, 0, std::numeric_limits<int64_t>::max(), &v);

@@ -150,6 +150,39 @@ TEST(Sampler, TopLogprobsAreTheRawRowsMostLikelyTokens) {
     EXPECT_FALSE(validate(many).ok());
 }
 
+// OpenAI presence / frequency penalties: the draw uses logit - frequency x count - presence x [count > 0] over the
+// output so far; the reported log-probability stays the raw row's.
+TEST(Sampler, PresenceAndFrequencyPenaltiesAdjustTheDrawNotTheReportedValues) {
+    const std::vector<float> l = {3.0f, 2.5f, 1.0f, 0.0f};
+    SeqSampling o = params(0);
+    o.history = {0, 0, 1};
+    EXPECT_EQ(sample_token(l, o).token, 0) << "no penalty: the history changes nothing";
+    o.presence_penalty = 0.6f;  // 0: 3.0 - 0.6 = 2.4; 1: 2.5 - 0.6 = 1.9
+    EXPECT_EQ(sample_token(l, o).token, 0);
+    o.frequency_penalty = 0.5f;  // 0: 3 - 1 - 0.6 = 1.4; 1: 2.5 - 0.5 - 0.6 = 1.4; 2: 1.0 -> tie, lower id
+    EXPECT_EQ(sample_token(l, o).token, 0);
+    o.frequency_penalty = 0.6f;  // 0: 1.2; 1: 1.3; 2: 1.0
+    const Sampled s = sample_token(l, o);
+    EXPECT_EQ(s.token, 1);
+    const double z = std::exp(3.0) + std::exp(2.5) + std::exp(1.0) + 1.0;
+    EXPECT_NEAR(s.logprob, 2.5 - std::log(z), 1e-6) << "the raw row's value";
+    // The distribution the draw uses is the penalized softmax.
+    SeqSampling t = o;
+    t.temperature = 1.0f;
+    std::vector<double> probs(4);
+    sampling_distribution(l, t, probs);
+    const std::vector<double> adj = {3.0 - 1.2 - 0.6, 2.5 - 0.6 - 0.6, 1.0, 0.0};
+    double sum = 0;
+    for (double a : adj) sum += std::exp(a);
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(probs[k], std::exp(adj[k]) / sum, 1e-6) << k;  // f32 logits
+    o.history.push_back(99);  // outside the vocabulary: ignored
+    EXPECT_EQ(sample_token(l, o).token, 1);
+    o.presence_penalty = 2.5f;
+    EXPECT_FALSE(validate(o).ok());
+    o.presence_penalty = NAN;
+    EXPECT_FALSE(validate(o).ok());
+}
+
 models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
     models::SeqChunk c;
     c.request_id = id;

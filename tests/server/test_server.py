@@ -286,6 +286,23 @@ class Shared(unittest.TestCase):
                               if f["choices"][0]["logprobs"]), []), ch["logprobs"]["token_logprobs"])
         report("prompt logprobs", prompt_tokens=len(ids), checked_positions=6)
 
+    def test_presence_and_frequency_penalties(self):
+        """OpenAI's penalties over the output so far: the tiny model's greedy output repeats one token, and a frequency
+        penalty spreads it (deterministically); both routes take them, out-of-range values are 400."""
+        body = {"input_ids": list(range(40, 60)), "sampling_params": {"max_new_tokens": 12, "temperature": 0,
+                                                                       "ignore_eos": True}}
+        plain = self.srv.post("/generate", body)[2]["output_ids"]
+        body["sampling_params"]["frequency_penalty"] = 2.0
+        spread = self.srv.post("/generate", body)[2]["output_ids"]
+        self.assertEqual(self.srv.post("/generate", body)[2]["output_ids"], spread)
+        most = lambda ids: max(ids.count(t) for t in ids)  # noqa: E731
+        self.assertLess(most(spread), most(plain), (plain, spread))
+        self.assertEqual(spread[0], plain[0], "nothing to penalise before the first token")
+        st, _, c = self.srv.post("/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 12,
+                                                     "temperature": 0, "ignore_eos": True, "presence_penalty": 2.0})
+        self.assertEqual(st, 200, c)
+        report("penalties", max_repeat_plain=most(plain), max_repeat_frequency_2=most(spread))
+
     def test_choices_n_and_prompt_batches(self):
         """OpenAI n and batched completion prompts: one engine request per choice, answered together. A batch's choice
         i is prompt i's own completion; with a seed, choice i of n draws with seed + i; a stream interleaves the
@@ -396,11 +413,11 @@ class Shared(unittest.TestCase):
         for body in [{"prompt": "x", "n": 65}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
                      {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": True},
                      {"prompt": "x", "echo": 1}, {"prompt": "x", "temperature": "hot"},
-                     {"prompt": "x", "presence_penalty": 1.0}, {"prompt": 3}]:
+                     {"prompt": "x", "presence_penalty": 2.1}, {"prompt": 3}]:
             st, _, out = self.srv.post("/v1/completions", body)
             self.assertEqual(st, 400, (body, out))
         # Asked-for behaviour the server does not have is refused, never silently dropped.
-        for sp in [{"repetition_penalty": 1.1}, {"frequency_penalty": 0.5}, {"presence_penalty": -1},
+        for sp in [{"repetition_penalty": 1.1}, {"frequency_penalty": 2.5}, {"presence_penalty": -3},
                    {"min_new_tokens": 3}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
                    {"logit_bias": {"5": 1}}]:
             st, _, out = self.srv.post("/generate", {"input_ids": [1], "sampling_params": sp})
@@ -408,7 +425,7 @@ class Shared(unittest.TestCase):
             self.assertEqual(out["error"]["param"], "sampling_params." + next(iter(sp)))
         for extra in [{"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "required"},
                       {"response_format": {"type": "json_object"}}, {"response_format": "json"},
-                      {"logit_bias": {"5": 10}}, {"frequency_penalty": 0.1}, {"min_tokens": 2},
+                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 1.2}, {"min_tokens": 2},
                       {"functions": [{"name": "f"}]}]:
             st, _, out = self.srv.post("/v1/chat/completions", dict({"messages": [{"role": "user", "content": "x"}]},
                                                                     **extra))
@@ -417,7 +434,8 @@ class Shared(unittest.TestCase):
         self.assertEqual(st, 400, out)
         # Their neutral values are accepted.
         for extra in [{"tools": []}, {"tool_choice": "none"}, {"response_format": {"type": "text"}},
-                      {"logit_bias": {}}, {"frequency_penalty": 0}, {"repetition_penalty": 1}, {"suffix": ""}]:
+                      {"logit_bias": {}}, {"frequency_penalty": 0}, {"repetition_penalty": 1}, {"suffix": ""},
+                      {"presence_penalty": -2}, {"frequency_penalty": 1.5}]:
             st, _, out = self.srv.post("/v1/completions", dict({"prompt": "x", "max_tokens": 1}, **extra))
             self.assertEqual(st, 200, (extra, out))
         for body in [{"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 2},
