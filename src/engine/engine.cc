@@ -595,14 +595,23 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
         c.logits = e.logits == scheduler::ChunkLogits::kLast ? models::LogitsMode::kLast : models::LogitsMode::kNone;
         // The token this row yields is the request's n_generated-th output (a request whose final chunk or decode is
         // in flight is not planned again, so the count is final).
-        const Live& l = *live_.at(e.request_id);
+        Live& l = *live_.at(e.request_id);
         runtime::SeqSampling sampling;
         if (c.logits == models::LogitsMode::kLast) {
             const scheduler::Request& req = *sched_->find(e.request_id);
             sampling = seq_sampling(l.params.sampling, l.seed, req.n_generated());
             sampling.top_logprobs = l.params.return_logprob ? l.params.top_logprobs : 0;
-            if (sampling.presence_penalty != 0.0f || sampling.frequency_penalty != 0.0f) {
+            if (sampling.presence_penalty != 0.0f || sampling.frequency_penalty != 0.0f ||
+                sampling.repetition_penalty != 1.0f) {
                 sampling.history = req.generated();  // the penalties count the output so far
+            }
+            if (sampling.repetition_penalty != 1.0f) {
+                if (l.prompt_ids.empty()) {  // the prompt's distinct ids, once per request
+                    l.prompt_ids.assign(req.prompt().begin(), req.prompt().end());
+                    std::sort(l.prompt_ids.begin(), l.prompt_ids.end());
+                    l.prompt_ids.erase(std::unique(l.prompt_ids.begin(), l.prompt_ids.end()), l.prompt_ids.end());
+                }
+                sampling.prompt_tokens = l.prompt_ids;
             }
         }
         // Prompt log-probabilities: a prompt chunk whose rows score a position from logprob_start_len on computes a

@@ -30,6 +30,7 @@ struct Engine::Live {
     // GenerateParams::logprob_start_len >= 0: the prompt's scored positions from there (entry k: position start + k),
     // filled as the chunks come back (a recomputed chunk overwrites), published with the first output token.
     std::vector<OutputLogprob> prompt_lp;
+    std::vector<int32_t> prompt_ids;  // the prompt's distinct ids, sorted (repetition_penalty only)
     bool prompt_lp_published = false;
 };
 

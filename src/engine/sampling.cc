@@ -8,6 +8,7 @@ Status validate(const SamplingOptions& o) {
         .sample = true, .temperature = o.temperature, .top_p = o.top_p, .top_k = o.top_k, .min_p = o.min_p};
     s.presence_penalty = o.presence_penalty;
     s.frequency_penalty = o.frequency_penalty;
+    s.repetition_penalty = o.repetition_penalty;
     return runtime::validate(s);
 }
 
@@ -27,7 +28,8 @@ runtime::SeqSampling seq_sampling(const SamplingOptions& o, uint64_t seed, int64
                                 .seed = seed,
                                 .token_index = token_index,
                                 .presence_penalty = o.presence_penalty,
-                                .frequency_penalty = o.frequency_penalty};
+                                .frequency_penalty = o.frequency_penalty,
+                                .repetition_penalty = o.repetition_penalty};
 }
 
 }  // namespace penstock::engine

@@ -21,6 +21,7 @@ struct SamplingOptions {
     // [-2, 2]: OpenAI's penalties over the request's output so far (runtime::SeqSampling::history).
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
+    float repetition_penalty = 1.0f;  // (0, 10]: over the prompt and the output (runtime::SeqSampling)
 };
 
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1 (0 is taken

@@ -21,6 +21,16 @@ int64_t to_us(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)
 
 }  // namespace
 
+namespace {
+
+// A sampled sequence with a penalty carries its output so far; with a repetition penalty also its prompt's ids.
+bool carries_history(const runtime::SeqSampling& s) {
+    return s.sample && (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f || s.repetition_penalty != 1.0f);
+}
+bool carries_prompt(const runtime::SeqSampling& s) { return s.sample && s.repetition_penalty != 1.0f; }
+
+}  // namespace
+
 std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     std::vector<uint8_t> out;
     put_le<uint32_t>(&out, (plan.stop ? 1u : 0u) | (plan.eager_bank ? 2u : 0u) | (plan.return_logits ? 4u : 0u));
@@ -49,18 +59,22 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         put_le<uint64_t>(&out, s.seed);
         put_le<int64_t>(&out, s.token_index);
         put_le<int32_t>(&out, s.prompt_logprobs ? s.next_token : -1);
-        const bool penalized = s.sample && (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f);
         put_le<float>(&out, s.sample ? s.presence_penalty : 0.0f);
         put_le<float>(&out, s.sample ? s.frequency_penalty : 0.0f);
-        put_le<uint32_t>(&out, penalized ? static_cast<uint32_t>(s.history.size()) : 0u);
+        put_le<float>(&out, s.sample ? s.repetition_penalty : 1.0f);
+        put_le<uint32_t>(&out, carries_history(s) ? static_cast<uint32_t>(s.history.size()) : 0u);
+        put_le<uint32_t>(&out, carries_prompt(s) ? static_cast<uint32_t>(s.prompt_tokens.size()) : 0u);
     }
     for (const models::SeqChunk& c : plan.batch.seqs) {
         for (int32_t t : c.token_ids) put_le<int32_t>(&out, t);
     }
     for (size_t i = 0; i < plan.batch.seqs.size() && i < plan.sampling.size(); ++i) {
         const runtime::SeqSampling& s = plan.sampling[i];
-        if (s.sample && (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f)) {
+        if (carries_history(s)) {
             for (int32_t t : s.history) put_le<int32_t>(&out, t);
+        }
+        if (carries_prompt(s)) {
+            for (int32_t t : s.prompt_tokens) put_le<int32_t>(&out, t);
         }
     }
     for (int64_t id : plan.free_ids) put_le<int64_t>(&out, id);
@@ -96,25 +110,27 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     plan.stop = flags & 1u;
     plan.eager_bank = flags & 2u;
     plan.return_logits = flags & 4u;
-    std::vector<uint32_t> lens, history_lens;
+    std::vector<uint32_t> lens, history_lens, prompt_lens;
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_seqs; ++i) {
         models::SeqChunk c;
         runtime::SeqSampling s;
         uint32_t n = 0;
         uint8_t mode = 0, release = 0, sample = 0, top = 0;
-        uint32_t n_history = 0;
+        uint32_t n_history = 0, n_prompt = 0;
         if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
             !r.get(&release) || !r.get(&sample) || !r.get(&top) || !r.get(&s.temperature) || !r.get(&s.top_p) ||
             !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index) ||
             !r.get(&s.next_token) || !r.get(&s.presence_penalty) || !r.get(&s.frequency_penalty) ||
-            !r.get(&n_history)) {
+            !r.get(&s.repetition_penalty) || !r.get(&n_history) || !r.get(&n_prompt)) {
             return data_loss("stage plan: truncated sequence " + std::to_string(i));
         }
         if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 3 ||
             (sample == 0 && top != 0) || ((sample & 2) == 0 && s.next_token != -1) || c.prefix_len < 0 ||
-            c.prompt_len < 0 || ((sample & 1) == 0 && (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f)) ||
-            n_history > (1u << 24)) {
+            c.prompt_len < 0 ||
+            ((sample & 1) == 0 &&
+             (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f || s.repetition_penalty != 1.0f)) ||
+            n_history > (1u << 24) || n_prompt > (1u << 24)) {
             return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
         }
         c.logits = static_cast<models::LogitsMode>(mode);
@@ -131,9 +147,10 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         if (const Status v = runtime::validate(s); !v.ok()) {
             return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
         }
-        total += n + uint64_t{n_history};
+        total += n + uint64_t{n_history} + uint64_t{n_prompt};
         lens.push_back(n);
         history_lens.push_back(n_history);
+        prompt_lens.push_back(n_prompt);
         plan.batch.seqs.push_back(std::move(c));
         plan.release.push_back(release);
         plan.sampling.push_back(s);
@@ -153,6 +170,9 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         auto& history = plan.sampling[i].history;
         history.resize(history_lens[i]);
         for (uint32_t k = 0; k < history_lens[i]; ++k) r.get(&history[k]);
+        auto& prompt = plan.sampling[i].prompt_tokens;
+        prompt.resize(prompt_lens[i]);
+        for (uint32_t k = 0; k < prompt_lens[i]; ++k) r.get(&prompt[k]);
     }
     plan.free_ids.resize(n_free);
     for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);

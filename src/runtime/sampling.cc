@@ -160,6 +160,9 @@ Status validate(const SeqSampling& s) {
             return invalid_argument(std::string(name) + " must be a finite number in [-2, 2]");
         }
     }
+    if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0.0f || s.repetition_penalty > 10.0f) {
+        return invalid_argument("repetition_penalty must be a finite number in (0, 10]");
+    }
     return ok_status();
 }
 
@@ -172,20 +175,37 @@ Sampled score_token(std::span<const float> logits, int32_t token, int32_t top) {
 
 namespace {
 
-// The row the draw uses: the raw one, or a copy with the penalties applied (out-of-vocabulary history ignored).
+// The row the draw uses: the raw one, or a copy with the penalties applied, repetition first (as vLLM), then
+// frequency and presence; out-of-vocabulary ids are ignored.
 std::span<const float> penalized(std::span<const float> logits, const SeqSampling& s, std::vector<float>* storage) {
-    if ((s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f) || s.history.empty()) return logits;
+    const bool additive = (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f) && !s.history.empty();
+    const bool repetition = s.repetition_penalty != 1.0f && (!s.history.empty() || !s.prompt_tokens.empty());
+    if (!additive && !repetition) return logits;
     storage->assign(logits.begin(), logits.end());
-    std::vector<std::pair<int32_t, int32_t>> counts;  // (token, count), sorted by token
-    std::vector<int32_t> sorted = s.history;
-    std::sort(sorted.begin(), sorted.end());
-    for (int32_t t : sorted) {
-        if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
-        if (counts.empty() || counts.back().first != t) counts.emplace_back(t, 0);
-        ++counts.back().second;
+    const auto in_vocab = [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < logits.size(); };
+    if (repetition) {
+        std::vector<int32_t> seen = s.prompt_tokens;
+        seen.insert(seen.end(), s.history.begin(), s.history.end());
+        std::sort(seen.begin(), seen.end());
+        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        for (int32_t t : seen) {
+            if (!in_vocab(t)) continue;
+            float& x = (*storage)[static_cast<size_t>(t)];
+            x = x > 0.0f ? x / s.repetition_penalty : x * s.repetition_penalty;
+        }
     }
-    for (const auto& [t, n] : counts) {
-        (*storage)[static_cast<size_t>(t)] -= s.frequency_penalty * static_cast<float>(n) + s.presence_penalty;
+    if (additive) {
+        std::vector<int32_t> sorted = s.history;
+        std::sort(sorted.begin(), sorted.end());
+        for (size_t i = 0; i < sorted.size();) {
+            size_t j = i;
+            while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+            if (in_vocab(sorted[i])) {
+                (*storage)[static_cast<size_t>(sorted[i])] -=
+                    s.frequency_penalty * static_cast<float>(j - i) + s.presence_penalty;
+            }
+            i = j;
+        }
     }
     return *storage;
 }

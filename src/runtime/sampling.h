@@ -41,6 +41,11 @@ struct SeqSampling {
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     std::vector<int32_t> history = {};
+    // Repetition penalty (transformers / vLLM / SGLang), applied first: each token of the prompt (`prompt_tokens`: its
+    // distinct ids; empty unless the penalty is not 1) or of `history` has its logit divided by it when positive,
+    // multiplied when not. Finite in (0, 10].
+    float repetition_penalty = 1.0f;
+    std::vector<int32_t> prompt_tokens = {};
 };
 
 // One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).
@@ -80,7 +85,8 @@ double sampling_uniform(uint64_t seed, int64_t token_index);
 
 bool is_greedy(const SeqSampling& s);
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1, min_p finite
-// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1, penalties finite in [-2, 2].
+// in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1, presence / frequency
+// penalties finite in [-2, 2], repetition_penalty finite in (0, 10].
 [[nodiscard]] Status validate(const SeqSampling& s);
 
 // The raw row's log-probability of `token` and its `top` most likely tokens (Sampled without a draw).

@@ -186,6 +186,10 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
         f->number(name, v);
         if (*v < -2.0f || *v > 2.0f) f->fail(name, "must be in [-2, 2]");
     }
+    f->number("repetition_penalty", &p->sampling.repetition_penalty);
+    if (p->sampling.repetition_penalty <= 0.0f || p->sampling.repetition_penalty > 10.0f) {
+        f->fail("repetition_penalty", "must be in (0, 10]");
+    }
     int64_t top_k = p->sampling.top_k;
     f->integer("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
     p->sampling.top_k = static_cast<int32_t>(top_k);
@@ -212,9 +216,6 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
 // request that asks for a penalty, a minimum length, a logit bias or constrained decoding is refused, never served
 // as if it had not asked.
 void refuse_unsupported_sampling(Fields* f) {
-    float repetition = 1;
-    f->number("repetition_penalty", &repetition);
-    if (repetition != 1) f->fail("repetition_penalty", "only 1 is supported (presence / frequency penalties are)");
     for (const char* name : {"min_tokens", "min_new_tokens"}) {
         int64_t v = 0;
         f->integer(name, 0, std::numeric_limits<int64_t>::max(), &v);

@@ -183,6 +183,36 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesAdjustTheDrawNotTheReportedValues) {
     EXPECT_FALSE(validate(o).ok());
 }
 
+// Repetition penalty (as transformers / vLLM): a seen token's logit is divided by it when positive, multiplied when
+// not; seen = the prompt's ids and the output so far. Applied before frequency / presence.
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeSeenLogits) {
+    const std::vector<float> l = {2.0f, 1.8f, -0.5f, -0.2f};
+    SeqSampling o = params(1.0f);
+    o.repetition_penalty = 2.0f;
+    o.prompt_tokens = {0, 3};
+    o.history = {3};
+    std::vector<double> probs(4);
+    sampling_distribution(l, o, probs);
+    const std::vector<double> adj = {1.0, 1.8, -0.5, -0.4};  // 0: 2 / 2; 3: -0.2 x 2 (seen twice, once counted)
+    double sum = 0;
+    for (double a : adj) sum += std::exp(a);
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(probs[k], std::exp(adj[k]) / sum, 1e-6) << k;
+    SeqSampling g = o;
+    g.temperature = 0;
+    EXPECT_EQ(sample_token(l, g).token, 1) << "the seen top token lost its lead";
+    SeqSampling f = o;
+    f.frequency_penalty = 1.0f;  // after the repetition penalty, 3: -0.4 - 1 = -1.4; nothing else changes
+    sampling_distribution(l, f, probs);
+    const std::vector<double> adj2 = {1.0, 1.8, -0.5, -1.4};
+    sum = 0;
+    for (double a : adj2) sum += std::exp(a);
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(probs[k], std::exp(adj2[k]) / sum, 1e-6) << k;
+    o.repetition_penalty = 0;
+    EXPECT_FALSE(validate(o).ok());
+    o.repetition_penalty = 11;
+    EXPECT_FALSE(validate(o).ok());
+}
+
 models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
     models::SeqChunk c;
     c.request_id = id;

@@ -144,6 +144,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     plan.sampling[2].presence_penalty = 0.5f;  // a penalized sampled sequence carries its output so far
     plan.sampling[2].frequency_penalty = -1.25f;
     plan.sampling[2].history = {3, 9, 3};
+    plan.sampling[2].repetition_penalty = 1.3f;  // ... and its prompt's distinct ids
+    plan.sampling[2].prompt_tokens = {1, 4, 8};
     plan.free_ids = {7, 9};
     plan.return_logits = true;
     plan.counters = {
@@ -174,6 +176,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         EXPECT_EQ(a.presence_penalty, b.presence_penalty);
         EXPECT_EQ(a.frequency_penalty, b.frequency_penalty);
         EXPECT_EQ(a.history, b.history);
+        EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
+        EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
     }
     ASSERT_EQ(back->counters.size(), 1u);
     EXPECT_EQ(back->counters[0].steps, 4);
@@ -182,7 +186,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
     // Alternatives beyond kMaxTopLogprobs are refused, as prompt scoring without a row per token; an unsampled
     // sequence carries no alternatives (the encoder writes 0).
-    for (int variant = 0; variant < 6; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
         StagePlan bad = plan;
         if (variant == 0) bad.batch.seqs[1].logits = models::LogitsMode::kNone;
         if (variant == 1) bad.sampling[1].temperature = -1;
@@ -190,6 +194,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (variant == 3) bad.sampling[2].top_logprobs = runtime::kMaxTopLogprobs + 1;
         if (variant == 4) bad.sampling[2].prompt_logprobs = true;  // kLast: no row per token
         if (variant == 5) bad.sampling[2].frequency_penalty = 2.5f;
+        if (variant == 6) bad.sampling[2].repetition_penalty = 0.0f;
         auto r = decode_plan(encode_plan(bad));
         EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "variant " << variant;
     }
@@ -215,8 +220,10 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (r.ok()) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
-            for (const auto& sp : r->sampling) tokens += static_cast<int64_t>(sp.history.size());
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 80 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+            for (const auto& sp : r->sampling) {
+                tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size());
+            }
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 88 * r->batch.seqs.size() + 8 * r->free_ids.size() +
                           40 * r->counters.size(),
                       m.size());
         } else {

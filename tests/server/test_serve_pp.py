@@ -426,7 +426,7 @@ class PipelineServe(unittest.TestCase):
             p = {"max_new_tokens": 8, "temperature": 0.6 + 0.2 * (k % 4), "top_p": 0.9 if k % 2 else 1.0,
                  "top_k": 40 if k % 4 == 1 else -1, "seed": 1000 + k, "ignore_eos": True}
             if k % 4 == 2:  # penalties: the last stage receives the output so far with the plan
-                p.update(frequency_penalty=0.8, presence_penalty=0.4)
+                p.update(frequency_penalty=0.8, presence_penalty=0.4, repetition_penalty=1.3)
             return p
 
         single = Server("--model", BUNDLED, *CHUNKING, threads=1)

@@ -298,10 +298,14 @@ class Shared(unittest.TestCase):
         most = lambda ids: max(ids.count(t) for t in ids)  # noqa: E731
         self.assertLess(most(spread), most(plain), (plain, spread))
         self.assertEqual(spread[0], plain[0], "nothing to penalise before the first token")
+        body["sampling_params"].update(frequency_penalty=0.0, repetition_penalty=3.0)
+        rep = self.srv.post("/generate", body)[2]["output_ids"]
+        self.assertLess(most(rep), most(plain), (plain, rep))
         st, _, c = self.srv.post("/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 12,
                                                      "temperature": 0, "ignore_eos": True, "presence_penalty": 2.0})
         self.assertEqual(st, 200, c)
-        report("penalties", max_repeat_plain=most(plain), max_repeat_frequency_2=most(spread))
+        report("penalties", max_repeat_plain=most(plain), max_repeat_frequency_2=most(spread),
+               max_repeat_repetition_3=most(rep))
 
     def test_choices_n_and_prompt_batches(self):
         """OpenAI n and batched completion prompts: one engine request per choice, answered together. A batch's choice
@@ -417,7 +421,7 @@ class Shared(unittest.TestCase):
             st, _, out = self.srv.post("/v1/completions", body)
             self.assertEqual(st, 400, (body, out))
         # Asked-for behaviour the server does not have is refused, never silently dropped.
-        for sp in [{"repetition_penalty": 1.1}, {"frequency_penalty": 2.5}, {"presence_penalty": -3},
+        for sp in [{"repetition_penalty": 0}, {"frequency_penalty": 2.5}, {"presence_penalty": -3},
                    {"min_new_tokens": 3}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
                    {"logit_bias": {"5": 1}}]:
             st, _, out = self.srv.post("/generate", {"input_ids": [1], "sampling_params": sp})
@@ -425,7 +429,7 @@ class Shared(unittest.TestCase):
             self.assertEqual(out["error"]["param"], "sampling_params." + next(iter(sp)))
         for extra in [{"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "required"},
                       {"response_format": {"type": "json_object"}}, {"response_format": "json"},
-                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 1.2}, {"min_tokens": 2},
+                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 11}, {"min_tokens": 2},
                       {"functions": [{"name": "f"}]}]:
             st, _, out = self.srv.post("/v1/chat/completions", dict({"messages": [{"role": "user", "content": "x"}]},
                                                                     **extra))
@@ -435,7 +439,7 @@ class Shared(unittest.TestCase):
         # Their neutral values are accepted.
         for extra in [{"tools": []}, {"tool_choice": "none"}, {"response_format": {"type": "text"}},
                       {"logit_bias": {}}, {"frequency_penalty": 0}, {"repetition_penalty": 1}, {"suffix": ""},
-                      {"presence_penalty": -2}, {"frequency_penalty": 1.5}]:
+                      {"presence_penalty": -2}, {"frequency_penalty": 1.5}, {"repetition_penalty": 1.2}]:
             st, _, out = self.srv.post("/v1/completions", dict({"prompt": "x", "max_tokens": 1}, **extra))
             self.assertEqual(st, 200, (extra, out))
         for body in [{"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 2},
