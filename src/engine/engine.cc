@@ -213,6 +213,9 @@ Status Engine::validate_request(const GenerateRequest& r) const {
         return invalid_argument("bootstrap_room: this server is not in a disaggregation mode");
     }
     PENSTOCK_RETURN_IF_ERROR(validate(p.sampling));
+    if (p.min_new_tokens < 0 || p.min_new_tokens > p.max_new_tokens) {
+        return invalid_argument("min_new_tokens must be in [0, max_new_tokens]");
+    }
     if (p.top_logprobs < 0 || p.top_logprobs > runtime::kMaxTopLogprobs) {
         return invalid_argument("top_logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) + "]");
     }
@@ -605,6 +608,7 @@ void Engine::submit_step(const scheduler::BatchPlan& plan) {
                 sampling.repetition_penalty != 1.0f) {
                 sampling.history = req.generated();  // the penalties count the output so far
             }
+            if (req.n_generated() < l.params.min_new_tokens) sampling.banned = req.sampling().stop_token_ids;
             if (sampling.repetition_penalty != 1.0f) {
                 if (l.prompt_ids.empty()) {  // the prompt's distinct ids, once per request
                     l.prompt_ids.assign(req.prompt().begin(), req.prompt().end());

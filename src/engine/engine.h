@@ -49,6 +49,10 @@ struct GenerateParams {
     bool skip_special_tokens = true;  // for the output text
     // Each output token's log-probability (RequestOutput::logprobs), and with top_logprobs > 0 (at most
     // runtime::kMaxTopLogprobs) that many most likely alternatives at its position.
+    // The request's stop tokens (stop_token_ids, and EOS unless ignore_eos) cannot be sampled before this many
+    // outputs (SGLang min_new_tokens, OpenAI-compatible min_tokens); stop strings still stop it. At most
+    // max_new_tokens.
+    int64_t min_new_tokens = 0;
     bool return_logprob = false;
     int32_t top_logprobs = 0;
     // >= 0 (and below the prompt length): also the prompt's log-probabilities from this position on

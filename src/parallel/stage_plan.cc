@@ -64,6 +64,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         put_le<float>(&out, s.sample ? s.repetition_penalty : 1.0f);
         put_le<uint32_t>(&out, carries_history(s) ? static_cast<uint32_t>(s.history.size()) : 0u);
         put_le<uint32_t>(&out, carries_prompt(s) ? static_cast<uint32_t>(s.prompt_tokens.size()) : 0u);
+        put_le<uint32_t>(&out, s.sample ? static_cast<uint32_t>(s.banned.size()) : 0u);
     }
     for (const models::SeqChunk& c : plan.batch.seqs) {
         for (int32_t t : c.token_ids) put_le<int32_t>(&out, t);
@@ -75,6 +76,9 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         }
         if (carries_prompt(s)) {
             for (int32_t t : s.prompt_tokens) put_le<int32_t>(&out, t);
+        }
+        if (s.sample) {
+            for (int32_t t : s.banned) put_le<int32_t>(&out, t);
         }
     }
     for (int64_t id : plan.free_ids) put_le<int64_t>(&out, id);
@@ -110,19 +114,19 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     plan.stop = flags & 1u;
     plan.eager_bank = flags & 2u;
     plan.return_logits = flags & 4u;
-    std::vector<uint32_t> lens, history_lens, prompt_lens;
+    std::vector<uint32_t> lens, history_lens, prompt_lens, banned_lens;
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_seqs; ++i) {
         models::SeqChunk c;
         runtime::SeqSampling s;
         uint32_t n = 0;
         uint8_t mode = 0, release = 0, sample = 0, top = 0;
-        uint32_t n_history = 0, n_prompt = 0;
+        uint32_t n_history = 0, n_prompt = 0, n_banned = 0;
         if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
             !r.get(&release) || !r.get(&sample) || !r.get(&top) || !r.get(&s.temperature) || !r.get(&s.top_p) ||
             !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index) ||
             !r.get(&s.next_token) || !r.get(&s.presence_penalty) || !r.get(&s.frequency_penalty) ||
-            !r.get(&s.repetition_penalty) || !r.get(&n_history) || !r.get(&n_prompt)) {
+            !r.get(&s.repetition_penalty) || !r.get(&n_history) || !r.get(&n_prompt) || !r.get(&n_banned)) {
             return data_loss("stage plan: truncated sequence " + std::to_string(i));
         }
         if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 3 ||
@@ -130,7 +134,8 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
             c.prompt_len < 0 ||
             ((sample & 1) == 0 &&
              (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f || s.repetition_penalty != 1.0f)) ||
-            n_history > (1u << 24) || n_prompt > (1u << 24)) {
+            n_history > (1u << 24) || n_prompt > (1u << 24) || n_banned > (1u << 16) ||
+            ((sample & 1) == 0 && n_banned != 0)) {
             return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
         }
         c.logits = static_cast<models::LogitsMode>(mode);
@@ -147,10 +152,11 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         if (const Status v = runtime::validate(s); !v.ok()) {
             return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
         }
-        total += n + uint64_t{n_history} + uint64_t{n_prompt};
+        total += n + uint64_t{n_history} + uint64_t{n_prompt} + uint64_t{n_banned};
         lens.push_back(n);
         history_lens.push_back(n_history);
         prompt_lens.push_back(n_prompt);
+        banned_lens.push_back(n_banned);
         plan.batch.seqs.push_back(std::move(c));
         plan.release.push_back(release);
         plan.sampling.push_back(s);
@@ -173,6 +179,9 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         auto& prompt = plan.sampling[i].prompt_tokens;
         prompt.resize(prompt_lens[i]);
         for (uint32_t k = 0; k < prompt_lens[i]; ++k) r.get(&prompt[k]);
+        auto& banned = plan.sampling[i].banned;
+        banned.resize(banned_lens[i]);
+        for (uint32_t k = 0; k < banned_lens[i]; ++k) r.get(&banned[k]);
     }
     plan.free_ids.resize(n_free);
     for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);

@@ -175,14 +175,17 @@ Sampled score_token(std::span<const float> logits, int32_t token, int32_t top) {
 
 namespace {
 
-// The row the draw uses: the raw one, or a copy with the penalties applied, repetition first (as vLLM), then
-// frequency and presence; out-of-vocabulary ids are ignored.
+// The row the draw uses: the raw one, or a copy with the banned tokens at -inf and the penalties applied, repetition
+// first (as vLLM), then frequency and presence; out-of-vocabulary ids are ignored.
 std::span<const float> penalized(std::span<const float> logits, const SeqSampling& s, std::vector<float>* storage) {
     const bool additive = (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f) && !s.history.empty();
     const bool repetition = s.repetition_penalty != 1.0f && (!s.history.empty() || !s.prompt_tokens.empty());
-    if (!additive && !repetition) return logits;
+    if (!additive && !repetition && s.banned.empty()) return logits;
     storage->assign(logits.begin(), logits.end());
     const auto in_vocab = [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < logits.size(); };
+    for (int32_t t : s.banned) {
+        if (in_vocab(t)) (*storage)[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+    }
     if (repetition) {
         std::vector<int32_t> seen = s.prompt_tokens;
         seen.insert(seen.end(), s.history.begin(), s.history.end());

@@ -46,6 +46,9 @@ struct SeqSampling {
     // multiplied when not. Finite in (0, 10].
     float repetition_penalty = 1.0f;
     std::vector<int32_t> prompt_tokens = {};
+    // Tokens this draw may not produce (their logits become -inf first): a request's stop tokens while it has fewer
+    // than min_new_tokens outputs. The reported log-probabilities stay the raw row's.
+    std::vector<int32_t> banned = {};
 };
 
 // One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).

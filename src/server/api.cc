@@ -186,6 +186,7 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
         f->number(name, v);
         if (*v < -2.0f || *v > 2.0f) f->fail(name, "must be in [-2, 2]");
     }
+    f->integer(openai ? "min_tokens" : "min_new_tokens", 0, max_new_limit, &p->min_new_tokens);
     f->number("repetition_penalty", &p->sampling.repetition_penalty);
     if (p->sampling.repetition_penalty <= 0.0f || p->sampling.repetition_penalty > 10.0f) {
         f->fail("repetition_penalty", "must be in (0, 10]");
@@ -216,11 +217,6 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
 // request that asks for a penalty, a minimum length, a logit bias or constrained decoding is refused, never served
 // as if it had not asked.
 void refuse_unsupported_sampling(Fields* f) {
-    for (const char* name : {"min_tokens", "min_new_tokens"}) {
-        int64_t v = 0;
-        f->integer(name, 0, std::numeric_limits<int64_t>::max(), &v);
-        if (v != 0) f->fail(name, "only 0 is supported");
-    }
     if (const json* b = f->find("logit_bias"); b != nullptr && !(b->is_object() && b->empty())) {
         f->fail("logit_bias", "is not supported");
     }

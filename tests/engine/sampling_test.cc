@@ -213,6 +213,26 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeSeenLogits) {
     EXPECT_FALSE(validate(o).ok());
 }
 
+// Banned tokens (a request's stop tokens before min_new_tokens) are never drawn; the reported value stays raw.
+TEST(Sampler, BannedTokensAreNeverDrawn) {
+    const std::vector<float> l = {3.0f, 2.0f, 1.0f};
+    SeqSampling g = params(0);
+    g.banned = {0, 7};  // 7: outside the vocabulary, ignored
+    const Sampled s = sample_token(l, g);
+    EXPECT_EQ(s.token, 1);
+    EXPECT_NEAR(s.logprob, 2.0 - std::log(std::exp(3.0) + std::exp(2.0) + std::exp(1.0)), 1e-6);
+    SeqSampling t = params(1.0f);
+    t.banned = {0};
+    std::vector<double> probs(3);
+    sampling_distribution(l, t, probs);
+    EXPECT_EQ(probs[0], 0.0);
+    EXPECT_NEAR(probs[1] + probs[2], 1.0, 1e-12);
+    for (int64_t i = 0; i < 200; ++i) {
+        t.token_index = i;
+        EXPECT_NE(sample_token(l, t).token, 0);
+    }
+}
+
 models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
     models::SeqChunk c;
     c.request_id = id;

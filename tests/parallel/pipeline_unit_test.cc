@@ -146,6 +146,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     plan.sampling[2].history = {3, 9, 3};
     plan.sampling[2].repetition_penalty = 1.3f;  // ... and its prompt's distinct ids
     plan.sampling[2].prompt_tokens = {1, 4, 8};
+    plan.sampling[2].banned = {2, 7};  // stop tokens before min_new_tokens
     plan.free_ids = {7, 9};
     plan.return_logits = true;
     plan.counters = {
@@ -178,6 +179,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         EXPECT_EQ(a.history, b.history);
         EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
         EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
+        EXPECT_EQ(a.banned, b.banned);
     }
     ASSERT_EQ(back->counters.size(), 1u);
     EXPECT_EQ(back->counters[0].steps, 4);
@@ -221,9 +223,9 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
             for (const auto& sp : r->sampling) {
-                tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size());
+                tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size() + sp.banned.size());
             }
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 88 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 92 * r->batch.seqs.size() + 8 * r->free_ids.size() +
                           40 * r->counters.size(),
                       m.size());
         } else {

@@ -304,6 +304,16 @@ class Shared(unittest.TestCase):
         st, _, c = self.srv.post("/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 12,
                                                      "temperature": 0, "ignore_eos": True, "presence_penalty": 2.0})
         self.assertEqual(st, 200, c)
+        # min_new_tokens: the request's stop tokens cannot end it before that many outputs.
+        gen = {"input_ids": list(range(40, 60)), "sampling_params": {"max_new_tokens": 6, "temperature": 0,
+                                                                      "stop_token_ids": [plain[0]]}}
+        self.assertEqual(self.srv.post("/generate", gen)[2]["output_ids"], plain[:1], "stops at once")
+        gen["sampling_params"]["min_new_tokens"] = 3
+        held = self.srv.post("/generate", gen)[2]["output_ids"]
+        self.assertGreaterEqual(len(held), 3, held)
+        self.assertNotIn(plain[0], held[:2])
+        gen["sampling_params"]["min_new_tokens"] = 7  # more than max_new_tokens
+        self.assertEqual(self.srv.post("/generate", gen)[0], 400)
         report("penalties", max_repeat_plain=most(plain), max_repeat_frequency_2=most(spread),
                max_repeat_repetition_3=most(rep))
 
@@ -422,14 +432,14 @@ class Shared(unittest.TestCase):
             self.assertEqual(st, 400, (body, out))
         # Asked-for behaviour the server does not have is refused, never silently dropped.
         for sp in [{"repetition_penalty": 0}, {"frequency_penalty": 2.5}, {"presence_penalty": -3},
-                   {"min_new_tokens": 3}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
+                   {"min_new_tokens": -1}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
                    {"logit_bias": {"5": 1}}]:
             st, _, out = self.srv.post("/generate", {"input_ids": [1], "sampling_params": sp})
             self.assertEqual(st, 400, (sp, out))
             self.assertEqual(out["error"]["param"], "sampling_params." + next(iter(sp)))
         for extra in [{"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "required"},
                       {"response_format": {"type": "json_object"}}, {"response_format": "json"},
-                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 11}, {"min_tokens": 2},
+                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 11}, {"min_tokens": -1},
                       {"functions": [{"name": "f"}]}]:
             st, _, out = self.srv.post("/v1/chat/completions", dict({"messages": [{"role": "user", "content": "x"}]},
                                                                     **extra))
