@@ -213,6 +213,9 @@ Status Engine::validate_request(const GenerateRequest& r) const {
         return invalid_argument("bootstrap_room: this server is not in a disaggregation mode");
     }
     PENSTOCK_RETURN_IF_ERROR(validate(p.sampling));
+    for (const auto& [t, b] : p.sampling.logit_bias) {
+        if (t >= vocab) return invalid_argument("logit_bias: " + std::to_string(t) + " is not a token id");
+    }
     if (p.min_new_tokens < 0 || p.min_new_tokens > p.max_new_tokens) {
         return invalid_argument("min_new_tokens must be in [0, max_new_tokens]");
     }

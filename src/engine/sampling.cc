@@ -9,6 +9,7 @@ Status validate(const SamplingOptions& o) {
     s.presence_penalty = o.presence_penalty;
     s.frequency_penalty = o.frequency_penalty;
     s.repetition_penalty = o.repetition_penalty;
+    s.logit_bias = o.logit_bias;
     return runtime::validate(s);
 }
 
@@ -29,7 +30,8 @@ runtime::SeqSampling seq_sampling(const SamplingOptions& o, uint64_t seed, int64
                                 .token_index = token_index,
                                 .presence_penalty = o.presence_penalty,
                                 .frequency_penalty = o.frequency_penalty,
-                                .repetition_penalty = o.repetition_penalty};
+                                .repetition_penalty = o.repetition_penalty,
+                                .logit_bias = o.logit_bias};
 }
 
 }  // namespace penstock::engine

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "core/status.h"
 #include "runtime/sampling.h"
@@ -22,6 +23,7 @@ struct SamplingOptions {
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     float repetition_penalty = 1.0f;  // (0, 10]: over the prompt and the output (runtime::SeqSampling)
+    std::vector<std::pair<int32_t, float>> logit_bias = {};  // (token, [-100, 100]) added to the logit
 };
 
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1 (0 is taken

@@ -15,8 +15,9 @@
 //                     i64 token_index, i32 next_token (-1 without prompt_logprobs), f32 presence_penalty, f32
 //                     frequency_penalty, f32 repetition_penalty, u32 n_history (a penalized sampled sequence's output
 //                     so far, else 0), u32 n_prompt (its prompt's distinct ids with a repetition penalty, else 0),
-//                     u32 n_banned (tokens the draw may not produce: stop tokens before min_new_tokens);
-//                     then all token ids (i32) in sequence order; then each sequence's history, prompt and banned ids;
+//                     u32 n_banned (tokens the draw may not produce: stop tokens before min_new_tokens), u32 n_bias
+//                     (logit_bias entries); then all token ids (i32) in sequence order; then each sequence's history,
+//                     prompt and banned ids (i32) and logit biases (i32 id, f32 bias);
 //                     then n_free request ids (i64) to
 //                     free before the batch; then n_counters x 5 i64 (steps, busy us, stall us, bytes sent, bank bytes
 //                     sent) of stages 1..s, each appended by its stage as it forwards the plan. A plan with no

@@ -65,6 +65,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         put_le<uint32_t>(&out, carries_history(s) ? static_cast<uint32_t>(s.history.size()) : 0u);
         put_le<uint32_t>(&out, carries_prompt(s) ? static_cast<uint32_t>(s.prompt_tokens.size()) : 0u);
         put_le<uint32_t>(&out, s.sample ? static_cast<uint32_t>(s.banned.size()) : 0u);
+        put_le<uint32_t>(&out, s.sample ? static_cast<uint32_t>(s.logit_bias.size()) : 0u);
     }
     for (const models::SeqChunk& c : plan.batch.seqs) {
         for (int32_t t : c.token_ids) put_le<int32_t>(&out, t);
@@ -79,6 +80,10 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         }
         if (s.sample) {
             for (int32_t t : s.banned) put_le<int32_t>(&out, t);
+            for (const auto& [t, b] : s.logit_bias) {
+                put_le<int32_t>(&out, t);
+                put_le<float>(&out, b);
+            }
         }
     }
     for (int64_t id : plan.free_ids) put_le<int64_t>(&out, id);
@@ -114,19 +119,20 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     plan.stop = flags & 1u;
     plan.eager_bank = flags & 2u;
     plan.return_logits = flags & 4u;
-    std::vector<uint32_t> lens, history_lens, prompt_lens, banned_lens;
+    std::vector<uint32_t> lens, history_lens, prompt_lens, banned_lens, bias_lens;
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_seqs; ++i) {
         models::SeqChunk c;
         runtime::SeqSampling s;
         uint32_t n = 0;
         uint8_t mode = 0, release = 0, sample = 0, top = 0;
-        uint32_t n_history = 0, n_prompt = 0, n_banned = 0;
+        uint32_t n_history = 0, n_prompt = 0, n_banned = 0, n_bias = 0;
         if (!r.get(&c.request_id) || !r.get(&c.prefix_len) || !r.get(&c.prompt_len) || !r.get(&n) || !r.get(&mode) ||
             !r.get(&release) || !r.get(&sample) || !r.get(&top) || !r.get(&s.temperature) || !r.get(&s.top_p) ||
             !r.get(&s.top_k) || !r.get(&s.min_p) || !r.get(&s.seed) || !r.get(&s.token_index) ||
             !r.get(&s.next_token) || !r.get(&s.presence_penalty) || !r.get(&s.frequency_penalty) ||
-            !r.get(&s.repetition_penalty) || !r.get(&n_history) || !r.get(&n_prompt) || !r.get(&n_banned)) {
+            !r.get(&s.repetition_penalty) || !r.get(&n_history) || !r.get(&n_prompt) || !r.get(&n_banned) ||
+            !r.get(&n_bias)) {
             return data_loss("stage plan: truncated sequence " + std::to_string(i));
         }
         if (mode > static_cast<uint8_t>(models::LogitsMode::kAll) || release > 1 || sample > 3 ||
@@ -135,7 +141,7 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
             ((sample & 1) == 0 &&
              (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f || s.repetition_penalty != 1.0f)) ||
             n_history > (1u << 24) || n_prompt > (1u << 24) || n_banned > (1u << 16) ||
-            ((sample & 1) == 0 && n_banned != 0)) {
+            ((sample & 1) == 0 && (n_banned != 0 || n_bias != 0)) || n_bias > (1u << 20)) {
             return data_loss("stage plan: invalid fields in sequence " + std::to_string(i));
         }
         c.logits = static_cast<models::LogitsMode>(mode);
@@ -152,11 +158,12 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         if (const Status v = runtime::validate(s); !v.ok()) {
             return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
         }
-        total += n + uint64_t{n_history} + uint64_t{n_prompt} + uint64_t{n_banned};
+        total += n + uint64_t{n_history} + uint64_t{n_prompt} + uint64_t{n_banned} + 2 * uint64_t{n_bias};
         lens.push_back(n);
         history_lens.push_back(n_history);
         prompt_lens.push_back(n_prompt);
         banned_lens.push_back(n_banned);
+        bias_lens.push_back(n_bias);
         plan.batch.seqs.push_back(std::move(c));
         plan.release.push_back(release);
         plan.sampling.push_back(s);
@@ -182,6 +189,12 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         auto& banned = plan.sampling[i].banned;
         banned.resize(banned_lens[i]);
         for (uint32_t k = 0; k < banned_lens[i]; ++k) r.get(&banned[k]);
+        auto& bias = plan.sampling[i].logit_bias;
+        bias.resize(bias_lens[i]);
+        for (uint32_t k = 0; k < bias_lens[i]; ++k) r.get(&bias[k].first) && r.get(&bias[k].second);
+        if (const Status v = runtime::validate(plan.sampling[i]); !v.ok()) {
+            return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
+        }
     }
     plan.free_ids.resize(n_free);
     for (uint32_t k = 0; k < n_free; ++k) r.get(&plan.free_ids[k]);

@@ -163,6 +163,11 @@ Status validate(const SeqSampling& s) {
     if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0.0f || s.repetition_penalty > 10.0f) {
         return invalid_argument("repetition_penalty must be a finite number in (0, 10]");
     }
+    for (const auto& [t, b] : s.logit_bias) {
+        if (t < 0 || !std::isfinite(b) || b < -100.0f || b > 100.0f) {
+            return invalid_argument("logit_bias: a token id >= 0 with a bias in [-100, 100]");
+        }
+    }
     return ok_status();
 }
 
@@ -175,14 +180,17 @@ Sampled score_token(std::span<const float> logits, int32_t token, int32_t top) {
 
 namespace {
 
-// The row the draw uses: the raw one, or a copy with the banned tokens at -inf and the penalties applied, repetition
-// first (as vLLM), then frequency and presence; out-of-vocabulary ids are ignored.
+// The row the draw uses: the raw one, or a copy with the logit biases added, the banned tokens at -inf and the
+// penalties applied (repetition first, as vLLM, then frequency and presence); out-of-vocabulary ids are ignored.
 std::span<const float> penalized(std::span<const float> logits, const SeqSampling& s, std::vector<float>* storage) {
     const bool additive = (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f) && !s.history.empty();
     const bool repetition = s.repetition_penalty != 1.0f && (!s.history.empty() || !s.prompt_tokens.empty());
-    if (!additive && !repetition && s.banned.empty()) return logits;
+    if (!additive && !repetition && s.banned.empty() && s.logit_bias.empty()) return logits;
     storage->assign(logits.begin(), logits.end());
     const auto in_vocab = [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < logits.size(); };
+    for (const auto& [t, b] : s.logit_bias) {
+        if (in_vocab(t)) (*storage)[static_cast<size_t>(t)] += b;
+    }
     for (int32_t t : s.banned) {
         if (in_vocab(t)) (*storage)[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
     }

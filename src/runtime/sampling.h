@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -49,6 +50,8 @@ struct SeqSampling {
     // Tokens this draw may not produce (their logits become -inf first): a request's stop tokens while it has fewer
     // than min_new_tokens outputs. The reported log-probabilities stay the raw row's.
     std::vector<int32_t> banned = {};
+    // OpenAI logit_bias: (token, bias in [-100, 100]) added to the token's logit before the penalties.
+    std::vector<std::pair<int32_t, float>> logit_bias = {};
 };
 
 // One alternative: a token and its log-probability under the model's own distribution (as Sampled::logprob).
@@ -89,7 +92,7 @@ double sampling_uniform(uint64_t seed, int64_t token_index);
 bool is_greedy(const SeqSampling& s);
 // InvalidArgument naming the field: temperature finite and >= 0, top_p finite in (0, 1], top_k >= -1, min_p finite
 // in [0, 1], token_index >= 0, top_logprobs in [0, kMaxTopLogprobs], next_token >= -1, presence / frequency
-// penalties finite in [-2, 2], repetition_penalty finite in (0, 10].
+// penalties finite in [-2, 2], repetition_penalty finite in (0, 10], logit biases finite in [-100, 100] on ids >= 0.
 [[nodiscard]] Status validate(const SeqSampling& s);
 
 // The raw row's log-probability of `token` and its `top` most likely tokens (Sampled without a draw).

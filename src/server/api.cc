@@ -1,6 +1,7 @@
 // API shapes: request parsing with field-by-field validation, and response / SSE rendering.
 #include "server/api.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -187,6 +188,24 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
         if (*v < -2.0f || *v > 2.0f) f->fail(name, "must be in [-2, 2]");
     }
     f->integer(openai ? "min_tokens" : "min_new_tokens", 0, max_new_limit, &p->min_new_tokens);
+    if (const json* b = f->find("logit_bias")) {
+        // {"token id": bias in [-100, 100]} (OpenAI; SGLang's sampling_params the same).
+        if (!b->is_object()) return f->fail("logit_bias", "must be an object of token id -> bias");
+        if (static_cast<int64_t>(b->size()) > std::min<int64_t>(ctx.vocab_size, 4096)) {
+            return f->fail("logit_bias", "too many entries");
+        }
+        for (const auto& [key, v] : b->items()) {
+            int64_t id = -1;
+            const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+            if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id >= ctx.vocab_size) {
+                return f->fail("logit_bias", "'" + key.substr(0, 32) + "' is not a token id");
+            }
+            if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100) {
+                return f->fail("logit_bias", "biases are numbers in [-100, 100]");
+            }
+            p->sampling.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
+        }
+    }
     f->number("repetition_penalty", &p->sampling.repetition_penalty);
     if (p->sampling.repetition_penalty <= 0.0f || p->sampling.repetition_penalty > 10.0f) {
         f->fail("repetition_penalty", "must be in (0, 10]");
@@ -217,9 +236,6 @@ void parse_sampling(Fields* f, const ParseContext& ctx, int64_t max_new_limit, e
 // request that asks for a penalty, a minimum length, a logit bias or constrained decoding is refused, never served
 // as if it had not asked.
 void refuse_unsupported_sampling(Fields* f) {
-    if (const json* b = f->find("logit_bias"); b != nullptr && !(b->is_object() && b->empty())) {
-        f->fail("logit_bias", "is not supported");
-    }
     for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
         if (f->find(name) != nullptr) f->fail(name, "is not supported (no constrained decoding)");
     }

@@ -233,6 +233,22 @@ TEST(Sampler, BannedTokensAreNeverDrawn) {
     }
 }
 
+// logit_bias adds to the row before the draw (and before the penalties); the reported value stays raw.
+TEST(Sampler, LogitBiasShiftsTheDraw) {
+    const std::vector<float> l = {3.0f, 2.0f, 1.0f};
+    SeqSampling g = params(0);
+    g.logit_bias = {{2, 2.5f}};
+    EXPECT_EQ(sample_token(l, g).token, 2);
+    g.logit_bias = {{0, -100.0f}, {9, 5.0f}};  // 9: outside the vocabulary, ignored
+    const Sampled s = sample_token(l, g);
+    EXPECT_EQ(s.token, 1);
+    EXPECT_NEAR(s.logprob, 2.0 - std::log(std::exp(3.0) + std::exp(2.0) + std::exp(1.0)), 1e-6);
+    g.logit_bias = {{0, 100.5f}};
+    EXPECT_FALSE(validate(g).ok());
+    g.logit_bias = {{-1, 1.0f}};
+    EXPECT_FALSE(validate(g).ok());
+}
+
 models::SeqChunk chunk(int64_t id, int n_tokens, models::LogitsMode mode) {
     models::SeqChunk c;
     c.request_id = id;

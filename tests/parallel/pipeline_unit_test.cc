@@ -147,6 +147,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     plan.sampling[2].repetition_penalty = 1.3f;  // ... and its prompt's distinct ids
     plan.sampling[2].prompt_tokens = {1, 4, 8};
     plan.sampling[2].banned = {2, 7};  // stop tokens before min_new_tokens
+    plan.sampling[2].logit_bias = {{5, -3.5f}, {11, 100.0f}};
     plan.free_ids = {7, 9};
     plan.return_logits = true;
     plan.counters = {
@@ -180,6 +181,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
         EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
         EXPECT_EQ(a.banned, b.banned);
+        EXPECT_EQ(a.logit_bias, b.logit_bias);
     }
     ASSERT_EQ(back->counters.size(), 1u);
     EXPECT_EQ(back->counters[0].steps, 4);
@@ -188,7 +190,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
     // Alternatives beyond kMaxTopLogprobs are refused, as prompt scoring without a row per token; an unsampled
     // sequence carries no alternatives (the encoder writes 0).
-    for (int variant = 0; variant < 7; ++variant) {
+    for (int variant = 0; variant < 8; ++variant) {
         StagePlan bad = plan;
         if (variant == 0) bad.batch.seqs[1].logits = models::LogitsMode::kNone;
         if (variant == 1) bad.sampling[1].temperature = -1;
@@ -197,6 +199,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
         if (variant == 4) bad.sampling[2].prompt_logprobs = true;  // kLast: no row per token
         if (variant == 5) bad.sampling[2].frequency_penalty = 2.5f;
         if (variant == 6) bad.sampling[2].repetition_penalty = 0.0f;
+        if (variant == 7) bad.sampling[2].logit_bias[0].second = 101.0f;
         auto r = decode_plan(encode_plan(bad));
         EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "variant " << variant;
     }
@@ -223,9 +226,10 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
             int64_t tokens = 0;
             for (const auto& c : r->batch.seqs) tokens += static_cast<int64_t>(c.token_ids.size());
             for (const auto& sp : r->sampling) {
-                tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size() + sp.banned.size());
+                tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size() + sp.banned.size() +
+                                               2 * sp.logit_bias.size());
             }
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 92 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 96 * r->batch.seqs.size() + 8 * r->free_ids.size() +
                           40 * r->counters.size(),
                       m.size());
         } else {

@@ -314,6 +314,16 @@ class Shared(unittest.TestCase):
         self.assertNotIn(plain[0], held[:2])
         gen["sampling_params"]["min_new_tokens"] = 7  # more than max_new_tokens
         self.assertEqual(self.srv.post("/generate", gen)[0], 400)
+        # logit_bias: +100 on one token makes greedy pick it every time; -100 on the greedy token moves off it.
+        st, _, forced = self.srv.post("/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 4,
+                                                          "temperature": 0, "ignore_eos": True,
+                                                          "logit_bias": {"17": 100}})
+        self.assertEqual(st, 200, forced)
+        biased = {"input_ids": list(range(40, 60)), "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {"17": 100}}}
+        self.assertEqual(self.srv.post("/generate", biased)[2]["output_ids"], [17] * 4)
+        biased["sampling_params"]["logit_bias"] = {str(plain[0]): -100}
+        self.assertNotEqual(self.srv.post("/generate", biased)[2]["output_ids"][0], plain[0])
         report("penalties", max_repeat_plain=most(plain), max_repeat_frequency_2=most(spread),
                max_repeat_repetition_3=most(rep))
 
@@ -433,13 +443,13 @@ class Shared(unittest.TestCase):
         # Asked-for behaviour the server does not have is refused, never silently dropped.
         for sp in [{"repetition_penalty": 0}, {"frequency_penalty": 2.5}, {"presence_penalty": -3},
                    {"min_new_tokens": -1}, {"regex": "a+"}, {"json_schema": "{}"}, {"ebnf": "x"},
-                   {"logit_bias": {"5": 1}}]:
+                   {"logit_bias": {"x": 1}}, {"logit_bias": {"5": 101}}, {"logit_bias": {"99999": 1}}]:
             st, _, out = self.srv.post("/generate", {"input_ids": [1], "sampling_params": sp})
             self.assertEqual(st, 400, (sp, out))
             self.assertEqual(out["error"]["param"], "sampling_params." + next(iter(sp)))
         for extra in [{"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "required"},
                       {"response_format": {"type": "json_object"}}, {"response_format": "json"},
-                      {"logit_bias": {"5": 10}}, {"repetition_penalty": 11}, {"min_tokens": -1},
+                      {"logit_bias": {"5": 101}}, {"repetition_penalty": 11}, {"min_tokens": -1},
                       {"functions": [{"name": "f"}]}]:
             st, _, out = self.srv.post("/v1/chat/completions", dict({"messages": [{"role": "user", "content": "x"}]},
                                                                     **extra))
