@@ -283,8 +283,9 @@ void parse_logprobs(Fields* f, ApiKind kind, engine::GenerateParams* p, bool* te
             break;
         }
         case ApiKind::kCompletions:
-            if (f->find("logprobs") != nullptr) {
-                f->integer("logprobs", 0, max_top, &top);
+            if (const json* lp = f->find("logprobs"); lp != nullptr && !(lp->is_boolean() && !lp->get<bool>())) {
+                // An integer (alternatives per token); `true` is taken as 0 and `false` as off (lenient clients).
+                if (!lp->is_boolean()) f->integer("logprobs", 0, max_top, &top);
                 p->return_logprob = true;
                 if (*echo) p->logprob_start_len = 0;  // the echoed prompt's tokens are scored too
             }

@@ -102,6 +102,17 @@ class OpenAISdk(unittest.TestCase):
                                                 messages=[{"role": "user", "content": "hi"}])
         self.assertEqual(len(r.choices), 3)
 
+    def test_sampling_controls(self):
+        """The SDK's penalty and bias parameters reach the sampler: +100 on a token makes greedy pick it."""
+        c = self.client.completions.create(model="tiny-deepseek-v3", prompt="Hello", max_tokens=3, temperature=0,
+                                           logit_bias={"17": 100}, frequency_penalty=0.5, presence_penalty=0.5)
+        self.assertEqual(c.usage.completion_tokens, 3)
+        r = self.client.chat.completions.create(model="tiny-deepseek-v3", max_tokens=3, temperature=0.7, seed=2,
+                                                frequency_penalty=1.0, messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(r.choices[0].finish_reason in ("length", "stop"), True)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="m", prompt="x", frequency_penalty=3.0)
+
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError):
             self.client.completions.create(model="m", prompt="x", max_tokens=0)

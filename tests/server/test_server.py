@@ -213,6 +213,10 @@ class Shared(unittest.TestCase):
         self.assertEqual(c0["choices"][0]["logprobs"]["top_logprobs"], [{}] * 5)
         st, _, none = self.srv.post("/v1/completions", dict(comp, logprobs=None))
         self.assertIsNone(none["choices"][0]["logprobs"])
+        st, _, off = self.srv.post("/v1/completions", dict(comp, logprobs=False))
+        self.assertIsNone(off["choices"][0]["logprobs"])
+        st, _, on = self.srv.post("/v1/completions", dict(comp, logprobs=True))
+        self.assertEqual(on["choices"][0]["logprobs"]["token_logprobs"], lp["token_logprobs"])
 
         # OpenAI chat: logprobs.content entries with UTF-8 bytes and top_logprobs alternatives.
         chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "temperature": 0,
@@ -435,7 +439,7 @@ class Shared(unittest.TestCase):
             self.assertEqual(st, 400, (body if len(json.dumps(body)) < 200 else "big", out))
             self.assertIn("message", out["error"])
         for body in [{"prompt": "x", "n": 65}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 21},
-                     {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": True},
+                     {"prompt": "x", "logprobs": -1}, {"prompt": "x", "logprobs": "2"},
                      {"prompt": "x", "echo": 1}, {"prompt": "x", "temperature": "hot"},
                      {"prompt": "x", "presence_penalty": 2.1}, {"prompt": 3}]:
             st, _, out = self.srv.post("/v1/completions", body)
