@@ -155,9 +155,6 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         if (s.sample && (c.logits == models::LogitsMode::kNone || n == 0)) {
             return data_loss("stage plan: sequence " + std::to_string(i) + " is sampled but produces no logits");
         }
-        if (const Status v = runtime::validate(s); !v.ok()) {
-            return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
-        }
         total += n + uint64_t{n_history} + uint64_t{n_prompt} + uint64_t{n_banned} + 2 * uint64_t{n_bias};
         lens.push_back(n);
         history_lens.push_back(n_history);
@@ -191,7 +188,11 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         for (uint32_t k = 0; k < banned_lens[i]; ++k) r.get(&banned[k]);
         auto& bias = plan.sampling[i].logit_bias;
         bias.resize(bias_lens[i]);
-        for (uint32_t k = 0; k < bias_lens[i]; ++k) r.get(&bias[k].first) && r.get(&bias[k].second);
+        for (uint32_t k = 0; k < bias_lens[i]; ++k) {
+            r.get(&bias[k].first);
+            r.get(&bias[k].second);
+        }
+        // Every parameter, the variable-length ones included (the byte count above bounded them).
         if (const Status v = runtime::validate(plan.sampling[i]); !v.ok()) {
             return data_loss("stage plan: sequence " + std::to_string(i) + ": " + v.message());
         }

@@ -544,13 +544,12 @@ bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, boo
         return false;
     };
     while (n_done < n) {
-        bool any = false;
+        bool any = false, waited = false;
         for (size_t i = 0; i < n; ++i) {
             if (done[i]) continue;
-            // Wait on the first running choice, look at the others without waiting.
-            const auto wait = any || i != static_cast<size_t>(std::find(done.begin(), done.end(), false) - done.begin())
-                                  ? std::chrono::milliseconds(0)
-                                  : std::chrono::milliseconds(20);
+            // Wait (20 ms) on the first running choice only; look at the others without waiting.
+            const auto wait = waited ? std::chrono::milliseconds(0) : std::chrono::milliseconds(20);
+            waited = true;
             for (const engine::RequestOutput& ev : hs[i]->wait(wait)) {
                 any = true;
                 ws[i].add(ev);

@@ -50,10 +50,13 @@ Result<WarmupResult> run_warmup(engine::Engine& engine, const WarmupOptions& opt
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab));
     };
+    // Aborts what is still running and waits (at most 10 s: past the deadline the engine may be the thing that hangs)
+    // for the engine to confirm, so that the failed start leaves no request behind.
     const auto abort_all = [&] {
         for (const Running& r : running) engine.abort(r.handle->id(), engine::AbortReason::kShutdown);
+        const auto until = Clock::now() + std::chrono::seconds(10);
         for (const Running& r : running) {
-            for (bool done = false; !done;) {
+            for (bool done = false; !done && Clock::now() < until;) {
                 for (const engine::RequestOutput& ev : r.handle->wait(std::chrono::milliseconds(50))) {
                     done = done || ev.finished;
                 }
