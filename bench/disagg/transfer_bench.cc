@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
         src[static_cast<size_t>(l)].resize(bytes_per_buffer);
         dst[static_cast<size_t>(l)].assign(bytes_per_buffer, 0);
         for (size_t i = 0; i < bytes_per_buffer; i += 64) src[static_cast<size_t>(l)][i] = static_cast<uint8_t>(rng());
-        src_layout.buffers.push_back({src[static_cast<size_t>(l)].data(), static_cast<uint64_t>(page_bytes),
-                                      static_cast<uint64_t>(page_bytes), pool});
-        dst_layout.buffers.push_back({dst[static_cast<size_t>(l)].data(), static_cast<uint64_t>(page_bytes),
-                                      static_cast<uint64_t>(page_bytes), pool});
+        src_layout.buffers.push_back({kv_key(l, 0), src[static_cast<size_t>(l)].data(),
+                                      static_cast<uint64_t>(page_bytes), static_cast<uint64_t>(page_bytes), pool});
+        dst_layout.buffers.push_back({kv_key(l, 0), dst[static_cast<size_t>(l)].data(),
+                                      static_cast<uint64_t>(page_bytes), static_cast<uint64_t>(page_bytes), pool});
     }
     RoomTimeouts timeouts;
     auto rx = KvReceiver::create(rx_engine->get(), dst_layout, timeouts);

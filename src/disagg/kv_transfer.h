@@ -20,8 +20,10 @@
 namespace penstock::disagg {
 
 // One paged KV buffer of a stage (an MLA latent cache layer, a DSA index-K layer, ...): page p's bytes are
-// [base + p * page_stride, + page_bytes). Both ends list their buffers in the same order.
+// [base + p * page_stride, + page_bytes). `key` names what it holds (kv_key: layer and kind), so a sender holding some
+// layers (one pipeline stage) finds each buffer's counterpart at a receiver holding all of them.
 struct KvBuffer {
+    uint64_t key = 0;
     void* base = nullptr;
     uint64_t page_bytes = 0;
     uint64_t page_stride = 0;
@@ -30,11 +32,19 @@ struct KvBuffer {
     bool per_slot = false;
 };
 
+// A buffer's key: its layer and what kind of rows it holds (kv_cache::BufferKind's value, < 8).
+constexpr uint64_t kv_key(int64_t layer, uint8_t kind) { return static_cast<uint64_t>(layer) * 8 + kind; }
+
 struct KvLayout {
     std::vector<KvBuffer> buffers;
-    // What both ends must agree on: the buffer count and each buffer's page bytes (pool sizes and strides may differ).
+    // What both ends must agree on: the set of buffers by key, each with its page bytes and whether it is per slot
+    // (the order of the list, pool sizes and strides may differ).
     uint64_t fingerprint() const;
     std::string describe() const;  // "3 buffers: 73728, 73728, 8448 bytes per page"
+    // The keys' descriptions alone, as a byte string (what pipeline stages send stage 0 at start-up), and back: a
+    // layout of the same shape with no memory (base null, no pages). InvalidArgument for a malformed string.
+    std::vector<uint8_t> encode_shape() const;
+    [[nodiscard]] static Result<KvLayout> decode_shape(std::span<const uint8_t> bytes);
 };
 
 // Where a room's KV goes; made by the receiver, sent to the sender (encode / decode: a bounds-checked byte format).
@@ -44,12 +54,17 @@ struct KvDestination {
     int64_t n_tokens = 0;
     std::vector<uint8_t> engine_address;
     struct Region {
+        uint64_t key = 0;  // KvBuffer::key
+        uint64_t page_bytes = 0;
+        bool per_slot = false;
         RemoteRegion region;
         uint64_t page_stride = 0;
         int64_t n_pages = 0;
     };
     std::vector<Region> regions;  // one per KvBuffer
-    std::vector<int32_t> pages;   // the receiver's page ids, in position order
+    // The receiver's page ids that hold the room's n_tokens positions, in position order (the pages the request
+    // reserved beyond them, for its decode, are not written).
+    std::vector<int32_t> pages;
     int32_t slot = -1;            // the receiver's state slot (per-slot buffers), -1 without them
 
     std::vector<uint8_t> encode() const;
@@ -68,6 +83,19 @@ struct AuxRecord {
 
     std::vector<uint8_t> encode() const;
     [[nodiscard]] static Result<AuxRecord> decode(std::span<const uint8_t> bytes);
+};
+
+// A pipeline stage's report to stage 0 that its part of a room's KV is at the decode end (or why not): one
+// kMessageBytes message on the transfer engine, checksummed like the aux record.
+struct StageReport {
+    static constexpr size_t kTextBytes = 30;
+    uint64_t room = 0;
+    uint32_t stage = 0;
+    StatusCode code = StatusCode::kOk;
+    std::string message;  // the failure, cut to kTextBytes
+
+    std::vector<uint8_t> encode() const;
+    [[nodiscard]] static Result<StageReport> decode(std::span<const uint8_t> bytes);
 };
 
 class KvReceiver final {
@@ -108,12 +136,22 @@ public:
     // The engine and the buffers must outlive the sender.
     KvSender(TransferEngine* engine, KvLayout layout) : engine_(engine), layout_(std::move(layout)) {}
 
-    // Writes `src_pages` (this end's page ids, position order, as many as dst.pages) of every paged buffer and
-    // `src_slot` of every per-slot buffer to the destination, flushes, and sends the aux record with `first_token`.
-    // FailedPrecondition when the layouts differ (naming both), InvalidArgument for page counts or ids out of range,
-    // DeadlineExceeded / Unavailable from the engine (a dead or stalled receiver).
+    // Writes `src_pages` (this end's page ids, position order, at least as many as dst.pages) of every paged buffer
+    // and `src_slot` of every per-slot buffer to the destination, flushes, and sends the aux record with
+    // `first_token`. FailedPrecondition when the layouts differ (naming both), InvalidArgument for page counts or ids
+    // out of range, DeadlineExceeded / Unavailable from the engine (a dead or stalled receiver).
     [[nodiscard]] Status send(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t src_slot,
                               int32_t first_token, TimePoint deadline);
+    // send()'s parts, for a sender that holds some of the destination's buffers (a pipeline stage): put_pages checks
+    // that each of this layout's buffers has a counterpart in the destination (same key, page bytes and kind: else
+    // FailedPrecondition naming it) and the page ids, writes them and flushes; send_aux sends the aux record with the
+    // whole deployment's layout fingerprint once every stage's pages are there.
+    [[nodiscard]] Status put_pages(const KvDestination& dst, std::span<const int32_t> src_pages, int32_t src_slot,
+                                   TimePoint deadline);
+    [[nodiscard]] Status send_aux(const KvDestination& dst, int32_t first_token, uint64_t layout_fingerprint,
+                                  TimePoint deadline);
+    // A StageReport to the peer at `address` (stage 0's transfer queue).
+    [[nodiscard]] Status report(std::span<const uint8_t> address, const StageReport& r, TimePoint deadline);
 
     // Puts issued so far (contiguous page runs coalesce into one put).
     int64_t n_puts() const { return n_puts_; }

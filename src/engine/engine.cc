@@ -97,32 +97,33 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
                               scheduler::Scheduler::create(options.scheduler, &runner->page_pool(), std::move(cost)));
     const DisaggOptions::Mode mode = options.disagg.mode;
     disagg::KvLayout layout;
+    uint64_t deployment_fingerprint = 0;
     if (mode != DisaggOptions::Mode::kNone) {
         const std::string what = "--disaggregation-mode " + std::string(disagg_mode_name(mode)) + ": ";
-        if (!runner->model().is_last_stage()) {
-            return unimplemented(what +
-                                 "a pipeline's stages each send their own layers' KV, which is not built yet "
-                                 "(docs/design/disagg.md); run it with --pp 1");
+        const int64_t stages = executor->n_stages();
+        if (stages != options.disagg.pipeline_stages) {
+            return invalid_argument(what + "the executor runs " + std::to_string(stages) + " pipeline stages, the "
+                                    "disaggregation options say " + std::to_string(options.disagg.pipeline_stages));
         }
-        // KDA's per-request state goes too, one "page" per state slot: its storage is reserved whole now so that the
-        // registered addresses stay valid.
-        if (runner->cache().has_request_state()) runner->cache().reserve_state_storage();
-        for (const bool per_slot : {false, true}) {
-            for (const kv_cache::PagedBuffer& b :
-                 per_slot ? runner->cache().state_buffers() : runner->cache().paged_buffers()) {
-                if (b.on_device) {
-                    return unimplemented(what +
-                                         "the KV cache is on the GPU; this build's transfer engine moves host "
-                                         "memory only (UCX's CUDA transports are not wired yet)");
-                }
-                layout.buffers.push_back({.base = b.base,
-                                          .page_bytes = b.page_bytes,
-                                          .page_stride = b.page_stride,
-                                          .n_pages = b.n_pages,
-                                          .per_slot = per_slot});
-            }
+        if (stages > 1 && mode != DisaggOptions::Mode::kPrefill) {
+            return unimplemented(what + "the decode end runs as one pipeline stage (the prefill end may have several)");
         }
-        if (layout.buffers.empty()) return unimplemented(what + "this model's cache lists no paged KV buffers");
+        if (stages == 1 && !runner->model().is_last_stage()) {
+            return invalid_argument(what + "the runner holds some of the layers and there are no other stages");
+        }
+        PENSTOCK_ASSIGN_OR_RETURN(layout, disagg_kv_layout(*runner, what));
+        // The whole deployment's buffers: each key once (the decode end holds every layer, and so checks the aux
+        // record's fingerprint against its own).
+        disagg::KvLayout all = layout;
+        for (const disagg::KvBuffer& b : options.disagg.other_stages.buffers) all.buffers.push_back(b);
+        std::vector<uint64_t> keys;
+        for (const disagg::KvBuffer& b : all.buffers) keys.push_back(b.key);
+        std::sort(keys.begin(), keys.end());
+        if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) {
+            return invalid_argument(what + "two pipeline stages list the same KV buffer (layer " +
+                                    std::to_string(*std::adjacent_find(keys.begin(), keys.end()) / 8) + ")");
+        }
+        deployment_fingerprint = all.fingerprint();
         PENSTOCK_RETURN_IF_ERROR(disagg::validate(options.disagg.timeouts));
         if (mode == DisaggOptions::Mode::kPrefill && !options.disagg.resolve_destination) {
             return invalid_argument(what + "the prefill end needs a way to reach the decode end's bootstrap");
@@ -133,6 +134,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
     }
     std::unique_ptr<Engine> e(
         new Engine(std::move(runner), std::move(executor), tokenizer, std::move(options), std::move(sched)));
+    e->deployment_fingerprint_ = deployment_fingerprint;
+    e->deployment_buffers_ = layout.buffers.size() + e->options_.disagg.other_stages.buffers.size();
     if (mode == DisaggOptions::Mode::kDecode) {
         PENSTOCK_ASSIGN_OR_RETURN(e->xfer_engine_, disagg::make_transfer_engine(e->options_.disagg.transfer_backend));
         PENSTOCK_ASSIGN_OR_RETURN(e->receiver_, disagg::KvReceiver::create(e->xfer_engine_.get(), std::move(layout),
@@ -503,6 +506,12 @@ void Engine::loop() {
         }
     }
     while (!in_flight_.empty()) collect_step();  // steps still in flight finish (every stage must be idle at stop)
+    dispatch_stage_sends();
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        dispatch_open_ = false;  // a KV send queued from now on fails at once (no stage would ever get it)
+    }
+    dispatch_stage_sends();
     shutdown_all();
     const Status stopped = executor_->stop();
     if (!stopped.ok()) PENSTOCK_LOG_ERROR("stopping the other ranks failed: {}", stopped.to_string());
@@ -780,8 +789,11 @@ void Engine::publish_finished() {
         const int64_t id = r->id();
         // A request whose pages are held for a transfer keeps its state slot too (KDA state goes with the pages):
         // release_held_kv() frees both.
-        if (!sched_->held_pages(id).ok()) runner_->cache().release(id);
-        released.push_back(id);
+        const bool held = sched_->held_pages(id).ok();
+        if (!held) runner_->cache().release(id);
+        // Under pipeline parallelism the other stages keep a held request's pages for their own KV sends too; they
+        // free them when the transfer is over (collect_transfers).
+        if (!held || options_.disagg.pipeline_stages == 1) released.push_back(id);
         if (auto room = prefill_room_.find(id); room != prefill_room_.end()) {
             // Finished: its pages are held for the transfer (an aborted one freed them: the decode end times out).
             if (r->state() == scheduler::RequestState::kFinished && !r->generated().empty()) {

@@ -177,8 +177,17 @@ struct DisaggOptions {
     // Prefill end (required there): the decode end's destination for a room (its bootstrap). Called on the transfer
     // thread; it may block until the deadline (e.g. retrying until the decode end has allocated the room).
     std::function<Result<disagg::KvDestination>(uint64_t room, Clock::time_point deadline)> resolve_destination;
+    // Prefill end under pipeline parallelism (the engine drives stage 0 of `pipeline_stages`): the other stages'
+    // buffers (their shapes, disagg::KvLayout::decode_shape; no memory). Each stage sends its own layers' pages
+    // (disagg/stage_sender.h) and reports to stage 0, which sends the aux record once all have.
+    int64_t pipeline_stages = 1;
+    disagg::KvLayout other_stages = {};
 };
 std::string_view disagg_mode_name(DisaggOptions::Mode m);
+// The runner's KV buffers as disaggregation moves them: the paged buffers (latent rows per layer, DSA index keys and
+// scales), then the per-slot state buffers (KDA), each keyed by its layer and kind. Reserves the state pool whole (its
+// registered addresses must not move). Unimplemented, naming `what`, for a cache on the GPU or a model with none.
+[[nodiscard]] Result<disagg::KvLayout> disagg_kv_layout(runtime::ModelRunner& runner, const std::string& what);
 
 // What the engine does when it finds a broken invariant on becoming idle (SPEC §6).
 enum class InvariantCheck : uint8_t {
@@ -243,6 +252,9 @@ public:
     [[nodiscard]] Result<std::vector<uint8_t>> destination(uint64_t room,
                                                            std::optional<bool> peer_lazy = std::nullopt) const;
 
+    // Prefill end: the transfer queues' engine addresses, in queue order (the other pipeline stages report there).
+    std::vector<std::vector<uint8_t>> transfer_queue_addresses() const;
+
     EngineMetrics metrics() const;
     // Requests submitted and not yet finished.
     int64_t n_live() const { return n_live_.load(); }
@@ -297,6 +309,8 @@ private:
     void queue_transfer(int64_t id, uint64_t room, int32_t first_token);
     void collect_transfers();
     void transfer_loop(size_t queue);  // the prefill end's transfer threads
+    // Hands the queued KV sends to the other stages (engine thread).
+    void dispatch_stage_sends();
     // Decode end with lazy allocation: reserves the pages of claimed rooms the prefill end asked for, fails claims
     // past their deadline or with a settings mismatch.
     void serve_claims();
@@ -365,11 +379,17 @@ private:
         // WaitingForInput until the forward is done, Transferring while the pages go, then Success or Failed.
         std::unique_ptr<disagg::RoomTable> rooms;
         std::unordered_map<uint64_t, disagg::KvDestination> destinations;
+        // Under pipeline parallelism: the other stages' reports per room (index stage - 1), as they arrive.
+        std::unordered_map<uint64_t, std::vector<std::optional<Status>>> reports;
         std::deque<TransferJob> jobs;  // under xfer_mu_
         std::thread thread;
     };
     std::vector<std::unique_ptr<TransferQueue>> xfer_queues_;
     void queue_job(TransferJob job);  // to queue hash(room) % n
+    // Under pipeline parallelism (transfer thread): stage 0's pages of a room, the other stages' (through the engine
+    // thread), their reports, then the aux record. Returns the room's outcome.
+    Status send_staged(TransferQueue& q, const TransferJob& job, const disagg::KvDestination& dst);
+
     // Decode end, lazy allocation: claimed rooms (engine thread), the rooms the prefill end asked for and the
     // mismatches it reported (under dest_mu_, written by destination()).
     struct Claim {
@@ -384,6 +404,12 @@ private:
     std::mutex xfer_mu_;
     std::condition_variable xfer_cv_;
     std::vector<std::pair<int64_t, Status>> xfer_done_;
+    // Under pipeline parallelism: KV sends for the other stages, handed to them by the engine thread (executor), and
+    // whether it still takes them (false once its loop ended). The whole deployment's layout fingerprint.
+    std::vector<parallel::StageCommand> xfer_dispatch_;
+    bool dispatch_open_ = true;
+    uint64_t deployment_fingerprint_ = 0;
+    size_t deployment_buffers_ = 0;
     bool xfer_stopping_ = false;
     int64_t xfer_outstanding_ = 0;  // engine thread: jobs queued and not collected
 };

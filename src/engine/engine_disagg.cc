@@ -2,10 +2,12 @@
 // lazy claims and bootstrap answers, the prefill end's transfer queues, and the held pages of both.
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/logging.h"
+#include "disagg/stage_sender.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 
@@ -21,6 +23,36 @@ std::string_view disagg_mode_name(DisaggOptions::Mode m) {
             return "decode";
     }
     return "?";
+}
+
+Result<disagg::KvLayout> disagg_kv_layout(runtime::ModelRunner& runner, const std::string& what) {
+    disagg::KvLayout layout;
+    // KDA's per-request state goes too, one "page" per state slot: its storage is reserved whole now so that the
+    // registered addresses stay valid.
+    if (runner.cache().has_request_state()) runner.cache().reserve_state_storage();
+    for (const bool per_slot : {false, true}) {
+        for (const kv_cache::PagedBuffer& b : per_slot ? runner.cache().state_buffers() : runner.cache().paged_buffers()) {
+            if (b.on_device) {
+                return unimplemented(what +
+                                     "the KV cache is on the GPU; this build's transfer engine moves host memory only "
+                                     "(UCX's CUDA transports are not wired yet)");
+            }
+            layout.buffers.push_back({.key = disagg::kv_key(b.layer, static_cast<uint8_t>(b.kind)),
+                                      .base = b.base,
+                                      .page_bytes = b.page_bytes,
+                                      .page_stride = b.page_stride,
+                                      .n_pages = b.n_pages,
+                                      .per_slot = per_slot});
+        }
+    }
+    if (layout.buffers.empty()) return unimplemented(what + "this model's cache lists no paged KV buffers");
+    return layout;
+}
+
+std::vector<std::vector<uint8_t>> Engine::transfer_queue_addresses() const {
+    std::vector<std::vector<uint8_t>> out;
+    for (const auto& q : xfer_queues_) out.push_back(q->engine->address());
+    return out;
 }
 
 Result<std::vector<uint8_t>> Engine::destination(uint64_t room, std::optional<bool> peer_lazy) const {
@@ -238,22 +270,11 @@ void Engine::poll_rooms() {
     }
 }
 
-namespace {
-
-// splitmix64 of the room: rooms spread over the transfer queues whatever their numbering.
-size_t queue_of(uint64_t room, size_t n) {
-    uint64_t h = room + 0x9e3779b97f4a7c15ull;
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    return static_cast<size_t>((h ^ (h >> 31)) % n);
-}
-
-}  // namespace
 
 void Engine::queue_job(TransferJob job) {
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
-        xfer_queues_[queue_of(job.room, xfer_queues_.size())]->jobs.push_back(std::move(job));
+        xfer_queues_[disagg::transfer_queue_of(job.room, xfer_queues_.size())]->jobs.push_back(std::move(job));
     }
     xfer_cv_.notify_all();
 }
@@ -270,8 +291,21 @@ void Engine::queue_transfer(int64_t id, uint64_t room, int32_t first_token) {
                .first_token = first_token});
 }
 
+void Engine::dispatch_stage_sends() {
+    std::vector<parallel::StageCommand> commands;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        commands.swap(xfer_dispatch_);
+    }
+    if (commands.empty()) return;
+    const Status st = executor_->send_stage_commands(commands);
+    PENSTOCK_CHECK(st.ok()) << "handing " << commands.size() << " KV send(s) to the other pipeline stages failed: "
+                            << st.to_string();
+}
+
 void Engine::collect_transfers() {
     if (xfer_outstanding_ == 0) return;
+    dispatch_stage_sends();
     std::vector<std::pair<int64_t, Status>> done;
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
@@ -279,11 +313,78 @@ void Engine::collect_transfers() {
     }
     for (const auto& [id, st] : done) {
         release_held_kv(id);
+        if (options_.disagg.pipeline_stages > 1) {
+            // The other stages kept the request's pages for their own sends, which are over (or past deadline).
+            const int64_t ids[] = {id};
+            const Status freed = executor_->release(ids);
+            PENSTOCK_CHECK(freed.ok()) << "freeing request " << id << " on the other stages failed: " << freed.to_string();
+        }
         --xfer_outstanding_;
         if (!st.ok()) PENSTOCK_LOG_WARN("KV transfer of request {} failed: {}", id, st.to_string());
         std::lock_guard<std::mutex> lock(metrics_mu_);
         ++metrics_.kv_transfers[st.ok() ? "sent" : "send_failed"];
     }
+}
+
+Status Engine::send_staged(TransferQueue& q, const TransferJob& job, const disagg::KvDestination& dst) {
+    const DisaggOptions& o = options_.disagg;
+    if (dst.layout_fingerprint != deployment_fingerprint_) {
+        return failed_precondition("KV layout mismatch between the prefill stages (" +
+                                   std::to_string(deployment_buffers_) + " buffers) and decode (" +
+                                   std::to_string(dst.regions.size()) +
+                                   " buffers, or other page sizes): the two servers must run the same model and KV "
+                                   "formats");
+    }
+    const disagg::TimePoint deadline = disagg::Clock::now() + o.timeouts.transfer;
+    {
+        std::lock_guard<std::mutex> lock(xfer_mu_);
+        if (!dispatch_open_) return Status(StatusCode::kUnavailable, "the server is shutting down");
+        xfer_dispatch_.push_back({.request_id = job.id,
+                                  .room = job.room,
+                                  .timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeouts.transfer)
+                                                    .count(),
+                                  .payload = dst.encode()});
+    }
+    cv_.notify_all();
+    // This stage's pages meanwhile.
+    Status st = q.sender->put_pages(dst, job.pages, job.slot, deadline);
+    // Every other stage reports (done, or why not) before the room ends either way: only then may their pages be
+    // freed and the aux record say the room's KV is complete. A stage that never reports fails the room a little
+    // after the transfer deadline (its own send is bounded by the same deadline, counted from a later start).
+    const size_t others = static_cast<size_t>(o.pipeline_stages - 1);
+    std::vector<std::optional<Status>>& got = q.reports[job.room];
+    got.resize(others);
+    const disagg::TimePoint give_up = deadline + std::chrono::seconds(2);
+    for (;;) {
+        for (const std::vector<uint8_t>& m : q.engine->poll_messages()) {
+            const Result<disagg::StageReport> r = disagg::StageReport::decode(m);
+            if (!r.ok() || r->stage < 1 || r->stage > others) {
+                PENSTOCK_LOG_WARN("dropped a malformed stage report: {}", r.status().to_string());
+                continue;
+            }
+            // Reports for rooms this queue is not sending are stale (a room that gave up): dropped.
+            auto room = q.reports.find(r->room);
+            if (room == q.reports.end()) continue;
+            room->second[r->stage - 1] = Status(r->code, "stage " + std::to_string(r->stage) + ": " + r->message);
+        }
+        if (std::all_of(got.begin(), got.end(), [](const std::optional<Status>& x) { return x.has_value(); })) break;
+        if (disagg::Clock::now() >= give_up) {
+            for (size_t i = 0; i < others; ++i) {
+                if (!got[i] && st.ok()) {
+                    st = Status(StatusCode::kDeadlineExceeded,
+                                "pipeline stage " + std::to_string(i + 1) + " did not report its KV send");
+                }
+            }
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    for (const std::optional<Status>& r : got) {
+        if (st.ok() && r && !r->ok()) st = *r;
+    }
+    q.reports.erase(job.room);
+    if (!st.ok()) return st;
+    return q.sender->send_aux(dst, job.first_token, deployment_fingerprint_, deadline);
 }
 
 void Engine::transfer_loop(size_t queue) {
@@ -325,8 +426,10 @@ void Engine::transfer_loop(size_t queue) {
                                                           (r != nullptr ? r->failure : "not open"));
             } else {
                 (void)rooms.start_transfer(job.room, disagg::Clock::now());
-                st = q.sender->send(q.destinations.at(job.room), job.pages, job.slot, job.first_token,
-                                    disagg::Clock::now() + o.timeouts.transfer);
+                st = o.pipeline_stages > 1
+                         ? send_staged(q, job, q.destinations.at(job.room))
+                         : q.sender->send(q.destinations.at(job.room), job.pages, job.slot, job.first_token,
+                                          disagg::Clock::now() + o.timeouts.transfer);
                 if (st.ok()) {
                     (void)rooms.succeed(job.room, disagg::Clock::now());
                 } else {

@@ -63,7 +63,8 @@ PipelineExecutor::PipelineExecutor(runtime::ModelRunner* runner, parallel::Commu
                                     .hidden_dtype = options.hidden_dtype,
                                     .release = parallel::ReleasePolicy::kExplicit}),
       slots_(options.slots_override > 0 ? options.slots_override
-                                        : pp->size() + std::max<int64_t>(0, options.async_depth)) {
+                                        : pp->size() + std::max<int64_t>(0, options.async_depth)),
+      stage_count_(pp->size()) {
     PENSTOCK_CHECK_EQ(pp->rank(), 0) << "the engine drives pipeline stage 0";
 }
 

@@ -42,10 +42,15 @@ public:
     [[nodiscard]] Status stop() override { return stage_.stop(); }
     bool isolates_failures() const override { return false; }
     ExecutorStats stats() const override;
+    int64_t n_stages() const override { return stage_count_; }
+    [[nodiscard]] Status send_stage_commands(std::span<const parallel::StageCommand> commands) override {
+        return stage_.send_commands(commands);
+    }
 
 private:
     parallel::PipelineStage stage_;
     int64_t slots_;
+    int64_t stage_count_;
 };
 
 }  // namespace penstock::engine

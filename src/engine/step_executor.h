@@ -74,6 +74,12 @@ public:
     // fatal.
     virtual bool isolates_failures() const = 0;
     virtual ExecutorStats stats() const = 0;
+    // Pipeline stages the model runs over (1: the whole model is here), and a way to hand the other stages work
+    // outside the steps (a disaggregated prefill's KV sends), ordered with the steps. Unimplemented without stages.
+    virtual int64_t n_stages() const { return 1; }
+    [[nodiscard]] virtual Status send_stage_commands(std::span<const parallel::StageCommand>) {
+        return unimplemented("this executor has no other pipeline stages");
+    }
 };
 
 // The whole model in this process: submit() runs ModelRunner::forward and samples; collect() returns the result.

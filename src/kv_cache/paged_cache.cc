@@ -24,8 +24,10 @@ const TensorView& PagedRowCache::layer_view(int64_t layer) const {
 std::vector<PagedBuffer> PagedRowCache::buffers() const {
     std::vector<PagedBuffer> out;
     const uint64_t page_bytes = static_cast<uint64_t>(row_bytes()) * kPageSize;
-    for (const Tensor& t : layers_) {
-        out.push_back({.base = t.view().data,
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Tensor& t = layers_[i];
+        out.push_back({.layer = layer_begin_ + static_cast<int64_t>(i),
+                       .base = t.view().data,
                        .page_bytes = page_bytes,
                        .page_stride = page_bytes,
                        .n_pages = n_pages_,

@@ -12,8 +12,18 @@
 namespace penstock::kv_cache {
 
 // One paged buffer as raw memory (for disaggregated KV transfer): page p's bytes are [base + p * page_stride,
-// + page_bytes), on the host or on a device.
+// + page_bytes), on the host or on a device. `layer` and `kind` say what it holds, so that a pipeline stage holding some
+// of the layers finds its buffers' counterparts at a peer holding others (or all).
+enum class BufferKind : uint8_t {
+    kLatent = 0,        // MLA latent rows (c_kv then k_pe)
+    kIndexKeys = 1,     // DSA index keys (f32 or FP8)
+    kIndexScales = 2,   // DSA FP8 index keys' scales
+    kKdaRecurrent = 3,  // KDA recurrent state (per slot)
+    kKdaConv = 4,       // KDA short-convolution state (per slot)
+};
 struct PagedBuffer {
+    int64_t layer = -1;
+    BufferKind kind = BufferKind::kLatent;
     void* base = nullptr;
     uint64_t page_bytes = 0;
     uint64_t page_stride = 0;

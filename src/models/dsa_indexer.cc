@@ -44,7 +44,10 @@ std::vector<kv_cache::PagedBuffer> DsaIndexKCache::buffers() const {
     std::vector<kv_cache::PagedBuffer> out;
     for (const auto* list : {&caches_, &scales_}) {
         for (const auto& c : *list) {
-            for (const kv_cache::PagedBuffer& b : c->buffers()) out.push_back(b);
+            for (kv_cache::PagedBuffer b : c->buffers()) {
+                b.kind = list == &caches_ ? kv_cache::BufferKind::kIndexKeys : kv_cache::BufferKind::kIndexScales;
+                out.push_back(b);
+            }
         }
     }
     return out;

@@ -171,9 +171,10 @@ int64_t KimiConfig::n_bank_rows(int64_t n_layers) const {
 }
 
 KimiLinearCache::KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::vector<int64_t>& mla_layers,
-                                 int64_t latent_dim, int64_t n_kda_layers, const kv_cache::KdaStateShape& shape,
-                                 const kernels::Context& placement, DType dtype)
-    : states_(n_slots, n_kda_layers, shape, kernels::allocator_of(placement),
+                                 int64_t latent_dim, std::vector<int64_t> kda_layers,
+                                 const kv_cache::KdaStateShape& shape, const kernels::Context& placement, DType dtype)
+    : kda_layers_(std::move(kda_layers)),
+      states_(n_slots, static_cast<int64_t>(kda_layers_.size()), shape, kernels::allocator_of(placement),
               placement.device == Device::kCPU
                   ? kv_cache::StateMemoryOps{}
                   : kv_cache::StateMemoryOps{
@@ -195,7 +196,10 @@ std::vector<kv_cache::PagedBuffer> KimiLinearCache::state_buffers() const {
     for (int64_t l = 0; l < states_.n_layers(); ++l) {
         for (const TensorView* v : {&states_.recurrent(l), &states_.conv(l)}) {
             const auto bytes = static_cast<uint64_t>(v->numel() / std::max<int64_t>(slots, 1)) * sizeof(float);
-            out.push_back({.base = v->data,
+            out.push_back({.layer = kda_layers_[static_cast<size_t>(l)],
+                           .kind = v == &states_.recurrent(l) ? kv_cache::BufferKind::kKdaRecurrent
+                                                              : kv_cache::BufferKind::kKdaConv,
+                           .base = v->data,
                            .page_bytes = bytes,
                            .page_stride = bytes,
                            .n_pages = slots,
@@ -296,7 +300,8 @@ Status KimiLinearModel::load_layer(WeightReader& r, int64_t l) {
     if (kimi_.is_kda[static_cast<size_t>(l)]) {
         PENSTOCK_ASSIGN_OR_RETURN(KdaAttention kda, KdaAttention::load(r, p + ".self_attn", kimi_.kda, options_.tp));
         layer.kda = std::make_unique<KdaAttention>(std::move(kda));
-        layer.kda_slot_layer = n_kda_layers_++;
+        layer.kda_slot_layer = static_cast<int64_t>(kda_layers_.size());
+        kda_layers_.push_back(l);
     } else {
         PENSTOCK_ASSIGN_OR_RETURN(MlaAttention mla,
                                   MlaAttention::load(r, p + ".self_attn", config_,
@@ -349,7 +354,7 @@ std::unique_ptr<ModelCache> KimiLinearModel::create_cache(int64_t n_pages) const
                                         .conv_channels = d.conv_channels()};
     const int64_t n_slots = std::min(n_pages, options_.max_state_slots);
     return std::make_unique<KimiLinearCache>(n_pages, n_slots, mla_layers_,
-                                             config_.kv_lora_rank + config_.qk_rope_head_dim, n_kda_layers_, shape,
+                                             config_.kv_lora_rank + config_.qk_rope_head_dim, kda_layers_, shape,
                                              options_.placement, options_.dtype);
 }
 

@@ -40,9 +40,10 @@ struct KimiConfig {
 // the KDA state pool (one slot per admitted request, every KDA layer).
 class KimiLinearCache final : public ModelCache {
 public:
-    // Latent rows (`dtype`) and KDA states (f32) on `placement`'s device.
+    // Latent rows (`dtype`) and KDA states (f32) on `placement`'s device; `kda_layers` are the KDA layers' indices in
+    // state pool order.
     KimiLinearCache(int64_t n_pages, int64_t n_slots, const std::vector<int64_t>& mla_layers, int64_t latent_dim,
-                    int64_t n_kda_layers, const kv_cache::KdaStateShape& shape,
+                    std::vector<int64_t> kda_layers, const kv_cache::KdaStateShape& shape,
                     const kernels::Context& placement = kernels::Context{}, DType dtype = DType::kF32);
 
     [[nodiscard]] Status admit(int64_t request_id) override { return slots_.acquire(request_id); }
@@ -71,6 +72,7 @@ public:
 
 private:
     std::map<int64_t, std::unique_ptr<kv_cache::PagedRowCache>> latent_;
+    std::vector<int64_t> kda_layers_;
     kv_cache::KdaStatePool states_;
     kv_cache::RequestStateSlots slots_;
 };
@@ -136,7 +138,7 @@ private:
     RopeTable no_rope_;  // NoPE MLA: never read
     float softmax_scale_ = 1.0f;
     std::vector<int64_t> mla_layers_;  // MLA layer indices in the range
-    int64_t n_kda_layers_ = 0;
+    std::vector<int64_t> kda_layers_;  // KDA layer indices in the range (state pool order)
     EmbedHead io_;              // embedding (first stage), final norm and lm_head (last stage)
     ResidualQuery output_res_;  // K3 AttnRes output read (last stage)
     std::vector<Layer> layers_;

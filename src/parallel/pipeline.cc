@@ -81,6 +81,8 @@ PipelineStage::PipelineStage(runtime::ModelRunner* runner, Communicator* pp, con
       eager_bank_(options.eager_bank),
       hidden_dtype_(options.hidden_dtype),
       release_policy_(options.release),
+      on_command_(options.on_command),
+      before_free_(options.before_free),
       busy_clock_(runner->context().device),
       stall_clock_(runner->context().device) {
     PENSTOCK_CHECK(pp_->device() == Device::kCPU) << "the pipeline's control link must work on host tensors";
@@ -438,6 +440,14 @@ Status PipelineStage::release(std::span<const int64_t> request_ids) {
     return send_plan(plan);
 }
 
+Status PipelineStage::send_commands(std::span<const StageCommand> commands) {
+    PENSTOCK_CHECK_EQ(pp_->rank(), 0);
+    if (pp_->size() == 1 || commands.empty()) return ok_status();
+    StagePlan plan;
+    plan.commands.assign(commands.begin(), commands.end());
+    return send_plan(plan);
+}
+
 Status PipelineStage::stop() {
     PENSTOCK_CHECK_EQ(pp_->rank(), 0);
     if (pp_->size() == 1) return ok_status();
@@ -542,11 +552,18 @@ Status PipelineStage::serve() {
             if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
             return ok_status();
         }
+        if (!in.free_ids.empty() && before_free_) before_free_(in.free_ids);
         for (int64_t id : in.free_ids) runner_->release(id);
-        if (in.batch.seqs.empty()) {  // a release-only plan
+        if (!in.commands.empty() && !on_command_) {
+            return data_loss("stage plan: " + std::to_string(in.commands.size()) + " commands at stage " +
+                             std::to_string(pp_->rank()) + ", which takes none");
+        }
+        if (in.batch.seqs.empty()) {  // a plan that only frees and carries commands
             if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(in));
+            for (const StageCommand& c : in.commands) PENSTOCK_RETURN_IF_ERROR(on_command_(c));
             continue;
         }
+        for (const StageCommand& c : in.commands) PENSTOCK_RETURN_IF_ERROR(on_command_(c));
         if (in.counters.size() != static_cast<size_t>(pp_->rank() - 1)) {
             return data_loss("stage plan: counters of " + std::to_string(in.counters.size()) + " stages at stage " +
                              std::to_string(pp_->rank()));
@@ -567,6 +584,7 @@ Status PipelineStage::serve() {
         out.sampling = in.sampling;
         out.return_logits = in.return_logits;
         out.counters = in.counters;
+        out.commands = in.commands;
         refresh_stats();
         out.counters.push_back(stats_);
         if (!last) PENSTOCK_RETURN_IF_ERROR(send_plan(out));

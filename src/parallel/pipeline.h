@@ -8,7 +8,8 @@
 // while s works):
 //   envelope (kTagEnvelope): u32 magic 'PSTK', u32 version, u64 plan bytes
 //   plan (kTagPlan):  u32 flags (bit 0: stop, bit 1: eager bank, bit 2: return logits), u32 n_seqs, u32 bank_total,
-//                     u32 bank_inherited, u32 bank_valid, u32 topk_cols, u32 n_free, u32 n_counters, then per
+//                     u32 bank_inherited, u32 bank_valid, u32 topk_cols, u32 n_free, u32 n_counters, u32 n_commands,
+//                     then per
 //                     sequence: i64 request_id, i64 prefix_len, i64 prompt_len, u32 n_tokens, u8 logits mode,
 //                     u8 release_after, u8 flags (bit 0 sample, bit 1 prompt_logprobs), u8 top_logprobs (0 unless
 //                     a flag is set), f32 temperature, f32 top_p, i32 top_k, f32 min_p, u64 seed,
@@ -20,8 +21,11 @@
 //                     prompt and banned ids (i32) and logit biases (i32 id, f32 bias);
 //                     then n_free request ids (i64) to
 //                     free before the batch; then n_counters x 5 i64 (steps, busy us, stall us, bytes sent, bank bytes
-//                     sent) of stages 1..s, each appended by its stage as it forwards the plan. A plan with no
-//                     sequences only frees: nothing else follows it on the link and nothing comes back.
+//                     sent) of stages 1..s, each appended by its stage as it forwards the plan; then n_commands
+//                     stage commands, each i64 request id, u64 room, i64 timeout ms, u32 payload bytes, payload
+//                     (a disaggregated prefill's KV send: the payload is the decode end's destination record). A plan
+//                     with no sequences only frees and carries commands: nothing else follows it on the link and
+//                     nothing comes back.
 //   eager bank only (kTagBankInherited): f32 [n_tokens, bank_inherited, hidden] = bank rows [0, inherited), sent by s
 //                     the moment s has them (before its own layers); an empty message when there are none
 //   hidden (kTagHidden): f32 [n_tokens, hidden] (a bf16 residual stream is widened for the link and narrowed back)
@@ -54,6 +58,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -70,7 +75,8 @@ inline constexpr uint32_t kStageMagic = 0x4b545350;  // "PSTK"
 // 4: per-sequence sampling parameters, last-stage sampling (tokens back instead of logits), stage counters.
 // 5: the DSA top-k on the data link (device to device with NCCL) instead of the control link.
 // 6: per-sequence top_logprobs, and the alternatives among the results.
-inline constexpr uint32_t kStageVersion = 6;
+// 7: stage commands (a disaggregated prefill's per-stage KV sends).
+inline constexpr uint32_t kStageVersion = 7;
 
 // When the stages after stage 0 free a request's pages and non-paged state.
 enum class ReleasePolicy : uint8_t {
@@ -92,6 +98,15 @@ struct StageStats {
     int64_t bank_bytes_sent = 0;
 };
 
+// Work stage 0 hands every other stage outside the steps: send request `request_id`'s pages of this stage's layers to
+// a disaggregated decode end (payload: the room's encoded disagg::KvDestination), within timeout_ms.
+struct StageCommand {
+    int64_t request_id = 0;
+    uint64_t room = 0;
+    int64_t timeout_ms = 0;
+    std::vector<uint8_t> payload;
+};
+
 struct StagePlan {
     models::ForwardBatch batch;     // page tables unset
     std::vector<uint8_t> release;   // per sequence: free its state after this step
@@ -100,6 +115,7 @@ struct StagePlan {
     std::vector<runtime::SeqSampling> sampling;
     // Counters of stages 1..s (microsecond resolution on the wire), appended by each stage as it forwards the plan.
     std::vector<StageStats> counters;
+    std::vector<StageCommand> commands;  // run by every stage > 0 (StageOptions::on_command)
     uint32_t bank_total = 0;        // rows of the AttnRes bank tensor (0: no bank)
     uint32_t bank_inherited = 0;    // rows the sender received from upstream
     uint32_t bank_valid = 0;        // rows valid after the sender's layers
@@ -150,6 +166,12 @@ struct StageOptions {
     DType hidden_dtype = DType::kF32;
     // Stage 0: when the other stages free a request (the plans stage 0 writes carry it).
     ReleasePolicy release = ReleasePolicy::kAtPromptEnd;
+    // Stages > 0: runs each StageCommand (after the plan went on downstream; it should hand the work to another
+    // thread and return). A plan with commands and no handler is DataLoss.
+    std::function<Status(const StageCommand&)> on_command = {};
+    // Stages > 0: called with the requests a plan frees, before their pages go back (waits for a command's work on
+    // them, e.g. a KV send still reading them).
+    std::function<void(std::span<const int64_t>)> before_free = {};
 };
 
 class PipelineStage final {
@@ -185,6 +207,8 @@ public:
     // Stage 0: frees these requests' pages and state on every other stage (ids a stage never saw are ignored). Ordered
     // with the steps on each link, so a later step never finds the pages still taken. No-op with one stage.
     [[nodiscard]] Status release(std::span<const int64_t> request_ids);
+    // Stage 0: hands every other stage these commands (ordered with the steps on each link). No-op with one stage.
+    [[nodiscard]] Status send_commands(std::span<const StageCommand> commands);
     // Stage 0: ends the other stages' serve() loops.
     [[nodiscard]] Status stop();
     // Stages > 0: receive and run steps until stage 0 stops the pipeline.
@@ -238,6 +262,8 @@ private:
     bool eager_bank_;
     DType hidden_dtype_;
     ReleasePolicy release_policy_;
+    std::function<Status(const StageCommand&)> on_command_;
+    std::function<void(std::span<const int64_t>)> before_free_;
     StageStats stats_;
     kernels::DeviceClock busy_clock_;   // brackets this stage's layers (and the head on the last stage)
     kernels::DeviceClock stall_clock_;  // stages > 0: brackets the receives of a planned micro-batch

@@ -15,6 +15,8 @@ constexpr uint32_t kMaxTopkCols = 1u << 20;
 constexpr uint32_t kMaxBankRows = 4096;
 constexpr uint32_t kMaxSeqs = 1u << 20;
 constexpr uint32_t kMaxCounters = 1u << 12;  // stages
+constexpr uint32_t kMaxCommands = 1u << 16;
+constexpr uint32_t kMaxCommandBytes = 1u << 26;
 constexpr uint32_t kKnownFlags = 7;          // stop | eager bank | return logits
 
 int64_t to_us(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)); }
@@ -41,6 +43,7 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
     put_le<uint32_t>(&out, plan.topk_cols);
     put_le<uint32_t>(&out, static_cast<uint32_t>(plan.free_ids.size()));
     put_le<uint32_t>(&out, static_cast<uint32_t>(plan.counters.size()));
+    put_le<uint32_t>(&out, static_cast<uint32_t>(plan.commands.size()));
     for (size_t i = 0; i < plan.batch.seqs.size(); ++i) {
         const models::SeqChunk& c = plan.batch.seqs[i];
         const runtime::SeqSampling s = i < plan.sampling.size() ? plan.sampling[i] : runtime::SeqSampling{};
@@ -94,15 +97,22 @@ std::vector<uint8_t> encode_plan(const StagePlan& plan) {
         put_le<int64_t>(&out, st.bytes_sent);
         put_le<int64_t>(&out, st.bank_bytes_sent);
     }
+    for (const StageCommand& c : plan.commands) {
+        put_le<int64_t>(&out, c.request_id);
+        put_le<uint64_t>(&out, c.room);
+        put_le<int64_t>(&out, c.timeout_ms);
+        put_bytes(&out, c.payload);
+    }
     return out;
 }
 
 Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     ByteReader r(bytes);
     StagePlan plan;
-    uint32_t flags = 0, n_seqs = 0, n_free = 0, n_counters = 0;
+    uint32_t flags = 0, n_seqs = 0, n_free = 0, n_counters = 0, n_commands = 0;
     if (!r.get(&flags) || !r.get(&n_seqs) || !r.get(&plan.bank_total) || !r.get(&plan.bank_inherited) ||
-        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols) || !r.get(&n_free) || !r.get(&n_counters)) {
+        !r.get(&plan.bank_valid) || !r.get(&plan.topk_cols) || !r.get(&n_free) || !r.get(&n_counters) ||
+        !r.get(&n_commands)) {
         return data_loss("stage plan: truncated header");
     }
     if ((flags & ~kKnownFlags) != 0) return data_loss("stage plan: unknown flags " + std::to_string(flags));
@@ -112,6 +122,7 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
     if (n_free > kMaxSeqs) return data_loss("stage plan: " + std::to_string(n_free) + " requests to free");
     if (n_counters > kMaxCounters)
         return data_loss("stage plan: counters of " + std::to_string(n_counters) + " stages");
+    if (n_commands > kMaxCommands) return data_loss("stage plan: " + std::to_string(n_commands) + " commands");
     if (plan.bank_total > kMaxBankRows || plan.bank_inherited > plan.bank_valid || plan.bank_valid > plan.bank_total) {
         return data_loss("stage plan: bank rows inherited " + std::to_string(plan.bank_inherited) + ", valid " +
                          std::to_string(plan.bank_valid) + ", total " + std::to_string(plan.bank_total));
@@ -166,7 +177,10 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
         plan.sampling.push_back(s);
     }
     const uint64_t counter_bytes = uint64_t{n_counters} * 5 * sizeof(int64_t);
-    if (r.left() != total * sizeof(int32_t) + uint64_t{n_free} * sizeof(int64_t) + counter_bytes) {
+    // Commands (variable length) come last: at least their fixed part must be there, and nothing after them.
+    const uint64_t command_bytes = uint64_t{n_commands} * (3 * sizeof(int64_t) + sizeof(uint32_t));
+    const uint64_t fixed = total * sizeof(int32_t) + uint64_t{n_free} * sizeof(int64_t) + counter_bytes;
+    if (n_commands == 0 ? r.left() != fixed : r.left() < fixed + command_bytes) {
         return data_loss("stage plan: " + std::to_string(r.left()) + " bytes for " + std::to_string(total) +
                          " tokens, " + std::to_string(n_free) + " requests to free and " + std::to_string(n_counters) +
                          " stage counters");
@@ -211,6 +225,15 @@ Result<StagePlan> decode_plan(std::span<const uint8_t> bytes) {
                                            .bytes_sent = v[3],
                                            .bank_bytes_sent = v[4]});
     }
+    for (uint32_t k = 0; k < n_commands; ++k) {
+        StageCommand c;
+        if (!r.get(&c.request_id) || !r.get(&c.room) || !r.get(&c.timeout_ms) ||
+            !r.bytes(&c.payload, kMaxCommandBytes) || c.timeout_ms < 0) {
+            return data_loss("stage plan: command " + std::to_string(k) + " truncated or invalid");
+        }
+        plan.commands.push_back(std::move(c));
+    }
+    if (!r.done()) return data_loss("stage plan: " + std::to_string(r.left()) + " bytes after the commands");
     return plan;
 }
 

@@ -276,8 +276,14 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
                              .waiting = std::chrono::milliseconds(args.disaggregation_waiting_timeout_ms),
                              .transfer = std::chrono::milliseconds(args.disaggregation_transfer_timeout_ms)};
     PENSTOCK_RETURN_IF_ERROR(disagg::validate(setup.disagg.timeouts));
-    if (setup.disagg.mode != engine::DisaggOptions::Mode::kNone && setup.sizes.world() > 1) {
-        return unimplemented("--disaggregation-mode with more than one rank is not built yet (docs/design/disagg.md)");
+    setup.disagg.pipeline_stages = setup.sizes.pp;
+    if (setup.disagg.mode == engine::DisaggOptions::Mode::kDecode && setup.sizes.world() > 1) {
+        return unimplemented("--disaggregation-mode decode runs as one rank (a prefill server may run --pp stages; "
+                             "docs/design/disagg.md)");
+    }
+    if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && setup.sizes.tp * setup.sizes.cp > 1) {
+        return unimplemented("--disaggregation-mode prefill with --tp or --cp ranks (each sending its shard) is not "
+                             "built yet; pipeline stages (--pp) are (docs/design/disagg.md)");
     }
     return setup;
 }
@@ -338,7 +344,7 @@ void install_stop_signal_handlers() {
 
 Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_ptr<runtime::ModelRunner> runner,
                   std::unique_ptr<engine::StepExecutor> executor, std::unique_ptr<engine::Tokenizer> tok,
-                  const json& parallel_info) {
+                  const json& parallel_info, const std::function<Status(engine::Engine&)>& engine_created) {
     const fs::path dir(args.model);
     const loader::ModelConfig& mc = setup.config;
     const scheduler::SchedulerConfig& sc = setup.scheduler;
@@ -381,6 +387,7 @@ Status serve_http(const ServeArgs& args, const ServeSetup& setup, std::unique_pt
     }
     PENSTOCK_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                               engine::Engine::create(std::move(runner), std::move(executor), tok.get(), std::move(eo)));
+    if (engine_created) PENSTOCK_RETURN_IF_ERROR(engine_created(*eng));
     eng->start();
 
     ServerConfig cfg = args.server;

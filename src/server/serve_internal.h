@@ -2,6 +2,8 @@
 // the pieces the single-process and the pipeline start-up share.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -51,11 +53,13 @@ bool stop_requested();
 
 // The single process, or global rank 0: the engine over `runner` and `executor`, the HTTP server, signals and the
 // drain. Returns after the drain with the engine stopped (which stops the executor's other ranks). `parallel_info`
-// is merged into /get_server_info (pp/tp/ep/cp sizes, the layer partition).
+// is merged into /get_server_info (pp/tp/ep/cp sizes, the layer partition). `engine_created`, when set, runs once the
+// engine exists, before it starts (a pipeline's stage 0 tells the other stages where its transfer queues are).
 [[nodiscard]] Status serve_http(const ServeArgs& args, const ServeSetup& setup,
                                 std::unique_ptr<runtime::ModelRunner> runner,
                                 std::unique_ptr<engine::StepExecutor> executor,
-                                std::unique_ptr<engine::Tokenizer> tokenizer, const nlohmann::json& parallel_info);
+                                std::unique_ptr<engine::Tokenizer> tokenizer, const nlohmann::json& parallel_info,
+                                const std::function<Status(engine::Engine&)>& engine_created = {});
 
 // `penstock serve` with pp x tp x cp > 1 ranks under mpirun (serve_pipeline.cc; Unimplemented in a build without MPI).
 [[nodiscard]] Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup);

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "disagg/stage_sender.h"
 #include "kernels/backend.h"
 #include "parallel/comm_factory.h"
 #include "parallel/consensus.h"
@@ -54,6 +55,65 @@ Status agree_serve_settings(parallel::Communicator& pp, const ServeArgs& args, S
     setup->model_options.dsa_fp8_indexer = agreed.values[8] != 0;
     setup->model_options.fp8_attention = agreed.values[9] != 0;
     setup->model_options.dsa_fp8_accumulate = agreed.values[10] != 0;
+    return ok_status();
+}
+
+// Length-prefixed byte strings between two ranks of the pipeline group (start-up only, before any step).
+constexpr int kTagKvBytesLen = 9101, kTagKvBytes = 9102;
+
+Status send_bytes(parallel::Communicator& c, std::vector<uint8_t> bytes, int peer) {
+    int64_t n = static_cast<int64_t>(bytes.size());
+    const int64_t one = 1;
+    PENSTOCK_RETURN_IF_ERROR(
+        c.send(TensorView::contiguous(&n, DType::kI64, std::span<const int64_t>(&one, 1)), peer, kTagKvBytesLen));
+    return c.send(TensorView::contiguous(bytes.data(), DType::kU8, std::span<const int64_t>(&n, 1)), peer, kTagKvBytes);
+}
+
+Result<std::vector<uint8_t>> recv_bytes(parallel::Communicator& c, int peer) {
+    int64_t n = 0;
+    const int64_t one = 1;
+    PENSTOCK_RETURN_IF_ERROR(
+        c.recv(TensorView::contiguous(&n, DType::kI64, std::span<const int64_t>(&one, 1)), peer, kTagKvBytesLen));
+    if (n < 0 || n > (int64_t{1} << 26)) return data_loss("start-up message of " + std::to_string(n) + " bytes");
+    std::vector<uint8_t> bytes(static_cast<size_t>(n));
+    PENSTOCK_RETURN_IF_ERROR(
+        c.recv(TensorView::contiguous(bytes.data(), DType::kU8, std::span<const int64_t>(&n, 1)), peer, kTagKvBytes));
+    return bytes;
+}
+
+// A disaggregated prefill under PP, at start-up: every stage's KV buffer shapes go to stage 0 (which checks the whole
+// deployment's layout against each decode end's), and stage 0's transfer queue addresses go to every other stage
+// (where they report). Stage 0 learns the shapes here and sends the addresses once its engine exists.
+Result<disagg::KvLayout> gather_stage_layouts(parallel::Communicator& pp, const disagg::KvLayout& mine) {
+    if (pp.rank() != 0) {
+        PENSTOCK_RETURN_IF_ERROR(send_bytes(pp, mine.encode_shape(), 0));
+        return disagg::KvLayout{};
+    }
+    disagg::KvLayout others;
+    for (int s = 1; s < pp.size(); ++s) {
+        PENSTOCK_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, recv_bytes(pp, s));
+        PENSTOCK_ASSIGN_OR_RETURN(disagg::KvLayout shape, disagg::KvLayout::decode_shape(bytes));
+        for (const disagg::KvBuffer& b : shape.buffers) others.buffers.push_back(b);
+    }
+    return others;
+}
+
+Result<std::vector<std::vector<uint8_t>>> recv_queue_addresses(parallel::Communicator& pp) {
+    PENSTOCK_ASSIGN_OR_RETURN(std::vector<uint8_t> count, recv_bytes(pp, 0));
+    if (count.size() != 1 || count[0] < 1 || count[0] > 64) return data_loss("stage 0's transfer queue count");
+    std::vector<std::vector<uint8_t>> out;
+    for (uint8_t q = 0; q < count[0]; ++q) {
+        PENSTOCK_ASSIGN_OR_RETURN(std::vector<uint8_t> address, recv_bytes(pp, 0));
+        out.push_back(std::move(address));
+    }
+    return out;
+}
+
+Status send_queue_addresses(parallel::Communicator& pp, const std::vector<std::vector<uint8_t>>& addresses) {
+    for (int s = 1; s < pp.size(); ++s) {
+        PENSTOCK_RETURN_IF_ERROR(send_bytes(pp, {static_cast<uint8_t>(addresses.size())}, s));
+        for (const std::vector<uint8_t>& a : addresses) PENSTOCK_RETURN_IF_ERROR(send_bytes(pp, a, s));
+    }
     return ok_status();
 }
 
@@ -110,8 +170,43 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
 
+    // A disaggregated prefill: every stage sends its own layers' KV (docs/design/disagg.md "Pipeline stages").
+    const bool staged_kv = setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && groups.sizes.pp > 1;
+    disagg::KvLayout my_layout;
+    if (staged_kv) {
+        Result<disagg::KvLayout> made_layout =
+            engine::disagg_kv_layout(**runner, "--disaggregation-mode prefill, stage " + std::to_string(stage) + ": ");
+        PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, made_layout.status(), "the KV layout"));
+        my_layout = std::move(made_layout).value();
+        PENSTOCK_ASSIGN_OR_RETURN(setup.disagg.other_stages, gather_stage_layouts(*groups.pp, my_layout));
+    }
+
     if (stage > 0) {
-        parallel::PipelineStage pipe(runner->get(), groups.pp.get(), stage_options);
+        std::unique_ptr<disagg::StageKvSender> kv_sender;
+        parallel::StageOptions options = stage_options;
+        if (staged_kv) {
+            PENSTOCK_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> queues, recv_queue_addresses(*groups.pp));
+            PENSTOCK_ASSIGN_OR_RETURN(kv_sender, disagg::StageKvSender::create(setup.disagg.transfer_backend,
+                                                                               std::move(my_layout),
+                                                                               static_cast<uint32_t>(stage),
+                                                                               std::move(queues)));
+            runtime::ModelRunner* r = runner->get();
+            disagg::StageKvSender* sender = kv_sender.get();
+            options.on_command = [r, sender](const parallel::StageCommand& c) {
+                // A request this stage does not hold gets no pages: its send fails and says so to stage 0.
+                disagg::StageSendJob job{.request_id = c.request_id,
+                                         .room = c.room,
+                                         .destination = c.payload,
+                                         .pages = {},
+                                         .slot = r->cache().state_slot(c.request_id).value_or(-1),
+                                         .timeout = std::chrono::milliseconds(c.timeout_ms)};
+                if (r->tables().contains(c.request_id)) job.pages = r->tables().table(c.request_id).pages;
+                sender->submit(std::move(job));
+                return ok_status();
+            };
+            options.before_free = [sender](std::span<const int64_t> ids) { sender->wait_idle(ids); };
+        }
+        parallel::PipelineStage pipe(runner->get(), groups.pp.get(), options);
         // A stage that cannot run a step stage 0 planned (a failed link, an admission stage 0 made that this stage
         // cannot) leaves the pipeline out of step: abort the whole job rather than leave stage 0 waiting.
         const Status served = pipe.serve();
@@ -119,9 +214,13 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         const parallel::StageStats& st = pipe.stats();
         std::printf(
             "penstock serve: stage %d stopped after %lld steps (busy %.1f ms, sent %.2f MB); KV pages in use: "
-            "%lld of %lld\n",
+            "%lld of %lld%s\n",
             stage, static_cast<long long>(st.steps), st.busy_ms, static_cast<double>(st.bytes_sent) / 1e6,
-            static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages));
+            static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages),
+            kv_sender == nullptr ? ""
+                                 : ("; KV sends " + std::to_string(kv_sender->n_sent()) + " done, " +
+                                    std::to_string(kv_sender->n_failed()) + " failed")
+                                       .c_str());
         std::fflush(stdout);
         return ok_status();
     }
@@ -172,8 +271,14 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (lanes) {
         executor = std::make_unique<engine::LaneLeaderExecutor>(std::move(executor), groups.cp.get(), groups.tp.get());
     }
+    std::function<Status(engine::Engine&)> engine_created;
+    if (staged_kv) {
+        engine_created = [&groups](engine::Engine& e) {
+            return send_queue_addresses(*groups.pp, e.transfer_queue_addresses());
+        };
+    }
     return serve_http(args, setup, std::move(runner).value(), std::move(executor), std::move(tok).value(),
-                      parallel_info);
+                      parallel_info, engine_created);
 }
 #else
 Status run_serve_pipeline(const ServeArgs&, const ServeSetup&) {

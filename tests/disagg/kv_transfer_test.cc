@@ -3,6 +3,7 @@
 // change nothing (RELIABILITY T6), a stalled sender fails the room at its deadline (T11), and a layout mismatch is
 // refused naming both layouts (T12). The record formats survive every truncation and random corruption.
 #include "disagg/kv_transfer.h"
+#include "disagg/stage_sender.h"
 
 #include <gtest/gtest.h>
 
@@ -22,9 +23,17 @@ KvDestination sample_destination() {
     d.layout_fingerprint = 99;
     d.n_tokens = 130;
     d.engine_address = {1, 2, 3, 4, 5};
-    d.regions.push_back(
-        {.region = {.base = 4096, .bytes = 65536, .rkey = {9, 8, 7}}, .page_stride = 4096, .n_pages = 16});
-    d.regions.push_back({.region = {.base = 1 << 20, .bytes = 16384, .rkey = {}}, .page_stride = 1024, .n_pages = 16});
+    d.regions.push_back({.key = kv_key(0, 0),
+                         .page_bytes = 4096,
+                         .region = {.base = 4096, .bytes = 65536, .rkey = {9, 8, 7}},
+                         .page_stride = 4096,
+                         .n_pages = 16});
+    d.regions.push_back({.key = kv_key(3, 4),
+                         .page_bytes = 1000,
+                         .per_slot = true,
+                         .region = {.base = 1 << 20, .bytes = 16384, .rkey = {}},
+                         .page_stride = 1024,
+                         .n_pages = 16});
     d.pages = {10, 11, 12};
     return d;
 }
@@ -40,6 +49,10 @@ TEST(KvRecords, RoundTripAndSurviveTruncationAndCorruption) {
     ASSERT_EQ(back->regions.size(), 2u);
     EXPECT_EQ(back->regions[0].region.rkey, (std::vector<uint8_t>{9, 8, 7}));
     EXPECT_EQ(back->regions[1].page_stride, 1024u);
+    EXPECT_EQ(back->regions[1].key, kv_key(3, 4));
+    EXPECT_EQ(back->regions[1].page_bytes, 1000u);
+    EXPECT_TRUE(back->regions[1].per_slot);
+    EXPECT_FALSE(back->regions[0].per_slot);
     EXPECT_EQ(back->pages, d.pages);
     for (size_t n = 0; n < bytes.size(); ++n) {
         EXPECT_FALSE(KvDestination::decode(std::span(bytes).first(n)).ok()) << "truncated to " << n;
@@ -81,12 +94,14 @@ struct Ends {
     std::vector<uint8_t> recv_b = std::vector<uint8_t>(kRecvPages * 1024, 0);
     std::vector<uint8_t> send_a = std::vector<uint8_t>(kSendPages * 4096);
     std::vector<uint8_t> send_b = std::vector<uint8_t>(kSendPages * 1000);
+    // Buffer a is layer 0's latent rows, b layer 1's (their keys); the two ends list them in different orders.
     KvLayout recv_layout() {
-        return {{{recv_a.data(), 4096, 4096, kRecvPages}, {recv_b.data(), 1000, 1024, kRecvPages}}};
+        return {{{kv_key(1, 0), recv_b.data(), 1000, 1024, kRecvPages},
+                 {kv_key(0, 0), recv_a.data(), 4096, 4096, kRecvPages}}};
     }
-    KvLayout send_layout() {
-        return {{{send_a.data(), 4096, 4096, kSendPages}, {send_b.data(), 1000, 1000, kSendPages}}};
-    }
+    KvLayout send_layout() { return {{send_layout_a().buffers[0], send_layout_b().buffers[0]}}; }
+    KvLayout send_layout_a() { return {{{kv_key(0, 0), send_a.data(), 4096, 4096, kSendPages}}}; }
+    KvLayout send_layout_b() { return {{{kv_key(1, 0), send_b.data(), 1000, 1000, kSendPages}}}; }
     Ends() {
         std::mt19937 rng(11);
         for (uint8_t& b : send_a) b = static_cast<uint8_t>(rng() | 1);
@@ -272,6 +287,14 @@ TEST(KvTransfer, MismatchedLayoutsAndBadPagesAreRefused) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("KV layout mismatch"), std::string::npos) << s.to_string();
     EXPECT_NE(s.message().find("4096, 999 bytes per page"), std::string::npos) << s.to_string();
+    // A stage's partial layout with a buffer the decode end does not have is refused naming it, before any write.
+    KvLayout stray = ends.send_layout_b();
+    stray.buffers[0].key = kv_key(5, 0);
+    const Status p = KvSender(tx_engine.get(), stray).put_pages(*dest, std::vector<int32_t>{0, 1}, -1,
+                                                                 Clock::now() + milliseconds(1000));
+    EXPECT_EQ(p.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(p.message().find("layer 5 kind 0 (1000 bytes per page) has no counterpart"), std::string::npos)
+        << p.to_string();
     KvSender tx(tx_engine.get(), ends.send_layout());
     EXPECT_EQ(tx.send(*dest, std::vector<int32_t>{0}, -1, 1, Clock::now() + milliseconds(1000)).code(),
               StatusCode::kInvalidArgument);
@@ -280,6 +303,120 @@ TEST(KvTransfer, MismatchedLayoutsAndBadPagesAreRefused) {
     EXPECT_EQ(tx.n_puts(), 0) << "nothing is written before the pages are checked";
     EXPECT_EQ((*rx)->rooms().find(2)->state, RoomState::kWaitingForInput);
     EXPECT_FALSE(make_transfer_engine("carrier-pigeon").ok());
+}
+
+TEST(KvRecords, LayoutShapesAndStageReportsRoundTrip) {
+    std::vector<uint8_t> a(64), b(64);
+    const KvLayout layout{{{kv_key(2, 0), a.data(), 64, 64, 1}, {kv_key(7, 3), b.data(), 32, 32, 2, true}}};
+    auto shape = KvLayout::decode_shape(layout.encode_shape());
+    ASSERT_TRUE(shape.ok()) << shape.status().to_string();
+    ASSERT_EQ(shape->buffers.size(), 2u);
+    EXPECT_EQ(shape->buffers[1].key, kv_key(7, 3));
+    EXPECT_TRUE(shape->buffers[1].per_slot);
+    EXPECT_EQ(shape->buffers[0].base, nullptr);
+    EXPECT_EQ(shape->fingerprint(), layout.fingerprint()) << "a shape fingerprints like its layout";
+    const KvLayout reversed{{layout.buffers[1], layout.buffers[0]}};
+    EXPECT_EQ(reversed.fingerprint(), layout.fingerprint()) << "the order of the list does not matter";
+    KvLayout moved = layout;
+    moved.buffers[0].key = kv_key(3, 0);
+    EXPECT_NE(moved.fingerprint(), layout.fingerprint()) << "another layer is another layout";
+    const std::vector<uint8_t> sb = layout.encode_shape();
+    for (size_t n = 0; n < sb.size(); ++n) EXPECT_FALSE(KvLayout::decode_shape(std::span(sb).first(n)).ok()) << n;
+
+    const StageReport r{.room = 77, .stage = 3, .code = StatusCode::kDeadlineExceeded,
+                        .message = "a very long failure message that does not fit in the record"};
+    const std::vector<uint8_t> rb = r.encode();
+    ASSERT_EQ(rb.size(), kMessageBytes);
+    auto back = StageReport::decode(rb);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->room, 77u);
+    EXPECT_EQ(back->stage, 3u);
+    EXPECT_EQ(back->code, StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(back->message, r.message.substr(0, StageReport::kTextBytes));
+    for (size_t i = 0; i < rb.size() * 8; ++i) {
+        std::vector<uint8_t> c = rb;
+        c[i / 8] ^= static_cast<uint8_t>(1u << (i % 8));
+        EXPECT_FALSE(StageReport::decode(c).ok()) << "bit " << i;
+    }
+    EXPECT_FALSE(StageReport::decode(AuxRecord{.room = 77}.encode()).ok()) << "an aux record is no report";
+}
+
+// Pipeline stages: each sender holds one buffer (layer) of the receiver's two; each writes its pages, and the aux
+// record with the whole deployment's fingerprint completes the room. The stage that holds layer 1 works through a
+// StageKvSender, which reports to "stage 0"'s engine.
+TEST(KvTransfer, TwoPipelineStagesEachSendTheirLayersAndTheAuxCompletesTheRoom) {
+    auto rx_engine = engine_or_skip(), tx_engine = engine_or_skip();
+    if (!rx_engine || !tx_engine) GTEST_SKIP() << "no transfer engine in this build";
+    Ends ends;
+    auto rx = KvReceiver::create(rx_engine.get(), ends.recv_layout(), RoomTimeouts{});
+    ASSERT_TRUE(rx.ok());
+    // Four pages reserved (the decode's room), 100 prompt tokens: only the first two are the destination's.
+    auto dest = (*rx)->expect(9, {4, 5, 6, 7}, -1, 100, Clock::now());
+    ASSERT_TRUE(dest.ok()) << dest.status().to_string();
+    EXPECT_EQ(dest->pages, (std::vector<int32_t>{4, 5}));
+    const std::vector<int32_t> src = {30, 2, 17};  // the prefill request's pages (one more for its first token)
+
+    auto stage1 = StageKvSender::create("ucx", ends.send_layout_b(), 1, {tx_engine->address()});
+    ASSERT_TRUE(stage1.ok()) << stage1.status().to_string();
+    std::atomic<bool> stop{false};
+    std::thread poller([&] {
+        while (!stop.load()) {
+            (*rx)->poll(Clock::now());
+            std::this_thread::yield();
+        }
+    });
+    (*stage1)->submit({.request_id = 5, .room = 9, .destination = dest->encode(), .pages = src, .slot = -1,
+                       .timeout = milliseconds(20000)});
+    (*stage1)->submit({.request_id = 6, .room = 10, .destination = {1, 2, 3}, .pages = src, .slot = -1,
+                       .timeout = milliseconds(20000)});
+    KvSender stage0(tx_engine.get(), ends.send_layout_a());
+    ASSERT_TRUE(stage0.put_pages(*dest, src, -1, Clock::now() + milliseconds(20000)).ok());
+    std::vector<StageReport> reports;
+    for (const auto end = Clock::now() + milliseconds(20000); reports.size() < 2 && Clock::now() < end;) {
+        for (const auto& m : tx_engine->poll_messages()) {
+            auto r = StageReport::decode(m);
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            reports.push_back(*r);
+        }
+    }
+    ASSERT_EQ(reports.size(), 2u);
+    std::sort(reports.begin(), reports.end(), [](const auto& x, const auto& y) { return x.room < y.room; });
+    EXPECT_EQ(reports[0].code, StatusCode::kOk) << reports[0].message;
+    EXPECT_EQ(reports[0].stage, 1u);
+    EXPECT_EQ(reports[1].room, 10u);
+    EXPECT_EQ(reports[1].code, StatusCode::kInvalidArgument) << "a malformed destination is reported, not sent";
+    const int64_t ids[] = {5, 6};
+    (*stage1)->wait_idle(ids);
+    EXPECT_EQ((*stage1)->n_sent(), 1);
+    EXPECT_EQ((*stage1)->n_failed(), 1);
+    stop = true;  // every write was flushed: the receiver's engine is this thread's again
+    poller.join();
+    (*rx)->poll(Clock::now());
+    EXPECT_EQ((*rx)->rooms().find(9)->state, RoomState::kWaitingForInput) << "pages alone do not end the room";
+    // The aux record of one stage's own layout is not the deployment's: dropped. The whole layout's completes it.
+    std::thread sender([&] {
+        ASSERT_TRUE(
+            stage0.send_aux(*dest, 4242, ends.send_layout_a().fingerprint(), Clock::now() + milliseconds(5000)).ok());
+        ASSERT_TRUE(
+            stage0.send_aux(*dest, 4242, ends.send_layout().fingerprint(), Clock::now() + milliseconds(5000)).ok());
+    });
+    const RoomState final_state = poll_until_terminal(rx->get(), 9, milliseconds(20000));
+    sender.join();
+    ASSERT_EQ(final_state, RoomState::kSuccess);
+    EXPECT_EQ((*rx)->rooms().find(9)->first_token, 4242);
+    EXPECT_EQ((*rx)->n_dropped(), 1);
+    for (int64_t p = 0; p < Ends::kRecvPages; ++p) {
+        const int64_t i = p == 4 ? 0 : p == 5 ? 1 : -1;  // destination page p holds source page src[i]
+        for (size_t k = 0; k < 4096; ++k) {
+            const uint8_t want = i < 0 ? 0 : ends.send_a[static_cast<size_t>(src[static_cast<size_t>(i)]) * 4096 + k];
+            ASSERT_EQ(ends.recv_a[static_cast<size_t>(p) * 4096 + k], want) << "a page " << p << " byte " << k;
+        }
+        for (size_t k = 0; k < 1024; ++k) {
+            const uint8_t want =
+                i < 0 || k >= 1000 ? 0 : ends.send_b[static_cast<size_t>(src[static_cast<size_t>(i)]) * 1000 + k];
+            ASSERT_EQ(ends.recv_b[static_cast<size_t>(p) * 1024 + k], want) << "b page " << p << " byte " << k;
+        }
+    }
 }
 
 }  // namespace

@@ -117,6 +117,21 @@ TEST(StagePlan, ReleaseOnlyPlanRoundTrips) {
     EXPECT_TRUE(back->batch.seqs.empty());
     EXPECT_FALSE(back->stop);
     EXPECT_EQ(back->free_ids, plan.free_ids);
+    EXPECT_TRUE(back->commands.empty());
+    // A plan with commands alone (a disaggregated prefill's KV sends for the other stages).
+    StagePlan commands;
+    commands.commands = {{.request_id = 12, .room = 1ull << 40, .timeout_ms = 60000, .payload = {9, 8, 7}},
+                         {.request_id = 13, .room = 5, .timeout_ms = 0, .payload = {}}};
+    auto c = decode_plan(encode_plan(commands));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_EQ(c->commands.size(), 2u);
+    EXPECT_EQ(c->commands[0].room, 1ull << 40);
+    EXPECT_EQ(c->commands[0].timeout_ms, 60000);
+    EXPECT_EQ(c->commands[0].payload, (std::vector<uint8_t>{9, 8, 7}));
+    EXPECT_EQ(c->commands[1].request_id, 13);
+    EXPECT_TRUE(c->commands[1].payload.empty());
+    commands.commands[0].timeout_ms = -1;
+    EXPECT_EQ(decode_plan(encode_plan(commands)).status().code(), StatusCode::kDataLoss) << "negative timeout";
 }
 
 TEST(StagePlan, RoundTripAndMalformedFrames) {
@@ -152,6 +167,7 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     plan.return_logits = true;
     plan.counters = {
         StageStats{.steps = 4, .busy_ms = 1.5, .stall_ms = 0.25, .bytes_sent = 1000, .bank_bytes_sent = 7}};
+    plan.commands = {{.request_id = 77, .room = 4, .timeout_ms = 250, .payload = {1, 2, 3, 4, 5}}};
     const std::vector<uint8_t> bytes = encode_plan(plan);
     auto back = decode_plan(bytes);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -187,6 +203,8 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
     EXPECT_EQ(back->counters[0].steps, 4);
     EXPECT_EQ(back->counters[0].busy_ms, 1.5);
     EXPECT_EQ(back->counters[0].bank_bytes_sent, 7);
+    ASSERT_EQ(back->commands.size(), 1u);
+    EXPECT_EQ(back->commands[0].payload, plan.commands[0].payload);
     // A sampled sequence that produces no logits, or sampling parameters out of range, are refused.
     // Alternatives beyond kMaxTopLogprobs are refused, as prompt scoring without a row per token; an unsampled
     // sequence carries no alternatives (the encoder writes 0).
@@ -229,8 +247,10 @@ TEST(StagePlan, RoundTripAndMalformedFrames) {
                 tokens += static_cast<int64_t>(sp.history.size() + sp.prompt_tokens.size() + sp.banned.size() +
                                                2 * sp.logit_bias.size());
             }
-            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 32 + 96 * r->batch.seqs.size() + 8 * r->free_ids.size() +
-                          40 * r->counters.size(),
+            size_t command_bytes = 0;
+            for (const StageCommand& c : r->commands) command_bytes += 28 + c.payload.size();
+            EXPECT_EQ(static_cast<size_t>(tokens) * 4 + 36 + 96 * r->batch.seqs.size() + 8 * r->free_ids.size() +
+                          40 * r->counters.size() + command_bytes,
                       m.size());
         } else {
             EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
