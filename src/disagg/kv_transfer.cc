@@ -270,7 +270,8 @@ Result<KvDestination> KvReceiver::expect(uint64_t room, std::vector<int32_t> pag
     }
     PENSTOCK_RETURN_IF_ERROR(rooms_.open(room, now));
     if (bootstrapped) PENSTOCK_RETURN_IF_ERROR(rooms_.bootstrapped(room, now));
-    // Only the pages that hold the prompt's positions are written; the rest of the request's reservation is its decode's.
+    // Only the pages that hold the prompt's positions are written; the rest of the request's reservation is its
+    // decode's.
     pages.resize(static_cast<size_t>((n_tokens + kTokensPerPage - 1) / kTokensPerPage));
     Room* r = rooms_.find_mut(room);
     r->pages = pages;
@@ -339,12 +340,12 @@ Status KvSender::put_pages(const KvDestination& dst, std::span<const int32_t> sr
         const auto it = std::find_if(dst.regions.begin(), dst.regions.end(),
                                      [&](const KvDestination::Region& g) { return g.key == src.key; });
         if (it == dst.regions.end() || it->page_bytes != src.page_bytes || it->per_slot != src.per_slot) {
-            return failed_precondition(
-                "KV layout mismatch between prefill (" + layout_.describe() + ") and decode (" +
-                std::to_string(dst.regions.size()) + " buffers): the prefill buffer of layer " +
-                std::to_string(src.key / 8) + " kind " + std::to_string(src.key % 8) + " (" +
-                std::to_string(src.page_bytes) + " bytes per " + (src.per_slot ? "slot" : "page") +
-                ") has no counterpart; the two servers must run the same model and KV formats");
+            return failed_precondition("KV layout mismatch between prefill (" + layout_.describe() + ") and decode (" +
+                                       std::to_string(dst.regions.size()) + " buffers): the prefill buffer of layer " +
+                                       std::to_string(src.key / 8) + " kind " + std::to_string(src.key % 8) + " (" +
+                                       std::to_string(src.page_bytes) + " bytes per " +
+                                       (src.per_slot ? "slot" : "page") +
+                                       ") has no counterpart; the two servers must run the same model and KV formats");
         }
         to_region[b] = static_cast<size_t>(it - dst.regions.begin());
     }

@@ -65,7 +65,7 @@ struct KvDestination {
     // The receiver's page ids that hold the room's n_tokens positions, in position order (the pages the request
     // reserved beyond them, for its decode, are not written).
     std::vector<int32_t> pages;
-    int32_t slot = -1;            // the receiver's state slot (per-slot buffers), -1 without them
+    int32_t slot = -1;  // the receiver's state slot (per-slot buffers), -1 without them
 
     std::vector<uint8_t> encode() const;
     // InvalidArgument for a truncated or malformed record (bad magic / version, lengths beyond the bytes or the

@@ -55,8 +55,7 @@ void StageKvSender::submit(StageSendJob job) {
 void StageKvSender::wait_idle(std::span<const int64_t> request_ids) {
     std::unique_lock<std::mutex> lock(mu_);
     idle_cv_.wait(lock, [&] {
-        return std::none_of(request_ids.begin(), request_ids.end(),
-                            [&](int64_t id) { return pending_.contains(id); });
+        return std::none_of(request_ids.begin(), request_ids.end(), [&](int64_t id) { return pending_.contains(id); });
     });
 }
 

@@ -66,8 +66,8 @@ private:
     uint32_t stage_;
     std::vector<std::unique_ptr<Queue>> queues_;
     mutable std::mutex mu_;
-    std::condition_variable cv_;       // new jobs, stopping
-    std::condition_variable idle_cv_;  // a job ended
+    std::condition_variable cv_;                // new jobs, stopping
+    std::condition_variable idle_cv_;           // a job ended
     std::unordered_map<int64_t, int> pending_;  // request id -> jobs queued or running
     int64_t n_sent_ = 0, n_failed_ = 0;
     bool stopping_ = false;

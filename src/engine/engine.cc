@@ -102,8 +102,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRun
         const std::string what = "--disaggregation-mode " + std::string(disagg_mode_name(mode)) + ": ";
         const int64_t stages = executor->n_stages();
         if (stages != options.disagg.pipeline_stages) {
-            return invalid_argument(what + "the executor runs " + std::to_string(stages) + " pipeline stages, the "
-                                    "disaggregation options say " + std::to_string(options.disagg.pipeline_stages));
+            return invalid_argument(what + "the executor runs " + std::to_string(stages) +
+                                    " pipeline stages, the "
+                                    "disaggregation options say " +
+                                    std::to_string(options.disagg.pipeline_stages));
         }
         if (stages > 1 && mode != DisaggOptions::Mode::kPrefill) {
             return unimplemented(what + "the decode end runs as one pipeline stage (the prefill end may have several)");

@@ -31,7 +31,8 @@ Result<disagg::KvLayout> disagg_kv_layout(runtime::ModelRunner& runner, const st
     // registered addresses stay valid.
     if (runner.cache().has_request_state()) runner.cache().reserve_state_storage();
     for (const bool per_slot : {false, true}) {
-        for (const kv_cache::PagedBuffer& b : per_slot ? runner.cache().state_buffers() : runner.cache().paged_buffers()) {
+        for (const kv_cache::PagedBuffer& b :
+             per_slot ? runner.cache().state_buffers() : runner.cache().paged_buffers()) {
             if (b.on_device) {
                 return unimplemented(what +
                                      "the KV cache is on the GPU; this build's transfer engine moves host memory only "
@@ -270,7 +271,6 @@ void Engine::poll_rooms() {
     }
 }
 
-
 void Engine::queue_job(TransferJob job) {
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
@@ -299,8 +299,8 @@ void Engine::dispatch_stage_sends() {
     }
     if (commands.empty()) return;
     const Status st = executor_->send_stage_commands(commands);
-    PENSTOCK_CHECK(st.ok()) << "handing " << commands.size() << " KV send(s) to the other pipeline stages failed: "
-                            << st.to_string();
+    PENSTOCK_CHECK(st.ok()) << "handing " << commands.size()
+                            << " KV send(s) to the other pipeline stages failed: " << st.to_string();
 }
 
 void Engine::collect_transfers() {
@@ -317,7 +317,8 @@ void Engine::collect_transfers() {
             // The other stages kept the request's pages for their own sends, which are over (or past deadline).
             const int64_t ids[] = {id};
             const Status freed = executor_->release(ids);
-            PENSTOCK_CHECK(freed.ok()) << "freeing request " << id << " on the other stages failed: " << freed.to_string();
+            PENSTOCK_CHECK(freed.ok()) << "freeing request " << id
+                                       << " on the other stages failed: " << freed.to_string();
         }
         --xfer_outstanding_;
         if (!st.ok()) PENSTOCK_LOG_WARN("KV transfer of request {} failed: {}", id, st.to_string());
@@ -339,11 +340,11 @@ Status Engine::send_staged(TransferQueue& q, const TransferJob& job, const disag
     {
         std::lock_guard<std::mutex> lock(xfer_mu_);
         if (!dispatch_open_) return Status(StatusCode::kUnavailable, "the server is shutting down");
-        xfer_dispatch_.push_back({.request_id = job.id,
-                                  .room = job.room,
-                                  .timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeouts.transfer)
-                                                    .count(),
-                                  .payload = dst.encode()});
+        xfer_dispatch_.push_back(
+            {.request_id = job.id,
+             .room = job.room,
+             .timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeouts.transfer).count(),
+             .payload = dst.encode()});
     }
     cv_.notify_all();
     // This stage's pages meanwhile.

@@ -12,8 +12,8 @@
 namespace penstock::kv_cache {
 
 // One paged buffer as raw memory (for disaggregated KV transfer): page p's bytes are [base + p * page_stride,
-// + page_bytes), on the host or on a device. `layer` and `kind` say what it holds, so that a pipeline stage holding some
-// of the layers finds its buffers' counterparts at a peer holding others (or all).
+// + page_bytes), on the host or on a device. `layer` and `kind` say what it holds, so that a pipeline stage holding
+// some of the layers finds its buffers' counterparts at a peer holding others (or all).
 enum class BufferKind : uint8_t {
     kLatent = 0,        // MLA latent rows (c_kv then k_pe)
     kIndexKeys = 1,     // DSA index keys (f32 or FP8)

@@ -139,8 +139,8 @@ private:
     float softmax_scale_ = 1.0f;
     std::vector<int64_t> mla_layers_;  // MLA layer indices in the range
     std::vector<int64_t> kda_layers_;  // KDA layer indices in the range (state pool order)
-    EmbedHead io_;              // embedding (first stage), final norm and lm_head (last stage)
-    ResidualQuery output_res_;  // K3 AttnRes output read (last stage)
+    EmbedHead io_;                     // embedding (first stage), final norm and lm_head (last stage)
+    ResidualQuery output_res_;         // K3 AttnRes output read (last stage)
     std::vector<Layer> layers_;
 };
 

@@ -17,7 +17,7 @@ constexpr uint32_t kMaxSeqs = 1u << 20;
 constexpr uint32_t kMaxCounters = 1u << 12;  // stages
 constexpr uint32_t kMaxCommands = 1u << 16;
 constexpr uint32_t kMaxCommandBytes = 1u << 26;
-constexpr uint32_t kKnownFlags = 7;          // stop | eager bank | return logits
+constexpr uint32_t kKnownFlags = 7;  // stop | eager bank | return logits
 
 int64_t to_us(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)); }
 

@@ -278,12 +278,14 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     PENSTOCK_RETURN_IF_ERROR(disagg::validate(setup.disagg.timeouts));
     setup.disagg.pipeline_stages = setup.sizes.pp;
     if (setup.disagg.mode == engine::DisaggOptions::Mode::kDecode && setup.sizes.world() > 1) {
-        return unimplemented("--disaggregation-mode decode runs as one rank (a prefill server may run --pp stages; "
-                             "docs/design/disagg.md)");
+        return unimplemented(
+            "--disaggregation-mode decode runs as one rank (a prefill server may run --pp stages; "
+            "docs/design/disagg.md)");
     }
     if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && setup.sizes.tp * setup.sizes.cp > 1) {
-        return unimplemented("--disaggregation-mode prefill with --tp or --cp ranks (each sending its shard) is not "
-                             "built yet; pipeline stages (--pp) are (docs/design/disagg.md)");
+        return unimplemented(
+            "--disaggregation-mode prefill with --tp or --cp ranks (each sending its shard) is not "
+            "built yet; pipeline stages (--pp) are (docs/design/disagg.md)");
     }
     return setup;
 }

@@ -186,10 +186,9 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         parallel::StageOptions options = stage_options;
         if (staged_kv) {
             PENSTOCK_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> queues, recv_queue_addresses(*groups.pp));
-            PENSTOCK_ASSIGN_OR_RETURN(kv_sender, disagg::StageKvSender::create(setup.disagg.transfer_backend,
-                                                                               std::move(my_layout),
-                                                                               static_cast<uint32_t>(stage),
-                                                                               std::move(queues)));
+            PENSTOCK_ASSIGN_OR_RETURN(kv_sender,
+                                      disagg::StageKvSender::create(setup.disagg.transfer_backend, std::move(my_layout),
+                                                                    static_cast<uint32_t>(stage), std::move(queues)));
             runtime::ModelRunner* r = runner->get();
             disagg::StageKvSender* sender = kv_sender.get();
             options.on_command = [r, sender](const parallel::StageCommand& c) {

@@ -3,7 +3,6 @@
 // change nothing (RELIABILITY T6), a stalled sender fails the room at its deadline (T11), and a layout mismatch is
 // refused naming both layouts (T12). The record formats survive every truncation and random corruption.
 #include "disagg/kv_transfer.h"
-#include "disagg/stage_sender.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +10,8 @@
 #include <atomic>
 #include <random>
 #include <thread>
+
+#include "disagg/stage_sender.h"
 
 namespace penstock::disagg {
 namespace {
@@ -290,8 +291,8 @@ TEST(KvTransfer, MismatchedLayoutsAndBadPagesAreRefused) {
     // A stage's partial layout with a buffer the decode end does not have is refused naming it, before any write.
     KvLayout stray = ends.send_layout_b();
     stray.buffers[0].key = kv_key(5, 0);
-    const Status p = KvSender(tx_engine.get(), stray).put_pages(*dest, std::vector<int32_t>{0, 1}, -1,
-                                                                 Clock::now() + milliseconds(1000));
+    const Status p = KvSender(tx_engine.get(), stray)
+                         .put_pages(*dest, std::vector<int32_t>{0, 1}, -1, Clock::now() + milliseconds(1000));
     EXPECT_EQ(p.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(p.message().find("layer 5 kind 0 (1000 bytes per page) has no counterpart"), std::string::npos)
         << p.to_string();
@@ -323,7 +324,9 @@ TEST(KvRecords, LayoutShapesAndStageReportsRoundTrip) {
     const std::vector<uint8_t> sb = layout.encode_shape();
     for (size_t n = 0; n < sb.size(); ++n) EXPECT_FALSE(KvLayout::decode_shape(std::span(sb).first(n)).ok()) << n;
 
-    const StageReport r{.room = 77, .stage = 3, .code = StatusCode::kDeadlineExceeded,
+    const StageReport r{.room = 77,
+                        .stage = 3,
+                        .code = StatusCode::kDeadlineExceeded,
                         .message = "a very long failure message that does not fit in the record"};
     const std::vector<uint8_t> rb = r.encode();
     ASSERT_EQ(rb.size(), kMessageBytes);
@@ -365,9 +368,17 @@ TEST(KvTransfer, TwoPipelineStagesEachSendTheirLayersAndTheAuxCompletesTheRoom) 
             std::this_thread::yield();
         }
     });
-    (*stage1)->submit({.request_id = 5, .room = 9, .destination = dest->encode(), .pages = src, .slot = -1,
+    (*stage1)->submit({.request_id = 5,
+                       .room = 9,
+                       .destination = dest->encode(),
+                       .pages = src,
+                       .slot = -1,
                        .timeout = milliseconds(20000)});
-    (*stage1)->submit({.request_id = 6, .room = 10, .destination = {1, 2, 3}, .pages = src, .slot = -1,
+    (*stage1)->submit({.request_id = 6,
+                       .room = 10,
+                       .destination = {1, 2, 3},
+                       .pages = src,
+                       .slot = -1,
                        .timeout = milliseconds(20000)});
     KvSender stage0(tx_engine.get(), ends.send_layout_a());
     ASSERT_TRUE(stage0.put_pages(*dest, src, -1, Clock::now() + milliseconds(20000)).ok());
