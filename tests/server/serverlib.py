@@ -61,7 +61,13 @@ class Server:
             self.head.append(line)
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+).*?(?:pid (\d+))?\)$", line.rstrip())
         if not m:
-            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            # stdout at its end: the process is exiting (a launcher may still be passing its ranks' stderr on), so
+            # collect its stderr up to its exit rather than polling once (a race that lost the reason).
+            try:
+                _, err = self.proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                _, err = self.proc.communicate()
             raise RuntimeError(f"server did not start: {''.join(self.head)!r} {err!r}")
         self.port = int(m.group(1))
         self.pid = int(m.group(2)) if m.group(2) else self.proc.pid
