@@ -733,6 +733,11 @@ void Engine::store_prompt_logprobs(Live& l, int64_t first, const std::vector<run
     }
 }
 
+bool Engine::is_stop_token(const Live& l, int32_t token) const {
+    const auto has = [token](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), token) != v.end(); };
+    return has(l.params.stop_token_ids) || (!l.params.ignore_eos && has(options_.eos_token_ids));
+}
+
 void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled) {
     Live& l = *live_.at(id);
     if (l.stopped_by_string) return;
@@ -756,7 +761,11 @@ void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled
         out.prompt_logprobs = std::move(l.prompt_lp);
         l.prompt_lp_published = true;
     }
-    if (l.detok) {
+    if (l.detok && is_stop_token(l, token)) {
+        // The token that ends the request (EOS or a stop_token_ids entry) is in output_ids but not in the text, as
+        // SGLang trims it; with skip_special_tokens false its text would otherwise end every output. What is held
+        // back goes out with the finish event.
+    } else if (l.detok) {
         l.held += l.detok->step(token);
         const std::vector<std::string>& stops = l.params.stop;
         size_t at = std::string::npos;

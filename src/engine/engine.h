@@ -294,6 +294,8 @@ private:
     // `sampled`: the token's log-probability and alternatives as the step returned them (null: unknown, a decode
     // end's first token).
     void on_token(int64_t id, int32_t token, const runtime::Sampled* sampled);
+    // Whether `token` ends `l` (its stop_token_ids, or EOS unless ignore_eos).
+    [[nodiscard]] bool is_stop_token(const Live& l, int32_t token) const;
     TokenLogprob token_logprob(int32_t token, std::optional<float> logprob) const;
     // Prompt log-probabilities of one chunk: scored[j] is position first + j's.
     void store_prompt_logprobs(Live& l, int64_t first, const std::vector<runtime::Sampled>& scored);

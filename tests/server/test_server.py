@@ -318,6 +318,20 @@ class Shared(unittest.TestCase):
         self.assertNotIn(plain[0], held[:2])
         gen["sampling_params"]["min_new_tokens"] = 7  # more than max_new_tokens
         self.assertEqual(self.srv.post("/generate", gen)[0], 400)
+        # The token that stops a request is in output_ids, not in the text (SGLang trims it), with special tokens
+        # kept in the text too: the text is the decode of the other ids.
+        for skip in (True, False):
+            gen["sampling_params"] = {"max_new_tokens": 8, "temperature": 0, "stop_token_ids": [plain[0]],
+                                      "min_new_tokens": 3, "skip_special_tokens": skip}
+            out = self.srv.post("/generate", gen)[2]
+            ids = out["output_ids"]
+            self.assertEqual(ids[-1], plain[0], out)
+            self.assertEqual(out["meta_info"]["finish_reason"], {"type": "stop", "matched": plain[0]}, out)
+            # The same tokens but the last, ended by length: the same text.
+            head = self.srv.post("/generate", dict(gen, sampling_params=dict(
+                gen["sampling_params"], max_new_tokens=len(ids) - 1, min_new_tokens=len(ids) - 1)))[2]
+            self.assertEqual(head["output_ids"], ids[:-1], head)
+            self.assertEqual(out["text"], head["text"], (out, head))
         # logit_bias: +100 on one token makes greedy pick it every time; -100 on the greedy token moves off it.
         st, _, forced = self.srv.post("/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 4,
                                                           "temperature": 0, "ignore_eos": True,
