@@ -243,12 +243,6 @@ void refuse_unsupported_sampling(Fields* f) {
 
 // OpenAI fields we accept only at their default value.
 void refuse_unsupported(Fields* f) {
-    if (const json* t = f->find("tools"); t != nullptr && !(t->is_array() && t->empty())) {
-        f->fail("tools", "is not supported");
-    }
-    if (const json* c = f->find("tool_choice"); c != nullptr && !(c->is_string() && (*c == "none" || *c == "auto"))) {
-        f->fail("tool_choice", "is not supported (no tools)");
-    }
     for (const char* name : {"functions", "function_call"}) {
         if (f->find(name) != nullptr) f->fail(name, "is not supported");
     }
@@ -356,6 +350,51 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
         prompt = render_chat(flat, tc.bos_token, tc.eos_token);
     }
     encode_text(f, ctx, "messages", prompt, /*special=*/false, out);
+}
+
+// Chat's tools and tool_choice: function tools go to the chat template, and their calls are parsed out of the output
+// in the model's format; tool_choice "required" or a named function would need constrained decoding (refused).
+void parse_tools(Fields* f, const ParseContext& ctx, Job* job) {
+    const json* tools = f->find("tools");
+    const json* choice = f->find("tool_choice");
+    if (tools != nullptr && !tools->is_null() && !tools->is_array()) return f->fail("tools", "must be an array");
+    const bool any = tools != nullptr && tools->is_array() && !tools->empty();
+    if (choice != nullptr && !choice->is_null()) {
+        if (choice->is_object() || (choice->is_string() && *choice == "required")) {
+            return f->fail("tool_choice", "only \"auto\" and \"none\" are supported (no constrained decoding)");
+        }
+        if (!choice->is_string() || (*choice != "auto" && *choice != "none")) {
+            return f->fail("tool_choice", "must be \"auto\" or \"none\"");
+        }
+    }
+    if (!any) return;
+    if (ctx.tool_format == ToolCallFormat::kNone) {
+        return f->fail("tools",
+                       "are not supported by this server: the model's chat template writes no tool-call format "
+                       "it knows (--tool-call-parser names one)");
+    }
+    if (static_cast<int64_t>(tools->size()) > ctx.config->max_tools) {
+        return f->fail("tools", "more than " + std::to_string(ctx.config->max_tools) + " tools (--max-tools)");
+    }
+    for (const json& t : *tools) {
+        const json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+        if (!t.is_object() || t.value("type", "") != "function" || fn == nullptr || !fn->is_object()) {
+            return f->fail("tools", "each tool must be {\"type\": \"function\", \"function\": {...}}");
+        }
+        const auto name = fn->find("name");
+        if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+            return f->fail("tools", "each function needs a non-empty string name");
+        }
+        if (const auto params = fn->find("parameters"); params != fn->end() && !params->is_object()) {
+            return f->fail("tools", "a function's parameters must be a JSON Schema object");
+        }
+        if (const auto d = fn->find("description"); d != fn->end() && !d->is_string() && !d->is_null()) {
+            return f->fail("tools", "a function's description must be a string");
+        }
+    }
+    if (choice != nullptr && choice->is_string() && *choice == "none") return;  // the model is not shown the tools
+    job->tools = *tools;
+    job->tool_format = ctx.tool_format;
 }
 
 // One prompt: a string or an array of token ids; its echo text is the string, or the ids decoded.
@@ -478,6 +517,7 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
                 parse_prompts(&f, ctx, *prompt, &job.prompts);
             }
         } else {
+            parse_tools(&f, ctx, &job);
             const json* msgs = f.find("messages");
             if (msgs == nullptr) {
                 f.fail("messages", "is required");
@@ -498,6 +538,10 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
         }
         // echo with max_tokens 0 scores the prompt alone: the engine still computes one token, which is not returned.
         if (!f.failed()) parse_sampling(&f, ctx, max_new_limit, &p, /*openai=*/true, /*zero_tokens_ok=*/job.echo);
+        // Tool markup may be spelled with special tokens (DeepSeek's, Kimi's): kept in the text unless asked.
+        if (job.tool_format != ToolCallFormat::kNone && f.find("skip_special_tokens") == nullptr) {
+            p.skip_special_tokens = false;
+        }
         if (!f.failed() && p.max_new_tokens == 0) {
             job.score_only = true;
             p.max_new_tokens = 1;
@@ -552,6 +596,20 @@ void ResponseWriter::add(const engine::RequestOutput& ev) {
         logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
     }
     last_ = ev;
+}
+
+json ResponseWriter::tool_calls_json(const std::vector<ToolCall>& calls) const {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        // OpenAI's ids are opaque and unique per call: the response id, the choice and the call's position.
+        std::string id = calls[i].id;
+        if (id.empty()) id = "call_" + id_ + "_" + std::to_string(index_) + "_" + std::to_string(i);
+        out.push_back({{"index", i},
+                       {"id", std::move(id)},
+                       {"type", "function"},
+                       {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+    }
+    return out;
 }
 
 std::string ResponseWriter::finish_reason_openai() const {
@@ -710,18 +768,29 @@ std::string ResponseWriter::final_body() const {
                     {"finish_reason", finish_reason_openai()}}}},
                  {"usage", usage(last_, n_out)}};
             break;
-        case ApiKind::kChat:
+        case ApiKind::kChat: {
+            json message = {{"role", "assistant"}, {"content", text_}};
+            std::string finish = finish_reason_openai();
+            if (job_.tool_format != ToolCallFormat::kNone) {
+                ToolCallParse parsed = parse_tool_calls(job_.tool_format, text_, &job_.tools);
+                if (!parsed.calls.empty()) {
+                    message["content"] = parsed.content.empty() ? json(nullptr) : json(parsed.content);
+                    message["tool_calls"] = tool_calls_json(parsed.calls);
+                    if (finish == "stop") finish = "tool_calls";
+                }
+            }
             j = {{"id", id_},
                  {"object", "chat.completion"},
                  {"created", created_},
                  {"model", job_.model},
                  {"choices",
                   {{{"index", index_},
-                    {"message", {{"role", "assistant"}, {"content", text_}}},
+                    {"message", std::move(message)},
                     {"logprobs", logprobs_on() ? chat_logprobs(logprobs_) : json(nullptr)},
-                    {"finish_reason", finish_reason_openai()}}}},
+                    {"finish_reason", finish}}}},
                  {"usage", usage(last_, n_out)}};
             break;
+        }
     }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -780,11 +849,32 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
                 out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
                 sent_role_ = true;
             }
-            if (!ev.text.empty() || !ev.token_ids.empty()) {
-                out += frame(chunk({{"content", ev.text}}, nullptr,
+            if (job_.tool_format == ToolCallFormat::kNone) {
+                if (!ev.text.empty() || !ev.token_ids.empty()) {
+                    out += frame(
+                        chunk({{"content", ev.text}}, nullptr,
+                              logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr)));
+                }
+                if (ev.finished) out += frame(chunk(json::object(), finish, nullptr));
+                break;
+            }
+            // With tools: content goes out as soon as it cannot be tool markup; the calls at the end, whole.
+            if (!tool_stream_) tool_stream_.emplace(job_.tool_format);
+            const std::string content = tool_stream_->feed(ev.text);
+            if (!content.empty() || (logprobs_on() && !ev.logprobs.empty())) {
+                out += frame(chunk({{"content", content}}, nullptr,
                                    logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr)));
             }
-            if (ev.finished) out += frame(chunk(json::object(), finish, nullptr));
+            if (ev.finished) {
+                ToolCallParse end = tool_stream_->finish(&job_.tools);
+                if (!end.content.empty()) out += frame(chunk({{"content", end.content}}, nullptr, nullptr));
+                json fin = finish;
+                if (!end.calls.empty()) {
+                    out += frame(chunk({{"tool_calls", tool_calls_json(end.calls)}}, nullptr, nullptr));
+                    if (fin == "stop") fin = "tool_calls";
+                }
+                out += frame(chunk(json::object(), fin, nullptr));
+            }
             break;
         }
     }

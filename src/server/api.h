@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "engine/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/config.h"
+#include "server/tool_parser.h"
 
 namespace penstock::server {
 
@@ -56,6 +58,10 @@ struct Job {
     bool echo = false;
     bool score_only = false;
     std::string model;
+    // Chat with tools (and tool_choice not "none"): the request's tools and the format whose calls are parsed out of
+    // the output into message.tool_calls (kNone: none are).
+    nlohmann::json tools;
+    ToolCallFormat tool_format = ToolCallFormat::kNone;
     // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
     std::string bootstrap_host;
     int64_t bootstrap_port = 0;
@@ -69,6 +75,9 @@ struct ParseContext {
     int64_t vocab_size = 0;
     // tokenizer_config.json's chat template when it parsed (ChatTemplate subset); null: the builtin template.
     const ChatTemplate* chat_template = nullptr;
+    // The format of tool calls in this model's chat outputs (--tool-call-parser); kNone: requests with tools are
+    // refused.
+    ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 // The job, or the error to answer with (400 for malformed JSON or a bad field).
@@ -106,6 +115,8 @@ public:
 
 private:
     std::string finish_reason_openai() const;
+    // Chat with tools: OpenAI's tool_calls entries (ids "call_..." unless the model named them).
+    nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls) const;
     bool logprobs_on() const { return job_.request.params.return_logprob; }
     // Completions with echo: the prompt's scored tokens, then `lps`.
     std::vector<engine::OutputLogprob> echoed(const std::vector<engine::OutputLogprob>& lps) const;
@@ -123,6 +134,7 @@ private:
     bool echo_sent_ = false;                              // completions stream: the prompt went out
     engine::RequestOutput last_;
     bool sent_role_ = false;
+    std::optional<ToolCallStream> tool_stream_;  // chat stream with tools: content held back from tool markup
 };
 
 // Several choices: the whole body (every writer's choice, usage summed: each prompt's tokens once, every choice's

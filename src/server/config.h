@@ -31,7 +31,11 @@ struct ServerConfig {
     int64_t max_stop_string_bytes = 256;   // --max-stop-string-bytes
     int64_t max_stop_token_ids = 64;
     int64_t max_messages = 256;  // chat messages per request
-    int64_t max_choices = 64;    // --max-choices: OpenAI routes, prompts x n per request (each is one engine request)
+    int64_t max_tools = 128;     // --max-tools: chat, function tools per request
+    // --tool-call-parser: how tool calls are read back out of chat outputs (tool_parser.h names); "auto" takes the
+    // format the chat template writes, "none" refuses requests with tools.
+    std::string tool_call_parser = "auto";
+    int64_t max_choices = 64;  // --max-choices: OpenAI routes, prompts x n per request (each is one engine request)
 
     // Lifecycle.
     double request_timeout_s = 600;  // --request-timeout-s: per-request deadline in the engine (0 = none)

@@ -23,6 +23,7 @@
 #include "scheduler/cost_model.h"
 #include "server/serve_internal.h"
 #include "server/server.h"
+#include "server/tool_parser.h"
 #include "server/warmup.h"
 
 namespace penstock::server {
@@ -102,6 +103,16 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
     cmd->add_option("--max-new-tokens-limit", s.max_new_tokens_limit, "largest max_new_tokens (0: context length)");
     cmd->add_option("--max-stop-strings", s.max_stop_strings, "stop strings per request");
     cmd->add_option("--max-stop-string-bytes", s.max_stop_string_bytes, "bytes per stop string");
+    cmd->add_option("--max-tools", s.max_tools, "chat: function tools per request (400 beyond)")
+        ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+    cmd->add_option("--tool-call-parser", s.tool_call_parser,
+                    "chat tool calls: auto (the chat template's format), deepseekv3, deepseekv31, kimi_k2, glm45, "
+                    "qwen25, none")
+        ->check([](const std::string& v) {
+            if (v == "auto") return std::string();
+            Result<ToolCallFormat> f = tool_call_format_from_name(v);
+            return f.ok() ? std::string() : f.status().message();
+        });
     cmd->add_option("--max-choices", s.max_choices, "OpenAI routes: prompts x n per request (400 beyond)")
         ->check(CLI::Range(int64_t{1}, int64_t{4096}));
     cmd->add_option("--drain-timeout-s", s.drain_timeout_s, "SIGTERM: wait this long for in-flight requests");

@@ -128,6 +128,14 @@ Server::Server(engine::Engine* engine, ServerConfig config, std::string info_jso
             PENSTOCK_LOG_WARN("{}", chat_template_source_);
         }
     }
+    // The tool-call format: named, or (auto) the one the template in use writes; the builtin template writes none.
+    if (config_.tool_call_parser != "auto") {
+        Result<ToolCallFormat> f = tool_call_format_from_name(config_.tool_call_parser);
+        PENSTOCK_CHECK(f.ok()) << f.status().to_string();  // the command line checked it
+        parse_ctx_.tool_format = *f;
+    } else if (chat_template_ != nullptr) {
+        parse_ctx_.tool_format = detect_tool_call_format(tok->config().chat_template);
+    }
 }
 
 Server::~Server() = default;
@@ -487,7 +495,9 @@ bool Server::run_job(ApiKind kind, const Request& req, FdStream& s) {
             }
             std::string frames = error_frame(ev);
             frames += w.sse_frames(ev);
-            if (!write_chunk(s, frames, config_.write_timeout_s)) return abandon();
+            // An event may have nothing to send (text held back from tool markup); an empty chunk would end the
+            // chunked body.
+            if (!frames.empty() && !write_chunk(s, frames, config_.write_timeout_s)) return abandon();
             if (ev.finished) return write_chunk(s, "", config_.write_timeout_s) && keep;
         }
         if (!job.stream && evs.back().finished) {
@@ -570,7 +580,7 @@ bool Server::run_choices(const Job& job, const std::string& id, FdStream& s, boo
                 std::string frames = error_frame(ev);
                 frames += ws[i].sse_frames(ev);
                 if (n_done == n) frames += multi_choice_stream_end(ws, job);
-                if (!write_chunk(s, frames, config_.write_timeout_s)) return abandon();
+                if (!frames.empty() && !write_chunk(s, frames, config_.write_timeout_s)) return abandon();
             }
         }
         if (!any && s.peer_closed()) return abandon();
@@ -665,6 +675,8 @@ std::string Server::server_info() const {
     j["watchdog_timeout"] = config_.watchdog_timeout_s;
     j["health_generate_timeout_s"] = config_.health_generate_timeout_s;
     j["chat_template"] = chat_template_source_;
+    j["tool_call_parser"] = std::string(tool_call_format_name(parse_ctx_.tool_format));
+    j["max_tools"] = config_.max_tools;
     return j.dump();
 }
 

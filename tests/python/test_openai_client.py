@@ -1,5 +1,6 @@
 """The `openai` Python SDK (a real client, not written here) against `penstock serve` on the embedded model:
 completions, chat, streaming, log-probabilities, errors. Skips with a clear message when the package is not installed."""
+import json
 import os
 import sys
 import unittest
@@ -121,6 +122,50 @@ class OpenAISdk(unittest.TestCase):
         bad = openai.OpenAI(base_url=f"http://127.0.0.1:{self.srv.port}/v1", api_key="wrong", max_retries=0)
         with self.assertRaises(openai.AuthenticationError):
             bad.models.list()
+        # The embedded model's template writes no tool calls: tools are refused, naming the setting that helps.
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+        self.assertIn("--tool-call-parser", str(e.exception))
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+
+
+@unittest.skipIf(openai is None, "the openai package is not installed (pip install openai); skipping SDK tests")
+class OpenAISdkTools(unittest.TestCase):
+    """A server told its model's tool-call format (--tool-call-parser deepseekv3) takes the SDK's tools, a tool
+    result in the history, and streams; the tiny model writes no call, so its text is the content
+    (tests/server/api_tools_test.cc parses real markup)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--tool-call-parser", "deepseekv3")
+        cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{cls.srv.port}/v1", api_key="x", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.srv.stop() == 0
+
+    def test_tools(self):
+        info = json.loads(self.srv.request("GET", "/get_server_info")[2])
+        self.assertEqual(info["tool_call_parser"], "deepseekv3")
+        msgs = [{"role": "user", "content": "weather in Tokyo?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+        r = self.client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, max_tokens=6, temperature=0)
+        self.assertIn(r.choices[0].finish_reason, ("length", "stop", "tool_calls"))
+        self.assertIsInstance(r.choices[0].message.content, str)
+        chunks = list(self.client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, max_tokens=6,
+                                                          temperature=0, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, r.choices[0].message.content)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, tool_choice="required")
 
 
 if __name__ == "__main__":
