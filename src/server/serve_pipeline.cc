@@ -11,6 +11,7 @@
 #include "core/logging.h"
 #include "disagg/stage_sender.h"
 #include "kernels/backend.h"
+#include "kv_cache/paged_cache.h"
 #include "parallel/comm_factory.h"
 #include "parallel/consensus.h"
 #include "parallel/partition.h"
@@ -169,6 +170,28 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     PENSTOCK_RETURN_IF_ERROR(groups.world->all_reduce(failed, parallel::ReduceOp::kMax));
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
+
+    // A disaggregated prefill on tp / cp lanes: rank 0's runner caches every layer's whole latent and index keys (tp
+    // replicates them, cp all-gathers every chunk's rows), so rank 0 sends the room alone. KDA states are split by
+    // head over tp ranks: rank 0 holds only its heads', so that is refused rather than sent in part.
+    if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && groups.sizes.tp > 1) {
+        Status whole = ok_status();
+        if (Result<disagg::KvLayout> l = engine::disagg_kv_layout(**runner, "--disaggregation-mode prefill: ");
+            !l.ok()) {
+            whole = l.status();
+        } else {
+            for (const disagg::KvBuffer& b : l->buffers) {
+                const auto kind = static_cast<kv_cache::BufferKind>(b.key % 8);
+                if (kind == kv_cache::BufferKind::kKdaRecurrent || kind == kv_cache::BufferKind::kKdaConv) {
+                    whole = unimplemented(
+                        "--disaggregation-mode prefill with --tp ranks: this model's KDA states are split by head "
+                        "over the tp ranks and each would send its share (not built yet); --cp or --pp is");
+                    break;
+                }
+            }
+        }
+        PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, whole, "the KV layout"));
+    }
 
     // A disaggregated prefill: every stage sends its own layers' KV (docs/design/disagg.md "Pipeline stages").
     const bool staged_kv = setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && groups.sizes.pp > 1;

@@ -66,9 +66,10 @@ def prompt(n, salt=0, vocab=250):
 
 
 class PipelinedPrefill(unittest.TestCase):
-    def run_pair(self, model, pp, cases, extra=(), room0=0):
-        """Plain, decode and a `--pp pp` prefill server of `model`; each (prompt, max_new) of `cases` is sent to the
-        prefill and the decode servers concurrently with its own room. Returns the prefill launcher's exit output."""
+    def run_pair(self, model, pp, cases, extra=(), room0=0, lanes=()):
+        """Plain, decode and a `--pp pp` prefill server of `model` (with `lanes`, e.g. ("--tp", 2): pp 1 and that
+        many ranks instead); each (prompt, max_new) of `cases` is sent to the prefill and the decode servers
+        concurrently with its own room. Returns the prefill launcher's exit output."""
         flags = ("--model", model, "--skip-tokenizer-init", *extra)
         plain = Server(*flags)
         try:
@@ -78,8 +79,9 @@ class PipelinedPrefill(unittest.TestCase):
             raise
         prefill = None
         try:
+            ranks = pp * (int(lanes[1]) if lanes else 1)
             prefill = start(*flags, "--disaggregation-mode", "prefill", "--chunked-prefill-size", "64", "--pp",
-                             str(pp), threads=1, launcher=mpirun(pp))
+                             str(pp), *map(str, lanes), threads=1, launcher=mpirun(ranks))
             want = [generate(plain, ids, n)[2]["output_ids"] for ids, n in cases]
             results = {}
 
@@ -118,7 +120,13 @@ class PipelinedPrefill(unittest.TestCase):
         for stage, used, done, failed in stops:
             self.assertEqual(used, "0", f"stage {stage} ended with pages in use")
             self.assertEqual((int(done), int(failed)), (len(cases), 0), f"stage {stage}'s KV sends")
-        self.assertIn("stage 0: KV pages in use: 0", output)
+        if lanes:
+            # Rank 0 sent every room; the other lanes followed and freed every page too.
+            followers = re.findall(r"stage 0 lane cp \d+ tp \d+ stopped; KV pages in use: (\d+)", output)
+            self.assertEqual(len(followers), int(lanes[1]) - 1, output[-4000:])
+            self.assertEqual(set(followers), {"0"}, output[-4000:])
+        else:
+            self.assertIn("stage 0: KV pages in use: 0", output)
         return output
 
     def test_deepseek_v3_two_stages(self):
@@ -131,6 +139,18 @@ class PipelinedPrefill(unittest.TestCase):
 
     def test_glm_dsa_two_stages_carry_the_index_keys(self):
         self.run_pair(GLM, 2, [(prompt(40, 0, 128), 6), (prompt(140, 1, 128), 6)], room0=300)
+
+    def test_deepseek_v3_tensor_parallel_rank_0_sends_the_whole_latent(self):
+        # TP replicates MLA's latent cache: rank 0 sends it all; rank 1 frees its pages as rank 0 releases.
+        self.run_pair(BUNDLED, 1, [(prompt(9), 12), (prompt(70, 1), 6), (prompt(130, 2), 12), (prompt(9, 3), 80)],
+                      room0=400, lanes=("--tp", 2))
+
+    def test_kimi_k3_context_parallel_sends_the_kda_state(self):
+        # CP keeps every cache whole on every rank (KDA states too): rank 0 sends them.
+        self.run_pair(K3, 1, [(prompt(9), 6), (prompt(100, 1), 6), (prompt(150, 2), 6)], room0=500, lanes=("--cp", 2))
+
+    def test_glm_dsa_context_parallel_carries_the_index_keys(self):
+        self.run_pair(GLM, 1, [(prompt(40, 0, 128), 6), (prompt(140, 1, 128), 6)], room0=600, lanes=("--cp", 2))
 
     def test_a_room_with_no_decode_end_frees_every_stage(self):
         flags = ("--model", BUNDLED, "--skip-tokenizer-init")
@@ -149,6 +169,12 @@ class PipelinedPrefill(unittest.TestCase):
             decode.stop()
             output = stop_pipeline(self, prefill)
         self.assertRegex(output, r"stage 1 stopped[^\n]*KV pages in use: 0 of \d+; KV sends 0 done, 0 failed")
+
+    def test_kda_states_split_over_tp_ranks_are_refused(self):
+        with self.assertRaises(RuntimeError) as e:
+            Server("--model", K3, "--skip-tokenizer-init", "--disaggregation-mode", "prefill", "--tp", "2",
+                   threads=1, launcher=mpirun(2))
+        self.assertIn("KDA states are split by head", str(e.exception))
 
     def test_a_pipelined_decode_end_is_refused(self):
         with self.assertRaises(RuntimeError) as e:
