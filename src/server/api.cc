@@ -518,6 +518,9 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
             }
         } else {
             parse_tools(&f, ctx, &job);
+            bool separate = true;  // SGLang's separate_reasoning
+            f.boolean("separate_reasoning", &separate);
+            if (separate) job.reasoning = ctx.reasoning;
             const json* msgs = f.find("messages");
             if (msgs == nullptr) {
                 f.fail("messages", "is required");
@@ -771,8 +774,15 @@ std::string ResponseWriter::final_body() const {
         case ApiKind::kChat: {
             json message = {{"role", "assistant"}, {"content", text_}};
             std::string finish = finish_reason_openai();
+            // The reasoning first (its text is never a tool call), then tool calls in what follows it.
+            std::string content = text_;
+            if (job_.reasoning.on()) {
+                ReasoningParse r = parse_reasoning(job_.reasoning, text_);
+                message["reasoning_content"] = r.reasoning.empty() ? json(nullptr) : json(r.reasoning);
+                message["content"] = content = std::move(r.content);
+            }
             if (job_.tool_format != ToolCallFormat::kNone) {
-                ToolCallParse parsed = parse_tool_calls(job_.tool_format, text_, &job_.tools);
+                ToolCallParse parsed = parse_tool_calls(job_.tool_format, content, &job_.tools);
                 if (!parsed.calls.empty()) {
                     message["content"] = parsed.content.empty() ? json(nullptr) : json(parsed.content);
                     message["tool_calls"] = tool_calls_json(parsed.calls);
@@ -849,28 +859,46 @@ std::string ResponseWriter::sse_frames(const engine::RequestOutput& ev) {
                 out += frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
                 sent_role_ = true;
             }
-            if (job_.tool_format == ToolCallFormat::kNone) {
-                if (!ev.text.empty() || !ev.token_ids.empty()) {
-                    out += frame(
-                        chunk({{"content", ev.text}}, nullptr,
-                              logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr)));
-                }
+            const json lps = logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr);
+            if (job_.tool_format == ToolCallFormat::kNone && !job_.reasoning.on()) {
+                if (!ev.text.empty() || !ev.token_ids.empty())
+                    out += frame(chunk({{"content", ev.text}}, nullptr, lps));
                 if (ev.finished) out += frame(chunk(json::object(), finish, nullptr));
                 break;
             }
-            // With tools: content goes out as soon as it cannot be tool markup; the calls at the end, whole.
-            if (!tool_stream_) tool_stream_.emplace(job_.tool_format);
-            const std::string content = tool_stream_->feed(ev.text);
-            if (!content.empty() || (logprobs_on() && !ev.logprobs.empty())) {
-                out += frame(chunk({{"content", content}}, nullptr,
-                                   logprobs_on() && !ev.logprobs.empty() ? chat_logprobs(ev.logprobs) : json(nullptr)));
+            // Reasoning streams as it comes (a possible tag prefix waits); content goes out as soon as it cannot be
+            // tool markup; tool calls come whole at the end. The event's logprobs ride on its first chunk.
+            ReasoningParse parts{.reasoning = {}, .content = ev.text};
+            if (job_.reasoning.on()) {
+                if (!reasoning_stream_) reasoning_stream_.emplace(job_.reasoning);
+                parts = reasoning_stream_->feed(ev.text);
+                if (ev.finished) {
+                    ReasoningParse end = reasoning_stream_->finish();
+                    parts.reasoning += end.reasoning;
+                    parts.content += end.content;
+                }
+            }
+            std::vector<ToolCall> calls;
+            if (job_.tool_format != ToolCallFormat::kNone) {
+                if (!tool_stream_) tool_stream_.emplace(job_.tool_format);
+                parts.content = tool_stream_->feed(parts.content);
+                if (ev.finished) {
+                    ToolCallParse end = tool_stream_->finish(&job_.tools);
+                    parts.content += end.content;
+                    calls = std::move(end.calls);
+                }
+            }
+            json pending_lps = lps;
+            if (!parts.reasoning.empty()) {
+                out += frame(chunk({{"reasoning_content", parts.reasoning}}, nullptr, std::exchange(pending_lps, {})));
+            }
+            if (!parts.content.empty() || !pending_lps.is_null()) {
+                out += frame(chunk({{"content", parts.content}}, nullptr, std::move(pending_lps)));
             }
             if (ev.finished) {
-                ToolCallParse end = tool_stream_->finish(&job_.tools);
-                if (!end.content.empty()) out += frame(chunk({{"content", end.content}}, nullptr, nullptr));
                 json fin = finish;
-                if (!end.calls.empty()) {
-                    out += frame(chunk({{"tool_calls", tool_calls_json(end.calls)}}, nullptr, nullptr));
+                if (!calls.empty()) {
+                    out += frame(chunk({{"tool_calls", tool_calls_json(calls)}}, nullptr, nullptr));
                     if (fin == "stop") fin = "tool_calls";
                 }
                 out += frame(chunk(json::object(), fin, nullptr));

@@ -15,6 +15,7 @@
 #include "engine/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/config.h"
+#include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
 namespace penstock::server {
@@ -62,6 +63,9 @@ struct Job {
     // the output into message.tool_calls (kNone: none are).
     nlohmann::json tools;
     ToolCallFormat tool_format = ToolCallFormat::kNone;
+    // Chat with a reasoning parser (--reasoning-parser) and separate_reasoning (default true): the output's reasoning
+    // goes to message.reasoning_content.
+    ReasoningFormat reasoning;
     // /generate, disaggregation (SGLang's field names): the decode server a prefill server sends the room's KV to.
     std::string bootstrap_host;
     int64_t bootstrap_port = 0;
@@ -78,6 +82,7 @@ struct ParseContext {
     // The format of tool calls in this model's chat outputs (--tool-call-parser); kNone: requests with tools are
     // refused.
     ToolCallFormat tool_format = ToolCallFormat::kNone;
+    ReasoningFormat reasoning;  // --reasoning-parser (off: none)
 };
 
 // The job, or the error to answer with (400 for malformed JSON or a bad field).
@@ -134,7 +139,8 @@ private:
     bool echo_sent_ = false;                              // completions stream: the prompt went out
     engine::RequestOutput last_;
     bool sent_role_ = false;
-    std::optional<ToolCallStream> tool_stream_;  // chat stream with tools: content held back from tool markup
+    std::optional<ToolCallStream> tool_stream_;        // chat stream with tools: content held back from tool markup
+    std::optional<ReasoningStream> reasoning_stream_;  // chat stream with a reasoning parser
 };
 
 // Several choices: the whole body (every writer's choice, usage summed: each prompt's tokens once, every choice's

@@ -35,6 +35,8 @@ struct ServerConfig {
     // --tool-call-parser: how tool calls are read back out of chat outputs (tool_parser.h names); "auto" takes the
     // format the chat template writes, "none" refuses requests with tools.
     std::string tool_call_parser = "auto";
+    // --reasoning-parser: splits a thinking model's reasoning out of chat outputs (reasoning_parser.h names).
+    std::string reasoning_parser = "none";
     int64_t max_choices = 64;  // --max-choices: OpenAI routes, prompts x n per request (each is one engine request)
 
     // Lifecycle.

@@ -21,6 +21,7 @@
 #include "models/model.h"
 #include "runtime/model_runner.h"
 #include "scheduler/cost_model.h"
+#include "server/reasoning_parser.h"
 #include "server/serve_internal.h"
 #include "server/server.h"
 #include "server/tool_parser.h"
@@ -111,6 +112,13 @@ void add_serve_options(CLI::App* cmd, ServeArgs* a) {
         ->check([](const std::string& v) {
             if (v == "auto") return std::string();
             Result<ToolCallFormat> f = tool_call_format_from_name(v);
+            return f.ok() ? std::string() : f.status().message();
+        });
+    cmd->add_option("--reasoning-parser", s.reasoning_parser,
+                    "chat: reasoning_content from deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, glm45, kimi, "
+                    "kimi_k2 outputs (none: off)")
+        ->check([](const std::string& v) {
+            Result<ReasoningFormat> f = reasoning_format_from_name(v);
             return f.ok() ? std::string() : f.status().message();
         });
     cmd->add_option("--max-choices", s.max_choices, "OpenAI routes: prompts x n per request (400 beyond)")

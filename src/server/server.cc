@@ -113,7 +113,9 @@ Server::Server(engine::Engine* engine, ServerConfig config, std::string info_jso
                               .model_name = config_.served_model_name,
                               .max_context_len = engine_->scheduler_config().max_context_len,
                               .vocab_size = engine_->model_config().vocab_size,
-                              .chat_template = nullptr};
+                              .chat_template = nullptr,
+                              .tool_format = ToolCallFormat::kNone,
+                              .reasoning = {}};
     chat_template_source_ = "builtin-deepseek";
     const engine::Tokenizer* tok = engine_->tokenizer();
     if (tok != nullptr && !tok->config().chat_template.empty()) {
@@ -128,6 +130,9 @@ Server::Server(engine::Engine* engine, ServerConfig config, std::string info_jso
             PENSTOCK_LOG_WARN("{}", chat_template_source_);
         }
     }
+    Result<ReasoningFormat> reasoning = reasoning_format_from_name(config_.reasoning_parser);
+    PENSTOCK_CHECK(reasoning.ok()) << reasoning.status().to_string();  // the command line checked it
+    parse_ctx_.reasoning = *reasoning;
     // The tool-call format: named, or (auto) the one the template in use writes; the builtin template writes none.
     if (config_.tool_call_parser != "auto") {
         Result<ToolCallFormat> f = tool_call_format_from_name(config_.tool_call_parser);
@@ -676,6 +681,7 @@ std::string Server::server_info() const {
     j["health_generate_timeout_s"] = config_.health_generate_timeout_s;
     j["chat_template"] = chat_template_source_;
     j["tool_call_parser"] = std::string(tool_call_format_name(parse_ctx_.tool_format));
+    j["reasoning_parser"] = config_.reasoning_parser;
     j["max_tools"] = config_.max_tools;
     return j.dump();
 }

@@ -167,6 +167,29 @@ class OpenAISdkTools(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             self.client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, tool_choice="required")
 
+    def test_reasoning_content(self):
+        """--reasoning-parser deepseek-r1: the prompt opened the reasoning, and the tiny model never closes it, so all
+        of its text is reasoning_content, whole and streamed; separate_reasoning false gives it back as content."""
+        srv = Server("--reasoning-parser", "deepseek-r1")
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
+            msgs = [{"role": "user", "content": "think"}]
+            r = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0)
+            reasoning = r.choices[0].message.reasoning_content
+            self.assertIsInstance(reasoning, str)
+            self.assertGreater(len(reasoning), 0)
+            self.assertEqual(r.choices[0].message.content, "")
+            chunks = list(client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0,
+                                                         stream=True))
+            streamed = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
+                               for c in chunks if c.choices)
+            self.assertEqual(streamed, reasoning)
+            plain = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0,
+                                                   extra_body={"separate_reasoning": False})
+            self.assertEqual(plain.choices[0].message.content, reasoning)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
 
 if __name__ == "__main__":
     if openai is None:

@@ -30,7 +30,8 @@ protected:
                             .max_context_len = 4096,
                             .vocab_size = 512,
                             .chat_template = nullptr,
-                            .tool_format = ToolCallFormat::kDeepSeekV3};
+                            .tool_format = ToolCallFormat::kDeepSeekV3,
+                            .reasoning = {}};
     }
     ParseResult chat(const std::string& extra) {
         const std::string body = R"({"messages": [{"role": "user", "content": "weather in Tokyo?"}])" + extra + "}";
@@ -162,6 +163,46 @@ TEST_F(ApiTools, ToolMarkupBecomesToolCallsWholeAndStreamed) {
     EXPECT_EQ(cb["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(cb["choices"][0]["message"]["content"], kCall.substr(0, 60));
     EXPECT_FALSE(cb["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST_F(ApiTools, ReasoningThenToolCallsWholeAndStreamed) {
+    ctx_.reasoning = *reasoning_format_from_name("qwen3");
+    ASSERT_FALSE(chat(R"(, "separate_reasoning": false)").job->reasoning.on()) << "the request turns it off";
+    ParseResult r = chat(R"(, "tools": )" + kTools);
+    ASSERT_TRUE(r.job) << r.error.message;
+    const std::string text = "<think>I need the weather</think>\n" + kCall;
+    ResponseWriter w(*r.job, "chatcmpl-4", 100);
+    w.add(event(text.substr(0, 12), 5));
+    w.add(event(text.substr(12), 6, true));
+    const json message = json::parse(w.final_body())["choices"][0]["message"];
+    EXPECT_EQ(message["reasoning_content"], "I need the weather");
+    EXPECT_TRUE(message["content"].is_null()) << message;
+    ASSERT_EQ(message["tool_calls"].size(), 1u);
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+
+    // Streamed in 5-byte pieces: reasoning deltas, no content, the call, finish tool_calls.
+    ResponseWriter s(*r.job, "chatcmpl-5", 100);
+    std::string reasoning, content, frames;
+    json calls, finish;
+    for (size_t at = 0; at < text.size(); at += 5) {
+        const engine::RequestOutput ev = event(text.substr(at, 5), 7, at + 5 >= text.size());
+        s.add(ev);
+        frames += s.sse_frames(ev);
+    }
+    size_t at = 0;
+    while ((at = frames.find("data: {", at)) != std::string::npos) {
+        const size_t end = frames.find("\n\n", at);
+        const json c = json::parse(frames.substr(at + 6, end - at - 6))["choices"][0];
+        at = end;
+        if (c["delta"].contains("reasoning_content")) reasoning += c["delta"]["reasoning_content"].get<std::string>();
+        if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+        if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
+        if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+    EXPECT_EQ(reasoning, "I need the weather");
+    EXPECT_EQ(content, "");
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(finish, "tool_calls");
 }
 
 }  // namespace
