@@ -1,12 +1,12 @@
-// ChatTemplate: a small Jinja2 subset, enough for the chat templates most tokenizer_config.json files ship:
-// text, {{ expr }}, {% if/elif/else/endif %}, {% for x in expr %}...{% endfor %} (loop.index0/index/first/last/
-// length), {% set x = expr %}, whitespace control ({%- -%} {{- -}}) with transformers' trim_blocks/lstrip_blocks,
-// expressions with string/int/bool/none literals, names, .attr and [key], +, ~, ==, !=, in, not, and, or,
-// `is [not] defined/none/string`, the trim filter and raise_exception(). Anything else is Unimplemented at parse
-// time, and the server then uses its documented builtin template. Immutable after parse; thread-safe to render.
+// ChatTemplate: a Hugging Face chat template (Jinja2) rendered as transformers renders it: jinja2 with
+// trim_blocks, lstrip_blocks and loop controls, autoescape off, transformers' tojson filter and its globals
+// raise_exception / strftime_now, the sandbox's refusal of mutating list methods. The interpreter lives in
+// server/jinja_*.{h,cc}; docs/design/server.md lists what of Jinja2 is not supported. Immutable after parse;
+// thread-safe to render concurrently.
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,26 +16,43 @@
 
 namespace penstock::server {
 
+namespace jinja {
+struct Program;
+}
+
 struct ChatMessage {
     std::string role;
     std::string content;
 };
 
+struct RenderOptions {
+    std::string bos_token;
+    std::string eos_token;
+    bool add_generation_prompt = true;
+    // The request's tools (a JSON array); null: none given, and the template sees `tools` as none (as transformers).
+    nlohmann::ordered_json tools;
+    // chat_template_kwargs: an object whose keys become top-level template variables (overriding the above).
+    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+};
+
 class ChatTemplate final {
 public:
-    // InvalidArgument for malformed templates, Unimplemented for constructs outside the subset.
+    // InvalidArgument for templates that do not parse (the message names the template line).
     [[nodiscard]] static Result<std::shared_ptr<const ChatTemplate>> parse(std::string_view source);
-    // Renders with messages, bos_token, eos_token and add_generation_prompt = true. InvalidArgument when the
-    // template raises (raise_exception) or evaluates something it cannot (e.g. + on a list).
+    // Renders `messages` (a JSON array of message objects, passed as is) with the context transformers builds:
+    // messages, tools, documents (none), add_generation_prompt, bos_token, eos_token, then kwargs. InvalidArgument
+    // when the template raises (raise_exception: its message), touches an undefined value, hits a type error or a
+    // resource limit (server/jinja_interp.h).
+    [[nodiscard]] Result<std::string> render(const nlohmann::ordered_json& messages, const RenderOptions& o) const;
+    // Role + content strings only, add_generation_prompt = true.
     [[nodiscard]] Result<std::string> render(const std::vector<ChatMessage>& messages, const std::string& bos,
                                              const std::string& eos) const;
 
-    struct Node;
     ~ChatTemplate();
 
 private:
     ChatTemplate();
-    std::unique_ptr<Node> root_;
+    std::unique_ptr<jinja::Program> program_;
 };
 
 }  // namespace penstock::server
