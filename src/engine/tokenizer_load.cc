@@ -195,7 +195,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_dir(const std::filesystem::pa
 
 Status Tokenizer::load_config_file(const std::filesystem::path& path) {
     PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_file(path));
-    return load_config_json(text, path.string());
+    PENSTOCK_RETURN_IF_ERROR(load_config_json(text, path.string()));
+    // transformers 5 layout: chat_template.jinja next to tokenizer_config.json wins over its chat_template field.
+    const std::filesystem::path jinja = path.parent_path() / "chat_template.jinja";
+    if (std::error_code ec; std::filesystem::is_regular_file(jinja, ec)) {
+        PENSTOCK_ASSIGN_OR_RETURN(std::string tmpl, read_file(jinja));
+        config_.chat_template = std::move(tmpl);
+    }
+    return ok_status();
 }
 
 Status Tokenizer::load_config_json(std::string_view text, std::string_view source_view) {

@@ -308,13 +308,17 @@ bool encode_text(Fields* f, const ParseContext& ctx, const char* name, const std
     return true;
 }
 
-void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::vector<int32_t>* out) {
+// Chat messages (`msgs`, the request's own key order, which templates' tojson shows) to prompt ids: the chat template
+// gets them as they are (tool_calls, tool_call_id, content-part lists included) plus the job's tools and the
+// request's chat_template_kwargs; the builtin fallback gets role + flattened text content.
+void parse_messages(Fields* f, const ParseContext& ctx, const nlohmann::ordered_json& msgs,
+                    const nlohmann::ordered_json& tools, std::vector<int32_t>* out) {
     if (!msgs.is_array() || msgs.empty()) return f->fail("messages", "must be a non-empty array");
     if (static_cast<int64_t>(msgs.size()) > ctx.config->max_messages) {
         return f->fail("messages", "more than " + std::to_string(ctx.config->max_messages) + " messages");
     }
     std::vector<ChatMessage> flat;
-    for (const json& m : msgs) {
+    for (const nlohmann::ordered_json& m : msgs) {
         if (!m.is_object()) return f->fail("messages", "each message must be an object");
         auto role = m.find("role");
         auto content = m.find("content");
@@ -325,7 +329,7 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
         } else if (content->is_string()) {
             text = content->get<std::string>();
         } else if (content->is_array()) {
-            for (const json& part : *content) {
+            for (const nlohmann::ordered_json& part : *content) {
                 auto t = part.is_object() ? part.find("text") : part.end();
                 if (!part.is_object() || part.value("type", "") != "text" || t == part.end() || !t->is_string()) {
                     return f->fail("messages", "only text content parts are supported");
@@ -335,7 +339,15 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
         } else {
             return f->fail("messages", "content must be a string or an array of text parts");
         }
+        if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null() && !calls->is_array()) {
+            return f->fail("messages", "tool_calls must be an array");
+        }
         flat.push_back({.role = role->get<std::string>(), .content = std::move(text)});
+    }
+    RenderOptions opts;
+    if (const json* kw = f->find("chat_template_kwargs"); kw != nullptr && !kw->is_null()) {
+        if (!kw->is_object()) return f->fail("chat_template_kwargs", "must be an object");
+        opts.kwargs = nlohmann::ordered_json::parse(kw->dump());
     }
     if (ctx.tokenizer == nullptr) {
         return f->fail("messages", "chat needs a tokenizer (this server runs with --skip-tokenizer-init)");
@@ -343,7 +355,10 @@ void parse_messages(Fields* f, const ParseContext& ctx, const json& msgs, std::v
     const engine::TokenizerConfig& tc = ctx.tokenizer->config();
     std::string prompt;
     if (ctx.chat_template != nullptr) {
-        Result<std::string> r = ctx.chat_template->render(flat, tc.bos_token, tc.eos_token);
+        opts.bos_token = tc.bos_token;
+        opts.eos_token = tc.eos_token;
+        opts.tools = tools;
+        Result<std::string> r = ctx.chat_template->render(msgs, opts);
         if (!r.ok()) return f->fail("messages", r.status().message());
         prompt = std::move(r).value();
     } else {
@@ -524,8 +539,12 @@ ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& c
             const json* msgs = f.find("messages");
             if (msgs == nullptr) {
                 f.fail("messages", "is required");
-            } else {
-                parse_messages(&f, ctx, *msgs, &job.prompts.emplace_back().ids);
+            } else if (!f.failed()) {
+                // The body again in its own key order, so templates' tojson prints messages and tools as sent.
+                const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+                const nlohmann::ordered_json tools =
+                    job.tools.is_null() || !ordered.contains("tools") ? nlohmann::ordered_json() : ordered["tools"];
+                parse_messages(&f, ctx, ordered["messages"], tools, &job.prompts.emplace_back().ids);
             }
         }
         if (!job.prompts.empty()) job.request.prompt = job.prompts.front().ids;

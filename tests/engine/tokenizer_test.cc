@@ -4,7 +4,9 @@
 #include "engine/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -301,6 +303,22 @@ TEST(Tokenizer, MalformedConfigGivesClearErrors) {
                     .ok());
     EXPECT_EQ(tok->config().eos_id, 1);
     EXPECT_EQ(tok->config().chat_template, "D");
+}
+
+// transformers 5 writes the template to chat_template.jinja next to tokenizer_config.json; that file wins.
+TEST(Tokenizer, ChatTemplateJinjaFileWinsOverConfigField) {
+    auto tok = load(kAssetDir + "/tokenizer.json");
+    ASSERT_NE(tok, nullptr);
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("penstock_tok_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "FROM CONFIG"})";
+    ASSERT_TRUE(tok->load_config_file(dir / "tokenizer_config.json").ok());
+    EXPECT_EQ(tok->config().chat_template, "FROM CONFIG");
+    std::ofstream(dir / "chat_template.jinja") << "{{ bos_token }}FROM FILE\n";
+    ASSERT_TRUE(tok->load_config_file(dir / "tokenizer_config.json").ok());
+    EXPECT_EQ(tok->config().chat_template, "{{ bos_token }}FROM FILE\n");
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
