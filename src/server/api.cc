@@ -359,6 +359,19 @@ void parse_messages(Fields* f, const ParseContext& ctx, const nlohmann::ordered_
         opts.eos_token = tc.eos_token;
         opts.tools = tools;
         Result<std::string> r = ctx.chat_template->render(msgs, opts);
+        if (!r.ok()) {
+            // Templates written for string content only (e.g. `'...' + message['content']`) fail on OpenAI's null
+            // content beside tool_calls; retry once with null content as "" before refusing.
+            nlohmann::ordered_json retry = msgs;
+            bool changed = false;
+            for (auto& m : retry) {
+                if (auto c = m.find("content"); c != m.end() && c->is_null()) {
+                    *c = "";
+                    changed = true;
+                }
+            }
+            if (changed) r = ctx.chat_template->render(retry, opts);
+        }
         if (!r.ok()) return f->fail("messages", r.status().message());
         prompt = std::move(r).value();
     } else {
