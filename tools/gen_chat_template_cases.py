@@ -144,6 +144,10 @@ SNIPPETS = [
     ("nested_data", "{% for m in conv %}{{ m.role }}:{% for p in m.content %}{{ p.text | default('?') }}{% endfor %};{% endfor %}", {"conv": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image"}]}]}),
     ("trailing_newline_dropped", "a\n", {}),
     ("crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc", {}),
+    ("split_maxsplit_keeps_remainder", "{{ ' a b '.split(none, 1) }}{{ ' a b '.rsplit(none, 1) }}{{ ' a b '.split(none, 0) }}{{ ' a  b  c '.rsplit(none, 1) }}{{ 'a b c'.split(none, 5) }}", {}),
+    ("startswith_bounds", "{{ 'abc'.startswith('b', 1) }}{{ 'abc'.startswith('', 5) }}{{ 'abc'.startswith('c', -1) }}{{ 'abc'.endswith('b', 0, 2) }}{{ 'abc'.endswith('b', 0, -1) }}{{ 'ñab'.startswith('a', 1) }}{{ 'abc'.startswith(('x', 'c'), 2) }}", {}),
+    ("round_like_python", "{{ 2 | round }} {{ 1250 | round(-2) }} {{ 1350 | round(-2) }} {{ -1251 | round(-2) }} {{ 2.55 | round(1) }} {{ 2.675 | round(2) }} {{ 0.125 | round(2) }} {{ -0.5 | round }} {{ 2 | round(0, 'floor') }} {{ 1234.5 | round(-2) }}", {}),
+    ("plus_does_not_end_a_variable", "{{ 'a' +}}", {}),
     ("set_messages_shadow", "{% set messages2 = msgs[1:] %}{{ messages2 | length }}{% for m in msgs %}{% set msgs = [] %}{% endfor %}{{ msgs | length }}", {"msgs": [1, 2, 3]}),
 ]
 

@@ -3,6 +3,8 @@
 // jinja2 3.1 and CPython (e.g. sort/unique are case-insensitive by default, round returns a float).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "server/jinja_interp.h"
@@ -52,11 +54,11 @@ List split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
             words.emplace_back(k, e);
             k = e;
         }
-        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+        // Python keeps the whitespace around the unsplit remainder (' a b '.split(None, 1) == ['a', 'b ']).
+        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
             if (from_right) {
                 const size_t first = words.size() - static_cast<size_t>(maxsplit) - 1;
-                size_t e = words[first].second;
-                out.push_back(Value::str(strip(s.substr(0, e), Value::none(), true, false)));
+                out.push_back(Value::str(s.substr(0, words[first].second)));
                 for (size_t w = first + 1; w < words.size(); ++w) {
                     out.push_back(Value::str(s.substr(words[w].first, words[w].second - words[w].first)));
                 }
@@ -65,7 +67,7 @@ List split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
             for (int64_t w = 0; w < maxsplit; ++w) {
                 out.push_back(Value::str(s.substr(words[w].first, words[w].second - words[w].first)));
             }
-            out.push_back(Value::str(strip(s.substr(words[maxsplit].first), Value::none(), false, true)));
+            out.push_back(Value::str(s.substr(words[maxsplit].first)));
             return out;
         }
         for (const auto& [b, e] : words) out.push_back(Value::str(s.substr(b, e - b)));
@@ -303,7 +305,20 @@ Value Interp::method(const Value& obj, const std::string& name) {
         if (name == "startswith" || name == "endswith") {
             return bound(name, [s, name](Interp&, const CallArgs& a) {
                 if (a.pos.empty()) fail(name + " takes one argument");
-                return Value::boolean(starts_or_ends(s, a.pos[0], name == "startswith"));
+                if (a.pos.size() == 1) return Value::boolean(starts_or_ends(s, a.pos[0], name == "startswith"));
+                // s[start:end] in code points, Python's slice bounds.
+                const std::vector<char32_t> cps = decode_utf8(s);
+                const auto n = static_cast<int64_t>(cps.size());
+                auto bound_at = [n](const Value& v, int64_t dflt) {
+                    if (v.kind == Kind::kNone) return dflt;
+                    const int64_t k = to_int64(v);
+                    return std::clamp(k < 0 ? k + n : k, int64_t{0}, n);
+                };
+                if (a.pos[1].kind != Kind::kNone && to_int64(a.pos[1]) > n) return Value::boolean(false);
+                const int64_t b = bound_at(a.pos[1], 0);
+                const int64_t e = a.pos.size() > 2 ? bound_at(a.pos[2], n) : n;
+                const std::vector<char32_t> sub(cps.begin() + b, cps.begin() + std::max(b, e));
+                return Value::boolean(starts_or_ends(encode_utf8(sub), a.pos[0], name == "startswith"));
             });
         }
         if (name == "lower" || name == "upper" || name == "title" || name == "capitalize" || name == "islower" ||
@@ -454,6 +469,25 @@ Value Interp::filter(const std::string& name, const Value& v, const CallArgs& a)
     if (name == "round") {
         const int64_t prec = to_int64(arg(a, 0, "precision", Value::integer(0)));
         const std::string method = to_str(arg(a, 1, "method", Value::str("common")));
+        if (method == "common" && (v.kind == Kind::kInt || v.kind == Kind::kBool)) {
+            // Python's round(int, n) stays an int; n < 0 rounds to a multiple of 10^-n, half to even.
+            const int64_t x = to_int64(v);
+            if (prec >= 0) return Value::integer(x);
+            if (prec < -18) return Value::integer(0);
+            int64_t unit = 1;
+            for (int64_t k = 0; k < -prec; ++k) unit *= 10;
+            int64_t q = x / unit;
+            if (x % unit != 0 && x < 0) --q;  // floor division
+            const int64_t r = x - q * unit;
+            if (2 * r > unit || (2 * r == unit && q % 2 != 0)) ++q;
+            return Value::integer(q * unit);
+        }
+        if (method == "common" && v.kind == Kind::kFloat && prec >= 0 && prec <= 17 && std::isfinite(v.f)) {
+            // Python rounds the exact binary value half-to-even (round(2.55, 1) == 2.5); so does printf.
+            char buf[400];
+            std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(prec), v.f);
+            return Value::real(std::strtod(buf, nullptr));
+        }
         const double scale = std::pow(10.0, static_cast<double>(prec));
         const double x = as_double(v) * scale;
         const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);

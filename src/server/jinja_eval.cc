@@ -251,7 +251,7 @@ void Interp::assign(const Node& n, Value v) {
 void Interp::exec_for(const Node& n) {
     const Value seq = eval(*n.expr);
     if (seq.kind != Kind::kList && seq.kind != Kind::kDict && seq.kind != Kind::kStr && !seq.is_undefined()) {
-        fail("'" + type_name(seq) + "' object is not iterable");
+        fail("'" + type_name(seq) + "' is not iterable");
     }
     List items = iterate(seq);
     auto bind = [&](Dict* scope, const Value& item) {

@@ -166,6 +166,7 @@ private:
             const int line = line_at(pos_);
             if (stack.empty()) {
                 for (char sign : {'-', '+', '\0'}) {
+                    if (sign == '+' && end == '}') continue;  // jinja2: `+` only ends blocks (`+%}`), not `}}`
                     const std::string marker = (sign != 0 ? std::string(1, sign) : "") + end + "}";
                     if (src_.compare(pos_, marker.size(), marker) == 0) {
                         pos_ += marker.size();
