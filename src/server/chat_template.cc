@@ -4,6 +4,36 @@
 #include "server/jinja_interp.h"
 
 namespace penstock::server {
+namespace {
+
+// Whether `e` reads something called `content`: the name, an attribute, a literal subscript or `.get('content')`.
+bool mentions_content(const jinja::Expr* e) {
+    if (e == nullptr) return false;
+    using Op = jinja::Expr::Op;
+    if ((e->op == Op::kName || e->op == Op::kAttr) && e->name == "content") return true;
+    if (e->op == Op::kLiteral && e->literal.is_str() && e->literal.s == "content") return true;
+    for (const jinja::ExprPtr& a : e->args) {
+        if (mentions_content(a.get())) return true;
+    }
+    return false;
+}
+
+bool loops_over_content(const jinja::Body& body) {
+    for (const jinja::NodePtr& n : body) {
+        if (n->type == jinja::Node::Type::kFor) {
+            if (mentions_content(n->expr.get())) return true;
+            for (const std::string& t : n->targets) {
+                if (t == "content") return true;
+            }
+        }
+        for (const jinja::Body& b : n->bodies) {
+            if (loops_over_content(b)) return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
 
 ChatTemplate::ChatTemplate() = default;
 ChatTemplate::~ChatTemplate() = default;
@@ -12,6 +42,7 @@ Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::parse(std::string_view
     std::shared_ptr<ChatTemplate> t(new ChatTemplate());
     try {
         t->program_ = jinja::parse_program(source);
+        t->takes_content_parts_ = loops_over_content(t->program_->body);
     } catch (const jinja::Error& e) {
         return Status(StatusCode::kInvalidArgument, std::string("chat template: ") + e.what());
     }

@@ -47,12 +47,18 @@ public:
     // Role + content strings only, add_generation_prompt = true.
     [[nodiscard]] Result<std::string> render(const std::vector<ChatMessage>& messages, const std::string& bos,
                                              const std::string& eos) const;
+    // Whether the template reads content-part lists: some `for` loop iterates over a `content` (a name `content`,
+    // `x.content`, `x['content']`, `x.get('content')`) or binds a loop variable named `content`. Templates that do
+    // not (DeepSeek-V3, Qwen, Llama 3.1) only work on string content, so callers flatten text parts for them (vLLM's
+    // "auto" chat-template content format, decided the same way).
+    [[nodiscard]] bool takes_content_parts() const { return takes_content_parts_; }
 
     ~ChatTemplate();
 
 private:
     ChatTemplate();
     std::unique_ptr<jinja::Program> program_;
+    bool takes_content_parts_ = false;
 };
 
 }  // namespace penstock::server

@@ -58,6 +58,33 @@ TEST(ChatTemplate, GoldenCasesMatchJinja2) {
     EXPECT_EQ(n_checked, static_cast<int>(root["cases"].size()));
 }
 
+TEST(ChatTemplate, TakesContentPartsWhenSomeLoopIteratesAContent) {
+    const std::string dir = PENSTOCK_CHAT_TEMPLATES_DIR;
+    const std::vector<std::pair<std::string, bool>> files = {
+        {"deepseek_v3_0324", false}, {"deepseek_r1", false},     {"llama_3_1_instruct", false},
+        {"qwen2_5_instruct", false}, {"qwen3", false},           {"glm_4_6", true},
+        {"kimi_k2_instruct", true},  {"kimi_k2_thinking", true},
+    };
+    for (const auto& [name, parts] : files) {
+        auto t = ChatTemplate::parse(read_file(dir + "/" + name + ".jinja"));
+        ASSERT_TRUE(t.ok()) << name << ": " << t.status().to_string();
+        EXPECT_EQ((*t)->takes_content_parts(), parts) << name;
+    }
+    const std::vector<std::pair<std::string, bool>> snippets = {
+        {"{% for p in message.content %}{% endfor %}", true},
+        {"{% for p in m['content'] if p.type == 'text' %}{% endfor %}", true},
+        {"{% macro f(c) %}{% for p in c.get('content') %}{% endfor %}{% endmacro %}", true},
+        {"{% if x %}{% for content in c %}{% endfor %}{% endif %}", true},
+        {"{% for m in messages %}{{ m.content }}{% endfor %}", false},
+        {"{{ message.content | join }}", false},
+    };
+    for (const auto& [src, parts] : snippets) {
+        auto t = ChatTemplate::parse(src);
+        ASSERT_TRUE(t.ok()) << src;
+        EXPECT_EQ((*t)->takes_content_parts(), parts) << src;
+    }
+}
+
 TEST(ChatTemplate, EmbeddedModelTemplateMatchesBuiltin) {
     const nlohmann::json cfg =
         nlohmann::json::parse(read_file(std::string(PENSTOCK_ASSETS_DIR) + "/tiny-deepseek-v3/tokenizer_config.json"));
