@@ -308,6 +308,77 @@ bool encode_text(Fields* f, const ParseContext& ctx, const char* name, const std
     return true;
 }
 
+}  // namespace
+
+Result<std::string> render_openai_chat(const ChatTemplate& t, const nlohmann::ordered_json& msgs,
+                                       const RenderOptions& o) {
+    // Templates disagree on a few shapes OpenAI clients send, so the messages are tried in up to four forms
+    // (the first that renders wins; the error is the first form's):
+    // - tool-call arguments as objects (transformers' convention, which Kimi / GLM / Qwen templates iterate or
+    //   tojson), else as the JSON strings OpenAI sends (DeepSeek's template concatenates them);
+    // - null content as is, else as "" (templates written for string content, `'...' + message['content']`).
+    // - content-part lists as lists where the template loops over them, else joined into one string (as the
+    //   builtin template joins them: no separator), since string-only templates fail on or print a list.
+    nlohmann::ordered_json as_objects = msgs;
+    if (!t.takes_content_parts()) {
+        for (size_t k = 0; k < as_objects.size(); ++k) {
+            if (auto c = as_objects[k].find("content"); c != as_objects[k].end() && c->is_array()) {
+                std::string text;
+                for (const auto& part : *c) {
+                    if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+                        text += part["text"].get<std::string>();
+                    }
+                }
+                *c = std::move(text);
+            }
+        }
+    }
+    bool parsed_args = false;
+    for (auto& m : as_objects) {
+        auto calls = m.find("tool_calls");
+        if (calls == m.end() || !calls->is_array()) continue;
+        for (auto& call : *calls) {
+            auto* fn = call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+            if (fn == nullptr || !fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) {
+                continue;
+            }
+            auto args = nlohmann::ordered_json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
+            if (args.is_discarded() || !args.is_object()) continue;
+            (*fn)["arguments"] = std::move(args);
+            parsed_args = true;
+        }
+    }
+    const auto null_as_empty = [](nlohmann::ordered_json m) {
+        bool changed = false;
+        for (auto& one : m) {
+            if (auto c = one.find("content"); c != one.end() && c->is_null()) {
+                *c = "";
+                changed = true;
+            }
+        }
+        return changed ? std::optional(std::move(m)) : std::nullopt;
+    };
+    std::vector<nlohmann::ordered_json> forms = {as_objects};
+    if (parsed_args) {  // the same, arguments as sent
+        nlohmann::ordered_json as_sent = as_objects;
+        for (size_t k = 0; k < as_sent.size(); ++k) {
+            if (auto calls = msgs[k].find("tool_calls"); calls != msgs[k].end()) as_sent[k]["tool_calls"] = *calls;
+        }
+        forms.push_back(std::move(as_sent));
+    }
+    for (size_t i = 0, n = forms.size(); i < n; ++i) {
+        if (auto e = null_as_empty(forms[i])) forms.push_back(std::move(*e));
+    }
+    Result<std::string> r = t.render(forms[0], o);
+    for (size_t i = 1; i < forms.size() && !r.ok(); ++i) {
+        Result<std::string> again = t.render(forms[i], o);
+        if (again.ok()) r = std::move(again);
+    }
+    return r;
+}
+
+namespace {
+
 // Chat messages (`msgs`, the request's own key order, which templates' tojson shows) to prompt ids: the chat template
 // gets them as they are (tool_calls, tool_call_id, content-part lists included) plus the job's tools and the
 // request's chat_template_kwargs; the builtin fallback gets role + flattened text content.
@@ -358,20 +429,7 @@ void parse_messages(Fields* f, const ParseContext& ctx, const nlohmann::ordered_
         opts.bos_token = tc.bos_token;
         opts.eos_token = tc.eos_token;
         opts.tools = tools;
-        Result<std::string> r = ctx.chat_template->render(msgs, opts);
-        if (!r.ok()) {
-            // Templates written for string content only (e.g. `'...' + message['content']`) fail on OpenAI's null
-            // content beside tool_calls; retry once with null content as "" before refusing.
-            nlohmann::ordered_json retry = msgs;
-            bool changed = false;
-            for (auto& m : retry) {
-                if (auto c = m.find("content"); c != m.end() && c->is_null()) {
-                    *c = "";
-                    changed = true;
-                }
-            }
-            if (changed) r = ctx.chat_template->render(retry, opts);
-        }
+        Result<std::string> r = render_openai_chat(*ctx.chat_template, msgs, opts);
         if (!r.ok()) return f->fail("messages", r.status().message());
         prompt = std::move(r).value();
     } else {

@@ -92,6 +92,13 @@ struct ParseResult {
 };
 ParseResult parse_job(ApiKind kind, std::string_view body, const ParseContext& ctx);
 
+// OpenAI chat messages rendered by `t`. Templates disagree on shapes OpenAI clients send, so up to four forms are
+// tried and the first that renders wins (the error is the first form's): content-part lists joined into one string
+// unless the template loops over contents (takes_content_parts), tool-call arguments as objects (transformers'
+// convention) else as the JSON strings sent, null content as is else as "".
+Result<std::string> render_openai_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages,
+                                       const RenderOptions& o);
+
 // Nesting depth of a JSON text ('[' / '{' outside strings), counted without parsing; stops counting at limit + 1.
 int64_t json_depth(std::string_view body, int64_t limit);
 

@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "server/api.h"
+#include "server/chat_template.h"
 
 namespace penstock::server {
 namespace {
@@ -176,6 +181,62 @@ TEST(ToolParser, StreamingMatchesTheWholeTextAtEverySplit) {
     ToolCallStream s(ToolCallFormat::kHermes);
     EXPECT_EQ(s.feed("hello <tool"), "hello ");
     EXPECT_EQ(s.feed("box>"), "<toolbox>");
+}
+
+// Real checkpoints' chat templates (tests/data/chat_templates) write an assistant's tool calls in the markup of the
+// format detected from them, and that parser reads the same call back: the server's "auto" pairing is consistent.
+// The arguments are OpenAI's JSON string, rendered as the server does (render_openai_chat).
+TEST(ToolParser, RealTemplatesRoundTripTheirToolCalls) {
+    const std::vector<std::pair<std::string, ToolCallFormat>> templates = {
+        {"deepseek_v3_0324", ToolCallFormat::kDeepSeekV3}, {"kimi_k2_thinking", ToolCallFormat::kKimiK2},
+        {"kimi_k2_instruct", ToolCallFormat::kNone},       {"glm_4_6", ToolCallFormat::kGlm45},
+        {"qwen2_5_instruct", ToolCallFormat::kHermes},     {"qwen3", ToolCallFormat::kHermes},
+        {"llama_3_1_instruct", ToolCallFormat::kNone},
+    };
+    const auto messages = nlohmann::ordered_json::parse(R"([
+        {"role": "user", "content": "weather in Tokyo?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\", \"days\": 2}"}}]}])");
+    for (const auto& [name, want] : templates) {
+        std::ifstream f(std::string(PENSTOCK_CHAT_TEMPLATES_DIR) + "/" + name + ".jinja");
+        ASSERT_TRUE(f.good()) << name;
+        std::stringstream ss;
+        ss << f.rdbuf();
+        EXPECT_EQ(detect_tool_call_format(ss.str()), want) << name;
+        if (want == ToolCallFormat::kNone) continue;
+        auto t = ChatTemplate::parse(ss.str());
+        ASSERT_TRUE(t.ok()) << name << ": " << t.status().to_string();
+        RenderOptions o;
+        o.bos_token = "<s>";
+        o.eos_token = "</s>";
+        o.add_generation_prompt = false;
+        auto prompt = render_openai_chat(**t, messages, o);
+        ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
+        const ToolCallParse p = parse_tool_calls(want, *prompt);
+        ASSERT_EQ(p.calls.size(), 1u) << name << " rendered:\n" << *prompt;
+        EXPECT_EQ(p.calls[0].name, "get_weather") << name;
+        EXPECT_EQ(nlohmann::json::parse(p.calls[0].arguments), nlohmann::json({{"city", "Tokyo"}, {"days", 2}}))
+            << name << " rendered:\n"
+            << *prompt;
+    }
+}
+
+// Content-part lists reach templates that loop over contents as lists, and string-only templates as the joined text
+// (DeepSeek's would fail on a list, Llama's would print its repr).
+TEST(ToolParser, ContentPartsAreJoinedForStringOnlyTemplates) {
+    const auto messages = nlohmann::ordered_json::parse(
+        R"([{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "text", "text": "cd"}]}])");
+    for (const char* name : {"deepseek_v3_0324", "llama_3_1_instruct", "qwen3", "glm_4_6", "kimi_k2_instruct"}) {
+        std::ifstream f(std::string(PENSTOCK_CHAT_TEMPLATES_DIR) + "/" + name + ".jinja");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        auto t = ChatTemplate::parse(ss.str());
+        ASSERT_TRUE(t.ok()) << name;
+        auto prompt = render_openai_chat(**t, messages, RenderOptions{});
+        ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
+        EXPECT_NE(prompt->find("abcd"), std::string::npos) << name << ":\n" << *prompt;
+        EXPECT_EQ(prompt->find("'type'"), std::string::npos) << name << " printed the list:\n" << *prompt;
+    }
 }
 
 }  // namespace
