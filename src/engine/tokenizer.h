@@ -25,6 +25,8 @@ struct TokenizerConfig final {
     std::optional<int32_t> pad_id;
     std::string bos_token, eos_token, pad_token;
     std::string chat_template;  // Jinja source, unrendered ("" when absent); the "default" one of a named list
+    // Where chat_template came from: "tokenizer_config" or "chat_template.jinja" (which wins when both exist).
+    std::string chat_template_source = "tokenizer_config";
 };
 
 class Tokenizer final {

@@ -201,6 +201,7 @@ Status Tokenizer::load_config_file(const std::filesystem::path& path) {
     if (std::error_code ec; std::filesystem::is_regular_file(jinja, ec)) {
         PENSTOCK_ASSIGN_OR_RETURN(std::string tmpl, read_file(jinja));
         config_.chat_template = std::move(tmpl);
+        config_.chat_template_source = "chat_template.jinja";
     }
     return ok_status();
 }

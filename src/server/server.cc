@@ -123,7 +123,7 @@ Server::Server(engine::Engine* engine, ServerConfig config, std::string info_jso
         if (t.ok()) {
             chat_template_ = std::move(t).value();
             parse_ctx_.chat_template = chat_template_.get();
-            chat_template_source_ = "tokenizer_config";
+            chat_template_source_ = tok->config().chat_template_source;
         } else {
             chat_template_source_ =
                 "builtin-deepseek (tokenizer_config template not used: " + t.status().message() + ")";

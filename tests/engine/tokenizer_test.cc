@@ -315,9 +315,11 @@ TEST(Tokenizer, ChatTemplateJinjaFileWinsOverConfigField) {
     std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "FROM CONFIG"})";
     ASSERT_TRUE(tok->load_config_file(dir / "tokenizer_config.json").ok());
     EXPECT_EQ(tok->config().chat_template, "FROM CONFIG");
+    EXPECT_EQ(tok->config().chat_template_source, "tokenizer_config");
     std::ofstream(dir / "chat_template.jinja") << "{{ bos_token }}FROM FILE\n";
     ASSERT_TRUE(tok->load_config_file(dir / "tokenizer_config.json").ok());
     EXPECT_EQ(tok->config().chat_template, "{{ bos_token }}FROM FILE\n");
+    EXPECT_EQ(tok->config().chat_template_source, "chat_template.jinja");
     std::filesystem::remove_all(dir);
 }
 
