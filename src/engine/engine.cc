@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/text.h"
 #include "engine/engine_internal.h"
 
 namespace penstock::engine {
@@ -52,24 +53,6 @@ void Histogram::observe(double v) {
     sum += v;
     ++count;
 }
-
-namespace {
-
-// Length of the longest suffix of `text` that is a proper prefix of one of `stops` (text that must be held back).
-size_t held_suffix(const std::string& text, const std::vector<std::string>& stops) {
-    size_t best = 0;
-    for (const std::string& s : stops) {
-        for (size_t len = std::min(text.size(), s.size() - 1); len > best; --len) {
-            if (text.compare(text.size() - len, len, s, 0, len) == 0) {
-                best = len;
-                break;
-            }
-        }
-    }
-    return best;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<runtime::ModelRunner> runner, const Tokenizer* tokenizer,
                                                EngineOptions options) {
@@ -782,7 +765,7 @@ void Engine::on_token(int64_t id, int32_t token, const runtime::Sampled* sampled
             l.stopped_by_string = true;
             if (sched_->find(id) != nullptr) (void)sched_->abort(id);
         } else {
-            const size_t keep = held_suffix(l.held, stops);
+            const size_t keep = held_prefix_tail(l.held, stops);
             out.text = l.held.substr(0, l.held.size() - keep);
             l.held.erase(0, l.held.size() - keep);
         }

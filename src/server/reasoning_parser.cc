@@ -3,20 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/text.h"
+
 namespace penstock::server {
-namespace {
-
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-// The length of the longest tail of `s` that is a proper prefix of `tag`.
-size_t tag_prefix_tail(std::string_view s, std::string_view tag) {
-    for (size_t n = std::min(tag.size() - 1, s.size()); n > 0; --n) {
-        if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-    }
-    return 0;
-}
-
-}  // namespace
 
 Result<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
     if (name == "none" || name.empty()) return ReasoningFormat{};
@@ -62,7 +51,7 @@ ReasoningParse ReasoningStream::step(bool last) {
             case State::kStart: {
                 // Leading whitespace, then the start tag, a prefix of it (wait), or anything else (decided).
                 size_t w = 0;
-                while (w < pending_.size() && is_space(pending_[w])) ++w;
+                while (w < pending_.size() && is_ascii_space(pending_[w])) ++w;
                 const std::string_view rest = std::string_view(pending_).substr(w);
                 if (rest.starts_with(f_.start)) {
                     pending_.erase(0, w + f_.start.size());
@@ -88,15 +77,15 @@ ReasoningParse ReasoningStream::step(bool last) {
                     state_ = State::kContent;
                     break;
                 }
-                size_t keep = last ? 0 : tag_prefix_tail(pending_, f_.end);
-                if (!last && !f_.implicit.empty()) keep = std::max(keep, tag_prefix_tail(pending_, f_.implicit));
+                const std::string_view tags[] = {f_.end, f_.implicit};  // an empty implicit never matches
+                const size_t keep = last ? 0 : held_prefix_tail(pending_, tags);
                 out.reasoning.append(pending_, 0, pending_.size() - keep);
                 pending_.erase(0, pending_.size() - keep);
                 return out;
             }
             case State::kContentStart: {
                 size_t w = 0;
-                while (w < pending_.size() && is_space(pending_[w])) ++w;
+                while (w < pending_.size() && is_ascii_space(pending_[w])) ++w;
                 pending_.erase(0, w);
                 if (pending_.empty()) return out;
                 state_ = State::kContent;

@@ -6,6 +6,8 @@
 #include <span>
 #include <utility>
 
+#include "core/text.h"
+
 namespace penstock::server {
 namespace {
 
@@ -49,11 +51,9 @@ std::span<const std::string_view> opening_markers(ToolCallFormat f) {
     return {};
 }
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
 std::string_view trim(std::string_view s) {
-    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_ascii_space(s.back())) s.remove_suffix(1);
     return s;
 }
 
@@ -63,7 +63,7 @@ struct Cursor {
     size_t pos = 0;
 
     void skip_space() {
-        while (pos < text.size() && is_space(text[pos])) ++pos;
+        while (pos < text.size() && is_ascii_space(text[pos])) ++pos;
     }
     bool eat(std::string_view s) {
         if (text.substr(pos, s.size()) != s) return false;
@@ -97,7 +97,8 @@ std::optional<std::string> json_object_text(std::string_view s) {
 }
 
 bool valid_name(std::string_view name) {
-    return !name.empty() && std::none_of(name.begin(), name.end(), [](char c) { return is_space(c) || c == '<'; });
+    return !name.empty() &&
+           std::none_of(name.begin(), name.end(), [](char c) { return is_ascii_space(c) || c == '<'; });
 }
 
 // The declared JSON type of a tool's parameter ("" when the request did not say).
@@ -324,10 +325,8 @@ ToolCallParse parse_tool_calls(ToolCallFormat format, std::string_view text, con
 
 std::string ToolCallStream::feed(std::string_view delta) {
     pending_.append(delta);
-    if (in_markup_ || format_ == ToolCallFormat::kNone) {
-        if (in_markup_) return {};
-        return std::exchange(pending_, {});
-    }
+    if (in_markup_) return {};
+    if (format_ == ToolCallFormat::kNone) return std::exchange(pending_, {});
     const size_t open = find_open(format_, pending_, 0);
     if (open != std::string::npos) {
         std::string out = pending_.substr(0, open);
@@ -336,15 +335,7 @@ std::string ToolCallStream::feed(std::string_view delta) {
         return out;
     }
     // Hold back the longest tail that a marker could still grow from.
-    size_t keep = 0;
-    for (std::string_view m : opening_markers(format_)) {
-        for (size_t n = std::min(m.size() - 1, pending_.size()); n > keep; --n) {
-            if (std::string_view(pending_).substr(pending_.size() - n) == m.substr(0, n)) {
-                keep = n;
-                break;
-            }
-        }
-    }
+    const size_t keep = held_prefix_tail(pending_, opening_markers(format_));
     std::string out = pending_.substr(0, pending_.size() - keep);
     pending_.erase(0, pending_.size() - keep);
     return out;
