@@ -316,7 +316,7 @@ Result<std::string> render_openai_chat(const ChatTemplate& t, const nlohmann::or
     // (the first that renders wins; the error is the first form's):
     // - tool-call arguments as objects (transformers' convention, which Kimi / GLM / Qwen templates iterate or
     //   tojson), else as the JSON strings OpenAI sends (DeepSeek's template concatenates them);
-    // - null content as is, else as "" (templates written for string content, `'...' + message['content']`).
+    // - null content as is, else as "" (templates written for string content, `'...' + message['content']`);
     // - content-part lists as lists where the template loops over them, else joined into one string (as the
     //   builtin template joins them: no separator), since string-only templates fail on or print a list.
     nlohmann::ordered_json as_objects = msgs;
