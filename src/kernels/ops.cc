@@ -63,6 +63,22 @@ void grouped_gemm_glu(const GroupedGluGemmParams& p, const Context& ctx) {
 void fp8_grouped_gemm_glu(const Fp8GroupedGluGemmParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_grouped_gemm_glu, p, ctx);
 }
+bool grouped_gemm_glu_needs_scratch(const GroupedGluGemmParams& p, const Context& ctx) {
+#if PENSTOCK_ENABLE_CUDA
+    if (ctx.device == Device::kCUDA) return cuda::grouped_gemm_glu_needs_scratch(p, ctx.stream);
+#endif
+    (void)p;
+    PENSTOCK_CHECK(ctx.device == Device::kCPU) << "grouped_gemm_glu_needs_scratch: this build has no CUDA backend";
+    return true;  // the reference always computes [gate ; up] first
+}
+bool fp8_grouped_gemm_glu_needs_scratch(const Fp8GroupedGluGemmParams& p, const Context& ctx) {
+#if PENSTOCK_ENABLE_CUDA
+    if (ctx.device == Device::kCUDA) return cuda::fp8_grouped_gemm_glu_needs_scratch(p, ctx.stream);
+#endif
+    (void)p;
+    PENSTOCK_CHECK(ctx.device == Device::kCPU) << "fp8_grouped_gemm_glu_needs_scratch: this build has no CUDA backend";
+    return true;
+}
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx) {
     PENSTOCK_DISPATCH(fp8_quantize_tensor, p, ctx);
 }

@@ -331,7 +331,8 @@ struct GroupedGemmParams {
 // backend (SPEC §2: a fused kernel equals the unfused path); CUDA fuses the activation into the device grouped GEMM's
 // epilogue where cuda::grouped_gemm would run that kernel (kernels/cuda/grouped_gemm.h). Rows at or past
 // offsets[n_groups] of out are unspecified. `gate_up` is the caller's [n_rows, 2 I] buffer (out's dtype, rows
-// contiguous) for the unfused form; a fused backend leaves it untouched.
+// contiguous) for the unfused form; a fused backend leaves it untouched, and it may be left empty where
+// grouped_gemm_glu_needs_scratch says false.
 enum class GluKind : uint8_t { kSilu, kSitu };
 struct GroupedGluGemmParams {
     TensorView out;      // [n_rows, I] f32/bf16, rows may be strided
@@ -443,7 +444,8 @@ struct Fp8GroupedGluGemmParams {
     TensorView b;          // [n_groups, 2 I, k] f8e4m3, contiguous
     TensorView b_scale;    // [n_groups, ceil(2 I / 128), ceil(k / 128)] f32, contiguous
     TensorView offsets;    // [n_groups + 1] i32, non-decreasing, offsets[0] = 0
-    TensorView gate_up;    // [n_rows, 2 I] f32 or bf16 scratch (the activation dtype), rows contiguous
+    TensorView gate_up;    // [n_rows, 2 I] f32 or bf16 scratch (the activation dtype), rows contiguous; data may be
+                           // null where fp8_grouped_gemm_glu_needs_scratch says false
     GluKind act = GluKind::kSilu;
     float situ_beta = 4.0f;
     float situ_linear_beta = 25.0f;
@@ -475,12 +477,19 @@ void fill_random(const FillRandomParams& p, const Context& ctx);
 void gather_rows(const GatherRowsParams& p, const Context& ctx);
 void grouped_gemm(const GroupedGemmParams& p, const Context& ctx);
 void grouped_gemm_glu(const GroupedGluGemmParams& p, const Context& ctx);
+// Whether grouped_gemm_glu writes p.gate_up for these parameters (the unfused form: every CPU call; on CUDA where
+// the fused kernel does not take the call). When false, gate_up may be left empty. Callers allocate the [n_rows, 2 I]
+// buffer only when this says so: it is an MoE layer's largest scratch (3 GiB for Kimi K3 at 16K tokens).
+bool grouped_gemm_glu_needs_scratch(const GroupedGluGemmParams& p, const Context& ctx);
 void paged_write(const PagedWriteParams& p, const Context& ctx);
 void paged_gather(const PagedGatherParams& p, const Context& ctx);
 void fp8_act_quant(const Fp8ActQuantParams& p, const Context& ctx);
 void fp8_gemm(const Fp8GemmParams& p, const Context& ctx);
 void fp8_grouped_gemm(const Fp8GroupedGemmParams& p, const Context& ctx);
 void fp8_grouped_gemm_glu(const Fp8GroupedGluGemmParams& p, const Context& ctx);
+// As grouped_gemm_glu_needs_scratch, for fp8_grouped_gemm_glu. Here p.gate_up must still describe the buffer's shape
+// and dtype (the dtype picks the form); when this returns false its data pointer may be null.
+bool fp8_grouped_gemm_glu_needs_scratch(const Fp8GroupedGluGemmParams& p, const Context& ctx);
 void fp8_quantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 void fp8_dequantize_tensor(const Fp8TensorScaleParams& p, const Context& ctx);
 void fp8_quantize_heads(const Fp8HeadQuantParams& p, const Context& ctx);

@@ -1,6 +1,7 @@
 // Dense MLP and MoE forward (CPU reference composition over kernels/ops.h).
 #include "models/moe.h"
 
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -131,9 +132,8 @@ Result<MoeBlock> MoeBlock::load(WeightReader& r, const std::string& prefix, cons
         m.experts_down_ = r.place(std::move(down));
     }
     if (c.n_shared_experts > 0) {
-        PENSTOCK_ASSIGN_OR_RETURN(
-            DenseMlp shared,
-            DenseMlp::load(r, prefix + ".shared_experts", hidden, inter * c.n_shared_experts, o.act, tp));
+        PENSTOCK_ASSIGN_OR_RETURN(DenseMlp shared, DenseMlp::load(r, prefix + ".shared_experts", hidden,
+                                                                  inter * c.n_shared_experts, o.act, tp));
         m.shared_.push_back(std::move(shared));
     }
     m.top_k_ = c.num_experts_per_tok;
@@ -330,18 +330,22 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         if (!fp8_in && !experts_gate_up_scale_.defined() && up_offset_ == inter_ &&
             experts_gate_up_.size(1) == 2 * inter_) {
             Tensor act = scratch(ctx, {n_rows, inter_}, expert_in.dtype);
-            Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
+            kernels::GroupedGluGemmParams glu{.out = act,
+                                              .a = permuted,
+                                              .b = experts_gate_up_,
+                                              .offsets = offsets,
+                                              .gate_up = {},
+                                              .act = glu_kind,
+                                              .situ_beta = act_.situ_beta,
+                                              .situ_linear_beta = act_.situ_linear_beta};
+            Tensor gate_up;  // the unfused form's [n_rows, 2 I] buffer, only where the backend writes it
+            if (kernels::grouped_gemm_glu_needs_scratch(glu, ctx)) {
+                gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
+                glu.gate_up = gate_up;
+            }
             {
                 const kernels::ProfileScope step(ctx, "gate_up_act");
-                kernels::grouped_gemm_glu({.out = act,
-                                           .a = permuted,
-                                           .b = experts_gate_up_,
-                                           .offsets = offsets,
-                                           .gate_up = gate_up,
-                                           .act = glu_kind,
-                                           .situ_beta = act_.situ_beta,
-                                           .situ_linear_beta = act_.situ_linear_beta},
-                                          ctx);
+                kernels::grouped_gemm_glu(glu, ctx);
             }
             {
                 const kernels::ProfileScope step(ctx, "down");
@@ -352,22 +356,30 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             // FP8 experts: the gated activation and the down GEMM's input quantisation ride on the gate/up GEMM
             // (kernels::fp8_grouped_gemm_glu, bit-exact with GEMM + activation + fp8_act_quant; CUDA fuses all three
             // into the GEMM's epilogue). The quantised activations keep fp8_quantize_rows' scale layout.
-            Tensor gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);  // the unfused form's buffer
             const Fp8Activations act = fp8_rows_scratch(n_rows, inter_, ctx);
+            // gate_up first only describes the unfused form's [n_rows, 2 I] buffer (its dtype picks the form); the
+            // buffer is allocated only where the backend writes it.
+            kernels::Fp8GroupedGluGemmParams glu{
+                .out = act.data,
+                .out_scale = act.scale,
+                .a = permuted,
+                .a_scale = permuted_scale,
+                .b = experts_gate_up_,
+                .b_scale = experts_gate_up_scale_,
+                .offsets = offsets,
+                .gate_up = TensorView::contiguous(nullptr, expert_in.dtype, std::array<int64_t, 2>{n_rows, 2 * inter_},
+                                                  permuted.view().device, permuted.view().device_index),
+                .act = glu_kind,
+                .situ_beta = act_.situ_beta,
+                .situ_linear_beta = act_.situ_linear_beta};
+            Tensor gate_up;
+            if (kernels::fp8_grouped_gemm_glu_needs_scratch(glu, ctx)) {
+                gate_up = scratch(ctx, {n_rows, 2 * inter_}, expert_in.dtype);
+                glu.gate_up = gate_up;
+            }
             {
                 const kernels::ProfileScope step(ctx, "gate_up_act");
-                kernels::fp8_grouped_gemm_glu({.out = act.data,
-                                               .out_scale = act.scale,
-                                               .a = permuted,
-                                               .a_scale = permuted_scale,
-                                               .b = experts_gate_up_,
-                                               .b_scale = experts_gate_up_scale_,
-                                               .offsets = offsets,
-                                               .gate_up = gate_up,
-                                               .act = glu_kind,
-                                               .situ_beta = act_.situ_beta,
-                                               .situ_linear_beta = act_.situ_linear_beta},
-                                              ctx);
+                kernels::fp8_grouped_gemm_glu(glu, ctx);
             }
             {
                 const kernels::ProfileScope step(ctx, "down");

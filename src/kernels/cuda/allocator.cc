@@ -51,24 +51,62 @@ CudaCachingAllocator::~CudaCachingAllocator() {
     empty_cache_locked();
 }
 
+void* CudaCachingAllocator::take_cached_locked(size_t cls, size_t block_cls) {
+    auto it = free_.find(block_cls);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
+    stats_.n_allocations++;
+    stats_.n_cache_hits++;
+    if (block_cls != cls) stats_.n_oversized_hits++;
+    live_.emplace(p, block_cls);
+    stats_.bytes_in_use += block_cls;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    return p;
+}
+
+void CudaCachingAllocator::free_cached_locked(size_t block_cls) {
+    auto it = free_.find(block_cls);
+    PENSTOCK_CHECK(it != free_.end() && !it->second.empty());
+    PENSTOCK_CUDA_CHECK(cudaFree(it->second.back()));
+    it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
+    stats_.n_cuda_free++;
+    stats_.bytes_reserved -= block_cls;
+}
+
 void* CudaCachingAllocator::allocate_locked(size_t cls) {
-    if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        stats_.n_allocations++;
-        stats_.n_cache_hits++;
-        live_.emplace(p, cls);
-        stats_.bytes_in_use += cls;
-        stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-        return p;
-    }
+    if (void* p = take_cached_locked(cls, cls)) return p;
     DeviceGuard guard(device_);
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, cls);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && !free_.empty()) {
+        // Out of memory with blocks cached. Every cudaFree waits for the device, and a block freed now is likely
+        // asked for again later in the same forward, so give back as little as serves this request:
         (void)cudaGetLastError();
-        empty_cache_locked();
-        err = cudaMalloc(&p, cls);
+        // 1. a cached block of a larger class, up to twice this one, is handed out as it is;
+        size_t larger = 0;  // the smallest cached class above cls
+        for (const auto& [c, blocks] : free_) {
+            if (c > cls && !blocks.empty() && (larger == 0 || c < larger)) larger = c;
+        }
+        if (larger != 0 && larger <= 2 * cls) return take_cached_locked(cls, larger);
+        // 2. else that one larger block is freed, then blocks from the largest class down, retrying once the freed
+        //    bytes cover the request and after every block from then on (fragmentation).
+        size_t freed = 0;
+        if (larger != 0) {
+            free_cached_locked(larger);
+            freed += larger;
+            err = cudaMalloc(&p, cls);
+        }
+        while (err == cudaErrorMemoryAllocation && !free_.empty()) {
+            (void)cudaGetLastError();
+            size_t largest = 0;
+            for (const auto& [c, blocks] : free_) largest = std::max(largest, c);
+            free_cached_locked(largest);
+            freed += largest;
+            if (freed >= cls || free_.empty()) err = cudaMalloc(&p, cls);
+        }
     }
     if (err == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
@@ -110,7 +148,9 @@ void CudaCachingAllocator::deallocate(void* p, size_t bytes) {
     auto it = live_.find(p);
     PENSTOCK_CHECK(it != live_.end()) << "CudaCachingAllocator: freeing " << p
                                       << ", which is not a live block of device " << device_;
-    PENSTOCK_CHECK_EQ(it->second, size_class(bytes)) << "freeing " << p << " with a different size than allocated";
+    // The block's class is the request's, or up to twice it when a larger cached block served the request.
+    PENSTOCK_CHECK(size_class(bytes) <= it->second && it->second <= 2 * size_class(bytes))
+        << "freeing " << p << " with a different size than allocated";
     const size_t cls = it->second;
     live_.erase(it);
     free_[cls].push_back(p);

@@ -19,13 +19,14 @@ namespace penstock::cuda {
 inline constexpr size_t kDeviceAlignment = 256;
 
 // Caching device allocator bound to one device. Freed blocks go to a free list per size class and are handed out
-// again for any request of the same class; cudaFree happens only in empty_cache() and the destructor.
+// again for any request of the same class; cudaFree happens in empty_cache(), the destructor, and when cudaMalloc runs
+// out of memory (see allocate()).
 // Size classes: requests round up to 256 bytes, then to a quarter of their power of two (waste <= 25%, e.g. 5000
 // -> 5120, 1.1 MiB -> 1.25 MiB). Thread-safe (one mutex). Not stream-aware: a freed block is reused at once, which
 // is safe when every kernel touching memory from this allocator runs on one stream (the stage's compute stream) or
 // the caller has synchronised; cross-stream users must record/wait an Event before freeing.
 class CudaCachingAllocator final : public Allocator {
-  public:
+public:
     struct Stats {
         size_t bytes_in_use = 0;    // size-class bytes of live blocks
         size_t bytes_reserved = 0;  // bytes held from cudaMalloc: live + cached
@@ -33,8 +34,9 @@ class CudaCachingAllocator final : public Allocator {
         size_t peak_bytes_reserved = 0;
         int64_t n_cuda_malloc = 0;  // cudaMalloc calls that succeeded
         int64_t n_cuda_free = 0;
-        int64_t n_allocations = 0;  // allocate() / try_allocate() calls that succeeded
-        int64_t n_cache_hits = 0;   // of which served from the cache
+        int64_t n_allocations = 0;     // allocate() / try_allocate() calls that succeeded
+        int64_t n_cache_hits = 0;      // of which served from the cache
+        int64_t n_oversized_hits = 0;  // of those, by a block of a larger class (only when cudaMalloc failed)
     };
 
     // Binds to `device`; allocates nothing until the first request.
@@ -44,12 +46,16 @@ class CudaCachingAllocator final : public Allocator {
     CudaCachingAllocator(const CudaCachingAllocator&) = delete;
     CudaCachingAllocator& operator=(const CudaCachingAllocator&) = delete;
 
-    // A block of at least `bytes` (0 allowed), 256-byte aligned, uninitialised. On cudaMalloc failure it empties the
-    // cache and retries once, then aborts with the stats (use try_allocate where running out is expected).
+    // A block of at least `bytes` (0 allowed), 256-byte aligned, uninitialised. When cudaMalloc fails with blocks
+    // cached, it hands out a cached block of up to twice the class, else frees cached blocks (the smallest larger
+    // one, then the largest first) until cudaMalloc succeeds: not the whole cache, since every cudaFree waits for the
+    // device and the blocks are asked for again in the next forward. Then it aborts with the stats (use try_allocate
+    // where running out is expected).
     void* allocate(size_t bytes) override;
     // As allocate(), but returns kResourceExhausted instead of aborting when the device is out of memory.
     [[nodiscard]] Result<void*> try_allocate(size_t bytes);
-    // Returns a block to the cache. `bytes` must be what the block was requested with (checked by size class).
+    // Returns a block to the cache. `bytes` must be what the block was requested with (checked by size class: the
+    // block's class is the request's, or up to twice it after an oversized hit).
     void deallocate(void* p, size_t bytes) override;
     Device device() const override { return Device::kCUDA; }
     int device_index() const override { return device_; }
@@ -61,8 +67,10 @@ class CudaCachingAllocator final : public Allocator {
     // The size class a request of `bytes` is served from (exposed for tests).
     static size_t size_class(size_t bytes);
 
-  private:
-    void* allocate_locked(size_t cls);  // nullptr when cudaMalloc fails even after emptying the cache
+private:
+    void* allocate_locked(size_t cls);  // nullptr when cudaMalloc fails with nothing (useful) left cached
+    void* take_cached_locked(size_t cls, size_t block_cls);  // a cached block of block_cls for a request of cls
+    void free_cached_locked(size_t block_cls);               // cudaFree one cached block of that class
     void empty_cache_locked();
 
     const int device_;
@@ -79,7 +87,7 @@ class CudaCachingAllocator final : public Allocator {
 // Running past the capacity is a sizing bug and aborts. Owned by one thread (the stage worker); not thread-safe.
 // Does no CUDA call itself, so it also works over cpu_allocator() (tests).
 class Workspace final : public Allocator {
-  public:
+public:
     Workspace(Allocator& backing, size_t capacity_bytes);
     ~Workspace() override;
     Workspace(const Workspace&) = delete;
@@ -98,7 +106,7 @@ class Workspace final : public Allocator {
     size_t peak() const { return peak_; }
     int64_t n_live() const { return n_live_; }
 
-  private:
+private:
     Allocator& backing_;
     const size_t capacity_;
     void* raw_ = nullptr;  // from backing_: raw_bytes_ long, base_ its first 256-byte aligned address

@@ -64,6 +64,8 @@ void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream);
 // cuda::grouped_gemm would take the device kernel for the [2 I] problem; else grouped_gemm into the caller's gate_up
 // buffer and the activation op. PENSTOCK_GROUPED_GLU=unfused forces the second (A/B measurements).
 void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream);
+// Whether grouped_gemm_glu takes the unfused form for these parameters (kernels::grouped_gemm_glu_needs_scratch).
+bool grouped_gemm_glu_needs_scratch(const kernels::GroupedGluGemmParams& p, void* stream);
 // The unfused tail of both gated GEMMs: out = act(gate) * up over gate_up = [gate | up] ([n_rows, 2 I], halves of I
 // columns; out [n_rows, I] may be gate_up's gate half), GroupedGluGemmParams' activation (silu_mul / situ_mul).
 void glu_from_gate_up(kernels::GluKind act, float situ_beta, float situ_linear_beta, const TensorView& out,
@@ -85,6 +87,7 @@ void fp8_grouped_gemm(const kernels::Fp8GroupedGemmParams& p, void* stream);
 // that kernel takes the call; else fp8_grouped_gemm into gate_up, the activation op and fp8_act_quant.
 // PENSTOCK_GROUPED_GLU=unfused forces the second (A/B measurements).
 void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream);
+bool fp8_grouped_gemm_glu_needs_scratch(const kernels::Fp8GroupedGluGemmParams& p, void* stream);
 void embedding(const kernels::EmbeddingParams& p, void* stream);
 void layer_norm(const kernels::LayerNormParams& p, void* stream);
 void rope(const kernels::RopeParams& p, void* stream);

@@ -376,12 +376,14 @@ bool fp8_grouped_gemm_variant(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVar
     return run_grouped_form(p, v, stream);
 }
 
-void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
-    const char* op = "fp8_grouped_gemm_glu";
+namespace {
+
+// Checks the parameters (gate_up's shape and dtype; its data only where the unfused form writes it) and returns
+// whether fp8_grouped_gemm_glu runs the fused TMA kernel.
+bool check_fp8_glu(const kernels::Fp8GroupedGluGemmParams& p, const char* op) {
     check_on_gpu(p.b, op, "b");
     PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
     const int64_t n_rows = p.a.size(0), inter = p.b.size(1) / 2;
-    check_on_gpu(p.gate_up, op, "gate_up");
     PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
                    (p.gate_up.dtype == DType::kF32 || p.gate_up.dtype == DType::kBF16))
         << op << ": gate_up scratch " << p.gate_up.shape_string() << " " << dtype_name(p.gate_up.dtype)
@@ -399,17 +401,34 @@ void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* strea
     const kernels::Fp8GroupedGemmParams gp{
         .out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets};
     check_grouped(gp);
-    if (n_rows == 0 || inter == 0) return;
-    const bool force_unfused = grouped_glu_forced_unfused();
     const bool out_aligned =
         reinterpret_cast<uintptr_t>(p.out.data) % 2 == 0 && (n_rows == 1 || p.out.stride(0) % 2 == 0);
-    if (!force_unfused && p.gate_up.dtype == DType::kBF16 && inter % 128 == 0 && out_aligned &&
-        fp8_wgmma_supported(gp)) {
+    return !grouped_glu_forced_unfused() && p.gate_up.dtype == DType::kBF16 && inter % 128 == 0 && out_aligned &&
+           fp8_wgmma_supported(gp);
+}
+
+}  // namespace
+
+bool fp8_grouped_gemm_glu_needs_scratch(const kernels::Fp8GroupedGluGemmParams& p, void* /*stream*/) {
+    const bool fused = check_fp8_glu(p, "fp8_grouped_gemm_glu_needs_scratch");
+    return p.a.size(0) != 0 && p.b.size(1) != 0 && !fused;
+}
+
+void fp8_grouped_gemm_glu(const kernels::Fp8GroupedGluGemmParams& p, void* stream) {
+    const char* op = "fp8_grouped_gemm_glu";
+    const bool fused = check_fp8_glu(p, op);
+    const int64_t n_rows = p.a.size(0), inter = p.b.size(1) / 2;
+    if (n_rows == 0 || inter == 0) return;
+    if (fused) {
         fp8_wgmma_tma_glu(p, stream);
         return;
     }
     // Unfused: the GEMM into gate_up, the activation over its gate half, the quantisation of that half.
-    fp8_grouped_gemm(gp, stream);
+    check_on_gpu(p.gate_up, op, "gate_up");
+    PENSTOCK_CHECK(p.gate_up.data != nullptr) << op << ": this call takes the unfused form, which needs gate_up";
+    fp8_grouped_gemm(
+        {.out = p.gate_up, .a = p.a, .a_scale = p.a_scale, .b = p.b, .b_scale = p.b_scale, .offsets = p.offsets},
+        stream);
     const TensorView gate = p.gate_up.slice(1, 0, inter);
     glu_from_gate_up(p.act, p.situ_beta, p.situ_linear_beta, gate, p.gate_up, stream);
     fp8_act_quant({.out = p.out, .scale = p.out_scale, .in = gate}, stream);

@@ -144,10 +144,9 @@ struct LtBatch {
 
 void set_batch(cublasLtMatrixLayout_t layout, int64_t count, int64_t stride) {
     const auto c = static_cast<int32_t>(count);
+    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
     PENSTOCK_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
-    PENSTOCK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                           &stride, sizeof(stride)));
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
 // One cuBLASLt problem as the plan cache keys it: everything the descriptors and the heuristic see (the handle stands
@@ -258,8 +257,8 @@ void lt_matmul(void* out, DType out_dtype, int64_t ld_out, const void* a, int64_
         for (int64_t i = 0; i < batch.count; ++i) {
             fallback_gemm(static_cast<char*>(out) + i * batch.out * ob, out_dtype, ld_out,
                           static_cast<const char*>(a) + i * batch.a * ib, ld_a,
-                          static_cast<const char*>(b) + i * batch.b * ib, ld_b, in_dtype, m, n, k, trans_b, alpha,
-                          beta, stream);
+                          static_cast<const char*>(b) + i * batch.b * ib, ld_b, in_dtype, m, n, k, trans_b, alpha, beta,
+                          stream);
         }
         return;
     }
@@ -344,27 +343,47 @@ void grouped_gemm(const kernels::GroupedGemmParams& p, void* stream) {
     grouped_gemm_variant(p, GroupedGemmVariant::kAuto, stream);
 }
 
-void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
-    const char* op = "grouped_gemm_glu";
+namespace {
+
+// The [2 I] problem as cuda::grouped_gemm sees it (the out view only describes the shape and dtype).
+kernels::GroupedGemmParams glu_full_problem(const kernels::GroupedGluGemmParams& p) {
+    const std::array<int64_t, 2> full_shape{p.a.size(0), 2 * p.out.size(1)};
+    return {.out = TensorView::contiguous(p.out.data, p.out.dtype, full_shape, Device::kCUDA, p.out.device_index),
+            .a = p.a,
+            .b = p.b,
+            .offsets = p.offsets};
+}
+
+// Whether grouped_gemm_glu runs the fused device kernel for these (checked) parameters.
+bool glu_fused(const kernels::GroupedGluGemmParams& p, void* stream) {
+    return !grouped_glu_forced_unfused() && p.out.dtype == DType::kBF16 && p.out.size(1) % 128 == 0 &&
+           p.out.stride(1) == 1 && p.out.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 &&
+           grouped_gemm_auto_takes_device(glu_full_problem(p), stream);
+}
+
+void check_glu(const kernels::GroupedGluGemmParams& p, const char* op) {
     check_on_gpu(p.out, op, "out");
     check_on_gpu(p.b, op, "b");
     PENSTOCK_CHECK(p.b.ndim == 3 && p.b.size(1) % 2 == 0) << op << ": b [n_groups, 2 I, k], got " << p.b.shape_string();
     PENSTOCK_CHECK(p.out.ndim == 2 && p.a.ndim == 2 && p.out.size(0) == p.a.size(0) && 2 * p.out.size(1) == p.b.size(1))
         << op << ": out " << p.out.shape_string() << ", a " << p.a.shape_string() << ", b " << p.b.shape_string();
     PENSTOCK_CHECK(is_float_dtype(p.out.dtype)) << op << ": out f32 or bf16";
+}
+
+}  // namespace
+
+bool grouped_gemm_glu_needs_scratch(const kernels::GroupedGluGemmParams& p, void* stream) {
+    check_glu(p, "grouped_gemm_glu_needs_scratch");
+    if (p.a.size(0) == 0 || p.out.size(1) == 0) return false;
+    return !glu_fused(p, stream);
+}
+
+void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
+    const char* op = "grouped_gemm_glu";
+    check_glu(p, op);
     const int64_t n_rows = p.a.size(0), inter = p.out.size(1);
     if (n_rows == 0 || inter == 0) return;
-    const bool force_unfused = grouped_glu_forced_unfused();
-    // The [2 I] problem as cuda::grouped_gemm sees it (the out view only describes the shape and dtype here).
-    const std::array<int64_t, 2> full_shape{n_rows, 2 * inter};
-    kernels::GroupedGemmParams full{
-        .out = TensorView::contiguous(p.out.data, p.out.dtype, full_shape, Device::kCUDA, p.out.device_index),
-        .a = p.a,
-        .b = p.b,
-        .offsets = p.offsets};
-    if (!force_unfused && p.out.dtype == DType::kBF16 && inter % 128 == 0 && p.out.stride(1) == 1 &&
-        p.out.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(p.out.data) % 16 == 0 &&
-        grouped_gemm_auto_takes_device(full, stream)) {
+    if (glu_fused(p, stream)) {
         const int sms = current_device_sms();
         grouped_gemm_glu_tma({.out = p.out, .a = p.a, .b = p.b, .offsets = p.offsets},
                              p.act == kernels::GluKind::kSilu ? GluEpilogue::kSilu : GluEpilogue::kSitu, p.situ_beta,
@@ -374,9 +393,10 @@ void grouped_gemm_glu(const kernels::GroupedGluGemmParams& p, void* stream) {
     }
     // Unfused: [gate ; up] into the caller's buffer, then the activation op.
     check_on_gpu(p.gate_up, op, "gate_up");
-    PENSTOCK_CHECK(p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows && p.gate_up.size(1) == 2 * inter &&
-                   p.gate_up.dtype == p.out.dtype)
-        << op << ": gate_up scratch " << p.gate_up.shape_string();
+    PENSTOCK_CHECK(p.gate_up.data != nullptr && p.gate_up.ndim == 2 && p.gate_up.size(0) == n_rows &&
+                   p.gate_up.size(1) == 2 * inter && p.gate_up.dtype == p.out.dtype)
+        << op << ": gate_up scratch " << p.gate_up.shape_string() << " (this call takes the unfused form)";
+    kernels::GroupedGemmParams full = glu_full_problem(p);
     full.out = p.gate_up;
     grouped_gemm(full, stream);
     glu_from_gate_up(p.act, p.situ_beta, p.situ_linear_beta, p.out, p.gate_up, stream);

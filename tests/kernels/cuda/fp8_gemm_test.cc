@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -496,8 +497,9 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
 }
 
 // fp8_grouped_gemm_glu: bit-exact with its unfused sequence (kernels/ops.h) run op by op on the GPU, with the GEMM of
-// either TMA tile width; the fused cases leave gate_up untouched (so the fused epilogue did run), the others (I not
-// a multiple of 128, f32 activations) take the unfused path and must equal it too.
+// either TMA tile width; the fused cases leave gate_up untouched (so the fused epilogue did run) and give the same
+// bytes with gate_up only described (null data, fp8_grouped_gemm_glu_needs_scratch false), the others (I not a
+// multiple of 128, f32 activations) take the unfused path, say they need gate_up, and must equal it too.
 TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
     if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
     struct C {
@@ -534,16 +536,17 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
         Tensor scale = Tensor::empty({kb * rows}, DType::kF32, alloc());
         for (const Tensor* t : {&gate_up, &out, &scale}) cuda::fill_bytes_async(*t, 0xff, stream());
         const TensorView scale_v = scale.view().as_strided(0, {rows, kb}, {1, rows});
-        cuda::fp8_grouped_gemm_glu({.out = out,
-                                    .out_scale = scale_v,
-                                    .a = x.a_d,
-                                    .a_scale = x.scale_dv,
-                                    .b = w.b_d,
-                                    .b_scale = w.scale_d,
-                                    .offsets = off_d,
-                                    .gate_up = gate_up,
-                                    .act = c.act},
-                                   raw_stream());
+        const kernels::Fp8GroupedGluGemmParams glu{.out = out,
+                                                   .out_scale = scale_v,
+                                                   .a = x.a_d,
+                                                   .a_scale = x.scale_dv,
+                                                   .b = w.b_d,
+                                                   .b_scale = w.scale_d,
+                                                   .offsets = off_d,
+                                                   .gate_up = gate_up,
+                                                   .act = c.act};
+        EXPECT_EQ(cuda::fp8_grouped_gemm_glu_needs_scratch(glu, raw_stream()), !c.fused);
+        cuda::fp8_grouped_gemm_glu(glu, raw_stream());
         const Tensor got = cuda::to_host(out, stream()), got_s = cuda::to_host(scale, stream());
         const Tensor got_gu = cuda::to_host(gate_up, stream());
         int64_t gu_written = 0;
@@ -551,6 +554,32 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
         for (int64_t i = 0; i < gu_bytes; ++i) gu_written += got_gu.ptr<uint8_t>()[i] != 0xff;
         if (c.fused) {
             EXPECT_EQ(gu_written, 0) << "the fused epilogue must leave gate_up untouched";
+            {
+                // Without the buffer (only its shape and dtype, as the model passes it when no scratch is needed):
+                // the same bytes.
+                Tensor out_n = Tensor::empty({rows, c.inter}, DType::kF8E4M3, alloc());
+                Tensor scale_n = Tensor::empty({kb * rows}, DType::kF32, alloc());
+                cuda::fill_bytes_async(out_n, 0xff, stream());
+                cuda::fill_bytes_async(scale_n, 0xff, stream());
+                kernels::Fp8GroupedGluGemmParams bare = glu;
+                bare.out = out_n;
+                bare.out_scale = scale_n.view().as_strided(0, {rows, kb}, {1, rows});
+                bare.gate_up = TensorView::contiguous(nullptr, c.act_dtype, std::array<int64_t, 2>{rows, n2},
+                                                      Device::kCUDA, gate_up.view().device_index);
+                EXPECT_FALSE(cuda::fp8_grouped_gemm_glu_needs_scratch(bare, raw_stream()));
+                cuda::fp8_grouped_gemm_glu(bare, raw_stream());
+                const Tensor gn = cuda::to_host(out_n, stream()), gns = cuda::to_host(scale_n, stream());
+                EXPECT_EQ(std::memcmp(gn.ptr<uint8_t>(), got.ptr<uint8_t>(), static_cast<size_t>(used * c.inter)), 0)
+                    << "fused without gate_up: other bytes";
+                int64_t diff_ns = 0;
+                for (int64_t r = 0; r < used; ++r) {
+                    for (int64_t b = 0; b < kb; ++b) {
+                        diff_ns += std::memcmp(gns.ptr<float>() + b * rows + r, got_s.ptr<float>() + b * rows + r,
+                                               sizeof(float)) != 0;
+                    }
+                }
+                EXPECT_EQ(diff_ns, 0) << "fused without gate_up: other scales";
+            }
             // The CTA-pair kernel and the single-CTA one (whichever the dispatch did not take): the same bytes.
             for (const bool pair : {false, true}) {
                 Tensor out_p = Tensor::empty({rows, c.inter}, DType::kF8E4M3, alloc());

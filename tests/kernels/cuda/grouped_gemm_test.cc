@@ -292,8 +292,9 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
 // kernels::grouped_gemm_glu on CUDA: the activation fused into the default device kernel's epilogue (kTmaDynCluster's
 // pairs, unless PENSTOCK_GG_PAIRS=0) and into the other one's (grouped_gemm_glu_tma) are both bit-exact with kTmaDyn
 // into a [gate ; up] buffer followed by silu_mul / situ_mul (SPEC §2), for SiLU and Kimi K3's SiTU, with empty, 1-row
-// and multi-tile groups and I = 128 / 384; the fused path ran (it leaves the caller's gate_up buffer untouched); and
-// both match the CPU reference to bf16 accuracy.
+// and multi-tile groups and I = 128 / 384; the fused path ran (it leaves the caller's gate_up buffer untouched), says
+// it needs no gate_up (grouped_gemm_glu_needs_scratch) and gives the same bytes without one; and both match the CPU
+// reference to bf16 accuracy.
 TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
     int dev = 0;
     cudaDeviceProp prop{};
@@ -333,6 +334,13 @@ TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
                                                .situ_beta = 4.0f,
                                                .situ_linear_beta = 25.0f};
         cuda::grouped_gemm_glu(gp, raw_stream());
+        // These calls take the fused kernel, so the model leaves gate_up unallocated: the same bytes without it.
+        kernels::GroupedGluGemmParams no_scratch = gp;
+        no_scratch.gate_up = TensorView{};
+        EXPECT_FALSE(cuda::grouped_gemm_glu_needs_scratch(no_scratch, raw_stream()));
+        Pair fused_ns = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
+        no_scratch.out = fused_ns.dv;
+        cuda::grouped_gemm_glu(no_scratch, raw_stream());
         // The unfused pair on the GPU: kTmaDyn into [gate ; up], then the activation op.
         Pair unfused = poisoned_pair({c.n_rows, c.inter}, DType::kBF16, false, alloc(), stream());
         Pair gu2 = poisoned_pair({c.n_rows, 2 * c.inter}, DType::kBF16, false, alloc(), stream());
@@ -360,6 +368,9 @@ TEST_F(GroupedGemmDeviceTest, GluFusedIsBitExactWithUnfused) {
         std::vector<float> pv(rp.values.begin(), rp.values.begin() + used * c.inter);
         conf_exact("grouped_gemm_glu", std::string(c.name) + " fused vs unfused", f, u);
         conf_exact("grouped_gemm_glu", std::string(c.name) + " fused, other kernel, vs unfused", pv, u);
+        const Readback rns = read_pair(fused_ns, stream(), false);
+        std::vector<float> fns(rns.values.begin(), rns.values.begin() + used * c.inter);
+        conf_exact("grouped_gemm_glu", std::string(c.name) + " fused without gate_up vs unfused", fns, u);
         int64_t tail_kept = 0;
         for (size_t i = static_cast<size_t>(used * c.inter); i < rp.values.size(); ++i)
             tail_kept += std::isnan(rp.values[i]);
