@@ -301,12 +301,6 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
             "--disaggregation-mode decode runs as one rank (a prefill server may run --pp stages; "
             "docs/design/disagg.md)");
     }
-    if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && setup.sizes.tp * setup.sizes.cp > 1 &&
-        setup.sizes.pp > 1) {
-        return unimplemented(
-            "--disaggregation-mode prefill with --pp stages and --tp / --cp ranks together is not built yet; "
-            "either alone is (docs/design/disagg.md)");
-    }
     return setup;
 }
 
