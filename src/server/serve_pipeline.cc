@@ -306,18 +306,21 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (lanes) {
         executor = std::make_unique<engine::LaneLeaderExecutor>(std::move(executor), groups.cp.get(), groups.tp.get());
     }
-    std::function<Status(engine::Engine&)> engine_created;
-    if (staged_kv) {
-        engine_created = [&groups](engine::Engine& e) {
-            return send_queue_addresses(*groups.pp, e.transfer_queue_addresses());
-        };
-    }
-    // Every other rank is in its loop by now, waiting for this one's commands or plans: a failure here (the engine,
-    // the warm-up, the port) cannot be agreed on any more, and returning would leave them waiting (and this rank in
-    // MPI_Finalize, its message unprinted). It ends the whole job instead, naming why.
+    // Every other rank is in its loop by now, waiting for this one's commands or plans. Once the engine exists (and
+    // has told lane 0's stages its queues) it starts, and however serving ends, its thread's end stops every other
+    // rank (the executor's stop). A failure before that (the engine refused its options, the addresses not sent)
+    // cannot be agreed on any more, and returning would leave the others waiting (and this rank in MPI_Finalize, its
+    // message unprinted): it ends the whole job instead, naming why.
+    bool engine_made = false;
+    const auto engine_created = [&](engine::Engine& e) -> Status {
+        if (staged_kv) PENSTOCK_RETURN_IF_ERROR(send_queue_addresses(*groups.pp, e.transfer_queue_addresses()));
+        engine_made = true;
+        return ok_status();
+    };
     const Status served = serve_http(args, setup, std::move(runner).value(), std::move(executor),
                                      std::move(tok).value(), parallel_info, engine_created);
-    PENSTOCK_CHECK(served.ok()) << "penstock serve (rank 0, after every rank started): " << served.to_string();
+    PENSTOCK_CHECK(served.ok() || engine_made)
+        << "penstock serve (rank 0, after every other rank started): " << served.to_string();
     return served;
 }
 #else

@@ -231,6 +231,14 @@ class PipelinedPrefill(unittest.TestCase):
                    threads=1, launcher=mpirun(2))
         self.assertIn("decode runs as one rank", str(e.exception))
 
+    def test_a_bad_transfer_queue_count_is_refused_by_every_rank(self):
+        # Refused with the arguments, before any rank waits on another (the engine alone used to refuse it, on rank 0
+        # after the others had entered their loops).
+        with self.assertRaises(RuntimeError) as e:
+            Server("--model", BUNDLED, "--skip-tokenizer-init", "--disaggregation-mode", "prefill", "--pp", "2",
+                   "--tp", "2", "--disaggregation-transfer-queues", "0", threads=1, launcher=mpirun(4))
+        self.assertIn("--disaggregation-transfer-queues must be in [1, 64]", str(e.exception))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
