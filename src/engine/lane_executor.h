@@ -32,6 +32,13 @@ public:
     [[nodiscard]] Status stop() override;
     bool isolates_failures() const override { return false; }
     ExecutorStats stats() const override { return inner_->stats(); }
+    // A disaggregated prefill under PP: lane 0 (this rank's pipeline) sends every stage's KV, since each rank of a
+    // stage caches the whole latent and index keys (tp replicates them, cp all-gathers each chunk's rows). The
+    // commands go down this lane only: they carry no step, so the other lanes' collectives stay paired.
+    int64_t n_stages() const override { return inner_->n_stages(); }
+    [[nodiscard]] Status send_stage_commands(std::span<const parallel::StageCommand> commands) override {
+        return inner_->send_stage_commands(commands);
+    }
 
 private:
     std::unique_ptr<StepExecutor> inner_;

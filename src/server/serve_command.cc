@@ -290,6 +290,11 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
     }
     setup.disagg.transfer_backend = args.disaggregation_transfer_backend;
     setup.disagg.transfer_queues = args.disaggregation_transfer_queues;
+    // Checked here too (the engine checks it), so that every rank of a multi-rank server refuses it alike at start.
+    if (setup.disagg.mode != engine::DisaggOptions::Mode::kNone &&
+        (setup.disagg.transfer_queues < 1 || setup.disagg.transfer_queues > 64)) {
+        return invalid_argument("--disaggregation-transfer-queues must be in [1, 64]");
+    }
     setup.disagg.lazy_allocation = args.disaggregation_lazy_allocation;
     setup.disagg.timeouts = {.bootstrap = std::chrono::milliseconds(args.disaggregation_bootstrap_timeout_ms),
                              .waiting = std::chrono::milliseconds(args.disaggregation_waiting_timeout_ms),
@@ -300,12 +305,6 @@ Result<ServeSetup> check_serve_args(const ServeArgs& args) {
         return unimplemented(
             "--disaggregation-mode decode runs as one rank (a prefill server may run --pp stages; "
             "docs/design/disagg.md)");
-    }
-    if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && setup.sizes.tp * setup.sizes.cp > 1 &&
-        setup.sizes.pp > 1) {
-        return unimplemented(
-            "--disaggregation-mode prefill with --pp stages and --tp / --cp ranks together is not built yet; "
-            "either alone is (docs/design/disagg.md)");
     }
     return setup;
 }

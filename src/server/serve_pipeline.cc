@@ -171,9 +171,10 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (!local.ok()) return local.with_context("stage " + std::to_string(stage));
     if (failed.ptr<int32_t>()[0] != 0) return failed_precondition("another pipeline stage failed to start");
 
-    // A disaggregated prefill on tp / cp lanes: rank 0's runner caches every layer's whole latent and index keys (tp
-    // replicates them, cp all-gathers every chunk's rows), so rank 0 sends the room alone. KDA states are split by
-    // head over tp ranks: rank 0 holds only its heads', so that is refused rather than sent in part.
+    // A disaggregated prefill on tp / cp lanes: lane 0's runner caches its layers' whole latent and index keys (tp
+    // replicates them, cp all-gathers every chunk's rows), so rank 0 sends the room alone (with --pp, lane 0 of each
+    // stage sends that stage's layers). KDA states are split by head over tp ranks: lane 0 holds only its heads', so
+    // that is refused rather than sent in part, at any --pp.
     if (setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && groups.sizes.tp > 1) {
         Status whole = ok_status();
         if (Result<disagg::KvLayout> l = engine::disagg_kv_layout(**runner, "--disaggregation-mode prefill: ");
@@ -185,7 +186,8 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
                 if (kind == kv_cache::BufferKind::kKdaRecurrent || kind == kv_cache::BufferKind::kKdaConv) {
                     whole = unimplemented(
                         "--disaggregation-mode prefill with --tp ranks: this model's KDA states are split by head "
-                        "over the tp ranks and each would send its share (not built yet); --cp or --pp is");
+                        "over the tp ranks and each would send its share (not built yet); --pp and --cp are, without "
+                        "--tp");
                     break;
                 }
             }
@@ -193,21 +195,28 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, whole, "the KV layout"));
     }
 
-    // A disaggregated prefill: every stage sends its own layers' KV (docs/design/disagg.md "Pipeline stages").
+    // A disaggregated prefill: every stage sends its own layers' KV (docs/design/disagg.md "Pipeline stages"). With tp
+    // / cp lanes, lane 0 (cp 0, tp 0) of each stage sends for the stage: its cache holds the stage's layers whole, as
+    // above. Every rank makes its layout and joins the agreement (a world collective, so all of them, in this order);
+    // the shapes and the queue addresses then travel on lane 0's pipeline group only (point to point). The stage
+    // commands go down lane 0's pipeline only too (LaneLeaderExecutor forwards them to its own lane).
     const bool staged_kv = setup.disagg.mode == engine::DisaggOptions::Mode::kPrefill && groups.sizes.pp > 1;
+    const bool kv_lane = groups.coords.tp_rank == 0 && groups.coords.cp_rank == 0;
     disagg::KvLayout my_layout;
     if (staged_kv) {
         Result<disagg::KvLayout> made_layout =
             engine::disagg_kv_layout(**runner, "--disaggregation-mode prefill, stage " + std::to_string(stage) + ": ");
         PENSTOCK_RETURN_IF_ERROR(parallel::agree_started(*groups.world, made_layout.status(), "the KV layout"));
         my_layout = std::move(made_layout).value();
-        PENSTOCK_ASSIGN_OR_RETURN(setup.disagg.other_stages, gather_stage_layouts(*groups.pp, my_layout));
+        if (kv_lane) {
+            PENSTOCK_ASSIGN_OR_RETURN(setup.disagg.other_stages, gather_stage_layouts(*groups.pp, my_layout));
+        }
     }
 
     if (stage > 0) {
         std::unique_ptr<disagg::StageKvSender> kv_sender;
         parallel::StageOptions options = stage_options;
-        if (staged_kv) {
+        if (staged_kv && kv_lane) {
             PENSTOCK_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> queues, recv_queue_addresses(*groups.pp));
             PENSTOCK_ASSIGN_OR_RETURN(kv_sender,
                                       disagg::StageKvSender::create(setup.disagg.transfer_backend, std::move(my_layout),
@@ -234,10 +243,14 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
         const Status served = pipe.serve();
         PENSTOCK_CHECK(served.ok()) << "pipeline stage " << stage << " failed: " << served.to_string();
         const parallel::StageStats& st = pipe.stats();
+        const std::string lane =
+            groups.sizes.tp * groups.sizes.cp == 1
+                ? std::string()
+                : " lane cp " + std::to_string(groups.coords.cp_rank) + " tp " + std::to_string(groups.coords.tp_rank);
         std::printf(
-            "penstock serve: stage %d stopped after %lld steps (busy %.1f ms, sent %.2f MB); KV pages in use: "
+            "penstock serve: stage %d%s stopped after %lld steps (busy %.1f ms, sent %.2f MB); KV pages in use: "
             "%lld of %lld%s\n",
-            stage, static_cast<long long>(st.steps), st.busy_ms, static_cast<double>(st.bytes_sent) / 1e6,
+            stage, lane.c_str(), static_cast<long long>(st.steps), st.busy_ms, static_cast<double>(st.bytes_sent) / 1e6,
             static_cast<long long>((*runner)->page_pool().n_used()), static_cast<long long>(setup.n_pages),
             kv_sender == nullptr ? ""
                                  : ("; KV sends " + std::to_string(kv_sender->n_sent()) + " done, " +
@@ -293,14 +306,22 @@ Status run_serve_pipeline(const ServeArgs& args, const ServeSetup& setup_in) {
     if (lanes) {
         executor = std::make_unique<engine::LaneLeaderExecutor>(std::move(executor), groups.cp.get(), groups.tp.get());
     }
-    std::function<Status(engine::Engine&)> engine_created;
-    if (staged_kv) {
-        engine_created = [&groups](engine::Engine& e) {
-            return send_queue_addresses(*groups.pp, e.transfer_queue_addresses());
-        };
-    }
-    return serve_http(args, setup, std::move(runner).value(), std::move(executor), std::move(tok).value(),
-                      parallel_info, engine_created);
+    // Every other rank is in its loop by now, waiting for this one's commands or plans. Once the engine exists (and
+    // has told lane 0's stages its queues) it starts, and however serving ends, its thread's end stops every other
+    // rank (the executor's stop). A failure before that (the engine refused its options, the addresses not sent)
+    // cannot be agreed on any more, and returning would leave the others waiting (and this rank in MPI_Finalize, its
+    // message unprinted): it ends the whole job instead, naming why.
+    bool engine_made = false;
+    const auto engine_created = [&](engine::Engine& e) -> Status {
+        if (staged_kv) PENSTOCK_RETURN_IF_ERROR(send_queue_addresses(*groups.pp, e.transfer_queue_addresses()));
+        engine_made = true;
+        return ok_status();
+    };
+    const Status served = serve_http(args, setup, std::move(runner).value(), std::move(executor),
+                                     std::move(tok).value(), parallel_info, engine_created);
+    PENSTOCK_CHECK(served.ok() || engine_made)
+        << "penstock serve (rank 0, after every other rank started): " << served.to_string();
+    return served;
 }
 #else
 Status run_serve_pipeline(const ServeArgs&, const ServeSetup&) {
