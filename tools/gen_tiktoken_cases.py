@@ -166,7 +166,7 @@ def build_ranks():
         tokens.insert(rng.randint(256, len(tokens)), b)
     # Tokens across the boundaries Kimi's pattern draws (Han / CJK punctuation, Latin / Han), reachable by merges and
     # ranked early: a piece boundary misplaced by a regex translation changes the ids. (\p{Han} is the Script
-    # property in tiktoken's regex; Script_Extensions would put U+3001 and U+FF0C into Han runs.)
+    # property in tiktoken's regex; Script_Extensions would put U+3001 and U+3002 into Han runs.)
     for w in ["好，", "的。", "是！", "我，", "i是", "i大", "。我"]:
         b = w.encode()
         if b in known:

@@ -88,7 +88,7 @@ bool is_general_category_or_pcre2_special(std::string_view name) {
 
 // Copies the escape at p[i] == '\\' to *out and returns the index after it. \p{Script} / \P{Script} become
 // \p{sc:Script}: Rust's regex reads a bare script name as the Script property, PCRE2 (10.40 on) as
-// Script_Extensions, which for Han adds the CJK punctuation shared with kana and Hangul (U+3001, U+3002, U+300C...;
+// Script_Extensions, which for Han adds CJK punctuation shared with kana and Hangul (U+3001, U+3002...;
 // checked with tiktoken: "中文、" is two pieces there).
 size_t copy_rust_escape(std::string_view p, size_t i, std::string* out) {
     if (i + 1 >= p.size()) {

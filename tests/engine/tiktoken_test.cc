@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -294,6 +296,62 @@ TEST(Tiktoken, MergesByRankOfConcatenation) {
     EXPECT_EQ((*tok)->vocab_size(), 260 + 258);
     EXPECT_EQ((*tok)->id_to_token(260), "<|reserved_token_260|>");
     EXPECT_EQ((*tok)->config().bos_id, std::nullopt) << "no config and no [BOS] among the reserved names";
+}
+
+// A table of Kimi's size (163,584 ranks, seeded: each token the concatenation of two earlier ones, up to 16 bytes)
+// loads and encodes in reasonable time; the timings are printed (docs/design/engine.md quotes them).
+TEST(Tiktoken, FullSizeTableLoadsAndEncodes) {
+    constexpr size_t kRanks = 163'584;
+    std::vector<std::string> tokens;
+    std::set<std::string> seen;
+    for (int b = 0; b < 256; ++b) {
+        tokens.emplace_back(1, static_cast<char>(b));
+        seen.insert(tokens.back());
+    }
+    uint64_t state = 12345;
+    auto next = [&](size_t n) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<size_t>((state >> 33) % n);
+    };
+    size_t tries = 0;
+    while (tokens.size() < kRanks && ++tries < 20'000'000) {
+        // Half the time a token plus a printable ASCII byte, else two random tokens.
+        const std::string& a = tokens[next(tokens.size())];
+        const std::string& b = tokens[next(2) == 0 ? 32 + next(95) : next(tokens.size())];
+        if (a.size() + b.size() > 16) continue;
+        std::string t = a;
+        t += b;
+        if (seen.insert(t).second) tokens.push_back(std::move(t));
+    }
+    ASSERT_EQ(tokens.size(), kRanks);
+    std::string table;
+    for (size_t r = 0; r < tokens.size(); ++r) {
+        table += base64(tokens[r]);
+        table += ' ';
+        table += std::to_string(r);
+        table += '\n';
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto tok = Tokenizer::from_tiktoken(table, read_text(kDir + "/tokenizer_config.json"));
+    const auto t1 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    EXPECT_EQ((*tok)->vocab_size(), static_cast<int32_t>(kRanks) + 258);
+    std::string text;
+    for (const json& c : cases()["cases"]) {
+        if (c["text"].get<std::string>().size() < 1000) text += c["text"].get<std::string>();
+    }
+    while (text.size() < 1'000'000) text += text;
+    const auto t2 = std::chrono::steady_clock::now();
+    auto ids = (*tok)->encode(text, false);
+    const auto t3 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ((*tok)->decode(*ids, false), text);
+    const auto t4 = std::chrono::steady_clock::now();
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::printf(
+        "163,584-rank table: load %.0f ms (%zu bytes); encode %zu bytes -> %zu ids in %.0f ms; decode %.0f ms\n",
+        ms(t1 - t0), table.size(), text.size(), ids->size(), ms(t3 - t2), ms(t4 - t3));
+    EXPECT_LT(ms(t1 - t0), 20'000.0) << "loading a Kimi-size table should take about a second";
 }
 
 void expect_error(const Result<std::unique_ptr<Tokenizer>>& r, StatusCode code, const std::string& needle) {
