@@ -416,6 +416,53 @@ TEST(Tiktoken, MalformedConfigsAreClearErrors) {
     EXPECT_EQ((*ok)->token_to_id("[Z]"), std::nullopt);
 }
 
+// Seeded mutations of a valid tiktoken.model and tokenizer_config.json: every load returns a tokenizer or an error
+// (no crash, no exception), and a loaded tokenizer encodes and decodes.
+TEST(Tiktoken, MutatedFilesNeverCrash) {
+    const std::string table = byte_table({"ab", "abc", " a", "\xE4\xB8\xAD"});
+    const std::string config = read_text(kDir + "/tokenizer_config.json");
+    uint64_t state = 777;
+    auto next = [&](size_t n) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<size_t>((state >> 33) % n);
+    };
+    const std::string alphabet = " \n\r\t=+/09AZaz-{}[]\":,\\";
+    auto mutate = [&](std::string s) {
+        for (size_t k = 1 + next(4); k > 0 && !s.empty(); --k) {
+            const size_t pos = next(s.size());
+            switch (next(4)) {
+                case 0:
+                    s[pos] = alphabet[next(alphabet.size())];
+                    break;
+                case 1:
+                    s.erase(pos, 1 + next(8));
+                    break;
+                case 2:
+                    s.insert(pos, 1, alphabet[next(alphabet.size())]);
+                    break;
+                case 3:
+                    s.insert(pos, s.substr(next(s.size()), next(16)));
+                    break;
+            }
+        }
+        return s;
+    };
+    int n_ok = 0;
+    for (int i = 0; i < 1500; ++i) {
+        const bool model_side = i % 2 == 0;
+        auto tok = Tokenizer::from_tiktoken(model_side ? mutate(table) : table, model_side ? config : mutate(config));
+        if (!tok.ok()) {
+            EXPECT_FALSE(tok.status().message().empty());
+            continue;
+        }
+        ++n_ok;
+        auto ids = (*tok)->encode("abc 中文 [BOS]<|im_end|> x", false);
+        ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+        (void)(*tok)->decode(*ids, true);
+    }
+    EXPECT_GT(n_ok, 0);
+}
+
 class TempDir {
 public:
     TempDir() : path_(std::filesystem::temp_directory_path() / ("tiktoken_test_" + std::to_string(getpid()))) {
