@@ -98,6 +98,51 @@ Result<BpeModel> BpeModel::from_json(const json& model, const JsonPath& path) {
     return bpe;
 }
 
+Result<BpeModel> BpeModel::from_ranks(std::vector<std::string> tokens, std::string_view source) {
+    BpeModel bpe;
+    bpe.raw_bytes_ = true;
+    bpe.ignore_merges_ = true;  // tiktoken: a word that is a token is that token
+    bpe.vocab_.reserve(tokens.size());
+    bpe.id_to_token_.reserve(tokens.size());
+    for (size_t rank = 0; rank < tokens.size(); ++rank) {
+        const auto id = static_cast<int32_t>(rank);
+        if (tokens[rank].empty())
+            return invalid_argument(std::string(source) + ": rank " + std::to_string(rank) + " is an empty token");
+        auto [it, inserted] = bpe.vocab_.emplace(tokens[rank], id);
+        if (!inserted) {
+            return invalid_argument(std::string(source) + ": ranks " + std::to_string(it->second) + " and " +
+                                    std::to_string(rank) + " are the same token");
+        }
+    }
+    bpe.byte_ids_.assign(256, -1);
+    for (int b = 0; b < 256; ++b) {
+        if (auto id = bpe.token_to_id(std::string(1, static_cast<char>(b))))
+            bpe.byte_ids_[static_cast<size_t>(b)] = *id;
+        // 0xC0, 0xC1 and 0xF5..0xFF never occur in UTF-8, so a table may leave them out.
+        const bool in_utf8 = b < 0xC0 || (b >= 0xC2 && b <= 0xF4);
+        if (in_utf8 && bpe.byte_ids_[static_cast<size_t>(b)] < 0) {
+            char hex[8];
+            std::snprintf(hex, sizeof(hex), "0x%02X", b);
+            return invalid_argument(std::string(source) + ": no token for the single byte " + hex +
+                                    " (tiktoken starts every word from single bytes)");
+        }
+    }
+    for (size_t rank = 0; rank < tokens.size(); ++rank) {
+        const std::string_view t = tokens[rank];
+        for (size_t k = 1; k < t.size(); ++k) {
+            const auto a = bpe.token_to_id(t.substr(0, k));
+            if (!a) continue;
+            const auto b = bpe.token_to_id(t.substr(k));
+            if (b) bpe.merges_[pair_key(*a, *b)] = MergeTarget{static_cast<int32_t>(rank), static_cast<int32_t>(rank)};
+        }
+    }
+    for (size_t rank = 0; rank < tokens.size(); ++rank) {
+        bpe.id_to_token_.emplace(static_cast<int32_t>(rank), std::move(tokens[rank]));
+    }
+    bpe.max_id_ = static_cast<int32_t>(tokens.size()) - 1;
+    return bpe;
+}
+
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
     auto it = vocab_.find(std::string(token));
     if (it == vocab_.end()) return std::nullopt;
@@ -115,6 +160,12 @@ const BpeModel::MergeTarget* BpeModel::find_merge(int32_t a, int32_t b) const {
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>* symbols) const {
+    if (raw_bytes_) {  // tiktoken: single bytes (from_ranks checked every byte that UTF-8 text can contain)
+        for (unsigned char b : word) {
+            if (byte_ids_[b] >= 0) symbols->push_back(byte_ids_[b]);
+        }
+        return;
+    }
     std::optional<int32_t> pending_unk;
     for (size_t pos = 0; pos < word.size();) {
         size_t n = utf8::valid_sequence_length(word, pos);

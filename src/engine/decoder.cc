@@ -49,6 +49,15 @@ Result<Decoder> Decoder::from_json(const json& v, const JsonPath& path) {
     return d;
 }
 
+Decoder Decoder::raw_bytes() {
+    Decoder d;
+    d.present_ = true;
+    Step step;
+    step.kind = Step::Kind::kRawBytes;
+    d.steps_.push_back(std::move(step));
+    return d;
+}
+
 Status Decoder::parse(const json& v, const JsonPath& path, int depth, std::vector<Step>* steps) {
     if (depth > kMaxDepth) return path.error("decoder Sequence nested deeper than 8");
     std::string type;
@@ -137,6 +146,12 @@ std::vector<std::string> Decoder::run(const Step& step, std::vector<std::string>
                 }
             }
             flush();
+            return out;
+        }
+        case Step::Kind::kRawBytes: {
+            std::string all;
+            for (const std::string& t : tokens) all += t;
+            out.push_back(utf8::lossy(all));
             return out;
         }
         case Step::Kind::kFuse: {

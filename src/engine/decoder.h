@@ -17,12 +17,15 @@ namespace penstock::engine {
 class Decoder final {
 public:
     [[nodiscard]] static Result<Decoder> from_json(const nlohmann::json& v, const JsonPath& path);
+    // tiktoken's decode: the tokens are raw bytes, concatenated, with invalid UTF-8 replaced by U+FFFD per maximal
+    // invalid subpart (what Python's bytes.decode("utf-8", "replace") gives).
+    static Decoder raw_bytes();
 
     std::string decode(std::vector<std::string> tokens) const;
 
 private:
     struct Step {
-        enum class Kind { kByteLevel, kByteFallback, kFuse, kStrip, kReplace } kind = Kind::kFuse;
+        enum class Kind { kByteLevel, kByteFallback, kFuse, kStrip, kReplace, kRawBytes } kind = Kind::kFuse;
         std::string content;                 // Strip: the character stripped; Replace: the replacement
         size_t start = 0, stop = 0;          // Strip: at most this many leading / trailing `content` characters
         std::shared_ptr<const Regex> regex;  // Replace: the pattern

@@ -80,6 +80,16 @@ Result<PreTokenizer> PreTokenizer::from_json(const json& v, const JsonPath& path
     return pt;
 }
 
+PreTokenizer PreTokenizer::matches_only(std::shared_ptr<const Regex> regex) {
+    PreTokenizer pt;
+    pt.steps_.push_back(Step{.kind = Step::Kind::kSplit,
+                             .regex = std::move(regex),
+                             .behavior = SplitBehavior::kRemoved,
+                             .invert = true,
+                             .add_prefix_space = false});
+    return pt;
+}
+
 Status PreTokenizer::parse(const json& v, const JsonPath& path, int depth, std::vector<Step>* steps) {
     if (depth > kMaxDepth) return path.error("pre-tokenizer Sequence nested deeper than 8");
     std::string type;

@@ -21,6 +21,9 @@ class PreTokenizer final {
 public:
     // `v` is the "pre_tokenizer" value (null: no pre-tokenization). Unimplemented for other types.
     [[nodiscard]] static Result<PreTokenizer> from_json(const nlohmann::json& v, const JsonPath& path);
+    // tiktoken's pre-tokenization: the words are the matches of `regex`, left to right; text between matches is
+    // dropped (a Split with behavior Removed and invert).
+    static PreTokenizer matches_only(std::shared_ptr<const Regex> regex);
 
     // Splits one piece of input text (valid UTF-8) into words for the model; empty words are dropped.
     [[nodiscard]] Status apply(std::string text, std::vector<std::string>* words) const;

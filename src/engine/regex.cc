@@ -77,12 +77,180 @@ std::string translate_oniguruma(std::string_view p) {
     return out;
 }
 
+// --- Rust regex (tiktoken) spellings -------------------------------------------------------------------------------
+
+// PCRE2's general category names (and its own \p{Any}, \p{L&}, \p{Xan}...): kept as they are. Every other bare
+// property name is a script in the patterns this handles.
+bool is_general_category_or_pcre2_special(std::string_view name) {
+    return name.size() <= 2 || name == "L&" || name == "Any" || name == "Xan" || name == "Xps" || name == "Xsp" ||
+           name == "Xwd" || name == "Xuc" || name.find_first_of(":=") != std::string_view::npos;
+}
+
+// Copies the escape at p[i] == '\\' to *out and returns the index after it. \p{Script} / \P{Script} become
+// \p{sc:Script}: Rust's regex reads a bare script name as the Script property, PCRE2 (10.40 on) as
+// Script_Extensions, which for Han adds CJK punctuation shared with kana and Hangul (U+3001, U+3002...;
+// checked with tiktoken: "中文、" is two pieces there).
+size_t copy_rust_escape(std::string_view p, size_t i, std::string* out) {
+    if (i + 1 >= p.size()) {
+        out->push_back('\\');
+        return i + 1;
+    }
+    const char e = p[i + 1];
+    if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{') {
+        const size_t close = p.find('}', i + 3);
+        if (close != std::string_view::npos) {
+            const std::string_view name = p.substr(i + 3, close - i - 3);
+            *out += '\\';
+            *out += e;
+            *out += '{';
+            if (!is_general_category_or_pcre2_special(name)) *out += "sc:";
+            *out += name;
+            *out += '}';
+            return close + 1;
+        }
+    }
+    out->push_back('\\');
+    out->push_back(e);
+    return i + 2;
+}
+
+std::string copy_rust_escapes(std::string_view p) {
+    std::string out;
+    for (size_t i = 0; i < p.size();) {
+        if (p[i] == '\\') {
+            i = copy_rust_escape(p, i, &out);
+        } else {
+            out.push_back(p[i++]);
+        }
+    }
+    return out;
+}
+
+// One past the Rust class that opens at p[i] == '[' (classes nest; a ']' first is literal; "[:alpha:]" is an
+// item), or npos when it does not close.
+size_t rust_class_end(std::string_view p, size_t i) {
+    size_t j = i + 1;
+    if (j < p.size() && p[j] == '^') ++j;
+    if (j < p.size() && p[j] == ']') ++j;
+    while (j < p.size()) {
+        if (p[j] == '\\') {
+            j += 2;
+        } else if (p.substr(j, 2) == "[:" && p.find(":]", j + 2) != std::string_view::npos) {
+            j = p.find(":]", j + 2) + 2;
+        } else if (p[j] == '[') {
+            j = rust_class_end(p, j);
+            if (j == std::string_view::npos) return j;
+        } else if (p[j] == ']') {
+            return j + 1;
+        } else {
+            ++j;
+        }
+    }
+    return std::string_view::npos;
+}
+
+// Translates one Rust class p = "[...]". A class without nested classes is copied (escapes rewritten). An
+// intersection [A&&B], A plain items and B one nested class, becomes (?:(?=B')[A]): the lookahead checks that the
+// next character is in B without consuming it, then [A] consumes it, so the group matches exactly one character in
+// A ∩ B, and a quantifier after the class repeats the whole group. Kimi's
+//   [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]
+// becomes
+//   (?:(?=[^\p{sc:Han}])[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])
+// (PCRE2 10.42 has no class set operations; 10.45's extended classes are not on the target machines.) Other set
+// operations (nested unions, negated intersections, several &&, "--", "~~") are Unimplemented.
+Result<std::string> translate_rust_class(std::string_view cls, std::string_view pattern) {
+    const std::string_view body = cls.substr(1, cls.size() - 2);
+    size_t amp = std::string_view::npos;
+    size_t n_nested = 0;
+    for (size_t j = 0; j < body.size();) {
+        if (body[j] == '\\') {
+            j += 2;
+        } else if (body.substr(j, 2) == "[:" && body.find(":]", j + 2) != std::string_view::npos) {
+            j = body.find(":]", j + 2) + 2;
+        } else if (body[j] == '[') {
+            ++n_nested;
+            j = rust_class_end(body, j);
+            if (j == std::string_view::npos) return invalid_argument("regex '" + std::string(pattern) + "': bad class");
+        } else if (body.substr(j, 2) == "&&" || body.substr(j, 2) == "--" || body.substr(j, 2) == "~~") {
+            if (body[j] != '&' || amp != std::string_view::npos) {
+                return unimplemented("regex '" + std::string(pattern) + "': class set operation in '" +
+                                     std::string(cls) + "' is not supported (only [items&&[class]])");
+            }
+            amp = j;
+            j += 2;
+        } else {
+            ++j;
+        }
+    }
+    if (amp == std::string_view::npos) {
+        if (n_nested > 0) {
+            return unimplemented("regex '" + std::string(pattern) + "': nested class in '" + std::string(cls) +
+                                 "' is not supported");
+        }
+        std::string out = "[";  // appended piece by piece: GCC 12's -Wrestrict misfires on chained operator+
+        out += copy_rust_escapes(body);
+        out += ']';
+        return out;
+    }
+    const std::string_view left = body.substr(0, amp);
+    const std::string_view right = body.substr(amp + 2);
+    const bool right_is_one_class =
+        right.size() >= 2 && right.front() == '[' && rust_class_end(right, 0) == right.size();
+    if (left.empty() || left.front() == '^' || left.find('[') != std::string_view::npos || !right_is_one_class ||
+        n_nested != 1) {
+        return unimplemented("regex '" + std::string(pattern) + "': class intersection '" + std::string(cls) +
+                             "' is not supported (only [items&&[class]] with plain items)");
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string inner, translate_rust_class(right, pattern));
+    std::string out = "(?:(?=";
+    out += inner;
+    out += ")[";
+    out += copy_rust_escapes(left);
+    out += "])";
+    return out;
+}
+
+Result<std::string> translate_rust_syntax(std::string_view p) {
+    std::string out;
+    out.reserve(p.size() + 64);
+    for (size_t i = 0; i < p.size();) {
+        if (p[i] == '\\') {
+            i = copy_rust_escape(p, i, &out);
+        } else if (p[i] == '[') {
+            const size_t end = rust_class_end(p, i);
+            if (end == std::string_view::npos) {
+                return invalid_argument("regex '" + std::string(p) + "': unterminated character class at offset " +
+                                        std::to_string(i));
+            }
+            PENSTOCK_ASSIGN_OR_RETURN(const std::string cls, translate_rust_class(p.substr(i, end - i), p));
+            out += cls;
+            i = end;
+        } else {
+            out.push_back(p[i++]);
+        }
+    }
+    return out;
+}
+
 }  // namespace
+
+Result<std::string> Regex::translate_rust(std::string_view pattern) {
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string rust, translate_rust_syntax(pattern));
+    return translate_oniguruma(rust);  // \s / \S: Rust's are Unicode White_Space too
+}
+
+Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) {
+    return compile_pcre2(translate_oniguruma(pattern), pattern);
+}
+
+Result<std::shared_ptr<const Regex>> Regex::compile_rust(std::string_view pattern) {
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string translated, translate_rust(pattern));
+    return compile_pcre2(translated, pattern);
+}
 
 #if PENSTOCK_ENABLE_PCRE2
 
-Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) {
-    const std::string translated = translate_oniguruma(pattern);
+Result<std::shared_ptr<const Regex>> Regex::compile_pcre2(const std::string& translated, std::string_view pattern) {
     int error = 0;
     size_t offset = 0;
     pcre2_code_8* code = pcre2_compile_8(reinterpret_cast<const uint8_t*>(translated.data()), translated.size(),
@@ -139,8 +307,7 @@ Status Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size
 
 #else  // PENSTOCK_ENABLE_PCRE2
 
-Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) {
-    (void)translate_oniguruma(pattern);
+Result<std::shared_ptr<const Regex>> Regex::compile_pcre2(const std::string&, std::string_view pattern) {
     return unimplemented("regex '" + std::string(pattern) +
                          "': Penstock was built without PCRE2 (install libpcre2-dev and reconfigure)");
 }

@@ -1,6 +1,7 @@
-// Regex: a compiled Unicode-aware pattern (PCRE2 with UTF + UCP) for the tokenizer's Split pre-tokenizers, with the
-// Oniguruma spellings used in tokenizer.json files translated (\uHHHH). Immutable after compile(), so one instance
-// may be shared by concurrent encode() calls (each call brings its own match data).
+// Regex: a compiled Unicode-aware pattern (PCRE2 with UTF + UCP) for the tokenizer's pre-tokenizers, with the
+// Oniguruma spellings used in tokenizer.json files translated (\uHHHH, \s), and the Rust regex spellings of
+// tiktoken patterns (script properties, class intersections). Immutable after compile(), so one instance may be
+// shared by concurrent encode() calls (each call brings its own match data).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,13 @@ public:
     // A pattern written for Oniguruma (what the `tokenizers` package uses). InvalidArgument when the pattern does
     // not compile; Unimplemented when Penstock was built without PCRE2.
     [[nodiscard]] static Result<std::shared_ptr<const Regex>> compile(std::string_view pattern);
+    // A pattern written for Rust's regex / fancy-regex (what `tiktoken` uses, e.g. Kimi's pat_str). On top of the
+    // translation above: \p{Script} means the Script property (PCRE2 reads a bare script name as
+    // Script_Extensions), and a class intersection [A&&[B]] becomes a lookahead on B before the class [A].
+    // Unimplemented for the class set operations that are not translated (see translate_rust in regex.cc).
+    [[nodiscard]] static Result<std::shared_ptr<const Regex>> compile_rust(std::string_view pattern);
+    // The PCRE2 pattern compile_rust() compiles (both translations applied); for tests.
+    [[nodiscard]] static Result<std::string> translate_rust(std::string_view pattern);
     // A literal string (Split's {"String": ...} pattern).
     [[nodiscard]] static Result<std::shared_ptr<const Regex>> literal(std::string_view text);
 
@@ -34,6 +42,9 @@ public:
 
 private:
     Regex() = default;
+    // Compiles an already translated pattern; `pattern` is what error messages and pattern() show.
+    [[nodiscard]] static Result<std::shared_ptr<const Regex>> compile_pcre2(const std::string& translated,
+                                                                            std::string_view pattern);
     std::string pattern_;
     void* code_ = nullptr;  // pcre2_code_8*
 };

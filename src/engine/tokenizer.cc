@@ -1,7 +1,8 @@
-// Tokenizer encode / decode / DecodeStream; loading lives in tokenizer_load.cc. The encode pipeline is that of
-// `tokenizers` TokenizerImpl::encode_single_sequence for a BPE model: raw added tokens split first, each remaining
-// piece normalized and split by the normalized added tokens, pre-tokenized into words, each word through BPE, then
-// the post-processor when add_special_tokens is set.
+// Tokenizer encode / decode / DecodeStream; loading lives in tokenizer_load.cc and tiktoken_load.cc. The encode
+// pipeline is that of `tokenizers` TokenizerImpl::encode_single_sequence for a BPE model: raw added tokens split
+// first, each remaining piece normalized and split by the normalized added tokens, pre-tokenized into words, each
+// word through BPE, then the post-processor when add_special_tokens is set. A tiktoken tokenizer runs the same
+// pipeline (special tokens, Kimi's regex, tiktoken's merges) on each part Kimi's encode() cuts the text into.
 #include <algorithm>
 
 #include "engine/tokenizer_impl.h"
@@ -12,6 +13,70 @@ namespace penstock::engine {
 Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 
+namespace {
+
+// Python's str.isspace(), which Kimi's encode() uses to cut runs: Unicode White_Space plus U+001C..U+001F
+// (bidirectional class B or S).
+bool python_isspace(char32_t cp) { return utf8::is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
+
+// The parts Kimi's encode() (tokenization_kimi.py) gives tiktoken, each encoded on its own: chunks of 400,000
+// characters, each cut before the character that would make a run of whitespace or non-whitespace characters
+// longer than 25,000 (the reference's guards against tiktoken failing on very long input). Lookaheads and merges
+// never cross a cut. `text` is valid UTF-8.
+std::vector<std::string_view> kimi_parts(std::string_view text) {
+    constexpr size_t kChunkChars = 400'000;
+    constexpr size_t kMaxRunChars = 25'000;
+    std::vector<std::string_view> parts;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t start = pos, chars = 0, run = 0;
+        bool space = false;
+        while (pos < text.size() && chars < kChunkChars) {
+            char32_t cp = 0;
+            const size_t n = utf8::decode(text, pos, &cp);
+            const bool now = python_isspace(cp);
+            if (chars == 0) space = now;
+            if (now != space) {
+                space = now;
+                run = 1;
+            } else if (++run > kMaxRunChars) {
+                parts.push_back(text.substr(start, pos - start));
+                start = pos;
+                run = 1;
+            }
+            pos += n;
+            ++chars;
+        }
+        parts.push_back(text.substr(start, pos - start));
+    }
+    return parts;
+}
+
+}  // namespace
+
+Status Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>* ids) const {
+    std::vector<std::string> words;
+    for (const Piece& raw : added.split(text, /*normalized=*/false)) {
+        if (raw.id >= 0) {
+            ids->push_back(raw.id);
+            continue;
+        }
+        const std::string_view sub = text.substr(raw.begin, raw.end - raw.begin);
+        const std::string normalized = normalizer.is_identity() ? std::string(sub) : normalizer.apply(sub);
+        for (const Piece& piece : added.split(normalized, /*normalized=*/true)) {
+            if (piece.id >= 0) {
+                ids->push_back(piece.id);
+                continue;
+            }
+            words.clear();
+            PENSTOCK_RETURN_IF_ERROR(
+                pre_tokenizer.apply(normalized.substr(piece.begin, piece.end - piece.begin), &words));
+            for (const std::string& w : words) model.tokenize(w, ids);
+        }
+    }
+    return ok_status();
+}
+
 Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
     if (auto bad = utf8::first_invalid(text)) {
         return invalid_argument("encode: input is not valid UTF-8 (invalid byte 0x" +
@@ -20,26 +85,11 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_s
                                 " at offset " + std::to_string(*bad) + " of " + std::to_string(text.size()) + ")");
     }
     std::vector<int32_t> ids;
-    std::vector<std::string> words;
-    for (const Piece& raw : impl_->added.split(text, /*normalized=*/false)) {
-        if (raw.id >= 0) {
-            ids.push_back(raw.id);
-            continue;
-        }
-        const std::string_view sub = text.substr(raw.begin, raw.end - raw.begin);
-        const std::string normalized =
-            impl_->normalizer.is_identity() ? std::string(sub) : impl_->normalizer.apply(sub);
-        for (const Piece& piece : impl_->added.split(normalized, /*normalized=*/true)) {
-            if (piece.id >= 0) {
-                ids.push_back(piece.id);
-                continue;
-            }
-            words.clear();
-            PENSTOCK_RETURN_IF_ERROR(
-                impl_->pre_tokenizer.apply(normalized.substr(piece.begin, piece.end - piece.begin), &words));
-            for (const std::string& w : words) impl_->model.tokenize(w, &ids);
-        }
+    if (impl_->tiktoken) {  // special tokens in the text are matched (allowed_special="all"); nothing is added
+        for (std::string_view part : kimi_parts(text)) PENSTOCK_RETURN_IF_ERROR(impl_->encode_text(part, &ids));
+        return ids;
     }
+    PENSTOCK_RETURN_IF_ERROR(impl_->encode_text(text, &ids));
     if (!add_special_tokens) return ids;
     for (const PostProcessStep& step : impl_->post) {
         std::vector<int32_t> out;
@@ -62,8 +112,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
             if (!(skip_special_tokens && t.special)) tokens.push_back(t.decoded);
         } else if (const std::string* t = impl_->model.id_to_token(id)) {
             // A model token whose text equals a special added token's content is skipped too (`tokenizers` checks
-            // the token string).
-            auto c = impl_->added_by_content.find(*t);
+            // the token string; Kimi's decode skips by id only, and tiktoken tokens are raw bytes).
+            auto c = impl_->tiktoken ? impl_->added_by_content.end() : impl_->added_by_content.find(*t);
             const bool special = c != impl_->added_by_content.end() && is_special(c->second);
             if (!(skip_special_tokens && special)) tokens.push_back(*t);
         }
@@ -74,14 +124,30 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
     auto it = impl_->added_by_content.find(std::string(token));
     if (it != impl_->added_by_content.end()) return it->second;
-    return impl_->model.token_to_id(token);
+    if (!impl_->tiktoken) return impl_->model.token_to_id(token);
+    std::string bytes;  // the GPT-2 alphabet form back to the raw bytes
+    for (size_t pos = 0; pos < token.size();) {
+        const size_t n = utf8::valid_sequence_length(token, pos);
+        if (n == 0) return std::nullopt;
+        char32_t cp = 0;
+        utf8::decode(token, pos, &cp);
+        const int b = utf8::unicode_to_byte(cp);
+        if (b < 0) return std::nullopt;
+        bytes.push_back(static_cast<char>(b));
+        pos += n;
+    }
+    return impl_->model.token_to_id(bytes);
 }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
     auto it = impl_->added_by_id.find(id);
     if (it != impl_->added_by_id.end()) return impl_->added.tokens()[it->second].decoded;
-    if (const std::string* t = impl_->model.id_to_token(id)) return *t;
-    return std::nullopt;
+    const std::string* t = impl_->model.id_to_token(id);
+    if (t == nullptr) return std::nullopt;
+    if (!impl_->tiktoken) return *t;
+    std::string mapped;
+    for (unsigned char b : *t) mapped += utf8::byte_to_unicode()[b];
+    return mapped;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

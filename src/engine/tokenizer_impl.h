@@ -1,9 +1,11 @@
-// Tokenizer::Impl: the parsed parts of tokenizer.json, shared by tokenizer.cc (encode/decode) and
-// tokenizer_load.cc (parsing). Internal to src/engine.
+// Tokenizer::Impl: the parsed parts of tokenizer.json or tiktoken.model, shared by tokenizer.cc (encode/decode),
+// tokenizer_load.cc and tiktoken_load.cc (parsing). Internal to src/engine.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +38,15 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string, int32_t> added_by_content;
     std::unordered_map<int32_t, size_t> added_by_id;  // id -> index into added.tokens()
     int32_t vocab_size = 0;
+    // A tiktoken tokenizer (tiktoken_load.cc): model tokens are raw bytes; encode() cuts the text the way Kimi's
+    // encode() does before each part goes through the pipeline; no post-processor.
+    bool tiktoken = false;
+
+    // Added tokens, normalization, pre-tokenization and BPE of one piece of valid UTF-8 text, appended to *ids.
+    [[nodiscard]] Status encode_text(std::string_view text, std::vector<int32_t>* ids) const;
 };
+
+// A tokenizer file's contents: NotFound when it cannot be read, InvalidArgument above 1 GiB.
+[[nodiscard]] Result<std::string> read_tokenizer_file(const std::filesystem::path& path);
 
 }  // namespace penstock::engine

@@ -15,18 +15,6 @@ using nlohmann::json;
 constexpr int kMaxDepth = 8;
 constexpr size_t kMaxFileBytes = size_t{1} << 30;
 
-Result<std::string> read_file(const std::filesystem::path& path) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(path, ec);
-    if (ec) return not_found(path.string() + ": cannot read: " + ec.message());
-    if (size > kMaxFileBytes) return invalid_argument(path.string() + ": file is larger than 1 GiB");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return not_found(path.string() + ": cannot open");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 Result<json> parse_json(std::string_view text, const std::string& source) {
     try {
         return json::parse(text.begin(), text.end());
@@ -148,6 +136,18 @@ Status config_token(const json& root, const char* key, const JsonPath& path, std
 
 }  // namespace
 
+Result<std::string> read_tokenizer_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (ec) return not_found(path.string() + ": cannot read: " + ec.message());
+    if (size > kMaxFileBytes) return invalid_argument(path.string() + ": file is larger than 1 GiB");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found(path.string() + ": cannot open");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view text, std::string_view source_view) {
     const std::string source(source_view);
     try {
@@ -182,24 +182,47 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view text, s
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::filesystem::path& path) {
-    PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_tokenizer_file(path));
     return from_json(text, path.string());
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_dir(const std::filesystem::path& dir) {
-    PENSTOCK_ASSIGN_OR_RETURN(auto tok, from_file(dir / "tokenizer.json"));
+    const auto json_file = dir / "tokenizer.json";
+    const auto tiktoken_file = dir / "tiktoken.model";
     const auto config = dir / "tokenizer_config.json";
-    if (std::filesystem::exists(config)) PENSTOCK_RETURN_IF_ERROR(tok->load_config_file(config));
+    std::error_code ec;
+    const bool has_config = std::filesystem::exists(config, ec);
+    if (std::filesystem::exists(json_file, ec)) {
+        PENSTOCK_ASSIGN_OR_RETURN(auto tok, from_file(json_file));
+        if (has_config) PENSTOCK_RETURN_IF_ERROR(tok->load_config_file(config));
+        return tok;
+    }
+    if (!std::filesystem::exists(tiktoken_file, ec)) {
+        return not_found(dir.string() + ": neither tokenizer.json nor tiktoken.model");
+    }
+    // Kimi checkpoints: tiktoken.model and no tokenizer.json.
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string model_text, read_tokenizer_file(tiktoken_file));
+    std::string config_text;
+    if (has_config) {
+        PENSTOCK_ASSIGN_OR_RETURN(config_text, read_tokenizer_file(config));
+    }
+    PENSTOCK_ASSIGN_OR_RETURN(auto tok,
+                              from_tiktoken(model_text, config_text, tiktoken_file.string(), config.string()));
+    if (has_config) PENSTOCK_RETURN_IF_ERROR(tok->load_chat_template_jinja(dir));
     return tok;
 }
 
 Status Tokenizer::load_config_file(const std::filesystem::path& path) {
-    PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+    PENSTOCK_ASSIGN_OR_RETURN(const std::string text, read_tokenizer_file(path));
     PENSTOCK_RETURN_IF_ERROR(load_config_json(text, path.string()));
+    return load_chat_template_jinja(path.parent_path());
+}
+
+Status Tokenizer::load_chat_template_jinja(const std::filesystem::path& dir) {
     // transformers 5 layout: chat_template.jinja next to tokenizer_config.json wins over its chat_template field.
-    const std::filesystem::path jinja = path.parent_path() / "chat_template.jinja";
+    const std::filesystem::path jinja = dir / "chat_template.jinja";
     if (std::error_code ec; std::filesystem::is_regular_file(jinja, ec)) {
-        PENSTOCK_ASSIGN_OR_RETURN(std::string tmpl, read_file(jinja));
+        PENSTOCK_ASSIGN_OR_RETURN(std::string tmpl, read_tokenizer_file(jinja));
         config_.chat_template = std::move(tmpl);
         config_.chat_template_source = "chat_template.jinja";
     }
