@@ -10,6 +10,8 @@ usage: gpu_forward_check.py PENSTOCK OUTDIR MODEL_DIR[:chunks] ...   (chunks: co
   FORMS    comma list of MLA forms (default mha,absorbed; every family has MLA layers)
   JOBS     concurrent penstock processes (default 8; each is a small CUDA context)
   BACKEND  cuda (default) or cpu (a local dry run of the script)
+  FORWARD_ARGS  extra `penstock forward` flags, space-separated (e.g. "--fp8-weights dequant": FP8 checkpoints run
+           natively on CUDA by default, where the activations' e4m3 rounding alone exceeds the fp32 bound)
 Writes OUTDIR/forward_check_<dtype>.md (every case) and OUTDIR/forward_check_summary.md (per model x dtype: cases,
 worst max|diff|, failing cases, positions over the bound, argmax mismatches, near-tie flips). Pure Python (no torch /
 numpy on the device). Exits non-zero when a case exceeds its bound."""
@@ -69,6 +71,7 @@ def run_case(binary, outdir, model, k, ids, chunk, form, dtype):
     out = os.path.join(outdir, "logits", name + ".safetensors")
     cmd = [binary, "forward", "--model", model, "--input-ids", ",".join(map(str, ids)), "--backend", BACKEND,
            "--dtype", dtype, "--chunk-size", str(chunk), "--mla-form", form, "--out", out]
+    cmd += os.environ.get("FORWARD_ARGS", "").split()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=float(os.environ.get("CASE_TIMEOUT", "120")))
     except subprocess.TimeoutExpired:
