@@ -552,6 +552,17 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
         int64_t gu_written = 0;
         const auto gu_bytes = static_cast<int64_t>(dtype_bytes(c.act_dtype, static_cast<size_t>(used * n2)));
         for (int64_t i = 0; i < gu_bytes; ++i) gu_written += got_gu.ptr<uint8_t>()[i] != 0xff;
+        // The used rows' scales (transposed layout) that differ from the op's.
+        auto scale_diffs = [&](const Tensor& other) {
+            int64_t n = 0;
+            for (int64_t r = 0; r < used; ++r) {
+                for (int64_t b = 0; b < kb; ++b) {
+                    n += std::memcmp(other.ptr<float>() + b * rows + r, got_s.ptr<float>() + b * rows + r,
+                                     sizeof(float)) != 0;
+                }
+            }
+            return n;
+        };
         if (c.fused) {
             EXPECT_EQ(gu_written, 0) << "the fused epilogue must leave gate_up untouched";
             {
@@ -571,14 +582,7 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
                 const Tensor gn = cuda::to_host(out_n, stream()), gns = cuda::to_host(scale_n, stream());
                 EXPECT_EQ(std::memcmp(gn.ptr<uint8_t>(), got.ptr<uint8_t>(), static_cast<size_t>(used * c.inter)), 0)
                     << "fused without gate_up: other bytes";
-                int64_t diff_ns = 0;
-                for (int64_t r = 0; r < used; ++r) {
-                    for (int64_t b = 0; b < kb; ++b) {
-                        diff_ns += std::memcmp(gns.ptr<float>() + b * rows + r, got_s.ptr<float>() + b * rows + r,
-                                               sizeof(float)) != 0;
-                    }
-                }
-                EXPECT_EQ(diff_ns, 0) << "fused without gate_up: other scales";
+                EXPECT_EQ(scale_diffs(gns), 0) << "fused without gate_up: other scales";
             }
             // The CTA-pair kernel and the single-CTA one (whichever the dispatch did not take): the same bytes.
             for (const bool pair : {false, true}) {
@@ -597,14 +601,9 @@ TEST_F(Fp8TmaTest, GroupedGemmGluBitExact) {
                                          .act = c.act},
                                         pair, raw_stream());
                 const Tensor gp = cuda::to_host(out_p, stream()), gps = cuda::to_host(scale_p, stream());
-                int64_t diff = 0, diff_s = 0;
+                int64_t diff = 0;
                 for (int64_t i = 0; i < used * c.inter; ++i) diff += gp.ptr<uint8_t>()[i] != got.ptr<uint8_t>()[i];
-                for (int64_t r = 0; r < used; ++r) {
-                    for (int64_t b = 0; b < kb; ++b) {
-                        diff_s += std::memcmp(gps.ptr<float>() + b * rows + r, got_s.ptr<float>() + b * rows + r,
-                                              sizeof(float)) != 0;
-                    }
-                }
+                const int64_t diff_s = scale_diffs(gps);
                 std::printf("[fp8] glu %-28s %s kernel vs the dispatch: %lld bytes, %lld scales differ\n", c.name,
                             pair ? "pair" : "single-CTA", static_cast<long long>(diff), static_cast<long long>(diff_s));
                 EXPECT_EQ(diff, 0) << (pair ? "pair" : "single-CTA");
