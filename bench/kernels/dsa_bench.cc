@@ -13,9 +13,11 @@
 // 1979 TFLOP/s and the 1324 TFLOP/s torch._scaled_mm anchor (PERF.md). Sanity: max |wgmma - mma| and
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
 // Top-k: the default kernel (TopkVariant::kRangeRadix), kRangeRadixScalarCompact (interleaved: scalar, default,
-// scalar, default) and kLegacy on the same logits, same run; the rows whose boundary was tied (replayed), and the
-// count of indices where the variants disagree with kLegacy (must be 0: all match the reference); at T <= 16384 also
-// on the logits rounded through bf16, where nearly every row is tied (the replay's throughput).
+// scalar, default), kRangeRadixRowSmem (the previous long-row kernel; interleaved likewise; its speed-up and the
+// stream kernel's rows selected from global memory) and kLegacy on the same logits, same run; the rows whose boundary
+// was tied (replayed), and the count of indices where the variants disagree with kLegacy (must be 0: all match the
+// reference); at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's
+// throughput).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -159,8 +161,19 @@ void run_dsa_bench(BenchContext& ctx) {
             ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixScalarCompact, ctx.alloc(), s); }, 1, reps);
         const Timing t_topk2 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         ctx.stream().synchronize();
-        const int64_t tied_rows = cuda::dsa_topk_tied_rows(tp, ctx.alloc(), s);
+        const cuda::TopkDiagnosis diag = cuda::dsa_topk_diagnose(tp, cuda::TopkVariant::kRangeRadix, ctx.alloc(), s);
+        const int64_t tied_rows = diag.tied_rows;
         const int64_t topk_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
+        // kRangeRadixRowSmem (long calls with each row in shared memory, the default before the stream kernel),
+        // interleaved with the default: row-smem, default, row-smem, default.
+        const Timing t_topk_row_a =
+            ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, reps);
+        const int64_t row_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
+        const Timing t_topk3 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
+        const Timing t_topk_row_b =
+            ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, reps);
+        const Timing t_topk4 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
+        const int64_t topk_mismatches_4 = count_mismatches(idx, idx_legacy, ctx.stream());
         double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
@@ -247,6 +260,13 @@ void run_dsa_bench(BenchContext& ctx) {
         rec["speedup_vs_scalar_compact"] =
             (t_topk_scalar_a.median_us + t_topk_scalar_b.median_us) / (t_topk.median_us + t_topk2.median_us);
         rec["scalar_compact_mismatches_vs_legacy"] = scalar_mismatches;
+        rec["ms_rounds_3_4"] = {t_topk3.median_us * 1e-3, t_topk4.median_us * 1e-3};
+        rec["row_smem_ms"] = {t_topk_row_a.median_us * 1e-3, t_topk_row_b.median_us * 1e-3};
+        rec["speedup_vs_row_smem"] =
+            (t_topk_row_a.median_us + t_topk_row_b.median_us) / (t_topk3.median_us + t_topk4.median_us);
+        rec["row_smem_mismatches_vs_legacy"] = row_mismatches;
+        rec["mismatches_vs_legacy_round_4"] = topk_mismatches_4;
+        rec["rows_from_global"] = diag.global_rows;
         rec["tied_rows"] = tied_rows;
         rec["mismatches_vs_legacy"] = topk_mismatches;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;

@@ -53,14 +53,31 @@ bool dsa_indexer_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
 // Radix select of the top_k-th logit per row; a row whose boundary value is tied (the index set is not unique)
 // replays libstdc++'s nth_element / partial_sort on the device, as the reference does, so the index sets are
 // identical. Scratch (the tied-row list and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered
-// use). Variants (dsa_topk.cu): kRangeRadix (kAuto's choice; rows in shared memory, range-adaptive 11-bit steps, the
-// selected indices compacted four keys per lane, parallel replay of tied rows; torch_row_len < 2^30),
-// kRangeRadixScalarCompact (the same with the compaction one key per lane) and kLegacy (dsa_topk_legacy.cu: 8-bit
-// steps from global memory, serial replay), kept for same-run comparisons; all bit-identical to the reference.
-enum class TopkVariant : uint8_t { kAuto, kRangeRadix, kRangeRadixScalarCompact, kLegacy };
+// use). Variants (dsa_topk.cu), all bit-identical to the reference: kRangeRadix (kAuto's choice; range-adaptive
+// 11-bit steps, the selected indices compacted four keys per lane, parallel replay of tied rows; torch_row_len <
+// 2^30): calls with n_keys <= 16384 hold each row in shared memory, longer ones stream each row once through a
+// sampled bound into a candidate list (rows up to the list's capacity held whole); kRangeRadixScalarCompact (the same
+// with the compaction one key per lane); kRangeRadixRowSmem (long calls on the row-in-shared-memory kernel, the
+// previous default); kRangeRadixStream (every call on the stream kernel); kLegacy (dsa_topk_legacy.cu: 8-bit steps
+// from global memory, serial replay). The non-default ones are kept for tests and same-run comparisons.
+enum class TopkVariant : uint8_t {
+    kAuto,
+    kRangeRadix,
+    kRangeRadixScalarCompact,
+    kRangeRadixRowSmem,
+    kRangeRadixStream,
+    kLegacy
+};
 void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);
 void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& alloc, void* stream);
-// Diagnostic: runs kRangeRadix and returns how many rows had a tied boundary (took the replay). Synchronises `stream`.
+// Diagnostics of one run of a range-radix variant (synchronises `stream`): rows whose boundary was tied (the replay)
+// and rows the stream kernel selected from global memory because the sampled bound missed (its fallback).
+struct TopkDiagnosis {
+    int64_t tied_rows = 0;
+    int64_t global_rows = 0;
+};
+TopkDiagnosis dsa_topk_diagnose(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& alloc, void* stream);
+// dsa_topk_diagnose(p, kRangeRadix, ...).tied_rows.
 int64_t dsa_topk_tied_rows(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);
 // Bit-exact with the reference (same butterflies, IEEE f32 arithmetic, same e4m3 rounding).
 void dsa_quantize_fp8(const kernels::DsaQuantizeFp8Params& p, void* stream);

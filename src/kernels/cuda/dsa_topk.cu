@@ -47,6 +47,12 @@ constexpr int kShortCap = 16384;
 // Long-row launch (n_keys > kShortCap): 1024 threads, one block per SM, up to 49152 keys (192 KB) in shared memory.
 constexpr int kLongThreads = 1024;
 constexpr int kLongCap = 49152;
+// Stream launch (dsa_topk_stream_kernel, the default for n_keys > kShortCap): 256 threads; candidates of a row in
+// shared memory (key and index, 8 bytes each): kStreamCapPerTopk / 4 of top_k rounded up to 256, at least
+// kStreamMinCap (GLM-5.3's top 2048: 5632, 52 KB with the bins, four blocks per SM).
+constexpr int kStreamThreads = 256;
+constexpr int kStreamCapPerTopk = 11;  // cap = 2.75 top_k
+constexpr int kStreamMinCap = 4096;
 constexpr int kReplayThreads = 1024;
 constexpr size_t kReplaySmemBytes = 220 * 1024;          // queues of up to ~18.7K entries stay in shared memory
 constexpr size_t kMaxReplayScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
@@ -67,7 +73,7 @@ struct RadixArgs {
     int32_t* indices;
     const float* logits;
     const int32_t* q_pos;
-    int32_t* counters;  // [0]: next row (select), [1]: tied rows listed
+    int32_t* counters;  // [0]: next row (select), [1]: tied rows listed, [2]: stream rows selected from global
     int32_t* tied;      // [n_rows]: rows whose boundary is tied, for the replay
     int64_t i0, lg0;
     int n_rows, n_keys, top_k;
@@ -80,11 +86,12 @@ __device__ __forceinline__ int visible_keys(const RadixArgs& a, int r) {
     return static_cast<int>(v < 0 ? 0 : (v > a.n_keys ? a.n_keys : v));
 }
 
-// Writes the s in [0, n) with pred(s), ascending, to out[0, count) and returns count to every thread. Warp w owns the
-// 32-aligned chunk [w * cw, (w + 1) * cw): one pass counts, the warps' offsets come from `warp_counts` (NT / 32 ints of
-// shared memory), a second pass writes. Every thread of the block must call it.
+// Writes the s in [0, n) with pred(s), ascending, to out[0, count) (remap[s] instead of s when `remap` is given:
+// candidate positions to row indices) and returns count to every thread. Warp w owns the 32-aligned chunk [w * cw, (w +
+// 1) * cw): one pass counts, the warps' offsets come from `warp_counts` (NT / 32 ints of shared memory), a second pass
+// writes. Every thread of the block must call it.
 template <int NT, class Pred>
-__device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts) {
+__device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts, const int32_t* remap = nullptr) {
     constexpr int kWarps = NT / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     const int cw = (n + NT - 1) / NT * 32;
@@ -106,7 +113,7 @@ __device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts)
         const int s = s0 + lane;
         const bool f = s < end && pred(s);
         const unsigned b = __ballot_sync(0xffffffffu, f);
-        if (f) out[base + __popc(b & lanemask_lt())] = s;
+        if (f) out[base + __popc(b & lanemask_lt())] = remap != nullptr ? remap[s] : s;
         base += __popc(b);
     }
     __syncthreads();  // warp_counts reused by the caller
@@ -119,13 +126,13 @@ __device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts)
 // and contract as compact_ordered.
 template <int NT>
 __device__ int compact_at_least(int32_t* out, int n, const uint32_t* keys, int n_smem, const float* __restrict__ row,
-                                uint32_t threshold, int* warp_counts) {
+                                uint32_t threshold, int* warp_counts, const int32_t* remap = nullptr) {
     constexpr int kWarps = NT / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     const int cw = (n + NT * 4 - 1) / (NT * 4) * 128;
     const int begin = warp * cw, end = min(n, begin + cw);
     // Keys s .. s + 3 (s a multiple of 4, so the 16-byte load is aligned) as flags: key >= threshold and index < end.
-    const auto picks = [&](int s, bool (&f)[4]) {
+    const auto picks = [&](int s, bool(&f)[4]) {
         if (s + 3 < n_smem && s + 3 < end) {
             const uint4 v = *reinterpret_cast<const uint4*>(keys + s);
             f[0] = v.x >= threshold;
@@ -171,7 +178,7 @@ __device__ int compact_at_least(int32_t* out, int n, const uint32_t* keys, int n
         int pos = base + incl - c;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            if (f[j]) out[pos++] = s + j;
+            if (f[j]) out[pos++] = remap != nullptr ? remap[s + j] : s + j;
         }
         base += __shfl_sync(0xffffffffu, incl, 31);
     }
@@ -223,14 +230,163 @@ __device__ void load_row(const float* __restrict__ row, int visible, int n_smem,
     }
 }
 
-// Shared state of the select kernel besides the keys and bins.
+// Shared state of the select kernels besides the keys and bins.
 struct SelectShared {
     int row;
-    RowStats stats;
+    RowStats stats;  // reset between uses (block_stats)
     unsigned sel_bin, sel_rem, sel_cnt;
     int warp_counts[32];
     unsigned warp_sums[32];
+    int step_counts[2][32];  // filter_row's per-warp counts, double-buffered by step
 };
+
+// The block's stats from every thread's `st` (every thread gets them); leaves sh.stats reset for the next call. The
+// first call's reset is the kernel's (before its first barrier).
+template <int NT>
+__device__ RowStats block_stats(RowStats st, SelectShared& sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        st.above += __shfl_xor_sync(0xffffffffu, st.above, o);
+        st.kmax = max(st.kmax, __shfl_xor_sync(0xffffffffu, st.kmax, o));
+        st.kmin_above = min(st.kmin_above, __shfl_xor_sync(0xffffffffu, st.kmin_above, o));
+        st.kmin_all = min(st.kmin_all, __shfl_xor_sync(0xffffffffu, st.kmin_all, o));
+    }
+    if (threadIdx.x % 32 == 0) {
+        atomicAdd(&sh.stats.above, st.above);
+        atomicMax(&sh.stats.kmax, st.kmax);
+        atomicMin(&sh.stats.kmin_above, st.kmin_above);
+        atomicMin(&sh.stats.kmin_all, st.kmin_all);
+    }
+    __syncthreads();
+    const RowStats total = sh.stats;
+    __syncthreads();
+    if (threadIdx.x == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+    return total;
+}
+
+struct Threshold {
+    uint32_t key;  // the `remaining`-th largest key of the range (with tied: its value; else the set's lowest bin)
+    bool tied;     // that key's value is needed in part (entries of equal key outside the set)
+};
+
+// Range radix select: the `remaining`-th largest of the n candidates (keys[s] for s < n_smem, order_key(row[s]) for
+// n_smem <= s < n) plus n_masked entries of masked_key(), all within [lo, hi]. Each step bins [lo, hi] into kBins bins
+// of width 2^shift and narrows it to the bin holding the sought key; it stops when that bin is taken whole (the set
+// is then {key >= the bin's low end}) or at width 1 (tied: the key's value is needed in part). hist must be all zero
+// and is left so. Every thread of the block calls it and gets the result.
+template <int NT>
+__device__ Threshold range_select(const uint32_t* keys, int n_smem, const float* __restrict__ row, int n,
+                                  unsigned n_masked, uint32_t lo, uint32_t hi, unsigned remaining, unsigned* hist,
+                                  SelectShared& sh) {
+    constexpr int kPerThread = kBins / NT;  // bins per thread in the scan
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    while (true) {
+        const uint32_t width = hi - lo;
+        const int bits = width == 0 ? 0 : 32 - __clz(width);
+        const int shift = max(0, bits - kBinBits);
+        // (key - lo) wraps past `width` for key < lo, so one unsigned compare tests key in [lo, hi].
+        const auto count = [&](uint32_t key) {
+            const uint32_t d = key - lo;
+            if (d <= width) atomicAdd(&hist[d >> shift], 1u);
+        };
+        const auto* keys4 = reinterpret_cast<const uint4*>(keys);
+        for (int i = tid; i < n_smem / 4; i += NT) {  // 16-byte shared loads
+            const uint4 k = keys4[i];
+            count(k.x);
+            count(k.y);
+            count(k.z);
+            count(k.w);
+        }
+        for (int s = n_smem / 4 * 4 + tid; s < n_smem; s += NT) count(keys[s]);
+        for (int s = n_smem + tid; s < n; s += NT) count(order_key(__ldg(row + s)));
+        if (tid == 0 && n_masked > 0 && masked_key() - lo <= width) {
+            atomicAdd(&hist[(masked_key() - lo) >> shift], n_masked);
+        }
+        __syncthreads();
+        // Thread t owns bins [kBins - kPerThread (t + 1), kBins - kPerThread t): a block scan in descending bin
+        // order finds the bin where the count from the top reaches `remaining`.
+        const int top = kBins - kPerThread * tid;
+        unsigned sum = 0;
+#pragma unroll
+        for (int j = 1; j <= kPerThread; ++j) sum += hist[top - j];
+        unsigned incl = sum;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned t = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += t;
+        }
+        if (lane == 31) sh.warp_sums[warp] = incl;
+        __syncthreads();
+        unsigned excl = incl - sum;
+        for (int w = 0; w < warp; ++w) excl += sh.warp_sums[w];
+        if (excl < remaining && remaining <= excl + sum) {
+            unsigned rem = remaining - excl;
+            for (int j = 1; j <= kPerThread; ++j) {
+                const unsigned h = hist[top - j];
+                if (h >= rem) {
+                    sh.sel_bin = static_cast<unsigned>(top - j);
+                    sh.sel_rem = rem;
+                    sh.sel_cnt = h;
+                    break;
+                }
+                rem -= h;
+            }
+        }
+        // Every thread read only its own bins: clear them for the next step (or row) before the barrier.
+#pragma unroll
+        for (int j = 1; j <= kPerThread; ++j) hist[top - j] = 0;
+        __syncthreads();
+        const uint32_t bin_lo = lo + (sh.sel_bin << shift);
+        const unsigned rem = sh.sel_rem, cnt = sh.sel_cnt;
+        if (cnt == rem) return Threshold{bin_lo, false};  // the whole bin is taken: the set is {key >= bin_lo}
+        if (shift == 0) return Threshold{bin_lo, true};   // one key value, needed in part: the tie order decides
+        const uint64_t bin_hi = static_cast<uint64_t>(bin_lo) + ((uint64_t{1} << shift) - 1);
+        hi = static_cast<uint32_t>(min(static_cast<uint64_t>(hi), bin_hi));
+        lo = bin_lo;
+        remaining = rem;
+    }
+}
+
+// The selection of one row from its candidates (keys[s] for s < n_smem, order_key(row[s]) for n_smem <= s < n; with
+// `remap`, candidate s is row index remap[s], else s) and n_masked entries of masked_key(); `st`: this thread's stats
+// of the candidates. A unique set is written to out in ascending index order (padded with -1); a tied boundary puts
+// the row on the replay list.
+template <int NT, bool kVecCompact>
+__device__ void select_row(const RadixArgs& a, int r, const uint32_t* keys, int n_smem, const float* __restrict__ row,
+                           int n, unsigned n_masked, const RowStats& st, const int32_t* remap, unsigned* hist,
+                           SelectShared& sh, int32_t* out) {
+    const RowStats total = block_stats<NT>(st, sh);
+    // The candidates: with top_k visible keys above the masked key, the top_k-th key is above it too and only
+    // those keys count; otherwise every entry, the masked ones included.
+    uint32_t lo, hi;
+    if (total.above >= static_cast<unsigned>(a.top_k)) {
+        lo = total.kmin_above;
+        hi = total.kmax;
+        n_masked = 0;
+    } else {
+        lo = n_masked > 0 ? min(total.kmin_all, masked_key()) : total.kmin_all;
+        hi = n_masked > 0 ? max(total.kmax, masked_key()) : total.kmax;
+    }
+    const Threshold t =
+        range_select<NT>(keys, n_smem, row, n, n_masked, lo, hi, static_cast<unsigned>(a.top_k), hist, sh);
+    if (t.tied) {
+        if (threadIdx.x == 0) a.tied[atomicAdd(&a.counters[1], 1)] = r;
+        return;
+    }
+    int count;
+    if constexpr (kVecCompact) {
+        count = compact_at_least<NT>(out, n, keys, n_smem, row, t.key, sh.warp_counts, remap);
+    } else {
+        count = compact_ordered<NT>(
+            out, n, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= t.key; }, sh.warp_counts,
+            remap);
+    }
+    for (int j = count + static_cast<int>(threadIdx.x); j < a.top_k; j += NT) out[j] = -1;
+}
+
+// Thread 0 of a persistent select block: the next row (last rows first: with causal positions, the longest first).
+__device__ __forceinline__ int take_row(const RadixArgs& a) { return atomicAdd(&a.counters[0], 1); }
 
 template <int NT, int kMinBlocks, bool kVecCompact>
 __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixArgs a) {
@@ -238,23 +394,19 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
     uint32_t* keys = select_smem;          // [cap]
     unsigned* hist = select_smem + a.cap;  // [kBins]
     __shared__ SelectShared sh;
-    constexpr int kPerThread = kBins / NT;  // bins per thread in the scan
     const int tid = static_cast<int>(threadIdx.x);
-    const int lane = tid % 32, warp = tid / 32;
     // Thread 0 takes the next row while the block works on this one (the atomic's latency off the critical path).
-    int next_idx = tid == 0 ? atomicAdd(&a.counters[0], 1) : 0;
+    int next_idx = tid == 0 ? take_row(a) : 0;
     for (int b = tid; b < kBins; b += NT) hist[b] = 0;  // the loop's first barrier orders this before any count
+    if (tid == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
     while (true) {
         __syncthreads();  // the previous row is done with every shared value
-        if (tid == 0) {
-            sh.row = next_idx;
-            sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
-        }
+        if (tid == 0) sh.row = next_idx;
         __syncthreads();
         const int idx = sh.row;
         if (idx >= a.n_rows) return;
-        if (tid == 0) next_idx = atomicAdd(&a.counters[0], 1);
-        const int r = a.n_rows - 1 - idx;  // last rows first: with causal positions, the longest first
+        if (tid == 0) next_idx = take_row(a);
+        const int r = a.n_rows - 1 - idx;
         const int visible = visible_keys(a, r);
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
         if (visible <= a.top_k) {  // dense-causal row: every visible key
@@ -263,123 +415,165 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
         }
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
         const int n_smem = min(visible, a.cap);
-        const unsigned n_masked = static_cast<unsigned>(a.row_len - visible);
-        {
-            RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
-            load_row<NT>(row, visible, n_smem, keys, st);
+        RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+        load_row<NT>(row, visible, n_smem, keys, st);
+        select_row<NT, kVecCompact>(a, r, keys, n_smem, row, visible, static_cast<unsigned>(a.row_len - visible), st,
+                                    nullptr, hist, sh, out);
+    }
+}
+
+// The stream kernel's sample of a row of `visible` > cap keys: about 32 expected sample keys at or above the row's
+// top_k-th key (n_sample * top_k / visible >= 32), at most cap (the sample lives in the candidate buffer).
+__device__ __forceinline__ int sample_size(int visible, int top_k, int cap) {
+    const int64_t want = (int64_t{32} * visible + top_k - 1) / top_k;
+    return static_cast<int>(min(static_cast<int64_t>(cap), max(int64_t{256}, want)));
+}
+
+// The sample rank whose key bounds the candidates: the expected count of sample keys at or above the row's top_k-th
+// (fs) plus 3.5 standard deviations (binomial: sqrt(fs)) plus 2, so that fewer than top_k candidates (the fallback)
+// is rare, while the candidates number about top_k (1 + 3.5 / sqrt(fs)): 1.6 top_k at fs = 32.
+__device__ __forceinline__ unsigned sample_rank(int n_sample, int visible, int top_k) {
+    const float fs = static_cast<float>(top_k) * static_cast<float>(n_sample) / static_cast<float>(visible);
+    return static_cast<unsigned>(min(static_cast<float>(n_sample), ceilf(fs + 3.5f * sqrtf(fs) + 2.0f)));
+}
+
+// Appends (order key, index) of every key >= t among row[0, n) to keys / idx in ascending index order (the first
+// `cap` of them; the count goes on) and returns the count to every thread; `st` takes the appended keys. One read of
+// the row: steps of NT * 4 consecutive keys (four per thread, 16-byte loads when the row is aligned), kUnroll steps'
+// loads issued before the first is used; each step places its picks by a warp scan and the warps' counts from
+// shared memory (double-buffered by step, so one barrier per step).
+template <int NT>
+__device__ int filter_row(const float* __restrict__ row, int n, uint32_t t, uint32_t* keys, int32_t* idx, int cap,
+                          RowStats& st, SelectShared& sh) {
+    constexpr int kWarps = NT / 32, kStep = NT * 4, kUnroll = 4;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+    int base = 0, buf = 0;
+    for (int c0 = 0; c0 < n; c0 += kStep * kUnroll) {
+        float4 v[kUnroll];
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                st.above += __shfl_xor_sync(0xffffffffu, st.above, o);
-                st.kmax = max(st.kmax, __shfl_xor_sync(0xffffffffu, st.kmax, o));
-                st.kmin_above = min(st.kmin_above, __shfl_xor_sync(0xffffffffu, st.kmin_above, o));
-                st.kmin_all = min(st.kmin_all, __shfl_xor_sync(0xffffffffu, st.kmin_all, o));
-            }
-            if (lane == 0) {
-                atomicAdd(&sh.stats.above, st.above);
-                atomicMax(&sh.stats.kmax, st.kmax);
-                atomicMin(&sh.stats.kmin_above, st.kmin_above);
-                atomicMin(&sh.stats.kmin_all, st.kmin_all);
+        for (int u = 0; u < kUnroll; ++u) {
+            const int s = c0 + u * kStep + tid * 4;
+            if (vec && s + 3 < n) {
+                v[u] = __ldg(reinterpret_cast<const float4*>(row + s));
+            } else {
+                v[u].x = s < n ? __ldg(row + s) : 0.0f;
+                v[u].y = s + 1 < n ? __ldg(row + s + 1) : 0.0f;
+                v[u].z = s + 2 < n ? __ldg(row + s + 2) : 0.0f;
+                v[u].w = s + 3 < n ? __ldg(row + s + 3) : 0.0f;
             }
         }
-        __syncthreads();
-        // The candidates: with top_k visible keys above the masked key, the top_k-th key is above it too and only
-        // those keys count; otherwise every entry, the masked ones included.
-        uint32_t lo, hi;
-        if (sh.stats.above >= static_cast<unsigned>(a.top_k)) {
-            lo = sh.stats.kmin_above;
-            hi = sh.stats.kmax;
-        } else {
-            lo = n_masked > 0 ? min(sh.stats.kmin_all, masked_key()) : sh.stats.kmin_all;
-            hi = n_masked > 0 ? max(sh.stats.kmax, masked_key()) : sh.stats.kmax;
-        }
-        unsigned remaining = static_cast<unsigned>(a.top_k);  // how many of the keys in [lo, hi] are still needed
-        bool tied = false;
-        while (true) {
-            const uint32_t width = hi - lo;
-            const int bits = width == 0 ? 0 : 32 - __clz(width);
-            const int shift = max(0, bits - kBinBits);
-            // hist is all zero here: cleared before the first row, and each step's scan clears the bins it read.
-            // (key - lo) wraps past `width` for key < lo, so one unsigned compare tests key in [lo, hi].
-            const auto count = [&](uint32_t key) {
-                const uint32_t d = key - lo;
-                if (d <= width) atomicAdd(&hist[d >> shift], 1u);
-            };
-            const auto* keys4 = reinterpret_cast<const uint4*>(keys);
-            for (int i = tid; i < n_smem / 4; i += NT) {  // 16-byte shared loads
-                const uint4 k = keys4[i];
-                count(k.x);
-                count(k.y);
-                count(k.z);
-                count(k.w);
-            }
-            for (int s = n_smem / 4 * 4 + tid; s < n_smem; s += NT) count(keys[s]);
-            for (int s = n_smem + tid; s < visible; s += NT) count(order_key(__ldg(row + s)));
-            if (tid == 0 && n_masked > 0 && masked_key() - lo <= width) {
-                atomicAdd(&hist[(masked_key() - lo) >> shift], n_masked);
-            }
-            __syncthreads();
-            // Thread t owns bins [kBins - kPerThread (t + 1), kBins - kPerThread t): a block scan in descending bin
-            // order finds the bin where the count from the top reaches `remaining`.
-            const int top = kBins - kPerThread * tid;
-            unsigned sum = 0;
 #pragma unroll
-            for (int j = 1; j <= kPerThread; ++j) sum += hist[top - j];
-            unsigned incl = sum;
+        for (int u = 0; u < kUnroll; ++u) {
+            if (c0 + u * kStep >= n) break;  // block-uniform
+            const int s = c0 + u * kStep + tid * 4;
+            const uint32_t k[4] = {order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w)};
+            bool f[4];
+            int cnt = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                f[j] = s + j < n && k[j] >= t;
+                cnt += static_cast<int>(f[j]);
+            }
+            int incl = cnt;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
-                const unsigned t = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += t;
+                const int x = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += x;
             }
-            if (lane == 31) sh.warp_sums[warp] = incl;
+            if (lane == 31) sh.step_counts[buf][warp] = incl;
             __syncthreads();
-            unsigned excl = incl - sum;
-            for (int w = 0; w < warp; ++w) excl += sh.warp_sums[w];
-            if (excl < remaining && remaining <= excl + sum) {
-                unsigned rem = remaining - excl;
-                for (int j = 1; j <= kPerThread; ++j) {
-                    const unsigned h = hist[top - j];
-                    if (h >= rem) {
-                        sh.sel_bin = static_cast<unsigned>(top - j);
-                        sh.sel_rem = rem;
-                        sh.sel_cnt = h;
-                        break;
+            int off = 0, total = 0;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+                const int c = sh.step_counts[buf][w];
+                off += w < warp ? c : 0;
+                total += c;
+            }
+            int pos = base + off + incl - cnt;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (f[j]) {
+                    if (pos < cap) {
+                        keys[pos] = k[j];
+                        idx[pos] = s + j;
                     }
-                    rem -= h;
+                    add_key(st, k[j]);
+                    ++pos;
                 }
             }
-            // Every thread read only its own bins: clear them for the next step (or row) before the barrier.
-#pragma unroll
-            for (int j = 1; j <= kPerThread; ++j) hist[top - j] = 0;
-            __syncthreads();
-            const uint32_t bin_lo = lo + (sh.sel_bin << shift);
-            const unsigned rem = sh.sel_rem, cnt = sh.sel_cnt;
-            if (cnt == rem) {  // the whole bin is taken: the set is {key >= bin_lo}
-                lo = bin_lo;
-                break;
-            }
-            if (shift == 0) {  // one key value, needed in part: the tie order decides
-                tied = true;
-                break;
-            }
-            const uint64_t bin_hi = static_cast<uint64_t>(bin_lo) + ((uint64_t{1} << shift) - 1);
-            hi = static_cast<uint32_t>(min(static_cast<uint64_t>(hi), bin_hi));
-            lo = bin_lo;
-            remaining = rem;
+            base += total;
+            buf ^= 1;
         }
-        if (tied) {
-            if (tid == 0) a.tied[atomicAdd(&a.counters[1], 1)] = r;
+    }
+    return base;
+}
+
+// The select pass for calls with long rows (n_keys > kShortCap): a persistent grid of NT-thread blocks, several per
+// SM, rows taken last-first. A row of at most `cap` visible keys is copied to shared memory whole (load_row) and
+// selected as dsa_topk_select_kernel does. A longer row is streamed once instead: a strided sample of its keys gives
+// a bound t (sample_size / sample_rank) that about 1.6 top_k of the row's keys reach; filter_row keeps the keys >= t
+// with their indices, and when they number between top_k and cap (and t is above the masked key, so no masked entry
+// can be selected) the row's selection is theirs: the top_k-th key of the row is among them. Otherwise (rare: a
+// sample far off the row's distribution) the row is selected from global memory in full, each step re-reading it.
+// The result is the same in every case: the unique set {key >= threshold} or the tied-row list.
+template <int NT, bool kVecCompact>
+__global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
+    extern __shared__ __align__(16) uint32_t stream_smem[];
+    uint32_t* keys = stream_smem;                                      // [cap]
+    auto* cand_idx = reinterpret_cast<int32_t*>(stream_smem + a.cap);  // [cap]
+    unsigned* hist = stream_smem + 2 * a.cap;                          // [kBins]
+    __shared__ SelectShared sh;
+    const int tid = static_cast<int>(threadIdx.x);
+    int next_idx = tid == 0 ? take_row(a) : 0;
+    for (int b = tid; b < kBins; b += NT) hist[b] = 0;
+    if (tid == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+    while (true) {
+        __syncthreads();
+        if (tid == 0) sh.row = next_idx;
+        __syncthreads();
+        const int idx = sh.row;
+        if (idx >= a.n_rows) return;
+        if (tid == 0) next_idx = take_row(a);
+        const int r = a.n_rows - 1 - idx;
+        const int visible = visible_keys(a, r);
+        int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
+        if (visible <= a.top_k) {
+            for (int j = tid; j < a.top_k; j += NT) out[j] = j < visible ? j : -1;
             continue;
         }
-        const uint32_t threshold = lo;
-        int count;
-        if constexpr (kVecCompact) {
-            count = compact_at_least<NT>(out, visible, keys, n_smem, row, threshold, sh.warp_counts);
-        } else {
-            count = compact_ordered<NT>(
-                out, visible, [&](int s) { return (s < n_smem ? keys[s] : order_key(__ldg(row + s))) >= threshold; },
-                sh.warp_counts);
+        const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
+        const auto n_masked = static_cast<unsigned>(a.row_len - visible);
+        if (visible <= a.cap) {
+            RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+            load_row<NT>(row, visible, visible, keys, st);
+            select_row<NT, kVecCompact>(a, r, keys, visible, row, visible, n_masked, st, nullptr, hist, sh, out);
+            continue;
         }
-        for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
+        const int n_sample = sample_size(visible, a.top_k, a.cap);
+        RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+        for (int j = tid; j < n_sample; j += NT) {
+            const uint32_t k = order_key(__ldg(row + static_cast<int64_t>(j) * visible / n_sample));
+            keys[j] = k;
+            add_key(st, k);
+        }
+        const RowStats ss = block_stats<NT>(st, sh);  // (its barrier also publishes the sample)
+        const Threshold bound = range_select<NT>(keys, n_sample, nullptr, n_sample, 0u, ss.kmin_all, ss.kmax,
+                                                 sample_rank(n_sample, visible, a.top_k), hist, sh);
+        st = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+        int n_cand = 0;
+        if (bound.key > masked_key()) {
+            n_cand = filter_row<NT>(row, visible, bound.key, keys, cand_idx, a.cap, st, sh);
+        }
+        if (n_cand >= a.top_k && n_cand <= a.cap) {
+            select_row<NT, kVecCompact>(a, r, keys, n_cand, nullptr, n_cand, 0u, st, cand_idx, hist, sh, out);
+            continue;
+        }
+        if (tid == 0) atomicAdd(&a.counters[2], 1);  // the fallbacks (dsa_topk_diagnose)
+        st = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+        load_row<NT>(row, visible, 0, keys, st);
+        select_row<NT, kVecCompact>(a, r, keys, 0, row, visible, n_masked, st, nullptr, hist, sh, out);
     }
 }
 
@@ -561,9 +755,37 @@ void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
+template <bool kVecCompact>
+void launch_stream(const RadixArgs& a, int sms, cudaStream_t s) {
+    auto* kernel = dsa_topk_stream_kernel<kStreamThreads, kVecCompact>;
+    const size_t smem = (2 * static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
+    PENSTOCK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int per_sm = 0;
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, smem));
+    const int64_t grid = std::min<int64_t>(a.n_rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+    kernel<<<static_cast<unsigned>(grid), kStreamThreads, smem, s>>>(a);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+// The stream kernel's candidate capacity for `top_k` (kStreamCapPerTopk), or 0 when it does not fit the device's
+// shared memory (the row-in-shared-memory launch then takes long calls).
+int stream_cap(int64_t top_k, size_t smem_optin) {
+    const int64_t cap = std::max<int64_t>(kStreamMinCap, (top_k * kStreamCapPerTopk / 4 + 255) / 256 * 256);
+    const size_t bytes = (2 * static_cast<size_t>(cap) + kBins) * sizeof(uint32_t);
+    return bytes <= smem_optin ? static_cast<int>(cap) : 0;
+}
+
+enum class LongRows : uint8_t {
+    kStream,        // n_keys > kShortCap: dsa_topk_stream_kernel (where stream_cap fits)
+    kRowSmem,       // n_keys > kShortCap: the row-in-shared-memory select kernel at 1024 threads (the previous default)
+    kAlwaysStream,  // every call on dsa_topk_stream_kernel (tests: its paths on short rows too)
+};
+
 // Runs both passes (`vec_compact`: the selected indices compacted four keys per lane, else one); returns the scratch
-// tensor, whose first two i32 are the counters (RadixArgs::counters).
-Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, Allocator& alloc, void* stream) {
+// tensor, whose first three i32 are the counters (RadixArgs::counters).
+Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRows long_rows, Allocator& alloc,
+                      void* stream) {
     const TopkShape shape = check_topk_params(p, alloc);
     const int64_t n_rows = shape.n_rows, row_len = shape.row_len;
     PENSTOCK_CHECK_LT(row_len, int64_t{1} << 30) << "dsa_topk: the replay's block scans index rows in int";
@@ -587,7 +809,7 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, Allocat
     if (n_rows == 0) return scratch;
     char* base = static_cast<char*>(scratch.view().data);
     const auto s = static_cast<cudaStream_t>(stream);
-    PENSTOCK_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * sizeof(int32_t), s));
+    PENSTOCK_CUDA_CHECK(cudaMemsetAsync(base, 0, 3 * sizeof(int32_t), s));
 
     RadixArgs a{};
     a.indices = p.indices.ptr<int32_t>();
@@ -602,7 +824,17 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, Allocat
     a.top_k = static_cast<int>(shape.top_k);
     a.row_len = row_len;
     const auto smem_keys = static_cast<int64_t>(dev.smem_optin / sizeof(uint32_t)) - kBins;
-    if (shape.n_keys <= kShortCap) {
+    const int cap_stream = stream_cap(shape.top_k, dev.smem_optin);
+    const bool use_stream = cap_stream > 0 && (long_rows == LongRows::kAlwaysStream ||
+                                               (long_rows == LongRows::kStream && shape.n_keys > kShortCap));
+    if (use_stream) {
+        a.cap = cap_stream;
+        if (vec_compact) {
+            launch_stream<true>(a, sms, s);
+        } else {
+            launch_stream<false>(a, sms, s);
+        }
+    } else if (shape.n_keys <= kShortCap) {
         a.cap = static_cast<int>(std::min<int64_t>(shape.n_keys, smem_keys));
         if (vec_compact) {
             launch_select<kShortThreads, 3, true>(a, sms, s);
@@ -660,10 +892,16 @@ void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& a
     switch (variant) {
         case TopkVariant::kAuto:
         case TopkVariant::kRangeRadix:
-            (void)dsa_topk_radix(p, /*vec_compact=*/true, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kStream, alloc, stream);
             return;
         case TopkVariant::kRangeRadixScalarCompact:
-            (void)dsa_topk_radix(p, /*vec_compact=*/false, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/false, LongRows::kStream, alloc, stream);
+            return;
+        case TopkVariant::kRangeRadixRowSmem:
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kRowSmem, alloc, stream);
+            return;
+        case TopkVariant::kRangeRadixStream:
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kAlwaysStream, alloc, stream);
             return;
         case TopkVariant::kLegacy:
             dsa_topk_legacy(p, alloc, stream);
@@ -671,14 +909,23 @@ void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& a
     }
 }
 
-int64_t dsa_topk_tied_rows(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
-    const Tensor scratch = dsa_topk_radix(p, /*vec_compact=*/true, alloc, stream);
-    if (p.indices.size(0) == 0) return 0;
-    int32_t n = 0;
-    PENSTOCK_CUDA_CHECK(cudaMemcpyAsync(&n, static_cast<const char*>(scratch.view().data) + sizeof(int32_t),
-                                        sizeof(int32_t), cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+TopkDiagnosis dsa_topk_diagnose(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& alloc, void* stream) {
+    PENSTOCK_CHECK(variant != TopkVariant::kLegacy) << "dsa_topk_diagnose: the range-radix variants only";
+    const LongRows long_rows = variant == TopkVariant::kRangeRadixRowSmem  ? LongRows::kRowSmem
+                               : variant == TopkVariant::kRangeRadixStream ? LongRows::kAlwaysStream
+                                                                           : LongRows::kStream;
+    const Tensor scratch =
+        dsa_topk_radix(p, variant != TopkVariant::kRangeRadixScalarCompact, long_rows, alloc, stream);
+    if (p.indices.size(0) == 0) return {};
+    int32_t c[3] = {0, 0, 0};
+    PENSTOCK_CUDA_CHECK(
+        cudaMemcpyAsync(c, scratch.view().data, sizeof(c), cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
     PENSTOCK_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    return n;
+    return TopkDiagnosis{.tied_rows = c[1], .global_rows = c[2]};
+}
+
+int64_t dsa_topk_tied_rows(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream) {
+    return dsa_topk_diagnose(p, TopkVariant::kRangeRadix, alloc, stream).tied_rows;
 }
 
 }  // namespace penstock::cuda

@@ -503,10 +503,14 @@ struct TopkCase {
     std::vector<float> logits;  // [n_rows * n_keys]
     bool strided = false;
     bool expect_tied = false;  // some row's boundary is tied: the range-radix variant must take its replay
+    // The stream kernel (kRangeRadixStream) on rows longer than its candidate capacity: -1 no expectation, 0 every
+    // such row takes the sampled bound (none selected from global memory), 1 some row falls back to global memory.
+    int expect_global = -1;
 };
 
 // Every variant against the reference: kAuto through the Context dispatch, kRangeRadix through the tied-row
-// diagnostic (which also returns how many rows took the replay), kRangeRadixScalarCompact, kLegacy. The output is
+// diagnostic (which also returns how many rows took the replay), kRangeRadixScalarCompact, kRangeRadixRowSmem,
+// kRangeRadixStream through dsa_topk_diagnose (how many rows it selected from global memory), kLegacy. The output is
 // poisoned before each run.
 void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream,
               const kernels::Context& gpu) {
@@ -529,7 +533,8 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
     const std::vector<int32_t> want(idx_h.ptr<int32_t>(), idx_h.ptr<int32_t>() + idx_h.numel());
     const kernels::DsaTopkParams p{
         .indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len};
-    for (const char* variant : {"auto", "range_radix", "range_radix_scalar_compact", "legacy"}) {
+    for (const char* variant : {"auto", "range_radix", "range_radix_scalar_compact", "range_radix_row_smem",
+                                "range_radix_stream", "legacy"}) {
         cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
         int64_t tied = -1;
         if (std::strcmp(variant, "auto") == 0) {
@@ -538,6 +543,19 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
             tied = cuda::dsa_topk_tied_rows(p, alloc, stream.handle());
         } else if (std::strcmp(variant, "range_radix_scalar_compact") == 0) {
             cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixScalarCompact, alloc, stream.handle());
+        } else if (std::strcmp(variant, "range_radix_row_smem") == 0) {
+            cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixRowSmem, alloc, stream.handle());
+        } else if (std::strcmp(variant, "range_radix_stream") == 0) {
+            const cuda::TopkDiagnosis d =
+                cuda::dsa_topk_diagnose(p, cuda::TopkVariant::kRangeRadixStream, alloc, stream.handle());
+            if (c.expect_tied) {
+                EXPECT_GT(d.tied_rows, 0) << c.name << ": no row took the replay (stream kernel)";
+            }
+            if (c.expect_global == 0) {
+                EXPECT_EQ(d.global_rows, 0) << c.name << ": the sampled bound missed";
+            } else if (c.expect_global == 1) {
+                EXPECT_GT(d.global_rows, 0) << c.name << ": no row took the global-memory fallback";
+            }
         } else {
             cuda::dsa_topk(p, cuda::TopkVariant::kLegacy, alloc, stream.handle());
         }
@@ -636,16 +654,20 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
         cases.push_back({"torch_ties_partial_sort", 150, 2, 200, {149}, std::vector<float>(150, 0.0f)});
     }
     // The range-radix kernel's paths at scale. Launches: n_keys <= 16384 (512 threads, the row in shared memory),
-    // n_keys > 16384 (1024 threads, up to 49152 keys in shared memory, the rest of a longer row read from global).
-    // Rows at and around top_k (no select), the last keys, q_pos past n_keys; emulated rows longer than n_keys.
+    // n_keys > 16384 (the stream kernel: rows up to its candidate capacity, 5632 at top 2048, held whole, longer rows
+    // streamed through a sampled bound, or from global memory when the bound misses; kRangeRadixRowSmem: 1024
+    // threads, up to 49152 keys in shared memory, the rest of a longer row read from global). Rows at and around top_k
+    // (no select), the last keys, q_pos past n_keys; emulated rows longer than n_keys.
     {
         struct BigShape {
             int64_t n_keys, k, row_len;
             int mode;  // 0 normal, 1 coarse levels (boundary ties), 2 exponents 2^-30..2^30 of both signs,
                        // 3 NaN / -inf / -FLT_MAX / -0 mixed with normal values, 4 only -inf / -FLT_MAX / 1,
-                       // 5 uniform on [0, 1000) with `cluster` keys per row in [950, 958)
+                       // 5 uniform on [0, 1000) with `cluster` keys per row in [950, 958), 6 normal with 40% of the
+                       // keys 20 (the sampled bound admits more keys than the candidate list holds)
             bool strided, expect_tied;
             int cluster = 0;
+            int expect_global = -1;  // TopkCase::expect_global
         };
         for (const BigShape& b : std::vector<BigShape>{{16384, 2048, 0, 0, false, false},
                                                        {16384, 2048, 0, 1, false, true},
@@ -655,9 +677,13 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                                                        {5001, 2048, 0, 0, true, false},
                                                        {5000, 2048, 6000, 3, false, false},
                                                        {5000, 2048, 0, 4, false, true},
-                                                       {20000, 2048, 0, 0, false, false},
+                                                       {20000, 2048, 0, 0, false, false, 0, 0},
                                                        {20000, 2048, 0, 1, true, true},
-                                                       {60000, 2048, 0, 0, false, false},
+                                                       {20000, 2048, 0, 4, false, true, 0, 1},
+                                                       {20000, 2048, 0, 6, false, true, 0, 1},
+                                                       {20000, 2048, 0, 0, true, false, 0, 0},
+                                                       {60000, 2048, 0, 0, false, false, 0, 0},
+                                                       {60000, 16, 0, 0, false, false},
                                                        {60000, 2048, 0, 2, false, false},
                                                        {60000, 2048, 64000, 1, false, true},
                                                        // The boundary in a cluster: its first bin ([896, 960))
@@ -675,7 +701,9 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             if (n > 49152) pos.insert(pos.end(), {49151, 49152, 49153, n - 2});
             TopkCase c{b.mode == 5 ? shape_name("range_radix_keys_k_rowlen_mode_cluster",
                                                 {b.n_keys, b.k, b.row_len, b.mode, b.cluster})
-                                   : shape_name("range_radix_keys_k_rowlen_mode", {b.n_keys, b.k, b.row_len, b.mode}),
+                                   : shape_name(b.strided ? "range_radix_strided_keys_k_rowlen_mode"
+                                                          : "range_radix_keys_k_rowlen_mode",
+                                                {b.n_keys, b.k, b.row_len, b.mode}),
                        b.n_keys,
                        b.k,
                        b.row_len,
@@ -683,6 +711,7 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                        {}};
             c.strided = b.strided;
             c.expect_tied = b.expect_tied;
+            c.expect_global = b.expect_global;
             std::normal_distribution<float> nd(9.0f, 0.7f);
             std::uniform_int_distribution<int> pick(0, 9);
             std::uniform_real_distribution<float> unit(1.0f, 2.0f);
@@ -701,6 +730,9 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                         break;
                     case 2:
                         x = std::ldexp(unit(rng), pick(rng) * 6 - 30) * (pick(rng) < 5 ? 1.0f : -1.0f);
+                        break;
+                    case 6:
+                        x = pick(rng) < 4 ? 20.0f : nd(rng);
                         break;
                     case 3: {
                         const int v = pick(rng);
