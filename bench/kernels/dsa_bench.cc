@@ -14,7 +14,8 @@
 // |wgmma_fp8 - mma| over the visible keys of 8 sampled rows (mma.sync matches the reference to f32 rounding).
 // Top-k: the default kernel (TopkVariant::kRangeRadix), kRangeRadixScalarCompact (interleaved: scalar, default,
 // scalar, default), kRangeRadixRowSmem (the previous long-row kernel; interleaved likewise; its speed-up and the
-// stream kernel's rows selected from global memory) and kLegacy on the same logits, same run; the rows whose boundary
+// stream kernel's rows selected from global memory), kRangeRadixStream (the stream kernel at every T) and kLegacy on
+// the same logits, same run; the rows whose boundary
 // was tied (replayed), and the count of indices where the variants disagree with kLegacy (must be 0: all match the
 // reference); at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's
 // throughput).
@@ -174,6 +175,10 @@ void run_dsa_bench(BenchContext& ctx) {
             ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, reps);
         const Timing t_topk4 = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, reps);
         const int64_t topk_mismatches_4 = count_mismatches(idx, idx_legacy, ctx.stream());
+        // kRangeRadixStream: the stream kernel on this call whatever its n_keys (the default takes it above 16384).
+        const Timing t_topk_stream =
+            ctx.time([&] { cuda::dsa_topk(tp, cuda::TopkVariant::kRangeRadixStream, ctx.alloc(), s); }, 1, reps);
+        const int64_t stream_mismatches = count_mismatches(idx, idx_legacy, ctx.stream());
         double max_diff = 0.0, max_diff_f8 = 0.0, max_ref = 0.0;
         if (wgmma_ok) {
             for (int i = 0; i < 8; ++i) {
@@ -267,6 +272,8 @@ void run_dsa_bench(BenchContext& ctx) {
         rec["row_smem_mismatches_vs_legacy"] = row_mismatches;
         rec["mismatches_vs_legacy_round_4"] = topk_mismatches_4;
         rec["rows_from_global"] = diag.global_rows;
+        rec["stream_forced_ms"] = t_topk_stream.median_us * 1e-3;
+        rec["stream_forced_mismatches_vs_legacy"] = stream_mismatches;
         rec["tied_rows"] = tied_rows;
         rec["mismatches_vs_legacy"] = topk_mismatches;
         rec["logits_ms_wgmma"] = t_wg.median_us * 1e-3;

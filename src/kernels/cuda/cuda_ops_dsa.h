@@ -55,10 +55,11 @@ bool dsa_indexer_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
 // identical. Scratch (the tied-row list and the replay queues) comes from `alloc` (a CUDA allocator; stream-ordered
 // use). Variants (dsa_topk.cu), all bit-identical to the reference: kRangeRadix (kAuto's choice; range-adaptive
 // 11-bit steps, the selected indices compacted four keys per lane, parallel replay of tied rows; torch_row_len <
-// 2^30): calls with n_keys <= 16384 hold each row in shared memory, longer ones stream each row once through a
-// sampled bound into a candidate list (rows up to the list's capacity held whole); kRangeRadixScalarCompact (the same
-// with the compaction one key per lane); kRangeRadixRowSmem (long calls on the row-in-shared-memory kernel, the
-// previous default); kRangeRadixStream (every call on the stream kernel); kLegacy (dsa_topk_legacy.cu: 8-bit steps
+// 2^30): calls with n_keys > 16384 stream each row once through a sampled bound into a candidate list (rows up to
+// the list's capacity, 2.75 top_k, held whole; calls with n_keys up to that capacity take the same kernel), the
+// others hold each row in shared memory; kRangeRadixScalarCompact (the same with the compaction one key per lane);
+// kRangeRadixRowSmem (every call on the row-in-shared-memory kernel, 1024 threads above 16384 keys: the previous
+// default); kRangeRadixStream (every call on the stream kernel); kLegacy (dsa_topk_legacy.cu: 8-bit steps
 // from global memory, serial replay). The non-default ones are kept for tests and same-run comparisons.
 enum class TopkVariant : uint8_t {
     kAuto,

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
 
 #include "kernels/cuda/cuda_ops_dsa.h"
 #include "kernels/cuda/dsa_topk_internal.h"
@@ -53,6 +54,9 @@ constexpr int kLongCap = 49152;
 constexpr int kStreamThreads = 256;
 constexpr int kStreamCapPerTopk = 11;  // cap = 2.75 top_k
 constexpr int kStreamMinCap = 4096;
+constexpr int kStreamPrefetch = 1;  // L2 prefetch distance of the streaming pass, in chunks (stream_prefetch; 1 ran
+                                    // 3.5% faster than none and 2.5% faster than 2 at GLM-5.3's 64K on an H100,
+                                    // docs/perf/2026-12-05-s41.md)
 constexpr int kReplayThreads = 1024;
 constexpr size_t kReplaySmemBytes = 220 * 1024;          // queues of up to ~18.7K entries stay in shared memory
 constexpr size_t kMaxReplayScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
@@ -77,7 +81,8 @@ struct RadixArgs {
     int32_t* tied;      // [n_rows]: rows whose boundary is tied, for the replay
     int64_t i0, lg0;
     int n_rows, n_keys, top_k;
-    int cap;  // keys per row held in shared memory by the select kernel
+    int cap;       // keys per row held in shared memory by the select kernel (the stream kernel: candidates)
+    int prefetch;  // stream kernel: chunks of the row prefetched into L2 ahead of the streaming pass (0: none)
     int64_t row_len;
 };
 
@@ -437,6 +442,13 @@ __device__ __forceinline__ unsigned sample_rank(int n_sample, int visible, int t
     return static_cast<unsigned>(min(static_cast<float>(n_sample), ceilf(fs + 3.5f * sqrtf(fs) + 2.0f)));
 }
 
+// Asks for the 128-byte lines of row[begin, end) in L2 (one line per thread; no registers held, nothing waits).
+template <int NT>
+__device__ __forceinline__ void prefetch_l2(const float* row, int begin, int end) {
+    const int line = (begin & ~31) + static_cast<int>(threadIdx.x) * 32;  // 32 floats per line
+    if (line < end) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
+}
+
 // Appends (order key, index) of every key >= t among row[0, n) to keys / idx in ascending index order (the first
 // `cap` of them; the count goes on) and returns the count to every thread; `st` takes the appended keys. One read of
 // the row: steps of NT * 4 consecutive keys (four per thread, 16-byte loads when the row is aligned), kUnroll steps'
@@ -444,13 +456,16 @@ __device__ __forceinline__ unsigned sample_rank(int n_sample, int visible, int t
 // shared memory (double-buffered by step, so one barrier per step).
 template <int NT>
 __device__ int filter_row(const float* __restrict__ row, int n, uint32_t t, uint32_t* keys, int32_t* idx, int cap,
-                          RowStats& st, SelectShared& sh) {
-    constexpr int kWarps = NT / 32, kStep = NT * 4, kUnroll = 4;
+                          RowStats& st, SelectShared& sh, int prefetch) {
+    constexpr int kWarps = NT / 32, kStep = NT * 4, kUnroll = 4, kChunk = kStep * kUnroll;
+    static_assert(kChunk <= NT * 32, "prefetch_l2: one line per thread covers a chunk");
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
     const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
     int base = 0, buf = 0;
-    for (int c0 = 0; c0 < n; c0 += kStep * kUnroll) {
+    for (int c0 = 0; c0 < n; c0 += kChunk) {
+        // The chunk `prefetch` ahead (the ones before it were asked for by earlier chunks or the sample phase).
+        if (prefetch > 0) prefetch_l2<NT>(row, c0 + prefetch * kChunk, min(n, c0 + (prefetch + 1) * kChunk));
         float4 v[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -552,6 +567,8 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
             continue;
         }
         const int n_sample = sample_size(visible, a.top_k, a.cap);
+        // The streaming pass's first chunks into L2 while the sample is taken and searched.
+        for (int c = 0; c < a.prefetch; ++c) prefetch_l2<NT>(row, c * NT * 16, min(visible, (c + 1) * NT * 16));
         RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
         for (int j = tid; j < n_sample; j += NT) {
             const uint32_t k = order_key(__ldg(row + static_cast<int64_t>(j) * visible / n_sample));
@@ -564,7 +581,7 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
         st = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
         int n_cand = 0;
         if (bound.key > masked_key()) {
-            n_cand = filter_row<NT>(row, visible, bound.key, keys, cand_idx, a.cap, st, sh);
+            n_cand = filter_row<NT>(row, visible, bound.key, keys, cand_idx, a.cap, st, sh, a.prefetch);
         }
         if (n_cand >= a.top_k && n_cand <= a.cap) {
             select_row<NT, kVecCompact>(a, r, keys, n_cand, nullptr, n_cand, 0u, st, cand_idx, hist, sh, out);
@@ -776,9 +793,20 @@ int stream_cap(int64_t top_k, size_t smem_optin) {
     return bytes <= smem_optin ? static_cast<int>(cap) : 0;
 }
 
+// The stream kernel's L2 prefetch distance in chunks of 4096 keys (RadixArgs::prefetch): kStreamPrefetch, or
+// PENSTOCK_TOPK_PREFETCH (0-4; a measurement knob, read once per process).
+int stream_prefetch() {
+    static const int value = [] {
+        const char* e = std::getenv("PENSTOCK_TOPK_PREFETCH");
+        if (e == nullptr || *e == '\0') return kStreamPrefetch;
+        return std::clamp(std::atoi(e), 0, 4);
+    }();
+    return value;
+}
+
 enum class LongRows : uint8_t {
-    kStream,        // n_keys > kShortCap: dsa_topk_stream_kernel (where stream_cap fits)
-    kRowSmem,       // n_keys > kShortCap: the row-in-shared-memory select kernel at 1024 threads (the previous default)
+    kStream,        // n_keys > kShortCap or <= the stream cap: dsa_topk_stream_kernel (where stream_cap fits)
+    kRowSmem,       // the select kernel only (the previous default: 1024 threads for n_keys > kShortCap)
     kAlwaysStream,  // every call on dsa_topk_stream_kernel (tests: its paths on short rows too)
 };
 
@@ -823,10 +851,16 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRow
     a.n_keys = static_cast<int>(shape.n_keys);
     a.top_k = static_cast<int>(shape.top_k);
     a.row_len = row_len;
+    a.prefetch = stream_prefetch();
     const auto smem_keys = static_cast<int64_t>(dev.smem_optin / sizeof(uint32_t)) - kBins;
     const int cap_stream = stream_cap(shape.top_k, dev.smem_optin);
-    const bool use_stream = cap_stream > 0 && (long_rows == LongRows::kAlwaysStream ||
-                                               (long_rows == LongRows::kStream && shape.n_keys > kShortCap));
+    // The stream kernel takes long calls and calls whose rows it holds whole (n_keys <= its cap: 256-thread blocks,
+    // four per SM, ran 1.15x the 512-thread launch at T 4096); calls in between stay on the short launch (at 16K the
+    // stream kernel ran 0.95x).
+    const bool use_stream =
+        cap_stream > 0 &&
+        (long_rows == LongRows::kAlwaysStream ||
+         (long_rows == LongRows::kStream && (shape.n_keys > kShortCap || shape.n_keys <= cap_stream)));
     if (use_stream) {
         a.cap = cap_stream;
         if (vec_compact) {
