@@ -15,7 +15,8 @@
 // Top-k: the default kernel (TopkVariant::kRangeRadix), kRangeRadixScalarCompact (interleaved: scalar, default,
 // scalar, default), kRangeRadixRowSmem (the previous long-row kernel; interleaved likewise; its speed-up and the
 // stream kernel's rows selected from global memory), kRangeRadixStream (the stream kernel at every T) and kLegacy on
-// the same logits, same run; the rows whose boundary
+// the same logits, same run; then a 16K chunk after 48K and 112K prefixes on the FP8-accumulate and exact logits
+// (run_topk_after_prefix); the rows whose boundary
 // was tied (replayed), and the count of indices where the variants disagree with kLegacy (must be 0: all match the
 // reference); at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's
 // throughput).
@@ -50,6 +51,71 @@ int64_t count_mismatches(const Tensor& a_dev, const Tensor& b_dev, const cuda::S
 std::vector<float> read_row(const Tensor& t, int64_t row, int64_t n, const cuda::Stream& stream) {
     const Tensor h = cuda::to_host(t.view().slice(0, row, row + 1).slice(1, 0, n), stream);
     return std::vector<float>(h.ptr<float>(), h.ptr<float>() + h.numel());
+}
+
+// The top-k of one chunk of `rows` queries after a `prefix` (q_pos = prefix + r, n_keys = prefix + rows: the model's
+// call for a chunk after a long prefix) on the logits of the FP8 indexer as the GLM-5.3 layer runs it with
+// --dsa-fp8-accumulate (kWgmmaFp8) and of the exact kWgmma: the default and kRangeRadixRowSmem, interleaved, with
+// the tied rows (the replay; serial partial_sort once top_k * 64 <= n_keys) and the stream kernel's global
+// fallbacks, and the indices of the two variants compared.
+void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint64_t seed) {
+    constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;
+    void* s = ctx.stream().handle();
+    const int64_t n_keys = prefix + rows;
+    const Tensor qf = Tensor::empty({rows * kHeads, kDim}, DType::kF32, ctx.alloc());
+    const Tensor kf = Tensor::empty({n_keys, kDim}, DType::kF32, ctx.alloc());
+    fill_uniform(qf.view(), seed++, 0.0f, 1.0f, s);
+    fill_uniform(kf.view(), seed++, 0.0f, 1.0f, s);
+    const Tensor q8 = Tensor::empty({rows * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
+    const Tensor q_scale = Tensor::empty({rows * kHeads}, DType::kF32, ctx.alloc());
+    const Tensor k8 = Tensor::empty({n_keys, kDim}, DType::kF8E4M3, ctx.alloc());
+    const Tensor k_scale = Tensor::empty({n_keys}, DType::kF32, ctx.alloc());
+    cuda::dsa_quantize_fp8({.out = q8, .scale = q_scale, .in = qf, .rotate = true, .ue8m0 = true}, s);
+    cuda::dsa_quantize_fp8({.out = k8, .scale = k_scale, .in = kf, .rotate = true, .ue8m0 = true}, s);
+    const Tensor w = Tensor::empty({rows, kHeads}, DType::kF32, ctx.alloc());
+    fill_uniform(w.view(), seed++, 0.0f, 0.2f, s);
+    std::vector<int32_t> p(static_cast<size_t>(rows));
+    std::iota(p.begin(), p.end(), static_cast<int32_t>(prefix));
+    const Tensor pos = cuda::to_device(Tensor::from_i32({rows}, p).view(), ctx.alloc(), ctx.stream());
+    const Tensor logits = Tensor::empty({rows, n_keys}, DType::kF32, ctx.alloc());
+    const Tensor idx = Tensor::empty({rows, kTopK}, DType::kI32, ctx.alloc());
+    const Tensor idx_row = Tensor::empty({rows, kTopK}, DType::kI32, ctx.alloc());
+    const kernels::DsaIndexerLogitsParams lp{.logits = logits,
+                                             .q = q8.view().reshape({rows, kHeads, kDim}),
+                                             .k = k8,
+                                             .weights = w,
+                                             .q_scale = q_scale.view().reshape({rows, kHeads}),
+                                             .k_scale = k_scale,
+                                             .q_pos = pos,
+                                             .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
+    if (!cuda::dsa_indexer_wgmma_supported(lp)) return;
+    const kernels::DsaTopkParams tp{.indices = idx, .logits = logits, .q_pos = pos, .torch_row_len = 0};
+    kernels::DsaTopkParams tp_row = tp;
+    tp_row.indices = idx_row;
+    for (const bool fp8_acc : {true, false}) {
+        cuda::dsa_indexer_logits(lp, fp8_acc ? cuda::IndexerVariant::kWgmmaFp8 : cuda::IndexerVariant::kWgmma, s);
+        const cuda::TopkDiagnosis diag = cuda::dsa_topk_diagnose(tp, cuda::TopkVariant::kRangeRadix, ctx.alloc(), s);
+        const Timing t_row_a =
+            ctx.time([&] { cuda::dsa_topk(tp_row, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, 3);
+        const Timing t_a = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, 3);
+        const Timing t_row_b =
+            ctx.time([&] { cuda::dsa_topk(tp_row, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, 3);
+        const Timing t_b = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, 3);
+        nlohmann::json rec = ctx.base_record("dsa_topk");
+        rec["variant"] = "range_radix";
+        rec["input"] = fp8_acc ? "kWgmmaFp8 logits (fp8-accumulate)" : "kWgmma logits (exact f16)";
+        rec["rows"] = rows;
+        rec["prefix"] = prefix;
+        rec["n_keys"] = n_keys;
+        rec["top_k"] = kTopK;
+        rec["ms"] = {t_a.median_us * 1e-3, t_b.median_us * 1e-3};
+        rec["row_smem_ms"] = {t_row_a.median_us * 1e-3, t_row_b.median_us * 1e-3};
+        rec["speedup_vs_row_smem"] = (t_row_a.median_us + t_row_b.median_us) / (t_a.median_us + t_b.median_us);
+        rec["tied_rows"] = diag.tied_rows;
+        rec["rows_from_global"] = diag.global_rows;
+        rec["mismatches_vs_row_smem"] = count_mismatches(idx, idx_row, ctx.stream());
+        ctx.report(rec, t_a, 4.0 * static_cast<double>(rows) * static_cast<double>(prefix + (rows + 1) / 2));
+    }
 }
 
 }  // namespace
@@ -295,6 +361,9 @@ void run_dsa_bench(BenchContext& ctx) {
             ctx.report(rt, t_ties, 4.0 * T * (T + 1) / 2.0 + 4.0 * T * kTopK);
         }
     }
+    // Long rows: a 16K chunk after 48K and 112K prefixes (rows of up to 65536 and 131072 keys).
+    run_topk_after_prefix(ctx, 16384, 49152, seed++);
+    run_topk_after_prefix(ctx, 16384, 114688, seed++);
 }
 
 }  // namespace penstock::bench
