@@ -196,6 +196,8 @@ struct RowStats {
     uint32_t kmax, kmin_above, kmin_all;
 };
 
+constexpr RowStats kNoKeys{0u, 0u, 0xffffffffu, 0xffffffffu};  // the stats of no keys (add_key's start)
+
 __device__ __forceinline__ void add_key(RowStats& st, uint32_t key) {
     st.above += key > masked_key() ? 1u : 0u;
     st.kmax = max(st.kmax, key);
@@ -265,7 +267,7 @@ __device__ RowStats block_stats(RowStats st, SelectShared& sh) {
     __syncthreads();
     const RowStats total = sh.stats;
     __syncthreads();
-    if (threadIdx.x == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+    if (threadIdx.x == 0) sh.stats = kNoKeys;
     return total;
 }
 
@@ -393,34 +395,50 @@ __device__ void select_row(const RadixArgs& a, int r, const uint32_t* keys, int 
 // Thread 0 of a persistent select block: the next row (last rows first: with causal positions, the longest first).
 __device__ __forceinline__ int take_row(const RadixArgs& a) { return atomicAdd(&a.counters[0], 1); }
 
+// A persistent select kernel's start: the bins cleared and sh.stats reset (the loop's first barrier orders both before
+// any use); returns the first row's ticket (thread 0's; the others' is unused).
+template <int NT>
+__device__ int start_rows(const RadixArgs& a, unsigned* hist, SelectShared& sh) {
+    const int tid = static_cast<int>(threadIdx.x);
+    for (int b = tid; b < kBins; b += NT) hist[b] = 0;
+    if (tid == 0) sh.stats = kNoKeys;
+    return tid == 0 ? take_row(a) : 0;
+}
+
+// A persistent select kernel's loop head: the block's next row with more than top_k visible keys (r, visible); rows
+// with fewer are written here (every visible key: dense-causal) and passed over. False when the rows are done. Thread
+// 0 takes the ticket after it into next_idx at once, so the atomic's latency is off the critical path.
+template <int NT>
+__device__ bool next_select_row(const RadixArgs& a, SelectShared& sh, int& next_idx, int& r, int& visible) {
+    const int tid = static_cast<int>(threadIdx.x);
+    while (true) {
+        __syncthreads();  // the previous row is done with every shared value
+        if (tid == 0) sh.row = next_idx;
+        __syncthreads();
+        const int idx = sh.row;
+        if (idx >= a.n_rows) return false;
+        if (tid == 0) next_idx = take_row(a);
+        r = a.n_rows - 1 - idx;
+        visible = visible_keys(a, r);
+        if (visible > a.top_k) return true;
+        int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
+        for (int j = tid; j < a.top_k; j += NT) out[j] = j < visible ? j : -1;
+    }
+}
+
 template <int NT, int kMinBlocks, bool kVecCompact>
 __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixArgs a) {
     extern __shared__ __align__(16) uint32_t select_smem[];
     uint32_t* keys = select_smem;          // [cap]
     unsigned* hist = select_smem + a.cap;  // [kBins]
     __shared__ SelectShared sh;
-    const int tid = static_cast<int>(threadIdx.x);
-    // Thread 0 takes the next row while the block works on this one (the atomic's latency off the critical path).
-    int next_idx = tid == 0 ? take_row(a) : 0;
-    for (int b = tid; b < kBins; b += NT) hist[b] = 0;  // the loop's first barrier orders this before any count
-    if (tid == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
-    while (true) {
-        __syncthreads();  // the previous row is done with every shared value
-        if (tid == 0) sh.row = next_idx;
-        __syncthreads();
-        const int idx = sh.row;
-        if (idx >= a.n_rows) return;
-        if (tid == 0) next_idx = take_row(a);
-        const int r = a.n_rows - 1 - idx;
-        const int visible = visible_keys(a, r);
+    int next_idx = start_rows<NT>(a, hist, sh);
+    int r = 0, visible = 0;
+    while (next_select_row<NT>(a, sh, next_idx, r, visible)) {
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
-        if (visible <= a.top_k) {  // dense-causal row: every visible key
-            for (int j = tid; j < a.top_k; j += NT) out[j] = j < visible ? j : -1;
-            continue;
-        }
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
         const int n_smem = min(visible, a.cap);
-        RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+        RowStats st = kNoKeys;
         load_row<NT>(row, visible, n_smem, keys, st);
         select_row<NT, kVecCompact>(a, r, keys, n_smem, row, visible, static_cast<unsigned>(a.row_len - visible), st,
                                     nullptr, hist, sh, out);
@@ -541,27 +559,14 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
     unsigned* hist = stream_smem + 2 * a.cap;                          // [kBins]
     __shared__ SelectShared sh;
     const int tid = static_cast<int>(threadIdx.x);
-    int next_idx = tid == 0 ? take_row(a) : 0;
-    for (int b = tid; b < kBins; b += NT) hist[b] = 0;
-    if (tid == 0) sh.stats = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
-    while (true) {
-        __syncthreads();
-        if (tid == 0) sh.row = next_idx;
-        __syncthreads();
-        const int idx = sh.row;
-        if (idx >= a.n_rows) return;
-        if (tid == 0) next_idx = take_row(a);
-        const int r = a.n_rows - 1 - idx;
-        const int visible = visible_keys(a, r);
+    int next_idx = start_rows<NT>(a, hist, sh);
+    int r = 0, visible = 0;
+    while (next_select_row<NT>(a, sh, next_idx, r, visible)) {
         int32_t* out = a.indices + static_cast<int64_t>(r) * a.i0;
-        if (visible <= a.top_k) {
-            for (int j = tid; j < a.top_k; j += NT) out[j] = j < visible ? j : -1;
-            continue;
-        }
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
         const auto n_masked = static_cast<unsigned>(a.row_len - visible);
         if (visible <= a.cap) {
-            RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+            RowStats st = kNoKeys;
             load_row<NT>(row, visible, visible, keys, st);
             select_row<NT, kVecCompact>(a, r, keys, visible, row, visible, n_masked, st, nullptr, hist, sh, out);
             continue;
@@ -569,7 +574,7 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
         const int n_sample = sample_size(visible, a.top_k, a.cap);
         // The streaming pass's first chunks into L2 while the sample is taken and searched.
         for (int c = 0; c < a.prefetch; ++c) prefetch_l2<NT>(row, c * NT * 16, min(visible, (c + 1) * NT * 16));
-        RowStats st{0u, 0u, 0xffffffffu, 0xffffffffu};
+        RowStats st = kNoKeys;
         for (int j = tid; j < n_sample; j += NT) {
             const uint32_t k = order_key(__ldg(row + static_cast<int64_t>(j) * visible / n_sample));
             keys[j] = k;
@@ -578,7 +583,7 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
         const RowStats ss = block_stats<NT>(st, sh);  // (its barrier also publishes the sample)
         const Threshold bound = range_select<NT>(keys, n_sample, nullptr, n_sample, 0u, ss.kmin_all, ss.kmax,
                                                  sample_rank(n_sample, visible, a.top_k), hist, sh);
-        st = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+        st = kNoKeys;
         int n_cand = 0;
         if (bound.key > masked_key()) {
             n_cand = filter_row<NT>(row, visible, bound.key, keys, cand_idx, a.cap, st, sh, a.prefetch);
@@ -588,7 +593,7 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
             continue;
         }
         if (tid == 0) atomicAdd(&a.counters[2], 1);  // the fallbacks (dsa_topk_diagnose)
-        st = RowStats{0u, 0u, 0xffffffffu, 0xffffffffu};
+        st = kNoKeys;
         load_row<NT>(row, visible, 0, keys, st);
         select_row<NT, kVecCompact>(a, r, keys, 0, row, visible, n_masked, st, nullptr, hist, sh, out);
     }
