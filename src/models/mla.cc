@@ -82,8 +82,8 @@ Result<MlaAttention> MlaAttention::load(WeightReader& r, const std::string& pref
     PENSTOCK_ASSIGN_OR_RETURN(a.o_proj_, take_linear_cols(r, prefix + ".o_proj", d.hidden, all_heads * d.v_head_dim,
                                                           rows_of(d.v_head_dim), bias, tp.rank() == 0, kFp8));
     if (variant.output_gate) {
-        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", all_heads * d.v_head_dim,
-                                                              d.hidden, rows_of(d.v_head_dim), false));
+        PENSTOCK_ASSIGN_OR_RETURN(a.g_proj_, take_linear_rows(r, prefix + ".g_proj", all_heads * d.v_head_dim, d.hidden,
+                                                              rows_of(d.v_head_dim), false, kFp8));
     }
     return a;
 }
@@ -103,12 +103,11 @@ MlaAttention::Projection MlaAttention::project(const BatchLayout& layout, const 
 
     // FP8 q_a (or q) and kv_a read the same x: the caller's FP8 rows, or one quantisation here for both
     // (bit-identical to one each).
-    std::optional<Fp8Activations> own;
     if (!fp8_input()) xq = nullptr;
     // q: [n, n_heads, qk_head_dim]
     {
         const kernels::ProfileScope scope(ctx, "q_proj");
-        if (fp8_input()) xq = fp8_rows_of(x, xq, own, ctx);
+        if (fp8_input()) xq = fp8_rows_of(x, xq, p.x_rows, ctx);
         if (d.q_lora_rank > 0) {
             p.cq = linear_new(q_a_proj_, x, ctx, xq);
             // An FP8 q_b reads the q latent's FP8 rows, made by its norm (bit-identical to quantising cq).
@@ -209,18 +208,21 @@ void MlaAttention::forward(const ForwardBatch& batch, const BatchLayout& layout,
                 break;
         }
     }
-    output(x, attn_out, out, ctx, rows_written ? &*attn_rows : nullptr);
+    // An FP8 output gate reads x's FP8 rows too: the caller's, or the ones project() made.
+    const Fp8Activations* x_rows = xq != nullptr ? xq : (p.x_rows ? &*p.x_rows : nullptr);
+    output(x, attn_out, out, ctx, rows_written ? &*attn_rows : nullptr, x_rows);
 }
 
 void MlaAttention::output(const TensorView& x, const TensorView& attn_out, const TensorView& out,
-                          const kernels::Context& ctx, const Fp8Activations* attn_rows) const {
+                          const kernels::Context& ctx, const Fp8Activations* attn_rows,
+                          const Fp8Activations* x_rows) const {
     PENSTOCK_CHECK(attn_rows == nullptr || (!variant_.output_gate && o_proj_.fp8()))
         << "MLA output: FP8 attention rows need an FP8 o_proj and no output gate";
     if (variant_.output_gate) {
         const kernels::ProfileScope scope(ctx, "out_gate");
         // The gate stays f32 (the GEMM's accumulator, unrounded); attn_out is gated in place in its own dtype (bf16:
         // f32 math, rounded once).
-        Tensor gate = linear_new_f32(g_proj_, x, ctx);
+        Tensor gate = linear_new_f32(g_proj_, x, ctx, x_rows);
         kernels::sigmoid_gate({.out = attn_out, .in = attn_out, .gate = gate}, ctx);
     }
     const kernels::ProfileScope scope(ctx, "o_proj");
@@ -313,9 +315,12 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
         kernels::transfer({.out = k_pos0, .in = k_pos0_host}, ctx);
         // This round's latent rows of every sequence, from its pages: [total, kv_lora + rope].
         Tensor latent = scratch(ctx, {total, d.latent_dim()}, cache.layer_view(layer).dtype);
-        kernels::paged_gather(
-            {.out = latent, .cache = cache.layer_view(layer), .page_table = layout.page_table, .cu_rows = cu_k, .pos0 = k_pos0},
-            ctx);
+        kernels::paged_gather({.out = latent,
+                               .cache = cache.layer_view(layer),
+                               .page_table = layout.page_table,
+                               .cu_rows = cu_k,
+                               .pos0 = k_pos0},
+                              ctx);
         // K = [k_nope_h ; k_pe] and V per head from c (the latent's first kv_lora columns): k_nope_h = c @ W_UK_h^T
         // straight into K's head slices and v_h = c @ W_UV_h^T into V, two GEMMs batched over the heads (strided
         // head views of kv_b, c broadcast with a batch stride of 0; absorb_q's scheme), so no [total, H, nope + v]
@@ -464,7 +469,8 @@ Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) 
     kernels::gemm(
         {.out = q_abs.view().as_strided(0, {d.n_heads, n, d.kv_lora_rank}, {latent_dim, d.n_heads * latent_dim, 1}),
          .a = q.as_strided(0, {d.n_heads, n, d.qk_nope_head_dim}, {q.stride(1), q.stride(0), 1}),
-         .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank}, {head_rows * w.stride(0), w.stride(0), 1}),
+         .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
+                           {head_rows * w.stride(0), w.stride(0), 1}),
          .trans_b = false},
         ctx);
     kernels::copy({.out = q_abs.view().slice(2, d.kv_lora_rank, latent_dim),

@@ -6,6 +6,7 @@
 // (rope)], c RMS-normalised and k_pe roped. See reference/MODELS.md §1.4.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "kv_cache/paged_cache.h"
@@ -72,6 +73,9 @@ public:
         Tensor q;   // [n_tokens, n_heads, qk_head_dim] f32, q_pe roped (unless project()'s rope_q is false)
         Tensor cq;  // [n_tokens, q_lora_rank] f32: RMSNorm(q_a_proj(x)), the q latent; undefined without q_lora
         Tensor kv;  // [n_tokens, kv_lora + rope] f32: the cache rows [RMSNorm(c) ; RoPE(k_pe)]
+        // x's FP8 rows when project() quantised x itself (FP8 projections and no caller's rows): an FP8 output gate
+        // (output()'s x_rows) reads them too.
+        std::optional<Fp8Activations> x_rows;
     };
     // rope_q false: q_pe is left unrotated (the FP8 attention's q quantiser rotates it: forward()).
     Projection project(const BatchLayout& layout, const TensorView& x, const RopeTable& rope,
@@ -81,9 +85,10 @@ public:
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
     void absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const;
     // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x), summed over the tp group. attn_rows:
-    // attn_out's FP8 rows when the attention wrote them instead (FP8 o_proj, no output gate), else null.
+    // attn_out's FP8 rows when the attention wrote them instead (FP8 o_proj, no output gate), else null. x_rows: x's
+    // FP8 rows (fp8_quantize_rows), read by an FP8 g_proj instead of quantising x again (bit-identical); may be null.
     void output(const TensorView& x, const TensorView& attn_out, const TensorView& out, const kernels::Context& ctx,
-                const Fp8Activations* attn_rows = nullptr) const;
+                const Fp8Activations* attn_rows = nullptr, const Fp8Activations* x_rows = nullptr) const;
 
 private:
     // attn_out[n_tokens, n_heads * v_head_dim] from q[n_tokens, n_heads, qk_head_dim] and the cached latents. With

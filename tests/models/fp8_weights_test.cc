@@ -433,8 +433,9 @@ void expect_native_matches_dequantised(const std::filesystem::path& src, double 
     ASSERT_TRUE(config->fp8.has_value());
     Result<loader::Checkpoint> ckpt = loader::Checkpoint::open(dir);
     ASSERT_TRUE(ckpt.ok());
-    // KDA layers' FP8 o_proj reads the rows its gated norm writes (no "act_quant" of its own under o_proj).
-    bool kda_o_norm = false, kda_o_proj_quantises = false;
+    // KDA layers' FP8 o_proj reads the rows its gated norm writes (no "act_quant" of its own under o_proj); K3's gated
+    // MLA runs its g_proj in FP8 on the rows the q / kv projections quantised (no "act_quant" under out_gate).
+    bool kda_o_norm = false, kda_o_proj_quantises = false, mla_gate = false, mla_gate_quantises = false;
     auto run = [&](Fp8Weights mode) -> std::vector<Tensor> {
         models::ModelOptions options;
         options.fp8_weights = mode;
@@ -450,6 +451,8 @@ void expect_native_matches_dequantised(const std::filesystem::path& src, double 
             for (const kernels::ProfileTotal& t : kernels::aggregate(profiler.collect())) {
                 kda_o_norm = kda_o_norm || t.path.ends_with("kda.o_norm");
                 kda_o_proj_quantises = kda_o_proj_quantises || t.path.ends_with("kda.o_proj.act_quant");
+                mla_gate = mla_gate || t.path.ends_with("attn.out_gate");
+                mla_gate_quantises = mla_gate_quantises || t.path.ends_with("attn.out_gate.act_quant");
             }
         }
         EXPECT_TRUE(logits.ok()) << logits.status().to_string();
@@ -459,6 +462,9 @@ void expect_native_matches_dequantised(const std::filesystem::path& src, double 
     const std::vector<Tensor> dequant = run(Fp8Weights::kDequant);
     if (kda_o_norm) {
         EXPECT_FALSE(kda_o_proj_quantises) << "KDA's o_proj quantised its input itself";
+    }
+    if (mla_gate) {
+        EXPECT_FALSE(mla_gate_quantises) << "the MLA output gate quantised x again";
     }
     std::filesystem::remove_all(dir);
     ASSERT_EQ(native.size(), prompts.size());
