@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/cuda_ops_dsa.h"
 #include "kernels/cuda/dsa_topk_internal.h"
+#include "kernels/cuda/dsa_topk_sample.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/stl_select.cuh"
 #include "kernels/cuda/tile_util.cuh"
@@ -49,11 +50,9 @@ constexpr int kShortCap = 16384;
 constexpr int kLongThreads = 1024;
 constexpr int kLongCap = 49152;
 // Stream launch (dsa_topk_stream_kernel, the default for n_keys > kShortCap): 256 threads; candidates of a row in
-// shared memory (key and index, 8 bytes each): kStreamCapPerTopk / 4 of top_k rounded up to 256, at least
-// kStreamMinCap (GLM-5.3's top 2048: 5632, 52 KB with the bins, four blocks per SM).
+// shared memory (key and index, 8 bytes each), topk_sample::candidate_cap of them (GLM-5.3's top 2048: 5632, 52 KB
+// with the bins, four blocks per SM).
 constexpr int kStreamThreads = 256;
-constexpr int kStreamCapPerTopk = 11;  // cap = 2.75 top_k
-constexpr int kStreamMinCap = 4096;
 constexpr int kStreamPrefetch = 1;  // L2 prefetch distance of the streaming pass, in chunks (stream_prefetch; 1 ran
                                     // 3.5% faster than none and 2.5% faster than 2 at GLM-5.3's 64K on an H100,
                                     // docs/perf/2026-12-05-s41.md)
@@ -445,21 +444,6 @@ __global__ void __launch_bounds__(NT, kMinBlocks) dsa_topk_select_kernel(RadixAr
     }
 }
 
-// The stream kernel's sample of a row of `visible` > cap keys: about 32 expected sample keys at or above the row's
-// top_k-th key (n_sample * top_k / visible >= 32), at most cap (the sample lives in the candidate buffer).
-__device__ __forceinline__ int sample_size(int visible, int top_k, int cap) {
-    const int64_t want = (int64_t{32} * visible + top_k - 1) / top_k;
-    return static_cast<int>(min(static_cast<int64_t>(cap), max(int64_t{256}, want)));
-}
-
-// The sample rank whose key bounds the candidates: the expected count of sample keys at or above the row's top_k-th
-// (fs) plus 3.5 standard deviations (binomial: sqrt(fs)) plus 2, so that fewer than top_k candidates (the fallback)
-// is rare, while the candidates number about top_k (1 + 3.5 / sqrt(fs)): 1.6 top_k at fs = 32.
-__device__ __forceinline__ unsigned sample_rank(int n_sample, int visible, int top_k) {
-    const float fs = static_cast<float>(top_k) * static_cast<float>(n_sample) / static_cast<float>(visible);
-    return static_cast<unsigned>(min(static_cast<float>(n_sample), ceilf(fs + 3.5f * sqrtf(fs) + 2.0f)));
-}
-
 // Asks for the 128-byte lines of row[begin, end) in L2 (one line per thread; no registers held, nothing waits).
 template <int NT>
 __device__ __forceinline__ void prefetch_l2(const float* row, int begin, int end) {
@@ -546,7 +530,7 @@ __device__ int filter_row(const float* __restrict__ row, int n, uint32_t t, uint
 // The select pass for calls with long rows (n_keys > kShortCap): a persistent grid of NT-thread blocks, several per
 // SM, rows taken last-first. A row of at most `cap` visible keys is copied to shared memory whole (load_row) and
 // selected as dsa_topk_select_kernel does. A longer row is streamed once instead: a strided sample of its keys gives
-// a bound t (sample_size / sample_rank) that about 1.6 top_k of the row's keys reach; filter_row keeps the keys >= t
+// a bound t (dsa_topk_sample.h) that about 1.6 top_k of the row's keys reach; filter_row keeps the keys >= t
 // with their indices, and when they number between top_k and cap (and t is above the masked key, so no masked entry
 // can be selected) the row's selection is theirs: the top_k-th key of the row is among them. Otherwise (rare: a
 // sample far off the row's distribution) the row is selected from global memory in full, each step re-reading it.
@@ -571,7 +555,9 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
             select_row<NT, kVecCompact>(a, r, keys, visible, row, visible, n_masked, st, nullptr, hist, sh, out);
             continue;
         }
-        const int n_sample = sample_size(visible, a.top_k, a.cap);
+        // The sample may fill the key and index buffers both (2 cap keys, contiguous): rows of over 360K keys at top
+        // 2048 need more than cap sample keys for ~32 at or above their top_k-th.
+        const int n_sample = topk_sample::sample_size(visible, a.top_k, 2 * a.cap);
         // The streaming pass's first chunks into L2 while the sample is taken and searched.
         for (int c = 0; c < a.prefetch; ++c) prefetch_l2<NT>(row, c * NT * 16, min(visible, (c + 1) * NT * 16));
         RowStats st = kNoKeys;
@@ -582,7 +568,7 @@ __global__ void __launch_bounds__(NT, 4) dsa_topk_stream_kernel(RadixArgs a) {
         }
         const RowStats ss = block_stats<NT>(st, sh);  // (its barrier also publishes the sample)
         const Threshold bound = range_select<NT>(keys, n_sample, nullptr, n_sample, 0u, ss.kmin_all, ss.kmax,
-                                                 sample_rank(n_sample, visible, a.top_k), hist, sh);
+                                                 topk_sample::sample_rank(n_sample, visible, a.top_k), hist, sh);
         st = kNoKeys;
         int n_cand = 0;
         if (bound.key > masked_key()) {
@@ -790,10 +776,10 @@ void launch_stream(const RadixArgs& a, int sms, cudaStream_t s) {
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
-// The stream kernel's candidate capacity for `top_k` (kStreamCapPerTopk), or 0 when it does not fit the device's
-// shared memory (the row-in-shared-memory launch then takes long calls).
+// The stream kernel's candidate capacity for `top_k` (topk_sample::candidate_cap), or 0 when it does not fit the
+// device's shared memory (the row-in-shared-memory launch then takes long calls).
 int stream_cap(int64_t top_k, size_t smem_optin) {
-    const int64_t cap = std::max<int64_t>(kStreamMinCap, (top_k * kStreamCapPerTopk / 4 + 255) / 256 * 256);
+    const int64_t cap = topk_sample::candidate_cap(top_k);
     const size_t bytes = (2 * static_cast<size_t>(cap) + kBins) * sizeof(uint32_t);
     return bytes <= smem_optin ? static_cast<int>(cap) : 0;
 }
