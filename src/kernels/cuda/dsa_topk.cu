@@ -750,30 +750,29 @@ DeviceLimits device_limits() {
     return DeviceLimits{sms, static_cast<size_t>(optin) - 1024};
 }
 
-template <int NT, int kMinBlocks, bool kVecCompact>
-void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
-    auto* kernel = dsa_topk_select_kernel<NT, kMinBlocks, kVecCompact>;
-    const size_t smem = (static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
+// Launches a persistent select kernel (select or stream: rows from the atomic counter) with `smem` bytes of dynamic
+// shared memory: as many blocks as fit on every SM, at most one per row.
+void launch_persistent(void (*kernel)(RadixArgs), int threads, size_t smem, const RadixArgs& a, int sms,
+                       cudaStream_t s) {
     PENSTOCK_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     int per_sm = 0;
-    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem));
+    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     const int64_t grid = std::min<int64_t>(a.n_rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
-    kernel<<<static_cast<unsigned>(grid), NT, smem, s>>>(a);
+    kernel<<<static_cast<unsigned>(grid), threads, smem, s>>>(a);
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+template <int NT, int kMinBlocks, bool kVecCompact>
+void launch_select(const RadixArgs& a, int sms, cudaStream_t s) {
+    launch_persistent(dsa_topk_select_kernel<NT, kMinBlocks, kVecCompact>, NT,
+                      (static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t), a, sms, s);
 }
 
 template <bool kVecCompact>
 void launch_stream(const RadixArgs& a, int sms, cudaStream_t s) {
-    auto* kernel = dsa_topk_stream_kernel<kStreamThreads, kVecCompact>;
-    const size_t smem = (2 * static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t);
-    PENSTOCK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    int per_sm = 0;
-    PENSTOCK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, smem));
-    const int64_t grid = std::min<int64_t>(a.n_rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
-    kernel<<<static_cast<unsigned>(grid), kStreamThreads, smem, s>>>(a);
-    PENSTOCK_CUDA_LAUNCH_CHECK();
+    launch_persistent(dsa_topk_stream_kernel<kStreamThreads, kVecCompact>, kStreamThreads,
+                      (2 * static_cast<size_t>(a.cap) + kBins) * sizeof(uint32_t), a, sms, s);
 }
 
 // The stream kernel's candidate capacity for `top_k` (topk_sample::candidate_cap), or 0 when it does not fit the
