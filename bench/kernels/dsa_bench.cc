@@ -53,41 +53,64 @@ std::vector<float> read_row(const Tensor& t, int64_t row, int64_t n, const cuda:
     return std::vector<float>(h.ptr<float>(), h.ptr<float>() + h.numel());
 }
 
+constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;  // GLM-5.3's indexer
+
+// The indexer's inputs for `rows` queries (q_pos = first_pos + r) over `n_keys` keys: f32 q / k uniform on [0, 1)
+// (seeds `seed`, `seed` + 1), their FP8 quantisation as the model makes it (dsa_quantize_fp8: Hadamard, e4m3, ue8m0
+// scale per (row, head) / key), the head weights uniform on [0, 0.2) (`seed` + 2). Advances `seed` by 3.
+struct IndexerInputs {
+    Tensor qf, kf, q8, q_scale, k8, k_scale, w, pos;
+};
+
+IndexerInputs make_indexer_inputs(BenchContext& ctx, int64_t rows, int64_t n_keys, int64_t first_pos, uint64_t& seed) {
+    void* s = ctx.stream().handle();
+    IndexerInputs in;
+    in.qf = Tensor::empty({rows * kHeads, kDim}, DType::kF32, ctx.alloc());
+    in.kf = Tensor::empty({n_keys, kDim}, DType::kF32, ctx.alloc());
+    fill_uniform(in.qf.view(), seed++, 0.0f, 1.0f, s);
+    fill_uniform(in.kf.view(), seed++, 0.0f, 1.0f, s);
+    in.q8 = Tensor::empty({rows * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
+    in.q_scale = Tensor::empty({rows * kHeads}, DType::kF32, ctx.alloc());
+    in.k8 = Tensor::empty({n_keys, kDim}, DType::kF8E4M3, ctx.alloc());
+    in.k_scale = Tensor::empty({n_keys}, DType::kF32, ctx.alloc());
+    cuda::dsa_quantize_fp8({.out = in.q8, .scale = in.q_scale, .in = in.qf, .rotate = true, .ue8m0 = true}, s);
+    cuda::dsa_quantize_fp8({.out = in.k8, .scale = in.k_scale, .in = in.kf, .rotate = true, .ue8m0 = true}, s);
+    in.w = Tensor::empty({rows, kHeads}, DType::kF32, ctx.alloc());
+    fill_uniform(in.w.view(), seed++, 0.0f, 0.2f, s);
+    std::vector<int32_t> p(static_cast<size_t>(rows));
+    std::iota(p.begin(), p.end(), static_cast<int32_t>(first_pos));
+    in.pos = cuda::to_device(Tensor::from_i32({rows}, p).view(), ctx.alloc(), ctx.stream());
+    ctx.stream().synchronize();
+    return in;
+}
+
+// The FP8 indexer's logits call on `in` (causal by in.pos) into `logits`.
+kernels::DsaIndexerLogitsParams fp8_logits_params(const IndexerInputs& in, const Tensor& logits) {
+    const int64_t rows = in.w.size(0);
+    return {.logits = logits,
+            .q = in.q8.view().reshape({rows, kHeads, kDim}),
+            .k = in.k8,
+            .weights = in.w,
+            .q_scale = in.q_scale.view().reshape({rows, kHeads}),
+            .k_scale = in.k_scale,
+            .q_pos = in.pos,
+            .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
+}
+
 // The top-k of one chunk of `rows` queries after a `prefix` (q_pos = prefix + r, n_keys = prefix + rows: the model's
 // call for a chunk after a long prefix) on the logits of the FP8 indexer as the GLM-5.3 layer runs it with
 // --dsa-fp8-accumulate (kWgmmaFp8) and of the exact kWgmma: the default and kRangeRadixRowSmem, interleaved, with
 // the tied rows (the replay; serial partial_sort once top_k * 64 <= n_keys) and the stream kernel's global
 // fallbacks, and the indices of the two variants compared.
 void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint64_t seed) {
-    constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;
     void* s = ctx.stream().handle();
     const int64_t n_keys = prefix + rows;
-    const Tensor qf = Tensor::empty({rows * kHeads, kDim}, DType::kF32, ctx.alloc());
-    const Tensor kf = Tensor::empty({n_keys, kDim}, DType::kF32, ctx.alloc());
-    fill_uniform(qf.view(), seed++, 0.0f, 1.0f, s);
-    fill_uniform(kf.view(), seed++, 0.0f, 1.0f, s);
-    const Tensor q8 = Tensor::empty({rows * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
-    const Tensor q_scale = Tensor::empty({rows * kHeads}, DType::kF32, ctx.alloc());
-    const Tensor k8 = Tensor::empty({n_keys, kDim}, DType::kF8E4M3, ctx.alloc());
-    const Tensor k_scale = Tensor::empty({n_keys}, DType::kF32, ctx.alloc());
-    cuda::dsa_quantize_fp8({.out = q8, .scale = q_scale, .in = qf, .rotate = true, .ue8m0 = true}, s);
-    cuda::dsa_quantize_fp8({.out = k8, .scale = k_scale, .in = kf, .rotate = true, .ue8m0 = true}, s);
-    const Tensor w = Tensor::empty({rows, kHeads}, DType::kF32, ctx.alloc());
-    fill_uniform(w.view(), seed++, 0.0f, 0.2f, s);
-    std::vector<int32_t> p(static_cast<size_t>(rows));
-    std::iota(p.begin(), p.end(), static_cast<int32_t>(prefix));
-    const Tensor pos = cuda::to_device(Tensor::from_i32({rows}, p).view(), ctx.alloc(), ctx.stream());
+    const IndexerInputs in = make_indexer_inputs(ctx, rows, n_keys, prefix, seed);
     const Tensor logits = Tensor::empty({rows, n_keys}, DType::kF32, ctx.alloc());
     const Tensor idx = Tensor::empty({rows, kTopK}, DType::kI32, ctx.alloc());
     const Tensor idx_row = Tensor::empty({rows, kTopK}, DType::kI32, ctx.alloc());
-    const kernels::DsaIndexerLogitsParams lp{.logits = logits,
-                                             .q = q8.view().reshape({rows, kHeads, kDim}),
-                                             .k = k8,
-                                             .weights = w,
-                                             .q_scale = q_scale.view().reshape({rows, kHeads}),
-                                             .k_scale = k_scale,
-                                             .q_pos = pos,
-                                             .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
+    const kernels::DsaIndexerLogitsParams lp = fp8_logits_params(in, logits);
+    const Tensor& pos = in.pos;
     if (!cuda::dsa_indexer_wgmma_supported(lp)) return;
     const kernels::DsaTopkParams tp{.indices = idx, .logits = logits, .q_pos = pos, .torch_row_len = 0};
     kernels::DsaTopkParams tp_row = tp;
@@ -121,44 +144,20 @@ void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint
 }  // namespace
 
 void run_dsa_bench(BenchContext& ctx) {
-    constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;
     const int64_t kTokens[] = {4096, 16384, 65536};
     uint64_t seed = 900;
     void* s = ctx.stream().handle();
     for (const int64_t T : kTokens) {
-        Tensor q8, q_scale, k8, k_scale, w, pos, logits, logits_mma, logits_fp8, idx;
+        Tensor logits, logits_mma, logits_fp8, idx;
         // f32 q / k (the default indexer's; kept for its kernels' timings below), and their fp8 quantisation.
-        const Tensor qf = Tensor::empty({T * kHeads, kDim}, DType::kF32, ctx.alloc());
-        const Tensor kf = Tensor::empty({T, kDim}, DType::kF32, ctx.alloc());
-        {
-            fill_uniform(qf.view(), seed++, 0.0f, 1.0f, s);
-            fill_uniform(kf.view(), seed++, 0.0f, 1.0f, s);
-            q8 = Tensor::empty({T * kHeads, kDim}, DType::kF8E4M3, ctx.alloc());
-            q_scale = Tensor::empty({T * kHeads}, DType::kF32, ctx.alloc());
-            k8 = Tensor::empty({T, kDim}, DType::kF8E4M3, ctx.alloc());
-            k_scale = Tensor::empty({T}, DType::kF32, ctx.alloc());
-            cuda::dsa_quantize_fp8({.out = q8, .scale = q_scale, .in = qf, .rotate = true, .ue8m0 = true}, s);
-            cuda::dsa_quantize_fp8({.out = k8, .scale = k_scale, .in = kf, .rotate = true, .ue8m0 = true}, s);
-            ctx.stream().synchronize();
-        }
-        w = Tensor::empty({T, kHeads}, DType::kF32, ctx.alloc());
-        fill_uniform(w.view(), seed++, 0.0f, 0.2f, s);
-        std::vector<int32_t> p(static_cast<size_t>(T));
-        std::iota(p.begin(), p.end(), 0);
-        pos = cuda::to_device(Tensor::from_i32({T}, p).view(), ctx.alloc(), ctx.stream());
+        const IndexerInputs in = make_indexer_inputs(ctx, T, T, 0, seed);
+        const Tensor &qf = in.qf, &kf = in.kf, &w = in.w, &pos = in.pos;
         logits = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         logits_mma = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         logits_fp8 = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
         idx = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
         const Tensor idx_legacy = Tensor::empty({T, kTopK}, DType::kI32, ctx.alloc());
-        kernels::DsaIndexerLogitsParams lp{.logits = logits,
-                                           .q = q8.view().reshape({T, kHeads, kDim}),
-                                           .k = k8,
-                                           .weights = w,
-                                           .q_scale = q_scale.view().reshape({T, kHeads}),
-                                           .k_scale = k_scale,
-                                           .q_pos = pos,
-                                           .scale = 1.0f / std::sqrt(static_cast<float>(kDim))};
+        kernels::DsaIndexerLogitsParams lp = fp8_logits_params(in, logits);
         kernels::DsaIndexerLogitsParams lm = lp;
         lm.logits = logits_mma;
         kernels::DsaIndexerLogitsParams lf8 = lp;
