@@ -4,10 +4,13 @@
 // top_k-th value is tied with entries outside the selection; only then does the algorithm's tie order matter.
 // Keys: order-preserving u32 (NaN highest and all NaNs equal, -0 == +0): exactly the reference comparator's classes.
 //
-// Pass 1 (dsa_topk_select_kernel, a persistent grid taking rows last-first from an atomic counter, one row per block
-// at a time): the row's visible logits are copied once into shared memory by cp.async and turned into keys (the first
-// `cap` of them: 16384 at 512 threads, 3 blocks per SM, when n_keys <= 16384, else 49152 at 1024 threads; a longer
-// row reads the rest from global memory in every step), with their max / min and the count above the masked key. A
+// Pass 1 (a persistent grid taking rows last-first from an atomic counter, one row per block at a time). Calls with
+// n_keys > 16384, or small enough for the candidate list, run dsa_topk_stream_kernel (below: a long row is streamed
+// once through a sampled bound into a candidate list, a short one held whole); the others dsa_topk_select_kernel
+// (kRangeRadixRowSmem: every call): the row's visible logits are copied once into shared memory by cp.async and
+// turned into keys (the first `cap` of them: 16384 at 512 threads, 3 blocks per SM, when n_keys <= 16384, else 49152
+// at 1024 threads; a longer row reads the rest from global memory in every step), with their max / min and the count
+// above the masked key. A
 // range radix select then bins the keys of [lo, hi] into 2048 bins of width 2^shift (shift from the range, so one
 // exponent's worth of logits already spreads over the bins) and narrows [lo, hi] to the bin holding the top_k-th key;
 // it stops as soon as that bin is taken whole, or at width 1. The masked entries are counted analytically, never read,
