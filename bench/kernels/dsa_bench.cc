@@ -16,7 +16,7 @@
 // scalar, default), kRangeRadixRowSmem (the previous long-row kernel; interleaved likewise; its speed-up and the
 // stream kernel's rows selected from global memory), kRangeRadixStream (the stream kernel at every T) and kLegacy on
 // the same logits, same run; then a 16K chunk after 48K and 112K prefixes on the FP8-accumulate and exact logits
-// (run_topk_after_prefix); the rows whose boundary
+// (run_topk_after_prefix; beside kRangeRadixSerialReplay, the tied rows' previous replay); the rows whose boundary
 // was tied (replayed), and the count of indices where the variants disagree with kLegacy (must be 0: all match the
 // reference); at T <= 16384 also on the logits rounded through bf16, where nearly every row is tied (the replay's
 // throughput).
@@ -115,6 +115,10 @@ void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint
     const kernels::DsaTopkParams tp{.indices = idx, .logits = logits, .q_pos = pos, .torch_row_len = 0};
     kernels::DsaTopkParams tp_row = tp;
     tp_row.indices = idx_row;
+    const Tensor idx_serial = Tensor::empty({rows, kTopK}, DType::kI32, ctx.alloc());
+    kernels::DsaTopkParams tp_serial = tp;
+    tp_serial.indices = idx_serial;
+    const auto serial = [&] { cuda::dsa_topk(tp_serial, cuda::TopkVariant::kRangeRadixSerialReplay, ctx.alloc(), s); };
     for (const bool fp8_acc : {true, false}) {
         cuda::dsa_indexer_logits(lp, fp8_acc ? cuda::IndexerVariant::kWgmmaFp8 : cuda::IndexerVariant::kWgmma, s);
         const cuda::TopkDiagnosis diag = cuda::dsa_topk_diagnose(tp, cuda::TopkVariant::kRangeRadix, ctx.alloc(), s);
@@ -124,6 +128,7 @@ void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint
         const Timing t_row_b =
             ctx.time([&] { cuda::dsa_topk(tp_row, cuda::TopkVariant::kRangeRadixRowSmem, ctx.alloc(), s); }, 1, 3);
         const Timing t_b = ctx.time([&] { cuda::dsa_topk(tp, ctx.alloc(), s); }, 1, 3);
+        const Timing t_serial = ctx.time(serial, 1, 3);
         nlohmann::json rec = ctx.base_record("dsa_topk");
         rec["variant"] = "range_radix";
         rec["input"] = fp8_acc ? "kWgmmaFp8 logits (fp8-accumulate)" : "kWgmma logits (exact f16)";
@@ -137,6 +142,9 @@ void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint
         rec["tied_rows"] = diag.tied_rows;
         rec["rows_from_global"] = diag.global_rows;
         rec["mismatches_vs_row_smem"] = count_mismatches(idx, idx_row, ctx.stream());
+        // The tied rows' previous replay (serial partial_sort on the whole queue), same inputs.
+        rec["serial_replay_ms"] = t_serial.median_us * 1e-3;
+        rec["mismatches_vs_serial_replay"] = count_mismatches(idx, idx_serial, ctx.stream());
         ctx.report(rec, t_a, 4.0 * static_cast<double>(rows) * static_cast<double>(prefix + (rows + 1) / 2));
     }
 }

@@ -59,14 +59,17 @@ bool dsa_indexer_tf32_supported(const kernels::DsaIndexerLogitsParams& p);
 // the list's capacity, 2.75 top_k, held whole; calls with n_keys up to that capacity take the same kernel), the
 // others hold each row in shared memory; kRangeRadixScalarCompact (the same with the compaction one key per lane);
 // kRangeRadixRowSmem (every call on the row-in-shared-memory kernel, 1024 threads above 16384 keys: the previous
-// default); kRangeRadixStream (every call on the stream kernel); kLegacy (dsa_topk_legacy.cu: 8-bit steps
-// from global memory, serial replay). The non-default ones are kept for tests and same-run comparisons.
+// default); kRangeRadixStream (every call on the stream kernel); kRangeRadixSerialReplay (kRangeRadix with tied
+// partial_sort rows, top_k * 64 <= torch_row_len, replayed serially on the whole queue: the previous replay; the
+// others screen heap_select's scan in parallel); kLegacy (dsa_topk_legacy.cu: 8-bit steps from global memory, serial
+// replay). The non-default ones are kept for tests and same-run comparisons.
 enum class TopkVariant : uint8_t {
     kAuto,
     kRangeRadix,
     kRangeRadixScalarCompact,
     kRangeRadixRowSmem,
     kRangeRadixStream,
+    kRangeRadixSerialReplay,
     kLegacy
 };
 void dsa_topk(const kernels::DsaTopkParams& p, Allocator& alloc, void* stream);

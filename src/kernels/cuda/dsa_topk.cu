@@ -24,8 +24,10 @@
 // memory (global scratch when it does not fit) and libstdc++'s introselect is replayed with each Hoare partition run
 // in parallel: the i-th left stop (from the left) swaps with the i-th right stop (from the right) while they have
 // not crossed, so ranks from two block scans give every swap pair and the cut (the permutation is the serial one,
-// element for element). The median-of-3, small ranges, the depth-limit heap select and partial_sort (top_k * 64 <=
-// row_len) run serially on thread 0 (stl_select.cuh).
+// element for element). The median-of-3, small ranges and the depth-limit heap select run serially on thread 0
+// (stl_select.cuh). partial_sort rows (top_k * 64 <= row_len) keep only heap_select's heap, in shared memory: the
+// block screens the row chunk by chunk against the heap's root, and thread 0 replays the scan's steps on the survivors
+// alone (block_heap_select; the same heap, entry for entry).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,6 +65,7 @@ constexpr int kReplayThreads = 1024;
 constexpr size_t kReplaySmemBytes = 220 * 1024;          // queues of up to ~18.7K entries stay in shared memory
 constexpr size_t kMaxReplayScratch = size_t{512} << 20;  // global queues beyond that: fewer replay blocks
 constexpr int kSerialTail = 32;                          // introselect ranges this short finish on thread 0
+constexpr int kHeapChunk = 8192;  // block_heap_select's screening chunk (survivors: 64 KB of shared memory)
 
 __host__ __device__ constexpr uint32_t masked_key() { return 0x00800000u; }  // order_key(-FLT_MAX)
 
@@ -93,12 +96,12 @@ __device__ __forceinline__ int visible_keys(const RadixArgs& a, int r) {
     return static_cast<int>(v < 0 ? 0 : (v > a.n_keys ? a.n_keys : v));
 }
 
-// Writes the s in [0, n) with pred(s), ascending, to out[0, count) (remap[s] instead of s when `remap` is given:
-// candidate positions to row indices) and returns count to every thread. Warp w owns the 32-aligned chunk [w * cw, (w +
-// 1) * cw): one pass counts, the warps' offsets come from `warp_counts` (NT / 32 ints of shared memory), a second pass
-// writes. Every thread of the block must call it.
-template <int NT, class Pred>
-__device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts, const int32_t* remap = nullptr) {
+// Calls write(i, s) for the s in [0, n) with pred(s), ascending (i: the s's rank among them), and returns their count
+// to every thread. Warp w owns the 32-aligned chunk [w * cw, (w + 1) * cw): one pass counts, the warps' offsets come
+// from `warp_counts` (NT / 32 ints of shared memory), a second pass writes. Every thread of the block must call it;
+// the writes are visible to the block on return.
+template <int NT, class Pred, class Write>
+__device__ int compact_ordered_by(int n, Pred pred, Write write, int* warp_counts) {
     constexpr int kWarps = NT / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     const int cw = (n + NT - 1) / NT * 32;
@@ -120,11 +123,19 @@ __device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts,
         const int s = s0 + lane;
         const bool f = s < end && pred(s);
         const unsigned b = __ballot_sync(0xffffffffu, f);
-        if (f) out[base + __popc(b & lanemask_lt())] = remap != nullptr ? remap[s] : s;
+        if (f) write(base + __popc(b & lanemask_lt()), s);
         base += __popc(b);
     }
     __syncthreads();  // warp_counts reused by the caller
     return total;
+}
+
+// compact_ordered_by writing s to out[i] (remap[s] instead of s when `remap` is given: candidate positions to row
+// indices).
+template <int NT, class Pred>
+__device__ int compact_ordered(int32_t* out, int n, Pred pred, int* warp_counts, const int32_t* remap = nullptr) {
+    return compact_ordered_by<NT>(
+        n, pred, [&](int i, int s) { out[i] = remap != nullptr ? remap[s] : s; }, warp_counts);
 }
 
 // compact_ordered for pred(s) = key(s) >= threshold over a row's keys (s < n_smem: keys[s] in shared memory, else
@@ -698,37 +709,86 @@ __device__ void block_nth_element(Entry* q, int n, int nth, int32_t* lpos, int32
     __syncthreads();
 }
 
-// One block per tied row (rows a.tied[0, a.counters[1])): the queue in `scratch` (shared memory when in_smem, else
-// per_block bytes of global memory per block), the reference's selection, then its visible picks in ascending order.
+// libstdc++'s std::__heap_select(q, q + k, q + n, KeyGreater) on the emulated row q[s] = (key(s), s), keeping only
+// its heap q[0, k) (in `heap`, shared memory): the caller needs the selected set, and the rest of the permuted row
+// plays no part in it. Element s changes the heap iff it beats the root (stl::heap_select_step), and the root only
+// moves up the order, so the block screens each chunk of `chunk` elements against the root at the chunk's start
+// (compacting the survivors, in row order, into `cand`) and thread 0 runs heap_select_step on the survivors alone.
+// The heap is the serial scan's, entry for entry; the serial work falls from n steps to about k ln(n / k) pops on
+// random rows (the whole row still, when the keys rise along it).
 template <int NT>
-__global__ void __launch_bounds__(NT)
-    dsa_topk_replay_kernel(RadixArgs a, char* gscratch, int64_t per_block, bool in_smem) {
+__device__ void block_heap_select(const float* __restrict__ row, int visible, int n, int k, Entry* heap, Entry* cand,
+                                  int chunk, ReplayShared& sh) {
+    const KeyGreater comp;
+    const int tid = static_cast<int>(threadIdx.x);
+    const auto key_at = [&](int s) { return s < visible ? order_key(__ldg(row + s)) : masked_key(); };
+    for (int s = tid; s < k; s += NT) heap[s] = Entry{key_at(s), s};
+    __syncthreads();
+    if (tid == 0) stl::make_heap(heap, heap + k, comp);
+    __syncthreads();
+    for (int b = k; b < n; b += chunk) {
+        const uint32_t root = heap[0].key;
+        if (b >= visible && root >= masked_key()) break;  // only masked entries remain, and none beats the root
+        const int count = compact_ordered_by<NT>(
+            min(chunk, n - b), [&](int s) { return key_at(b + s) > root; },
+            [&](int i, int s) { cand[i] = Entry{key_at(b + s), b + s}; }, sh.l_count);
+        if (tid == 0) {
+            for (int j = 0; j < count; ++j) stl::heap_select_step(heap, heap + k, cand[j], comp);
+        }
+        __syncthreads();
+    }
+}
+
+// Where a replay block works (dsa_topk_radix chooses per call).
+struct ReplayLayout {
+    char* gscratch;     // per_block bytes of global memory per block
+    int64_t per_block;
+    bool queue_in_smem;  // the queue and lpos / rpos in dynamic shared memory, else in gscratch
+    // > 0: partial_sort calls (top_k * 64 <= row_len) run block_heap_select with the heap and `heap_chunk` survivors
+    // in dynamic shared memory, and the mark bits in gscratch; 0: the queue's serial stl::partial_sort on thread 0.
+    int heap_chunk;
+};
+
+// One block per tied row (rows a.tied[0, a.counters[1])): the reference's selection (the queue where the layout
+// keeps it, or the heap alone), then its visible picks in ascending order.
+template <int NT>
+__global__ void __launch_bounds__(NT) dsa_topk_replay_kernel(RadixArgs a, ReplayLayout lay) {
     extern __shared__ __align__(16) char replay_smem[];
     __shared__ ReplayShared sh;
     const int tid = static_cast<int>(threadIdx.x);
-    char* base = in_smem ? replay_smem : gscratch + static_cast<int64_t>(blockIdx.x) * per_block;
+    char* base = lay.queue_in_smem ? replay_smem : lay.gscratch + static_cast<int64_t>(blockIdx.x) * lay.per_block;
     const int row_len = static_cast<int>(a.row_len);
+    const bool partial = static_cast<int64_t>(a.top_k) * 64 <= a.row_len;
+    const bool heap_only = partial && lay.heap_chunk > 0;
     auto* q = reinterpret_cast<Entry*>(base);                                           // [row_len]
     auto* lpos = reinterpret_cast<int32_t*>(base + static_cast<int64_t>(row_len) * 8);  // [row_len / 2 + 1]
     int32_t* rpos = lpos + (row_len / 2 + 1);                                           // [row_len / 2 + 1]
+    auto* heap = reinterpret_cast<Entry*>(replay_smem);                                 // heap_only: [top_k]
     const int n_tied = a.counters[1];
     for (int i = static_cast<int>(blockIdx.x); i < n_tied; i += static_cast<int>(gridDim.x)) {
         const int r = a.tied[i];
         const int visible = visible_keys(a, r);
         const float* row = a.logits + static_cast<int64_t>(r) * a.lg0;
-        for (int s = tid; s < row_len; s += NT) q[s] = Entry{s < visible ? order_key(row[s]) : masked_key(), s};
-        __syncthreads();
-        if (static_cast<int64_t>(a.top_k) * 64 <= a.row_len) {
-            if (tid == 0) stl::partial_sort(q, q + a.top_k, q + row_len, KeyGreater{});
-            __syncthreads();
+        const Entry* picks = q;
+        // [ceil(visible / 32)] bits: the block's global scratch (heap_only), else lpos once the selection is done
+        auto* mark = reinterpret_cast<uint32_t*>(heap_only ? base : reinterpret_cast<char*>(lpos));
+        if (heap_only) {
+            block_heap_select<NT>(row, visible, row_len, a.top_k, heap, heap + a.top_k, lay.heap_chunk, sh);
+            picks = heap;
         } else {
-            block_nth_element<NT>(q, row_len, a.top_k - 1, lpos, rpos, sh);
+            for (int s = tid; s < row_len; s += NT) q[s] = Entry{s < visible ? order_key(row[s]) : masked_key(), s};
+            __syncthreads();
+            if (partial) {
+                if (tid == 0) stl::partial_sort(q, q + a.top_k, q + row_len, KeyGreater{});
+                __syncthreads();
+            } else {
+                block_nth_element<NT>(q, row_len, a.top_k - 1, lpos, rpos, sh);
+            }
         }
-        auto* mark = reinterpret_cast<uint32_t*>(lpos);  // [ceil(visible / 32)] bits: lpos is free again
         for (int w = tid; w < (visible + 31) / 32; w += NT) mark[w] = 0;
         __syncthreads();
         for (int j = tid; j < a.top_k; j += NT) {
-            const int s = q[j].second;
+            const int s = picks[j].second;
             if (s < visible) atomicOr(&mark[s / 32], 1u << (s % 32));  // masked picks drop out
         }
         __syncthreads();
@@ -736,7 +796,7 @@ __global__ void __launch_bounds__(NT)
         const int count = compact_ordered<NT>(
             out, visible, [&](int s) { return ((mark[s / 32] >> (s % 32)) & 1u) != 0; }, sh.l_count);
         for (int j = count + tid; j < a.top_k; j += NT) out[j] = -1;
-        __syncthreads();  // q, lpos reused by the next row
+        __syncthreads();  // q, lpos, the heap and the marks reused by the next row
     }
 }
 
@@ -803,27 +863,45 @@ enum class LongRows : uint8_t {
     kAlwaysStream,  // every call on dsa_topk_stream_kernel (tests: its paths on short rows too)
 };
 
-// Runs both passes (`vec_compact`: the selected indices compacted four keys per lane, else one); returns the scratch
-// tensor, whose first three i32 are the counters (RadixArgs::counters).
-Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRows long_rows, Allocator& alloc,
-                      void* stream) {
+// Runs both passes (`vec_compact`: the selected indices compacted four keys per lane, else one; `serial_replay`: tied
+// partial_sort rows replayed on the whole queue by thread 0, the previous replay, for same-run comparisons); returns
+// the scratch tensor, whose first three i32 are the counters (RadixArgs::counters).
+Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRows long_rows, bool serial_replay,
+                      Allocator& alloc, void* stream) {
     const TopkShape shape = check_topk_params(p, alloc);
     const int64_t n_rows = shape.n_rows, row_len = shape.row_len;
     PENSTOCK_CHECK_LT(row_len, int64_t{1} << 30) << "dsa_topk: the replay's block scans index rows in int";
     const size_t list_bytes = (static_cast<size_t>(n_rows) * sizeof(int32_t) + 255) / 256 * 256;
-    const size_t replay_row_bytes =
-        static_cast<size_t>(row_len) * sizeof(Entry) + 2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);
     const DeviceLimits dev = device_limits();
     const size_t replay_smem_max = std::min(kReplaySmemBytes, dev.smem_optin);
-    const bool replay_in_smem = replay_row_bytes <= replay_smem_max;
     const int sms = dev.sms;
+    // The replay's layout: partial_sort calls keep only the heap, in shared memory with a chunk of survivors, when it
+    // fits (top_k up to ~19K), and mark bits in global memory; other calls keep the whole queue with lpos / rpos, in
+    // shared memory when it fits (rows up to ~18.7K entries), else in global memory.
+    ReplayLayout lay{};
+    if (!serial_replay && shape.top_k * 64 <= row_len) {
+        const auto room = (static_cast<int64_t>(replay_smem_max) - shape.top_k * int64_t{sizeof(Entry)}) /
+                          static_cast<int64_t>(sizeof(Entry));
+        if (room >= kReplayThreads) lay.heap_chunk = static_cast<int>(std::min<int64_t>(kHeapChunk, room / 32 * 32));
+    }
+    size_t replay_bytes = 0;  // per block
+    size_t replay_smem = 0;
+    if (lay.heap_chunk > 0) {
+        replay_bytes = static_cast<size_t>((row_len + 31) / 32) * sizeof(uint32_t);
+        replay_smem = static_cast<size_t>(shape.top_k + lay.heap_chunk) * sizeof(Entry);
+    } else {
+        replay_bytes =
+            static_cast<size_t>(row_len) * sizeof(Entry) + 2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);
+        lay.queue_in_smem = replay_bytes <= replay_smem_max;
+        replay_smem = lay.queue_in_smem ? replay_bytes : 0;
+    }
     int64_t replay_blocks = std::min<int64_t>(std::max<int64_t>(n_rows, 1), sms);
-    if (!replay_in_smem) {
-        const auto fit = static_cast<int64_t>(kMaxReplayScratch / replay_row_bytes);
+    if (!lay.queue_in_smem) {
+        const auto fit = static_cast<int64_t>(kMaxReplayScratch / replay_bytes);
         replay_blocks = std::max<int64_t>(1, std::min(replay_blocks, fit));
     }
-    const size_t per_block = (replay_row_bytes + 255) / 256 * 256;
-    const size_t queue_bytes = replay_in_smem ? 0 : static_cast<size_t>(replay_blocks) * per_block;
+    const size_t per_block = (replay_bytes + 255) / 256 * 256;
+    const size_t queue_bytes = lay.queue_in_smem ? 0 : static_cast<size_t>(replay_blocks) * per_block;
     // Scratch from the caching allocator: returned when the caller drops it while the kernels may still run, which is
     // safe for stream-ordered users of the same allocator (its contract).
     Tensor scratch = Tensor::empty({static_cast<int64_t>(256 + list_bytes + queue_bytes)}, DType::kU8, alloc);
@@ -877,11 +955,11 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRow
         }
     }
     auto* kernel = dsa_topk_replay_kernel<kReplayThreads>;
-    const size_t smem = replay_in_smem ? replay_row_bytes : 0;
     PENSTOCK_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(replay_smem_max)));
-    kernel<<<static_cast<unsigned>(replay_blocks), kReplayThreads, smem, s>>>(
-        a, base + 256 + list_bytes, static_cast<int64_t>(per_block), replay_in_smem);
+    lay.gscratch = base + 256 + list_bytes;
+    lay.per_block = static_cast<int64_t>(per_block);
+    kernel<<<static_cast<unsigned>(replay_blocks), kReplayThreads, replay_smem, s>>>(a, lay);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     return scratch;
 }
@@ -919,16 +997,19 @@ void dsa_topk(const kernels::DsaTopkParams& p, TopkVariant variant, Allocator& a
     switch (variant) {
         case TopkVariant::kAuto:
         case TopkVariant::kRangeRadix:
-            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kStream, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kStream, false, alloc, stream);
             return;
         case TopkVariant::kRangeRadixScalarCompact:
-            (void)dsa_topk_radix(p, /*vec_compact=*/false, LongRows::kStream, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/false, LongRows::kStream, false, alloc, stream);
             return;
         case TopkVariant::kRangeRadixRowSmem:
-            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kRowSmem, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kRowSmem, false, alloc, stream);
             return;
         case TopkVariant::kRangeRadixStream:
-            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kAlwaysStream, alloc, stream);
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kAlwaysStream, false, alloc, stream);
+            return;
+        case TopkVariant::kRangeRadixSerialReplay:
+            (void)dsa_topk_radix(p, /*vec_compact=*/true, LongRows::kStream, true, alloc, stream);
             return;
         case TopkVariant::kLegacy:
             dsa_topk_legacy(p, alloc, stream);
@@ -941,8 +1022,8 @@ TopkDiagnosis dsa_topk_diagnose(const kernels::DsaTopkParams& p, TopkVariant var
     const LongRows long_rows = variant == TopkVariant::kRangeRadixRowSmem  ? LongRows::kRowSmem
                                : variant == TopkVariant::kRangeRadixStream ? LongRows::kAlwaysStream
                                                                            : LongRows::kStream;
-    const Tensor scratch =
-        dsa_topk_radix(p, variant != TopkVariant::kRangeRadixScalarCompact, long_rows, alloc, stream);
+    const Tensor scratch = dsa_topk_radix(p, variant != TopkVariant::kRangeRadixScalarCompact, long_rows,
+                                          variant == TopkVariant::kRangeRadixSerialReplay, alloc, stream);
     if (p.indices.size(0) == 0) return {};
     int32_t c[3] = {0, 0, 0};
     PENSTOCK_CUDA_CHECK(

@@ -128,6 +128,14 @@ PENSTOCK_HD void heap_select(T* first, T* middle, T* last, C comp) {
     }
 }
 
+// One step of heap_select's scan without the rest of the row: `value` (the element at i) enters the heap
+// [first, middle) iff it beats the root, which then leaves (heap_select moves it to i). A caller that keeps only the
+// heap may skip any element that does not beat the root as it stood earlier: the root only moves up the order.
+template <class T, class C>
+PENSTOCK_HD void heap_select_step(T* first, T* middle, T value, C comp) {
+    if (comp(value, *first)) pop_heap(first, middle, &value, comp);
+}
+
 template <class T, class C>
 PENSTOCK_HD void sort_heap(T* first, T* last, C comp) {
     while (last - first > 1) {

@@ -510,7 +510,8 @@ struct TopkCase {
 
 // Every variant against the reference: kAuto through the Context dispatch, kRangeRadix through the tied-row
 // diagnostic (which also returns how many rows took the replay), kRangeRadixScalarCompact, kRangeRadixRowSmem,
-// kRangeRadixStream through dsa_topk_diagnose (how many rows it selected from global memory), kLegacy. The output is
+// kRangeRadixStream through dsa_topk_diagnose (how many rows it selected from global memory),
+// kRangeRadixSerialReplay, kLegacy. The output is
 // poisoned before each run.
 void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::Stream& stream,
               const kernels::Context& gpu) {
@@ -534,7 +535,7 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
     const kernels::DsaTopkParams p{
         .indices = idx_d, .logits = logits.dv, .q_pos = q_pos_d, .torch_row_len = c.torch_row_len};
     for (const char* variant : {"auto", "range_radix", "range_radix_scalar_compact", "range_radix_row_smem",
-                                "range_radix_stream", "legacy"}) {
+                                "range_radix_stream", "range_radix_serial_replay", "legacy"}) {
         cuda::fill_bytes_async(idx_d.view(), 0x7f, stream);
         int64_t tied = -1;
         if (std::strcmp(variant, "auto") == 0) {
@@ -543,6 +544,8 @@ void run_topk(const TopkCase& c, cuda::CudaCachingAllocator& alloc, const cuda::
             tied = cuda::dsa_topk_tied_rows(p, alloc, stream.handle());
         } else if (std::strcmp(variant, "range_radix_scalar_compact") == 0) {
             cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixScalarCompact, alloc, stream.handle());
+        } else if (std::strcmp(variant, "range_radix_serial_replay") == 0) {
+            cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixSerialReplay, alloc, stream.handle());
         } else if (std::strcmp(variant, "range_radix_row_smem") == 0) {
             cuda::dsa_topk(p, cuda::TopkVariant::kRangeRadixRowSmem, alloc, stream.handle());
         } else if (std::strcmp(variant, "range_radix_stream") == 0) {
@@ -664,7 +667,8 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             int mode;  // 0 normal, 1 coarse levels (boundary ties), 2 exponents 2^-30..2^30 of both signs,
                        // 3 NaN / -inf / -FLT_MAX / -0 mixed with normal values, 4 only -inf / -FLT_MAX / 1,
                        // 5 uniform on [0, 1000) with `cluster` keys per row in [950, 958), 6 normal with 40% of the
-                       // keys 20 (the sampled bound admits more keys than the candidate list holds)
+                       // keys 20 (the sampled bound admits more keys than the candidate list holds), 7 rising in
+                       // steps of 8 keys along the row, with noise of a few steps
             bool strided, expect_tied;
             int cluster = 0;
             int expect_global = -1;  // TopkCase::expect_global
@@ -686,6 +690,13 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                                                        {60000, 16, 0, 0, false, false},
                                                        {60000, 2048, 0, 2, false, false},
                                                        {60000, 2048, 64000, 1, false, true},
+                                                       // partial_sort rows (top_k * 64 <= row_len) at GLM-5.3's top
+                                                       // 2048: the heap screened chunk by chunk; mode 7's keys rise
+                                                       // along the row (most elements enter the heap)
+                                                       {60000, 2048, 131072, 1, false, true},
+                                                       {140000, 2048, 0, 1, true, true},
+                                                       {40000, 2048, 140000, 7, false, true},
+                                                       {3000, 8, 0, 7, false, true},
                                                        // The boundary in a cluster: its first bin ([896, 960))
                                                        // holds about the candidate list's 4096 keys (the list taken
                                                        // after the first step or the second) or more.
@@ -717,10 +728,15 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
             std::uniform_real_distribution<float> unit(1.0f, 2.0f);
             std::uniform_real_distribution<float> spread(0.0f, 1000.0f);
             c.logits.resize(pos.size() * static_cast<size_t>(n));
-            for (float& x : c.logits) {
+            for (size_t i = 0; i < c.logits.size(); ++i) {
+                float& x = c.logits[i];
                 switch (b.mode) {
                     case 5:
                         x = spread(rng);
+                        break;
+                    case 7:
+                        x = std::floor(static_cast<float>(i % static_cast<size_t>(n)) / 8.0f) +
+                            static_cast<float>(pick(rng) % 4);
                         break;
                     case 0:
                         x = nd(rng);
