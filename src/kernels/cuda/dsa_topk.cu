@@ -715,7 +715,8 @@ __device__ void block_nth_element(Entry* q, int n, int nth, int32_t* lpos, int32
 // moves up the order, so the block screens each chunk of `chunk` elements against the root at the chunk's start
 // (compacting the survivors, in row order, into `cand`) and thread 0 runs heap_select_step on the survivors alone.
 // The heap is the serial scan's, entry for entry; the serial work falls from n steps to about k ln(n / k) pops on
-// random rows (the whole row still, when the keys rise along it).
+// random rows (the whole row still, when the keys rise along it), each in int indices with a hole's children read
+// by one 16-byte load (`heap` must sit 8 bytes past a 16-byte boundary).
 template <int NT>
 __device__ void block_heap_select(const float* __restrict__ row, int visible, int n, int k, Entry* heap, Entry* cand,
                                   int chunk, ReplayShared& sh) {
@@ -733,7 +734,20 @@ __device__ void block_heap_select(const float* __restrict__ row, int visible, in
             min(chunk, n - b), [&](int s) { return key_at(b + s) > root; },
             [&](int i, int s) { cand[i] = Entry{key_at(b + s), b + s}; }, sh.l_count);
         if (tid == 0) {
-            for (int j = 0; j < count; ++j) stl::heap_select_step(heap, heap + k, cand[j], comp);
+            // heap is 8 bytes past a 16-byte boundary, so a hole's two children are one aligned 16-byte load
+            const auto children = [heap](int c, Entry& l, Entry& r) {
+                const uint4 v = *reinterpret_cast<const uint4*>(heap + c);
+                l = Entry{v.x, static_cast<int32_t>(v.y)};
+                r = Entry{v.z, static_cast<int32_t>(v.w)};
+            };
+            uint32_t top = heap[0].key;
+            for (int j = 0; j < count; ++j) {
+                const Entry e = cand[j];
+                if (e.key > top) {  // stl::heap_select_step
+                    stl::replace_top(heap, k, e, comp, children);
+                    top = heap[0].key;
+                }
+            }
         }
         __syncthreads();
     }
@@ -763,7 +777,7 @@ __global__ void __launch_bounds__(NT) dsa_topk_replay_kernel(RadixArgs a, Replay
     auto* q = reinterpret_cast<Entry*>(base);                                           // [row_len]
     auto* lpos = reinterpret_cast<int32_t*>(base + static_cast<int64_t>(row_len) * 8);  // [row_len / 2 + 1]
     int32_t* rpos = lpos + (row_len / 2 + 1);                                           // [row_len / 2 + 1]
-    auto* heap = reinterpret_cast<Entry*>(replay_smem);                                 // heap_only: [top_k]
+    auto* heap = reinterpret_cast<Entry*>(replay_smem + 8);  // heap_only: [top_k] (block_heap_select's alignment)
     const int n_tied = a.counters[1];
     for (int i = static_cast<int>(blockIdx.x); i < n_tied; i += static_cast<int>(gridDim.x)) {
         const int r = a.tied[i];
@@ -880,7 +894,7 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRow
     // shared memory when it fits (rows up to ~18.7K entries), else in global memory.
     ReplayLayout lay{};
     if (!serial_replay && shape.top_k * 64 <= row_len) {
-        const auto room = (static_cast<int64_t>(replay_smem_max) - shape.top_k * int64_t{sizeof(Entry)}) /
+        const auto room = (static_cast<int64_t>(replay_smem_max) - 16 - shape.top_k * int64_t{sizeof(Entry)}) /
                           static_cast<int64_t>(sizeof(Entry));
         if (room >= kReplayThreads) lay.heap_chunk = static_cast<int>(std::min<int64_t>(kHeapChunk, room / 32 * 32));
     }
@@ -888,7 +902,7 @@ Tensor dsa_topk_radix(const kernels::DsaTopkParams& p, bool vec_compact, LongRow
     size_t replay_smem = 0;
     if (lay.heap_chunk > 0) {
         replay_bytes = static_cast<size_t>((row_len + 31) / 32) * sizeof(uint32_t);
-        replay_smem = static_cast<size_t>(shape.top_k + lay.heap_chunk) * sizeof(Entry);
+        replay_smem = 16 + static_cast<size_t>(shape.top_k + lay.heap_chunk) * sizeof(Entry);
     } else {
         replay_bytes =
             static_cast<size_t>(row_len) * sizeof(Entry) + 2 * static_cast<size_t>(row_len / 2 + 1) * sizeof(int32_t);

@@ -128,12 +128,53 @@ PENSTOCK_HD void heap_select(T* first, T* middle, T* last, C comp) {
     }
 }
 
+// The heap [first, first + len) after pop_heap(first, first + len, &value) (the root replaced by `value`): the same
+// moves as adjust_heap(first, 0, len, value) and its push_heap, in int indices (len < 2^31), with the two children
+// of a hole read by one call of children(i) (i = 2 hole + 1, odd: first[i] and first[i + 1]; a device caller whose
+// `first` is 8 bytes past a 16-byte boundary reads 8-byte entries' pairs with one 16-byte load).
+template <class T, class C, class Children>
+PENSTOCK_HD void replace_top(T* first, int len, T value, C comp, Children children) {
+    int hole = 0, second = 0;
+    while (second < (len - 1) / 2) {
+        T left, right;
+        children(2 * second + 1, left, right);
+        second = 2 * (second + 1);
+        if (comp(right, left)) {
+            second--;
+            first[hole] = left;
+        } else {
+            first[hole] = right;
+        }
+        hole = second;
+    }
+    if ((len & 1) == 0 && second == (len - 2) / 2) {
+        second = 2 * (second + 1);
+        first[hole] = first[second - 1];
+        hole = second - 1;
+    }
+    int parent = (hole - 1) / 2;
+    while (hole > 0 && comp(first[parent], value)) {
+        first[hole] = first[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    first[hole] = value;
+}
+
+template <class T, class C>
+PENSTOCK_HD void replace_top(T* first, int len, T value, C comp) {
+    replace_top(first, len, value, comp, [first](int i, T& l, T& r) {
+        l = first[i];
+        r = first[i + 1];
+    });
+}
+
 // One step of heap_select's scan without the rest of the row: `value` (the element at i) enters the heap
 // [first, middle) iff it beats the root, which then leaves (heap_select moves it to i). A caller that keeps only the
 // heap may skip any element that does not beat the root as it stood earlier: the root only moves up the order.
 template <class T, class C>
 PENSTOCK_HD void heap_select_step(T* first, T* middle, T value, C comp) {
-    if (comp(value, *first)) pop_heap(first, middle, &value, comp);
+    if (comp(value, *first)) replace_top(first, static_cast<int>(middle - first), value, comp);
 }
 
 template <class T, class C>
