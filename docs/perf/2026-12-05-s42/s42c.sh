@@ -4,7 +4,7 @@
 # serial replay, same inputs); on an H200, Kimi K3's MLA layer 3 (native FP8: b023023's FP8 g_proj) and GLM-5.3 layer 6
 # at 16K and 64K (native FP8, FP8 indexer, fp8-accumulate), each beside torch_layer_baseline.py's composition in the
 # same call; GLM-5.3's 16K chunk after a 114688-token prefix; Nsight Compute on the stream top-k's launch in GLM-5.3's
-# 64K layer. (s42b.sh, the first half of this, was refused a machine four times.)
+# 64K layer. (Its first half, as s42b.sh, was refused a machine four times.)
 set -uo pipefail
 NAME=s42b; O=/tmp/out.s42c; source tools/device_bundle_env.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -15,16 +15,7 @@ echo "top-k conformance rc $?: $(grep -c 'PASS$' "$O/conf.log") PASS lines, $(gr
 save
 timeout 150 "$P/bin/penstock_bench_kernels" --only dsa --warmup 1 --reps 3 > "$O/dsa.jsonl" 2>&1
 echo "dsa bench rc $? at ${SECONDS}s"
-python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    if l.startswith('{'):
-        r = json.loads(l)
-        if r['bench'] == 'dsa_topk' and 'prefix' in r:
-            print(r['input'], 'prefix', r['prefix'], 'ms', r['ms'], 'serial', r.get('serial_replay_ms'), 'row_smem', r['row_smem_ms'], 'tied', r['tied_rows'], 'global', r['rows_from_global'], 'mism', r['mismatches_vs_row_smem'], r.get('mismatches_vs_serial_replay'))
-        elif r['bench'] == 'dsa_topk' and 'input' not in r:
-            print('T', r['tokens'], 'ms', round(r['ms'], 4), 'row_smem', r.get('row_smem_ms'), 'tied', r.get('tied_rows'), 'global', r.get('rows_from_global'))
-" "$O/dsa.jsonl"
+python3 tools/dsa_topk_lines.py "$O/dsa.jsonl"
 save
 scopes() { python3 -c "
 import json, sys
