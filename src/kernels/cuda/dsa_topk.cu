@@ -732,7 +732,10 @@ __device__ void block_heap_select(const float* __restrict__ row, int visible, in
         if (b >= visible && root >= masked_key()) break;  // only masked entries remain, and none beats the root
         const int count = compact_ordered_by<NT>(
             min(chunk, n - b), [&](int s) { return key_at(b + s) > root; },
-            [&](int i, int s) { cand[i] = Entry{key_at(b + s), b + s}; }, sh.l_count);
+            [&](int i, int s) {
+                cand[i] = Entry{key_at(b + s), b + s};
+            },
+            sh.l_count);
         if (tid == 0) {
             // heap is 8 bytes past a 16-byte boundary, so a hole's two children are one aligned 16-byte load
             const auto children = [heap](int c, Entry& l, Entry& r) {
@@ -755,7 +758,7 @@ __device__ void block_heap_select(const float* __restrict__ row, int visible, in
 
 // Where a replay block works (dsa_topk_radix chooses per call).
 struct ReplayLayout {
-    char* gscratch;     // per_block bytes of global memory per block
+    char* gscratch;  // per_block bytes of global memory per block
     int64_t per_block;
     bool queue_in_smem;  // the queue and lpos / rpos in dynamic shared memory, else in gscratch
     // > 0: partial_sort calls (top_k * 64 <= row_len) run block_heap_select with the heap and `heap_chunk` survivors

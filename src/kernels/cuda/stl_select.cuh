@@ -203,7 +203,7 @@ PENSTOCK_HD void insertion_sort(T* first, T* last, C comp) {
     for (T* i = first + 1; i != last; ++i) {
         if (comp(*i, *first)) {
             T val = *i;
-            for (T* d = i + 1, *s = i; s != first;) *--d = *--s;  // std::move_backward(first, i, i + 1)
+            for (T *d = i + 1, *s = i; s != first;) *--d = *--s;  // std::move_backward(first, i, i + 1)
             *first = val;
         } else {
             unguarded_linear_insert(i, comp);

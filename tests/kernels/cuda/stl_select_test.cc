@@ -2,6 +2,8 @@
 // ties exactly as the CPU reference) against the std:: originals, on the host: the whole permutation must be equal
 // for tie-heavy arrays (few levels, NaN, -FLT_MAX) of lengths 1..5000 on both paths; and the chunk-screened heap select
 // that dsa_topk's replay runs for partial_sort rows keeps heap_select's heap. Needs no GPU.
+#include "kernels/cuda/stl_select.cuh"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/stl_select.cuh"
 #include "tests/kernels/ref_test_util.h"
 
 namespace penstock::test {
