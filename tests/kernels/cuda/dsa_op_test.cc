@@ -697,6 +697,10 @@ TEST_F(DsaOpTest, TopkMatchesReferenceExactly) {
                                                        {140000, 2048, 0, 1, true, true},
                                                        {40000, 2048, 140000, 7, false, true},
                                                        {3000, 8, 0, 7, false, true},
+                                                       // rows of over 360K keys: the stream kernel's sample fills
+                                                       // both shared buffers (dsa_topk_sample.h)
+                                                       {400000, 2048, 0, 0, false, false, 0, 0},
+                                                       {400000, 2048, 0, 1, false, true},
                                                        // The boundary in a cluster: its first bin ([896, 960))
                                                        // holds about the candidate list's 4096 keys (the list taken
                                                        // after the first step or the second) or more.
