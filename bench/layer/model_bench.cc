@@ -6,15 +6,18 @@
 //
 // One request; for each --tokens T: the prefix (--prefix P tokens, built by untimed chunks of at most T) is written
 // first, then the chunk of T tokens at prefix P runs --warmup + --reps times (the paged caches rewrite the same
-// positions, so every rep does the same work) with a device synchronise around each; a stage that does not start at
-// layer 0 gets seeded random hidden rows (and, for K3, AttnRes bank rows) instead of the embedding. Prints one JSON
-// line per (T, P): median / min ms, input tokens/s, per-layer ms, and the peak device memory.
+// positions, so every rep does the same work); a stage that does not start at layer 0 gets seeded random hidden rows
+// (and, for K3, AttnRes bank rows) instead of the embedding. Each rep prepares the chunk (pages bound, layout uploaded,
+// seeded rows filled) and synchronises, then times the forward (ModelRunner::run_layers) to its synchronise: the
+// torch baselines also make their inputs before the clock starts. Prints one JSON line per (T, P): median / min ms of
+// the forward, "median_ms_with_setup" (the preparation included: the measure before session 43), input tokens/s,
+// per-layer ms, and the peak device memory.
 // Energy: NVML's total-energy counter of the device (read through dlopen, so no NVML header or link is needed; absent
-// when the library or the counter is not there) around the timed reps gives "energy_j_per_rep" (joules per chunk of
-// the layer range) and "mean_power_w". At 16K tokens the real-dimension layers run at the H200's 700 W limit
-// (docs/perf/2026-12-01-grouped-gemm-dyn.md): there a kernel that gets faster without using less energy only lowers
-// the clock for the rest of the layer, so layer A/Bs compare joules as well as milliseconds. The counter updates every
-// few milliseconds: use enough reps (the default 5 x 50 ms is coarse).
+// when the library or the counter is not there) around the timed reps (their preparation included) gives
+// "energy_j_per_rep" (joules per chunk of the layer range) and "mean_power_w". At 16K tokens the real-dimension layers
+// run at the H200's 700 W limit (docs/perf/2026-12-01-grouped-gemm-dyn.md): there a kernel that gets faster without
+// using less energy only lowers the clock for the rest of the layer, so layer A/Bs compare joules as well as
+// milliseconds. The counter updates every few milliseconds: use enough reps (the default 5 x 50 ms is coarse).
 //
 // --breakdown: after the timed reps, --reps more reps run with a kernels::Profiler on the runner (kernels/profile.h:
 // CUDA events around the named scopes of each layer's forward, read after the rep's synchronise), so the headline
@@ -228,8 +231,8 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
     }
     backend.synchronize();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    const int64_t longest = *std::max_element(o.tokens.begin(), o.tokens.end()) +
-                            *std::max_element(o.prefixes.begin(), o.prefixes.end());
+    const int64_t longest =
+        *std::max_element(o.tokens.begin(), o.tokens.end()) + *std::max_element(o.prefixes.begin(), o.prefixes.end());
     runtime::RunnerOptions ro;
     ro.n_pages = longest / kv_cache::kPageSize + 2;
     ro.backend = backend_ptr;
@@ -266,24 +269,39 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 b.seqs.push_back(std::move(c));
                 return b;
             };
-            auto run_chunk = [&](models::ForwardBatch* b) -> Status {
+            // A chunk's inputs: its pages bound, its layout on the device and, for a stage that does not start at layer
+            // 0, the seeded hidden (and AttnRes bank) rows; synchronised, so that the timed forward starts on an idle
+            // device as the torch baselines' events do (their inputs are made before the clock starts too).
+            auto prepare = [&](models::ForwardBatch* b, models::BatchLayout* layout,
+                               models::Activations* act) -> Status {
                 PENSTOCK_RETURN_IF_ERROR(runner.bind(b));
-                const models::BatchLayout layout = runner.make_layout(*b);
-                models::Activations act;
+                *layout = runner.make_layout(*b);
                 const kernels::Context ctx = runner.context();
-                const int64_t n = layout.n_tokens;
+                const int64_t n = layout->n_tokens;
                 if (!m.is_first_stage()) {
-                    act.hidden = Tensor::empty({n, hidden}, DType::kBF16, kernels::allocator_of(ctx));
-                    kernels::fill_random({.out = act.hidden, .seed = o.seed + 1, .mean = 0.0f, .stddev = 1.0f}, ctx);
+                    act->hidden = Tensor::empty({n, hidden}, DType::kBF16, kernels::allocator_of(ctx));
+                    kernels::fill_random({.out = act->hidden, .seed = o.seed + 1, .mean = 0.0f, .stddev = 1.0f}, ctx);
                     const int64_t bank = m.bank_rows_before(config->num_hidden_layers);
                     if (bank > 0) {
                         // the stream's dtype, as the model's own bank (models/forward_batch.h)
-                        act.bank = Tensor::empty({n, bank, hidden}, DType::kBF16, kernels::allocator_of(ctx));
-                        kernels::fill_random({.out = act.bank, .seed = o.seed + 2, .mean = 0.0f, .stddev = 1.0f}, ctx);
+                        act->bank = Tensor::empty({n, bank, hidden}, DType::kBF16, kernels::allocator_of(ctx));
+                        kernels::fill_random({.out = act->bank, .seed = o.seed + 2, .mean = 0.0f, .stddev = 1.0f}, ctx);
                     }
                 }
-                runner.run_layers(*b, layout, &act);
                 runner.synchronize();
+                return ok_status();
+            };
+            // The forward of a prepared chunk, synchronised: the timed part.
+            auto forward = [&](const models::ForwardBatch& b, const models::BatchLayout& layout,
+                               models::Activations* act) {
+                runner.run_layers(b, layout, act);
+                runner.synchronize();
+            };
+            auto run_chunk = [&](models::ForwardBatch* b) -> Status {
+                models::BatchLayout layout;
+                models::Activations act;
+                PENSTOCK_RETURN_IF_ERROR(prepare(b, &layout, &act));
+                forward(*b, layout, &act);
                 return ok_status();
             };
             // The prefix, in chunks of at most T tokens (untimed).
@@ -291,11 +309,13 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 models::ForwardBatch b = chunk(p0, std::min(T, prefix - p0));
                 const Status st = run_chunk(&b);
                 if (!st.ok()) {
-                    std::fprintf(stderr, "prefix chunk at %lld: %s\n", static_cast<long long>(p0), st.to_string().c_str());
+                    std::fprintf(stderr, "prefix chunk at %lld: %s\n", static_cast<long long>(p0),
+                                 st.to_string().c_str());
                     return 1;
                 }
             }
-            std::vector<double> ms;
+            std::vector<double> ms;        // the forward alone
+            std::vector<double> ms_setup;  // with the chunk's preparation (binding, layout, seeded inputs) before it
             double mj0 = -1.0;
             std::chrono::steady_clock::time_point timed0;
             for (int r = 0; r < o.warmup + o.reps; ++r) {
@@ -304,14 +324,21 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                     timed0 = std::chrono::steady_clock::now();
                 }
                 models::ForwardBatch b = chunk(prefix, T);
-                const auto t0 = std::chrono::steady_clock::now();
-                const Status st = run_chunk(&b);
-                const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                models::BatchLayout layout;
+                models::Activations act;
+                const auto s0 = std::chrono::steady_clock::now();
+                const Status st = prepare(&b, &layout, &act);
                 if (!st.ok()) {
                     std::fprintf(stderr, "chunk: %s\n", st.to_string().c_str());
                     return 1;
                 }
-                if (r >= o.warmup) ms.push_back(dt);
+                const auto t0 = std::chrono::steady_clock::now();
+                forward(b, layout, &act);
+                const auto t1 = std::chrono::steady_clock::now();
+                if (r >= o.warmup) {
+                    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+                    ms_setup.push_back(std::chrono::duration<double, std::milli>(t1 - s0).count());
+                }
             }
             const double mj1 = energy.read_mj();
             const double timed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed0).count();
@@ -350,6 +377,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"fp8_weights", fp8_name},
                      {"median_ms", med},
                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
+                     {"median_ms_with_setup", median(ms_setup)},
                      {"ms_per_layer", med / static_cast<double>(n_layers)},
                      {"input_tok_per_s", static_cast<double>(T) / (med / 1e3)},
                      {"reps", o.reps},
@@ -368,9 +396,9 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 json rows = json::array();
                 std::fprintf(stderr,
                              "# breakdown %s fp8 weights %s T=%lld prefix=%lld: \"layer\" scopes %.2f ms (wall %.2f "
-                             "ms)\n",
+                             "ms, %.2f with the chunk's setup)\n",
                              o.model_name.c_str(), fp8_name.c_str(), static_cast<long long>(T),
-                             static_cast<long long>(prefix), layer_ms, med);
+                             static_cast<long long>(prefix), layer_ms, med, median(ms_setup));
                 std::fprintf(stderr, "#   %-44s %6s %10s %7s\n", "scope", "count", "ms", "share");
                 for (const ScopeRow& s : scopes) {
                     const double share = layer_ms > 0.0 ? s.median_ms / layer_ms : 0.0;
