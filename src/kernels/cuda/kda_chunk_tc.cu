@@ -65,18 +65,17 @@ constexpr float kMaxSpan = 80.0f;  // e^80 = 5.5e34 < FLT_MAX, e^-80 = 1.8e-35 >
 
 // Per-column vectors kept for the chunk (index into vec[kVecs][kD]).
 enum Vec : int {
-    kV1 = 0,    // 4: e^{G_16b - G_16b+8}
-    kV2 = 4,    // 4: e^{G_16b+8 - G_R(b+1)}
-    kD02 = 8,   // e^{G_32 - G_16}   (bm 0 -> bi 2)
-    kD03 = 9,   // e^{G_48 - G_16}   (bm 0 -> bi 3)
-    kD13 = 10,  // e^{G_48 - G_32}   (bm 1 -> bi 3)
-    kEG = 11,   // 4: e^{G_16b}
-    kKdF = 15,  // 3: e^{G_63 - G_R(b+1)}, b < 3
-    kGn = 18,   // e^{G_63}
-    kGr = 19,   // 5: G_0, G_16, G_32, G_48, G_63 (the reference rows 16b and R(b+1))
-    kScan = 24,  // the cumulative sum of rows 0..31 (scan carry)
-    kOnes = 25,  // 1.0 (an unscaled operand)
-    kVecs = 26,
+    kV1 = 0,     // 4: e^{G_16b - G_16b+8}
+    kV2 = 4,     // 4: e^{G_16b+8 - G_R(b+1)}
+    kD02 = 8,    // e^{G_32 - G_16}   (bm 0 -> bi 2)
+    kD03 = 9,    // e^{G_48 - G_16}   (bm 0 -> bi 3)
+    kD13 = 10,   // e^{G_48 - G_32}   (bm 1 -> bi 3)
+    kEG = 11,    // 4: e^{G_16b}
+    kKdF = 15,   // 3: e^{G_63 - G_R(b+1)}, b < 3
+    kGn = 18,    // e^{G_63}
+    kGr = 19,    // 5: G_0, G_16, G_32, G_48, G_63 (the reference rows 16b and R(b+1))
+    kOnes = 24,  // 1.0 (an unscaled operand)
+    kVecs = 25,
 };
 
 // PW: the pitch of k and q. The fused kernel reads W and Q e^G as 16-byte B fragments (PW = 144, = 16 mod 32); the
@@ -97,7 +96,11 @@ struct SmemT {
     int span_bad[4];
 };
 using Smem = SmemT<kPW>;
-using PrepSmem = SmemT<136>;
+// The split form's prep kernel also holds the next item's v (prefetched under the current item, phase 3 reads it).
+struct PrepSmem : SmemT<136> {
+    float v_next[kC * kPV];
+};
+static_assert(sizeof(PrepSmem) <= 227 * 1024, "one prep CTA per SM");
 
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
@@ -174,12 +177,16 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
 // e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is the developer profile hook.
 // Stage rows [c0, c0 + n) of head h of the tensors in `mask` (kStageK | kStageQ | kStageG | kStageV), zero-padded to
 // 64 rows and 128 columns: 16-byte cp.async (not committed here) when every row is 16-byte aligned (kVec), plain loads
-// otherwise.
+// otherwise. v goes to vdst (a [kC][kPV] buffer; sm.v when null). With kVec, element (i, d .. d + 3) of every tensor
+// is copied by thread (32 i + d / 4) % kThreadsT: phase 3 of prepare_chunk reads each element on the thread that
+// copied it, so a buffer that thread's own cp.async filled needs only its cp_async_wait_all there, no barrier.
 constexpr int kStageK = 1, kStageQ = 2, kStageG = 4, kStageV = 8, kStageAll = 15;
 template <int kThreadsT, bool kVec, class Sm>
-__device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int mask) {
+__device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int mask,
+                                           float* vdst = nullptr) {
     const int K = a.k_dim, V = a.v_dim;
     constexpr int PW = Sm::kPW;
+    float* const vbuf = vdst != nullptr ? vdst : sm.v;
     if constexpr (kVec) {
         for (int e = tid; e < kC * (kD / 4); e += kThreadsT) {
             const int i = e >> 5, d = 4 * (e & 31);
@@ -197,7 +204,7 @@ __device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, in
                 cp_async_16(smem_u32(&sm.g[i * kP + d]), a.g + r * a.g0 + static_cast<int64_t>(h) * a.g1 + dk, k_ok);
             }
             if (mask & kStageV) {
-                cp_async_16(smem_u32(&sm.v[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
+                cp_async_16(smem_u32(&vbuf[i * kPV + d]), a.v + r * a.v0 + static_cast<int64_t>(h) * a.v1 + dv, v_ok);
             }
         }
     } else {
@@ -209,7 +216,7 @@ __device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, in
             if (mask & kStageK) sm.k[i * PW + d] = k_ok ? a.k[r * a.k0 + hk * a.k1 + d] : 0.0f;
             if (mask & kStageQ) sm.q[i * PW + d] = k_ok ? a.q[r * a.q0 + hk * a.q1 + d] : 0.0f;
             if (mask & kStageG) sm.g[i * kP + d] = k_ok ? a.g[r * a.g0 + hk * a.g1 + d] : 0.0f;
-            if (mask & kStageV) sm.v[i * kPV + d] = v_ok ? a.v[r * a.v0 + hk * a.v1 + d] : 0.0f;
+            if (mask & kStageV) vbuf[i * kPV + d] = v_ok ? a.v[r * a.v0 + hk * a.v1 + d] : 0.0f;
         }
     }
 }
@@ -219,10 +226,11 @@ __device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, in
 // chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory: W
 // (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
 // e^{G_63} in vec[kGn]; finals() runs between phases 5 and 6 (after a barrier), when everything but W and U is final.
-// Ends with a barrier. mark(phase) is the developer profile hook.
+// Ends with a barrier. mark(phase) is the developer profile hook. v_src (kVec only): the buffer the caller prestaged v
+// into (kStageV in prestaged, stage_rows' vdst), read by phase 3 on the copying threads (beta V goes to sm.v).
 template <int kWarps, bool kVec, class Sm, class Mark, class Finals>
 __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int prestaged,
-                                              Mark&& mark, Finals&& finals) {
+                                              Mark&& mark, Finals&& finals, const float* v_src = nullptr) {
     constexpr int kPW = Sm::kPW;
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -237,58 +245,58 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
     __syncthreads();
     mark(0);
 
-    // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans
+    // 2. cumulative decay per column and the chunk's vectors; diagonal-block spans. kGroups row groups of kRows rows
+    //    per column (thread tid: column tid % 128, group tid / 128): each thread scans its rows in registers, the
+    //    groups' totals go through sm.l (free until phase 2b / 4) and each thread adds the totals of the groups above
+    //    its own, in group order. Then the chunk's vectors as 7 jobs per column, job j on group j % kGroups.
+    constexpr int kGroups = kWarps * 32 / kD;  // 2, 4 or 8
+    constexpr int kRows = kC / kGroups;        // 32, 16 or 8
+    static_assert(kGroups * kD == kWarps * 32 && kRows * kGroups == kC, "whole row groups");
+    const int col = tid & (kD - 1), grp = tid / kD;
     {
-        // two threads per column (threads 0-255): each scans 32 rows in registers; the upper half then adds the lower's
-        // total
-        const bool scans = tid < 2 * kD;
-        const int d = tid & (kD - 1), r0 = 32 * ((tid >> 7) & 1);
-        float x[32];
-        if (scans) {
+        float x[kRows];
 #pragma unroll
-            for (int i = 0; i < 32; ++i) x[i] = sm.g[(r0 + i) * kP + d];
+        for (int i = 0; i < kRows; ++i) x[i] = sm.g[(grp * kRows + i) * kP + col];
 #pragma unroll
-            for (int i = 1; i < 32; ++i) x[i] += x[i - 1];
-            if (r0 == 0) sm.vec[kScan * kD + d] = x[31];
-        }
+        for (int i = 1; i < kRows; ++i) x[i] += x[i - 1];
+        float* totals = sm.l;  // [kGroups][kD]
+        totals[grp * kD + col] = x[kRows - 1];
         __syncthreads();
-        if (scans) {
-            const float carry = r0 == 0 ? 0.0f : sm.vec[kScan * kD + d];
+        float carry = 0.0f;
+        for (int j = 0; j < grp; ++j) carry += totals[j * kD + col];
 #pragma unroll
-            for (int i = 0; i < 32; ++i) sm.g[(r0 + i) * kP + d] = x[i] + carry;
-        }
+        for (int i = 0; i < kRows; ++i) sm.g[(grp * kRows + i) * kP + col] = x[i] + carry;
     }
     __syncthreads();
-    if (tid < kD) {
-        const int d = tid;
+    for (int job = grp; job < 7; job += kGroups) {  // warp-uniform: a group is four whole warps
+        const int d = col;
         auto G = [&](int i) { return sm.g[i * kP + d]; };
-        const float g16 = G(16), g32 = G(32), g48 = G(48), g63 = G(63);
-        const float R[4] = {g16, g32, g48, g63};
-        bool bad[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const float gb = G(16 * b), gm = G(16 * b + 8);
+        if (job < 4) {
+            const int b = job;
+            const float gb = G(16 * b), gm = G(16 * b + 8), rb = G(b < 3 ? 16 * (b + 1) : 63);
             sm.vec[(kV1 + b) * kD + d] = fexp(gb - gm);
-            sm.vec[(kV2 + b) * kD + d] = fexp(gm - R[b]);
+            sm.vec[(kV2 + b) * kD + d] = fexp(gm - rb);
             sm.vec[(kEG + b) * kD + d] = fexp(gb);
-            bad[b] = !(gb - R[b] <= kMaxSpan);  // NaN-safe
-        }
-        sm.vec[kD02 * kD + d] = fexp(g32 - g16);
-        sm.vec[kD03 * kD + d] = fexp(g48 - g16);
-        sm.vec[kD13 * kD + d] = fexp(g48 - g32);
-        sm.vec[(kKdF + 0) * kD + d] = fexp(g63 - g16);
-        sm.vec[(kKdF + 1) * kD + d] = fexp(g63 - g32);
-        sm.vec[(kKdF + 2) * kD + d] = fexp(g63 - g48);
-        sm.vec[kGn * kD + d] = fexp(g63);
-        sm.vec[(kGr + 0) * kD + d] = G(0);
-        sm.vec[(kGr + 1) * kD + d] = g16;
-        sm.vec[(kGr + 2) * kD + d] = g32;
-        sm.vec[(kGr + 3) * kD + d] = g48;
-        sm.vec[(kGr + 4) * kD + d] = g63;
-        sm.vec[kOnes * kD + d] = 1.0f;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            if (__any_sync(0xffffffffu, bad[b]) && lane == 0) sm.span_bad[b] = 1;
+            const bool bad = !(gb - rb <= kMaxSpan);  // NaN-safe
+            if (__any_sync(0xffffffffu, bad) && lane == 0) sm.span_bad[b] = 1;
+        } else if (job == 4) {
+            const float g16 = G(16), g32 = G(32), g48 = G(48);
+            sm.vec[kD02 * kD + d] = fexp(g32 - g16);
+            sm.vec[kD03 * kD + d] = fexp(g48 - g16);
+            sm.vec[kD13 * kD + d] = fexp(g48 - g32);
+        } else if (job == 5) {
+            const float g63 = G(63);
+            sm.vec[(kKdF + 0) * kD + d] = fexp(g63 - G(16));
+            sm.vec[(kKdF + 1) * kD + d] = fexp(g63 - G(32));
+            sm.vec[(kKdF + 2) * kD + d] = fexp(g63 - G(48));
+            sm.vec[kGn * kD + d] = fexp(g63);
+        } else {
+            sm.vec[(kGr + 0) * kD + d] = G(0);
+            sm.vec[(kGr + 1) * kD + d] = G(16);
+            sm.vec[(kGr + 2) * kD + d] = G(32);
+            sm.vec[(kGr + 3) * kD + d] = G(48);
+            sm.vec[(kGr + 4) * kD + d] = G(63);
+            sm.vec[kOnes * kD + d] = 1.0f;
         }
     }
     __syncthreads();
@@ -317,14 +325,16 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
     }
 
     // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
-    //    F over G, Ksc over k, Qsc over q; beta V over v
+    //    F over G, Ksc over k, Qsc over q; beta V over v (from v_src when the caller prestaged v there: the same
+    //    element-to-thread map as stage_rows, so this thread's cp_async_wait_all above covers it)
+    const float* const vin = kVec && v_src != nullptr && (prestaged & kStageV) != 0 ? v_src : sm.v;
     for (int e = tid; e < kC * (kD / 4); e += kWarps * 32) {
         const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
         float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
         float4& qr = *reinterpret_cast<float4*>(&sm.q[i * kPW + d]);
         float4& gr4 = *reinterpret_cast<float4*>(&sm.g[i * kP + d]);
         float4& vr = *reinterpret_cast<float4*>(&sm.v[i * kPV + d]);
-        const float4 gi = gr4, ki = kr, qi = qr, vi = vr;
+        const float4 gi = gr4, ki = kr, qi = qr, vi = *reinterpret_cast<const float4*>(&vin[i * kPV + d]);
         const float4 gr = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b) * kD + d]);
         const float4 gR = *reinterpret_cast<const float4*>(&sm.vec[(kGr + b + 1) * kD + d]);
         const float bs = sm.beta[i], sc = a.scale;
@@ -805,13 +815,13 @@ __device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* 
 }
 
 // Persistent: CTA b takes the (chunk, head) items b, b + gridDim.x, ... (item gc * n_heads + h: neighbouring items
-// read neighbouring heads of the same rows). One CTA fits an SM (~199 KB of staging), so a CTA hides its own loads:
-// once A, Q e^G and Kd are stored (finals), the next item's q and g are loaded into their buffers under the solve, and
-// its k and v as soon as W and U are stored.
+// read neighbouring heads of the same rows). One CTA fits an SM (~223 KB of staging), so a CTA hides its own loads:
+// once A, Q e^G and Kd are stored (finals), the next item's q, g and v are loaded under the solve (q and g into their
+// buffers, v into v_next, which phase 3 reads: sm.v still holds U until it is stored), and its k as soon as W is
+// stored, under U's stores.
 template <int kT, bool kVec>
-__global__ void __launch_bounds__(kT, 1)
-    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws,
-                           unsigned long long* prof_out) {
+__global__ void __launch_bounds__(kT, 1) delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs,
+                                                                unsigned char* ws, unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
     PrepSmem& sm = *reinterpret_cast<PrepSmem*>(tc_smem_raw);
     constexpr int PW = PrepSmem::kPW;
@@ -856,14 +866,20 @@ __global__ void __launch_bounds__(kT, 1)
             if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
             if constexpr (kVec) {
                 if (has_next) {
-                    __syncthreads();  // every thread's reads of q and g are done
-                    stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageQ | kStageG);
+                    __syncthreads();  // every thread's reads of q and g are done (v_next's: phase 3, before a barrier)
+                    stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageQ | kStageG | kStageV, sm.v_next);
                 }
             }
         };
-        prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, prestaged, mark, finals);
+        prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, prestaged, mark, finals, sm.v_next);
         for (int e = tid; e < kC * (kD / 8); e += kT) {
             store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * PW + 8 * (e & 15));
+        }
+        if constexpr (kVec) {
+            if (has_next) {
+                __syncthreads();  // every thread's reads of k (W) are done: the next item's k loads under U's stores
+                stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageK);
+            }
         }
         for (int e = tid; e < kD * (kC / 8); e += kT) {
             const int d = e & (kD - 1), i0 = 8 * (e >> 7);
@@ -871,8 +887,8 @@ __global__ void __launch_bounds__(kT, 1)
         }
         mark(6);
         if (!has_next) break;
-        __syncthreads();  // every thread's reads of k, v, beta and the vectors are done
-        prestaged = kVec ? (kStageQ | kStageG) : 0;
+        __syncthreads();  // every thread's reads of v (U) are done before the next item's phase 3 writes it
+        prestaged = kVec ? kStageAll : 0;
         item = next;
         c0 = nc0;
         n = nn;
