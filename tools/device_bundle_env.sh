@@ -60,3 +60,27 @@ ncu_sass() {
     "${O}/${tag}.details.txt" | head -12
   sed -n '/^regions/,$p' "${O}/${tag}.hotspots.txt" | head -14
 }
+
+# A conformance run first, as every A/B script does: BIN's gtest FILTER into $O/conf.log, one summary line, and a
+# nonzero status unless gtest passed every test (scripts stop on it before timing anything).
+#   conformance BIN FILTER [TIMEOUT]     e.g. conformance "$P/bin/cuda_kernels_test" 'KdaOpTest.DeltaRule*' || exit 0
+conformance() {
+  timeout "${3:-120}" "$1" --gtest_filter="$2" > "${O}/conf.log" 2>&1
+  local rc=$?
+  echo "conformance $2 rc ${rc}: $(grep -c 'PASS$' "${O}/conf.log") PASS lines, $(grep -c 'FAIL' "${O}/conf.log") FAIL;" \
+    "$(grep -E '^\[  (PASSED|FAILED)' "${O}/conf.log" | tr '\n' ' ')"
+  [ "${rc}" = 0 ] && grep -q "^\[  PASSED  \]" "${O}/conf.log" && ! grep -q "^\[  FAILED  \]" "${O}/conf.log"
+}
+
+# The KDA split form's lines of a penstock_bench_kernels --only kda JSON-lines file: TAG, tokens, ms, max |d| against
+# the 16-row recurrent check.      kda_split_lines FILE TAG
+kda_split_lines() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{') and '"kda_delta_rule"' in line:
+        r = json.loads(line)
+        if r['variant'] == 'chunk_tensor_core_split':
+            print(sys.argv[2], r['tokens'], round(r['ms'], 3), r.get('max_abs_diff_vs_recurrent_16rows'))
+PY
+}

@@ -9,24 +9,12 @@ set -uo pipefail
 NAME=s44s; O=/tmp/out.s44s; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,memory.total --format=csv,noheader; date -u
 save() { cd "$O" && tar czf "${OUT:-/tmp}/s44s.tgz" *.log *.json *.jsonl *.txt *.csv 2>/dev/null; cd - > /dev/null; }
-timeout 120 "$P/bin/cuda_kernels_test" --gtest_filter='KdaOpTest.DeltaRule*' > "$O/conf.log" 2>&1
-echo "delta-rule conformance rc $?: $(grep -c 'PASS$' "$O/conf.log") PASS lines, $(grep -c 'FAIL' "$O/conf.log") FAIL"
-grep -E "^\[  (PASSED|FAILED)|FAILED  \]" "$O/conf.log"
+conformance "$P/bin/cuda_kernels_test" 'KdaOpTest.DeltaRule*' || { save; echo "conformance did not pass: stopping"; exit 0; }
 save
-grep -q "^\[  PASSED  \] 4 tests" "$O/conf.log" || { echo "conformance did not pass: stopping"; exit 0; }
-kda_lines() {
-  python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    if l.startswith('{') and '\"kda_delta_rule\"' in l:
-        r=json.loads(l)
-        if r['variant']=='chunk_tensor_core_split': print(sys.argv[2], r['tokens'], round(r['ms'],3), r.get('max_abs_diff_vs_recurrent_16rows'))
-" "$1" "$2"
-}
 export PENSTOCK_KDA_BENCH_SHAPES=4096:96,16384:96,65536:96
 for b in s44s s43k s44s s43k s44s s43k; do
   timeout 90 "/tmp/s/$b/bin/penstock_bench_kernels" --only kda --warmup 1 --reps 5 > "$O/kda.$b.$SECONDS.jsonl" 2>&1
-  echo "kda bench $b rc $? at ${SECONDS}s"; kda_lines "$(ls -t $O/kda.$b.*.jsonl | head -1)" $b
+  echo "kda bench $b rc $? at ${SECONDS}s"; kda_split_lines "$(ls -t $O/kda.$b.*.jsonl | head -1)" $b
   save
 done
 export PENSTOCK_KDA_BENCH_SHAPES=16384:96
