@@ -10,8 +10,9 @@ bf16 with safe_gate=True (fla's M=16 tensor-core path for gates bounded in [-5, 
 (every input f32). torch.inference_mode(); 2 warm-ups (Triton autotuning happens there), then CUDA events around the
 call alone, an L2 flush (256 MiB memset) before each rep, median of 5 (3 at T = 65536). One JSON line per case, with
 the same FLOP model as the Penstock bench: T*H*(2C(3K+2V) + 6KV), C = 64.
-  python3 tools/fla_kda_baseline.py [T ...]"""
+  python3 tools/fla_kda_baseline.py [T ...]          PENSTOCK_FLA_CASES=bf16,f32 picks and orders the cases"""
 import json
+import os
 import statistics
 import sys
 import time
@@ -39,6 +40,14 @@ def main():
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     cases = [("bf16", torch.bfloat16, False), ("f32", torch.float32, False), ("bf16_safe_gate", torch.bfloat16, True)]
+    # PENSTOCK_FLA_CASES=bf16,bf16_safe_gate: these cases only, in this order (each case's first shape pays ~60 s of
+    # Triton autotuning, so a time-limited call names the ones it needs first)
+    wanted = [c for c in os.environ.get("PENSTOCK_FLA_CASES", "").split(",") if c]
+    if wanted:
+        unknown = [c for c in wanted if c not in {name for name, _, _ in cases}]
+        if unknown:
+            sys.exit(f"PENSTOCK_FLA_CASES: unknown case(s) {unknown}; cases: bf16, f32, bf16_safe_gate")
+        cases = [next(c for c in cases if c[0] == w) for w in wanted]
     for name, dt, safe in cases:
         for T, H in shapes:
             rec = {"bench": "kda_delta_rule", "variant": "fla.chunk_kda", "case": name, "tokens": T, "heads": H,
