@@ -32,6 +32,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -895,27 +896,35 @@ __global__ void __launch_bounds__(kT, 1) delta_rule_prep_kernel(DeltaArgs a, con
     }
 }
 
-// One chunk's record into a stage (padded rows), as one committed cp.async group.
+// One chunk's record into a stage (padded rows), as one committed cp.async group. Piece e of a part goes to row e / r
+// (r = 16 pieces per W / Q e^G row, 8 per Kd^T / U^T / A row), column piece e % r; thread tid copies pieces tid,
+// tid + kThreadsT, ...: the same column piece of rows a fixed stride apart, so every copy is a constant offset from
+// the thread's first (straight-line code, no per-piece part test).
 template <int kThreadsT>
 __device__ __forceinline__ void load_record(StateStage& sg, const unsigned char* rec, int tid) {
     static_assert(kRecPieces == 4640, "walks the record layout");
-    for (int e = tid; e < kRecPieces; e += kThreadsT) {
-        void* dst;
-        if (e < 1024) {
-            dst = sg.w + (e >> 4) * kPB + 8 * (e & 15);
-        } else if (e < 2048) {
-            dst = sg.qg + ((e - 1024) >> 4) * kPB + 8 * (e & 15);
-        } else if (e < 3072) {
-            dst = sg.kdt + ((e - 2048) >> 3) * kPS + 8 * (e & 7);
-        } else if (e < 4096) {
-            dst = sg.ut + ((e - 3072) >> 3) * kPS + 8 * (e & 7);
-        } else if (e < 4608) {
-            dst = sg.a + ((e - 4096) >> 3) * kPS + 8 * (e & 7);
-        } else {
-            dst = sg.gn + 4 * (e - 4608);
-        }
-        cp_async_16(smem_u32(dst), rec + 16 * e, true);
+    static_assert(kRecQ == 16 * 1024 && kRecKdT == 16 * 2048 && kRecUT == 16 * 3072 && kRecA == 16 * 4096 &&
+                      kRecGn == 16 * 4608,
+                  "W, Q e^G, Kd^T, U^T: 1024 pieces each, A 512, e^{G_63} 32");
+    static_assert(512 % kThreadsT == 0 && kThreadsT >= 32, "whole passes over A's 512 pieces");
+    const unsigned char* src = rec + 16 * tid;
+    // byte offsets in the stage: the W / Q e^G rows (16 pieces each) and the Kd^T / U^T / A rows (8 pieces each)
+    const uint32_t base = smem_u32(&sg);
+    const uint32_t ob = base + (tid >> 4) * (kPB * 2) + 16 * (tid & 15);
+    const uint32_t os = base + (tid >> 3) * (kPS * 2) + 16 * (tid & 7);
+    constexpr uint32_t kW = offsetof(StateStage, w), kQg = offsetof(StateStage, qg);
+    constexpr uint32_t kKdt = offsetof(StateStage, kdt), kUt = offsetof(StateStage, ut), kA = offsetof(StateStage, a);
+    constexpr uint32_t kStepB = (kThreadsT / 16) * kPB * 2, kStepS = (kThreadsT / 8) * kPS * 2;  // bytes per pass
+#pragma unroll
+    for (int j = 0; j < 1024 / kThreadsT; ++j) {
+        cp_async_16(ob + kW + j * kStepB, src + kRecW + 16 * kThreadsT * j, true);
+        cp_async_16(ob + kQg + j * kStepB, src + kRecQ + 16 * kThreadsT * j, true);
+        cp_async_16(os + kKdt + j * kStepS, src + kRecKdT + 16 * kThreadsT * j, true);
+        cp_async_16(os + kUt + j * kStepS, src + kRecUT + 16 * kThreadsT * j, true);
     }
+#pragma unroll
+    for (int j = 0; j < 512 / kThreadsT; ++j) cp_async_16(os + kA + j * kStepS, src + kRecA + 16 * kThreadsT * j, true);
+    if (tid < 32) cp_async_16(smem_u32(sg.gn + 4 * tid), src + kRecGn, true);
     cp_async_commit();
 }
 
