@@ -896,6 +896,367 @@ __global__ void __launch_bounds__(kT, 1) delta_rule_prep_kernel(DeltaArgs a, con
     }
 }
 
+// ------------------------------------------------------------------------------------------------ bf16 prep kernel
+// delta_rule_prep_bf16_kernel: the same records as delta_rule_prep_kernel (the state kernel cannot tell them apart
+// but for rounding), built for two CTAs of 16 warps per SM (~100 KB of shared memory each, 64 registers), so that one
+// CTA's barriers and loads hide under the other's work:
+//   - column pass: thread (b = tid / 128, d = tid % 128) loads g, k, q of block b's 16 rows at column d (coalesced
+//     scalar loads) and scans the decay in registers; the blocks' totals and reference rows go through shared memory.
+//     Every element-wise product is formed once, in registers, and stored as bf16: the A-side operands
+//     Ksc_i = k_i e^{G_i - ref_b}, Qsc_i = scale q_i e^{G_i - ref_b} (ref_b = G at row 16b + 8, or at row 16b when the
+//     block's span is past kMaxSpan), the B tiles of every block pair (bi >= bm) B_m = k_m e^{ref_bi - G_m}, and the
+//     records scale Q e^G (row-major) and (K e^{G_63 - G})^T (16 consecutive rows of column d: two 16-byte stores).
+//   - L and A: 10 block pairs x {L, A} = 20 jobs of 16 x 16 on bf16 mma.sync m16n8k16, operands by ldmatrix.
+//   - T_bb = (I + L_bb)^-1 in f32 (64 threads), stored bf16.
+//   - [W | U] solved transposed in registers: warp w owns 16 columns of [W | U] and X^T (16 x 64, f32 accumulators);
+//     X_b^T = (R_b^T - sum_{c<b} X_c^T L_bc^T) T_bb^T with X_c^T fed back from the accumulators as A operands and
+//     L, T as B operands from shared memory: 20 mma per warp and no shared-memory round trip.
+//   - diagonal blocks past kMaxSpan: exact per-element exponentials from a per-CTA global scratch (rare).
+constexpr int kPrep2Threads = 512;
+constexpr int kP2 = 136;  // bf16 pitch of the [row][d] operand tiles: 68 words, = 4 mod 32 (ldmatrix conflict-free)
+constexpr int kP2L = 72;  // bf16 pitch of L (64 x 64) and of the U^T staging rows
+constexpr int kP2T = 24;  // bf16 pitch of the 16 x 16 T_bb blocks
+constexpr int kScratchFloats = 3 * kC * kD;  // per CTA: G, k, q of the blocks past kMaxSpan
+
+struct Prep2Smem {
+    __nv_bfloat16 ksc[kC * kP2];
+    __nv_bfloat16 qsc[kC * kP2];
+    __nv_bfloat16 bt[10 * 16 * kP2];  // B tiles of the pairs (bi, bm), tile bi (bi + 1) / 2 + bm; then W / U^T staging
+    __nv_bfloat16 l[kC * kP2L];       // -L, blocks below the diagonal
+    __nv_bfloat16 t[4 * 16 * kP2T];
+    float ldiag[4 * 16 * 17];  // -L of the diagonal blocks, f32 (strictly lower, zero elsewhere)
+    float tot[4 * kD];
+    float refg[4 * kD];   // ref_b per column
+    float erefg[4 * kD];  // e^{ref_b}
+    float beta[kC];
+    int bad_w[16];  // per warp of the column pass: its columns' span exceeds kMaxSpan somewhere
+};
+static_assert(2 * (sizeof(Prep2Smem) + 1024) <= 228 * 1024, "two bf16 prep CTAs per SM");
+static_assert(kC * kP2 * 2 + kD * kP2L * 2 <= 10 * 16 * kP2 * 2, "W and U^T staging fit the B tiles");
+
+__device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* tile, int pitch, int kk, int lane, uint32_t (&a)[4]) {
+    const __nv_bfloat16* p = tile + (lane & 15) * pitch + 16 * kk + 8 * (lane >> 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_u32(p)));
+}
+
+__global__ void __launch_bounds__(kPrep2Threads, 2)
+    delta_rule_prep_bf16_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws, float* scratch_all,
+                                unsigned long long* prof_out) {
+    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
+    Prep2Smem& sm = *reinterpret_cast<Prep2Smem*>(tc_smem_raw);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int cb = tid >> 7, d = tid & (kD - 1);  // column pass: block cb, column d
+    const int K = a.k_dim, V = a.v_dim;
+    const int k_steps = (K + 15) / 16;
+    float* const scratch = scratch_all + static_cast<size_t>(blockIdx.x) * kScratchFloats;
+    const bool prof = prof_out != nullptr && blockIdx.x < 128 && tid == 0;
+    long long t_prev = prof ? clock64() : 0;
+    auto mark = [&](int phase) {
+        if (prof) {
+            const long long now = clock64();
+            atomicAdd(prof_out + phase, static_cast<unsigned long long>(now - t_prev));
+            t_prev = now;
+        }
+    };
+    for (int item = static_cast<int>(blockIdx.x);; item += static_cast<int>(gridDim.x)) {
+        int c0 = 0, n = 0;
+        if (!locate_chunk(a, coff, n_seqs, item / a.n_heads, c0, n)) break;  // block-uniform
+        const int h = item % a.n_heads;
+        unsigned char* rec = ws + static_cast<size_t>(item) * kRecBytes;
+        const int64_t hk = h;
+
+        // 1. g and k of rows 16 cb + r at column d; the decay scanned within the block; span flags and totals
+        if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
+        float G[16], kx[16];
+        {
+            const bool col_ok = d < K;
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * cb + r;
+                const bool ok = col_ok && i < n;
+                const int64_t row = c0 + (ok ? i : 0);
+                G[r] = ok ? __ldg(a.g + row * a.g0 + hk * a.g1 + d) : 0.0f;
+                kx[r] = ok ? __ldg(a.k + row * a.k0 + hk * a.k1 + d) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int r = 1; r < 16; ++r) G[r] += G[r - 1];
+        sm.tot[cb * kD + d] = G[15];
+        {
+            const bool bad = !(G[0] - G[15] <= kMaxSpan);  // NaN-safe; the span does not depend on the carry
+            const unsigned any = __any_sync(0xffffffffu, bad);
+            if (lane == 0) sm.bad_w[warp] = any ? 1 : 0;
+        }
+        __syncthreads();
+        mark(0);
+
+        // 2. the carry from the blocks above; the reference rows
+        {
+            float carry = 0.0f;
+            for (int j = 0; j < cb; ++j) carry += sm.tot[j * kD + d];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) G[r] += carry;
+        }
+        auto block_bad = [&](int b) {
+            return (sm.bad_w[4 * b] | sm.bad_w[4 * b + 1] | sm.bad_w[4 * b + 2] | sm.bad_w[4 * b + 3]) != 0;
+        };
+        const bool my_bad = block_bad(cb);
+        const float my_ref = my_bad ? G[0] : G[8];
+        sm.refg[cb * kD + d] = my_ref;
+        sm.erefg[cb * kD + d] = fexp(my_ref);
+        if (cb == 3) reinterpret_cast<float*>(rec + kRecGn)[d] = fexp(G[15]);
+        __syncthreads();
+        mark(1);
+
+        // 3. the operands and the row-wise records
+        {
+            // K e^{G_63 - G}: G_63 = the four blocks' totals added in block 3's order (its carry, then its own)
+            float g63 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) g63 += sm.tot[j * kD + d];
+            uint32_t kd_w[8];
+#pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                kd_w[r / 2] = pack_bf16(kx[r] * fexp(g63 - G[r]), kx[r + 1] * fexp(g63 - G[r + 1]));
+            }
+            uint4* kd_dst = reinterpret_cast<uint4*>(rec + kRecKdT + 2 * (d * kC + 16 * cb));
+            kd_dst[0] = make_uint4(kd_w[0], kd_w[1], kd_w[2], kd_w[3]);
+            kd_dst[1] = make_uint4(kd_w[4], kd_w[5], kd_w[6], kd_w[7]);
+            // Ksc and the B tiles of the pairs (bi, cb), bi >= cb
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * cb + r;
+                sm.ksc[i * kP2 + d] = __float2bfloat16_rn(kx[r] * fexp(G[r] - my_ref));
+            }
+            for (int bi = cb; bi < 4; ++bi) {  // thread-uniform per warp
+                if (bi == cb && my_bad) continue;  // the diagonal block is exact
+                const float rb = sm.refg[bi * kD + d];
+                __nv_bfloat16* tile = sm.bt + (bi * (bi + 1) / 2 + cb) * 16 * kP2;
+#pragma unroll
+                for (int r = 0; r < 16; ++r) tile[r * kP2 + d] = __float2bfloat16_rn(kx[r] * fexp(rb - G[r]));
+            }
+            if (__any_sync(0xffffffffu, my_bad)) {  // warp-uniform (a block is four whole warps): for the exact path
+#pragma unroll
+                for (int r = 0; r < 16; ++r) {
+                    scratch[(0 * kC + 16 * cb + r) * kD + d] = G[r];
+                    scratch[(1 * kC + 16 * cb + r) * kD + d] = kx[r];
+                }
+            }
+        }
+        {
+            float qx[16];
+            const bool col_ok = d < K;
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * cb + r;
+                const bool ok = col_ok && i < n;
+                const int64_t row = c0 + (ok ? i : 0);
+                qx[r] = ok ? __ldg(a.q + row * a.q0 + hk * a.q1 + d) * a.scale : 0.0f;
+            }
+            __nv_bfloat16* qg_dst = reinterpret_cast<__nv_bfloat16*>(rec + kRecQ);
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * cb + r;
+                sm.qsc[i * kP2 + d] = __float2bfloat16_rn(qx[r] * fexp(G[r] - my_ref));
+                qg_dst[i * kD + d] = __float2bfloat16_rn(qx[r] * fexp(G[r]));
+            }
+            if (__any_sync(0xffffffffu, my_bad)) {
+#pragma unroll
+                for (int r = 0; r < 16; ++r) scratch[(2 * kC + 16 * cb + r) * kD + d] = qx[r];
+            }
+        }
+        __syncthreads();
+        mark(2);
+
+        // 4. L and A: job = 2 pair + (0: L, 1: A); jobs w and w + 16
+        for (int job = warp; job < 20; job += 16) {
+            const int pair = job >> 1, is_a = job & 1;
+            const int bi = pair < 1 ? 0 : pair < 3 ? 1 : pair < 6 ? 2 : 3;
+            const int bm = pair - bi * (bi + 1) / 2;
+            if (bi == bm && block_bad(bi)) continue;  // warp-uniform
+            const __nv_bfloat16* arow = (is_a ? sm.qsc : sm.ksc) + 16 * bi * kP2;
+            const __nv_bfloat16* btile = sm.bt + pair * 16 * kP2;
+            float acc[2][4] = {};
+            for (int kk = 0; kk < k_steps; ++kk) {
+                uint32_t af[4], bf[4];
+                ldmatrix_a(arow, kP2, kk, lane, af);
+                load_b_pair(btile, kP2, 0, kk, lane, bf);
+                mma_bf16(acc[0], af, bf[0], bf[1]);
+                mma_bf16(acc[1], af, bf[2], bf[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int il = g + 8 * hf, ml = 8 * nt + 2 * t;
+                    const int i = 16 * bi + il, m = 16 * bm + ml;
+                    const float x0 = acc[nt][2 * hf], x1 = acc[nt][2 * hf + 1];
+                    if (is_a) {
+                        const float y0 = m <= i ? x0 : 0.0f, y1 = m + 1 <= i ? x1 : 0.0f;
+                        *reinterpret_cast<uint32_t*>(rec + kRecA + 2 * (i * kC + m)) = pack_bf16(y0, y1);
+                    } else {
+                        const float nb = -sm.beta[i];
+                        if (bi > bm) {
+                            *reinterpret_cast<uint32_t*>(&sm.l[i * kP2L + m]) = pack_bf16(nb * x0, nb * x1);
+                        } else {
+                            float* ld = sm.ldiag + bi * 16 * 17 + il * 17 + ml;
+                            ld[0] = ml < il ? nb * x0 : 0.0f;
+                            ld[1] = ml + 1 < il ? nb * x1 : 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+        // A above the diagonal blocks: zero (6 blocks x 16 rows x 2 pieces)
+        if (tid < 192) {
+            const int blk = tid >> 5, row = (tid >> 1) & 15, half = tid & 1;
+            const int bi = blk < 3 ? 0 : blk < 5 ? 1 : 2;
+            const int bm = blk < 3 ? blk + 1 : blk < 5 ? blk - 1 : 3;
+            *reinterpret_cast<uint4*>(rec + kRecA + 2 * ((16 * bi + row) * kC + 16 * bm + 8 * half)) =
+                make_uint4(0u, 0u, 0u, 0u);
+        }
+        // diagonal blocks past kMaxSpan: exact, per-element exponentials (from this CTA's scratch)
+        if (block_bad(0) || block_bad(1) || block_bad(2) || block_bad(3)) {
+            for (int e = tid; e < 4 * 256; e += kPrep2Threads) {
+                const int b = e >> 8;
+                if (!block_bad(b)) continue;
+                const int il = (e >> 4) & 15, ml = e & 15;
+                const int i = 16 * b + il, m = 16 * b + ml;
+                float kk = 0.0f, qk = 0.0f;
+                if (ml <= il) {
+                    const float* Gs = scratch;
+                    const float* ks = scratch + kC * kD;
+                    const float* qs = scratch + 2 * kC * kD;
+                    for (int dd = 0; dd < K; ++dd) {
+                        const float x = expf(Gs[i * kD + dd] - Gs[m * kD + dd]) * ks[m * kD + dd];
+                        kk = fmaf(ks[i * kD + dd], x, kk);
+                        qk = fmaf(qs[i * kD + dd], x, qk);
+                    }
+                }
+                sm.ldiag[b * 16 * 17 + il * 17 + ml] = ml < il ? -sm.beta[i] * kk : 0.0f;
+                reinterpret_cast<__nv_bfloat16*>(rec + kRecA)[i * kC + m] = __float2bfloat16_rn(ml <= il ? qk : 0.0f);
+            }
+        }
+        __syncthreads();
+        mark(3);
+
+        // 5. T_bb (threads 0-63); the solve's right-hand sides X^T (warps 0-7: W columns d = 16 w + g (+8), from Ksc;
+        //    warps 8-15: U columns j = 16 (w - 8) + g (+8), from v). Element e of n-tile nt: X^T[col][i], col = j0 + g +
+        //    8 (e >> 1), i = 8 nt + 2 t + (e & 1).
+        const bool w_side = warp < 8;
+        const int j0 = 16 * (warp & 7);
+        float x[8][4];
+        if (w_side) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = j0 + g + 8 * (e >> 1), i = 8 * nt + 2 * t + (e & 1);
+                    x[nt][e] = sm.beta[i] * __bfloat162float(sm.ksc[i * kP2 + col]) * sm.erefg[(nt >> 1) * kD + col];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = j0 + g + 8 * (e >> 1), i = 8 * nt + 2 * t + (e & 1);
+                    const bool ok = col < V && i < n;
+                    const float vv = ok ? __ldg(a.v + static_cast<int64_t>(c0 + i) * a.v0 + hk * a.v1 + col) : 0.0f;
+                    x[nt][e] = sm.beta[i] * vv;
+                }
+            }
+        }
+        if (tid < 64) {
+            const int b = tid >> 4, c = tid & 15;
+            const float* L = sm.ldiag + b * 16 * 17;
+            float xs[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                float acc = (r == c) ? 1.0f : 0.0f;
+#pragma unroll
+                for (int m = 0; m < r; ++m) acc = fmaf(L[r * 17 + m], xs[m], acc);  // ldiag holds -L
+                xs[r] = (r < c) ? 0.0f : acc;
+            }
+            __nv_bfloat16* T = sm.t + b * 16 * kP2T;
+#pragma unroll
+            for (int r = 0; r < 16; ++r) T[r * kP2T + c] = __float2bfloat16_rn(xs[r]);
+        }
+        __syncthreads();
+        mark(4);
+
+        // 6. X_b^T = (R_b^T - sum_{c<b} X_c^T L_bc^T) T_bb^T, in registers
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+#pragma unroll
+            for (int c = 0; c < b; ++c) {
+                const uint32_t af[4] = {pack_bf16(x[2 * c][0], x[2 * c][1]), pack_bf16(x[2 * c][2], x[2 * c][3]),
+                                        pack_bf16(x[2 * c + 1][0], x[2 * c + 1][1]),
+                                        pack_bf16(x[2 * c + 1][2], x[2 * c + 1][3])};
+                uint32_t bf[4];
+                load_b_pair(sm.l + 16 * b * kP2L + 16 * c, kP2L, 0, 0, lane, bf);  // -L_bc
+                mma_bf16(x[2 * b], af, bf[0], bf[1]);
+                mma_bf16(x[2 * b + 1], af, bf[2], bf[3]);
+            }
+            const uint32_t af[4] = {pack_bf16(x[2 * b][0], x[2 * b][1]), pack_bf16(x[2 * b][2], x[2 * b][3]),
+                                    pack_bf16(x[2 * b + 1][0], x[2 * b + 1][1]),
+                                    pack_bf16(x[2 * b + 1][2], x[2 * b + 1][3])};
+            uint32_t bf[4];
+            load_b_pair(sm.t + b * 16 * kP2T, kP2T, 0, 0, lane, bf);
+            float y0[4] = {}, y1[4] = {};
+            mma_bf16(y0, af, bf[0], bf[1]);
+            mma_bf16(y1, af, bf[2], bf[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                x[2 * b][e] = y0[e];
+                x[2 * b + 1][e] = y1[e];
+            }
+        }
+        // staging in the B tiles (free since step 4's barrier): W [64][kP2], then U^T [128][kP2L]
+        __nv_bfloat16* const w_st = sm.bt;
+        __nv_bfloat16* const u_st = sm.bt + kC * kP2;
+        if (w_side) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = j0 + g + 8 * (e >> 1), i = 8 * nt + 2 * t + (e & 1);
+                    w_st[i * kP2 + col] = __float2bfloat16_rn(x[nt][e]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int col = j0 + g + 8 * hf, i = 8 * nt + 2 * t;
+                    *reinterpret_cast<uint32_t*>(&u_st[col * kP2L + i]) = pack_bf16(x[nt][2 * hf], x[nt][2 * hf + 1]);
+                }
+            }
+        }
+        __syncthreads();
+        mark(5);
+
+        // 7. W and U^T to the record, 16-byte pieces
+        for (int e = tid; e < 2 * 1024; e += kPrep2Threads) {
+            if (e < 1024) {
+                const int i = e >> 4, p = e & 15;
+                *reinterpret_cast<uint4*>(rec + kRecW + 16 * e) =
+                    *reinterpret_cast<const uint4*>(&w_st[i * kP2 + 8 * p]);
+            } else {
+                const int f = e - 1024, j = f >> 3, p = f & 7;
+                *reinterpret_cast<uint4*>(rec + kRecUT + 16 * f) =
+                    *reinterpret_cast<const uint4*>(&u_st[j * kP2L + 8 * p]);
+            }
+        }
+        mark(6);
+    }
+}
+
 // One chunk's record into a stage (padded rows), as one committed cp.async group. Piece e of a part goes to row e / r
 // (r = 16 pieces per W / Q e^G row, 8 per Kd^T / U^T / A row), column piece e % r; thread tid copies pieces tid,
 // tid + kThreadsT, ...: the same column piece of rows a fixed stride apart, so every copy is a constant offset from
@@ -1130,8 +1491,23 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     // Every sequence adds at most one partial chunk: the grid's upper bound on the chunk count.
     const int64_t max_chunks = (n_tokens + kC - 1) / kC + n_seqs;
     PENSTOCK_CHECK(max_chunks < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
+    int device = 0, sms = 0;
+    PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t prep_items = max_chunks * a.n_heads;
+    PENSTOCK_CHECK(prep_items < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
+    // The prep kernel: bf16 operands, two CTAs per SM (the default), or the tf32 one (PENSTOCK_KDA_PREP=tf32: one
+    // 32-warp CTA per SM; kept for comparison).
+    static const bool kTf32Prep = [] {
+        const char* e = std::getenv("PENSTOCK_KDA_PREP");
+        return e != nullptr && std::strcmp(e, "tf32") == 0;
+    }();
+    // Persistent CTAs: one per SM (tf32) or two (bf16), fewer when there are fewer items.
+    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, kTf32Prep ? sms : 2 * sms));
     const size_t head_bytes = (static_cast<size_t>(n_seqs + 1) * sizeof(int32_t) + 255) / 256 * 256;
-    const size_t bytes = head_bytes + static_cast<size_t>(max_chunks) * static_cast<size_t>(a.n_heads) * kRecBytes;
+    const size_t rec_bytes = static_cast<size_t>(max_chunks) * static_cast<size_t>(a.n_heads) * kRecBytes;
+    const size_t scratch_bytes = kTf32Prep ? 0 : static_cast<size_t>(prep_ctas) * kScratchFloats * sizeof(float);
+    const size_t bytes = head_bytes + rec_bytes + scratch_bytes;
     // Stream-ordered workspace (the default pool keeps its memory: CudaCachingAllocator sets its release threshold).
     unsigned char* ws = nullptr;
     PENSTOCK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), bytes, st));
@@ -1139,11 +1515,6 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     chunk_offsets_kernel<<<1, 1024, 0, st>>>(a.cu, static_cast<int>(n_seqs), coff);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     constexpr size_t kPrepSmem = sizeof(PrepSmem);
-    const int64_t prep_items = max_chunks * a.n_heads;
-    PENSTOCK_CHECK(prep_items < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
-    int device = 0, sms = 0;
-    PENSTOCK_CUDA_CHECK(cudaGetDevice(&device));
-    PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     // Developer profile (PENSTOCK_KDA_TC_PROFILE=1, synchronises): the two kernels' times from events.
     static const bool kProfile = [] {
         const char* e = std::getenv("PENSTOCK_KDA_TC_PROFILE");
@@ -1158,15 +1529,25 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
-    // One persistent CTA per SM (fewer when there are fewer items).
-    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, sms));
     auto prep = [&](auto kernel) {
         PENSTOCK_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
         kernel<<<prep_ctas, kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes, prof);
         PENSTOCK_CUDA_LAUNCH_CHECK();
     };
-    if (vec) {
+    if (!kTf32Prep) {
+        constexpr size_t kPrep2Smem = sizeof(Prep2Smem);
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_bf16_kernel,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(kPrep2Smem)));
+        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_bf16_kernel,
+                                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+        delta_rule_prep_bf16_kernel<<<prep_ctas, kPrep2Threads, kPrep2Smem, st>>>(
+            a, coff, static_cast<int>(n_seqs), ws + head_bytes,
+            reinterpret_cast<float*>(ws + head_bytes + rec_bytes), prof);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+    } else if (vec) {
         prep(delta_rule_prep_kernel<kPrepThreads, true>);
     } else {
         prep(delta_rule_prep_kernel<kPrepThreads, false>);
