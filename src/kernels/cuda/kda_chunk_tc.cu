@@ -971,16 +971,24 @@ __global__ void __launch_bounds__(kPrep2Threads, 2)
 
         // 1. g and k of rows 16 cb + r at column d; the decay scanned within the block; span flags and totals
         if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
+        // Loads from clamped addresses (always in bounds: n >= 1), masked after: unconditional loads issue as one batch
+        // (a conditional load per row compiles to a load-use pair per row, each waiting its own latency).
+        const int dc = min(d, K - 1);
         float G[16], kx[16];
         {
-            const bool col_ok = d < K;
+            const float* gp = a.g + hk * a.g1 + dc;
+            const float* kp = a.k + hk * a.k1 + dc;
 #pragma unroll
             for (int r = 0; r < 16; ++r) {
-                const int i = 16 * cb + r;
-                const bool ok = col_ok && i < n;
-                const int64_t row = c0 + (ok ? i : 0);
-                G[r] = ok ? __ldg(a.g + row * a.g0 + hk * a.g1 + d) : 0.0f;
-                kx[r] = ok ? __ldg(a.k + row * a.k0 + hk * a.k1 + d) : 0.0f;
+                const int64_t row = c0 + min(16 * cb + r, n - 1);
+                G[r] = __ldg(gp + row * a.g0);
+                kx[r] = __ldg(kp + row * a.k0);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const bool ok = d < K && 16 * cb + r < n;
+                G[r] = ok ? G[r] : 0.0f;
+                kx[r] = ok ? kx[r] : 0.0f;
             }
         }
 #pragma unroll
@@ -1049,13 +1057,12 @@ __global__ void __launch_bounds__(kPrep2Threads, 2)
         }
         {
             float qx[16];
-            const bool col_ok = d < K;
+            {
+                const float* qp = a.q + hk * a.q1 + dc;
 #pragma unroll
-            for (int r = 0; r < 16; ++r) {
-                const int i = 16 * cb + r;
-                const bool ok = col_ok && i < n;
-                const int64_t row = c0 + (ok ? i : 0);
-                qx[r] = ok ? __ldg(a.q + row * a.q0 + hk * a.q1 + d) * a.scale : 0.0f;
+                for (int r = 0; r < 16; ++r) qx[r] = __ldg(qp + (c0 + min(16 * cb + r, n - 1)) * a.q0);
+#pragma unroll
+                for (int r = 0; r < 16; ++r) qx[r] = d < K && 16 * cb + r < n ? qx[r] * a.scale : 0.0f;
             }
             __nv_bfloat16* qg_dst = reinterpret_cast<__nv_bfloat16*>(rec + kRecQ);
 #pragma unroll
@@ -1160,14 +1167,22 @@ __global__ void __launch_bounds__(kPrep2Threads, 2)
                 }
             }
         } else {
+            const float* vp0 = a.v + hk * a.v1 + min(j0 + g, V - 1);
+            const float* vp1 = a.v + hk * a.v1 + min(j0 + g + 8, V - 1);
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int64_t row = c0 + min(8 * nt + 2 * t + (e & 1), n - 1);
+                    x[nt][e] = __ldg(((e >> 1) ? vp1 : vp0) + row * a.v0);
+                }
+            }
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int col = j0 + g + 8 * (e >> 1), i = 8 * nt + 2 * t + (e & 1);
-                    const bool ok = col < V && i < n;
-                    const float vv = ok ? __ldg(a.v + static_cast<int64_t>(c0 + i) * a.v0 + hk * a.v1 + col) : 0.0f;
-                    x[nt][e] = sm.beta[i] * vv;
+                    x[nt][e] = col < V && i < n ? sm.beta[i] * x[nt][e] : 0.0f;
                 }
             }
         }
