@@ -83,10 +83,11 @@ enum class DeltaRulePrecision : uint8_t {
     // the intra-chunk and state products on tensor cores with tf32 operands (10-bit mantissa, round to nearest) and
     // fp32 accumulation; the state, cumulative decays and exponentials stay fp32.
     kTensorCore,
-    // kTensorCore's chunk-parallel work (L, A, (I + L)^-1, W, U, Q e^G, K e^{G_last - G}) for every chunk at once, its
-    // products then rounded once to bf16; the state pass runs V' = U - W S, O = (Q e^G) S + A V' and the state update
-    // on bf16 tensor cores (the fp32 state rounded to bf16 as an operand, fp32 accumulation, fp32 state). Needs a
-    // workspace of ~72.5 KB per (chunk, head). Used by the bf16 model path.
+    // the chunk-parallel work (L, A, (I + L)^-1, W, U, Q e^G, K e^{G_last - G}) for every chunk at once on bf16 tensor
+    // cores (bf16 operands, fp32 accumulation; the cumulative decays, exponentials and T_bb in fp32), its products
+    // kept as bf16; the state pass runs V' = U - W S, O = (Q e^G) S + A V' and the state update on bf16 tensor cores
+    // (the fp32 state rounded to bf16 as an operand, fp32 accumulation, fp32 state). Needs a workspace of ~72.5 KB
+    // per (chunk, head) plus 96 KB per prep CTA (two per SM). Used by the bf16 model path.
     kTensorCoreSplit,
 };
 

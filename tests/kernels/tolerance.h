@@ -59,8 +59,9 @@ inline constexpr Tolerance kF32DeltaRule{.atol = 1e-4, .rtol = 1e-3};
 // roundoff 2^-11 ~ 4.9e-4) before fp32 accumulation over 64-128 terms, and the state's own rounding compounds across
 // chunks; outputs and state entries are O(0.1-1) in these tests.
 inline constexpr Tolerance kTf32DeltaRule{.atol = 2e-3, .rtol = 1e-2};
-// The split form (DeltaRulePrecision::kTensorCoreSplit): the state pass's operands (W, U, Q e^G, K e^{G_last - G}, A,
-// V' and the state itself) are rounded to bf16 (unit roundoff 2^-9, 4x tf32's), so the tf32 bounds scale by 4.
+// The split form (DeltaRulePrecision::kTensorCoreSplit): every product operand (the chunk-parallel pass's Ksc, Qsc, the
+// B tiles, -L, T_bb and the solve's X blocks; the state pass's W, U, Q e^G, K e^{G_last - G}, A, V' and the state
+// itself) is rounded to bf16 (unit roundoff 2^-9, 4x tf32's), so the tf32 bounds scale by 4.
 inline constexpr Tolerance kBf16DeltaRule{.atol = 8e-3, .rtol = 4e-2};
 
 }  // namespace penstock::test

@@ -21,11 +21,13 @@
 // Operands that several warps read (-L, T_bb, Ksc / Qsc / F, the right-hand sides and X blocks of the solve, W, Q e^G,
 // Kd) are rounded to tf32 once, when written to shared memory, so that the products load them unconverted.
 //
-// Two forms share the per-chunk code up to [W | U] (prepare_chunk):
-//   kTensorCore (delta_rule_chunk_tc_kernel): the state products follow in the same CTA, chunk after chunk;
-//   kTensorCoreSplit (delta_rule_chunk_split): a persistent 32-warp kernel runs prepare_chunk for every (chunk, head)
-//     and stores bf16 records; delta_rule_state_kernel then runs only the state products per (sequence, head) on bf16
-//     tensor cores (m16n8k16, ldmatrix), the next chunk's record double-buffered.
+// Two forms:
+//   kTensorCore (delta_rule_chunk_tc_kernel): prepare_chunk (the above up to [W | U], tf32), then the state products
+//     in the same CTA, chunk after chunk;
+//   kTensorCoreSplit (delta_rule_chunk_split): a persistent kernel (delta_rule_prep_kernel, two 16-warp CTAs per SM)
+//     forms the same per-chunk products for every (chunk, head) on bf16 tensor cores and stores bf16 records;
+//     delta_rule_state_kernel then runs only the state products per (sequence, head) on bf16 tensor cores
+//     (m16n8k16, ldmatrix), the next chunk's record double-buffered.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -79,9 +81,7 @@ enum Vec : int {
     kVecs = 25,
 };
 
-// PW: the pitch of k and q. The fused kernel reads W and Q e^G as 16-byte B fragments (PW = 144, = 16 mod 32); the
-// split form's prep kernel only reads them as 8-byte A fragments and 4-byte B elements (PW = 136, = 8 mod 32: no bank
-// conflicts in either).
+// PW: the pitch of k and q. The fused kernel reads W and Q e^G as 16-byte B fragments (PW = 144, = 16 mod 32).
 template <int PW>
 struct SmemT {
     static constexpr int kPW = PW;
@@ -97,11 +97,6 @@ struct SmemT {
     int span_bad[4];
 };
 using Smem = SmemT<kPW>;
-// The split form's prep kernel also holds the next item's v (prefetched under the current item, phase 3 reads it).
-struct PrepSmem : SmemT<136> {
-    float v_next[kC * kPV];
-};
-static_assert(sizeof(PrepSmem) <= 227 * 1024, "one prep CTA per SM");
 
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
@@ -172,22 +167,15 @@ __device__ __forceinline__ FragA acc_as_a(const float (&c)[4], float sign) {
     return {{tf32(sign * c[0]), tf32(sign * c[2]), tf32(sign * c[1]), tf32(sign * c[3])}};
 }
 
-// Phases 1-6 of a chunk (rows [c0, c0 + n) of head h) with kWarps warps (8 or 16): stage q, k, g, v; the cumulative
-// decay and the chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory:
-// W (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
-// e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is the developer profile hook.
 // Stage rows [c0, c0 + n) of head h of the tensors in `mask` (kStageK | kStageQ | kStageG | kStageV), zero-padded to
 // 64 rows and 128 columns: 16-byte cp.async (not committed here) when every row is 16-byte aligned (kVec), plain loads
-// otherwise. v goes to vdst (a [kC][kPV] buffer; sm.v when null). With kVec, element (i, d .. d + 3) of every tensor
-// is copied by thread (32 i + d / 4) % kThreadsT: phase 3 of prepare_chunk reads each element on the thread that
-// copied it, so a buffer that thread's own cp.async filled needs only its cp_async_wait_all there, no barrier.
+// otherwise.
 constexpr int kStageK = 1, kStageQ = 2, kStageG = 4, kStageV = 8, kStageAll = 15;
 template <int kThreadsT, bool kVec, class Sm>
-__device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int mask,
-                                           float* vdst = nullptr) {
+__device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int mask) {
     const int K = a.k_dim, V = a.v_dim;
     constexpr int PW = Sm::kPW;
-    float* const vbuf = vdst != nullptr ? vdst : sm.v;
+    float* const vbuf = sm.v;
     if constexpr (kVec) {
         for (int e = tid; e < kC * (kD / 4); e += kThreadsT) {
             const int i = e >> 5, d = 4 * (e & 31);
@@ -222,23 +210,21 @@ __device__ __forceinline__ void stage_rows(Sm& sm, const DeltaArgs& a, int h, in
     }
 }
 
-// Phases 1-6 of a chunk (rows [c0, c0 + n) of head h) with kWarps warps (8, 16 or 32): stage q, k, g, v (the tensors
-// not in `prestaged`, whose loads the caller already issued, uncommitted or committed); the cumulative decay and the
-// chunk's per-column vectors; the factored operands; L and A; T_bb; [W | U]. Leaves in shared memory: W
-// (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q, K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and
-// e^{G_63} in vec[kGn]; finals() runs between phases 5 and 6 (after a barrier), when everything but W and U is final.
-// Ends with a barrier. mark(phase) is the developer profile hook. v_src (kVec only): the buffer the caller prestaged v
-// into (kStageV in prestaged, stage_rows' vdst), read by phase 3 on the copying threads (beta V goes to sm.v).
-template <int kWarps, bool kVec, class Sm, class Mark, class Finals>
-__device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid, int prestaged,
-                                              Mark&& mark, Finals&& finals, const float* v_src = nullptr) {
+// Phases 1-6 of a chunk (rows [c0, c0 + n) of head h) of the fused kernel, with kWarps warps (8; the 16- and 32-warp
+// job splits are kept generic): stage q, k, g, v; the cumulative decay and the chunk's per-column vectors; the factored
+// operands; L and A; T_bb; [W | U]. Leaves in shared memory: W (tf32-rounded) in k, scale Q e^G (tf32-rounded) in q,
+// K e^{G_63 - G} (tf32-rounded) in g, U in v, A in a and e^{G_63} in vec[kGn]. Ends with a barrier. mark(phase) is
+// the developer profile hook.
+template <int kWarps, bool kVec, class Sm, class Mark>
+__device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h, int c0, int n, int tid,
+                                              Mark&& mark) {
     constexpr int kPW = Sm::kPW;
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int K = a.k_dim, V = a.v_dim;
     const int kd_slabs = (K + 7) / 8;
     // 1. stage the chunk
-    stage_rows<kWarps * 32, kVec>(sm, a, h, c0, n, tid, kStageAll & ~prestaged);
+    stage_rows<kWarps * 32, kVec>(sm, a, h, c0, n, tid, kStageAll);
     if constexpr (kVec) cp_async_commit();
     if (tid < kC) sm.beta[tid] = tid < n ? a.beta[static_cast<int64_t>(c0 + tid) * a.b0 + h] : 0.0f;
     if (tid < 4) sm.span_bad[tid] = 0;
@@ -326,9 +312,8 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
     }
 
     // 3. factored operands, in place (each element reads only its own G and the per-column reference rows):
-    //    F over G, Ksc over k, Qsc over q; beta V over v (from v_src when the caller prestaged v there: the same
-    //    element-to-thread map as stage_rows, so this thread's cp_async_wait_all above covers it)
-    const float* const vin = kVec && v_src != nullptr && (prestaged & kStageV) != 0 ? v_src : sm.v;
+    //    F over G, Ksc over k, Qsc over q; beta V over v
+    const float* const vin = sm.v;
     for (int e = tid; e < kC * (kD / 4); e += kWarps * 32) {
         const int i = e >> 5, d = 4 * (e & 31), b = i >> 4;
         float4& kr = *reinterpret_cast<float4*>(&sm.k[i * kPW + d]);
@@ -472,7 +457,6 @@ __device__ __forceinline__ void prepare_chunk(Sm& sm, const DeltaArgs& a, int h,
         }
     }
     __syncthreads();
-    finals();  // A, scale Q e^G, K e^{G_63 - G} and e^{G_63} are final (phase 6 reads but no longer writes them)
 
     mark(4);
     // 6. [W | U] = (I + L)^-1 [beta K e^G | beta V] by block forward substitution X_b = T_bb (R_b - sum_{c<b} L_bc X_c),
@@ -605,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
         const int n = min(kC, row1 - c0);
         __syncthreads();  // the previous chunk's readers are done
         mark(6);
-        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, 0, mark, [] {});
+        prepare_chunk<8, kVec>(sm, a, h, c0, n, tid, mark);
 
         // 7. this warp's value columns: V'^T = U^T - S^T W^T; O^T = S^T (Q e^G)^T + V'^T A^T; S^T = e^{G_63} S^T +
         //    V'^T (K e^{G_63 - G}).
@@ -705,8 +689,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunk_tc_kernel(DeltaA
 
 
 // ------------------------------------------------------------------------------------------------ split form
-// kTensorCoreSplit: prepare_chunk runs for every (chunk, head) at once (delta_rule_prep_kernel, 16 warps, one CTA per
-// chunk and head) and leaves its products in a global workspace as bf16 records; delta_rule_state_kernel then walks
+// kTensorCoreSplit: delta_rule_prep_kernel forms every (chunk, head)'s chunk-parallel products at once and leaves them
+// in a global workspace as bf16 records; delta_rule_state_kernel then walks
 // each (sequence, head)'s chunks with the state in registers and only the state products on the chain, the next
 // chunk's record prefetched by cp.async while the current one is used.
 //
@@ -722,7 +706,6 @@ constexpr int kRecGn = kRecA + kC * kC * 2;
 constexpr int kRecBytes = kRecGn + kD * 4;
 constexpr int kRecPieces = kRecBytes / 16;
 static_assert(kRecBytes % 16 == 0, "records are copied in 16-byte pieces");
-constexpr int kPrepThreads = 1024;  // 32 warps
 constexpr int kStateThreads = 256;
 constexpr int kPB = 136;  // bf16 pitch of the staged W and Q e^G rows: 68 words, = 4 mod 32 (conflict-free B loads)
 constexpr int kPS = 72;   // bf16 pitch of the staged Kd^T, U^T and A rows: 36 words, = 4 mod 32
@@ -759,21 +742,6 @@ __device__ __forceinline__ void load_b_pair(const __nv_bfloat16* tile, int pitch
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                  : "r"(smem_u32(p)));
-}
-
-// Eight consecutive floats (two 16-byte reads) as eight bf16 (one 16-byte store).
-__device__ __forceinline__ void store8_bf16(unsigned char* dst, const float* src) {
-    const float4 x = *reinterpret_cast<const float4*>(src);
-    const float4 y = *reinterpret_cast<const float4*>(src + 4);
-    *reinterpret_cast<uint4*>(dst) =
-        make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
-}
-// Eight floats of one column (rows r0..r0+7 at pitch) as eight bf16.
-__device__ __forceinline__ void store8_bf16_col(unsigned char* dst, const float* src, int pitch) {
-    uint32_t w[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) w[r] = pack_bf16(src[(2 * r) * pitch], src[(2 * r + 1) * pitch]);
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // coff[s] = the index of sequence s's first chunk among all sequences' chunks (coff[n_seqs] = their count).
@@ -815,93 +783,13 @@ __device__ __forceinline__ bool locate_chunk(const DeltaArgs& a, const int32_t* 
     return true;
 }
 
-// Persistent: CTA b takes the (chunk, head) items b, b + gridDim.x, ... (item gc * n_heads + h: neighbouring items
-// read neighbouring heads of the same rows). One CTA fits an SM (~223 KB of staging), so a CTA hides its own loads:
-// once A, Q e^G and Kd are stored (finals), the next item's q, g and v are loaded under the solve (q and g into their
-// buffers, v into v_next, which phase 3 reads: sm.v still holds U until it is stored), and its k as soon as W is
-// stored, under U's stores.
-template <int kT, bool kVec>
-__global__ void __launch_bounds__(kT, 1) delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs,
-                                                                unsigned char* ws, unsigned long long* prof_out) {
-    extern __shared__ __align__(16) unsigned char tc_smem_raw[];
-    PrepSmem& sm = *reinterpret_cast<PrepSmem*>(tc_smem_raw);
-    constexpr int PW = PrepSmem::kPW;
-    const int tid = static_cast<int>(threadIdx.x);
-    int item = static_cast<int>(blockIdx.x);
-    int c0 = 0, n = 0;
-    if (!locate_chunk(a, coff, n_seqs, item / a.n_heads, c0, n)) return;  // block-uniform
-    // developer profile (PENSTOCK_KDA_TC_PROFILE=1): the first 128 CTAs' thread-0 cycles per phase, summed
-    const bool prof = prof_out != nullptr && blockIdx.x < 128 && tid == 0;
-    long long t_prev = prof ? clock64() : 0;
-    auto mark = [&](int phase) {
-        if (prof) {
-            const long long now = clock64();
-            atomicAdd(prof_out + phase, static_cast<unsigned long long>(now - t_prev));
-            t_prev = now;
-        }
-    };
-    int prestaged = 0;
-    while (true) {
-        const int h = item % a.n_heads;
-        const int next = item + static_cast<int>(gridDim.x);
-        int nc0 = 0, nn = 0;
-        const bool has_next = locate_chunk(a, coff, n_seqs, next / a.n_heads, nc0, nn);
-        const int nh = next % a.n_heads;
-        unsigned char* rec = ws + static_cast<size_t>(item) * kRecBytes;
-        auto finals = [&] {
-            for (int e = tid; e < kC * (kD / 8); e += kT) {
-                store8_bf16(rec + kRecQ + 16 * e, sm.q + (e >> 4) * PW + 8 * (e & 15));
-            }
-            for (int e = tid; e < kD * (kC / 8); e += kT) {
-                const int d = e & (kD - 1), i0 = 8 * (e >> 7);
-                store8_bf16_col(rec + kRecKdT + 2 * (d * kC + i0), sm.g + i0 * kP + d, kP);
-            }
-            for (int e = tid; e < kC * (kC / 8); e += kT) {
-                const int i = e >> 3, m0 = 8 * (e & 7);
-                if ((m0 >> 4) <= (i >> 4)) {  // blocks on and below the diagonal (the ones above were never written)
-                    store8_bf16(rec + kRecA + 16 * e, sm.a + i * kPL + m0);
-                } else {
-                    *reinterpret_cast<uint4*>(rec + kRecA + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
-            if (tid < kD) reinterpret_cast<float*>(rec + kRecGn)[tid] = sm.vec[kGn * kD + tid];
-            if constexpr (kVec) {
-                if (has_next) {
-                    __syncthreads();  // every thread's reads of q and g are done (v_next's: phase 3, before a barrier)
-                    stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageQ | kStageG | kStageV, sm.v_next);
-                }
-            }
-        };
-        prepare_chunk<kT / 32, kVec>(sm, a, h, c0, n, tid, prestaged, mark, finals, sm.v_next);
-        for (int e = tid; e < kC * (kD / 8); e += kT) {
-            store8_bf16(rec + kRecW + 16 * e, sm.k + (e >> 4) * PW + 8 * (e & 15));
-        }
-        if constexpr (kVec) {
-            if (has_next) {
-                __syncthreads();  // every thread's reads of k (W) are done: the next item's k loads under U's stores
-                stage_rows<kT, kVec>(sm, a, nh, nc0, nn, tid, kStageK);
-            }
-        }
-        for (int e = tid; e < kD * (kC / 8); e += kT) {
-            const int d = e & (kD - 1), i0 = 8 * (e >> 7);
-            store8_bf16_col(rec + kRecUT + 2 * (d * kC + i0), sm.v + i0 * kPV + d, kPV);
-        }
-        mark(6);
-        if (!has_next) break;
-        __syncthreads();  // every thread's reads of v (U) are done before the next item's phase 3 writes it
-        prestaged = kVec ? kStageAll : 0;
-        item = next;
-        c0 = nc0;
-        n = nn;
-    }
-}
-
 // ------------------------------------------------------------------------------------------------ bf16 prep kernel
-// delta_rule_prep_bf16_kernel: the same records as delta_rule_prep_kernel (the state kernel cannot tell them apart
-// but for rounding), built for two CTAs of 16 warps per SM (~100 KB of shared memory each, 64 registers), so that one
-// CTA's barriers and loads hide under the other's work:
+// delta_rule_prep_kernel: one persistent loop over the (chunk, head) items (item gc * n_heads + h), built for two CTAs
+// of 16 warps per SM (~100 KB of shared memory each, 64 registers), so that one CTA's barriers and loads hide under
+// the other's work. Inputs are read straight from global memory (any alignment; no staging buffers):
 //   - column pass: thread (b = tid / 128, d = tid % 128) loads g, k, q of block b's 16 rows at column d (coalesced
-//     scalar loads) and scans the decay in registers; the blocks' totals and reference rows go through shared memory.
+//     scalar loads, unconditional from clamped addresses so that each tensor's 16 loads issue as one batch) and scans
+//     the decay in registers; the blocks' totals and reference rows go through shared memory.
 //     Every element-wise product is formed once, in registers, and stored as bf16: the A-side operands
 //     Ksc_i = k_i e^{G_i - ref_b}, Qsc_i = scale q_i e^{G_i - ref_b} (ref_b = G at row 16b + 8, or at row 16b when the
 //     block's span is past kMaxSpan), the B tiles of every block pair (bi >= bm) B_m = k_m e^{ref_bi - G_m}, and the
@@ -910,15 +798,16 @@ __global__ void __launch_bounds__(kT, 1) delta_rule_prep_kernel(DeltaArgs a, con
 //   - T_bb = (I + L_bb)^-1 in f32 (64 threads), stored bf16.
 //   - [W | U] solved transposed in registers: warp w owns 16 columns of [W | U] and X^T (16 x 64, f32 accumulators);
 //     X_b^T = (R_b^T - sum_{c<b} X_c^T L_bc^T) T_bb^T with X_c^T fed back from the accumulators as A operands and
-//     L, T as B operands from shared memory: 20 mma per warp and no shared-memory round trip.
+//     L, T as B operands from shared memory: 20 mma per warp and no shared-memory round trip. The right-hand sides:
+//     beta K e^G from Ksc e^{ref}, beta V from global memory; W and U^T leave through a staging area over the B tiles.
 //   - diagonal blocks past kMaxSpan: exact per-element exponentials from a per-CTA global scratch (rare).
-constexpr int kPrep2Threads = 512;
+constexpr int kPrepThreads = 512;
 constexpr int kP2 = 136;  // bf16 pitch of the [row][d] operand tiles: 68 words, = 4 mod 32 (ldmatrix conflict-free)
 constexpr int kP2L = 72;  // bf16 pitch of L (64 x 64) and of the U^T staging rows
 constexpr int kP2T = 24;  // bf16 pitch of the 16 x 16 T_bb blocks
 constexpr int kScratchFloats = 3 * kC * kD;  // per CTA: G, k, q of the blocks past kMaxSpan
 
-struct Prep2Smem {
+struct PrepSmem {
     __nv_bfloat16 ksc[kC * kP2];
     __nv_bfloat16 qsc[kC * kP2];
     __nv_bfloat16 bt[10 * 16 * kP2];  // B tiles of the pairs (bi, bm), tile bi (bi + 1) / 2 + bm; then W / U^T staging
@@ -931,7 +820,7 @@ struct Prep2Smem {
     float beta[kC];
     int bad_w[16];  // per warp of the column pass: its columns' span exceeds kMaxSpan somewhere
 };
-static_assert(2 * (sizeof(Prep2Smem) + 1024) <= 228 * 1024, "two bf16 prep CTAs per SM");
+static_assert(2 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "two bf16 prep CTAs per SM");
 static_assert(kC * kP2 * 2 + kD * kP2L * 2 <= 10 * 16 * kP2 * 2, "W and U^T staging fit the B tiles");
 
 __device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* tile, int pitch, int kk, int lane, uint32_t (&a)[4]) {
@@ -941,11 +830,11 @@ __device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* tile, int pitch,
                  : "r"(smem_u32(p)));
 }
 
-__global__ void __launch_bounds__(kPrep2Threads, 2)
-    delta_rule_prep_bf16_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws, float* scratch_all,
+__global__ void __launch_bounds__(kPrepThreads, 2)
+    delta_rule_prep_kernel(DeltaArgs a, const int32_t* coff, int n_seqs, unsigned char* ws, float* scratch_all,
                                 unsigned long long* prof_out) {
     extern __shared__ __align__(16) unsigned char tc_smem_raw[];
-    Prep2Smem& sm = *reinterpret_cast<Prep2Smem*>(tc_smem_raw);
+    PrepSmem& sm = *reinterpret_cast<PrepSmem*>(tc_smem_raw);
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -1128,7 +1017,7 @@ __global__ void __launch_bounds__(kPrep2Threads, 2)
         }
         // diagonal blocks past kMaxSpan: exact, per-element exponentials (from this CTA's scratch)
         if (block_bad(0) || block_bad(1) || block_bad(2) || block_bad(3)) {
-            for (int e = tid; e < 4 * 256; e += kPrep2Threads) {
+            for (int e = tid; e < 4 * 256; e += kPrepThreads) {
                 const int b = e >> 8;
                 if (!block_bad(b)) continue;
                 const int il = (e >> 4) & 15, ml = e & 15;
@@ -1257,7 +1146,7 @@ __global__ void __launch_bounds__(kPrep2Threads, 2)
         mark(5);
 
         // 7. W and U^T to the record, 16-byte pieces
-        for (int e = tid; e < 2 * 1024; e += kPrep2Threads) {
+        for (int e = tid; e < 2 * 1024; e += kPrepThreads) {
             if (e < 1024) {
                 const int i = e >> 4, p = e & 15;
                 *reinterpret_cast<uint4*>(rec + kRecW + 16 * e) =
@@ -1500,9 +1389,6 @@ void delta_rule_chunk_tc(const DeltaArgs& a, int64_t n_seqs, void* stream) {
 void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens, void* stream) {
     if (n_seqs == 0 || a.n_heads == 0 || n_tokens == 0) return;
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
-    auto al = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-    const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.g) && a.k_dim % 4 == 0 && a.v_dim % 4 == 0 &&
-                     (a.q0 | a.q1 | a.k0 | a.k1 | a.v0 | a.v1 | a.g0 | a.g1) % 4 == 0;
     // Every sequence adds at most one partial chunk: the grid's upper bound on the chunk count.
     const int64_t max_chunks = (n_tokens + kC - 1) / kC + n_seqs;
     PENSTOCK_CHECK(max_chunks < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
@@ -1511,17 +1397,11 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     PENSTOCK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int64_t prep_items = max_chunks * a.n_heads;
     PENSTOCK_CHECK(prep_items < (int64_t{1} << 31)) << "gated_delta_rule_chunk: " << n_tokens << " tokens";
-    // The prep kernel: bf16 operands, two CTAs per SM (the default), or the tf32 one (PENSTOCK_KDA_PREP=tf32: one
-    // 32-warp CTA per SM; kept for comparison).
-    static const bool kTf32Prep = [] {
-        const char* e = std::getenv("PENSTOCK_KDA_PREP");
-        return e != nullptr && std::strcmp(e, "tf32") == 0;
-    }();
-    // Persistent CTAs: one per SM (tf32) or two (bf16), fewer when there are fewer items.
-    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, kTf32Prep ? sms : 2 * sms));
+    // Persistent prep CTAs, two per SM (fewer when there are fewer items).
+    const unsigned prep_ctas = static_cast<unsigned>(std::min<int64_t>(prep_items, 2 * sms));
     const size_t head_bytes = (static_cast<size_t>(n_seqs + 1) * sizeof(int32_t) + 255) / 256 * 256;
     const size_t rec_bytes = static_cast<size_t>(max_chunks) * static_cast<size_t>(a.n_heads) * kRecBytes;
-    const size_t scratch_bytes = kTf32Prep ? 0 : static_cast<size_t>(prep_ctas) * kScratchFloats * sizeof(float);
+    const size_t scratch_bytes = static_cast<size_t>(prep_ctas) * kScratchFloats * sizeof(float);
     const size_t bytes = head_bytes + rec_bytes + scratch_bytes;
     // Stream-ordered workspace (the default pool keeps its memory: CudaCachingAllocator sets its release threshold).
     unsigned char* ws = nullptr;
@@ -1529,7 +1409,6 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
     int32_t* coff = reinterpret_cast<int32_t*>(ws);
     chunk_offsets_kernel<<<1, 1024, 0, st>>>(a.cu, static_cast<int>(n_seqs), coff);
     PENSTOCK_CUDA_LAUNCH_CHECK();
-    constexpr size_t kPrepSmem = sizeof(PrepSmem);
     // Developer profile (PENSTOCK_KDA_TC_PROFILE=1, synchronises): the two kernels' times from events.
     static const bool kProfile = [] {
         const char* e = std::getenv("PENSTOCK_KDA_TC_PROFILE");
@@ -1544,29 +1423,14 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         PENSTOCK_CUDA_CHECK(cudaMemsetAsync(prof, 0, kPhases * sizeof(unsigned long long), st));
         PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[0], st));
     }
-    auto prep = [&](auto kernel) {
-        PENSTOCK_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-        kernel<<<prep_ctas, kPrepThreads, kPrepSmem, st>>>(a, coff, static_cast<int>(n_seqs), ws + head_bytes, prof);
-        PENSTOCK_CUDA_LAUNCH_CHECK();
-    };
-    if (!kTf32Prep) {
-        constexpr size_t kPrep2Smem = sizeof(Prep2Smem);
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_bf16_kernel,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(kPrep2Smem)));
-        PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_bf16_kernel,
-                                                 cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-        delta_rule_prep_bf16_kernel<<<prep_ctas, kPrep2Threads, kPrep2Smem, st>>>(
-            a, coff, static_cast<int>(n_seqs), ws + head_bytes,
-            reinterpret_cast<float*>(ws + head_bytes + rec_bytes), prof);
-        PENSTOCK_CUDA_LAUNCH_CHECK();
-    } else if (vec) {
-        prep(delta_rule_prep_kernel<kPrepThreads, true>);
-    } else {
-        prep(delta_rule_prep_kernel<kPrepThreads, false>);
-    }
+    constexpr size_t kPrepSmem = sizeof(PrepSmem);
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kPrepSmem)));
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_prep_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    delta_rule_prep_kernel<<<prep_ctas, kPrepThreads, kPrepSmem, st>>>(
+        a, coff, static_cast<int>(n_seqs), ws + head_bytes, reinterpret_cast<float*>(ws + head_bytes + rec_bytes), prof);
+    PENSTOCK_CUDA_LAUNCH_CHECK();
     if (kProfile) PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[1], st));
     constexpr size_t kStateSmem = 2 * sizeof(StateStage);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -15,7 +15,8 @@ bool delta_rule_chunk_tc_supported(int64_t k_dim, int64_t v_dim, int64_t chunk);
 void delta_rule_chunk_tc(const DeltaArgs& a, int64_t n_seqs, void* stream);
 
 // The split form (kTensorCoreSplit), same shapes: the chunk-parallel work of every (chunk, head) in one launch, its
-// products kept as bf16 in a stream-ordered workspace (~72.5 KB per chunk and head), then the state pass per
+// products kept as bf16 in a stream-ordered workspace (~72.5 KB per chunk and head, plus 96 KB of scratch per prep
+// CTA), then the state pass per
 // (sequence, head) on bf16 tensor cores. n_tokens: the rows of q (an upper bound for the chunk count).
 void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens, void* stream);
 
