@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Session 45, call F (needs an H200: torch's Kimi K3 KDA composition does not fit an 80 GB H100): bundle s45e =
-# 6b16841, conformance already passed on this binary (call E). The kda bench beside fla chunk_kda bf16 on the H200;
-# Kimi K3 layer 1 (KDA) native FP8 and bf16 weights around torch.compile + fla chunk_kda in the same call.
+# 6b16841, conformance already passed on this binary (call E). Kimi K3 layer 1 (KDA) native FP8 and bf16 weights around torch.compile + fla chunk_kda in the same call.
 set -uo pipefail
 NAME=s45e; O=/tmp/out.s45f; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,memory.total --format=csv,noheader; date -u
@@ -14,14 +13,6 @@ PYTHONPATH=/tmp/fla-site PYTHONUNBUFFERED=1 timeout 220 python3 tools/torch_laye
   --configs "$P/configs" --tokens 16384 > "$O/torch.kimi-k3-kda.16384.log" 2>&1
 echo "torch kimi-k3-kda rc $? at ${SECONDS}s"; grep "^# .*T=" "$O/torch.kimi-k3-kda.16384.log"
 LAYER_REPS=5 layer s45e k3kdaf8.2 kimi-k3.json 1:2 16384 --fp8-weights native
-save
-export PENSTOCK_KDA_BENCH_SHAPES=4096:96,16384:96,65536:96
-timeout 90 "$P/bin/penstock_bench_kernels" --only kda --warmup 1 --reps 5 > "$O/kda.1.jsonl" 2>&1
-echo "kda bench rc $? at ${SECONDS}s"; kda_split_lines "$O/kda.1.jsonl" s45e
-PENSTOCK_FLA_CASES=bf16 PYTHONPATH=/tmp/fla-site PYTHONUNBUFFERED=1 timeout 150 python3 tools/fla_kda_baseline.py 4096 16384 65536 > "$O/fla.jsonl" 2> "$O/fla.err.log"
-echo "fla rc $? at ${SECONDS}s"; python3 -c "
-import json
-for l in open('$O/fla.jsonl'): r=json.loads(l); print('fla bf16', r['tokens'], round(r['ms'],3))"
 save
 python3 - "$O" <<'PY'
 import glob, json, os, sys
