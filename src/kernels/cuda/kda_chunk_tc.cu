@@ -823,6 +823,8 @@ struct PrepSmem {
 static_assert(2 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "two bf16 prep CTAs per SM");
 static_assert(kC * kP2 * 2 + kD * kP2L * 2 <= 10 * 16 * kP2 * 2, "W and U^T staging fit the B tiles");
 
+// The A fragment (m16n8k16) of rows 0-15 and k-step kk of a bf16 tile stored [row][k] with `pitch` (a multiple of 8):
+// one ldmatrix.x4; lanes 0-15 address rows 0-15 at k 16 kk, lanes 16-31 the same rows at k 16 kk + 8.
 __device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* tile, int pitch, int kk, int lane, uint32_t (&a)[4]) {
     const __nv_bfloat16* p = tile + (lane & 15) * pitch + 16 * kk + 8 * (lane >> 4);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
