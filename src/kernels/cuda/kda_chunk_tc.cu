@@ -707,8 +707,11 @@ constexpr int kRecBytes = kRecGn + kD * 4;
 constexpr int kRecPieces = kRecBytes / 16;
 static_assert(kRecBytes % 16 == 0, "records are copied in 16-byte pieces");
 constexpr int kStateThreads = 256;
-constexpr int kPB = 136;  // bf16 pitch of the staged W and Q e^G rows: 68 words, = 4 mod 32 (conflict-free B loads)
-constexpr int kPS = 72;   // bf16 pitch of the staged Kd^T, U^T and A rows: 36 words, = 4 mod 32
+// Stages are unpadded (rows of 128 or 64 bf16) with the 16-byte chunks of row r stored at chunk index c ^ (r & 7):
+// the 8 rows an ldmatrix reads at one logical chunk fall in 8 different bank groups. Three stages fit (72.5 KB each).
+constexpr int kPB = kD;  // bf16 row length of the staged W and Q e^G
+constexpr int kPS = kC;  // bf16 row length of the staged Kd^T, U^T and A
+constexpr int kStages = 3;
 
 struct StateStage {
     __nv_bfloat16 w[kC * kPB];
@@ -735,6 +738,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // B fragments (m16n8k16) of n-tiles nt and nt + 1 at k-step kk from a bf16 tile stored [n][k] with `pitch` (a multiple
 // of 8): one ldmatrix.x4, b[0..1] for nt, b[2..3] for nt + 1. Lanes 8m..8m+7 address the rows of matrix m = (n-tile
 // nt + m / 2, k half m % 2).
+// The same from a swizzled state stage (row r's 16-byte chunk c at c ^ (r & 7); pitch = the row length).
+__device__ __forceinline__ void load_b_pair_sw(const __nv_bfloat16* tile, int pitch, int nt, int kk, int lane,
+                                               uint32_t (&b)[4]) {
+    const int m = lane >> 3, r = 8 * (nt + (m >> 1)) + (lane & 7);
+    const __nv_bfloat16* p = tile + r * pitch + 8 * ((2 * kk + (m & 1)) ^ (r & 7));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(smem_u32(p)));
+}
 __device__ __forceinline__ void load_b_pair(const __nv_bfloat16* tile, int pitch, int nt, int kk, int lane,
                                             uint32_t (&b)[4]) {
     const int m = lane >> 3, r = lane & 7;
@@ -1177,8 +1189,10 @@ __device__ __forceinline__ void load_record(StateStage& sg, const unsigned char*
     const unsigned char* src = rec + 16 * tid;
     // byte offsets in the stage: the W / Q e^G rows (16 pieces each) and the Kd^T / U^T / A rows (8 pieces each)
     const uint32_t base = smem_u32(&sg);
-    const uint32_t ob = base + (tid >> 4) * (kPB * 2) + 16 * (tid & 15);
-    const uint32_t os = base + (tid >> 3) * (kPS * 2) + 16 * (tid & 7);
+    // rows tid / 16 + 16 j (W, Q e^G) and tid / 8 + 32 j (the others): the swizzle term r & 7 is the same in every pass
+    static_assert(kThreadsT % 128 == 0, "rows a multiple of 8 apart between passes");
+    const uint32_t ob = base + (tid >> 4) * (kPB * 2) + 16 * ((tid & 15) ^ ((tid >> 4) & 7));
+    const uint32_t os = base + (tid >> 3) * (kPS * 2) + 16 * ((tid & 7) ^ ((tid >> 3) & 7));
     constexpr uint32_t kW = offsetof(StateStage, w), kQg = offsetof(StateStage, qg);
     constexpr uint32_t kKdt = offsetof(StateStage, kdt), kUt = offsetof(StateStage, ut), kA = offsetof(StateStage, a);
     constexpr uint32_t kStepB = (kThreadsT / 16) * kPB * 2, kStepS = (kThreadsT / 8) * kPS * 2;  // bytes per pass
@@ -1228,15 +1242,18 @@ __global__ void __launch_bounds__(kStateThreads, 1)
     }
 
     load(0, 0);
+    if (n_chunks > 1) load(1, 1);
     for (int c = 0; c < n_chunks; ++c) {
-        if (c + 1 < n_chunks) {
-            load(c + 1, (c + 1) & 1);
+        if (c + 2 < n_chunks) {
+            load(c + 2, (c + 2) % kStages);  // that stage held chunk c - 1, freed by its closing barrier
+            cp_async_wait<2>();
+        } else if (c + 1 < n_chunks) {
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads();  // chunk c's record is in stage[c & 1]
-        const StateStage& sg = stage[c & 1];
+        __syncthreads();  // chunk c's record is in stage[c % kStages]
+        const StateStage& sg = stage[c % kStages];
         const int c0 = row0 + kC * c, n = min(kC, row1 - c0);
         if (owns_cols) {
             // V'^T = U^T - S^T W^T (A = S^T as bf16 from the accumulators, B = W rows)
@@ -1245,8 +1262,9 @@ __global__ void __launch_bounds__(kStateThreads, 1)
             for (int ni = 0; ni < 8; ++ni) {
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
+                    const int jr = j0 + g + 8 * hf;
                     const __nv_bfloat162 u =
-                        *reinterpret_cast<const __nv_bfloat162*>(sg.ut + (j0 + g + 8 * hf) * kPS + 8 * ni + 2 * t);
+                        *reinterpret_cast<const __nv_bfloat162*>(sg.ut + jr * kPS + 8 * (ni ^ (jr & 7)) + 2 * t);
                     vp[ni][2 * hf] = __low2float(u);
                     vp[ni][2 * hf + 1] = __high2float(u);
                 }
@@ -1262,10 +1280,10 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
                 for (int ni = 0; ni < 8; ni += 2) {
                     uint32_t b[4];
-                    load_b_pair(sg.w, kPB, ni, kk, lane, b);
+                    load_b_pair_sw(sg.w, kPB, ni, kk, lane, b);
                     mma_bf16(vp[ni], sn, b[0], b[1]);
                     mma_bf16(vp[ni + 1], sn, b[2], b[3]);
-                    load_b_pair(sg.qg, kPB, ni, kk, lane, b);
+                    load_b_pair_sw(sg.qg, kPB, ni, kk, lane, b);
                     mma_bf16(o[ni], sp, b[0], b[1]);
                     mma_bf16(o[ni + 1], sp, b[2], b[3]);
                 }
@@ -1285,7 +1303,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
                 for (int ni = 2 * kk; ni < 8; ni += 2) {
                     uint32_t b[4];
-                    load_b_pair(sg.a, kPS, ni, kk, lane, b);
+                    load_b_pair_sw(sg.a, kPS, ni, kk, lane, b);
                     mma_bf16(o[ni], va[kk], b[0], b[1]);
                     mma_bf16(o[ni + 1], va[kk], b[2], b[3]);
                 }
@@ -1314,13 +1332,13 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
                 for (int nd = 0; nd < 16; nd += 2) {
                     uint32_t b[4];
-                    load_b_pair(sg.kdt, kPS, nd, kk, lane, b);
+                    load_b_pair_sw(sg.kdt, kPS, nd, kk, lane, b);
                     mma_bf16(S[nd], va[kk], b[0], b[1]);
                     mma_bf16(S[nd + 1], va[kk], b[2], b[3]);
                 }
             }
         }
-        __syncthreads();  // stage[c & 1] is free for chunk c + 2
+        __syncthreads();  // stage[c % kStages] is free for chunk c + 3
     }
 
 #pragma unroll
@@ -1434,7 +1452,7 @@ void delta_rule_chunk_split(const DeltaArgs& a, int64_t n_seqs, int64_t n_tokens
         a, coff, static_cast<int>(n_seqs), ws + head_bytes, reinterpret_cast<float*>(ws + head_bytes + rec_bytes), prof);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     if (kProfile) PENSTOCK_CUDA_CHECK(cudaEventRecord(ev[1], st));
-    constexpr size_t kStateSmem = 2 * sizeof(StateStage);
+    constexpr size_t kStateSmem = kStages * sizeof(StateStage);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kStateSmem)));
     delta_rule_state_kernel<<<static_cast<unsigned>(n_seqs * a.n_heads), kStateThreads, kStateSmem, st>>>(
