@@ -265,8 +265,10 @@ struct MoeAlignParams {
     int32_t expert_begin = 0;
 };
 
-// Gathers token rows into expert order: out[i] = in[sorted_pairs[i] / top_k] for i < n_rows.
-// Any dtype (rows are moved as bytes: f32, bf16, e4m3 activations or their f32 block scales); last dims contiguous.
+// Gathers token rows into expert order: out[i] = in[sorted_pairs[i] / top_k] for i < n_rows, where sorted_pairs'
+// first n_rows entries are distinct pairs in [0, n_tokens * top_k) (moe_align's output), so that a backend may copy
+// in token order (each token row read once, CUDA) instead. Any dtype (rows are moved as bytes: f32, bf16, e4m3
+// activations or their f32 block scales); last dims contiguous.
 struct MoePermuteParams {
     TensorView out;           // [n_rows, hidden], in's dtype
     TensorView in;            // [n_tokens, hidden]

@@ -6,7 +6,8 @@
 //     (one block per expert), a block scan over experts (CUB BlockScan), then a scatter where one warp walks its
 //     chunk in order (ranks within 32 pairs from __match_any_sync). Integer atomics on shared memory only; the
 //     result is deterministic.
-//   moe_permute: row gather. moe_unpermute: an inverse pair -> row map, then one block per token adds its slots in
+//   moe_permute: token order (each token row read once, stored to its top_k rows through the inverse pair -> row
+//     map) for 16-byte rows, else a row gather. moe_unpermute: an inverse pair -> row map, then one block per token adds its slots in
 //     increasing slot order (no float atomics: deterministic).
 // Scratch for moe_align / moe_unpermute comes from cudaMallocAsync on the stream (stream-ordered, graph capturable).
 // TODO(#7): take that scratch from the forward's Workspace.
@@ -266,6 +267,39 @@ __global__ void permute_kernel(T* out, const T* in, const int32_t* sorted_pairs,
                    static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
+// The same rows in token order: warp w of the grid reads token w's row once (16-byte chunks, four in flight per lane)
+// and stores it to each of its top_k rows, row_of_pair[token * top_k + k] (-1: not in out). Lane k holds slot k's
+// row (top_k <= 32). A gather reads each token's row top_k times, mostly from DRAM at prefill sizes (16K tokens of 14
+// KB do not stay in L2 between an expert group and the next); this reads it once: 1 + top_k row transfers per token
+// instead of 2 top_k. out's bytes are the gather's (sorted_pairs' first n_rows entries are distinct).
+constexpr int kScatterWarps = 8;
+
+__global__ void __launch_bounds__(32 * kScatterWarps)
+    permute_scatter_kernel(uint4* out, const uint4* in, const int32_t* row_of_pair, int64_t chunks, int top_k,
+                           int64_t n_tokens, int64_t os, int64_t is) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int64_t token = static_cast<int64_t>(blockIdx.x) * kScatterWarps + (threadIdx.x >> 5);
+    if (token >= n_tokens) return;
+    const int32_t my_row = lane < top_k ? row_of_pair[token * top_k + lane] : -1;
+    const uint4* src = in + token * is;
+    for (int64_t c = lane; c < chunks; c += 4 * 32) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (c + 32 * j < chunks) v[j] = __ldcs(src + c + 32 * j);  // read once: streaming
+        }
+        for (int k = 0; k < top_k; ++k) {
+            const int32_t row = __shfl_sync(0xffffffffu, my_row, k);
+            if (row < 0) continue;
+            uint4* dst = out + row * os;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (c + 32 * j < chunks) dst[c + 32 * j] = v[j];
+            }
+        }
+    }
+}
+
 __global__ void inverse_pairs_kernel(int32_t* row_of_pair, const int32_t* sorted_pairs, int64_t n_rows,
                                      int64_t n_pairs) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_rows;
@@ -455,6 +489,28 @@ void moe_permute(const kernels::MoePermuteParams& p, void* stream) {
     const int64_t n_rows = p.out.size(0);
     if (n_rows == 0) return;
     const auto s = static_cast<cudaStream_t>(stream);
+    const int64_t n_tokens = p.in.size(0);
+    const int64_t n_pairs = n_tokens * p.top_k;
+    const int64_t es = static_cast<int64_t>(dtype_bytes(p.in.dtype, 1));
+    const int64_t row_bytes = p.out.size(1) * es;
+    // Token order (one read of each token row, one warp per token) for 16-byte rows and top_k <= 32; else the
+    // gather (one block per out row). Small rows gain too: FP8 activations' block scales (224-byte rows at 7168
+    // columns) took one 128-thread block per row.
+    if (p.top_k <= 32 && row_bytes % 16 == 0 && (p.out.stride(0) * es) % 16 == 0 &&
+        (p.in.stride(0) * es) % 16 == 0 && is_aligned16(p.out.data) && is_aligned16(p.in.data) && n_tokens > 0) {
+        StreamScratch row_of_pair(sizeof(int32_t) * static_cast<size_t>(n_pairs), s);
+        PENSTOCK_CUDA_CHECK(
+            cudaMemsetAsync(row_of_pair.i32(), 0xff, sizeof(int32_t) * static_cast<size_t>(n_pairs), s));
+        inverse_pairs_kernel<<<blocks_for(n_rows, 256), 256, 0, s>>>(row_of_pair.i32(),
+                                                                     p.sorted_pairs.ptr<const int32_t>(), n_rows, n_pairs);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        const auto blocks = static_cast<unsigned>((n_tokens + kScatterWarps - 1) / kScatterWarps);  // a warp a token
+        permute_scatter_kernel<<<blocks, 32 * kScatterWarps, 0, s>>>(
+            static_cast<uint4*>(p.out.data), static_cast<const uint4*>(p.in.data), row_of_pair.i32(), row_bytes / 16,
+            p.top_k, n_tokens, p.out.stride(0) * es / 16, p.in.stride(0) * es / 16);
+        PENSTOCK_CUDA_LAUNCH_CHECK();
+        return;
+    }
     if (p.out.dtype == DType::kF8E4M3) {  // e4m3 activations: rows of bytes
         permute_kernel<uint8_t><<<static_cast<unsigned>(n_rows), 128, 0, s>>>(
             static_cast<uint8_t*>(p.out.data), static_cast<const uint8_t*>(p.in.data),

@@ -178,9 +178,12 @@ void moe_permute(const kernels::MoePermuteParams& p, ThreadPool* pool) {
     PENSTOCK_CHECK_EQ(p.in.stride(1), 1);
     PENSTOCK_CHECK_GE(p.sorted_pairs.size(0), n_rows);
     PENSTOCK_CHECK_GE(p.top_k, 1);
+    std::vector<bool> seen(static_cast<size_t>(n_tokens * p.top_k), false);
     for (int64_t i = 0; i < n_rows; ++i) {
         const int64_t pair = *p.sorted_pairs.at<const int32_t>({i});
         PENSTOCK_CHECK(0 <= pair && pair < n_tokens * p.top_k) << "moe_permute: row " << i << " pair " << pair;
+        PENSTOCK_CHECK(!seen[static_cast<size_t>(pair)]) << "moe_permute: pair " << pair << " repeats at row " << i;
+        seen[static_cast<size_t>(pair)] = true;
     }
     const size_t es = dtype_bytes(p.in.dtype, 1);
     parallel_for(pool, n_rows, /*grain=*/16, [&](int64_t begin, int64_t end) {

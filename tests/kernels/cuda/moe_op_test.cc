@@ -167,6 +167,25 @@ TEST_F(MoeOpTest, PermuteAndUnpermute) {
             ref::moe_permute(
                 {.out = perm.hv, .in = in.hv, .sorted_pairs = sorted_host, .top_k = static_cast<int>(top_k)}, nullptr);
             expect_pair_close(perm, perm.hv, kExact, stream());
+            if (hidden >= 256) {
+                // 16-byte aligned rows (the GPU's token-order copy; the strided views above take its gather): all
+                // rows, then the first half only (an expert-parallel rank's slice) into rows with a pitch wider than
+                // hidden, where rows of pairs past the slice must not be written.
+                const Pair in_c = random_pair(rng, {n_tokens, hidden}, dt, false, alloc(), stream());
+                for (const int64_t rows : {n_rows, n_rows / 2}) {
+                    const int64_t pitch = rows == n_rows ? hidden : hidden + 8;
+                    Pair out_c = poisoned_pair({rows, pitch}, dt, false, alloc(), stream());
+                    out_c.hv = out_c.hv.slice(1, 0, hidden);
+                    out_c.dv = out_c.dv.slice(1, 0, hidden);
+                    cuda::moe_permute({.out = out_c.dv, .in = in_c.dv, .sorted_pairs = sorted_dev,
+                                       .top_k = static_cast<int>(top_k)},
+                                      raw_stream());
+                    ref::moe_permute({.out = out_c.hv, .in = in_c.hv, .sorted_pairs = sorted_host,
+                                      .top_k = static_cast<int>(top_k)},
+                                     nullptr);
+                    expect_pair_close(out_c, out_c.hv, kExact, stream());
+                }
+            }
 
             if (dt == DType::kBF16) {  // e4m3 rows (FP8 experts permute quantised tokens): bytes, bit for bit
                 Tensor q_h = Tensor::empty({n_tokens, hidden}, DType::kF8E4M3);
