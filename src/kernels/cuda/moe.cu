@@ -348,13 +348,22 @@ __global__ void unpermute_vec_kernel(T* out, const T* expert_out, const int32_t*
         float acc[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) acc[j] = to_f32(d.v[j]);
-        for (int k = 0; k < top_k; ++k) {
-            const int32_t row = rows[k];
-            if (row < 0) continue;
-            const P x = *reinterpret_cast<const P*>(expert_out + row * es + h);
-            const float w = wts[k];
+        // Four slots' loads in flight before their adds (a DRAM latency per slot otherwise); the adds stay in slot
+        // order.
+        for (int k0 = 0; k0 < top_k; k0 += 4) {
+            P x[4];
 #pragma unroll
-            for (int j = 0; j < V; ++j) acc[j] = fmaf(w, to_f32(x.v[j]), acc[j]);
+            for (int u = 0; u < 4; ++u) {
+                const int32_t row = k0 + u < top_k ? rows[k0 + u] : -1;
+                if (row >= 0) x[u] = *reinterpret_cast<const P*>(expert_out + row * es + h);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                if (k0 + u >= top_k || rows[k0 + u] < 0) continue;
+                const float w = wts[k0 + u];
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] = fmaf(w, to_f32(x[u].v[j]), acc[j]);
+            }
         }
         P o;
 #pragma unroll
