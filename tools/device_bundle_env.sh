@@ -61,6 +61,15 @@ ncu_sass() {
   sed -n '/^regions/,$p' "${O}/${tag}.hotspots.txt" | head -14
 }
 
+# torch_layer_baseline.py for one model and token count, with fla on PYTHONPATH (install the carried wheels into
+# /tmp/fla-site first); writes $O/torch.MODEL.TOKENS.log and prints its summary lines.
+#   torch_layer MODEL TOKENS TIMEOUT     e.g. torch_layer kimi-k3-kda 16384 200
+torch_layer() {
+  PYTHONPATH=/tmp/fla-site PYTHONUNBUFFERED=1 timeout "$3" python3 tools/torch_layer_baseline.py --model "$1" \
+    --configs "${P}/configs" --tokens "$2" > "${O}/torch.$1.$2.log" 2>&1
+  echo "torch $1 $2 rc $? at ${SECONDS}s"; grep "^# .*T=" "${O}/torch.$1.$2.log"
+}
+
 # A conformance run first, as every A/B script does: BIN's gtest FILTER into $O/conf.log, one summary line, and a
 # nonzero status unless gtest passed every test (scripts stop on it before timing anything).
 #   conformance BIN FILTER [TIMEOUT]     e.g. conformance "$P/bin/cuda_kernels_test" 'KdaOpTest.DeltaRule*' || exit 0

@@ -12,11 +12,6 @@ save() { cd "$O" && tar czf "${OUT:-/tmp}/s46f.tgz" *.log *.json *.jsonl 2>/dev/
 case "$gpu" in *H200*) ;; *) echo "not an H200 ($gpu): stopping"; exit 0 ;; esac
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fla-site .whl/*.whl \
   > "$O/pip.log" 2>&1 || echo "fla wheels: install failed"
-torch_layer() {  # MODEL TOKENS TIMEOUT
-  PYTHONPATH=/tmp/fla-site PYTHONUNBUFFERED=1 timeout "$3" python3 tools/torch_layer_baseline.py --model "$1" \
-    --configs "$P/configs" --tokens "$2" > "$O/torch.$1.$2.log" 2>&1
-  echo "torch $1 $2 rc $? at ${SECONDS}s"; grep "^# .*T=" "$O/torch.$1.$2.log"
-}
 LAYER_REPS=5 layer s46c k3kdaf8.1 kimi-k3.json 1:2 16384 --fp8-weights native
 LAYER_REPS=5 layer s46c k3kdabf.1 kimi-k3.json 1:2 16384 --fp8-weights dequant
 torch_layer kimi-k3-kda 16384 200
