@@ -7,8 +7,8 @@
 //     chunk in order (ranks within 32 pairs from __match_any_sync). Integer atomics on shared memory only; the
 //     result is deterministic.
 //   moe_permute: token order (each token row read once, stored to its top_k rows through the inverse pair -> row
-//     map) for 16-byte rows, else a row gather. moe_unpermute: an inverse pair -> row map, then one block per token adds its slots in
-//     increasing slot order (no float atomics: deterministic).
+//     map) for 16-byte rows, else a row gather. moe_unpermute: an inverse pair -> row map, then one block per token
+//     adds its slots in increasing slot order (no float atomics: deterministic).
 // Scratch for moe_align / moe_unpermute comes from cudaMallocAsync on the stream (stream-ordered, graph capturable).
 // TODO(#7): take that scratch from the forward's Workspace.
 #include <cuda_runtime.h>
@@ -181,8 +181,8 @@ __global__ void align_count_kernel(int32_t* counts, const int32_t* topk_ids, int
 
 // Per expert (one block each): its counts over chunks -> exclusive prefix (in place); totals[e] = the expert's count.
 constexpr int kScanThreads = 128;
-__global__ void __launch_bounds__(kScanThreads) align_scan_chunks_kernel(int32_t* counts, int32_t* totals,
-                                                                        int n_chunks, int n_experts) {
+__global__ void __launch_bounds__(kScanThreads)
+    align_scan_chunks_kernel(int32_t* counts, int32_t* totals, int n_chunks, int n_experts) {
     using Scan = cub::BlockScan<int32_t, kScanThreads>;
     __shared__ typename Scan::TempStorage tmp;
     const int e = static_cast<int>(blockIdx.x);
@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kScanThreads) align_scan_chunks_kernel(int32_t
 
 // One block: expert_offsets = exclusive scan of totals (n_experts + 1 entries).
 constexpr int kExpertScanThreads = 1024;
-__global__ void __launch_bounds__(kExpertScanThreads) align_scan_experts_kernel(int32_t* offsets,
-                                                                                const int32_t* totals, int n_experts) {
+__global__ void __launch_bounds__(kExpertScanThreads)
+    align_scan_experts_kernel(int32_t* offsets, const int32_t* totals, int n_experts) {
     using Scan = cub::BlockScan<int32_t, kExpertScanThreads>;
     __shared__ typename Scan::TempStorage tmp;
     int32_t carry = 0;
@@ -505,13 +505,13 @@ void moe_permute(const kernels::MoePermuteParams& p, void* stream) {
     // Token order (one read of each token row, one warp per token) for 16-byte rows and top_k <= 32; else the
     // gather (one block per out row). Small rows gain too: FP8 activations' block scales (224-byte rows at 7168
     // columns) took one 128-thread block per row.
-    if (p.top_k <= 32 && row_bytes % 16 == 0 && (p.out.stride(0) * es) % 16 == 0 &&
-        (p.in.stride(0) * es) % 16 == 0 && is_aligned16(p.out.data) && is_aligned16(p.in.data) && n_tokens > 0) {
+    if (p.top_k <= 32 && row_bytes % 16 == 0 && (p.out.stride(0) * es) % 16 == 0 && (p.in.stride(0) * es) % 16 == 0 &&
+        is_aligned16(p.out.data) && is_aligned16(p.in.data) && n_tokens > 0) {
         StreamScratch row_of_pair(sizeof(int32_t) * static_cast<size_t>(n_pairs), s);
         PENSTOCK_CUDA_CHECK(
             cudaMemsetAsync(row_of_pair.i32(), 0xff, sizeof(int32_t) * static_cast<size_t>(n_pairs), s));
-        inverse_pairs_kernel<<<blocks_for(n_rows, 256), 256, 0, s>>>(row_of_pair.i32(),
-                                                                     p.sorted_pairs.ptr<const int32_t>(), n_rows, n_pairs);
+        inverse_pairs_kernel<<<blocks_for(n_rows, 256), 256, 0, s>>>(
+            row_of_pair.i32(), p.sorted_pairs.ptr<const int32_t>(), n_rows, n_pairs);
         PENSTOCK_CUDA_LAUNCH_CHECK();
         const auto blocks = static_cast<unsigned>((n_tokens + kScatterWarps - 1) / kScatterWarps);  // a warp a token
         permute_scatter_kernel<<<blocks, 32 * kScatterWarps, 0, s>>>(
@@ -523,8 +523,7 @@ void moe_permute(const kernels::MoePermuteParams& p, void* stream) {
     if (p.out.dtype == DType::kF8E4M3) {  // e4m3 activations: rows of bytes
         permute_kernel<uint8_t><<<static_cast<unsigned>(n_rows), 128, 0, s>>>(
             static_cast<uint8_t*>(p.out.data), static_cast<const uint8_t*>(p.in.data),
-            p.sorted_pairs.ptr<const int32_t>(), p.out.size(1), p.top_k, p.in.size(0), p.out.stride(0),
-            p.in.stride(0));
+            p.sorted_pairs.ptr<const int32_t>(), p.out.size(1), p.top_k, p.in.size(0), p.out.stride(0), p.in.stride(0));
     } else {
         dispatch_float(p.out.dtype, op, [&](auto t) {
             using T = decltype(t);
