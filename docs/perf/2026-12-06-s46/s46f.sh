@@ -17,6 +17,7 @@ LAYER_REPS=5 layer s46c k3kdabf.1 kimi-k3.json 1:2 16384 --fp8-weights dequant
 torch_layer kimi-k3-kda 16384 200
 LAYER_REPS=5 layer s46c k3kdaf8.2 kimi-k3.json 1:2 16384 --fp8-weights native
 save
+[ "${SECONDS}" -lt 180 ] || exit 0
 LAYER_REPS=6 layer s46c dsv3bf.1 deepseek-v3.json 3:4 16384 --fp8-weights dequant
 LAYER_REPS=6 layer s45j dsv3bf.1 deepseek-v3.json 3:4 16384 --fp8-weights dequant
 torch_layer deepseek-v3 16384 120
