@@ -149,11 +149,16 @@ enum class AttentionMaskKind : uint8_t {
 // A row that sees no key gets out = 0 and lse = -inf (so merging it is a no-op). k, v may be strided views of one
 // buffer (e.g. the MLA absorbed form uses v = the first d_v columns of k).
 struct AttentionParams {
-    TensorView out;           // [total_q, n_heads, d_v] f32
-    TensorView lse;           // [total_q, n_heads] f32; may be empty (data null: not computed, e.g. one key round)
-    TensorView q;             // [total_q, n_heads, d_qk] f32, strided on dims 0 and 1
-    TensorView k;             // [total_k, n_kv_heads, d_qk] f32, strided on dims 0 and 1
-    TensorView v;             // [total_k, n_kv_heads, d_v] f32, strided on dims 0 and 1
+    TensorView out;  // [total_q, n_heads, d_v] f32
+    TensorView lse;  // [total_q, n_heads] f32; may be empty (data null: not computed, e.g. one key round)
+    TensorView q;    // [total_q, n_heads, d_qk] f32, strided on dims 0 and 1
+    TensorView k;    // [total_k, n_kv_heads, d_qk] f32, strided on dims 0 and 1
+    TensorView v;    // [total_k, n_kv_heads, d_v] f32, strided on dims 0 and 1
+    // Optional (data null: none): the keys' last columns, key row j of kv head h being [k[j, h, :] ; k_rope[j, h, :]]
+    // with k then [total_k, n_kv_heads, d_qk - d_rope]. MLA's MHA form passes its one rope head this way, broadcast
+    // over the heads by a stride-0 view, so that K's rope columns are never written per head. Not with FP8 q / k / v.
+    // A backend whose kernel does not read it concatenates the two into one k first (the reference always does).
+    TensorView k_rope{};      // [total_k, n_kv_heads, d_rope] in k's dtype, strided on dims 0 and 1 (stride 0 allowed)
     TensorView cu_seqlens_q;  // [n_seqs + 1] i32
     TensorView cu_seqlens_k;  // [n_seqs + 1] i32
     TensorView q_pos0;        // [n_seqs] i32

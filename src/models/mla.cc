@@ -252,7 +252,6 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
     const MlaDims& d = dims_;
     const int64_t n = layout.n_tokens;
     const int64_t n_seqs = layout.n_seqs;
-    const int64_t qk = d.qk_head_dim();
     // Each round expands at most `piece` keys per sequence, so a round holds <= capacity keys in total.
     const int64_t piece = std::max<int64_t>(1, capacity / std::max<int64_t>(n_seqs, 1));
     const int64_t n_rounds = mha_key_rounds(batch, n_seqs, capacity);
@@ -321,58 +320,35 @@ bool MlaAttention::attend_mha(const ForwardBatch& batch, const BatchLayout& layo
                                .cu_rows = cu_k,
                                .pos0 = k_pos0},
                               ctx);
-        // K = [k_nope_h ; k_pe] and V per head from c (the latent's first kv_lora columns): k_nope_h = c @ W_UK_h^T
-        // straight into K's head slices and v_h = c @ W_UV_h^T into V, two GEMMs batched over the heads (strided
-        // head views of kv_b, c broadcast with a batch stride of 0; absorb_q's scheme), so no [total, H, nope + v]
-        // intermediate is written and copied apart (FP8 attention with an e4m3 kv_b writes that intermediate and
-        // quantises views of it instead). k_pe (one head) is broadcast over the heads with a stride-0 view.
+        // K = [k_nope_h ; k_pe] and V per head from c (the latent's first kv_lora columns): [k_nope_h ; v_h] =
+        // c @ W_kv_b_h^T for every head in one GEMM into kv_rows [total, H * (nope + v)], read by the attention as
+        // strided views (no copy). k_pe (the latent's one rope head) goes to the attention as AttentionParams::k_rope,
+        // broadcast over the heads by a stride-0 view, so K's rope columns are never written per head (a backend
+        // kernel that does not read k_rope gets the two concatenated). FP8 attention with an e4m3 kv_b writes
+        // kv_rows by a block-scaled FP8 linear and quantises views of it and of k_pe.
         const TensorView w = kv_b_proj_.weight;  // [H * (nope + v), kv_lora]
         const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
         PENSTOCK_CHECK(w.stride(1) == 1) << "kv_b: last dim must be contiguous";
-        Tensor k, v_buf, kv_rows;
-        TensorView k_nope, v;
+        Tensor kv_rows = scratch(ctx, {total, d.n_heads * head_rows}, act);
         if (fp8 && kv_b_fp8_.fp8()) {
-            // FP8 attention with kv_b in e4m3: K's nope columns and V of every head from one block-scaled FP8 linear
-            // of the latents ([total, H * (nope + v)], the latents quantised per 128 columns), read by the quantisers
-            // below as strided views.
-            kv_rows = scratch(ctx, {total, d.n_heads * head_rows}, act);
+            // (the latents quantised per 128 columns)
             linear_forward(kv_b_fp8_, latent.view().slice(1, 0, d.kv_lora_rank), kv_rows, ctx);
-            const TensorView kv3 = kv_rows.view().reshape({total, d.n_heads, head_rows});
-            k_nope = kv3.slice(2, 0, d.qk_nope_head_dim);
-            v = kv3.slice(2, d.qk_nope_head_dim, head_rows);
         } else {
-            const TensorView c_heads =
-                latent.view().as_strided(0, {d.n_heads, total, d.kv_lora_rank}, {0, d.latent_dim(), 1});
-            k = scratch(ctx, {total, d.n_heads, qk}, act);
-            v_buf = scratch(ctx, {total, d.n_heads, d.v_head_dim}, act);
-            kernels::gemm(
-                {.out = k.view().as_strided(0, {d.n_heads, total, d.qk_nope_head_dim}, {qk, d.n_heads * qk, 1}),
-                 .a = c_heads,
-                 .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
-                                   {head_rows * w.stride(0), w.stride(0), 1}),
-                 .trans_b = true},
-                ctx);
-            kernels::gemm(
-                {.out = v_buf.view().as_strided(0, {d.n_heads, total, d.v_head_dim},
-                                                {d.v_head_dim, d.n_heads * d.v_head_dim, 1}),
-                 .a = c_heads,
-                 .b = w.as_strided(d.qk_nope_head_dim * w.stride(0), {d.n_heads, d.v_head_dim, d.kv_lora_rank},
-                                   {head_rows * w.stride(0), w.stride(0), 1}),
-                 .trans_b = true},
-                ctx);
-            k_nope = k.view().slice(2, 0, d.qk_nope_head_dim);
-            v = v_buf.view();
+            kernels::gemm({.out = kv_rows, .a = latent.view().slice(1, 0, d.kv_lora_rank), .b = w, .trans_b = true},
+                          ctx);
         }
+        const TensorView kv3 = kv_rows.view().reshape({total, d.n_heads, head_rows});
+        const TensorView k_nope = kv3.slice(2, 0, d.qk_nope_head_dim);
+        const TensorView v = kv3.slice(2, d.qk_nope_head_dim, head_rows);
         const TensorView k_pe =
             latent.view().as_strided(d.kv_lora_rank, {total, d.n_heads, d.qk_rope_head_dim}, {d.latent_dim(), 0, 1});
-        // (FP8: the quantiser reads k_pe itself, so K's rope columns are never written in bf16)
-        if (!fp8) kernels::copy({.out = k.view().slice(2, d.qk_nope_head_dim, qk), .in = k_pe}, ctx);
         expand_scope.reset();
         const kernels::AttentionParams ap{.out = direct ? out3 : piece_out.view(),
                                           .lse = direct ? TensorView{} : piece_lse.view(),  // one round: no merge
                                           .q = q,
-                                          .k = fp8 ? TensorView{} : k.view(),  // (FP8: k_nope and k_pe)
+                                          .k = fp8 ? TensorView{} : k_nope,  // (FP8: k_nope and k_pe)
                                           .v = v,
+                                          .k_rope = fp8 ? TensorView{} : k_pe,
                                           .cu_seqlens_q = layout.cu_seqlens_q,
                                           .cu_seqlens_k = cu_k,
                                           .q_pos0 = layout.q_pos0,

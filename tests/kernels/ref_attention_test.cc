@@ -1,7 +1,8 @@
 // CPU reference attention tests: varlen causal attention in absolute positions against a naive double computation
 // (GQA ratios 1/3/4, MQA with v a strided view of k's first d_v columns, cached prefixes, rows with no visible key,
 // non-causal), merge_attention against a naive log-sum-exp merge, split-keys + merge == one-shot, thread-count
-// independence, and the host-side hints (checked, never used).
+// independence, the host-side hints (checked, never used), and k_rope (the keys' last columns from a second, possibly
+// head-broadcast tensor).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -327,6 +328,51 @@ TEST(RefAttention, ThreadCountIndependent) {
     }
     EXPECT_TRUE(same_bits(results[0], results[1]));
     EXPECT_TRUE(same_bits(results[0], results[2]));
+}
+
+// AttentionParams::k_rope: the keys' last columns from a second tensor, per kv head or broadcast over the heads by a
+// stride-0 view (MLA's MHA form). The result is bit for bit that of one k holding [k ; k_rope] per row and head, and
+// k_rope whose rows, heads or dtype differ from k's aborts.
+TEST(RefAttention, KRopeIsTheKeysLastColumns) {
+    constexpr uint32_t kSeed = 1717;
+    PENSTOCK_SEEDED(kSeed);
+    std::mt19937 rng(kSeed);
+    for (const bool bcast : {false, true}) {
+        SCOPED_TRACE(bcast ? "broadcast over heads" : "per kv head");
+        const AttnCase c{"k_rope", 4, 2, 24, 16, {{9, 9, 0, 0}, {5, 12, 7, 0}}, true, true};
+        AttnInputs in = make_inputs(rng, c);
+        const int64_t dk = 16, dr = c.d_qk - dk;
+        const Buffer rope = random_buffer(rng, {in.total_k, bcast ? 1 : c.n_kv_heads, dr}, true);
+        const TensorView k_rope =
+            bcast ? rope.view.as_strided(0, {in.total_k, c.n_kv_heads, dr}, {rope.view.stride(0), 0, 1}) : rope.view;
+        // The joined k: [k[:, :, :dk] ; k_rope] written into the case's own k, which the plain call then reads whole.
+        ref::copy({.out = in.k.view.slice(2, dk, c.d_qk), .in = k_rope}, nullptr);
+        const AttnOutputs whole = run_ref(c, in, nullptr);
+        AttnOutputs split{
+            Tensor::from_f32({in.total_q, c.n_heads, c.d_v},
+                             std::vector<float>(size_t(in.total_q * c.n_heads * c.d_v), NAN)),
+            Tensor::from_f32({in.total_q, c.n_heads}, std::vector<float>(size_t(in.total_q * c.n_heads), NAN))};
+        kernels::AttentionParams p{.out = split.out,
+                                   .lse = split.lse,
+                                   .q = in.q.view,
+                                   .k = in.k.view.slice(2, 0, dk),
+                                   .v = in.v_view,
+                                   .k_rope = k_rope,
+                                   .cu_seqlens_q = in.cu_q,
+                                   .cu_seqlens_k = in.cu_k,
+                                   .q_pos0 = in.q_pos0,
+                                   .k_pos0 = in.k_pos0,
+                                   .scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk)),
+                                   .causal = c.causal};
+        ref::attention(p, nullptr);
+        EXPECT_TRUE(same_bits(read_f32(whole.out), read_f32(split.out))) << "out";
+        EXPECT_TRUE(same_bits(read_f32(whole.lse), read_f32(split.lse))) << "lse";
+        std::vector<double> out, lse;
+        naive_attention(c, in, &out, &lse);
+        EXPECT_TRUE(all_close(read_f32(split.out), out, kF32Reduction, {in.total_q, c.n_heads, c.d_v})) << "naive";
+        p.k_rope = k_rope.slice(0, 0, in.total_k - 1);
+        EXPECT_DEATH(ref::attention(p, nullptr), "k_rope");
+    }
 }
 
 // The host-side hints (max_seqlen_q/k, mask_kind) never change the reference's result, and a hint the metadata

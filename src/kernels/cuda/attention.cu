@@ -344,6 +344,36 @@ void attention_fp8(const kernels::AttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, void* stream) {
+    if (p.k_rope.data != nullptr) {
+        // K = [k ; k_rope] (kernels/ops.h): Penstock's bf16 wgmma kernel loads the two parts itself; every other path
+        // gets them concatenated into one k first.
+        PENSTOCK_CHECK(p.k.dtype != DType::kF8E4M3 && p.q.dtype != DType::kF8E4M3)
+            << "attention: k_rope is not taken with FP8 q / k / v";
+        if (p.mask_kind != kernels::AttentionMaskKind::kGeneral &&
+            attention_bf16_wgmma(p, static_cast<cudaStream_t>(stream))) {
+            return;
+        }
+        PENSTOCK_CHECK(p.k.ndim == 3 && p.k_rope.ndim == 3 && p.k_rope.size(0) == p.k.size(0) &&
+                       p.k_rope.size(1) == p.k.size(1) && p.k_rope.dtype == p.k.dtype)
+            << "attention: k_rope " << p.k_rope.shape_string() << " must match k " << p.k.shape_string()
+            << " in rows, heads and dtype";
+        const auto s = static_cast<cudaStream_t>(stream);
+        const int64_t dk = p.k.size(2), dr = p.k_rope.size(2);
+        const std::array<int64_t, 3> shape{p.k.size(0), p.k.size(1), dk + dr};
+        void* ptr = nullptr;
+        PENSTOCK_CUDA_CHECK(cudaMallocAsync(
+            &ptr, dtype_bytes(p.k.dtype, static_cast<size_t>(std::max<int64_t>(shape[0] * shape[1] * shape[2], 1))),
+            s));
+        const TensorView k = TensorView::contiguous(ptr, p.k.dtype, shape, Device::kCUDA, p.k.device_index);
+        copy({.out = k.slice(2, 0, dk), .in = p.k}, stream);
+        copy({.out = k.slice(2, dk, dk + dr), .in = p.k_rope}, stream);
+        kernels::AttentionParams joined = p;
+        joined.k = k;
+        joined.k_rope = TensorView{};
+        attention(joined, stream);
+        PENSTOCK_CUDA_CHECK(cudaFreeAsync(ptr, s));
+        return;
+    }
     if (p.q.dtype == DType::kF8E4M3 || p.k.dtype == DType::kF8E4M3 || p.v.dtype == DType::kF8E4M3) {
         attention_fp8(p, static_cast<cudaStream_t>(stream));
         return;

@@ -6,7 +6,8 @@
 // 64 query rows each (setmaxnreg 240).
 //  - Shared memory, every box in TMA's 128-byte swizzle (64 bf16 per row, 8-row atoms of 1024 bytes): the q tile
 //    (d_qk / 64 boxes of 128 rows), a ring of k slots (d_qk / 64 boxes of 128 keys) and a ring of v slots (d_v / 64
-//    boxes of 128 keys), loaded straight from q / k / v (v needs no transpose: the value product reads it N-major).
+//    boxes of 128 keys), loaded straight from q / k / v (v needs no transpose: the value product reads it N-major);
+//    with AttentionParams::k_rope, a k slot's last boxes come from k_rope (broadcast over heads: head coordinate 0).
 //    Two rings because the consumers use tile i's k with tile i - 1's v: a k slot is free as soon as its scores are
 //    done, a v slot when its value product is, and the producer loads v one tile behind k. With one ring of (k, v)
 //    stages the next tile's load waited for the value product and the MMA-only pipeline (PENSTOCK_ATTN_PROBE) ran
@@ -26,14 +27,13 @@
 //    A fragments live in two register sets used in turn, so tile i's probabilities are packed while tile i - 1's
 //    value product still reads the other set (as the FP8 kernel, docs/perf/2026-12-04-s31.md).
 //  - Epilogue: O / l to bf16 pairs; lse = m * scale + ln l (natural log) when asked; a row without keys gets 0, -inf.
-#include "kernels/cuda/attention_bf16_wgmma.h"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/attention_bf16_wgmma.h"
 #include "kernels/cuda/attention_wgmma_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
@@ -83,6 +83,10 @@ struct Bf16AttnArgs {
     const int32_t* cu_k;
     int64_t o0, o1, l0;  // out / lse strides (elements)
     int group;           // n_heads / n_kv_heads
+    // K's 64-column boxes [0, k_boxes) come from tm_k, the rest from tm_kr (AttentionParams::k_rope; k_boxes is
+    // d_qk / 64 without it), whose head coordinate is 0 when k_rope is broadcast over the heads (kr_bcast).
+    int k_boxes;
+    bool kr_bcast;
     float scale;
     bool causal;
     // The two consumer warpgroups take turns issuing their wgmma (named barriers; PENSTOCK_ATTN_PINGPONG, on unless
@@ -164,7 +168,8 @@ __device__ __forceinline__ uint64_t kmajor_desc(uint32_t saddr) { return wgmma::
 template <int kDqk, int kDv>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_bf16_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                          const __grid_constant__ CUtensorMap tm_v, Bf16AttnArgs a) {
+                          const __grid_constant__ CUtensorMap tm_kr, const __grid_constant__ CUtensorMap tm_v,
+                          Bf16AttnArgs a) {
     using L = Layout<kDqk, kDv>;
     constexpr int kStages = L::kStages;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -203,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tid == 0 && n_tiles > 0) {
             tma::prefetch_map(&tm_q);
             tma::prefetch_map(&tm_k);
+            if (a.k_boxes < L::kQBoxes) tma::prefetch_map(&tm_kr);
             tma::prefetch_map(&tm_v);
             tma::mbar_expect_tx(q_full, L::kQBytes);
 #pragma unroll
@@ -218,8 +224,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::mbar_expect_tx(k_full(st), L::kKBytes);
 #pragma unroll
                     for (int b = 0; b < L::kQBoxes; ++b) {
-                        tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_k, b * kBox, cta.kv_head,
-                                     cta.k_start + j * kBN, k_full(st));
+                        if (b < a.k_boxes) {
+                            tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_k, b * kBox, cta.kv_head,
+                                         cta.k_start + j * kBN, k_full(st));
+                        } else {
+                            tma::load_3d(s_k(st) + b * kBN * kBoxRowBytes, &tm_kr, (b - a.k_boxes) * kBox,
+                                         a.kr_bcast ? 0 : cta.kv_head, cta.k_start + j * kBN, k_full(st));
+                        }
                     }
                 }
                 if (it >= 1) {
@@ -424,11 +435,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-// A [rows, heads, d] bf16 operand as a 3-d tensor map with 64-column x 128-row boxes of one head.
+// A [rows, heads, d] bf16 operand as a 3-d tensor map with 64-column x 128-row boxes of one head (a view broadcast
+// over the heads, head stride 0, as one head).
 CUtensorMap map_rows(const TensorView& t, int64_t d) {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(t.size(1)),
+    const bool bcast = t.stride(1) == 0;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(bcast ? 1 : t.size(1)),
                                 static_cast<cuuint64_t>(std::max<int64_t>(t.size(0), 1))};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(t.stride(1) * 2), static_cast<cuuint64_t>(t.stride(0) * 2)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>((bcast ? t.stride(0) : t.stride(1)) * 2),
+                                   static_cast<cuuint64_t>(t.stride(0) * 2)};
     const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBox), 1u, 128u};
     return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, t.data, 3, dims, strides, box);
 }
@@ -438,13 +452,14 @@ void launch(const kernels::AttentionParams& p, const Bf16AttnArgs& args, int64_t
             cudaStream_t stream) {
     using L = Layout<kDqk, kDv>;
     const CUtensorMap tm_q = map_rows(p.q, kDqk);
-    const CUtensorMap tm_k = map_rows(p.k, kDqk);
+    const CUtensorMap tm_k = map_rows(p.k, p.k.size(2));
+    const CUtensorMap tm_kr = p.k_rope.data != nullptr ? map_rows(p.k_rope, p.k_rope.size(2)) : tm_k;
     const CUtensorMap tm_v = map_rows(p.v, kDv);
     auto* kernel = attention_bf16_kernel<kDqk, kDv>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     const dim3 grid(static_cast<unsigned>((max_q + kBM - 1) / kBM), static_cast<unsigned>(p.q.size(1)),
                     static_cast<unsigned>(n_seqs));
-    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, args);
+    kernel<<<grid, kThreads, L::kSmemBytes, stream>>>(tm_q, tm_k, tm_kr, tm_v, args);
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
@@ -453,7 +468,7 @@ void launch(const kernels::AttentionParams& p, const Bf16AttnArgs& args, int64_t
 bool attention_bf16_wgmma_covers(const kernels::AttentionParams& p) {
     if (attn_wgmma::env_is("PENSTOCK_ATTENTION_KERNEL", "cudnn")) return false;
     if (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 || p.v.dtype != DType::kBF16 ||
-        p.out.dtype != DType::kBF16) {
+        p.out.dtype != DType::kBF16 || (p.k_rope.data != nullptr && p.k_rope.dtype != DType::kBF16)) {
         return false;
     }
     if (!attn_wgmma::covers_common(p)) return false;
@@ -477,6 +492,8 @@ bool attention_bf16_wgmma(const kernels::AttentionParams& p, cudaStream_t stream
     args.o1 = p.out.stride(1);
     args.l0 = p.lse.data != nullptr ? p.lse.stride(0) : 0;
     args.group = static_cast<int>(p.q.size(1) / p.k.size(1));
+    args.k_boxes = static_cast<int>(p.k.size(2) / kBox);
+    args.kr_bcast = p.k_rope.data != nullptr && p.k_rope.stride(1) == 0;
     args.scale = p.scale;
     args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
     args.pingpong = !attn_wgmma::env_is("PENSTOCK_ATTN_PINGPONG", "0");

@@ -5,8 +5,10 @@
 //  - the promised masks: kCausalBottomRight (causal, q_pos_step 1; any len_k >= or < len_q per sequence: rows before
 //    the diagonal get out 0, lse -inf) and kAllVisible; not kGeneral;
 //  - (d_qk, d_v) in {(64, 64), (128, 128), (192, 128)}; GQA by head groups;
-//  - q, k, v with the last dim contiguous and 16-byte strides and starts (v may be a view into kv_b's output); out
-//    pairs aligned; positive scale.
+//  - q, k, v with the last dim contiguous and 16-byte strides and starts (k and v may be views into kv_b's output); out
+//    pairs aligned; positive scale;
+//  - k_rope (optional; K = [k ; k_rope]): bf16 rows like k's, its head stride may be 0 (MLA's one rope head), k's and
+//    k_rope's widths multiples of 64 adding up to d_qk; the kernel loads K's boxes from the two tensors.
 // Anything else returns false (cuda::attention then tries cuDNN's SDPA, then its CUDA-core kernel).
 // PENSTOCK_ATTENTION_KERNEL=cudnn declines every call (the A/B against cuDNN). Accuracy: the reference's exact
 // softmax to bf16 accuracy (tests/kernels/cuda/attention_cudnn_test.cc, kBF16Tol).

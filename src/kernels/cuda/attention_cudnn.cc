@@ -163,6 +163,7 @@ bool covered(const kernels::AttentionParams& p) {
     using kernels::AttentionMaskKind;
     if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
     if (p.mask_kind == AttentionMaskKind::kCausalBottomRight && (!p.causal || p.q_pos_step != 1)) return false;
+    if (p.k_rope.data != nullptr) return false;  // (cuda::attention concatenates k and k_rope first)
     const bool fp8 = p.q.dtype == DType::kF8E4M3;
     const DType io = fp8 ? DType::kF8E4M3 : DType::kBF16;
     const bool stats = p.lse.data != nullptr;  // calls may omit lse (kernels/ops.h): no Stats output then

@@ -760,6 +760,7 @@ void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8
 }  // namespace
 
 bool attention_fp8_wgmma_covers(const kernels::AttentionParams& p) {
+    if (p.k_rope.data != nullptr) return false;  // (the FP8 path takes its k whole)
     if (attn_wgmma::env_is("PENSTOCK_FP8_ATTENTION_KERNEL", "cudnn")) return false;
     if (p.q.dtype != DType::kF8E4M3 || p.k.dtype != DType::kF8E4M3 || p.v.dtype != DType::kF8E4M3) return false;
     if (p.out.dtype != DType::kBF16 && p.out.dtype != DType::kF8E4M3) return false;

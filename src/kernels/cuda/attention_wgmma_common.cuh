@@ -276,16 +276,19 @@ inline bool env_is(const char* name, const char* value) {
 inline bool on_gpu(const TensorView& t) { return t.device == Device::kCUDA && t.data != nullptr; }
 
 // A TMA-loadable [rows, heads, d] operand: last dim contiguous, 16-byte aligned start and row / head strides.
-inline bool tma_rows(const TensorView& t) {
+inline bool tma_rows(const TensorView& t, bool head_bcast = false) {
     const auto bytes = static_cast<int64_t>(dtype_bytes(t.dtype, 1));
-    return t.ndim == 3 && t.stride(2) == 1 && t.stride(0) > 0 && t.stride(1) > 0 && (t.stride(0) * bytes) % 16 == 0 &&
+    return t.ndim == 3 && t.stride(2) == 1 && t.stride(0) > 0 &&
+           (t.stride(1) > 0 || (head_bcast && t.stride(1) == 0)) && (t.stride(0) * bytes) % 16 == 0 &&
            (t.stride(1) * bytes) % 16 == 0 && (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
 }
 
 // The contract checks both kernels share (everything but the dtypes and head dims): the promised masks
 // (kCausalBottomRight with causal and q_pos_step 1, or kAllVisible), positive scale, 3-d q / k / v / out on the GPU
 // with matching sizes and TMA-loadable q / k / v, out in element pairs (stride(2) 1, even strides, 4-byte aligned),
-// an optional f32 lse [total_q, H] with contiguous rows, GQA, and int32 cu_seqlens of up to 65535 sequences.
+// an optional f32 lse [total_q, H] with contiguous rows, GQA, and int32 cu_seqlens of up to 65535 sequences. With
+// k_rope (AttentionParams), k and k_rope each whole 64-column TMA boxes of rows ([total_k, H_kv, *], k_rope's head
+// stride may be 0) in k's dtype, their widths adding up to d_qk.
 inline bool covers_common(const kernels::AttentionParams& p) {
     using kernels::AttentionMaskKind;
     if (p.mask_kind == AttentionMaskKind::kGeneral) return false;
@@ -298,7 +301,14 @@ inline bool covers_common(const kernels::AttentionParams& p) {
     const int64_t total_q = p.q.size(0), h = p.q.size(1), d_qk = p.q.size(2);
     const int64_t total_k = p.k.size(0), h_kv = p.k.size(1), d_v = p.v.size(2);
     if (h == 0 || h_kv == 0 || h % h_kv != 0 || h > 65535) return false;
-    if (p.k.size(2) != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
+    const int64_t d_rope = p.k_rope.data != nullptr ? p.k_rope.size(2) : 0;
+    if (p.k.size(2) + d_rope != d_qk || p.v.size(0) != total_k || p.v.size(1) != h_kv) return false;
+    if (p.k_rope.data != nullptr) {
+        if (!on_gpu(p.k_rope) || !tma_rows(p.k_rope, /*head_bcast=*/true) || p.k_rope.dtype != p.k.dtype ||
+            p.k_rope.size(0) != total_k || p.k_rope.size(1) != h_kv || p.k.size(2) % 64 != 0 || d_rope % 64 != 0) {
+            return false;
+        }
+    }
     if (p.out.size(0) != total_q || p.out.size(1) != h || p.out.size(2) != d_v) return false;
     if (total_q >= (int64_t{1} << 31) || total_k >= (int64_t{1} << 31)) return false;
     if (!tma_rows(p.q) || !tma_rows(p.k) || !tma_rows(p.v)) return false;

@@ -51,6 +51,19 @@ void check_cu_seqlens(const std::vector<int64_t>& cu, int64_t total, const char*
     PENSTOCK_CHECK_EQ(cu.back(), total) << name;
 }
 
+// [k ; k_rope] along the last dim as one new contiguous tensor (AttentionParams::k_rope).
+Tensor concat_k_rope(const TensorView& k, const TensorView& k_rope, ThreadPool* pool) {
+    PENSTOCK_CHECK(k.ndim == 3 && k_rope.ndim == 3) << "attention: k and k_rope must be 3-d";
+    PENSTOCK_CHECK(k_rope.size(0) == k.size(0) && k_rope.size(1) == k.size(1) && k_rope.dtype == k.dtype)
+        << "attention: k_rope " << k_rope.shape_string() << " must match k " << k.shape_string()
+        << " in rows, heads and dtype";
+    const int64_t dk = k.size(2), dr = k_rope.size(2);
+    Tensor out = Tensor::empty({k.size(0), k.size(1), dk + dr}, k.dtype);
+    copy({.out = out.view().slice(2, 0, dk), .in = k}, pool);
+    copy({.out = out.view().slice(2, dk, dk + dr), .in = k_rope}, pool);
+    return out;
+}
+
 // Checks p's host-side hints (kernels/ops.h) against the metadata. They never change the result here, but a backend
 // that plans from a wrong one would compute something else, so a wrong hint aborts as the caller bug it is.
 void check_hints(const kernels::AttentionParams& p, const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
@@ -183,6 +196,15 @@ void attention_fp8(const kernels::AttentionParams& p, ThreadPool* pool) {
 }  // namespace
 
 void attention(const kernels::AttentionParams& p, ThreadPool* pool) {
+    if (p.k_rope.data != nullptr) {  // K = [k ; k_rope] per key row and kv head (kernels/ops.h)
+        PENSTOCK_CHECK(p.k.dtype != DType::kF8E4M3) << "attention: k_rope is not taken with FP8 q / k / v";
+        kernels::AttentionParams joined = p;
+        joined.k_rope = TensorView{};
+        const Tensor k = concat_k_rope(p.k, p.k_rope, pool);
+        joined.k = k;
+        attention(joined, pool);
+        return;
+    }
     if (p.q.dtype == DType::kF8E4M3 || p.k.dtype == DType::kF8E4M3 || p.v.dtype == DType::kF8E4M3) {
         attention_fp8(p, pool);
         return;

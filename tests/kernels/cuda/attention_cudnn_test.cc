@@ -35,9 +35,14 @@ struct Seq {
 };
 
 enum class Layout {
-    kDense,       // q, k, v, out contiguous
-    kPadded,      // q, k, v, out with an extra head and 8 extra columns per head: strided dims 0/1, 16-byte aligned
-    kMlaMha,      // models/mla.cc: k contiguous, v = columns [nope, nope + d_v) of a [T, H, nope + d_v] kv_b output
+    kDense,   // q, k, v, out contiguous
+    kPadded,  // q, k, v, out with an extra head and 8 extra columns per head: strided dims 0/1, 16-byte aligned
+    kMlaMha,  // k contiguous, v = columns [nope, nope + d_v) of a [T, H, nope + d_v] kv_b output
+    // models/mla.cc: k = columns [0, nope) and v = [nope, nope + d_v) of a [T, H, nope + d_v] kv_b output, and K's
+    // last 64 columns AttentionParams::k_rope: the rope columns of [T, 512 + 64] latent rows broadcast over the heads
+    // (head stride 0; kMlaRope), or a [T, H, 64] tensor of their own (kMlaRopeHeads)
+    kMlaRope,
+    kMlaRopeHeads,
     kMisaligned,  // op_test_util's +3 padding: strides not multiples of 8 elements (the path must decline)
 };
 
@@ -73,6 +78,8 @@ protected:
         switch (layout) {
             case Layout::kDense:
             case Layout::kMlaMha:
+            case Layout::kMlaRope:
+            case Layout::kMlaRopeHeads:
                 return random_pair(rng, shape, dt, /*strided=*/false, alloc(), stream());
             case Layout::kPadded:
                 return padded_pair(rng, shape, /*pad=*/8, dt, /*poison=*/false, alloc(), stream());
@@ -86,6 +93,8 @@ protected:
         switch (layout) {
             case Layout::kDense:
             case Layout::kMlaMha:
+            case Layout::kMlaRope:
+            case Layout::kMlaRopeHeads:
                 return poisoned_pair(shape, dt, /*strided=*/false, alloc(), stream());
             case Layout::kPadded:
                 return padded_pair(unused, shape, /*pad=*/8, dt, /*poison=*/true, alloc(), stream());
@@ -113,10 +122,28 @@ protected:
         }
         const int64_t total_q = cu_q.back(), total_k = cu_k.back();
         const Pair q = input(rng, {total_q, c.n_heads, c.d_qk}, dt, c.layout);
-        const Pair k = input(rng, {total_k, c.n_kv_heads, c.d_qk}, dt, c.layout);
-        Pair v_own;
+        const bool rope = c.layout == Layout::kMlaRope || c.layout == Layout::kMlaRopeHeads;
+        const Pair k = input(rng, {total_k, c.n_kv_heads, rope ? 64 : c.d_qk}, dt, c.layout);
+        TensorView k_dev = k.dv, k_host = k.hv, kr_dev, kr_host;
+        Pair v_own, kr_own;
         TensorView v_dev, v_host;
-        if (c.layout == Layout::kMlaMha) {  // kv_b output [T, H, nope + d_v]; v is its last d_v columns per head
+        if (rope) {  // kv_b output [T, H, nope + d_v]: k its first nope columns, v the rest; k_rope from a 2nd tensor
+            const int64_t nope = c.d_qk - 64;
+            v_own = random_pair(rng, {total_k, c.n_kv_heads, nope + c.d_v}, dt, /*strided=*/false, alloc(), stream());
+            k_dev = v_own.dv.slice(2, 0, nope);
+            k_host = v_own.hv.slice(2, 0, nope);
+            v_dev = v_own.dv.slice(2, nope, nope + c.d_v);
+            v_host = v_own.hv.slice(2, nope, nope + c.d_v);
+            if (c.layout == Layout::kMlaRope) {  // latent rows [T, 512 + 64], the rope head broadcast
+                kr_own = random_pair(rng, {total_k, 512 + 64}, dt, /*strided=*/false, alloc(), stream());
+                kr_dev = kr_own.dv.as_strided(512, {total_k, c.n_kv_heads, 64}, {512 + 64, 0, 1});
+                kr_host = kr_own.hv.as_strided(512, {total_k, c.n_kv_heads, 64}, {512 + 64, 0, 1});
+            } else {
+                kr_own = random_pair(rng, {total_k, c.n_kv_heads, 64}, dt, /*strided=*/false, alloc(), stream());
+                kr_dev = kr_own.dv;
+                kr_host = kr_own.hv;
+            }
+        } else if (c.layout == Layout::kMlaMha) {  // kv_b output [T, H, nope + d_v]; v its last d_v columns per head
             const int64_t nope = c.d_qk - 64;
             v_own = random_pair(rng, {total_k, c.n_kv_heads, nope + c.d_v}, dt, /*strided=*/false, alloc(), stream());
             v_dev = v_own.dv.slice(2, nope, nope + c.d_v);
@@ -136,8 +163,9 @@ protected:
         kernels::AttentionParams dp{.out = out.dv,
                                     .lse = lse.dv,
                                     .q = q.dv,
-                                    .k = k.dv,
+                                    .k = k_dev,
                                     .v = v_dev,
+                                    .k_rope = kr_dev,
                                     .cu_seqlens_q = cu_q_d,
                                     .cu_seqlens_k = cu_k_d,
                                     .q_pos0 = qp_d,
@@ -154,8 +182,9 @@ protected:
         hp.out = out.hv;
         hp.lse = c.want_lse ? lse.hv : TensorView{};
         hp.q = q.hv;
-        hp.k = k.hv;
+        hp.k = k_host;
         hp.v = v_host;
+        hp.k_rope = kr_host;
         hp.cu_seqlens_q = cu_q_h;
         hp.cu_seqlens_k = cu_k_h;
         hp.q_pos0 = qp_h;
@@ -253,16 +282,52 @@ TEST_F(AttentionCudnnTest, MatchesReference) {
     std::printf("[conf] attention_cudnn | cases taken by cuDNN | %d of %d\n", taken, n);
 }
 
-// cuda::attention with a mask promise gives the reference's result whichever path runs it.
+// cuda::attention with a mask promise gives the reference's result whichever path runs it. Also with k_rope
+// (AttentionParams): with a mask promise the bf16 wgmma kernel reads it (on sm_90); without one (kGeneral), in f32
+// or when cuDNN is forced, cuda::attention concatenates k and k_rope for the other paths; and cuDNN's path declines
+// k_rope itself.
 TEST_F(AttentionCudnnTest, DispatchMatchesReference) {
+    using M = AttentionMaskKind;
     uint32_t seed = 2700;
-    for (const Case& c : conformance_cases()) {
+    std::vector<Case> cases = conformance_cases();
+    cases.push_back({"k_rope_promised",
+                     8,
+                     8,
+                     192,
+                     128,
+                     {{300, 300, 0, 0}, {17, 40, 23, 0}},
+                     M::kCausalBottomRight,
+                     true,
+                     Layout::kMlaRope});
+    cases.push_back({"k_rope_general_mask",
+                     8,
+                     8,
+                     192,
+                     128,
+                     {{300, 300, 0, 0}, {17, 40, 23, 0}},
+                     M::kGeneral,
+                     true,
+                     Layout::kMlaRope});
+    cases.push_back(
+        {"k_rope_heads_general_mask", 8, 2, 192, 128, {{200, 200, 0, 0}}, M::kGeneral, true, Layout::kMlaRopeHeads});
+    for (const Case& c : cases) {
         check(c, DType::kBF16, seed++, [&](const kernels::AttentionParams& p) {
             cuda::attention(p, raw_stream());
             return true;
         });
         if (HasFatalFailure()) return;
     }
+    check(cases[cases.size() - 3], DType::kF32, seed++, [&](const kernels::AttentionParams& p) {
+        cuda::attention(p, raw_stream());
+        return true;
+    });
+    setenv("PENSTOCK_ATTENTION_KERNEL", "cudnn", /*overwrite=*/1);  // the bf16 kernel declines: concatenated first
+    check(cases[cases.size() - 3], DType::kBF16, seed++, [&](const kernels::AttentionParams& p) {
+        EXPECT_FALSE(cuda::attention_cudnn(p, raw_stream())) << "cuDNN's path must decline k_rope";
+        cuda::attention(p, raw_stream());
+        return true;
+    });
+    unsetenv("PENSTOCK_ATTENTION_KERNEL");
 }
 
 // Penstock's bf16 wgmma kernel (attention_bf16_wgmma.h) on every conformance case above and on cases of several key
@@ -275,8 +340,8 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
     if (!props.ok() || props->cc_major != 9) GTEST_SKIP() << "the bf16 wgmma kernel needs sm_90";
     using M = AttentionMaskKind;
     std::vector<Case> cases = conformance_cases();
-    const std::vector<Seq> across_tiles = {{127, 127, 0, 0}, {128, 128, 0, 0}, {129, 129, 0, 0}, {257, 257, 0, 0},
-                                           {385, 385, 0, 0}, {2, 2, 0, 0}};
+    const std::vector<Seq> across_tiles = {{127, 127, 0, 0}, {128, 128, 0, 0}, {129, 129, 0, 0},
+                                           {257, 257, 0, 0}, {385, 385, 0, 0}, {2, 2, 0, 0}};
     for (const auto& [dqk, dv] : {std::pair<int64_t, int64_t>{192, 128}, {128, 128}, {64, 64}}) {
         std::string d = "_";  // (built by appends: GCC 12's -Wrestrict misfires on literal + string chains)
         d.append(std::to_string(dqk)).append("_").append(std::to_string(dv));
@@ -290,10 +355,34 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
     cases.push_back({"piece_inside_chunk_long", 4, 4, 192, 128, {{900, 400, 100, 600}}, M::kCausalBottomRight});
     cases.push_back({"non_causal_long", 4, 4, 128, 128, {{300, 700, 0, 0}, {700, 300, 0, 0}}, M::kAllVisible, false});
     cases.push_back({"gqa_16_4_long", 16, 4, 128, 128, {{600, 600, 0, 0}, {40, 520, 480, 0}}, M::kCausalBottomRight});
-    cases.push_back({"mla_mha_layout_long", 8, 8, 192, 128, {{777, 777, 0, 0}}, M::kCausalBottomRight, true,
-                     Layout::kMlaMha});
-    cases.push_back({"padded_long", 4, 4, 192, 128, {{500, 650, 150, 0}}, M::kCausalBottomRight, true,
-                     Layout::kPadded, false});
+    cases.push_back(
+        {"mla_mha_layout_long", 8, 8, 192, 128, {{777, 777, 0, 0}}, M::kCausalBottomRight, true, Layout::kMlaMha});
+    cases.push_back(
+        {"padded_long", 4, 4, 192, 128, {{500, 650, 150, 0}}, M::kCausalBottomRight, true, Layout::kPadded, false});
+    // K's rope columns from AttentionParams::k_rope (models/mla.cc): broadcast over the heads, or per head.
+    cases.push_back(
+        {"mla_k_rope_long", 8, 8, 192, 128, {{777, 777, 0, 0}}, M::kCausalBottomRight, true, Layout::kMlaRope});
+    cases.push_back({"mla_k_rope_ragged", 3, 3, 192, 128, across_tiles, M::kCausalBottomRight, true, Layout::kMlaRope});
+    cases.push_back({"mla_k_rope_prefix",
+                     4,
+                     4,
+                     192,
+                     128,
+                     {{700, 1500, 800, 0}, {300, 310, 10, 0}},
+                     M::kCausalBottomRight,
+                     true,
+                     Layout::kMlaRope});
+    cases.push_back({"mla_k_rope_heads_gqa",
+                     8,
+                     2,
+                     192,
+                     128,
+                     {{600, 600, 0, 0}, {40, 520, 480, 0}},
+                     M::kCausalBottomRight,
+                     true,
+                     Layout::kMlaRopeHeads});
+    cases.push_back(
+        {"mla_k_rope_d128", 4, 4, 128, 128, {{300, 300, 0, 0}}, M::kCausalBottomRight, true, Layout::kMlaRope});
     // The persistent kernel's work items: sequences without query rows (or without anything) between others, and
     // more sequences than the kernel's item prefix takes (the dense grid of items, most past their sequence).
     cases.push_back({"empty_q_seqs",
