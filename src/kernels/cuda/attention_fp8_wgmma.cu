@@ -132,7 +132,8 @@ struct Fp8AttnArgs {
     // products (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
     bool mma_only;
     // Of every 16 column blocks of a score tile, how many take their exponentials on the FMA pipes
-    // (attn_wgmma::exp2_tile_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA).
+    // (attn_wgmma::exp2_tile_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA); the kernel's kFma, one instantiation
+    // each, so that the hot loop holds one exponential body (a runtime switch over the four put all of them in it).
     int exp_fma;
     int* sched;                   // tile_sched.h's counter pair of the launch's stream
     attn_wgmma::ItemSpace items;  // the launch's work items (attention_wgmma_common.cuh, persistent items)
@@ -331,7 +332,7 @@ __device__ __forceinline__ void row_block_epilogue(const Fp8AttnArgs& a, float (
     }
 }
 
-template <int kDqk, int kDv, class OutT, bool kQRegs>
+template <int kDqk, int kDv, class OutT, bool kQRegs, int kFma>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_fp8_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                          const __grid_constant__ CUtensorMap tm_vt, Fp8AttnArgs a) {
@@ -572,20 +573,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
             m_lo = mx_lo;
             m_hi = mx_hi;
-            switch (a.exp_fma) {  // (uniform: one of the unrolled bodies per launch)
-                case 4:
-                    attn_wgmma::exp2_tile_e4m3<4>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                    break;
-                case 6:
-                    attn_wgmma::exp2_tile_e4m3<6>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                    break;
-                case 8:
-                    attn_wgmma::exp2_tile_e4m3<8>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                    break;
-                default:
-                    attn_wgmma::exp2_tile_e4m3<0>(sc, c_lo, c_hi, nb_lo, nb_hi);
-                    break;
-            }
+            attn_wgmma::exp2_tile_e4m3<kFma>(sc, c_lo, c_hi, nb_lo, nb_hi);
         };
 
         // (a.pingpong: the warpgroups take turns issuing; the O accumulator's row-sum columns are rescaled with it)
@@ -712,7 +700,7 @@ bool descale_on_gpu(const TensorView& t, int64_t rows, int64_t heads) {
     return attn_wgmma::on_gpu(t) && t.dtype == DType::kF32 && t.ndim == 2 && t.size(0) == rows && t.size(1) == heads;
 }
 
-template <int kDqk, int kDv, class OutT, bool kQRegs>
+template <int kDqk, int kDv, class OutT, bool kQRegs, int kFma>
 void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
             int n_seqs, cudaStream_t stream) {
     using L = Layout<kDqk, kDv>;
@@ -731,7 +719,7 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
     const CUtensorMap tm_q = map_u8(p.q.data, q_dims, q_strides, qk_box);
     const CUtensorMap tm_k = map_u8(p.k.data, k_dims, k_strides, qk_box);
     const CUtensorMap tm_vt = map_u8(vt, vt_dims, vt_strides, vt_box);
-    auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT, kQRegs>;
+    auto* kernel = attention_fp8_kernel<kDqk, kDv, OutT, kQRegs, kFma>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     // Persistent: one CTA per SM (at most one per item), taking items from the stream's counter.
     Fp8AttnArgs a = args;
@@ -745,15 +733,34 @@ void launch(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const ui
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
+template <int kDqk, int kDv, int kFma>
+void run_fma(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width,
+             int64_t max_q, int n_seqs, bool fp8_out, bool q_regs, cudaStream_t stream) {
+    if (q_regs) {
+        fp8_out ? launch<kDqk, kDv, uint8_t, true, kFma>(p, args, vt, width, max_q, n_seqs, stream)
+                : launch<kDqk, kDv, bf16, true, kFma>(p, args, vt, width, max_q, n_seqs, stream);
+    } else {
+        fp8_out ? launch<kDqk, kDv, uint8_t, false, kFma>(p, args, vt, width, max_q, n_seqs, stream)
+                : launch<kDqk, kDv, bf16, false, kFma>(p, args, vt, width, max_q, n_seqs, stream);
+    }
+}
+
 template <int kDqk, int kDv>
 void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8_t* vt, int64_t width, int64_t max_q,
          int n_seqs, bool fp8_out, bool q_regs, cudaStream_t stream) {
-    if (q_regs) {
-        fp8_out ? launch<kDqk, kDv, uint8_t, true>(p, args, vt, width, max_q, n_seqs, stream)
-                : launch<kDqk, kDv, bf16, true>(p, args, vt, width, max_q, n_seqs, stream);
-    } else {
-        fp8_out ? launch<kDqk, kDv, uint8_t, false>(p, args, vt, width, max_q, n_seqs, stream)
-                : launch<kDqk, kDv, bf16, false>(p, args, vt, width, max_q, n_seqs, stream);
+    switch (args.exp_fma) {
+        case 0:
+            run_fma<kDqk, kDv, 0>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
+            break;
+        case 6:
+            run_fma<kDqk, kDv, 6>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
+            break;
+        case 8:
+            run_fma<kDqk, kDv, 8>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
+            break;
+        default:
+            run_fma<kDqk, kDv, kExpFmaDefault>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
+            break;
     }
 }
 
