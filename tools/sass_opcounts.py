@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compare kernels' SASS by opcode counts: whether a change moved work off the uniform datapath or added moves.
 
-Input: the text of `cuobjdump -sass BINARY` (on the GPU machine; the local toolkit has no cuobjdump), and substrings
+Input: the text of `cuobjdump -sass BINARY` (the GPU machine has cuobjdump; here, the local toolkit has none, but the
+`nvidia-cuda-cuobjdump` wheel carries one: `pip download --no-deps nvidia-cuda-cuobjdump`, unzip, nvidia/cu13/bin/;
+it reads the build's object files, e.g. build-cuda/src/kernels/cuda/CMakeFiles/penstock_cuda.dir/*.o), and substrings
 of the mangled kernel names to pick. For every matching function of every file, prints its instruction count, the
 highest vector register it names, and the counts of the opcodes given with --ops (default: the ones that showed
 session 29's persistent attention kernel losing its uniform registers: IMAD, R2UR, UIADD3, ULEA, BSSY, BRA, SHFL,
