@@ -18,7 +18,8 @@
 //    thread's two rows have their own q descale, and a key tile one k descale, read at its first key, which
 //    k_descale_block promises for per-row k descales; a row's running max in log2 units, the output rescaled when the
 //    max grows, skipped by a warp whose rows' maxima held). A share of the exponentials (Fp8AttnArgs::exp_fma) runs
-//    on the FMA pipes instead of the special-function unit (attn_wgmma::exp2_tile_e4m3). The row sums come from the
+//    on the FMA pipes instead of the special-function unit, in f16x2 (attn_wgmma::exp2_pack_e4m3, which also casts
+//    the probabilities into the value product's e4m3 A fragments). The row sums come from the
 //    tensor cores: each value tile carries 8 extra rows of e4m3 ones, so the value product's columns d_v .. d_v + 7
 //    accumulate sum_j P_ij (of the rounded probabilities, the ones the numerator uses) and are rescaled with O; the
 //    softmax does no additions. Masked keys (beyond the row's causal limit or the sequence's keys) are set to -inf
@@ -76,7 +77,7 @@ constexpr int kBoxBytes = 64;        // TMA box width = the 64-byte swizzle span
 constexpr float kPScaleLog2 = 8.0f;  // the probabilities' scale before the e4m3 cast: 2^8, added in the exponent
 constexpr int kMaxStages = 3;        // the ring's stages where they fit (Layout::kStages; 4, where they fit, ran no
                                      // faster: docs/perf/2026-12-04-s31.md)
-constexpr int kExpFmaDefault = 4;    // Fp8AttnArgs::exp_fma unless PENSTOCK_FP8_ATTN_EXP_FMA says otherwise
+constexpr int kExpFmaDefault = 6;    // Fp8AttnArgs::exp_fma unless PENSTOCK_FP8_ATTN_EXP_FMA says otherwise
 
 // Position p (0..31) of a 32-key block of vt holds key vt_perm(p) of the block: the key that the score accumulator
 // puts where the e4m3 A fragment reads column p (the header's comment).
@@ -132,7 +133,7 @@ struct Fp8AttnArgs {
     // products (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
     bool mma_only;
     // Of every 16 column blocks of a score tile, how many take their exponentials on the FMA pipes
-    // (attn_wgmma::exp2_tile_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA); the kernel's kFma, one instantiation
+    // (attn_wgmma::exp2_pack_e4m3): 0, 4, 6 or 8 (PENSTOCK_FP8_ATTN_EXP_FMA); the kernel's kFma, one instantiation
     // each, so that the hot loop holds one exponential body (a runtime switch over the four put all of them in it).
     int exp_fma;
     int* sched;                   // tile_sched.h's counter pair of the launch's stream
@@ -207,19 +208,6 @@ __device__ __forceinline__ void pv_mma(float (&o)[kDv / 2 + 4], const uint32_t (
 }
 
 __device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) { return wgmma::desc_swizzle<64>(saddr, 16, 512); }
-
-// Four probabilities (already scaled, in e4m3's range) as the e4m3 bytes of one A-fragment word, a in the low byte:
-// two hardware casts straight into the word's halves (no zero-extend, shift and or).
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    uint32_t r;
-    asm("{\n.reg .b16 lo, hi;\n"
-        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
-        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-        "mov.b32 %0, {lo, hi};\n}\n"
-        : "=r"(r)
-        : "f"(a), "f"(b), "f"(c), "f"(d));
-    return r;
-}
 
 // ------------------------------------------------------------------------------------------------ v transpose
 // vt[h][c][col0(s) + j'] = v[cu_k[s] + j][h][c] for the keys j of each sequence s, with j' the position of j in its
@@ -484,17 +472,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma::commit();
     };
-    // P in the A fragment of each 32-key step (see vt_perm).
-    auto pack = [&](const float(&x)[64], uint32_t(&pa)[4][4]) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const float* y = x + 16 * kk;
-            pa[kk][0] = pack_e4m3x4(y[0], y[1], y[4], y[5]);
-            pa[kk][1] = pack_e4m3x4(y[2], y[3], y[6], y[7]);
-            pa[kk][2] = pack_e4m3x4(y[8], y[9], y[12], y[13]);
-            pa[kk][3] = pack_e4m3x4(y[10], y[11], y[14], y[15]);
-        }
-    };
     auto release = [&](int st) {
         if ((tid & 127) == 0) tma::mbar_arrive(empty(st));
     };
@@ -554,9 +531,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) o[i] = 0.0f;
         float m_lo = -INFINITY, m_hi = -INFINITY;  // the rows' running maxima of the logits in log2 units
-        // Mask, running max and exp2 of one tile's scores (in place: sc becomes the probabilities times 2^8), sk the
-        // tile's k descale; returns the correction of the previous accumulators (O and the row sums) for the two rows.
-        auto softmax = [&](float(&sc)[64], int j, float sk, float& corr_lo, float& corr_hi) {
+        // Mask, running max and exp2 of one tile's scores, into pa as the probabilities times 2^8 in e4m3 (the value
+        // product's A fragments), sk the tile's k descale; returns the correction of the previous accumulators (O and
+        // the row sums) for the two rows.
+        auto softmax = [&](float(&sc)[64], int j, float sk, float& corr_lo, float& corr_hi, uint32_t(&pa)[4][4]) {
             attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
             const float c_lo = fmaxf(cq_lo * sk, 1e-30f), c_hi = fmaxf(cq_hi * sk, 1e-30f);
             float mx_lo, mx_hi;
@@ -573,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float nb_lo = kPScaleLog2 - base_lo, nb_hi = kPScaleLog2 - base_hi;
             m_lo = mx_lo;
             m_hi = mx_hi;
-            attn_wgmma::exp2_tile_e4m3<kFma>(sc, c_lo, c_hi, nb_lo, nb_hi);
+            attn_wgmma::exp2_pack_e4m3<kFma>(sc, c_lo, c_hi, nb_lo, nb_hi, pa);
         };
 
         // (a.pingpong: the warpgroups take turns issuing; the O accumulator's row-sum columns are rescaled with it)
@@ -598,8 +576,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int i = 0; i < 16; ++i) pa0[i / 4][i % 4] = pa1[i / 4][i % 4] = 0x38383838u;
             } else {
-                softmax(s, n_tiles - 1, sk, corr_lo, corr_hi);  // o is 0: no rescale
-                pack(s, pa0);
+                softmax(s, n_tiles - 1, sk, corr_lo, corr_hi, pa0);  // o is 0: no rescale
             }
             prev = st;
         }
@@ -617,8 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma::reg_fence(s);
             float corr_lo = 1.0f, corr_hi = 1.0f;
             if (!a.mma_only) {
-                softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi);
-                pack(s, pa_next);
+                softmax(s, n_tiles - 1 - it, sk, corr_lo, corr_hi, pa_next);
             }
             wgmma::wait<0>();  // the value product
             wgmma::reg_fence(o);
@@ -752,8 +728,8 @@ void run(const kernels::AttentionParams& p, const Fp8AttnArgs& args, const uint8
         case 0:
             run_fma<kDqk, kDv, 0>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
             break;
-        case 6:
-            run_fma<kDqk, kDv, 6>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
+        case 4:
+            run_fma<kDqk, kDv, 4>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);
             break;
         case 8:
             run_fma<kDqk, kDv, 8>(p, args, vt, width, max_q, n_seqs, fp8_out, q_regs, stream);

@@ -29,37 +29,73 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-// 2^x on the FMA pipes, for the share of a score tile's exponentials that the FP8 softmax moves off the
+// Two exponentials on the FMA pipes, for the share of a score tile's exponentials that the FP8 softmax moves off the
 // special-function unit (16 results per clock per SM, against 128 FMAs: with e4m3 products the exponentials, not the
-// tensor cores, bound the softmax; FlashAttention-4 splits them the same way). x is clamped to [-100, +inf) (a masked
-// -inf score gives 2^-100, which the e4m3 cast rounds to 0: use it only where the result is cast to e4m3 after the 2^8
-// scale), rounded to the nearest integer j by adding and subtracting 1.5 * 2^23, 2^(x - j) taken from a degree-2
-// polynomial fitted for relative error on [-0.5, 0.5] (at most 1.73e-3 = 2^-9.2, against e4m3's rounding error of up to
-// 2^-4), and j added to the exponent field. Valid for x <= 127 (the FP8 softmax's arguments are <= 8). A NaN argument
-// gives 2^-100 where ex2 gives NaN.
-__device__ __forceinline__ float ex2_fma_e4m3(float x) {
-    x = fmaxf(x, -100.0f);
-    const float t = x + 12582912.0f;        // the low mantissa bits hold j (two's complement)
-    const float f = x - (t - 12582912.0f);  // x - j, exact
-    const float p = fmaf(fmaf(0.23842676f, f, 0.70344490f), f, 1.00044305f);
-    return __int_as_float(__float_as_int(p) + static_cast<int>(static_cast<unsigned>(__float_as_int(t)) << 23));
+// tensor cores, bound the softmax; FlashAttention-4 splits them the same way), as the e4m3 bytes of a 16-bit word
+// (2^x0 in the low byte). In f16x2, so that each instruction does two: x0, x1 <= 8 (the FP8 softmax's arguments, the
+// 2^8 probability scale in them) are rounded to f16 (|error| <= 2^-8 for |x| < 16: 0.27% of the result), clamped at
+// -10.5 (2^-10.5 and below round to e4m3's 0, as a masked -inf must), rounded to the nearest integer j by adding and
+// subtracting 1547 = 1536 + 11 (the f16 step is 1 on [1024, 2048), and the low six mantissa bits of the sum hold
+// j + 11, in [0, 19]), 2^(x - j) taken from a degree-2 polynomial fitted for relative error on [-0.5, 0.5] (1.73e-3)
+// with its coefficients times 2^-11 (so that the value, 2^-11.5 .. 2^-10.5, is a normal f16 whose exponent field takes
+// j + 11 without a carry out of its half), then j + 11 added to both exponent fields by one integer multiply-add:
+// 2^(x - j) 2^-11 2^(j + 11). Relative error <= 0.53% before the e4m3 cast (whose rounding step is 6.25%); nine
+// instructions per pair (session 48: the f32 version took eight per exponential).
+__device__ __forceinline__ uint16_t ex2_h2_e4m3x2(float x0, float x1) {
+    uint16_t out;
+    asm("{\n"
+        ".reg .b32 h, t, r, f, p, j;\n"
+        "cvt.rn.f16x2.f32 h, %2, %1;\n"     // x1 in the high half
+        "max.f16x2 h, h, %3;\n"             // -10.5
+        "add.rn.f16x2 t, h, %4;\n"          // + 1547: rounds to an integer
+        "sub.rn.f16x2 r, t, %4;\n"          // j
+        "sub.rn.f16x2 f, h, r;\n"           // x - j in [-0.5, 0.5], exact
+        "fma.rn.f16x2 p, f, %5, %6;\n"      // 0.23842676 2^-11, 0.70344490 2^-11
+        "fma.rn.f16x2 p, p, f, %7;\n"       // 1.00044305 2^-11 (rounds to 2^-11)
+        "and.b32 j, t, 0x003F003F;\n"       // j + 11 in each half
+        "mad.lo.u32 p, j, 1024, p;\n"       // into the exponent fields
+        "cvt.rn.satfinite.e4m3x2.f16x2 %0, p;\n"
+        "}\n"
+        : "=h"(out)
+        : "f"(x0), "f"(x1), "r"(0xC940C940u), "r"(0x660B660Bu), "r"(0x07A107A1u), "r"(0x0DA10DA1u), "r"(0x10001000u));
+    return out;
 }
 
-// The FP8 softmax's exponentials of one score tile in place: sc = 2^(sc c + b) with (c, b) = (c_lo, b_lo) on the
-// thread's first row and (c_hi, b_hi) on its second. kFma of every 16 column blocks (8 keys each, spread over the tile:
-// block nb when nb kFma mod 16 < kFma) run on the FMA pipes (ex2_fma_e4m3), the rest on the special-function unit
-// (ex2).
+// The e4m3 bytes of two floats (a in the low byte).
+__device__ __forceinline__ uint16_t e4m3x2(float a, float b) {
+    uint16_t out;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(out) : "f"(a), "f"(b));
+    return out;
+}
+
+// The FP8 softmax's exponentials of one score tile, straight into the value product's A fragments: 2^(sc c + b) with
+// (c, b) = (c_lo, b_lo) on the thread's first row and (c_hi, b_hi) on its second, cast to e4m3. kFma of every 16
+// column blocks (8 keys each, spread over the tile: block nb when nb kFma mod 16 < kFma) take their exponentials on
+// the FMA pipes (ex2_h2_e4m3x2, two keys at a time), the rest on the special-function unit (ex2). pa[kk] is the A
+// fragment of key step kk (32 keys): word 2 q + hf holds row hf's column blocks 4 kk + 2 q and 4 kk + 2 q + 1, two
+// keys each, in the score accumulator's column order (the value tiles' keys are stored in that order,
+// attention_fp8_wgmma.cu's vt_perm).
 template <int kFma>
-__device__ __forceinline__ void exp2_tile_e4m3(float (&sc)[64], float c_lo, float c_hi, float b_lo, float b_hi) {
+__device__ __forceinline__ void exp2_pack_e4m3(const float (&sc)[64], float c_lo, float c_hi, float b_lo, float b_hi,
+                                               uint32_t (&pa)[4][4]) {
     static_assert(kFma >= 0 && kFma <= 16, "column blocks on the FMA pipes");
+    uint16_t e[16][2];
 #pragma unroll
     for (int nb = 0; nb < 16; ++nb) {
         const bool fma_pipe = (nb * kFma) % 16 < kFma;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float x_lo = fmaf(sc[4 * nb + e], c_lo, b_lo), x_hi = fmaf(sc[4 * nb + 2 + e], c_hi, b_hi);
-            sc[4 * nb + e] = fma_pipe ? ex2_fma_e4m3(x_lo) : ex2(x_lo);
-            sc[4 * nb + 2 + e] = fma_pipe ? ex2_fma_e4m3(x_hi) : ex2(x_hi);
+        for (int hf = 0; hf < 2; ++hf) {
+            const float c = hf == 0 ? c_lo : c_hi, b = hf == 0 ? b_lo : b_hi;
+            const float x0 = fmaf(sc[4 * nb + 2 * hf], c, b), x1 = fmaf(sc[4 * nb + 2 * hf + 1], c, b);
+            e[nb][hf] = fma_pipe ? ex2_h2_e4m3x2(x0, x1) : e4m3x2(ex2(x0), ex2(x1));
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int nb = 4 * kk + 2 * (w >> 1), hf = w & 1;
+            asm("mov.b32 %0, {%1, %2};\n" : "=r"(pa[kk][w]) : "h"(e[nb][hf]), "h"(e[nb + 1][hf]));
         }
     }
 }
