@@ -151,11 +151,13 @@ void run_attention_bench(BenchContext& ctx) {
         // wgmma_bf16 / wgmma_bf16_no_lse (variants 4, 5): Penstock's bf16 wgmma kernel (attention_bf16_wgmma.h),
         // which cuda::attention tries first; the cuDNN variants run with PENSTOCK_ATTENTION_KERNEL=cudnn. Variant 6:
         // no lse, the warpgroups' ping-pong off (PENSTOCK_ATTN_PINGPONG=0); 7: no lse, PENSTOCK_ATTN_PROBE=mma (the
-        // loads and products without the softmax: not attention, the pipeline's ceiling).
-        for (const int variant : {4, 5, 6, 7, 0, 1, 3, 2}) {
+        // loads and products without the softmax: not attention, the pipeline's ceiling); 8: no lse,
+        // PENSTOCK_ATTN_MAX_SLACK=0 (the softmax's exact running max).
+        for (const int variant : {4, 5, 6, 7, 8, 0, 1, 3, 2}) {
             const bool wgmma = variant >= 4;
             if (variant == 6) setenv("PENSTOCK_ATTN_PINGPONG", "0", /*overwrite=*/1);
             if (variant == 7) setenv("PENSTOCK_ATTN_PROBE", "mma", /*overwrite=*/1);
+            if (variant == 8) setenv("PENSTOCK_ATTN_MAX_SLACK", "0", /*overwrite=*/1);
             const bool cudnn = variant != 2 && !wgmma;
             if ((!cudnn || variant != 0) && s.ragged && !wgmma) continue;
             if (variant == 1) setenv("PENSTOCK_CUDNN_AUTOTUNE", "1", /*overwrite=*/1);
@@ -180,10 +182,12 @@ void run_attention_bench(BenchContext& ctx) {
             unsetenv("PENSTOCK_ATTENTION_KERNEL");
             unsetenv("PENSTOCK_ATTN_PINGPONG");
             unsetenv("PENSTOCK_ATTN_PROBE");
+            unsetenv("PENSTOCK_ATTN_MAX_SLACK");
             record["impl"] = wgmma          ? (variant == 4   ? "wgmma_bf16"
                                                : variant == 5 ? "wgmma_bf16_no_lse"
                                                : variant == 6 ? "wgmma_bf16_no_lse_no_pp"
-                                                              : "wgmma_bf16_no_lse_mma_probe")
+                                               : variant == 7 ? "wgmma_bf16_no_lse_mma_probe"
+                                                              : "wgmma_bf16_no_lse_slack0")
                              : !cudnn       ? "cuda_core"
                              : s.ragged     ? "cudnn_sdpa_ragged"
                              : variant == 1 ? "cudnn_sdpa_autotuned"

@@ -17,7 +17,10 @@
 //    accumulate.
 //  - Online softmax in registers: keys past a row's causal limit or the sequence set to -inf, the row max by a tree,
 //    exp2 on the special-function unit with the log2(e)-folded scale, the output rescaled when the max grows (skipped
-//    by a warp whose rows' maxima held), the row sums of the f32 probabilities by four independent chains per row.
+//    by a warp whose rows' maxima held), the row sums of the f32 probabilities by four independent chains per row. A
+//    warp keeps its rows' running maxima, with no shuffles across the quads and no correction, while no row's tile
+//    max exceeds its running max by more than a slack (PENSTOCK_ATTN_MAX_SLACK, log2 units, default 8: the
+//    probabilities then reach at most 2^8).
 //  - Values: O[64 x d_v] += P V with P in registers: bf16's A fragment of a k16 step is exactly the score
 //    accumulator's layout of 16 key columns (rows r, r + 8; columns 2t, 2t + 1, 8 + 2t, 9 + 2t), so packing is one
 //    cvt per pair; B = the v tile read N-major (transpose bit; LBO = one 128-key box between 64-column blocks, SBO
@@ -53,6 +56,8 @@ constexpr int kBN = 128;       // keys per tile
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kBox = 64;       // bf16 columns per TMA box = the 128-byte swizzle span
 constexpr int kBoxRowBytes = 128;
+// Bf16AttnArgs::max_slack in log2 units unless PENSTOCK_ATTN_MAX_SLACK says otherwise.
+constexpr float kMaxSlackLog2Default = 8.0f;
 
 template <int kDqk, int kDv>
 struct Layout {
@@ -92,6 +97,11 @@ struct Bf16AttnArgs {
     // The two consumer warpgroups take turns issuing their wgmma (named barriers; PENSTOCK_ATTN_PINGPONG, on unless
     // 0): one warpgroup's softmax then overlaps the other's products (FlashAttention-3's inter-warpgroup schedule).
     bool pingpong;
+    // The softmax keeps a warp's running maxima, with no correction of O and l and no reduction across the quads,
+    // while no row's tile max exceeds its running max by more than this (score units: the log2-unit slack of
+    // PENSTOCK_ATTN_MAX_SLACK, default kMaxSlackLog2Default, divided by scale * log2(e)); the probabilities then reach
+    // at most 2^slack, which bf16 and the f32 sums hold exactly as well as 1.
+    float max_slack;
     // Measurement probe (PENSTOCK_ATTN_PROBE=mma): every probability 1 and no softmax, the same loads and products
     // (the kernel's tensor-core and memory pipeline alone); the output is then not attention.
     bool mma_only;
@@ -289,14 +299,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto softmax = [&](float(&sc)[64], int j, float& corr_lo, float& corr_hi) {
         attn_wgmma::mask_tile(sc, j * kBN, t4, rows.lim_lo, rows.lim_hi);
         float mx_lo, mx_hi;
-        attn_wgmma::tile_row_max(sc, m_lo, m_hi, mx_lo, mx_hi);
-        // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
-        const float base_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * c;
-        const float base_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * c;
-        corr_lo = m_lo == -INFINITY ? 0.0f : ex2(m_lo * c - base_lo);  // 0: nothing accumulated yet
-        corr_hi = m_hi == -INFINITY ? 0.0f : ex2(m_hi * c - base_hi);
-        m_lo = mx_lo;
-        m_hi = mx_hi;
+        attn_wgmma::thread_row_max(sc, mx_lo, mx_hi);  // this thread's own 32 scores of each row
+        if (__all_sync(0xffffffffu, mx_lo <= m_lo + a.max_slack && mx_hi <= m_hi + a.max_slack)) {
+            // No row of the warp's tile exceeds its running max by more than max_slack: the maxima stay, O and l need
+            // no correction and the quads' shuffles are skipped. (A row without a visible key so far, m -inf, takes
+            // this path only when the tile shows it none either.)
+            corr_lo = corr_hi = 1.0f;
+        } else {
+            mx_lo = fmaxf(m_lo, attn_wgmma::quad_max(mx_lo));
+            mx_hi = fmaxf(m_hi, attn_wgmma::quad_max(mx_hi));
+            // A row with no visible key so far keeps max -inf: its terms are exp2(-inf) = 0 and its state unchanged.
+            corr_lo = m_lo == -INFINITY ? 0.0f : ex2((m_lo - mx_lo) * c);  // 0: nothing accumulated yet
+            corr_hi = m_hi == -INFINITY ? 0.0f : ex2((m_hi - mx_hi) * c);
+            m_lo = mx_lo;
+            m_hi = mx_hi;
+        }
+        const float base_lo = m_lo == -INFINITY ? 0.0f : m_lo * c;
+        const float base_hi = m_hi == -INFINITY ? 0.0f : m_hi * c;
         float sl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sh[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int nb = 0; nb < 16; ++nb) {
@@ -497,6 +516,14 @@ bool attention_bf16_wgmma(const kernels::AttentionParams& p, cudaStream_t stream
     args.scale = p.scale;
     args.causal = p.mask_kind == kernels::AttentionMaskKind::kCausalBottomRight;
     args.pingpong = !attn_wgmma::env_is("PENSTOCK_ATTN_PINGPONG", "0");
+    float slack = kMaxSlackLog2Default;
+    if (const char* e = std::getenv("PENSTOCK_ATTN_MAX_SLACK"); e != nullptr) {
+        char* end = nullptr;
+        slack = std::strtof(e, &end);
+        PENSTOCK_CHECK(end != e && *end == '\0' && slack >= 0.0f && slack <= 16.0f)
+            << "PENSTOCK_ATTN_MAX_SLACK: a number in [0, 16] (log2 units), not " << e;
+    }
+    args.max_slack = slack / (args.scale * 1.4426950408889634f);
     args.mma_only = attn_wgmma::env_is("PENSTOCK_ATTN_PROBE", "mma");
     if (d_qk == 64) {
         launch<64, 64>(p, args, max_q, n_seqs, stream);

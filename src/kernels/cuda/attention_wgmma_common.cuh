@@ -116,15 +116,14 @@ __device__ __forceinline__ void mask_tile(float (&sc)[64], int tile_key0, int t4
     }
 }
 
-// The running maxima of the thread's two rows after this tile: max(m, the tile's row max), by a tree (depth 6
-// instead of a chain of 32 dependent max operations) and then across the quad that shares the rows.
-__device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, float m_hi, float& mx_lo,
-                                             float& mx_hi) {
-    float t_lo[16], t_hi[16];
+// The maxima of this thread's own 32 scores of each of its two rows (lo, hi), by a tree (depth 5 instead of a chain of
+// 32 dependent max operations); the quad of lanes that shares the rows holds the rest (quad_max).
+__device__ __forceinline__ void thread_row_max(const float (&sc)[64], float& t_lo, float& t_hi) {
+    float x_lo[16], x_hi[16];
 #pragma unroll
     for (int nb = 0; nb < 16; ++nb) {
-        t_lo[nb] = fmaxf(sc[4 * nb], sc[4 * nb + 1]);
-        t_hi[nb] = fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]);
+        x_lo[nb] = fmaxf(sc[4 * nb], sc[4 * nb + 1]);
+        x_hi[nb] = fmaxf(sc[4 * nb + 2], sc[4 * nb + 3]);
     }
 #pragma unroll
     for (int lvl = 0; lvl < 4; ++lvl) {
@@ -132,17 +131,31 @@ __device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, 
         for (int i = 0; i < 8; ++i) {
             const int w = 8 >> lvl;
             if (i < w) {
-                t_lo[i] = fmaxf(t_lo[i], t_lo[i + w]);
-                t_hi[i] = fmaxf(t_hi[i], t_hi[i + w]);
+                x_lo[i] = fmaxf(x_lo[i], x_lo[i + w]);
+                x_hi[i] = fmaxf(x_hi[i], x_hi[i + w]);
             }
         }
     }
-    mx_lo = fmaxf(m_lo, t_lo[0]);
-    mx_hi = fmaxf(m_hi, t_hi[0]);
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+    t_lo = x_lo[0];
+    t_hi = x_hi[0];
+}
+
+// The maximum of x over the quad of lanes that holds a row.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// The running maxima of the thread's two rows after this tile: max(m, the tile's row max), by thread_row_max's tree
+// and then across the quad that shares the rows.
+__device__ __forceinline__ void tile_row_max(const float (&sc)[64], float m_lo, float m_hi, float& mx_lo,
+                                             float& mx_hi) {
+    float t_lo, t_hi;
+    thread_row_max(sc, t_lo, t_hi);
+    mx_lo = fmaxf(m_lo, t_lo);
+    mx_hi = fmaxf(m_hi, t_hi);
+    mx_lo = quad_max(mx_lo);
+    mx_hi = quad_max(mx_hi);
 }
 
 // One work item: 128 query rows [m0, m0 + 128) of sequence `seq` and head `head`, with its key range: bottom-right

@@ -398,18 +398,22 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
         many.push_back({len, len, 0, 0});
     }
     cases.push_back({"many_seqs_dense", 2, 2, 128, 128, many, M::kCausalBottomRight});
-    // Passes: the default (ping-pong on) with lse; without lse; with the warpgroups' ping-pong off
-    // (PENSTOCK_ATTN_PINGPONG=0, the other issue schedule). The last two on the cases of at most two sequences.
+    // Passes: the default (ping-pong on, the softmax's default max slack) with lse; without lse; with the warpgroups'
+    // ping-pong off (PENSTOCK_ATTN_PINGPONG=0, the other issue schedule); with the exact running max
+    // (PENSTOCK_ATTN_MAX_SLACK=0: a warp keeps its maxima only while no row's tile max exceeds them). The last three on
+    // the cases of at most two sequences.
     struct Pass {
         const char* suffix;
-        bool lse, pingpong;
+        bool lse, pingpong, exact_max;
     };
     uint32_t seed = 2900;
     int n = 0;
-    for (const Pass& pass : {Pass{"", true, true}, Pass{"_no_lse", false, true}, Pass{"_no_pingpong", true, false}}) {
+    for (const Pass& pass : {Pass{"", true, true, false}, Pass{"_no_lse", false, true, false},
+                             Pass{"_no_pingpong", true, false, false}, Pass{"_max_slack0", true, true, true}}) {
         if (!pass.pingpong) setenv("PENSTOCK_ATTN_PINGPONG", "0", /*overwrite=*/1);
+        if (pass.exact_max) setenv("PENSTOCK_ATTN_MAX_SLACK", "0", /*overwrite=*/1);
         for (const Case& c : cases) {
-            if ((!pass.lse || !pass.pingpong) && c.seqs.size() > 2) continue;
+            if ((!pass.lse || !pass.pingpong || pass.exact_max) && c.seqs.size() > 2) continue;
             Case named = c;
             named.want_lse = pass.lse;
             named.name += pass.suffix;
@@ -421,6 +425,7 @@ TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
             if (HasFatalFailure()) break;
         }
         unsetenv("PENSTOCK_ATTN_PINGPONG");
+        unsetenv("PENSTOCK_ATTN_MAX_SLACK");
         if (HasFatalFailure()) return;
     }
     std::printf("[conf] attention_bf16_wgmma | cases | %d\n", n);
