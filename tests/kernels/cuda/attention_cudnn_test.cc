@@ -334,7 +334,8 @@ TEST_F(AttentionCudnnTest, DispatchMatchesReference) {
 // tiles (128 keys each): long single sequences, ragged batches across tile edges, cached prefixes (more keys than
 // queries, bottom-right diagonal), a key piece that starts inside the chunk, all-visible, GQA, the three head-dim
 // pairs, and no lse. It must take every case (all are within its contract); on a GPU other than sm_90 it declines
-// and the test skips. Also with the warpgroup ping-pong switched off (PENSTOCK_ATTN_PINGPONG=0).
+// and the test skips. Also with the warpgroup ping-pong switched off (PENSTOCK_ATTN_PINGPONG=0) and with the exact
+// running max (PENSTOCK_ATTN_MAX_SLACK=0).
 TEST_F(AttentionCudnnTest, Bf16WgmmaKernelMatchesReference) {
     const auto props = cuda::device_properties(0);
     if (!props.ok() || props->cc_major != 9) GTEST_SKIP() << "the bf16 wgmma kernel needs sm_90";
