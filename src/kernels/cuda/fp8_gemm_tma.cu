@@ -7,9 +7,10 @@
 // 6-stage ring of 32 KiB stages; stage i has a "full" mbarrier (the producer's expect_tx of 32 KiB, completed by
 // the two bulk copies) and an "empty" one (one arrive per consumer warpgroup once its wgmma on the stage retired).
 // A consumer waits for "full", issues 4 wgmma.m64n128k32.e4m3 into its block registers, waits for them, releases the
-// stage and promotes the block into its f32 accumulators (acc += block * a_scale[row, kb] * b_scale[n0 / 128, kb],
-// scales loaded before the wait), so one warpgroup's promotion overlaps the other's tensor-core work and the loads run
-// up to 6 k-steps ahead, across tiles. With 128-wide tiles a consumer takes two k-steps at a time into two block
+// stage and promotes the block into its f32 accumulators (acc += block * a_scale[row, kb] * b_scale[n0 / 128, kb]; in
+// the 256-wide kernels the next k-step's scales are loaded while this one's chains run, by pointers that step along the
+// k blocks), so one warpgroup's promotion overlaps the other's tensor-core work and the loads run up to 6 k-steps
+// ahead, across tiles. With 128-wide tiles a consumer takes two k-steps at a time into two block
 // register sets and promotes the first while the second chain runs (the same sums in the same order). The descriptors
 // of a chain's 4 wgmma are one base plus constants. TMA's out-of-bounds zero fill covers rows past n_rows, k past the
 // end and rows past n (b is a 3-d [G, n, k] map); rows of the next group that land in a tile are computed and not
@@ -429,13 +430,39 @@ __global__ void __launch_bounds__(kThreads, 1)
                     promote(acc[0], blk1, lo1 * sb1, hi1 * sb1);
                 }
             }
+            // The scales of k-step kt + 1 are loaded while k-step kt's chains run (one k-step ahead, by pointers
+            // that step along the k blocks): the promotion's scale products then wait on no global load, and the
+            // loop top has no 64-bit index products. The last k-step re-reads its own scales (no load past them).
+            const float* ps_lo = sc.a_lo + kt0 * p.as_col;
+            const float* ps_hi = sc.a_hi + kt0 * p.as_col;
+            const float* ps_b[kHalves];
+            float nb[kHalves];
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h) {
+                ps_b[h] = sb_row[h] + kt0;
+                nb[h] = kt0 < KT ? __ldg(ps_b[h]) : 0.0f;
+            }
+            float n_lo = kt0 < KT ? __ldg(ps_lo) : 0.0f, n_hi = kt0 < KT ? __ldg(ps_hi) : 0.0f;
             for (int kt = kt0; kt < KT; ++kt) {
                 const auto [stage, phase] = next_stage();
-                float sb[kHalves];
+                float s_lo[kHalves], s_hi[kHalves];
 #pragma unroll
-                for (int h = 0; h < kHalves; ++h) sb[h] = __ldg(sb_row[h] + kt);
-                const float sa_lo = __ldg(sc.a_lo + kt * p.as_col);
-                const float sa_hi = __ldg(sc.a_hi + kt * p.as_col);
+                for (int h = 0; h < kHalves; ++h) {
+                    s_lo[h] = n_lo * nb[h];
+                    s_hi[h] = n_hi * nb[h];
+                }
+                {
+                    const bool more = kt + 1 < KT;
+                    ps_lo += more ? p.as_col : 0;
+                    ps_hi += more ? p.as_col : 0;
+                    n_lo = __ldg(ps_lo);
+                    n_hi = __ldg(ps_hi);
+#pragma unroll
+                    for (int h = 0; h < kHalves; ++h) {
+                        ps_b[h] += more ? 1 : 0;
+                        nb[h] = __ldg(ps_b[h]);
+                    }
+                }
                 mbar_wait(bars + 8 * stage, phase);
                 const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
                 // One wgmma chain per 128-column half into the same block registers, each promoted before the
@@ -448,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     wgmma::reg_fence(blk);
                     // this warpgroup is done with the stage
                     if (h == kHalves - 1 && (tid & 127) == 0) release(stage);
-                    promote(acc[h], blk, sa_lo * sb[h], sa_hi * sb[h]);
+                    promote(acc[h], blk, s_lo[h], s_hi[h]);
                 }
             }
             if constexpr (kAct != kActNone) {
