@@ -71,6 +71,8 @@ Result<Cluster> builtin_cluster(const std::string& name) {
         c.memory_gib = 139;
         c.bf16_tflops = 592;
         c.fp8_tflops = 857;
+        c.peak_bf16_tflops = 989;  // dense, datasheet (shared/PERF.md)
+        c.peak_fp8_tflops = 1979;
         c.intra = {.busbw_gbps = 285, .p2p_gbps = 348, .latency_us = 50};
         c.inter = {.busbw_gbps = 45, .p2p_gbps = 45, .latency_us = 20};
         c.all_reduce = {{.ranks = 2, .bytes = 134217728, .ms = 0.470}};
@@ -244,6 +246,8 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& source
     r.get("bf16_tflops", &c.bf16_tflops, true, 1e-3, 1e6);
     r.get("fp8_tflops", &c.fp8_tflops, false, 1e-3, 1e6);
     if (c.fp8_tflops <= 0) c.fp8_tflops = c.bf16_tflops;
+    r.get("peak_bf16_tflops", &c.peak_bf16_tflops, false, 1e-3, 1e6);
+    r.get("peak_fp8_tflops", &c.peak_fp8_tflops, false, 1e-3, 1e6);
     PENSTOCK_RETURN_IF_ERROR(read_link(r, "intra", source, &c.intra));
     PENSTOCK_RETURN_IF_ERROR(read_link(r, "inter", source, &c.inter));
     if (const toml::array* points = r.array("all_reduce")) {

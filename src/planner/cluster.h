@@ -56,6 +56,9 @@ struct Cluster {
     // peak: they carry the kernels' efficiency. bf16 for bf16 weights, fp8 for block-FP8 weights.
     double bf16_tflops = 0;
     double fp8_tflops = 0;
+    // The GPU's dense datasheet peaks (TFLOP/s; 0: not given): the calibration report's share of peak per class.
+    double peak_bf16_tflops = 0;
+    double peak_fp8_tflops = 0;
     Link intra;  // GPUs of one node
     Link inter;  // GPUs of different nodes
     std::vector<AllReducePoint> all_reduce;

@@ -110,6 +110,61 @@ std::string formats(const BenchRun& r) {
     return f;
 }
 
+// The dense datasheet peak for a class of work in a run, by its operands' format (0: none, or not given): e4m3 for
+// FP8 weights (dense linears, routed experts), --fp8-attention and FP8 index keys; 16-bit otherwise (f32 index keys
+// too, though each of their dots takes three 16-bit products); none for KDA (CUDA-core and tensor-core work).
+double class_peak(const Cluster& c, const BenchRun& r, scheduler::OpClass k) {
+    using scheduler::OpClass;
+    bool fp8 = false;
+    switch (k) {
+        case OpClass::kGemm:
+        case OpClass::kExperts:
+            fp8 = r.fp8_weights;
+            break;
+        case OpClass::kAttention:
+            fp8 = r.fp8_attention;
+            break;
+        case OpClass::kSparseAttention:
+            break;
+        case OpClass::kIndexer:
+            fp8 = r.dsa_fp8_indexer;
+            break;
+        case OpClass::kKda:
+            return 0;
+    }
+    return fp8 ? c.peak_fp8_tflops : c.peak_bf16_tflops;
+}
+
+// Each run's classes at their own rates (cost-model FLOPs over the class's time) and, where the cluster gives its
+// peaks, the share of the peak for the class's format: where each layer's time goes against what the GPU offers.
+void print_run_rates(const std::vector<std::pair<loader::ModelConfig, BenchRun>>& runs,
+                     const std::vector<RunSplit>& splits, const Cluster& c, std::ostream& out) {
+    const bool peaks = c.peak_bf16_tflops > 0 && c.peak_fp8_tflops > 0;
+    out << "Each result's classes of work in TFLOP/s (cost-model FLOPs over the class's time)";
+    if (peaks) {
+        out << ", with the share of " << (c.gpu.empty() ? std::string("the GPU") : c.gpu)
+            << "'s dense peak for the class's format (bf16 " << fmt(c.peak_bf16_tflops, 0) << ", e4m3 "
+            << fmt(c.peak_fp8_tflops, 0) << " TFLOP/s)";
+    }
+    out << "\n\n| result | gemm | experts | attention | sparse | indexer | kda |\n|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < runs.size(); ++i) {
+        const BenchRun& r = runs[i].second;
+        const RunSplit& s = splits[i];
+        out << "| " << r.source;
+        for (size_t k = 0; k < scheduler::kNumOpClasses; ++k) {
+            if (s.ms[k] <= 0 || s.flops[k] <= 0) {
+                out << " | -";
+                continue;
+            }
+            const double tflops = s.flops[k] / (s.ms[k] * 1e9);
+            out << " | " << fmt(tflops, 0);
+            const double peak = peaks ? class_peak(c, r, static_cast<scheduler::OpClass>(k)) : 0.0;
+            if (peak > 0) out << " (" << fmt(100.0 * tflops / peak, 0) << "%)";
+        }
+        out << " |\n";
+    }
+}
+
 Result<ClassRates> run_calibration(const PlanArgs& a, const Cluster& base, std::ostream& out) {
     PENSTOCK_ASSIGN_OR_RETURN(const auto runs, read_runs(a.calibrate, "--calibrate"));
     PENSTOCK_ASSIGN_OR_RETURN(const auto checks, read_runs(a.check, "--check"));
@@ -132,6 +187,8 @@ Result<ClassRates> run_calibration(const PlanArgs& a, const Cluster& base, std::
         out << " | " << fmt(s.topk_ms, 2) << " | " << fmt(s.memory_ms, 2) << " | " << fmt(s.leaves_ms, 2) << " | "
             << fmt(r.median_ms, 2) << " | " << fmt(model_ms, 2) << " |\n";
     }
+    out << "\n";
+    print_run_rates(runs, splits, c, out);
     out << "\n" << rates_toml(rates) << "\n";
     if (!checks.empty()) {
         out << "Held out (--check): the layer's wall median against the calibrated model\n\n| result | model | layers "

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,12 @@ TEST(PlannerCluster, ReadsTomlAndNamesEveryProblem) {
     EXPECT_NEAR(c->send_ms(45e6, 0, 4), 0.030 + 1.0, 1e-9) << "rank 0 -> 4 crosses nodes";
     EXPECT_NEAR(c->send_ms(250e6, 0, 3), 0.010 + 1.0, 1e-9);
     EXPECT_EQ(c->all_reduce_ms(1e9, 1, 0), 0.0);
+    EXPECT_EQ(c->peak_bf16_tflops, 0.0) << "the datasheet peaks are optional";
+    auto peaks =
+        parse_cluster("peak_bf16_tflops = 989\npeak_fp8_tflops = 1979\n" + std::string(kClusterToml), "p.toml");
+    ASSERT_TRUE(peaks.ok()) << peaks.status().to_string();
+    EXPECT_DOUBLE_EQ(peaks->peak_bf16_tflops, 989);
+    EXPECT_DOUBLE_EQ(peaks->peak_fp8_tflops, 1979);
 
     const auto error_of = [](const std::string& text) {
         auto r = parse_cluster(text, "bad.toml");
@@ -516,6 +523,16 @@ TEST(PlannerCalibrate, BadBenchResultsAreClearErrors) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     EXPECT_NE(out.str().find("[rates]\ngemm = "), std::string::npos) << out.str();
     EXPECT_NE(out.str().find("dsv3-bf16-16k.s32a.json[0] | deepseek_v3 | 3-4 | 16384"), std::string::npos) << out.str();
+    // Each result's classes at their own rates, with the share of the built-in H200's dense bf16 peak (989): one
+    // run, so its dense-linear rate is the calibrated one; no sparse attention in a DeepSeek-V3 layer.
+    auto one = read_model_bench_json(perf_dir() + "calibration/dsv3-bf16-16k.s27i.json");
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    auto one_rates = calibrate({{config("deepseek-v3.json"), one->front()}});
+    ASSERT_TRUE(one_rates.ok()) << one_rates.status().to_string();
+    char cell[64];
+    std::snprintf(cell, sizeof(cell), ".json[0] | %.0f (%.0f%%) | ", one_rates->gemm, 100.0 * one_rates->gemm / 989.0);
+    EXPECT_NE(out.str().find("Each result's classes of work in TFLOP/s"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find(std::string("dsv3-bf16-16k.s27i") + cell), std::string::npos) << cell << "\n" << out.str();
     a.calibrate = {"no-equals-sign.json"};
     const Status e = run_plan(a, out);
     ASSERT_FALSE(e.ok());
