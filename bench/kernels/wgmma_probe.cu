@@ -11,7 +11,11 @@
 //   pipe:    two block-register sets in turn: chain c is issued, then wait_group 1 (chain c - 1 done) and chain
 //            c - 1's block promoted while chain c runs (the promotion off the chain's critical path; needs
 //            kChains * NA + 2 NA registers, so only narrow chains: 4 x m64n64 or 1 x m64n128 per k-step); drained
-//            every two k-steps (see the loop).
+//            every two k-steps (see the loop);
+//   promote_yield: promote with a __nanosleep(0) after every 16 FFMAs (a scheduling point for the other warpgroup's
+//            next chain).
+// CTAs of two, three or four warpgroups (kWgs; three and four: more chains in flight per SM within the register
+// budget, a 192 x 128 or 256 x 128 tile's pattern).
 // Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
 // longer read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
@@ -32,9 +36,10 @@ namespace penstock::bench {
 
 namespace {
 
-constexpr int kProbeSteps = 2048;             // k-steps per warpgroup and launch
-constexpr int kProbeSmem = 48 * 1024 + 1024;  // A 16 KiB (two warpgroups' 64 rows) + B 32 KiB (256 rows), aligned
-constexpr int kModeFree = 0, kModeWait = 1, kModePromote = 2, kModePipe = 3;
+constexpr int kProbeSteps = 2048;                            // k-steps per warpgroup and launch
+constexpr int kProbeABytes = 4 * 64 * 128;                   // A: up to four warpgroups' 64 rows of 128 bytes
+constexpr int kProbeSmem = kProbeABytes + 32 * 1024 + 1024;  // + B 32 KiB (256 rows), aligned
+constexpr int kModeFree = 0, kModeWait = 1, kModePromote = 2, kModePipe = 3, kModeYield = 4;
 constexpr int kFormSs = 0, kFormRs = 1;
 
 __device__ __forceinline__ uint64_t probe_desc(uint32_t saddr) { return cuda::wgmma::desc(saddr, 16, 1024); }
@@ -66,22 +71,24 @@ __device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, const 
     }
 }
 
-// NA: accumulators per chain (N / 2); kChains: chains per k-step (their B offsets 128 rows apart); kWgs: active
-// warpgroups. Promote mode needs kChains * NA + NA registers (acc + blk), pipe mode kChains * NA + 2 NA.
-template <int NA, int kChains, int kMode, int kForm>
-__global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, float* sink) {
+// NA: accumulators per chain (N / 2); kChains: chains per k-step (their B offsets 128 rows apart); kWgs: warpgroups
+// of the CTA (2, 3 or 4: the register budget per thread is 65536 / (128 kWgs), so three warpgroups hold a promoted
+// m64n128 chain in 168 and four only m64n64 chains in 128), active_wgs of them run. Promote mode needs
+// kChains * NA + NA registers (acc + blk), pipe mode kChains * NA + 2 NA.
+template <int NA, int kChains, int kMode, int kForm, int kWgs = 2>
+__global__ void __launch_bounds__(128 * kWgs, 1) wgmma_probe_kernel(int active_wgs, float* sink) {
     extern __shared__ __align__(1024) uint8_t probe_smem[];
     const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(probe_smem));
     const uint32_t base = (raw + 1023u) & ~1023u;
     const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
     // e4m3 1.0 (0x38) in every operand byte.
-    for (int i = tid; i < 48 * 1024 / 4; i += 256) {
+    for (int i = tid; i < (kProbeABytes + 32 * 1024) / 4; i += 128 * kWgs) {
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(base + 4u * static_cast<uint32_t>(i)), "r"(0x38383838u));
     }
     cuda::wgmma::fence_proxy_async();  // the stores above, before the wgmmas read them
     __syncthreads();
     if (wg >= active_wgs) return;
-    const uint32_t a = base + static_cast<uint32_t>(wg) * 64 * 128, b = base + 16 * 1024;
+    const uint32_t a = base + static_cast<uint32_t>(wg) * 64 * 128, b = base + kProbeABytes;
     const uint32_t ar[4] = {0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u};
     constexpr int kBufs = kMode == kModePipe ? 2 : 1;
     float blk[kBufs][NA];
@@ -104,13 +111,23 @@ __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, flo
             probe_chain<NA, kForm>(blk[cur], a, ar, b + static_cast<uint32_t>(h) * (2 * NA) * 128,
                                    (kMode == kModeFree || kMode == kModeWait) && (kt | c) != 0);
             cuda::wgmma::commit();
-            if constexpr (kMode == kModeWait || kMode == kModePromote) {
+            if constexpr (kMode == kModeWait || kMode == kModePromote || kMode == kModeYield) {
                 cuda::wgmma::wait<0>();
                 cuda::wgmma::reg_fence(blk[0]);
             }
             if constexpr (kMode == kModePromote) {
 #pragma unroll
                 for (int i = 0; i < NA; ++i) acc[h][i] = fmaf(blk[0][i], scale, acc[h][i]);
+            }
+            if constexpr (kMode == kModeYield) {
+                // promote, with a nanosleep of 0 after every 16 FFMAs: a point where the warp scheduler may issue
+                // the other warpgroup's warp (its next chain) instead of this warp's next FFMA (DeepGEMM flips the
+                // FFMAs' yield bits in the binary for that effect)
+#pragma unroll
+                for (int i = 0; i < NA; ++i) {
+                    acc[h][i] = fmaf(blk[0][i], scale, acc[h][i]);
+                    if (i % 16 == 15 && i + 1 < NA) __nanosleep(0);
+                }
             }
             if constexpr (kMode == kModePipe) {
                 // ptxas tracks wgmma groups only within the loop body (a wait_group 1 whose other group was issued
@@ -150,18 +167,29 @@ __global__ void __launch_bounds__(256, 1) wgmma_probe_kernel(int active_wgs, flo
 }
 
 const char* mode_name(int mode) {
-    return mode == kModeFree ? "free" : (mode == kModeWait ? "wait" : (mode == kModePromote ? "promote" : "pipe"));
+    switch (mode) {
+        case kModeFree:
+            return "free";
+        case kModeWait:
+            return "wait";
+        case kModePromote:
+            return "promote";
+        case kModePipe:
+            return "pipe";
+        default:
+            return "promote_yield";
+    }
 }
 
-template <int NA, int kChains, int kMode, int kForm = kFormSs>
+template <int NA, int kChains, int kMode, int kForm = kFormSs, int kWgs = 2>
 void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
-    auto* kernel = wgmma_probe_kernel<NA, kChains, kMode, kForm>;
+    auto* kernel = wgmma_probe_kernel<NA, kChains, kMode, kForm, kWgs>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSmem));
     const int sms = ctx.props().n_sms;
     const auto s = static_cast<cudaStream_t>(ctx.stream().handle());
     const Timing t = ctx.time(
         [&] {
-            kernel<<<sms, 256, kProbeSmem, s>>>(active_wgs, sink);
+            kernel<<<sms, 128 * kWgs, kProbeSmem, s>>>(active_wgs, sink);
             PENSTOCK_CUDA_LAUNCH_CHECK();
         },
         2, 10);
@@ -172,6 +200,7 @@ void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
     r["chains_per_kstep"] = kChains;
     r["mode"] = mode_name(kMode);
     r["warpgroups"] = active_wgs;
+    r["cta_warpgroups"] = kWgs;
     r["form"] = kForm == kFormRs ? "rs" : "ss";
     r["tflops"] = flops / (t.median_us * 1e-6) * 1e-12;
     // Cycles per chain at the device's maximum SM clock (under load the clock is lower: a lower bound).
@@ -191,7 +220,7 @@ void probe_modes(BenchContext& ctx, float* sink) {
 }  // namespace
 
 void run_wgmma_probe_bench(BenchContext& ctx) {
-    Tensor sink = Tensor::empty({256}, DType::kF32, ctx.alloc());
+    Tensor sink = Tensor::empty({512}, DType::kF32, ctx.alloc());
     float* s = sink.ptr<float>();
     probe_modes<64, 2>(ctx, s);               // the wide FP8 kernel: two m64n128 chains per k-step
     probe_modes<96, 1>(ctx, s);               // one m64n192 chain
@@ -213,6 +242,19 @@ void run_wgmma_probe_bench(BenchContext& ctx) {
         probe_one<64, 1, kModePipe>(ctx, s, wgs);
         probe_one<32, 4, kModePipe, kFormRs>(ctx, s, wgs);
     }
+    // More warpgroups, each waiting for its own chain and promoting it (more chains in flight per SM within the
+    // register budget): three with one m64n128 chain per k-step (a 192 x 128 tile), four with two m64n64 chains (a
+    // 256 x 128 tile) or one m64n64 chain.
+    probe_one<64, 1, kModeFree, kFormSs, 3>(ctx, s, 3);
+    probe_one<64, 1, kModePromote, kFormSs, 3>(ctx, s, 3);
+    probe_one<64, 1, kModePromote, kFormSs, 3>(ctx, s, 2);
+    probe_one<32, 2, kModeFree, kFormSs, 4>(ctx, s, 4);
+    probe_one<32, 2, kModePromote, kFormSs, 4>(ctx, s, 4);
+    probe_one<32, 1, kModePromote, kFormSs, 4>(ctx, s, 4);
+    probe_one<32, 2, kModePromote, kFormSs, 4>(ctx, s, 2);
+    // the wide kernel's pattern with yield points in the promotion
+    probe_one<64, 2, kModeYield>(ctx, s, 2);
+    probe_one<64, 1, kModeYield, kFormSs, 3>(ctx, s, 3);
 }
 
 }  // namespace penstock::bench
