@@ -93,3 +93,28 @@ for line in open(sys.argv[1]):
             print(sys.argv[2], r['tokens'], round(r['ms'], 3), r.get('max_abs_diff_vs_recurrent_16rows'))
 PY
 }
+
+# The FP8 grouped GEMM variants' lines of a penstock_bench_kernels --only fp8 JSON-lines file (median µs, TFLOP/s),
+# without the cp.async and bf16 rows:      fp8_lines FILE TAG
+fp8_lines() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    if not l.startswith('{'): continue
+    r = json.loads(l)
+    if r.get('bench') != 'fp8_grouped_gemm' or r['variant'] in ('wgmma', 'bf16_grouped_gemm'): continue
+    print(f"  {sys.argv[2]} {r['shape'][:12]:12s} {r['variant']:18s} {r['time_us']:9.1f} us {r.get('tflops', 0):7.1f} TFLOP/s")
+PY
+}
+
+# One line per row of a penstock_bench_kernels --only wgmma_probe JSON-lines file:      probe_lines FILE
+probe_lines() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print("probe cta_wgs", r.get("cta_warpgroups"), "maxnreg", r.get("maxnreg"), "wgs", r["warpgroups"], "n", r["n"],
+              "chains", r["chains_per_kstep"], r["mode"], r["form"], round(r["tflops"]))
+PY
+}

@@ -13,25 +13,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 save() { cd "$O" && tar czf "${OUT:-/tmp}/s51d.tgz" *.log *.jsonl 2>/dev/null; cd - > /dev/null; }
 /tmp/s/s51d/bin/penstock_bench_kernels --only wgmma_probe > "${O}/probe.jsonl" 2> "${O}/probe.log"
 echo "probe rc $? at ${SECONDS}s"
-python3 - "${O}/probe.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        print("probe cta_wgs", r.get("cta_warpgroups"), "maxnreg", r.get("maxnreg"), "wgs", r["warpgroups"], "n", r["n"],
-              "chains", r["chains_per_kstep"], r["mode"], r["form"], round(r["tflops"]))
-PY
+probe_lines "${O}/probe.jsonl"
 save
-fp8_lines() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    if not l.startswith('{'): continue
-    r = json.loads(l)
-    if r.get('bench') != 'fp8_grouped_gemm' or r['variant'] in ('wgmma', 'bf16_grouped_gemm'): continue
-    print(f"  {sys.argv[2]} {r['shape'][:12]:12s} {r['variant']:18s} {r['time_us']:9.1f} us {r.get('tflops', 0):7.1f} TFLOP/s")
-PY
-}
 for r in 1 2 3; do
   for b in s51d s51e s51f; do
     PENSTOCK_FP8_BENCH_SHAPE=dsv3 PENSTOCK_FP8_BENCH_T=16384 timeout 120 "/tmp/s/$b/bin/penstock_bench_kernels" --only fp8 \
