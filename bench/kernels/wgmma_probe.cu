@@ -1,6 +1,6 @@
 // `--only wgmma_probe`: the e4m3 wgmma issue pattern of the FP8 GEMMs (fp8_gemm_tma.cu) without memory traffic, to
-// tell the tensor cores' own limits from the kernel's. One CTA per SM, one or two warpgroups, operands loaded into
-// shared memory once (e4m3 1.0 everywhere) and reused by every k-step; each k-step is `chains` chains of four
+// tell the tensor cores' own limits from the kernel's. One CTA per SM, one to four active warpgroups, operands loaded
+// into shared memory once (e4m3 1.0 everywhere) and reused by every k-step; each k-step is `chains` chains of four
 // m64nNk32 wgmmas (one 128-deep k block). Modes:
 //   free:    no wait inside the loop: the chains accumulate back to back (the tensor cores' throughput for that N);
 //   wait:    a wait for the chain after each one (wgmma.wait_group 0), nothing else (the chain's issue-to-done
@@ -14,15 +14,20 @@
 //            every two k-steps (see the loop);
 //   promote_yield: promote with a __nanosleep(0) after every 16 FFMAs (a scheduling point for the other warpgroup's
 //            next chain).
-// CTAs of two, three or four warpgroups (kWgs; three and four: more chains in flight per SM within the register
-// budget, a 192 x 128 or 256 x 128 tile's pattern).
+// CTAs of two, three or four warpgroups (kWgs). By default three, the third idle with the GEMMs' setmaxnreg 40 / 232
+// (kRegs), as the FP8 GEMMs launch: ptxas interleaves yields into the promotion's FFMAs only in such CTAs, not in
+// CTAs of 256 threads (session 51). Three or four active: more chains in flight per SM, a 192 x 128 or 256 x 128
+// tile's pattern.
 // Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
 // longer read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
 // at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster. Session 27's
-// results (docs/perf/2026-12-04-s27.md): promote reaches 1500 TFLOP/s with two m64n128 chains per k-step and two
-// warpgroups, 1650 with four m64n64 chains, but the GEMM on m64n64 chains ran 12-15% slower: the probe bounds the
-// issue pattern, not the kernel. TFLOP/s count 2 * 64 * N * 128 per chain and warpgroup.
+// results (docs/perf/2026-12-04-s27.md, CTAs of 256 threads): promote reaches 1500 TFLOP/s with two m64n128 chains
+// per k-step and two warpgroups, 1650 with four m64n64 chains, but the GEMM on m64n64 chains ran 12-15% slower: the
+// probe bounds the issue pattern, not the kernel. Session 51 (docs/perf/2026-12-06-s51.md): in a 384-thread CTA one
+// m64n128 chain per k-step with two warpgroups promotes at the free rate (1742 vs 1287 TFLOP/s, the same loop), so
+// the promotion is not what holds the GEMM at ~64% of the tensor pipe. TFLOP/s count 2 * 64 * N * 128 per chain and
+// warpgroup.
 #include <cuda_runtime.h>
 
 #include <cstdint>
