@@ -232,18 +232,15 @@ void probe_modes(BenchContext& ctx, float* sink) {
 void run_wgmma_probe_bench(BenchContext& ctx) {
     Tensor sink = Tensor::empty({512}, DType::kF32, ctx.alloc());
     float* s = sink.ptr<float>();
-    // Session 51: the rows below run in CTAs of three warpgroups (the third idle, like the GEMMs' producer, with the
-    // same setmaxnreg 40 / 232), as the FP8 GEMMs launch. In a CTA of two warpgroups ptxas schedules the promotion's
-    // FFMAs without the yields it interleaves into them in a CTA of 384 threads (every other FFMA without its
-    // operand-reuse flag), and the promote pattern ran 1287 instead of 1742 TFLOP/s (one m64n128 chain per k-step, two
-    // warpgroups, the same SASS otherwise; docs/perf/2026-12-06-s51.md). Session 27's table came from two-warpgroup
-    // CTAs. Two rows keep that form for the comparison.
+    // Two rows in session 27's 256-thread CTAs, for the comparison with the 384-thread default (see the top).
     probe_one<64, 2, kModePromote, kFormSs, 2, 0>(ctx, s, 2);
     probe_one<64, 1, kModePromote, kFormSs, 2, 0>(ctx, s, 2);
     probe_modes<64, 2>(ctx, s);               // the wide FP8 kernel: two m64n128 chains per k-step
     probe_modes<96, 1>(ctx, s);               // one m64n192 chain
     probe_one<128, 1, kModeFree>(ctx, s, 1);  // m64n256 (no room for promotion: 128 + 128 registers)
     probe_one<128, 1, kModeFree>(ctx, s, 2);
+    probe_one<128, 1, kModeWait>(ctx, s, 1);
+    probe_one<128, 1, kModeWait>(ctx, s, 2);
     // A from registers (two m64n128 chains per k-step)
     for (const int wgs : {1, 2}) {
         probe_one<64, 2, kModeFree, kFormRs>(ctx, s, wgs);
@@ -251,10 +248,12 @@ void run_wgmma_probe_bench(BenchContext& ctx) {
     }
     // the promotion off the chain's critical path: 4 x m64n64 (n256 per warpgroup) and 1 x m64n128 per k-step
     for (const int wgs : {1, 2}) {
+        probe_one<32, 4, kModeFree>(ctx, s, wgs);
         probe_one<32, 4, kModePromote>(ctx, s, wgs);
         probe_one<32, 4, kModePipe>(ctx, s, wgs);
         probe_one<64, 1, kModePromote>(ctx, s, wgs);
         probe_one<64, 1, kModePipe>(ctx, s, wgs);
+        probe_one<32, 4, kModePipe, kFormRs>(ctx, s, wgs);
     }
     // Three warpgroups each waiting for its own chain (a 192 x 128 tile), four with m64n64 chains (256 x 128)
     probe_one<64, 1, kModeFree, kFormSs, 3, 0>(ctx, s, 3);
