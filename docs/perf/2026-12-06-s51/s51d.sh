@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 51, call D (any GPU). Archive s51d holds four penstock_bench_kernels builds (14b52ff's probe; the GEMM as landed + the patch):
+# Session 51, call D (any GPU). Archive s51d holds four penstock_bench_kernels builds (14b52ff's probe; the GEMM as
+# landed + the patch):
 #   s51d: the wgmma probe in 384-thread CTAs (a third warpgroup idle with setmaxnreg 40 / 232, as the GEMMs launch),
 #         the FP8 GEMMs as landed;
 #   s51e: diag_loads.patch with PENSTOCK_FP8_DIAG_LOADS 1: the FP8 GEMM's producer loads nothing after the ring's
