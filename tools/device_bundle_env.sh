@@ -115,6 +115,6 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         print("probe cta_wgs", r.get("cta_warpgroups"), "maxnreg", r.get("maxnreg"), "wgs", r["warpgroups"], "n", r["n"],
-              "chains", r["chains_per_kstep"], r["mode"], r["form"], round(r["tflops"]))
+              "chains", r["chains_per_kstep"], r["mode"], r["form"], r.get("operands", "ones"), round(r["tflops"]))
 PY
 }

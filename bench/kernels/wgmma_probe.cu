@@ -18,7 +18,8 @@
 // (kRegs), as the FP8 GEMMs launch: ptxas interleaves yields into the promotion's FFMAs only in such CTAs, not in
 // CTAs of 256 threads (session 51). Three or four active: more chains in flight per SM, a 192 x 128 or 256 x 128
 // tile's pattern.
-// Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
+// Operands: e4m3 1.0 by default; the last rows rerun the wide GEMM's pattern for ~0.5 s each with 1.0 and with random
+// bytes (a GEMM's switching activity, so its power and clock). Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
 // longer read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
 // at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster. Session 27's
@@ -81,14 +82,23 @@ __device__ __forceinline__ void probe_chain(float (&blk)[NA], uint32_t a, const 
 // m64n128 chain in 168 and four only m64n64 chains in 128), active_wgs of them run. Promote mode needs
 // kChains * NA + NA registers (acc + blk), pipe mode kChains * NA + 2 NA.
 template <int NA, int kChains, int kMode, int kForm, int kWgs = 3, int kRegs = 232>
-__global__ void __launch_bounds__(128 * kWgs, 1) wgmma_probe_kernel(int active_wgs, float* sink) {
+__global__ void __launch_bounds__(128 * kWgs, 1) wgmma_probe_kernel(int active_wgs, int random_operands, float* sink) {
     extern __shared__ __align__(1024) uint8_t probe_smem[];
     const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(probe_smem));
     const uint32_t base = (raw + 1023u) & ~1023u;
     const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
-    // e4m3 1.0 (0x38) in every operand byte.
+    // e4m3 1.0 (0x38) in every operand byte, or (random_operands) hashed bytes with bit 6 clear: random signs and
+    // mantissas, exponent fields 0-7 (|x| < 2, never NaN), as switching-heavy as a real GEMM's operands.
     for (int i = tid; i < (kProbeABytes + 32 * 1024) / 4; i += 128 * kWgs) {
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(base + 4u * static_cast<uint32_t>(i)), "r"(0x38383838u));
+        uint32_t v = 0x38383838u;
+        if (random_operands != 0) {
+            v = static_cast<uint32_t>(i) * 0x9E3779B1u + 0x7F4A7C15u;
+            v ^= v >> 15;
+            v *= 0x2C1B3C6Du;
+            v ^= v >> 12;
+            v &= 0xBFBFBFBFu;
+        }
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(base + 4u * static_cast<uint32_t>(i)), "r"(v));
     }
     cuda::wgmma::fence_proxy_async();  // the stores above, before the wgmmas read them
     __syncthreads();
@@ -190,18 +200,20 @@ const char* mode_name(int mode) {
     }
 }
 
+// random_operands: hashed operand bytes instead of 1.0 (see the kernel), timed over `reps` launches (the default 10
+// run ~15 ms, too short for the power limit to act; 400 run ~0.5 s).
 template <int NA, int kChains, int kMode, int kForm = kFormSs, int kWgs = 3, int kRegs = 232>
-void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
+void probe_one(BenchContext& ctx, float* sink, int active_wgs, int random_operands = 0, int reps = 10) {
     auto* kernel = wgmma_probe_kernel<NA, kChains, kMode, kForm, kWgs, kRegs>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSmem));
     const int sms = ctx.props().n_sms;
     const auto s = static_cast<cudaStream_t>(ctx.stream().handle());
     const Timing t = ctx.time(
         [&] {
-            kernel<<<sms, 128 * kWgs, kProbeSmem, s>>>(active_wgs, sink);
+            kernel<<<sms, 128 * kWgs, kProbeSmem, s>>>(active_wgs, random_operands, sink);
             PENSTOCK_CUDA_LAUNCH_CHECK();
         },
-        2, 10);
+        reps > 10 ? 20 : 2, reps);
     const int n = 2 * NA;
     const double flops = 2.0 * 64 * n * 128 * kChains * static_cast<double>(kProbeSteps) * active_wgs * sms;
     nlohmann::json r = ctx.base_record("wgmma_probe");
@@ -212,6 +224,7 @@ void probe_one(BenchContext& ctx, float* sink, int active_wgs) {
     r["cta_warpgroups"] = kWgs;
     r["maxnreg"] = kRegs;
     r["form"] = kForm == kFormRs ? "rs" : "ss";
+    r["operands"] = random_operands != 0 ? "random" : "ones";
     r["tflops"] = flops / (t.median_us * 1e-6) * 1e-12;
     // Cycles per chain at the device's maximum SM clock (under load the clock is lower: a lower bound).
     r["us_per_chain"] = t.median_us / (static_cast<double>(kProbeSteps) * kChains);
@@ -262,6 +275,12 @@ void run_wgmma_probe_bench(BenchContext& ctx) {
     probe_one<32, 2, kModePromote, kFormSs, 4, 0>(ctx, s, 4);
     // yield points (nanosleep) in the promotion: slower in session 51 (1241 vs 1492 with two warpgroups)
     probe_one<64, 2, kModeYield>(ctx, s, 2);
+    // The wide FP8 GEMM's pattern (two m64n128 chains per k-step, two warpgroups) for ~0.5 s each, 1.0 then random
+    // operands: the tensor cores' rate at the power limit with operands like a GEMM's (session 52).
+    for (const int rnd : {0, 1}) {
+        probe_one<64, 2, kModeFree>(ctx, s, 2, rnd, 400);
+        probe_one<64, 2, kModePromote>(ctx, s, 2, rnd, 400);
+    }
 }
 
 }  // namespace penstock::bench

@@ -10,8 +10,9 @@
 // (and, for K3, AttnRes bank rows) instead of the embedding. Each rep prepares the chunk (pages bound, layout uploaded,
 // seeded rows filled) and synchronises, then times the forward (ModelRunner::run_layers) to its synchronise: the
 // torch baselines also make their inputs before the clock starts. Prints one JSON line per (T, P): median / min ms of
-// the forward, "median_ms_with_setup" (the preparation included: the measure before session 43), input tokens/s,
-// per-layer ms, and the peak device memory.
+// the forward, "median_ms_with_setup" (the preparation included: the measure before session 43),
+// "median_host_enqueue_ms" (the host's time to enqueue the forward, before its synchronise), input tokens/s, per-layer
+// ms, and the peak device memory.
 // Energy: NVML's total-energy counter of the device (read through dlopen, so no NVML header or link is needed; absent
 // when the library or the counter is not there) around the timed reps (their preparation included) gives
 // "energy_j_per_rep" (joules per chunk of the layer range) and "mean_power_w". At 16K tokens the real-dimension layers
@@ -292,9 +293,16 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                 return ok_status();
             };
             // The forward of a prepared chunk, synchronised: the timed part.
+            // host_ms (optional): how long the host took to enqueue the forward, up to the final synchronize. Well
+            // under the forward's time, the device never waits on launches (a CUDA graph would not help); near it,
+            // the host is the bound or a host synchronisation inside the forward exposes the launches after it.
             auto forward = [&](const models::ForwardBatch& b, const models::BatchLayout& layout,
-                               models::Activations* act) {
+                               models::Activations* act, double* host_ms = nullptr) {
+                const auto h0 = std::chrono::steady_clock::now();
                 runner.run_layers(b, layout, act);
+                if (host_ms != nullptr) {
+                    *host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+                }
                 runner.synchronize();
             };
             auto run_chunk = [&](models::ForwardBatch* b) -> Status {
@@ -316,6 +324,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
             }
             std::vector<double> ms;        // the forward alone
             std::vector<double> ms_setup;  // with the chunk's preparation (binding, layout, seeded inputs) before it
+            std::vector<double> ms_host;   // the host's enqueue of the forward (forward's host_ms)
             double mj0 = -1.0;
             std::chrono::steady_clock::time_point timed0;
             for (int r = 0; r < o.warmup + o.reps; ++r) {
@@ -333,10 +342,12 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                     return 1;
                 }
                 const auto t0 = std::chrono::steady_clock::now();
-                forward(b, layout, &act);
+                double host_ms = 0.0;
+                forward(b, layout, &act, &host_ms);
                 const auto t1 = std::chrono::steady_clock::now();
                 if (r >= o.warmup) {
                     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+                    ms_host.push_back(host_ms);
                     ms_setup.push_back(std::chrono::duration<double, std::milli>(t1 - s0).count());
                 }
             }
@@ -378,6 +389,7 @@ int run_mode(const Options& o, const loader::ModelConfig& cfg, kernels::Backend&
                      {"median_ms", med},
                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
                      {"median_ms_with_setup", median(ms_setup)},
+                     {"median_host_enqueue_ms", median(ms_host)},
                      {"ms_per_layer", med / static_cast<double>(n_layers)},
                      {"input_tok_per_s", static_cast<double>(T) / (med / 1e3)},
                      {"reps", o.reps},
