@@ -4,6 +4,7 @@
 # every 50 ms through the whole call; marks.log timestamps each phase, and the summary prints each phase's clock and
 # power. 1. the probe; 2. the DeepSeek-V3 expert GEMMs at T = 16384 (--only fp8), 2 rounds; 3. DeepSeek-V3 layers 3:5
 # (two layers) at T 256 / 1024 / 4096, bf16 and native FP8 weights: the forward's time against the host's enqueue.
+# Each phase saves the results tar as it ends.
 set -uo pipefail
 NAME=s52a; O=/tmp/out.s52a; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; date -u
@@ -15,23 +16,24 @@ save() { cd "$O" && tar czf "${OUT:-/tmp}/s52a.tgz" *.log *.jsonl *.json *.csv 2
 mark probe
 "$P/bin/penstock_bench_kernels" --only wgmma_probe > "$O/probe.jsonl" 2> "$O/probe.log"
 echo "probe rc $? at ${SECONDS}s"
-mark idle; sleep 2
-for r in 1 2; do
-  mark "fp8.$r"
+mark idle; sleep 1; save
+fp8() {
+  mark "fp8.$1"
   PENSTOCK_FP8_BENCH_SHAPE=dsv3 PENSTOCK_FP8_BENCH_T=16384 timeout 120 "$P/bin/penstock_bench_kernels" --only fp8 \
-    > "$O/fp8.$r.jsonl" 2> "$O/fp8.$r.err.log"
-  echo "fp8 bench round $r rc $? at ${SECONDS}s"; fp8_lines "$O/fp8.$r.jsonl" "r$r"
-  mark idle; sleep 2
-done
-save
-for w in bf16 native; do
-  mark "layers.$w"
-  flags=(); [ "$w" = native ] && flags=(--fp8-weights native)
+    > "$O/fp8.$1.jsonl" 2> "$O/fp8.$1.err.log"
+  echo "fp8 bench round $1 rc $? at ${SECONDS}s"; fp8_lines "$O/fp8.$1.jsonl" "r$1"
+  mark idle; sleep 1; save
+}
+layers() {
+  mark "layers.$1"
+  local flags=(); [ "$1" = native ] && flags=(--fp8-weights native)
   timeout 200 "$P/bin/penstock_model_bench" --config "$P/configs/deepseek-v3.json" --layers 3:5 --tokens 256,1024,4096 \
-    --reps 8 "${flags[@]}" --json "$O/layers.$w.json" > "$O/layers.$w.log" 2>&1
-  echo "layers $w rc $? at ${SECONDS}s"
-  mark idle; sleep 2
-done
+    --reps 8 "${flags[@]}" --json "$O/layers.$1.json" > "$O/layers.$1.log" 2>&1
+  echo "layers $1 rc $? at ${SECONDS}s"
+  mark idle; sleep 1; save
+}
+# in order of need: a call cut short by its time limit still brings back what it saved
+fp8 1; layers bf16; fp8 2; layers native
 kill "$SMI" 2>/dev/null; sleep 0.3
 save
 probe_lines "$O/probe.jsonl"
