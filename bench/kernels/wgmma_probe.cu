@@ -19,7 +19,8 @@
 // CTAs of 256 threads (session 51). Three or four active: more chains in flight per SM, a 192 x 128 or 256 x 128
 // tile's pattern.
 // Operands: e4m3 1.0 by default; the last rows rerun the wide GEMM's pattern for ~0.5 s each with 1.0 and with random
-// bytes (a GEMM's switching activity, so its power and clock). Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
+// bytes (a GEMM's switching activity, so its power and clock).
+// Forms: ss (A and B from shared memory, the GEMM's), rs (A from registers, m64n64 / m64n128: one warpgroup's A no
 // longer read from shared memory by every chain).
 // Session 26 (docs/perf/2026-12-04-s26.md) found the FP8 grouped GEMM's tensor pipe 47-58% busy, neither memory level
 // at its limit, and neither a warpgroup order nor one m64n192 chain instead of two m64n128 ones faster. Session 27's
