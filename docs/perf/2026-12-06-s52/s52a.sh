@@ -57,8 +57,6 @@ for i, (t0, name) in enumerate(marks):
               f"{sorted(x[2] for x in (busy or s))[len(busy or s)//2]:.0f} W")
 for w in ('bf16', 'native'):
     try:
-        for l in open(f'{o}/layers.{w}.json'):
-            pass
         rows = json.load(open(f'{o}/layers.{w}.json'))
     except Exception as e:
         print(w, 'no json', e); continue
