@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -57,19 +58,24 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 // (docs/perf/2026-12-02-s19.md).
 constexpr int64_t kFp8PairMinAvgRows = 256;
 
-// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
-template <int BN>
+// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages). kSt (BN 256, bf16
+// out): the epilogue's TMA stores, three stages and a 64 KiB staging tile (bf16 128 x 256) behind them.
+template <int BN, bool kSt = false>
 struct Pipe {
     static constexpr int kHalves = BN / 128;  // 128-column halves: one weight-scale block and one wgmma chain each
     static constexpr int kStageBytes = kABytes + BN * kBK;
-    static constexpr int kStages = BN == 128 ? 6 : 4;
-    static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-    static constexpr int kBarBytes = 3 * kStages * 8;         // full, empty; the pairs' unit barriers
+    static constexpr int kStages = BN == 128 ? 6 : (kSt ? 3 : 4);
+    static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB (kSt: 144)
+    static constexpr int kStoreBytes = kSt ? 2 * 128 * BN : 0;  // per consumer warpgroup 64 rows x BN bf16
+    static constexpr int kBarBytes = 3 * kStages * 8;           // full, empty; the pairs' unit barriers
     static constexpr int kSlotBytes = 8 * kStages;  // the tile id whose first k-step is in stage i; the pairs' mailbox
-    static constexpr int kFixedBytes = kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+    static constexpr int kFixedBytes = kPipeBytes + kStoreBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+    // the most groups a call may have (kSt: fewer than kMaxGroups; the host takes the plain epilogue above)
+    static constexpr int kGroupsMax = kSt ? 2048 : kMaxGroups;
     static int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
     static_assert(BN == 128 || BN == 256, "tile widths");
-    static_assert(kFixedBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
+    static_assert(!kSt || BN == 256, "TMA-store epilogue: 256-wide tiles");
+    static_assert(kFixedBytes + 8 * (kGroupsMax + 1) <= 227 * 1024, "shared memory");
 };
 
 using tma::load_2d;
@@ -193,27 +199,83 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-template <class OutT, int BN, int kAct = kActNone, int kCluster = 1>
+// The TMA-store epilogue of one consumer warpgroup (kSt): its 64 rows x 256 columns of acc as bf16 into its 32 KiB
+// staging tile `stg`, four 64-column blocks of 64 rows x 128 bytes in TMA's 128-byte swizzle (16-byte chunk c of row
+// r at chunk c ^ (r % 8): the quad-transposed 16-byte words of a warp's 8 rows land in distinct banks), then one
+// thread stores the blocks inside n by TMA and commits them as one bulk group; the consumers go on to the next tile
+// while the stores drain. The previous tile's group must have read the tile before it is rewritten (bulk_wait_read,
+// then the warpgroup's named barrier). The same bf16 values as store_tile. Zeroes acc.
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap* tm_out, uint32_t stg, const Tile& ct, int cw,
+                                               int wr, int lane, int n, float (&acc)[2][64]) {
+    const int t = lane & 3;
+    if ((threadIdx.x & 127) == 0) tma::bulk_wait_read();
+    tma::named_sync(1 + cw, 128);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = 16 * wr + (lane >> 2) + 8 * hf;  // the row within the warpgroup's 64
+#pragma unroll
+            for (int jb = 0; jb < 4; ++jb) {
+                uint32_t w[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int i = 4 * jb + q;  // 8-column block: columns 8 i + 2 t (+1) of this half
+                    w[q] = tile::pack_bf16x2(acc[h][4 * i + 2 * hf], acc[h][4 * i + 2 * hf + 1]);
+                }
+                const uint4 v = tile::quad_transpose(w, t);
+                // columns 128 h + 32 jb + 8 t .. + 7: block 2 h + jb / 2, chunk 4 (jb % 2) + t of the 128-byte row
+                const int chunk = 4 * (jb & 1) + t;
+                const uint32_t addr = stg + static_cast<uint32_t>((2 * h + (jb >> 1)) * 8192 + r * 128) +
+                                      (static_cast<uint32_t>(chunk ^ (r & 7)) << 4);
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+                             "r"(v.w)
+                             : "memory");
+            }
+        }
+    }
+    tma::fence_proxy_async_smem();
+    tma::named_sync(1 + cw, 128);
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (ct.n0 + 64 * b < n) tma::store_2d(tm_out, stg + 8192u * b, ct.n0 + 64 * b, ct.row0 + 64 * cw);
+        }
+        tma::bulk_commit();
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+    }
+}
+
+// kSt: the bf16 epilogue through shared memory and TMA stores (store_tile_tma); tm_out is then the out map (bf16
+// [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
+template <class OutT, int BN, int kAct = kActNone, int kCluster = 1, bool kSt = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                        const __grid_constant__ CUtensorMap tm_a64, Args p, int* sched, GluArgs glu) {
+                        const __grid_constant__ CUtensorMap tm_a64, const __grid_constant__ CUtensorMap tm_out, Args p,
+                        int* sched, GluArgs glu) {
     static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
     static_assert(kCluster == 1 || (kCluster == 2 && BN == 256),
                   "a CTA pair shares the two halves of a 256-row B tile");
+    static_assert(!kSt || (kAct == kActNone && std::is_same_v<OutT, bf16>), "TMA-store epilogue: plain bf16 out");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;
-    using P = Pipe<BN>;
+    using P = Pipe<BN, kSt>;
     constexpr int kStages = P::kStages;
     constexpr int kStage = P::kStageBytes;
     constexpr int kPipeBytes = P::kPipeBytes;
     constexpr int kBarBytes = P::kBarBytes;
-    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), unit[0, kStages)
+    // full[0, kStages), empty[0, kStages), unit[0, kStages); kSt: the staging tile between the ring and them
+    const uint32_t bars = sbase + kPipeBytes + P::kStoreBytes;
     const uint32_t unit_bars = bars + 16 * kStages;
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + P::kStoreBytes + kBarBytes);
     int* stage_tile = scan + 32;       // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
     int* mail = stage_tile + kStages;  // pairs: rank 0's unit id for the unit whose first k-step is in stage i
     int* prefix = mail + kStages;
@@ -481,14 +543,28 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kAct != kActNone) {
                 store_glu_tile<kAct>(glu, ct, ct.n0 / BN, r_lo, t, acc);
             } else {
+                bool stored = false;
+                if constexpr (kSt) {
+                    // this warpgroup's 64 rows all belong to the tile's group (a TMA store cannot skip the next
+                    // group's rows); else the register stores below
+                    if (64 * cw + 64 <= ct.rows) {
+                        store_tile_tma(&tm_out, sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2),
+                                       ct, cw, wr, lane, p.n, acc);
+                        stored = true;
+                    }
+                }
+                if (!stored) {
 #pragma unroll
-                for (int h = 0; h < kHalves; ++h) {
-                    Tile half = ct;
-                    half.n0 += 128 * h;
-                    store_tile<OutT>(p, half, r_lo, t, acc[h]);
+                    for (int h = 0; h < kHalves; ++h) {
+                        Tile half = ct;
+                        half.n0 += 128 * h;
+                        store_tile<OutT>(p, half, r_lo, t, acc[h]);
+                    }
                 }
             }
         }
+        // The staging tile's last TMA stores are done before the CTA's shared memory goes.
+        if (kSt && (tid & 127) == 0) tma::bulk_wait();
     }
     // No CTA of a pair leaves while its peer may still arrive on its barriers or multicast into its shared memory.
     if constexpr (kCluster > 1) {
@@ -507,7 +583,7 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 
 // The tensor maps, arguments and grid of a call in the kernels' grouped form with n_tiles_n n-tiles per group.
 struct Prepared {
-    CUtensorMap tm_a, tm_b, tm_a64;
+    CUtensorMap tm_a, tm_b, tm_a64, tm_out;  // tm_out: encoded for the TMA-store epilogue only
     Args args;
     int grid;
 };
@@ -526,7 +602,7 @@ int max_pairs(Kernel kernel, int smem) {
     return n;
 }
 
-Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int cluster_pairs = 0) {
+Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int cluster_pairs = 0, bool st = false) {
     Prepared r{};
     r.args = make_args(p);
     Args& args = r.args;
@@ -541,6 +617,13 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
     r.tm_b = encode(args.b, 3, b_dims, b_strides);        // 128-row boxes: one per B half
+    if (st) {
+        // bf16 out [n_rows, n], 64 x 64 boxes of 128-byte rows in the staging tile's swizzle
+        const cuuint64_t o_dims[2] = {static_cast<cuuint64_t>(args.n), static_cast<cuuint64_t>(args.n_rows)};
+        const cuuint64_t o_strides[1] = {static_cast<cuuint64_t>(args.ldo) * 2};
+        const cuuint32_t o_box[2] = {64u, 64u};
+        r.tm_out = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, 2, o_dims, o_strides, o_box);
+    }
     // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
     const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;
@@ -556,56 +639,73 @@ template <class Kernel>
 void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s, int cluster = 1) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cluster == 1) {
-        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu);
+        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args, dynamic_tile_counter(s),
+                                               glu);
     } else {
         const ClusterLaunch cl(pr.grid, kThreads, smem, cluster, s);
         PENSTOCK_CUDA_CHECK(
-            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
+            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args, dynamic_tile_counter(s),
+                               glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
+// Whether a plain 256-wide call takes the TMA-store epilogue: bf16 out with 16-byte aligned rows (TMA's global
+// address and stride rule) and at most Pipe<256, true>::kGroupsMax groups.
+bool tma_store_fits(const kernels::Fp8GroupedGemmParams& p, const Args& args) {
+    return p.out.dtype == DType::kBF16 && args.out16 != 0 && args.n_groups <= Pipe<256, true>::kGroupsMax;
+}
+
 // fp8_wgmma_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply (16-byte aligned
 // bases and row strides, dims < 2^31).
-void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream) {
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream, bool tma_store) {
     if (p.a.size(0) == 0) return;
     const int64_t n = p.b.size(1);
-    const Prepared pr = prepare(p, static_cast<int>((n + tile_n - 1) / tile_n));
     const auto s = static_cast<cudaStream_t>(stream);
     const bool f32 = p.out.dtype == DType::kF32;
     const GluArgs none{};
     if (tile_n == 256) {
+        const bool st = tma_store && tma_store_fits(p, make_args(p));
+        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), 0, st);
+        if (st) {
+            launch(fp8_gemm_tma_kernel<bf16, 256, kActNone, 1, true>, pr, Pipe<256, true>::smem_bytes(pr.args.n_groups),
+                   none, s);
+            return;
+        }
         const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
         f32 ? launch(fp8_gemm_tma_kernel<float, 256>, pr, smem, none, s)
             : launch(fp8_gemm_tma_kernel<bf16, 256>, pr, smem, none, s);
     } else {
+        const Prepared pr = prepare(p, static_cast<int>((n + tile_n - 1) / tile_n));
         const int smem = Pipe<128>::smem_bytes(pr.args.n_groups);
         f32 ? launch(fp8_gemm_tma_kernel<float, 128>, pr, smem, none, s)
             : launch(fp8_gemm_tma_kernel<bf16, 128>, pr, smem, none, s);
     }
 }
 
-void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
+void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream, bool tma_store) {
     if (p.a.size(0) == 0) return;
     const int64_t n = p.b.size(1);
     const auto s = static_cast<cudaStream_t>(stream);
-    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const GluArgs none{};
-    auto run = [&](auto kernel) {
-        const int pairs = max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1));
+    auto run = [&](auto kernel, auto pipe, bool st) {
+        using P = decltype(pipe);
+        const int pairs = max_pairs(kernel, P::kFixedBytes + 8 * (P::kGroupsMax + 1));
         if (pairs == 0) {
-            fp8_wgmma_tma(p, 256, stream);
+            fp8_wgmma_tma(p, 256, stream, tma_store);
             return;
         }
-        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs);
-        launch(kernel, pr, smem, none, s, 2);
+        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs, st);
+        launch(kernel, pr, P::smem_bytes(static_cast<int>(p.b.size(0))), none, s, 2);
     };
     if (p.out.dtype == DType::kF32) {
-        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>);
+        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>, Pipe<256>{}, false);
+    } else if (tma_store && tma_store_fits(p, make_args(p))) {
+        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2, true>, Pipe<256, true>{}, true);
     } else {
-        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>);
+        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>, Pipe<256>{}, false);
     }
 }
 
