@@ -21,7 +21,9 @@
 // its products. The epilogues store 16 bytes per lane (bf16 out: store_tile; the gated FP8 out: store_glu_tile), the
 // row's lane quad trading words first (tile_util.cuh quad_transpose): the consumers' stores do not overlap the
 // tensor cores, and with 4- and 2-byte stores they were 18% of the DeepSeek-V3 down GEMM at T = 16384
-// (docs/perf/2026-12-04-s27.md).
+// (docs/perf/2026-12-04-s27.md). kSt (kWgmmaTmaWideSt / kWgmmaTmaPairSt, bf16 out): three stages and a 64 KiB staging
+// tile; a warpgroup whose 64 rows all lie in the tile's group hands them to TMA stores through it
+// (tma::store_wg_tile_bf16) and goes on to the next tile while they drain.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -199,58 +201,7 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-// The TMA-store epilogue of one consumer warpgroup (kSt): its 64 rows x 256 columns of acc as bf16 into its 32 KiB
-// staging tile `stg`, four 64-column blocks of 64 rows x 128 bytes in TMA's 128-byte swizzle (16-byte chunk c of row
-// r at chunk c ^ (r % 8): the quad-transposed 16-byte words of a warp's 8 rows land in distinct banks), then one
-// thread stores the blocks inside n by TMA and commits them as one bulk group; the consumers go on to the next tile
-// while the stores drain. The previous tile's group must have read the tile before it is rewritten (bulk_wait_read,
-// then the warpgroup's named barrier). The same bf16 values as store_tile. Zeroes acc.
-__device__ __forceinline__ void store_tile_tma(const CUtensorMap* tm_out, uint32_t stg, const Tile& ct, int cw,
-                                               int wr, int lane, int n, float (&acc)[2][64]) {
-    const int t = lane & 3;
-    if ((threadIdx.x & 127) == 0) tma::bulk_wait_read();
-    tma::named_sync(1 + cw, 128);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int r = 16 * wr + (lane >> 2) + 8 * hf;  // the row within the warpgroup's 64
-#pragma unroll
-            for (int jb = 0; jb < 4; ++jb) {
-                uint32_t w[4];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const int i = 4 * jb + q;  // 8-column block: columns 8 i + 2 t (+1) of this half
-                    w[q] = tile::pack_bf16x2(acc[h][4 * i + 2 * hf], acc[h][4 * i + 2 * hf + 1]);
-                }
-                const uint4 v = tile::quad_transpose(w, t);
-                // columns 128 h + 32 jb + 8 t .. + 7: block 2 h + jb / 2, chunk 4 (jb % 2) + t of the 128-byte row
-                const int chunk = 4 * (jb & 1) + t;
-                const uint32_t addr = stg + static_cast<uint32_t>((2 * h + (jb >> 1)) * 8192 + r * 128) +
-                                      (static_cast<uint32_t>(chunk ^ (r & 7)) << 4);
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
-                             "r"(v.w)
-                             : "memory");
-            }
-        }
-    }
-    tma::fence_proxy_async_smem();
-    tma::named_sync(1 + cw, 128);
-    if ((threadIdx.x & 127) == 0) {
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            if (ct.n0 + 64 * b < n) tma::store_2d(tm_out, stg + 8192u * b, ct.n0 + 64 * b, ct.row0 + 64 * cw);
-        }
-        tma::bulk_commit();
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
-    }
-}
-
-// kSt: the bf16 epilogue through shared memory and TMA stores (store_tile_tma); tm_out is then the out map (bf16
+// kSt: the bf16 epilogue through shared memory and TMA stores (tma::store_wg_tile_bf16); tm_out is then the out map (bf16
 // [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
 template <class OutT, int BN, int kAct = kActNone, int kCluster = 1, bool kSt = false>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -548,8 +499,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                     // this warpgroup's 64 rows all belong to the tile's group (a TMA store cannot skip the next
                     // group's rows); else the register stores below
                     if (64 * cw + 64 <= ct.rows) {
-                        store_tile_tma(&tm_out, sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2),
-                                       ct, cw, wr, lane, p.n, acc);
+                        tma::store_wg_tile_bf16(
+                            &tm_out, sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2), ct.n0,
+                            ct.row0 + 64 * cw, p.n, cw, wr, lane,
+                            [&](int i, int hf) {  // half i / 16, its 8-column block i % 16
+                                return tile::pack_bf16x2(acc[i >> 4][4 * (i & 15) + 2 * hf],
+                                                         acc[i >> 4][4 * (i & 15) + 2 * hf + 1]);
+                            },
+                            [](const uint32_t(&w)[4], int t) { return tile::quad_transpose(w, t); });
+#pragma unroll
+                        for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+                            for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+                        }
                         stored = true;
                     }
                 }

@@ -25,6 +25,10 @@ enum class GroupedGemmVariant {
     kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
                      // handed out in order, each CTA loading half of the shared tile multicast to both: the
                      // default (kDevice)
+    kTmaDynSt,         // kTmaDyn / kTmaDynCluster with the TMA-store epilogue (bf16 out with 16-byte aligned rows, at
+    kTmaDynClusterSt,  // most 2048 groups; otherwise their register-store forms): three 48 KiB stages and a 64 KiB
+                       // staging tile; a consumer warpgroup whose 64 rows all lie in the tile's group writes them into
+                       // its half of the staging tile and one thread stores them by TMA (tma::store_wg_tile_bf16)
     kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
@@ -48,6 +52,7 @@ struct TmaKernelConfig {
     int k_step = 64;
     bool cp_async_producer = false;
     bool dynamic_tiles = false;  // kTmaDyn
+    bool tma_store = false;      // kTmaDynSt / kTmaDynClusterSt (dynamic tiles, k_step 64)
 };
 // sms = the multiprocessor count.
 void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig& cfg, int sms, void* stream);
@@ -66,6 +71,9 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
 // environment sets PENSTOCK_GG_PAIRS=0 (measurement knob, read once). Where no 2-CTA cluster can be resident, the
 // pairs' launch falls back to kTmaDyn's.
 GroupedGemmVariant grouped_gemm_default_device_kernel();
+// Whether kDevice takes the TMA-store epilogue (kTmaDynSt / kTmaDynClusterSt): PENSTOCK_GG_TMA_STORE=0 / 1 (read once
+// per process); unset: kGroupedTmaStoreDefault (grouped_gemm.cu).
+bool grouped_gemm_tma_store_default();
 // Whether cuda::grouped_gemm (kAuto) would run `p` on the default device kernel on this stream (the rule above).
 bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream);
 

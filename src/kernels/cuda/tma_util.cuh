@@ -196,6 +196,51 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+// The TMA-store epilogue of one consumer warpgroup of a 128 x 256 GEMM tile (rows [64 cw, +64)): its 64 rows x 256
+// bf16 columns into its 32 KiB staging tile `stg` (1024-byte aligned) as four 64-column blocks of 64 rows x 128 bytes
+// in TMA's 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8), so the quad-transposed 16-byte words of a
+// warp's 8 rows land in distinct banks), then one thread stores the blocks that start inside n by TMA (map `tm_out`:
+// bf16 [rows, n], 64 x 64 boxes, 128-byte swizzle; columns past n are clipped) at (n0 + 64 b, row0) and commits them
+// as one bulk group; the warpgroup goes on while the stores drain. The previous tile's group must have read the
+// staging tile before it is rewritten: bulk_wait_read by the committing thread, then the warpgroup's named barrier
+// 1 + cw. word(i, hf) = the bf16x2 word of columns 8 i + 2 t (+1), i < 32, of the thread's row 16 wr + lane / 4 +
+// 8 hf (the m64n256 wgmma fragment). `quad` is tile_util.cuh's quad_transpose (passed in: this header does not
+// include it). Every thread of the warpgroup calls it.
+template <class Word, class Quad>
+__device__ __forceinline__ void store_wg_tile_bf16(const CUtensorMap* tm_out, uint32_t stg, int n0, int row0, int n,
+                                                   int cw, int wr, int lane, Word&& word, Quad&& quad) {
+    const int t = lane & 3;
+    if ((threadIdx.x & 127) == 0) bulk_wait_read();
+    named_sync(1 + cw, 128);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wr + (lane >> 2) + 8 * hf;  // the row within the warpgroup's 64
+#pragma unroll
+        for (int jb = 0; jb < 8; ++jb) {  // 32-column block: words 4 jb .. 4 jb + 3 of the quad
+            uint32_t w[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) w[q] = word(4 * jb + q, hf);
+            const uint4 v = quad(w, t);  // columns 32 jb + 8 t .. + 7
+            // block jb / 2 of 64 columns, chunk 4 (jb % 2) + t of its 128-byte row
+            const int chunk = 4 * (jb & 1) + t;
+            const uint32_t addr =
+                stg + static_cast<uint32_t>((jb >> 1) * 8192 + r * 128) + (static_cast<uint32_t>(chunk ^ (r & 7)) << 4);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+                         "r"(v.w)
+                         : "memory");
+        }
+    }
+    fence_proxy_async_smem();
+    named_sync(1 + cw, 128);
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (n0 + 64 * b < n) store_2d(tm_out, stg + 8192u * b, n0 + 64 * b, row0);
+        }
+        bulk_commit();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- host
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {

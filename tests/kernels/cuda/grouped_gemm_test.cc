@@ -59,6 +59,10 @@ const char* kernel_name(cuda::GroupedGemmVariant v) {
             return "tma_dyn";
         case cuda::GroupedGemmVariant::kTmaDynCluster:
             return "tma_dyn_cluster";
+        case cuda::GroupedGemmVariant::kTmaDynSt:
+            return "tma_dyn_st";
+        case cuda::GroupedGemmVariant::kTmaDynClusterSt:
+            return "tma_dyn_cluster_st";
         case cuda::GroupedGemmVariant::kCpAsync:
             return "cp_async";
     }
@@ -193,7 +197,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GroupedGemmKernelTest,
                          ::testing::Values(cuda::GroupedGemmVariant::kTma, cuda::GroupedGemmVariant::kTmaCluster,
                                            cuda::GroupedGemmVariant::kTmaK32, cuda::GroupedGemmVariant::kWsCpAsync,
                                            cuda::GroupedGemmVariant::kCpAsync, cuda::GroupedGemmVariant::kTmaDyn,
-                                           cuda::GroupedGemmVariant::kTmaDynCluster),
+                                           cuda::GroupedGemmVariant::kTmaDynCluster,
+                                           cuda::GroupedGemmVariant::kTmaDynSt,
+                                           cuda::GroupedGemmVariant::kTmaDynClusterSt),
                          [](const ::testing::TestParamInfo<cuda::GroupedGemmVariant>& info) {
                              return std::string(kernel_name(info.param));
                          });
@@ -260,7 +266,9 @@ TEST_F(GroupedGemmDeviceTest, TmaDynTailHeavyRoutingFinishes) {
          {std::tuple<int64_t, int64_t, cuda::GroupedGemmVariant>{2048, 3072, cuda::GroupedGemmVariant::kTmaDyn},
           {3072, 1024, cuda::GroupedGemmVariant::kTmaDyn},
           {2048, 3072, cuda::GroupedGemmVariant::kTmaDynCluster},
-          {3072, 1024, cuda::GroupedGemmVariant::kTmaDynCluster}}) {
+          {3072, 1024, cuda::GroupedGemmVariant::kTmaDynCluster},
+          {3072, 1024, cuda::GroupedGemmVariant::kTmaDynSt},
+          {3072, 1024, cuda::GroupedGemmVariant::kTmaDynClusterSt}}) {
         SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k << " " << kernel_name(kernel));
         Tensor a = Tensor::empty({kRows, k}, DType::kBF16, alloc());
         Tensor b = Tensor::empty({kGroups, n, k}, DType::kBF16, alloc());
