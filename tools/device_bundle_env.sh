@@ -118,3 +118,49 @@ for line in open(sys.argv[1]):
               "chains", r["chains_per_kstep"], r["mode"], r["form"], r.get("operands", "ones"), round(r["tflops"]))
 PY
 }
+
+# SM clock and power through a call: smi_start samples them every 50 ms into $O/smi.csv (SMI holds the sampler's pid)
+# and mark NAME timestamps a phase in $O/marks.log ("idle" between phases); phase_clocks prints each phase's median
+# SM clock and power over its busy samples (power > 200 W), after kill "$SMI".
+smi_start() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 50 \
+    > "${O}/smi.csv" 2>/dev/null &
+  SMI=$!
+}
+mark() { echo "$(date +%Y/%m/%d\ %H:%M:%S.%3N) $*" >> "${O}/marks.log"; }
+phase_clocks() {
+  python3 - "${O}" <<'PY'
+import sys, datetime as dt
+o = sys.argv[1]
+fmt = '%Y/%m/%d %H:%M:%S.%f'
+marks = [(dt.datetime.strptime(l[:23], fmt), l[24:].strip()) for l in open(f'{o}/marks.log')]
+smi = []
+for l in open(f'{o}/smi.csv'):
+    f = [x.strip() for x in l.split(',')]
+    try: smi.append((dt.datetime.strptime(f[0], fmt), float(f[1]), float(f[2])))
+    except Exception: pass
+for i, (t0, name) in enumerate(marks):
+    if name == 'idle': continue
+    t1 = marks[i + 1][0] if i + 1 < len(marks) else dt.datetime.max
+    s = [x for x in smi if t0 <= x[0] < t1]
+    busy = [x for x in s if x[2] > 200]
+    if s:
+        u = busy or s
+        print(f"{name:<18} {len(s):4d} samples, busy {len(busy):4d}: SM clock median "
+              f"{sorted(x[1] for x in u)[len(u)//2]:.0f} MHz, power median {sorted(x[2] for x in u)[len(u)//2]:.0f} W")
+PY
+}
+# The forward's time against the host's enqueue time, per token count, of a penstock_model_bench --json FILE:
+#   enqueue_lines FILE TAG
+enqueue_lines() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(sys.argv[2], 'no json', e); sys.exit(0)
+for r in rows:
+    print(f"{sys.argv[2]:<14} T {r['tokens']:5d}: forward {r['median_ms']:.3f} ms, host enqueue "
+          f"{r.get('median_host_enqueue_ms', -1):.3f} ms, with setup {r['median_ms_with_setup']:.3f}")
+PY
+}

@@ -13,10 +13,7 @@
 set -uo pipefail
 NAME=s53b; O=/tmp/out.s53b; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; date -u
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 50 \
-  > "$O/smi.csv" 2>/dev/null &
-SMI=$!
-mark() { echo "$(date +%Y/%m/%d\ %H:%M:%S.%3N) $*" >> "$O/marks.log"; }
+smi_start
 save() { cd "$O" && tar czf "${OUT:-/tmp}/s53b.tgz" *.log *.jsonl *.json *.csv 2>/dev/null; cd - > /dev/null; }
 mark conformance
 ST_OK=1
@@ -80,31 +77,6 @@ mark idle
 kill "$SMI" 2>/dev/null; sleep 0.3
 save
 probe_lines "$O/probe.jsonl"
-python3 - "$O" <<'PY'
-import json, sys, datetime as dt
-o = sys.argv[1]
-fmt = '%Y/%m/%d %H:%M:%S.%f'
-marks = [(dt.datetime.strptime(l[:23], fmt), l[24:].strip()) for l in open(f'{o}/marks.log')]
-smi = []
-for l in open(f'{o}/smi.csv'):
-    f = [x.strip() for x in l.split(',')]
-    try: smi.append((dt.datetime.strptime(f[0], fmt), float(f[1]), float(f[2])))
-    except Exception: pass
-for i, (t0, name) in enumerate(marks):
-    if name == 'idle': continue
-    t1 = marks[i + 1][0] if i + 1 < len(marks) else dt.datetime.max
-    s = [x for x in smi if t0 <= x[0] < t1]
-    busy = [x for x in s if x[2] > 200]
-    if s:
-        u = busy or s
-        print(f"{name:<18} {len(s):4d} samples, busy {len(busy):4d}: SM clock median "
-              f"{sorted(x[1] for x in u)[len(u)//2]:.0f} MHz, power median {sorted(x[2] for x in u)[len(u)//2]:.0f} W")
-for w in ('native', 'bf16'):
-    try:
-        rows = json.load(open(f'{o}/short.{w}.json'))
-    except Exception as e:
-        print(w, 'no json', e); continue
-    for r in rows:
-        print(f"layers 3:5 {w:<6} T {r['tokens']:5d}: forward {r['median_ms']:.3f} ms, host enqueue "
-              f"{r.get('median_host_enqueue_ms', -1):.3f} ms, with setup {r['median_ms_with_setup']:.3f}")
-PY
+phase_clocks
+enqueue_lines "$O/short.native.json" "3:5 FP8"
+enqueue_lines "$O/short.bf16.json" "3:5 bf16"
