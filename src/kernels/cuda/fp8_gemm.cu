@@ -382,7 +382,6 @@ bool fp8_tma_store_default() {
     return st;
 }
 
-
 bool fp8_gemm_variant(const kernels::Fp8GemmParams& p, Fp8GemmVariant v, void* stream) {
     check_dense(p);
     if (p.a.size(0) == 0 || p.b.size(0) == 0) return true;

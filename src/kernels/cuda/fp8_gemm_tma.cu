@@ -67,7 +67,7 @@ struct Pipe {
     static constexpr int kHalves = BN / 128;  // 128-column halves: one weight-scale block and one wgmma chain each
     static constexpr int kStageBytes = kABytes + BN * kBK;
     static constexpr int kStages = BN == 128 ? 6 : (kSt ? 3 : 4);
-    static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB (kSt: 144)
+    static constexpr int kPipeBytes = kStages * kStageBytes;    // 192 KiB (kSt: 144)
     static constexpr int kStoreBytes = kSt ? 2 * 128 * BN : 0;  // per consumer warpgroup 64 rows x BN bf16
     static constexpr int kBarBytes = 3 * kStages * 8;           // full, empty; the pairs' unit barriers
     static constexpr int kSlotBytes = 8 * kStages;  // the tile id whose first k-step is in stage i; the pairs' mailbox
@@ -201,8 +201,8 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-// kSt: the bf16 epilogue through shared memory and TMA stores (tma::store_wg_tile_bf16); tm_out is then the out map (bf16
-// [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
+// kSt: the bf16 epilogue through shared memory and TMA stores (tma::store_wg_tile_bf16); tm_out is then the out map
+// (bf16 [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
 template <class OutT, int BN, int kAct = kActNone, int kCluster = 1, bool kSt = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
@@ -605,20 +605,19 @@ void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cud
                                                glu);
     } else {
         const ClusterLaunch cl(pr.grid, kThreads, smem, cluster, s);
-        PENSTOCK_CUDA_CHECK(
-            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args, dynamic_tile_counter(s),
-                               glu));
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args,
+                                               dynamic_tile_counter(s), glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
-
-}  // namespace
 
 // Whether a plain 256-wide call takes the TMA-store epilogue: bf16 out with 16-byte aligned rows (TMA's global
 // address and stride rule) and at most Pipe<256, true>::kGroupsMax groups.
 bool tma_store_fits(const kernels::Fp8GroupedGemmParams& p, const Args& args) {
     return p.out.dtype == DType::kBF16 && args.out16 != 0 && args.n_groups <= Pipe<256, true>::kGroupsMax;
 }
+
+}  // namespace
 
 // fp8_wgmma_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply (16-byte aligned
 // bases and row strides, dims < 2^31).

@@ -305,12 +305,13 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kDevice:
-            grouped_gemm_tma(p,
-                             {.cluster = grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster ? 2 : 1,
-                              .k_step = 64,
-                              .dynamic_tiles = true,
-                              .tma_store = grouped_gemm_tma_store_default()},
-                             device_info().sms, stream);
+            grouped_gemm_tma(
+                p,
+                {.cluster = grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster ? 2 : 1,
+                 .k_step = 64,
+                 .dynamic_tiles = true,
+                 .tma_store = grouped_gemm_tma_store_default()},
+                device_info().sms, stream);
             return;
         case GroupedGemmVariant::kTmaDynClusterSt:
             grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true, .tma_store = true},

@@ -12,24 +12,24 @@
 namespace penstock::cuda {
 
 enum class GroupedGemmVariant {
-    kAuto,           // the rule above
-    kCublasLt,       // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,         // the default device kernel (grouped_gemm_default_device_kernel()); checks
-                     // grouped_gemm_device_supported()
-    kTma,            // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
-                     // static round-robin tile order
-    kTmaCluster,     // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
-    kTmaK32,         // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
-    kWsCpAsync,      // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
-    kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h)
-    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
-                     // handed out in order, each CTA loading half of the shared tile multicast to both: the
-                     // default (kDevice)
+    kAuto,             // the rule above
+    kCublasLt,         // host copy of the offsets + one cuBLASLt GEMM per non-empty group
+    kDevice,           // the default device kernel (grouped_gemm_default_device_kernel()); checks
+                       // grouped_gemm_device_supported()
+    kTma,              // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
+                       // static round-robin tile order
+    kTmaCluster,       // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
+    kTmaK32,           // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
+    kWsCpAsync,        // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
+    kTmaDyn,           // kTma with tiles handed out by a global counter in order (tile_sched.h)
+    kTmaDynCluster,    // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
+                       // handed out in order, each CTA loading half of the shared tile multicast to both: the
+                       // default (kDevice)
     kTmaDynSt,         // kTmaDyn / kTmaDynCluster with the TMA-store epilogue (bf16 out with 16-byte aligned rows, at
     kTmaDynClusterSt,  // most 2048 groups; otherwise their register-store forms): three 48 KiB stages and a 64 KiB
                        // staging tile; a consumer warpgroup whose 64 rows all lie in the tile's group writes them into
                        // its half of the staging tile and one thread stores them by TMA (tma::store_wg_tile_bf16)
-    kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
+    kCpAsync,          // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
 // Why the device kernels cannot take this call, or nullptr when they can. They need: bf16 a / b, out bf16 or f32,

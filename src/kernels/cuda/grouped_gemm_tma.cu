@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
-    const uint32_t sbase = raw + pad;          // the same offset in every CTA of a cluster (same kernel, same layout)
+    const uint32_t sbase = raw + pad;  // the same offset in every CTA of a cluster (same kernel, same layout)
     // full[0, kStages), empty[0, kStages), msg[0, kStages); kSt: the staging tile between the ring and them
     const uint32_t bars = sbase + S::kRingBytes + S::kStoreBytes;
     const uint32_t msg_bars = bars + 16 * kStages;
@@ -485,7 +485,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma::store_wg_tile_bf16(
                             &tm_out, sbase + S::kRingBytes + static_cast<uint32_t>(cw) * (S::kStoreBytes / 2), ct.n0,
                             ct.row0 + 64 * cw, p.n, cw, wr, lane,
-                            [&](int i, int hf) { return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]); },
+                            [&](int i, int hf) {
+                                return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
+                            },
                             [](const uint32_t(&w)[4], int tq) { return tile::quad_transpose(w, tq); });
                         staged = true;
                     }
@@ -570,9 +572,9 @@ int max_pairs() {
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     ClusterInfo& c = cache[dev & 15];
     if (c.max_pairs < 0) {
-        const void* kernel = kSt ? reinterpret_cast<const void*>(
-                                       grouped_gemm_tma_kernel<bf16, 2, 64, false, true, kActNone, true>)
-                                 : reinterpret_cast<const void*>(grouped_gemm_tma_kernel<OutT, 2, kBK, false>);
+        const void* kernel =
+            kSt ? reinterpret_cast<const void*>(grouped_gemm_tma_kernel<bf16, 2, 64, false, true, kActNone, true>)
+                : reinterpret_cast<const void*>(grouped_gemm_tma_kernel<OutT, 2, kBK, false>);
         c.max_pairs = max_active_clusters(kernel, kThreads, smem_bytes<kBK, kSt>(Step<kBK, kSt>::kGroupsMax), 2);
     }
     return c.max_pairs;

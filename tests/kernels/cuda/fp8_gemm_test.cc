@@ -412,7 +412,8 @@ void run_grouped_cases(Fp8Test& test, const Variants& variants) {
             }
             expect_out(out, ref_out, c.n_rows, test.stream(), what.c_str());
             using V = cuda::Fp8GemmVariant;
-            if (v == V::kWgmmaTmaWide || v == V::kWgmmaTmaPair) plain.emplace_back(v, cuda::to_host(out, test.stream()));
+            if (v == V::kWgmmaTmaWide || v == V::kWgmmaTmaPair)
+                plain.emplace_back(v, cuda::to_host(out, test.stream()));
             if (v == V::kWgmmaTmaWideSt || v == V::kWgmmaTmaPairSt) {
                 const V twin = v == V::kWgmmaTmaWideSt ? V::kWgmmaTmaWide : V::kWgmmaTmaPair;
                 for (const auto& [pv, ph] : plain) {
