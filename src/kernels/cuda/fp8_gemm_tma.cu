@@ -499,14 +499,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                     // this warpgroup's 64 rows all belong to the tile's group (a TMA store cannot skip the next
                     // group's rows); else the register stores below
                     if (64 * cw + 64 <= ct.rows) {
-                        tma::store_wg_tile_bf16(
-                            &tm_out, sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2), ct.n0,
-                            ct.row0 + 64 * cw, p.n, cw, wr, lane,
-                            [&](int i, int hf) {  // half i / 16, its 8-column block i % 16
-                                return tile::pack_bf16x2(acc[i >> 4][4 * (i & 15) + 2 * hf],
-                                                         acc[i >> 4][4 * (i & 15) + 2 * hf + 1]);
-                            },
-                            [](const uint32_t(&w)[4], int t) { return tile::quad_transpose(w, t); });
+                        tma::store_wg_tile_bf16(&tm_out,
+                                                sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2),
+                                                ct.n0, ct.row0 + 64 * cw, p.n, cw, wr, lane,
+                                                [&](int i, int hf) {  // half i / 16, its 8-column block i % 16
+                                                    return tile::pack_bf16x2(acc[i >> 4][4 * (i & 15) + 2 * hf],
+                                                                             acc[i >> 4][4 * (i & 15) + 2 * hf + 1]);
+                                                });
 #pragma unroll
                         for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
@@ -579,13 +578,7 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
     r.tm_b = encode(args.b, 3, b_dims, b_strides);        // 128-row boxes: one per B half
-    if (st) {
-        // bf16 out [n_rows, n], 64 x 64 boxes of 128-byte rows in the staging tile's swizzle
-        const cuuint64_t o_dims[2] = {static_cast<cuuint64_t>(args.n), static_cast<cuuint64_t>(args.n_rows)};
-        const cuuint64_t o_strides[1] = {static_cast<cuuint64_t>(args.ldo) * 2};
-        const cuuint32_t o_box[2] = {64u, 64u};
-        r.tm_out = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, 2, o_dims, o_strides, o_box);
-    }
+    if (st) r.tm_out = tma::encode_bf16_store_map(args.out, args.n_rows, args.n, args.ldo);
     // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
     const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;

@@ -484,11 +484,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     if (64 * cw + 64 <= ct.rows) {
                         tma::store_wg_tile_bf16(
                             &tm_out, sbase + S::kRingBytes + static_cast<uint32_t>(cw) * (S::kStoreBytes / 2), ct.n0,
-                            ct.row0 + 64 * cw, p.n, cw, wr, lane,
-                            [&](int i, int hf) {
+                            ct.row0 + 64 * cw, p.n, cw, wr, lane, [&](int i, int hf) {
                                 return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
-                            },
-                            [](const uint32_t(&w)[4], int tq) { return tile::quad_transpose(w, tq); });
+                            });
                         staged = true;
                     }
                 }
@@ -705,13 +703,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
     }();
     args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
     OperandMaps maps = encode_maps(p, args.lda, k_step, args.b_box_rows);
-    if (cfg.tma_store && args.out16 != 0) {
-        // bf16 out [n_rows, n], 64 x 64 boxes of 128-byte rows in the staging tile's swizzle
-        const cuuint64_t o_dims[2] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(n_rows)};
-        const cuuint64_t o_strides[1] = {static_cast<cuuint64_t>(args.ldo) * 2};
-        const cuuint32_t o_box[2] = {64u, 64u};
-        maps.out = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.out.data, 2, o_dims, o_strides, o_box);
-    }
+    if (cfg.tma_store && args.out16 != 0) maps.out = tma::encode_bf16_store_map(p.out.data, n_rows, n, args.ldo);
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = cfg.dynamic_tiles ? dynamic_tile_counter(s) : nullptr;

@@ -1,8 +1,9 @@
 // TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
 // (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu) and attn_res_mix's (kda.cu): mbarrier init / expect_tx /
 // arrive (local or on a cluster peer) / parity wait (spinning or sleeping), 1-d bulk loads, 2-d and 3-d tensor loads
-// completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier,
-// named barriers, and the host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
+// completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), 2-d tensor stores in bulk
+// groups and the GEMMs' TMA-store epilogue (store_wg_tile_bf16), the cluster rank and barrier, named barriers, and the
+// host-side encoders of tiled tensor maps. sm_90. Include from .cu files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -12,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda::tma {
 
@@ -204,11 +206,10 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
 // as one bulk group; the warpgroup goes on while the stores drain. The previous tile's group must have read the
 // staging tile before it is rewritten: bulk_wait_read by the committing thread, then the warpgroup's named barrier
 // 1 + cw. word(i, hf) = the bf16x2 word of columns 8 i + 2 t (+1), i < 32, of the thread's row 16 wr + lane / 4 +
-// 8 hf (the m64n256 wgmma fragment). `quad` is tile_util.cuh's quad_transpose (passed in: this header does not
-// include it). Every thread of the warpgroup calls it.
-template <class Word, class Quad>
+// 8 hf (the m64n256 wgmma fragment). Every thread of the warpgroup calls it.
+template <class Word>
 __device__ __forceinline__ void store_wg_tile_bf16(const CUtensorMap* tm_out, uint32_t stg, int n0, int row0, int n,
-                                                   int cw, int wr, int lane, Word&& word, Quad&& quad) {
+                                                   int cw, int wr, int lane, Word&& word) {
     const int t = lane & 3;
     if ((threadIdx.x & 127) == 0) bulk_wait_read();
     named_sync(1 + cw, 128);
@@ -220,7 +221,7 @@ __device__ __forceinline__ void store_wg_tile_bf16(const CUtensorMap* tm_out, ui
             uint32_t w[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) w[q] = word(4 * jb + q, hf);
-            const uint4 v = quad(w, t);  // columns 32 jb + 8 t .. + 7
+            const uint4 v = tile::quad_transpose(w, t);  // columns 32 jb + 8 t .. + 7
             // block jb / 2 of 64 columns, chunk 4 (jb % 2) + t of its 128-byte row
             const int chunk = 4 * (jb & 1) + t;
             const uint32_t addr =
@@ -274,6 +275,15 @@ inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int
                                 const cuuint64_t* strides, const cuuint32_t* box) {
     return encode_tiled(dtype, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+// The map store_wg_tile_bf16 writes through: bf16 [rows, cols] at `base` with rows `ld` elements apart (base and
+// 2 ld 16-byte aligned), 64 x 64 boxes of 128-byte rows in the staging tile's 128-byte swizzle.
+inline CUtensorMap encode_bf16_store_map(void* base, int64_t rows, int64_t cols, int64_t ld) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+    const cuuint32_t box[2] = {64u, 64u};
+    return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, 2, dims, strides, box);
 }
 
 // A uint8 map with 128-byte swizzle and 256-byte L2 promotion (the DSA indexer's e4m3 key and query tiles).
