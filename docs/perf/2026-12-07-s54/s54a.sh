@@ -10,14 +10,7 @@ set -uo pipefail
 NAME=s53b; O=/tmp/out.s54a; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; date -u
 save() { cd "$O" && tar czf "${OUT:-/tmp}/s54a.tgz" *.log *.json 2>/dev/null; cd - > /dev/null; }
-row() {  # row bf16|fp8 ST ROUND
-  if [ "$1" = fp8 ]; then
-    PENSTOCK_FP8_TMA_STORE=$2 LAYER_REPS=6 layer s53b "dsv3f8.st$2.$3" deepseek-v3.json 3:4 16384 \
-      --fp8-weights native --fp8-attention
-  else
-    PENSTOCK_GG_TMA_STORE=$2 LAYER_REPS=6 layer s53b "dsv3bf.st$2.$3" deepseek-v3.json 3:4 16384 --fp8-weights dequant
-  fi
-}
+row() { LAYER_REPS=6 tma_store_layer s53b "$@"; }  # row fp8|bf16 ST ROUND
 row bf16 1 1; row bf16 0 1; row fp8 1 1; row fp8 0 1; save
 torch_layer deepseek-v3 16384 170; save
 row bf16 0 2; row bf16 1 2; row fp8 0 2; row fp8 1 2; save

@@ -13,15 +13,7 @@ conformance "$P/bin/cuda_kernels_test" \
   'Fp8TmaTest.GroupedGemm:Fp8TmaTest.GroupedGemmTailHeavyRoutingFinishes:GroupedGemmDeviceTest.TmaStore*:GroupedGemmDeviceTest.TmaDynTailHeavyRoutingFinishes' 90 \
   || { grep -E 'bytes differ|FAILED|Failure' "$O/conf.log" | head -8; save; exit 0; }
 save
-ab() {  # ab fp8|bf16 ST ROUND
-  if [ "$1" = fp8 ]; then
-    PENSTOCK_FP8_TMA_STORE=$2 LAYER_REPS=5 layer s53b "dsv3f8.st$2.$3" deepseek-v3.json 3:4 16384 \
-      --fp8-weights native --fp8-attention
-  else
-    PENSTOCK_GG_TMA_STORE=$2 LAYER_REPS=5 layer s53b "dsv3bf.st$2.$3" deepseek-v3.json 3:4 16384 --fp8-weights dequant
-  fi
-  save
-}
+ab() { LAYER_REPS=5 tma_store_layer s53b "$@"; save; }  # ab fp8|bf16 ST ROUND
 ab fp8 0 1; ab fp8 1 1; ab bf16 0 1; ab bf16 1 1; ab fp8 1 2; ab fp8 0 2; ab bf16 1 2; ab bf16 0 2
 PENSTOCK_FP8_BENCH_SHAPE=dsv3 PENSTOCK_FP8_BENCH_T=16384 timeout 60 "$P/bin/penstock_bench_kernels" --only fp8 \
   > "$O/fp8.jsonl" 2> "$O/fp8.err.log"
