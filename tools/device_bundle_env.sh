@@ -117,6 +117,18 @@ for l in open(sys.argv[1]):
 PY
 }
 
+# The bf16 grouped GEMM rows of a penstock_bench_kernels --only grouped JSON-lines file:      gg_lines FILE TAG
+gg_lines() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith('{'):
+        r = json.loads(l)
+        if r.get('bench') == 'grouped_gemm':
+            print(f"  {sys.argv[2]} {r['model']} {r['proj']} {r['variant']:20s} {r['time_us']:9.1f} us {r['tflops']:7.1f} TFLOP/s")
+PY
+}
+
 # One line per row of a penstock_bench_kernels --only wgmma_probe JSON-lines file:      probe_lines FILE
 probe_lines() {
   python3 - "$1" <<'PY'

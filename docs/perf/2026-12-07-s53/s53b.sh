@@ -44,14 +44,7 @@ gg() {
   PENSTOCK_BENCH_GG_CASE=deepseek_v3:down:16384 PENSTOCK_BENCH_GG_KERNELS=tma_dyn,tma_dyn_st,tma_dyn_cluster,tma_dyn_cluster_st \
     timeout 120 "$P/bin/penstock_bench_kernels" --only grouped > "$O/gg.$1.jsonl" 2> "$O/gg.$1.err.log"
   echo "bf16 grouped bench round $1 rc $? at ${SECONDS}s"
-  python3 - "$O/gg.$1.jsonl" "r$1" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    if l.startswith('{'):
-        r = json.loads(l)
-        if r.get('bench') == 'grouped_gemm':
-            print(f"  {sys.argv[2]} {r['model']} {r['proj']} {r['variant']:20s} {r['time_us']:9.1f} us {r['tflops']:7.1f} TFLOP/s")
-PY
+  gg_lines "$O/gg.$1.jsonl" "r$1"
   mark idle; sleep 1; save
 }
 if [ "$ST_OK" = 1 ]; then

@@ -21,12 +21,5 @@ echo "fp8 bench rc $? at ${SECONDS}s"; fp8_lines "$O/fp8.jsonl" r1; save
 PENSTOCK_BENCH_GG_CASE=deepseek_v3:down:16384 PENSTOCK_BENCH_GG_KERNELS=tma_dyn,tma_dyn_st,tma_dyn_cluster,tma_dyn_cluster_st \
   timeout 60 "$P/bin/penstock_bench_kernels" --only grouped > "$O/gg.jsonl" 2> "$O/gg.err.log"
 echo "bf16 grouped bench rc $? at ${SECONDS}s"
-python3 - "$O/gg.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    if l.startswith('{'):
-        r = json.loads(l)
-        if r.get('bench') == 'grouped_gemm':
-            print(f"  {r['model']} {r['proj']} {r['variant']:20s} {r['time_us']:9.1f} us {r['tflops']:7.1f} TFLOP/s")
-PY
+gg_lines "$O/gg.jsonl" r1
 save
