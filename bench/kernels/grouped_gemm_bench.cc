@@ -67,9 +67,7 @@ void run_grouped_gemm_bench(BenchContext& ctx) {
                                {"ws_cp_async", cuda::GroupedGemmVariant::kWsCpAsync},
                                {"tma_dyn", cuda::GroupedGemmVariant::kTmaDyn},
                                {"cp_async", cuda::GroupedGemmVariant::kCpAsync},
-                               {"tma_dyn_cluster", cuda::GroupedGemmVariant::kTmaDynCluster},
-                               {"tma_dyn_st", cuda::GroupedGemmVariant::kTmaDynSt},
-                               {"tma_dyn_cluster_st", cuda::GroupedGemmVariant::kTmaDynClusterSt}};
+                               {"tma_dyn_cluster", cuda::GroupedGemmVariant::kTmaDynCluster}};
     std::mt19937 rng(/*seed=*/7);
     uint64_t seed = 100;
     for (const Model& m : kModels) {

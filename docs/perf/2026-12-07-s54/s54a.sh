@@ -23,6 +23,6 @@ for l in open(sys.argv[1]):
     if l.startswith('{'):
         r = json.loads(l)
         if 'time_us' in r and r.get('bench', '').startswith('fp8'):
-            print(f"  {r['bench']:17s} {r.get('shape', '')[:26]:26s} {r['variant']:18s} {r['time_us']:9.1f} us {r.get('tflops', 0):7.1f} TFLOP/s")
+            print(f"  {r['bench']:17s} {r.get('shape', '')[:26]:26s} {r.get('variant', ''):18s} {r['time_us']:9.1f} us {r.get('tflops', 0):7.1f} TFLOP/s")
 PY
 cd "$O" && tar czf "${OUT:-/tmp}/s54a.tgz" *.log *.json *.jsonl 2>/dev/null

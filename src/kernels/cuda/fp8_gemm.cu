@@ -269,10 +269,6 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v) {
             return "wgmma_tma_wide";
         case Fp8GemmVariant::kWgmmaTmaPair:
             return "wgmma_tma_pair";
-        case Fp8GemmVariant::kWgmmaTmaWideSt:
-            return "wgmma_tma_wide_st";
-        case Fp8GemmVariant::kWgmmaTmaPairSt:
-            return "wgmma_tma_pair_st";
         case Fp8GemmVariant::kCudaCore:
             return "cuda_core";
     }
@@ -315,9 +311,6 @@ void fp8_cuda_core(const kernels::Fp8GroupedGemmParams& p, void* stream) {
 
 namespace {
 
-// kAuto's epilogue for 256-wide tiles when PENSTOCK_FP8_TMA_STORE is unset (fp8_gemm.h).
-constexpr bool kFp8TmaStoreDefault = false;
-
 // kAuto's TMA tile width (fp8_gemm.h).
 int auto_tile_n(int64_t n) {
     static const bool narrow = [] {
@@ -344,13 +337,8 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
             fp8_wgmma_tma(p, v == Fp8GemmVariant::kWgmmaTmaWide ? 256 : 128, stream);
             return true;
         case Fp8GemmVariant::kWgmmaTmaPair:
-        case Fp8GemmVariant::kWgmmaTmaPairSt:
             if (!fp8_wgmma_supported(p)) return false;
-            fp8_wgmma_tma_pair(p, stream, v == Fp8GemmVariant::kWgmmaTmaPairSt);
-            return true;
-        case Fp8GemmVariant::kWgmmaTmaWideSt:
-            if (!fp8_wgmma_supported(p)) return false;
-            fp8_wgmma_tma(p, 256, stream, /*tma_store=*/true);
+            fp8_wgmma_tma_pair(p, stream);
             return true;
         case Fp8GemmVariant::kCudaCore:
             fp8_cuda_core(p, stream);
@@ -358,11 +346,10 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
                 const int tile_n = auto_tile_n(p.b.size(1));
-                const bool st = fp8_tma_store_default();
                 if (tile_n == 256 && fp8_pair_default(p.a.size(0), p.b.size(0))) {
-                    fp8_wgmma_tma_pair(p, stream, st);
+                    fp8_wgmma_tma_pair(p, stream);
                 } else {
-                    fp8_wgmma_tma(p, tile_n, stream, st);
+                    fp8_wgmma_tma(p, tile_n, stream);
                 }
             } else {
                 fp8_cuda_core(p, stream);
@@ -373,14 +360,6 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
 }
 
 }  // namespace
-
-bool fp8_tma_store_default() {
-    static const bool st = [] {
-        const char* e = std::getenv("PENSTOCK_FP8_TMA_STORE");
-        return e == nullptr ? kFp8TmaStoreDefault : std::strcmp(e, "0") != 0;
-    }();
-    return st;
-}
 
 bool fp8_gemm_variant(const kernels::Fp8GemmParams& p, Fp8GemmVariant v, void* stream) {
     check_dense(p);

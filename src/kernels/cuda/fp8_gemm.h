@@ -24,17 +24,10 @@
 //    consumer warpgroups (the peer's by a CTA-scope remote arrive); rank 0 takes the units from the dynamic counter
 //    and hands each to rank 1 through a shared-memory mailbox and a per-stage mbarrier.
 //    The same per-tile arithmetic as kWgmmaTmaWide: bit-identical outputs. Same conditions.
-//  - kWgmmaTmaWideSt / kWgmmaTmaPairSt: kWgmmaTmaWide / kWgmmaTmaPair with the TMA-store epilogue (bf16 out with
-//    16-byte aligned rows, at most 2048 groups; otherwise they run the register-store kernels): three 48 KiB stages
-//    and a 64 KiB staging tile; each consumer warpgroup whose 64 rows all lie in the tile's group writes them as bf16
-//    into its half of the staging tile (TMA's 128-byte swizzle) and one thread stores them by TMA, so the consumers go
-//    on to the next tile while the stores drain; a warpgroup with rows of the next group keeps the register stores.
-//    Bit-identical outputs. Same conditions.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
-// kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups); their St forms
-// when fp8_tma_store_default()), else kWgmmaTma; PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma
-// always, for A/B runs.
+// kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups)), else kWgmmaTma;
+// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs.
 #pragma once
 
 #include <cstdint>
@@ -43,17 +36,7 @@
 
 namespace penstock::cuda {
 
-enum class Fp8GemmVariant : uint8_t {
-    kAuto,
-    kCublasLt,
-    kWgmma,
-    kWgmmaTma,
-    kWgmmaTmaWide,
-    kWgmmaTmaPair,
-    kWgmmaTmaWideSt,
-    kWgmmaTmaPairSt,
-    kCudaCore
-};
+enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kWgmmaTmaWide, kWgmmaTmaPair, kCudaCore };
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 
@@ -69,13 +52,10 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 // 0 and 1 (last dim contiguous). Validated by the callers above.
 bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
 void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_grouped_gemm.cu
-// fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide; tma_store: kWgmmaTmaWideSt).
-void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream, bool tma_store = false);
-// fp8_gemm_tma.cu: kWgmmaTmaPair (tma_store: kWgmmaTmaPairSt).
-void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream, bool tma_store = false);
-// Whether kAuto takes the St forms of the 256-wide kernels: PENSTOCK_FP8_TMA_STORE=0 / 1 (read once per process);
-// unset: kFp8TmaStoreDefault (fp8_gemm.cu).
-bool fp8_tma_store_default();
+// fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
+// fp8_gemm_tma.cu: kWgmmaTmaPair.
+void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);
 // Whether kAuto and the fused gated GEMM (gated) take the pair kernel for 256-wide tiles of a call with n_rows rows in
 // n_groups groups: above kFp8PairMinAvgRows (fp8_gemm_tma.cu, 256) rows per group on average; PENSTOCK_FP8_PAIR=0 / 1
 // (read once per process) forces either, PENSTOCK_FP8_PAIR=glu keeps the rule for the gated GEMM only (an A/B knob).

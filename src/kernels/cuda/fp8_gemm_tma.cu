@@ -21,16 +21,13 @@
 // its products. The epilogues store 16 bytes per lane (bf16 out: store_tile; the gated FP8 out: store_glu_tile), the
 // row's lane quad trading words first (tile_util.cuh quad_transpose): the consumers' stores do not overlap the
 // tensor cores, and with 4- and 2-byte stores they were 18% of the DeepSeek-V3 down GEMM at T = 16384
-// (docs/perf/2026-12-04-s27.md). kSt (kWgmmaTmaWideSt / kWgmmaTmaPairSt, bf16 out): three stages and a 64 KiB staging
-// tile; a warpgroup whose 64 rows all lie in the tile's group hands them to TMA stores through it
-// (tma::store_wg_tile_bf16) and goes on to the next tile while they drain.
+// (docs/perf/2026-12-04-s27.md).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -60,24 +57,19 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 // (docs/perf/2026-12-02-s19.md).
 constexpr int64_t kFp8PairMinAvgRows = 256;
 
-// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages). kSt (BN 256, bf16
-// out): the epilogue's TMA stores, three stages and a 64 KiB staging tile (bf16 128 x 256) behind them.
-template <int BN, bool kSt = false>
+// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
+template <int BN>
 struct Pipe {
     static constexpr int kHalves = BN / 128;  // 128-column halves: one weight-scale block and one wgmma chain each
     static constexpr int kStageBytes = kABytes + BN * kBK;
-    static constexpr int kStages = BN == 128 ? 6 : (kSt ? 3 : 4);
-    static constexpr int kPipeBytes = kStages * kStageBytes;    // 192 KiB (kSt: 144)
-    static constexpr int kStoreBytes = kSt ? 2 * 128 * BN : 0;  // per consumer warpgroup 64 rows x BN bf16
-    static constexpr int kBarBytes = 3 * kStages * 8;           // full, empty; the pairs' unit barriers
+    static constexpr int kStages = BN == 128 ? 6 : 4;
+    static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
+    static constexpr int kBarBytes = 3 * kStages * 8;         // full, empty; the pairs' unit barriers
     static constexpr int kSlotBytes = 8 * kStages;  // the tile id whose first k-step is in stage i; the pairs' mailbox
-    static constexpr int kFixedBytes = kPipeBytes + kStoreBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
-    // the most groups a call may have (kSt: fewer than kMaxGroups; the host takes the plain epilogue above)
-    static constexpr int kGroupsMax = kSt ? 2048 : kMaxGroups;
+    static constexpr int kFixedBytes = kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
     static int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
     static_assert(BN == 128 || BN == 256, "tile widths");
-    static_assert(!kSt || BN == 256, "TMA-store epilogue: 256-wide tiles");
-    static_assert(kFixedBytes + 8 * (kGroupsMax + 1) <= 227 * 1024, "shared memory");
+    static_assert(kFixedBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
 };
 
 using tma::load_2d;
@@ -201,32 +193,27 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-// kSt: the bf16 epilogue through shared memory and TMA stores (tma::store_wg_tile_bf16); tm_out is then the out map
-// (bf16 [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
-template <class OutT, int BN, int kAct = kActNone, int kCluster = 1, bool kSt = false>
+template <class OutT, int BN, int kAct = kActNone, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                        const __grid_constant__ CUtensorMap tm_a64, const __grid_constant__ CUtensorMap tm_out, Args p,
-                        int* sched, GluArgs glu) {
+                        const __grid_constant__ CUtensorMap tm_a64, Args p, int* sched, GluArgs glu) {
     static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
     static_assert(kCluster == 1 || (kCluster == 2 && BN == 256),
                   "a CTA pair shares the two halves of a 256-row B tile");
-    static_assert(!kSt || (kAct == kActNone && std::is_same_v<OutT, bf16>), "TMA-store epilogue: plain bf16 out");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;
-    using P = Pipe<BN, kSt>;
+    using P = Pipe<BN>;
     constexpr int kStages = P::kStages;
     constexpr int kStage = P::kStageBytes;
     constexpr int kPipeBytes = P::kPipeBytes;
     constexpr int kBarBytes = P::kBarBytes;
-    // full[0, kStages), empty[0, kStages), unit[0, kStages); kSt: the staging tile between the ring and them
-    const uint32_t bars = sbase + kPipeBytes + P::kStoreBytes;
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), unit[0, kStages)
     const uint32_t unit_bars = bars + 16 * kStages;
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + P::kStoreBytes + kBarBytes);
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
     int* stage_tile = scan + 32;       // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
     int* mail = stage_tile + kStages;  // pairs: rank 0's unit id for the unit whose first k-step is in stage i
     int* prefix = mail + kStages;
@@ -494,38 +481,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kAct != kActNone) {
                 store_glu_tile<kAct>(glu, ct, ct.n0 / BN, r_lo, t, acc);
             } else {
-                bool stored = false;
-                if constexpr (kSt) {
-                    // this warpgroup's 64 rows all belong to the tile's group (a TMA store cannot skip the next
-                    // group's rows); else the register stores below
-                    if (64 * cw + 64 <= ct.rows) {
-                        tma::store_wg_tile_bf16(&tm_out,
-                                                sbase + kPipeBytes + static_cast<uint32_t>(cw) * (P::kStoreBytes / 2),
-                                                ct.n0, ct.row0 + 64 * cw, p.n, cw, wr, lane,
-                                                [&](int i, int hf) {  // half i / 16, its 8-column block i % 16
-                                                    return tile::pack_bf16x2(acc[i >> 4][4 * (i & 15) + 2 * hf],
-                                                                             acc[i >> 4][4 * (i & 15) + 2 * hf + 1]);
-                                                });
 #pragma unroll
-                        for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-                            for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
-                        }
-                        stored = true;
-                    }
-                }
-                if (!stored) {
-#pragma unroll
-                    for (int h = 0; h < kHalves; ++h) {
-                        Tile half = ct;
-                        half.n0 += 128 * h;
-                        store_tile<OutT>(p, half, r_lo, t, acc[h]);
-                    }
+                for (int h = 0; h < kHalves; ++h) {
+                    Tile half = ct;
+                    half.n0 += 128 * h;
+                    store_tile<OutT>(p, half, r_lo, t, acc[h]);
                 }
             }
         }
-        // The staging tile's last TMA stores are done before the CTA's shared memory goes.
-        if (kSt && (tid & 127) == 0) tma::bulk_wait();
     }
     // No CTA of a pair leaves while its peer may still arrive on its barriers or multicast into its shared memory.
     if constexpr (kCluster > 1) {
@@ -544,7 +507,7 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 
 // The tensor maps, arguments and grid of a call in the kernels' grouped form with n_tiles_n n-tiles per group.
 struct Prepared {
-    CUtensorMap tm_a, tm_b, tm_a64, tm_out;  // tm_out: encoded for the TMA-store epilogue only
+    CUtensorMap tm_a, tm_b, tm_a64;
     Args args;
     int grid;
 };
@@ -563,7 +526,7 @@ int max_pairs(Kernel kernel, int smem) {
     return n;
 }
 
-Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int cluster_pairs = 0, bool st = false) {
+Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int cluster_pairs = 0) {
     Prepared r{};
     r.args = make_args(p);
     Args& args = r.args;
@@ -578,7 +541,6 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
     r.tm_b = encode(args.b, 3, b_dims, b_strides);        // 128-row boxes: one per B half
-    if (st) r.tm_out = tma::encode_bf16_store_map(args.out, args.n_rows, args.n, args.ldo);
     // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
     const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;
@@ -594,72 +556,56 @@ template <class Kernel>
 void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s, int cluster = 1) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cluster == 1) {
-        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args, dynamic_tile_counter(s),
-                                               glu);
+        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu);
     } else {
         const ClusterLaunch cl(pr.grid, kThreads, smem, cluster, s);
-        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_out, pr.args,
-                                               dynamic_tile_counter(s), glu));
+        PENSTOCK_CUDA_CHECK(
+            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
-}
-
-// Whether a plain 256-wide call takes the TMA-store epilogue: bf16 out with 16-byte aligned rows (TMA's global
-// address and stride rule) and at most Pipe<256, true>::kGroupsMax groups.
-bool tma_store_fits(const kernels::Fp8GroupedGemmParams& p, const Args& args) {
-    return p.out.dtype == DType::kBF16 && args.out16 != 0 && args.n_groups <= Pipe<256, true>::kGroupsMax;
 }
 
 }  // namespace
 
 // fp8_wgmma_supported's conditions hold (checked by the caller); TMA adds nothing they do not imply (16-byte aligned
 // bases and row strides, dims < 2^31).
-void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream, bool tma_store) {
+void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream) {
     if (p.a.size(0) == 0) return;
     const int64_t n = p.b.size(1);
+    const Prepared pr = prepare(p, static_cast<int>((n + tile_n - 1) / tile_n));
     const auto s = static_cast<cudaStream_t>(stream);
     const bool f32 = p.out.dtype == DType::kF32;
     const GluArgs none{};
     if (tile_n == 256) {
-        const bool st = tma_store && tma_store_fits(p, make_args(p));
-        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), 0, st);
-        if (st) {
-            launch(fp8_gemm_tma_kernel<bf16, 256, kActNone, 1, true>, pr, Pipe<256, true>::smem_bytes(pr.args.n_groups),
-                   none, s);
-            return;
-        }
         const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
         f32 ? launch(fp8_gemm_tma_kernel<float, 256>, pr, smem, none, s)
             : launch(fp8_gemm_tma_kernel<bf16, 256>, pr, smem, none, s);
     } else {
-        const Prepared pr = prepare(p, static_cast<int>((n + tile_n - 1) / tile_n));
         const int smem = Pipe<128>::smem_bytes(pr.args.n_groups);
         f32 ? launch(fp8_gemm_tma_kernel<float, 128>, pr, smem, none, s)
             : launch(fp8_gemm_tma_kernel<bf16, 128>, pr, smem, none, s);
     }
 }
 
-void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream, bool tma_store) {
+void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     if (p.a.size(0) == 0) return;
     const int64_t n = p.b.size(1);
     const auto s = static_cast<cudaStream_t>(stream);
+    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const GluArgs none{};
-    auto run = [&](auto kernel, auto pipe, bool st) {
-        using P = decltype(pipe);
-        const int pairs = max_pairs(kernel, P::kFixedBytes + 8 * (P::kGroupsMax + 1));
+    auto run = [&](auto kernel) {
+        const int pairs = max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1));
         if (pairs == 0) {
-            fp8_wgmma_tma(p, 256, stream, tma_store);
+            fp8_wgmma_tma(p, 256, stream);
             return;
         }
-        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs, st);
-        launch(kernel, pr, P::smem_bytes(static_cast<int>(p.b.size(0))), none, s, 2);
+        const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs);
+        launch(kernel, pr, smem, none, s, 2);
     };
     if (p.out.dtype == DType::kF32) {
-        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>, Pipe<256>{}, false);
-    } else if (tma_store && tma_store_fits(p, make_args(p))) {
-        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2, true>, Pipe<256, true>{}, true);
+        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>);
     } else {
-        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>, Pipe<256>{}, false);
+        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>);
     }
 }
 

@@ -253,17 +253,6 @@ void grouped_gemm_cp_async(const kernels::GroupedGemmParams& p, void* stream) {
 
 }  // namespace
 
-// kDevice's epilogue when PENSTOCK_GG_TMA_STORE is unset (grouped_gemm.h).
-constexpr bool kGroupedTmaStoreDefault = false;
-
-bool grouped_gemm_tma_store_default() {
-    static const bool st = [] {
-        const char* e = std::getenv("PENSTOCK_GG_TMA_STORE");
-        return e == nullptr ? kGroupedTmaStoreDefault : std::strcmp(e, "0") != 0;
-    }();
-    return st;
-}
-
 GroupedGemmVariant grouped_gemm_default_device_kernel() {
     static const GroupedGemmVariant v = [] {
         const char* e = std::getenv("PENSTOCK_GG_PAIRS");
@@ -305,21 +294,11 @@ void grouped_gemm_device(const kernels::GroupedGemmParams& p, GroupedGemmVariant
             grouped_gemm_tma(p, {.cluster = 1, .k_step = 32}, device_info().sms, stream);
             return;
         case GroupedGemmVariant::kDevice:
-            grouped_gemm_tma(
-                p,
-                {.cluster = grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster ? 2 : 1,
-                 .k_step = 64,
-                 .dynamic_tiles = true,
-                 .tma_store = grouped_gemm_tma_store_default()},
-                device_info().sms, stream);
-            return;
-        case GroupedGemmVariant::kTmaDynClusterSt:
-            grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true, .tma_store = true},
-                             device_info().sms, stream);
-            return;
-        case GroupedGemmVariant::kTmaDynSt:
-            grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true, .tma_store = true},
-                             device_info().sms, stream);
+            if (grouped_gemm_default_device_kernel() == GroupedGemmVariant::kTmaDynCluster) {
+                grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            } else {
+                grouped_gemm_tma(p, {.cluster = 1, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);
+            }
             return;
         case GroupedGemmVariant::kTmaDynCluster:
             grouped_gemm_tma(p, {.cluster = 2, .k_step = 64, .dynamic_tiles = true}, device_info().sms, stream);

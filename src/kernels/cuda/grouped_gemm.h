@@ -12,24 +12,20 @@
 namespace penstock::cuda {
 
 enum class GroupedGemmVariant {
-    kAuto,             // the rule above
-    kCublasLt,         // host copy of the offsets + one cuBLASLt GEMM per non-empty group
-    kDevice,           // the default device kernel (grouped_gemm_default_device_kernel()); checks
-                       // grouped_gemm_device_supported()
-    kTma,              // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
-                       // static round-robin tile order
-    kTmaCluster,       // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
-    kTmaK32,           // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
-    kWsCpAsync,        // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
-    kTmaDyn,           // kTma with tiles handed out by a global counter in order (tile_sched.h)
-    kTmaDynCluster,    // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
-                       // handed out in order, each CTA loading half of the shared tile multicast to both: the
-                       // default (kDevice)
-    kTmaDynSt,         // kTmaDyn / kTmaDynCluster with the TMA-store epilogue (bf16 out with 16-byte aligned rows, at
-    kTmaDynClusterSt,  // most 2048 groups; otherwise their register-store forms): three 48 KiB stages and a 64 KiB
-                       // staging tile; a consumer warpgroup whose 64 rows all lie in the tile's group writes them into
-                       // its half of the staging tile and one thread stores them by TMA (tma::store_wg_tile_bf16)
-    kCpAsync,          // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
+    kAuto,           // the rule above
+    kCublasLt,       // host copy of the offsets + one cuBLASLt GEMM per non-empty group
+    kDevice,         // the default device kernel (grouped_gemm_default_device_kernel()); checks
+                     // grouped_gemm_device_supported()
+    kTma,            // grouped_gemm_tma.cu: TMA producer warpgroup + 2 wgmma consumer warpgroups, one CTA per SM,
+                     // static round-robin tile order
+    kTmaCluster,     // the same in 2-CTA clusters that multicast the shared weight tile (slower on the H200)
+    kTmaK32,         // kTma with a 32-wide k-step (64-byte rows): 8 stages of 24 KiB instead of 4 of 48 KiB (slower)
+    kWsCpAsync,      // kTma's warp specialisation with a cp.async producer warpgroup instead of TMA
+    kTmaDyn,         // kTma with tiles handed out by a global counter in order (tile_sched.h)
+    kTmaDynCluster,  // kTmaDyn in 2-CTA clusters: units of two tiles that share the weight (or activation) tile
+                     // handed out in order, each CTA loading half of the shared tile multicast to both: the
+                     // default (kDevice)
+    kCpAsync,        // grouped_gemm.cu: cp.async loads by all 256 threads, a CTA barrier per k-step (first version)
 };
 
 // Why the device kernels cannot take this call, or nullptr when they can. They need: bf16 a / b, out bf16 or f32,
@@ -52,7 +48,6 @@ struct TmaKernelConfig {
     int k_step = 64;
     bool cp_async_producer = false;
     bool dynamic_tiles = false;  // kTmaDyn
-    bool tma_store = false;      // kTmaDynSt / kTmaDynClusterSt (dynamic tiles, k_step 64)
 };
 // sms = the multiprocessor count.
 void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig& cfg, int sms, void* stream);
@@ -71,9 +66,6 @@ void grouped_gemm_glu_tma(const kernels::GroupedGemmParams& p, GluEpilogue act, 
 // environment sets PENSTOCK_GG_PAIRS=0 (measurement knob, read once). Where no 2-CTA cluster can be resident, the
 // pairs' launch falls back to kTmaDyn's.
 GroupedGemmVariant grouped_gemm_default_device_kernel();
-// Whether kDevice takes the TMA-store epilogue (kTmaDynSt / kTmaDynClusterSt): PENSTOCK_GG_TMA_STORE=0 / 1 (read once
-// per process); unset: kGroupedTmaStoreDefault (grouped_gemm.cu).
-bool grouped_gemm_tma_store_default();
 // Whether cuda::grouped_gemm (kAuto) would run `p` on the default device kernel on this stream (the rule above).
 bool grouped_gemm_auto_takes_device(const kernels::GroupedGemmParams& p, void* stream);
 

@@ -34,9 +34,6 @@
 // multicast through tm_a64); tile_util.cuh pair_units. Rank 0's producer takes the units and sends each to rank 1
 // through a ring of message slots in rank 1's shared memory (remote store + cluster-scope release per tile).
 //
-// kSt (kTmaDynSt / kTmaDynClusterSt, bf16 out): three stages and a 64 KiB staging tile; a consumer warpgroup whose 64
-// rows all lie in the tile's group hands them to TMA stores through it (tma::store_wg_tile_bf16) and goes on to the
-// next tile while they drain; the others keep the register stores.
 // kBK 32 (kTmaK32): 64-byte rows with 64-byte swizzle, 8 stages of 24 KiB. kCpLoad (kWsCpAsync): the producer
 // warpgroup's 128 threads load by cp.async instead (rows past the group zero-filled, not loaded) and signal "full".
 // Measurement knobs (environment, read once per process): PENSTOCK_GG_TMA_L2PROMO=none|128|256 (the maps' L2
@@ -78,33 +75,26 @@ constexpr int kScanBytes = 32 * 4;      // build_group_tile_prefix's scratch, ou
 constexpr int kMaxGroups = 4096;
 
 // The k-step: kBK 64 (one 128-byte swizzled row per tile row, 4 stages of 48 KiB) or 32 (64-byte rows, 64-byte
-// swizzle, 8 stages of 24 KiB: the same ring, twice as many loads in flight relative to the stage in use). kSt (kBK
-// 64, bf16 out, the dynamic kernels): the TMA-store epilogue, three stages and a 64 KiB staging tile behind them.
-template <int kBK, bool kSt = false>
+// swizzle, 8 stages of 24 KiB: the same ring, twice as many loads in flight relative to the stage in use).
+template <int kBK>
 struct Step {
     static constexpr int kRowBytes = kBK * 2;                  // bf16
     static constexpr int kABytes = kBM * kRowBytes;            // 16 / 8 KiB
     static constexpr int kBHalfBytes = (kBN / 2) * kRowBytes;  // 16 / 8 KiB
     static constexpr int kStageBytes = kABytes + 2 * kBHalfBytes;
-    static constexpr int kRingBytes = kSt ? kPipeBytes - kStageBytes : kPipeBytes;
-    static constexpr int kStages = kRingBytes / kStageBytes;  // 4 / 8 (kSt: 3)
-    static constexpr int kStoreBytes = kSt ? kBM * kBN * 2 : 0;
+    static constexpr int kStages = kPipeBytes / kStageBytes;  // 4 / 8
     static constexpr int kBarBytes = 3 * kStages * 8;  // full, empty, and the pair's tile messages (kDyn, kCluster 2)
-    static constexpr int kGroupsMax = kSt ? 2048 : kMaxGroups;  // the host takes the plain epilogue above
     static_assert(kBK == 64 || kBK == 32, "k-step");
-    static_assert(!kSt || kBK == 64, "TMA-store epilogue: the 64-wide k-step");
-    static_assert(kStages * kStageBytes == kRingBytes, "ring");
+    static_assert(kStages * kStageBytes == kPipeBytes, "ring");
 };
 
-template <int kBK, bool kSt = false>
+template <int kBK>
 constexpr int smem_bytes(int n_groups) {
-    using S = Step<kBK, kSt>;
-    return S::kRingBytes + S::kStoreBytes + 1024 + S::kBarBytes + kScanBytes + 8 * S::kStages + 8 * (n_groups + 1);
+    return kPipeBytes + 1024 + Step<kBK>::kBarBytes + kScanBytes + 8 * Step<kBK>::kStages + 8 * (n_groups + 1);
 }
 
 static_assert(smem_bytes<64>(kMaxGroups) <= 227 * 1024, "shared memory");
 static_assert(smem_bytes<32>(kMaxGroups) <= 227 * 1024, "shared memory");
-static_assert(smem_bytes<64, true>(Step<64, true>::kGroupsMax) <= 227 * 1024, "shared memory");
 
 struct TmaArgs {
     void* out;               // [n_rows, n] bf16 or f32, row stride ldo
@@ -133,18 +123,13 @@ using tile::smem_u32;
 using tile::store2;
 using Tile = tile::GroupTile;
 
-// kSt: the bf16 epilogue through shared memory and TMA stores (tma::store_wg_tile_bf16); tm_out is then the out map
-// (bf16 [n_rows, n], 64 x 64 boxes, 128-byte swizzle), else unused.
-template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false, int kAct = kActNone, bool kSt = false>
+template <class OutT, int kCluster, int kBK, bool kCpLoad, bool kDyn = false, int kAct = kActNone>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                            const __grid_constant__ CUtensorMap tm_a64, const __grid_constant__ CUtensorMap tm_out,
-                            TmaArgs p) {
+                            const __grid_constant__ CUtensorMap tm_a64, TmaArgs p) {
     static_assert(kAct == kActNone || (kDyn && std::is_same_v<OutT, bf16>), "the gated epilogue: kTmaDyn, bf16 out");
-    static_assert(!kSt || (kDyn && kAct == kActNone && std::is_same_v<OutT, bf16>),
-                  "TMA-store epilogue: the dynamic kernels, plain bf16 out");
     constexpr int kTileN = kAct != kActNone ? kBN / 2 : kBN;  // output columns per tile
-    using S = Step<kBK, kSt>;
+    using S = Step<kBK>;
     constexpr int kStages = S::kStages;
     constexpr int kStageBytes = S::kStageBytes;
     constexpr int kABytes = S::kABytes;
@@ -156,12 +141,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
-    const uint32_t sbase = raw + pad;  // the same offset in every CTA of a cluster (same kernel, same layout)
-    // full[0, kStages), empty[0, kStages), msg[0, kStages); kSt: the staging tile between the ring and them
-    const uint32_t bars = sbase + S::kRingBytes + S::kStoreBytes;
+    const uint32_t sbase = raw + pad;          // the same offset in every CTA of a cluster (same kernel, same layout)
+    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), msg[0, kStages)
     const uint32_t msg_bars = bars + 16 * kStages;
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + S::kRingBytes + S::kStoreBytes + S::kBarBytes);
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + S::kBarBytes);
     int* stage_tile = scan + 32;      // kDyn: the tile id of the tile whose first k-step is in stage i (-1: no more)
     int* msg = stage_tile + kStages;  // kDyn pairs: rank 0's tile messages to rank 1 (a ring, written remotely)
     int* prefix = msg + kStages;
@@ -477,21 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             } else {
-                bool staged = false;
-                if constexpr (kSt) {
-                    // this warpgroup's 64 rows all belong to the tile's group (a TMA store cannot skip the next
-                    // group's rows); else the register stores below
-                    if (64 * cw + 64 <= ct.rows) {
-                        tma::store_wg_tile_bf16(
-                            &tm_out, sbase + S::kRingBytes + static_cast<uint32_t>(cw) * (S::kStoreBytes / 2), ct.n0,
-                            ct.row0 + 64 * cw, p.n, cw, wr, lane, [&](int i, int hf) {
-                                return tile::pack_bf16x2(acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
-                            });
-                        staged = true;
-                    }
-                }
 #pragma unroll
-                for (int hf = 0; hf < 2 && !staged; ++hf) {
+                for (int hf = 0; hf < 2; ++hf) {
                     const int r = 64 * cw + 16 * wr + 8 * hf + g;
                     if constexpr (std::is_same_v<OutT, bf16>) {
                         if (vec) {
@@ -514,8 +485,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             wgmma::reg_fence(acc);
         }
-        // The staging tile's last TMA stores are done before the CTA's shared memory goes.
-        if (kSt && (tid & 127) == 0) tma::bulk_wait();
     }
     // No CTA leaves while its peer may still arrive on its barriers or multicast into its shared memory.
     if constexpr (kCluster > 1) {
@@ -528,24 +497,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 // activation tile that each CTA of a dynamic pair multicasts).
 struct OperandMaps {
     CUtensorMap a, b, a64;
-    CUtensorMap out;  // the TMA-store epilogue's (kSt), else unused
 };
 
 struct ClusterInfo {
     int max_pairs = -1;  // co-resident 2-CTA clusters of the kernel at its largest shared memory; -1: not asked yet
 };
 
-template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false, int kAct = kActNone,
-          bool kSt = false>
+template <class OutT, int kCluster, int kBK, bool kCpLoad = false, bool kDyn = false, int kAct = kActNone>
 void launch(const OperandMaps& m, const TmaArgs& args, int grid, cudaStream_t s) {
-    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn, kAct, kSt>;
-    const int smem = smem_bytes<kBK, kSt>(args.n_groups);
+    auto kernel = grouped_gemm_tma_kernel<OutT, kCluster, kBK, kCpLoad, kDyn, kAct>;
+    const int smem = smem_bytes<kBK>(args.n_groups);
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if constexpr (kCluster == 1) {
-        kernel<<<grid, kThreads, smem, s>>>(m.a, m.b, m.a64, m.out, args);
+        kernel<<<grid, kThreads, smem, s>>>(m.a, m.b, m.a64, args);
     } else {
         const ClusterLaunch cl(grid, kThreads, smem, kCluster, s);
-        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, m.a, m.b, m.a64, m.out, args));
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, m.a, m.b, m.a64, args));
     }
 }
 
@@ -563,17 +530,15 @@ void launch_glu(GluEpilogue act, const OperandMaps& maps, const TmaArgs& args, i
 }
 
 // How many 2-CTA clusters of the kernel can be resident at once (at the largest shared memory it asks for).
-template <class OutT, int kBK, bool kSt = false>
+template <class OutT, int kBK>
 int max_pairs() {
     static thread_local ClusterInfo cache[16];
     int dev = 0;
     PENSTOCK_CUDA_CHECK(cudaGetDevice(&dev));
     ClusterInfo& c = cache[dev & 15];
     if (c.max_pairs < 0) {
-        const void* kernel =
-            kSt ? reinterpret_cast<const void*>(grouped_gemm_tma_kernel<bf16, 2, 64, false, true, kActNone, true>)
-                : reinterpret_cast<const void*>(grouped_gemm_tma_kernel<OutT, 2, kBK, false>);
-        c.max_pairs = max_active_clusters(kernel, kThreads, smem_bytes<kBK, kSt>(Step<kBK, kSt>::kGroupsMax), 2);
+        c.max_pairs = max_active_clusters(reinterpret_cast<const void*>(grouped_gemm_tma_kernel<OutT, 2, kBK, false>),
+                                          kThreads, smem_bytes<kBK>(kMaxGroups), 2);
     }
     return c.max_pairs;
 }
@@ -585,21 +550,6 @@ void run(const OperandMaps& maps, const TmaArgs& args, int64_t tile_bound, const
     if constexpr (kBK == 64) {
         if (cfg.cp_async_producer) {
             launch<OutT, 1, 64, true>(maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
-            return;
-        }
-        // The TMA-store epilogue (cfg.tma_store; bf16 out with 16-byte aligned rows, at most 2048 groups).
-        const bool st = std::is_same_v<OutT, bf16> && cfg.tma_store && cfg.dynamic_tiles && args.out16 != 0 &&
-                        args.n_groups <= Step<64, true>::kGroupsMax;
-        if (st) {
-            const int st_pairs = cfg.cluster == 2 ? max_pairs<bf16, 64, true>() : 0;
-            if (st_pairs > 0) {
-                const int64_t units = (tile_bound + 1) / 2 + args.n_groups;
-                launch<bf16, 2, 64, false, true, kActNone, true>(
-                    maps, args, 2 * static_cast<int>(units < st_pairs ? units : st_pairs), s);
-            } else {
-                launch<bf16, 1, 64, false, true, kActNone, true>(
-                    maps, args, static_cast<int>(tile_bound < sms ? tile_bound : sms), s);
-            }
             return;
         }
         if (cfg.dynamic_tiles && pairs > 0) {
@@ -674,8 +624,7 @@ OperandMaps encode_maps(const kernels::GroupedGemmParams& p, int64_t lda, int k_
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a_box, swz, l2_promotion()),
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.b.data, 3, b_dims, b_strides, b_box, swz, l2_promotion()),
         tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a.data, 2, a_dims, a_strides, a64_box, swz,
-                          l2_promotion()),
-        CUtensorMap{}};
+                          l2_promotion())};
 }
 
 }  // namespace
@@ -702,8 +651,7 @@ void grouped_gemm_tma(const kernels::GroupedGemmParams& p, const TmaKernelConfig
         return e != nullptr && std::strcmp(e, "256") == 0;
     }();
     args.b_box_rows = env_one_box && cfg.cluster == 1 && !cfg.cp_async_producer ? kBN : kBN / 2;
-    OperandMaps maps = encode_maps(p, args.lda, k_step, args.b_box_rows);
-    if (cfg.tma_store && args.out16 != 0) maps.out = tma::encode_bf16_store_map(p.out.data, n_rows, n, args.ldo);
+    const OperandMaps maps = encode_maps(p, args.lda, k_step, args.b_box_rows);
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const auto s = static_cast<cudaStream_t>(stream);
     args.sched = cfg.dynamic_tiles ? dynamic_tile_counter(s) : nullptr;
