@@ -26,9 +26,9 @@ layer() {
     --tokens "${tok}" --reps "${LAYER_REPS:-8}" --breakdown "$@" --json "${O}/${tag}.${b}.json" > "${O}/${tag}.${b}.log" 2>&1
   echo "${tag} ${b} rc $? at ${SECONDS}s: $(layer_line "${O}/${tag}.${b}.json")"
 }
-# DeepSeek-V3 layer 3 at 16K with the expert down GEMM's TMA-store epilogue on or off (sessions 53-54; bundle s53b: the
-# forms were dropped in session 55): native FP8 +
-# --fp8-attention under PENSTOCK_FP8_TMA_STORE, or bf16 (dequant) under PENSTOCK_GG_TMA_STORE; LAYER_REPS reps.
+# DeepSeek-V3 layer 3 at 16K with the expert down GEMM's TMA-store epilogue on or off (sessions 53-54; bundle s53b
+# only: the forms were dropped in session 55): native FP8 + --fp8-attention under PENSTOCK_FP8_TMA_STORE, or bf16
+# (dequant) under PENSTOCK_GG_TMA_STORE; LAYER_REPS reps.
 #   tma_store_layer B fp8|bf16 ST ROUND      e.g. tma_store_layer s53b fp8 1 2   (writes $O/dsv3f8.st1.2.s53b.{json,log})
 tma_store_layer() {
   if [ "$2" = fp8 ]; then
