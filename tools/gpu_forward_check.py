@@ -10,6 +10,7 @@ usage: gpu_forward_check.py PENSTOCK OUTDIR MODEL_DIR[:chunks] ...   (chunks: co
   FORMS    comma list of MLA forms (default mha,absorbed; every family has MLA layers)
   JOBS     concurrent penstock processes (default 8; each is a small CUDA context)
   BACKEND  cuda (default) or cpu (a local dry run of the script)
+  KEEP_LOGITS  1: keep every case's logits file (OUTDIR/logits/*.safetensors; default: removed once compared)
   FORWARD_ARGS  extra `penstock forward` flags, space-separated (e.g. "--fp8-weights dequant": FP8 checkpoints run
            natively on CUDA by default, where the activations' e4m3 rounding alone exceeds the fp32 bound)
 Writes OUTDIR/forward_check_<dtype>.md (every case) and OUTDIR/forward_check_summary.md (per model x dtype: cases,
@@ -79,7 +80,8 @@ def run_case(binary, outdir, model, k, ids, chunk, form, dtype):
     if r.returncode != 0:
         return None, (r.stderr.strip() or r.stdout.strip())[-300:].replace("\n", " ").replace("|", "/")
     got = f32_rows(read_safetensors(out)["logits"])
-    os.remove(out)
+    if os.environ.get("KEEP_LOGITS", "0") != "1":
+        os.remove(out)
     return got, None
 
 

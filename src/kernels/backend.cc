@@ -1,6 +1,9 @@
 // Backend factory.
 #include "kernels/backend.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #if PENSTOCK_ENABLE_CUDA
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/device.h"
@@ -21,21 +24,40 @@ public:
 #if PENSTOCK_ENABLE_CUDA
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(int device, cuda::DeviceProperties props) : props_(std::move(props)), stream_(device), alloc_(device) {}
+    CudaBackend(int device, cuda::DeviceProperties props)
+        : props_(std::move(props)),
+          stream_(device, cuda::Stream::Priority::kHigh),
+          side_stream_(device),
+          alloc_(device) {}
     Device device() const override { return Device::kCUDA; }
+    // The side stream for kernels::Fork unless PENSTOCK_SIDE_STREAM=0 (an A/B switch: forks then run in line).
     Context context(ThreadPool* pool) const override {
-        return Context{.device = Device::kCUDA, .pool = pool, .stream = stream_.handle(), .alloc = &alloc_};
+        return Context{.device = Device::kCUDA,
+                       .pool = pool,
+                       .stream = stream_.handle(),
+                       .alloc = &alloc_,
+                       .side_stream = side_stream_enabled() ? side_stream_.handle() : nullptr};
     }
     void synchronize() const override { stream_.synchronize(); }
     std::string describe() const override {
-        return "cuda:" + std::to_string(stream_.device()) + " " + props_.name + " (" +
-               std::to_string(props_.n_sms) + " SMs, " +
-               std::to_string(props_.total_memory_bytes >> 30) + " GiB)";
+        return "cuda:" + std::to_string(stream_.device()) + " " + props_.name + " (" + std::to_string(props_.n_sms) +
+               " SMs, " + std::to_string(props_.total_memory_bytes >> 30) + " GiB)";
     }
 
 private:
+    static bool side_stream_enabled() {
+        static const bool enabled = [] {
+            const char* v = std::getenv("PENSTOCK_SIDE_STREAM");
+            return v == nullptr || std::string_view(v) != "0";
+        }();
+        return enabled;
+    }
+
     cuda::DeviceProperties props_;
     cuda::Stream stream_;
+    // kernels::Fork's (Context::side_stream), at a lower priority than stream_: where both have thread blocks waiting,
+    // the compute stream's (the critical path) go first and the side stream's fill the SMs left over.
+    cuda::Stream side_stream_;
     mutable cuda::CudaCachingAllocator alloc_;
 };
 #endif

@@ -19,12 +19,15 @@ class Profiler;  // kernels/profile.h
 // Where an op runs. CPU: `pool` may be null (single-threaded). CUDA: `stream` is a cudaStream_t. `alloc` provides
 // memory for temporaries on `device` (null: the host allocator; must be set for CUDA). `profiler`: opt-in named-scope
 // timing of the ops issued under this context (kernels/profile.h ProfileScope); null = off (ops never read it).
+// `side_stream`: CUDA, a second stream of the same device on which a kernels::Fork (kernels/fork.h) issues work that
+// may overlap the work issued on `stream` after it; null: forks run in line. Ops never read it.
 struct Context {
     Device device = Device::kCPU;
     ThreadPool* pool = nullptr;
     void* stream = nullptr;
     Allocator* alloc = nullptr;
     Profiler* profiler = nullptr;
+    void* side_stream = nullptr;
 };
 
 // The allocator for temporaries of ctx's device.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/fork.h"
 #include "kernels/ops_dsa.h"
 #include "kernels/profile.h"
 
@@ -230,16 +231,16 @@ Result<std::unique_ptr<Model>> GlmDsaModel::load(const loader::ModelConfig& in_c
         Layer layer;
         PENSTOCK_ASSIGN_OR_RETURN(layer.input_norm, r.take(p + ".input_layernorm.weight", {h}));
         PENSTOCK_ASSIGN_OR_RETURN(layer.post_norm, r.take(p + ".post_attention_layernorm.weight", {h}));
-        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::load(r, p + ".self_attn", config, MlaVariant{}, options.tp));
+        PENSTOCK_ASSIGN_OR_RETURN(MlaAttention attn,
+                                  MlaAttention::load(r, p + ".self_attn", config, MlaVariant{}, options.tp));
         layer.attn = std::make_unique<MlaAttention>(std::move(attn));
         if (dsa.full_indexer[static_cast<size_t>(l)]) {
             PENSTOCK_ASSIGN_OR_RETURN(DsaIndexer ix, DsaIndexer::load(r, p + ".self_attn.indexer", ixd));
             layer.indexer = std::make_unique<DsaIndexer>(std::move(ix));
         }
-        PENSTOCK_ASSIGN_OR_RETURN(
-            FeedForward ffn,
-            FeedForward::load(r, p + ".mlp", config, dsa.moe_mlp[static_cast<size_t>(l)], config.intermediate_size,
-                              options.tp));
+        PENSTOCK_ASSIGN_OR_RETURN(FeedForward ffn,
+                                  FeedForward::load(r, p + ".mlp", config, dsa.moe_mlp[static_cast<size_t>(l)],
+                                                    config.intermediate_size, options.tp));
         layer.ffn = std::make_unique<FeedForward>(std::move(ffn));
         m->layers_.push_back(std::move(layer));
     }
@@ -323,6 +324,12 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                                       .pos0 = whole.q_pos0},
                                      ctx);
             }
+            // The sparse attention's selection-free inputs (the latent rows, q absorbed) run on a fork
+            // (kernels/fork.h; CUDA: the side stream) beside a full layer's indexer, which reads other buffers.
+            std::optional<kernels::Fork> fork;
+            if (layer.indexer) fork.emplace(ctx);
+            const SparseInputs in =
+                sparse_inputs(layout, layer, index, normed, dsa_cache, proj, ctx, fork ? fork->ctx() : ctx);
             if (layer.indexer) {
                 const kernels::ProfileScope scope(ctx, "indexer");
                 {
@@ -333,8 +340,9 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
                                                 budget, options_.dsa_fp8_accumulate, ctx);
                 if (options_.decisions) options_.decisions->dsa_topk(batch, index, key_pos, ctx);  // test hook
             }
+            if (fork) fork->join();
             PENSTOCK_CHECK(key_pos.defined()) << "shared layer " << index << " has no earlier full layer's top-k";
-            attend_sparse(batch, layout, layer, index, normed, key_pos, dsa_cache, sub_out, proj, ctx);
+            attend_sparse(batch, layout, layer, normed, key_pos, in, sub_out, ctx);
         }
         attn_scope.reset();
         xq = norms.apply(layer.post_norm, act->hidden, sub_out, normed, layer.ffn->fp8_input());
@@ -347,33 +355,56 @@ void GlmDsaModel::forward_layers(const ForwardBatch& batch, const BatchLayout& l
     act->dsa_topk = dense ? Tensor() : key_pos;  // for a next stage that starts at a shared layer
 }
 
-void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer, int64_t index,
-                                const TensorView& x, const TensorView& key_pos, DsaModelCache* cache,
-                                const TensorView& out, const MlaAttention::Projection& proj,
-                                const kernels::Context& ctx) const {
+GlmDsaModel::SparseInputs GlmDsaModel::sparse_inputs(const BatchLayout& layout, const Layer& layer, int64_t index,
+                                                     const TensorView& x, DsaModelCache* cache,
+                                                     const MlaAttention::Projection& proj, const kernels::Context& ctx,
+                                                     const kernels::Context& work) const {
     const MlaDims& d = layer.attn->dims();
     const int64_t n = layout.n_tokens;
-    const DType act = x.dtype;
-    std::optional<kernels::ProfileScope> core_scope(std::in_place, ctx, "core");
-    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "gather");
+    SparseInputs in;
+    const kernels::ProfileScope core_scope(work, "core");
+    std::optional<kernels::ProfileScope> scope(std::in_place, work, "gather");
     // Every sequence's latent rows of positions [0, prefix + chunk) (one paged gather, like the absorbed dense form):
     // sequence s's key position p is row cu_seqlens_k[s] + p, so each sequence's selection indexes its own slice of
     // the rows directly. bf16 activations with the 576 = 512 + 64 latent take sparse_mla_attention's bf16 tensor-core
     // kernel on the rows as they are (ops_dsa.h); otherwise the f32 kernel on exactly widened copies.
-    Tensor latent = scratch(ctx, {layout.total_keys, d.latent_dim()}, cache->latent.layer_view(index).dtype);
-    kernels::paged_gather({.out = latent,
-                           .cache = cache->latent.layer_view(index),
+    const TensorView cache_rows = cache->latent.layer_view(index);
+    in.latent = scratch(ctx, {layout.total_keys, d.latent_dim()}, cache_rows.dtype);
+    kernels::paged_gather({.out = in.latent,
+                           .cache = cache_rows,
                            .page_table = layout.page_table,
                            .cu_rows = layout.cu_seqlens_k,
                            .pos0 = layout.k_pos0},
-                          ctx);
-    const bool native = act == DType::kBF16 && latent.dtype() == DType::kBF16 && d.kv_lora_rank == 512 &&
-                        d.latent_dim() == 576;
-    const Tensor kv = native ? latent : to_f32_scratch(latent, ctx);
-    scope.emplace(ctx, "absorb_q");
-    Tensor q_abs = layer.attn->absorb_q(proj.q, ctx);
-    if (!native) q_abs = to_f32_scratch(q_abs, ctx);
-    scope.emplace(ctx, "sparse_mla");
+                          work);
+    in.native =
+        x.dtype == DType::kBF16 && cache_rows.dtype == DType::kBF16 && d.kv_lora_rank == 512 && d.latent_dim() == 576;
+    in.kv = in.latent;
+    if (!in.native && in.latent.dtype() != DType::kF32) {
+        in.kv = scratch(ctx, in.latent.view().shape_vec(), DType::kF32);
+        kernels::copy({.out = in.kv, .in = in.latent}, work);
+    }
+    scope.emplace(work, "absorb_q");
+    in.q_abs_raw = scratch(ctx, {n, d.n_heads, d.latent_dim()}, proj.q.dtype());
+    layer.attn->absorb_q(proj.q, in.q_abs_raw, work);
+    in.q_abs = in.q_abs_raw;
+    if (!in.native && in.q_abs_raw.dtype() != DType::kF32) {
+        in.q_abs = scratch(ctx, in.q_abs_raw.view().shape_vec(), DType::kF32);
+        kernels::copy({.out = in.q_abs, .in = in.q_abs_raw}, work);
+    }
+    return in;
+}
+
+void GlmDsaModel::attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer,
+                                const TensorView& x, const TensorView& key_pos, const SparseInputs& in,
+                                const TensorView& out, const kernels::Context& ctx) const {
+    const MlaDims& d = layer.attn->dims();
+    const int64_t n = layout.n_tokens;
+    const DType act = x.dtype;
+    const bool native = in.native;
+    const Tensor& kv = in.kv;
+    const Tensor& q_abs = in.q_abs;
+    std::optional<kernels::ProfileScope> core_scope(std::in_place, ctx, "core");
+    std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "sparse_mla");
     Tensor o_lat = scratch(ctx, {n, d.n_heads, d.kv_lora_rank}, native ? act : DType::kF32);
     Tensor lse = scratch(ctx, {n, d.n_heads}, DType::kF32);
     int64_t row = 0;

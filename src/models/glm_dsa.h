@@ -82,10 +82,25 @@ private:
         std::unique_ptr<FeedForward> ffn;     // MoE or dense per mlp_layer_types
     };
 
+    // The sparse attention's inputs that do not depend on the selection: every sequence's latent rows of positions
+    // [0, prefix + chunk) (one paged gather) and q absorbed into the latent space, both as sparse_mla_attention takes
+    // them (exact f32 copies unless the bf16 kernel takes the rows as they are). Allocated on ctx, issued on `work`
+    // (a fork beside the indexer, or ctx itself).
+    // Every buffer the work writes lives here until the struct dies (after any join).
+    struct SparseInputs {
+        Tensor latent;        // [total_keys, kv_lora + rope] the cache's dtype
+        Tensor kv;            // latent itself (native) or its f32 copy
+        Tensor q_abs_raw;     // [n, n_heads, kv_lora + rope] q's dtype
+        Tensor q_abs;         // q_abs_raw itself (native) or its f32 copy
+        bool native = false;  // bf16 rows for the tensor-core kernel
+    };
+    SparseInputs sparse_inputs(const BatchLayout& layout, const Layer& layer, int64_t index, const TensorView& x,
+                               DsaModelCache* cache, const MlaAttention::Projection& proj, const kernels::Context& ctx,
+                               const kernels::Context& work) const;
     // The sparse path of one layer: sub_out = o_proj(sparse absorbed MLA of the rows' selected key positions).
-    void attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer, int64_t index,
-                       const TensorView& x, const TensorView& key_pos, DsaModelCache* cache, const TensorView& out,
-                       const MlaAttention::Projection& proj, const kernels::Context& ctx) const;
+    void attend_sparse(const ForwardBatch& batch, const BatchLayout& layout, const Layer& layer, const TensorView& x,
+                       const TensorView& key_pos, const SparseInputs& in, const TensorView& out,
+                       const kernels::Context& ctx) const;
 
     loader::ModelConfig config_;
     DsaConfig dsa_;

@@ -432,27 +432,32 @@ void MlaAttention::attend_mha_fp8(const kernels::AttentionParams& ap, const Tens
 }
 
 Tensor MlaAttention::absorb_q(const TensorView& q, const kernels::Context& ctx) const {
+    Tensor q_abs = scratch(ctx, {q.size(0), dims_.n_heads, dims_.latent_dim()}, q.dtype);
+    absorb_q(q, q_abs, ctx);
+    return q_abs;
+}
+
+void MlaAttention::absorb_q(const TensorView& q, const TensorView& q_abs, const kernels::Context& ctx) const {
     const MlaDims& d = dims_;
     const int64_t n = q.size(0);
     const int64_t latent_dim = d.latent_dim();
     const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;  // kv_b rows per head
     const TensorView& w = kv_b_proj_.weight;                      // [n_heads * head_rows, kv_lora]
-
+    PENSTOCK_CHECK(q_abs.ndim == 3 && q_abs.size(0) == n && q_abs.size(1) == d.n_heads && q_abs.size(2) == latent_dim &&
+                   q_abs.dtype == q.dtype && q_abs.is_contiguous())
+        << "absorb_q: q_abs " << q_abs.shape_string();
     // q_abs[:, h] = [q_nope_h @ W_UK_h ; q_pe_h]  (W_UK_h = kv_b rows [h * head_rows, + nope), [nope, kv_lora]): one
     // GEMM batched over the heads (strided views; the CPU reference loops over them, CUDA makes one cuBLASLt call).
-    Tensor q_abs = scratch(ctx, {n, d.n_heads, latent_dim}, q.dtype);
     PENSTOCK_CHECK(q.stride(2) == 1 && w.stride(1) == 1) << "absorb_q: last dims must be contiguous";
-    kernels::gemm(
-        {.out = q_abs.view().as_strided(0, {d.n_heads, n, d.kv_lora_rank}, {latent_dim, d.n_heads * latent_dim, 1}),
-         .a = q.as_strided(0, {d.n_heads, n, d.qk_nope_head_dim}, {q.stride(1), q.stride(0), 1}),
-         .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
-                           {head_rows * w.stride(0), w.stride(0), 1}),
-         .trans_b = false},
-        ctx);
-    kernels::copy({.out = q_abs.view().slice(2, d.kv_lora_rank, latent_dim),
-                   .in = q.slice(2, d.qk_nope_head_dim, d.qk_head_dim())},
+    kernels::gemm({.out = q_abs.as_strided(0, {d.n_heads, n, d.kv_lora_rank}, {latent_dim, d.n_heads * latent_dim, 1}),
+                   .a = q.as_strided(0, {d.n_heads, n, d.qk_nope_head_dim}, {q.stride(1), q.stride(0), 1}),
+                   .b = w.as_strided(0, {d.n_heads, d.qk_nope_head_dim, d.kv_lora_rank},
+                                     {head_rows * w.stride(0), w.stride(0), 1}),
+                   .trans_b = false},
                   ctx);
-    return q_abs;
+    kernels::copy(
+        {.out = q_abs.slice(2, d.kv_lora_rank, latent_dim), .in = q.slice(2, d.qk_nope_head_dim, d.qk_head_dim())},
+        ctx);
 }
 
 void MlaAttention::absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const {

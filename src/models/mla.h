@@ -82,6 +82,8 @@ public:
                        const kernels::Context& ctx, const Fp8Activations* xq = nullptr, bool rope_q = true) const;
     // q_abs [n, n_heads, kv_lora + rope] = [q_nope_h @ W_UK_h ; q_pe_h] for q [n, n_heads, qk_head_dim].
     Tensor absorb_q(const TensorView& q, const kernels::Context& ctx) const;
+    // The same into q_abs [n, n_heads, kv_lora + rope] (q's dtype, contiguous).
+    void absorb_q(const TensorView& q, const TensorView& q_abs, const kernels::Context& ctx) const;
     // attn_out[:, h] = o_lat_h @ W_UV_h^T: o_lat [n, n_heads, kv_lora] -> attn_out [n, n_heads * v_head_dim].
     void absorb_out(const TensorView& o_lat, const TensorView& attn_out, const kernels::Context& ctx) const;
     // out [n, hidden] = o_proj(attn_out) (after the variant's output gate on x), summed over the tp group. attn_rows:

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "kernels/fork.h"
 #include "kernels/ops_kda.h"
 #include "kernels/profile.h"
 
@@ -238,6 +239,22 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     const TensorView expert_in = latent ? z.view() : x;
     const int64_t width = expert_in.size(1);
 
+    // The shared expert reads only x (and its FP8 rows): it runs on a fork (kernels/fork.h), on CUDA a second stream,
+    // beside the router, the alignment and the permutation, and is joined before the routed expert GEMMs.
+    // Plain MoE: the shared expert writes out first and the routed experts' weighted sum accumulates onto it (one
+    // pass over out fewer than zeroing it, then adding the shared output; the sum is rounded once). Latent MoE: its
+    // output is added at the end.
+    const bool shared_first = !latent && !shared_.empty();
+    Tensor shared_out;  // latent MoE: the shared expert's output
+    std::optional<kernels::Fork> shared_fork;
+    if (!shared_.empty()) {
+        if (shared_first && experts_gate_up_scale_.defined() && shared_fp8) xq = fp8_rows_of(x, xq, own_xq, ctx);
+        const TensorView dst = shared_first ? out : (shared_out = scratch(ctx, {n, x.size(1)}, x.dtype)).view();
+        shared_fork.emplace(ctx);
+        const kernels::ProfileScope shared_scope(shared_fork->ctx(), "shared");
+        shared_[0].forward_partial(x, dst, shared_fork->ctx(), shared_fp8 ? xq : nullptr);
+    }
+
     // Router logits in fp32 whatever the activation dtype (transformers computes the router in fp32). The router is
     // replicated: every tp rank routes every token the same way.
     std::optional<kernels::ProfileScope> scope(std::in_place, ctx, "router");
@@ -276,16 +293,7 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
     }
     Tensor zo;  // latent MoE: the weighted expert sum in the latent width
     const TensorView routed_out = latent ? (zo = scratch_filled(ctx, {n, width}, 0.0f, expert_in.dtype)).view() : out;
-    // Plain MoE: the shared expert writes out first and the routed experts' weighted sum accumulates onto it (one
-    // pass over out fewer than zeroing it, then adding the shared output; the sum is rounded once).
-    const bool shared_first = !latent && !shared_.empty();
-    if (shared_first) {
-        scope.emplace(ctx, "shared");
-        if (experts_gate_up_scale_.defined() && shared_fp8) xq = fp8_rows_of(x, xq, own_xq, ctx);
-        shared_[0].forward_partial(x, out, ctx, shared_fp8 ? xq : nullptr);
-    } else if (!latent) {
-        kernels::fill({.out = out, .value = 0.0f}, ctx);
-    }
+    if (!latent && shared_.empty()) kernels::fill({.out = out, .value = 0.0f}, ctx);
     if (n_rows > 0 && inter_ > 0) {
         // FP8 experts: every token row is quantised once (1 x 128 blocks, scales row-major) and the e4m3 rows and their
         // scales are permuted, instead of quantising each of its top_k copies; per-row quantisation makes the two
@@ -320,6 +328,10 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
             kernels::moe_permute(
                 {.out = permuted, .in = expert_in, .sorted_pairs = sorted, .top_k = static_cast<int>(top_k_)}, ctx);
         }
+        // The shared expert overlaps the routing and the permutation only: beside the persistent expert GEMMs (one
+        // CTA per SM, tiles in an L2-friendly order) it made the DeepSeek-V3 layer 0.4-0.7 ms slower
+        // (docs/perf/2026-12-07-s56.md). Its output is read by the unpermute (plain MoE) or the final add (latent).
+        if (shared_fork) shared_fork->join();
         // [gate ; up] = rows @ W_gate_up[e]^T per expert group, act(gate) * up in place, then the down projection.
         scope.emplace(ctx, "experts");
         Tensor expert_out = scratch(ctx, {n_rows, width}, expert_in.dtype);
@@ -442,11 +454,10 @@ void MoeBlock::forward(const TensorView& x, const TensorView& out, const kernels
         linear_forward(latent_up_, zo, out, ctx, zq ? &*zq : nullptr);
         if (tp_.rank() != 0) kernels::fill({.out = out, .value = 0.0f}, ctx);
     }
+    if (shared_fork) shared_fork->join();
     if (!shared_.empty() && !shared_first) {
-        const kernels::ProfileScope shared_scope(ctx, "shared");
-        Tensor s = scratch(ctx, {n, x.size(1)}, x.dtype);
-        shared_[0].forward_partial(x, s, ctx, shared_fp8 ? xq : nullptr);
-        kernels::add({.out = out, .a = out, .b = s}, ctx);
+        const kernels::ProfileScope shared_scope(ctx, "shared_add");
+        kernels::add({.out = out, .a = out, .b = shared_out}, ctx);
     }
     tp_.all_reduce_sum(out, ctx);
 }

@@ -60,10 +60,15 @@ DeviceGuard::DeviceGuard(int device) {
 
 DeviceGuard::~DeviceGuard() { PENSTOCK_CUDA_CHECK(cudaSetDevice(previous_)); }
 
-Stream::Stream(int device) : device_(device) {
+Stream::Stream(int device) : Stream(device, Priority::kDefault) {}
+
+Stream::Stream(int device, Priority priority) : device_(device) {
     DeviceGuard guard(device);
+    int least = 0, greatest = 0;
+    PENSTOCK_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t s = nullptr;
-    PENSTOCK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    PENSTOCK_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority == Priority::kHigh ? greatest : least));
     stream_ = s;
 }
 
@@ -116,6 +121,14 @@ void Event::record(const Stream& stream) {
 
 void Event::wait_on(const Stream& stream) const {
     PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()), event_, 0));
+}
+
+void stream_wait(void* waiter, void* signaler) {
+    cudaEvent_t e = nullptr;
+    PENSTOCK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    PENSTOCK_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(signaler)));
+    PENSTOCK_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), e, 0));
+    PENSTOCK_CUDA_CHECK(cudaEventDestroy(e));  // released once the wait has passed it
 }
 
 void Event::synchronize() const { PENSTOCK_CUDA_CHECK(cudaEventSynchronize(event_)); }

@@ -51,6 +51,10 @@ class Stream final {
   public:
     // Aborts on CUDA failure: create streams only after device_count() succeeded.
     explicit Stream(int device);
+    // With a scheduling priority: kHighPriority = the device's greatest, kDefaultPriority = CUDA's default (its
+    // least). Where work of two streams waits for SMs, the higher priority's thread blocks are dispatched first.
+    enum class Priority { kDefault, kHigh };
+    Stream(int device, Priority priority);
     ~Stream();
     Stream(Stream&& other) noexcept;
     Stream& operator=(Stream&& other) noexcept;
@@ -92,6 +96,10 @@ class Event final {
     CUevent_st* event_ = nullptr;
     int device_ = 0;
 };
+
+// Makes `waiter`'s later work wait (on the GPU, not the host) for everything queued on `signaler` so far (cudaStream_t
+// as void*, both on the current device): a throwaway event, recorded on signaler and destroyed once waited on.
+void stream_wait(void* waiter, void* signaler);
 
 // Copies src into dst on `stream` (cudaMemcpyAsync; host<->device or device<->device, from the views' devices).
 // Both views contiguous with equal nbytes (dtypes may differ, e.g. u8 and f8). Asynchronous: host memory must stay
