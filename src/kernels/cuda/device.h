@@ -51,8 +51,8 @@ class Stream final {
   public:
     // Aborts on CUDA failure: create streams only after device_count() succeeded.
     explicit Stream(int device);
-    // With a scheduling priority: kHighPriority = the device's greatest, kDefaultPriority = CUDA's default (its
-    // least). Where work of two streams waits for SMs, the higher priority's thread blocks are dispatched first.
+    // With a scheduling priority: kHigh = the device's greatest, kDefault = CUDA's default (its least). Where work of
+    // two streams waits for SMs, the higher priority's thread blocks are dispatched first.
     enum class Priority { kDefault, kHigh };
     Stream(int device, Priority priority);
     ~Stream();
