@@ -15,6 +15,7 @@ sampled real rows. Then DeepGEMM's SM90 bf16 m-grouped GEMM (`m_grouped_bf16_gem
 bf16 weights, timed and checked the same way. One JSON line per case.
    PYTHONPATH=<DeepGEMM tree> python3 deepgemm_grouped.py DIR [T ...]"""
 import json
+import os
 import statistics
 import sys
 
@@ -107,10 +108,13 @@ def main():
                               "tflops_events": flops / (ev_med * 1e-6) / 1e12,
                               "max_rel_err_32rows": err}), flush=True)
             # the bf16 m-grouped GEMM on the same rows (DeepGEMM's SM90 bf16 kernel), beside Penstock's bf16 path
+            # (DG_SKIP_BF16=1: not run)
             def run_bf16():
                 deep_gemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout)
 
             try:
+                if os.environ.get("DG_SKIP_BF16") == "1":
+                    raise RuntimeError("skipped (DG_SKIP_BF16=1)")
                 run_bf16()
                 torch.cuda.synchronize()
                 errb = 0.0
