@@ -187,8 +187,9 @@ void run_dense(BenchContext& ctx) {
                 }
                 report_gemm(ctx, "fp8_gemm", "wgmma", pr.name, T, T, pr.n, pr.k, twg, bytes_fp8, extra);
             }
-            for (const cuda::Fp8GemmVariant v : {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
-                                                 cuda::Fp8GemmVariant::kWgmmaTmaPair}) {
+            for (const cuda::Fp8GemmVariant v :
+                 {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                  cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kWgmmaTmaN192}) {
                 if (skip_tma() || !cuda::fp8_gemm_variant(ptma, v, ctx.stream().handle())) continue;
                 const Timing tt =
                     ctx.time([&] { (void)cuda::fp8_gemm_variant(ptma, v, ctx.stream().handle()); }, kWarmup, kReps);
@@ -257,7 +258,7 @@ void run_grouped(BenchContext& ctx) {
             const double bytes = static_cast<double>(rows * pr.k + experts * pr.n * pr.k + 2 * rows * pr.n);
             for (const cuda::Fp8GemmVariant v :
                  {cuda::Fp8GemmVariant::kWgmma, cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
-                  cuda::Fp8GemmVariant::kWgmmaTmaPair}) {
+                  cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kWgmmaTmaN192}) {
                 if (v != cuda::Fp8GemmVariant::kWgmma && skip_tma()) continue;
                 cuda::fill_bytes_async(out, 0xff, ctx.stream());
                 if (!cuda::fp8_grouped_gemm_variant(p, v, ctx.stream().handle())) continue;

@@ -269,6 +269,8 @@ const char* fp8_gemm_variant_name(Fp8GemmVariant v) {
             return "wgmma_tma_wide";
         case Fp8GemmVariant::kWgmmaTmaPair:
             return "wgmma_tma_pair";
+        case Fp8GemmVariant::kWgmmaTmaN192:
+            return "wgmma_tma_n192";
         case Fp8GemmVariant::kCudaCore:
             return "cuda_core";
     }
@@ -320,9 +322,21 @@ int auto_tile_n(int64_t n) {
     return narrow || n <= 128 ? 128 : 256;
 }
 
-// The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide / kWgmmaTmaPair when supported (false otherwise),
-// kCudaCore always, kAuto the TMA kernel where supported (the pair kernel for 256-wide tiles when
-// fp8_pair_default(rows, groups)), else the CUDA-core kernel.
+}  // namespace
+
+bool fp8_n192_default() {
+    static const bool on = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_N192");
+        return e != nullptr && std::strcmp(e, "0") != 0;
+    }();
+    return on;
+}
+
+namespace {
+
+// The kernels' form (validated): kWgmma / kWgmmaTma / kWgmmaTmaWide / kWgmmaTmaPair / kWgmmaTmaN192 when supported
+// (false otherwise), kCudaCore always, kAuto the TMA kernel where supported (for 256-wide tiles kWgmmaTmaN192 when
+// fp8_n192_default() and it runs, else the pair kernel when fp8_pair_default(rows, groups)), else the CUDA-core kernel.
 bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, void* stream) {
     switch (v) {
         case Fp8GemmVariant::kCublasLt:
@@ -340,12 +354,15 @@ bool run_grouped_form(const kernels::Fp8GroupedGemmParams& p, Fp8GemmVariant v, 
             if (!fp8_wgmma_supported(p)) return false;
             fp8_wgmma_tma_pair(p, stream);
             return true;
+        case Fp8GemmVariant::kWgmmaTmaN192:
+            return fp8_wgmma_supported(p) && fp8_wgmma_tma_n192(p, stream);
         case Fp8GemmVariant::kCudaCore:
             fp8_cuda_core(p, stream);
             return true;
         case Fp8GemmVariant::kAuto:
             if (fp8_wgmma_supported(p)) {
                 const int tile_n = auto_tile_n(p.b.size(1));
+                if (tile_n == 256 && fp8_n192_default() && fp8_wgmma_tma_n192(p, stream)) return true;
                 if (tile_n == 256 && fp8_pair_default(p.a.size(0), p.b.size(0))) {
                     fp8_wgmma_tma_pair(p, stream);
                 } else {

@@ -24,10 +24,16 @@
 //    consumer warpgroups (the peer's by a CTA-scope remote arrive); rank 0 takes the units from the dynamic counter
 //    and hands each to rank 1 through a shared-memory mailbox and a per-stage mbarrier.
 //    The same per-tile arithmetic as kWgmmaTmaWide: bit-identical outputs. Same conditions.
+//  - kWgmmaTmaN192 (fp8_gemm_n192.cu, bf16 out only): a 128 x 192 CTA tile, one m64n192k32 chain per consumer
+//    warpgroup and k-step (96 block + 96 accumulator registers), four 40 KiB stages and a dedicated 48 KiB output tile
+//    through which each warpgroup's finished rows leave by TMA stores while it starts the next tile (DeepGEMM's SM90
+//    shape). The same per-element sums as the other variants: bit-identical outputs. Same conditions as kWgmmaTma,
+//    plus bf16 out and n_groups <= 2048; declines otherwise.
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
 // kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups)), else kWgmmaTma;
-// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs.
+// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs. Grouped calls with bf16 out
+// and n > 128 take kWgmmaTmaN192 instead when fp8_n192_default() (PENSTOCK_FP8_N192=1 / 0, read once per process).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +42,16 @@
 
 namespace penstock::cuda {
 
-enum class Fp8GemmVariant : uint8_t { kAuto, kCublasLt, kWgmma, kWgmmaTma, kWgmmaTmaWide, kWgmmaTmaPair, kCudaCore };
+enum class Fp8GemmVariant : uint8_t {
+    kAuto,
+    kCublasLt,
+    kWgmma,
+    kWgmmaTma,
+    kWgmmaTmaWide,
+    kWgmmaTmaPair,
+    kWgmmaTmaN192,
+    kCudaCore
+};
 
 const char* fp8_gemm_variant_name(Fp8GemmVariant v);
 
@@ -54,6 +69,10 @@ bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
 void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_grouped_gemm.cu
 // fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
+// fp8_gemm_n192.cu: kWgmmaTmaN192; false (nothing enqueued) for f32 out or more than 2048 groups.
+[[nodiscard]] bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream);
+// Whether kAuto's grouped calls take kWgmmaTmaN192 where it runs (fp8_gemm.cu; PENSTOCK_FP8_N192).
+bool fp8_n192_default();
 // fp8_gemm_tma.cu: kWgmmaTmaPair.
 void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);
 // Whether kAuto and the fused gated GEMM (gated) take the pair kernel for 256-wide tiles of a call with n_rows rows in

@@ -1,8 +1,9 @@
 // TMA (the bulk tensor copy engine) and mbarrier building blocks shared by the warp-specialised wgmma kernels
 // (fp8_gemm_tma.cu, grouped_gemm_tma.cu, dsa_indexer_wgmma.cu) and attn_res_mix's (kda.cu): mbarrier init / expect_tx /
 // arrive (local or on a cluster peer) / parity wait (spinning or sleeping), 1-d bulk loads, 2-d and 3-d tensor loads
-// completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), the cluster rank and barrier,
-// named barriers, and the host-side encoder of a tiled tensor map. sm_90. Include from .cu files only.
+// completing on an mbarrier (the 3-d one optionally multicast to the CTAs of a cluster), 2-d tensor stores in bulk
+// groups and a warpgroup's TMA-store epilogue (store_wg_tile_bf16), the cluster rank and barrier, named barriers, and
+// the host-side encoders of tiled tensor maps. sm_90. Include from .cu files only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes through the runtime)
@@ -12,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/tile_util.cuh"
 
 namespace penstock::cuda::tma {
 
@@ -157,6 +159,25 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// ---------------------------------------------------------------------------------------------- device: TMA stores
+// The box at coordinates (c0 innermost, c1) of `map` from shared memory at src (the map's swizzle) into global memory;
+// elements outside the map's dims are not written. Joins the issuing thread's open bulk group (bulk_commit).
+__device__ __forceinline__ void store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until this thread's committed bulk groups have read their shared-memory sources (the buffer may be rewritten).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Until this thread's committed bulk groups are complete (their global writes done).
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (a TMA store's source).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // ---------------------------------------------------------------------------------------------- device: clusters
 __device__ __forceinline__ uint32_t cluster_rank() {
     uint32_t r = 0;
@@ -175,6 +196,51 @@ __device__ __forceinline__ void named_sync(int id, int n) {
 }
 __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// The TMA-store epilogue of one consumer warpgroup (threads 128 cw .. + 127) of a GEMM tile: its 64 rows x 64 kBoxes
+// bf16 columns into its staging tile `stg` (1024-byte aligned, 8 KiB per box) as kBoxes 64-column boxes of 64 rows x
+// 128 bytes in TMA's 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), then one thread stores the boxes
+// that start inside n by TMA (map `tm_out`: bf16 [rows, n], 64 x 64 boxes, 128-byte swizzle, encode_bf16_store_map;
+// columns past n are clipped) at (n0 + 64 b, row0) and commits them as one bulk group; the warpgroup goes on while the
+// stores drain. The previous tile's group must have read the staging tile before it is rewritten: bulk_wait_read by
+// the committing thread, then the warpgroup's named barrier 1 + cw. word(i, hf) = the bf16x2 word of columns 8 i + 2 t
+// (+1), i < 8 kBoxes, of the thread's row 16 wr + lane / 4 + 8 hf (a wgmma m64nN fragment, N = 64 kBoxes); the row's
+// lane quad trades its words (tile::quad_transpose) so that each lane writes 16 contiguous bytes. Every thread of the
+// warpgroup calls it; the committing thread must bulk_wait before the CTA exits.
+template <int kBoxes, class Word>
+__device__ __forceinline__ void store_wg_tile_bf16(const CUtensorMap* tm_out, uint32_t stg, int n0, int row0, int n,
+                                                   int cw, int wr, int lane, Word&& word) {
+    const int t = lane & 3;
+    if ((threadIdx.x & 127) == 0) bulk_wait_read();
+    named_sync(1 + cw, 128);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wr + (lane >> 2) + 8 * hf;  // the row within the warpgroup's 64
+#pragma unroll
+        for (int jb = 0; jb < 2 * kBoxes; ++jb) {  // 32-column block: words 4 jb .. 4 jb + 3 of the quad
+            uint32_t w[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) w[q] = word(4 * jb + q, hf);
+            const uint4 v = tile::quad_transpose(w, t);  // columns 32 jb + 8 t .. + 7
+            // box jb / 2 of 64 columns, chunk 4 (jb % 2) + t of its 128-byte row
+            const int chunk = 4 * (jb & 1) + t;
+            const uint32_t addr =
+                stg + static_cast<uint32_t>((jb >> 1) * 8192 + r * 128) + (static_cast<uint32_t>(chunk ^ (r & 7)) << 4);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+                         "r"(v.w)
+                         : "memory");
+        }
+    }
+    fence_proxy_async_smem();
+    named_sync(1 + cw, 128);
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int b = 0; b < kBoxes; ++b) {
+            if (n0 + 64 * b < n) store_2d(tm_out, stg + 8192u * b, n0 + 64 * b, row0);
+        }
+        bulk_commit();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------- host
@@ -210,6 +276,15 @@ inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, const void* base, int
                                 const cuuint64_t* strides, const cuuint32_t* box) {
     return encode_tiled(dtype, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+// The map store_wg_tile_bf16 writes through: bf16 [rows, cols] at `base` with rows `ld` elements apart (base and
+// 2 ld 16-byte aligned), 64 x 64 boxes of 128-byte rows in the staging tile's 128-byte swizzle.
+inline CUtensorMap encode_bf16_store_map(void* base, int64_t rows, int64_t cols, int64_t ld) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+    const cuuint32_t box[2] = {64u, 64u};
+    return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, 2, dims, strides, box);
 }
 
 // A uint8 map with 128-byte swizzle and 256-byte L2 promotion (the DSA indexer's e4m3 key and query tiles).

@@ -316,6 +316,8 @@ void run_dense_cases(Fp8Test& test, const Variants& variants) {
                 } else if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
                            v == cuda::Fp8GemmVariant::kWgmmaTmaWide || v == cuda::Fp8GemmVariant::kWgmmaTmaPair) {
                     EXPECT_EQ(ran, wgmma_expected) << what;
+                } else if (v == cuda::Fp8GemmVariant::kWgmmaTmaN192) {
+                    EXPECT_EQ(ran, wgmma_expected && g.out == DType::kBF16) << what;
                 } else {
                     EXPECT_TRUE(ran) << what;
                 }
@@ -404,6 +406,8 @@ void run_grouped_cases(Fp8Test& test, const Variants& variants) {
             if (v == cuda::Fp8GemmVariant::kWgmma || v == cuda::Fp8GemmVariant::kWgmmaTma ||
                 v == cuda::Fp8GemmVariant::kWgmmaTmaWide || v == cuda::Fp8GemmVariant::kWgmmaTmaPair) {
                 EXPECT_EQ(ran, wgmma_expected) << what;
+            } else if (v == cuda::Fp8GemmVariant::kWgmmaTmaN192) {
+                EXPECT_EQ(ran, wgmma_expected && c.out == DType::kBF16) << what;
             }
             if (!ran) {
                 std::printf("[fp8] %-44s not taken\n", what.c_str());
@@ -426,12 +430,14 @@ TEST_F(Fp8Test, GroupedGemmVariants) {
 // tell them apart (tools/fp8_gemm_run.sh runs this suite on its own).
 class Fp8TmaTest : public Fp8Test {};
 TEST_F(Fp8TmaTest, DenseGemm) {
-    run_dense_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
-                            cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kAuto});
+    run_dense_cases(
+        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kWgmmaTmaN192, cuda::Fp8GemmVariant::kAuto});
 }
 TEST_F(Fp8TmaTest, GroupedGemm) {
-    run_grouped_cases(*this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
-                              cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kAuto});
+    run_grouped_cases(
+        *this, {cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kWgmmaTmaN192, cuda::Fp8GemmVariant::kAuto});
 }
 
 }  // namespace
@@ -472,17 +478,17 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
             cuda::fill_bytes_async(out, 0xff, stream());  // NaN: a tile left unwritten shows
             const kernels::Fp8GroupedGemmParams p{
                 .out = out, .a = a, .a_scale = a_scale, .b = b, .b_scale = b_scale, .offsets = off_d};
-            // Both tile widths and the CTA pairs in turn; each is checked on at least three launches.
-            constexpr cuda::Fp8GemmVariant kTurns[3] = {cuda::Fp8GemmVariant::kWgmmaTma,
-                                                        cuda::Fp8GemmVariant::kWgmmaTmaWide,
-                                                        cuda::Fp8GemmVariant::kWgmmaTmaPair};
-            const cuda::Fp8GemmVariant v = kTurns[it % 3];
+            // The three tile widths and the CTA pairs in turn; each is checked on at least two launches.
+            constexpr cuda::Fp8GemmVariant kTurns[4] = {
+                cuda::Fp8GemmVariant::kWgmmaTma, cuda::Fp8GemmVariant::kWgmmaTmaWide,
+                cuda::Fp8GemmVariant::kWgmmaTmaPair, cuda::Fp8GemmVariant::kWgmmaTmaN192};
+            const cuda::Fp8GemmVariant v = kTurns[it % 4];
             ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(p, v, raw_stream()));
             finish_or_exit(
                 raw_stream(), 30.0,
                 "[fp8] launch " + std::to_string(it) + " (n=" + std::to_string(n) + " k=" + std::to_string(k) + ")");
             ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-            if (it % 8 < 6) continue;
+            if (it % 12 < 8) continue;  // launches 8-11, 20-23, 32-35: each variant three times
             const std::vector<float> got = read_any(out, stream());
             int64_t bad = 0;
             for (int64_t i = 0; i < off.back() * n; ++i) bad += got[static_cast<size_t>(i)] != static_cast<float>(k);
@@ -493,6 +499,73 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
         std::printf("[fp8] tail-heavy routing n=%lld k=%lld: %lld launches finished, %lld elements checked\n",
                     static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(kLaunches),
                     static_cast<long long>(checked));
+    }
+}
+
+// kWgmmaTmaN192 computes each element as the other TMA variants do (the same block sums, promotion products and
+// order): its bf16 bytes equal kWgmmaTmaWide's at the expert GEMMs' shapes, with group tails that put the TMA-store
+// epilogue and the register stores in the same tiles, 16-byte aligned out rows (TMA stores) and a row stride that is
+// not (register stores only).
+TEST_F(Fp8TmaTest, GroupedGemmN192MatchesWide) {
+    if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
+    struct C {
+        const char* name;
+        int64_t n, k;
+        int groups, mean;
+        int64_t ldo_pad;  // out row stride n + ldo_pad
+    };
+    const C kCases[] = {
+        {"DSV3 down 2048->7168", 7168, 2048, 48, 300, 0},
+        {"GLM-5.3 down 2048->6144", 6144, 2048, 24, 200, 0},
+        {"n=968 k=400, out stride n+4", 968, 400, 20, 150, 4},
+        {"Kimi K3 down-like 2048->7168, 1 row", 7168, 2048, 1, 1, 0},
+    };
+    uint32_t seed = 2700;
+    for (const C& c : kCases) {
+        SCOPED_TRACE(c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const std::vector<int32_t> sizes =
+            c.mean == 1 ? std::vector<int32_t>{1} : random_sizes(rng, c.groups, c.mean, 0.1);
+        const std::vector<int32_t> off = offsets_of(sizes);
+        const int64_t rows = off.back() + 5;  // trailing rows in no group
+        const Activations x = make_activations(rng, rows, c.k, /*transposed_scale=*/seed % 2 == 0, alloc(), stream());
+        const Weights w = make_weights(rng, static_cast<int64_t>(sizes.size()), c.n, c.k, alloc(), stream());
+        const Tensor off_d = dev_i32(off, alloc(), stream());
+        std::vector<uint8_t> bytes[2];
+        const cuda::Fp8GemmVariant vs[2] = {cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kWgmmaTmaN192};
+        for (int i = 0; i < 2; ++i) {
+            Tensor buf = Tensor::empty({rows, c.n + c.ldo_pad}, DType::kBF16, alloc());
+            cuda::fill_bytes_async(buf, 0xff, stream());
+            const TensorView out = buf.view().slice(1, 0, c.n);
+            ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(
+                {.out = out, .a = x.a_d, .a_scale = x.scale_dv, .b = w.b_d, .b_scale = w.scale_d, .offsets = off_d},
+                vs[i], raw_stream()))
+                << cuda::fp8_gemm_variant_name(vs[i]);
+            const Tensor h = cuda::to_host(buf, stream());
+            bytes[i].assign(h.ptr<uint8_t>(), h.ptr<uint8_t>() + h.nbytes());
+        }
+        int64_t diff = 0, unwritten = 0;
+        const int64_t ld = c.n + c.ldo_pad;
+        for (int64_t r = 0; r < off.back(); ++r) {
+            for (int64_t j = 0; j < c.n; ++j) {
+                const size_t at = static_cast<size_t>(2 * (r * ld + j));
+                diff += std::memcmp(&bytes[0][at], &bytes[1][at], 2) != 0;
+                unwritten += bytes[1][at] == 0xff && bytes[1][at + 1] == 0xff;
+            }
+        }
+        // rows past the groups and the stride padding stay untouched
+        int64_t touched = 0;
+        for (size_t i = 0; i < bytes[1].size(); ++i) {
+            const int64_t e = static_cast<int64_t>(i / 2);
+            if (e / ld >= off.back() || e % ld >= c.n) touched += bytes[1][i] != 0xff;
+        }
+        std::printf("[fp8] n192 vs wide %-36s rows %lld: %lld elements differ, %lld unwritten, %lld outside touched\n",
+                    c.name, static_cast<long long>(off.back()), static_cast<long long>(diff),
+                    static_cast<long long>(unwritten), static_cast<long long>(touched));
+        EXPECT_EQ(diff, 0);
+        EXPECT_EQ(unwritten, 0);
+        EXPECT_EQ(touched, 0);
     }
 }
 
