@@ -4,6 +4,7 @@
 # equality with kWgmmaTmaWide, the tail-heavy launches), then the kernel bench three times (DeepSeek-V3 experts at
 # T 16384: every variant in one process), then DeepSeek-V3 layer 3 (native FP8 + FP8 attention) and GLM-5.3 layer 6
 # at 16K with PENSTOCK_FP8_N192 = 0 / 1 interleaved, then DeepGEMM v2.1.1 on the same offsets (session 57's build).
+# One kernel bench run has PENSTOCK_FP8_N192_STORE=0 (n192 with register stores: the TMA store's share).
 #   run: bash docs/perf/2026-12-07-s58/s58a.sh, carry build-dev-lead/s58a.tar.xz build-dg
 set -uo pipefail
 NAME=s58a; O=/tmp/out.s58a; source tools/device_bundle_env.sh
@@ -27,6 +28,7 @@ for l in open(sys.argv[1]):
 PY
 }
 pen pen1; save
+PENSTOCK_FP8_N192_STORE=0 pen pen1r; save  # n192 with register stores (the TMA store's share)
 f8() { PENSTOCK_FP8_N192=$1 layer s58a "dsv3f8.n$1.$2" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention; save; }
 glm() { PENSTOCK_FP8_N192=$1 layer s58a "glm.n$1.$2" glm-5.3.json 6:7 16384 --fp8-weights native --dsa-fp8-indexer \
   --dsa-fp8-accumulate; save; }

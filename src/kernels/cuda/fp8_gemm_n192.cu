@@ -23,6 +23,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm.h"
@@ -267,8 +269,13 @@ bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     const cuuint32_t b_box[3] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(kTileN), 1u};
     const CUtensorMap tm_a = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, 2, a_dims, a_strides, a_box);
     const CUtensorMap tm_b = tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.b, 3, b_dims, b_strides, b_box);
-    // TMA stores need 16-byte aligned out rows (args.out16); else every tile stores from the registers.
-    const int tma_store = args.out16;
+    // TMA stores need 16-byte aligned out rows (args.out16); else every tile stores from the registers, as with
+    // PENSTOCK_FP8_N192_STORE=0 (read once per process: an A/B knob that isolates the epilogue's share).
+    static const bool reg_store = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_N192_STORE");
+        return e != nullptr && std::strcmp(e, "0") == 0;
+    }();
+    const int tma_store = reg_store ? 0 : args.out16;
     CUtensorMap tm_out{};
     if (tma_store != 0) tm_out = tma::encode_bf16_store_map(args.out, args.n_rows, args.n, args.ldo);
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
