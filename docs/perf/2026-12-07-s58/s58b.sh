@@ -29,9 +29,9 @@ PY
   save
 }
 for r in 1 2; do for b in 0 8 16 32; do pen $b $r; done; done
-f8() { env $2 layer s58b "dsv3f8.$1.$3" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention; save; }
-glm() { env $2 layer s58b "glm.$1.$3" glm-5.3.json 6:7 16384 --fp8-weights native --dsa-fp8-indexer \
-  --dsa-fp8-accumulate; save; }
+f8() { ( export $2; layer s58b "dsv3f8.$1.$3" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention ); save; }
+glm() { ( export $2; layer s58b "glm.$1.$3" glm-5.3.json 6:7 16384 --fp8-weights native --dsa-fp8-indexer \
+  --dsa-fp8-accumulate ); save; }
 D="PENSTOCK_FP8_N192=0"; NB="PENSTOCK_FP8_N192=1 PENSTOCK_FP8_BAND=16"; NBP="$NB PENSTOCK_FP8_PAIR=0"
 for r in 1 2; do f8 def "$D" $r; f8 nb "$NB" $r; f8 nbp "$NBP" $r; done
 for r in 1 2; do glm def "$D" $r; glm nb "$NB" $r; glm nbp "$NBP" $r; done
