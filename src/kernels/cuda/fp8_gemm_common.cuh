@@ -35,8 +35,7 @@ struct Args {
     int64_t lda, ldo, ldb, b_gstride;
     int64_t as_row, as_col, bs_row, bs_gstride;
     int n_rows, n, k, n_groups, n_tiles_n, k_steps;
-    int out16;   // bf16 out with 16-byte aligned rows (pointer and ldo): store_tile's 16-byte stores
-    int band_m;  // > 0: the TMA kernels' single-CTA tiles in tile::decode_group_tile_banded's order (fp8_band_m())
+    int out16;  // bf16 out with 16-byte aligned rows (pointer and ldo): store_tile's 16-byte stores
 };
 
 using tile::smem_u32;
@@ -119,9 +118,6 @@ __device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_
 
 // Args from a validated call in the kernels' grouped form (fp8_gemm.h). Host (fp8_grouped_gemm.cu).
 Args make_args(const kernels::Fp8GroupedGemmParams& p);
-// The m-tile band of the TMA kernels' single-CTA tile order: PENSTOCK_FP8_BAND (read once per process), 0 (the
-// group-major order) when unset. Host (fp8_grouped_gemm.cu).
-int fp8_band_m();
 // The current device's multiprocessor count and compute-capability major (cached per thread and device).
 int device_sms();
 int device_major();

@@ -105,10 +105,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int total = tile::build_group_tile_prefix<kBM>(p.offsets, p.n_rows, G, p.n_tiles_n, prefix, offs, scan);
     const int KT = p.k_steps;
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-    auto decode = [&](int t) {
-        return p.band_m > 0 ? tile::decode_group_tile_banded<kBM, kTileN>(t, prefix, offs, G, p.n_tiles_n, p.band_m)
-                            : tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
-    };
     if (wg == 0) {
         // ------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -124,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
                     break;
                 }
-                const Tile ct = decode(t);
+                const Tile ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
                 for (int kt = 0; kt < KT; ++kt) {
                     if (kt != 0) mbar_wait(bars + 8 * (kStages + ring), ring_phase ^ 1u);
                     const uint32_t full = bars + 8 * ring;
@@ -163,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_wait(bars + 8 * ring, ring_phase);
             const int tile_id = *static_cast<volatile int*>(stage_tile + ring);
             if (tile_id < 0) break;
-            const Tile ct = decode(tile_id);
+            const Tile ct = tile::decode_group_tile<kBM, kTileN>(tile_id, prefix, offs, G);
             if (64 * cw >= ct.rows) {
                 // Every row of this warpgroup's half is past the tile's valid rows: the stages are only passed on
                 // (tma_util.cuh, "Warps that skip").
@@ -261,7 +257,6 @@ bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     if (p.out.dtype != DType::kBF16 || p.b.size(0) > kGroupsMax) return false;
     if (p.a.size(0) == 0) return true;
     Args args = make_args(p);
-    args.band_m = fp8_band_m();
     const int64_t n_groups = p.b.size(0), n_rows = p.a.size(0);
     args.n_tiles_n = static_cast<int>((args.n + kTileN - 1) / kTileN);
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(args.k), static_cast<cuuint64_t>(args.n_rows)};

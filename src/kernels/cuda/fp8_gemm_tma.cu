@@ -240,10 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kCluster > 1) {
             return tile::decode_pair_unit<kBM, BN>(u, static_cast<int>(rank), prefix, offs, G, p.n_tiles_n);
         } else {
-            return tile::PairTile{
-                p.band_m > 0 ? tile::decode_group_tile_banded<kBM, BN>(u, prefix, offs, G, p.n_tiles_n, p.band_m)
-                             : tile::decode_group_tile<kBM, BN>(u, prefix, offs, G),
-                false};
+            return tile::PairTile{tile::decode_group_tile<kBM, BN>(u, prefix, offs, G), false};
         }
     };
     // A consumer warpgroup frees a stage in every CTA of the cluster (the peer's at CTA scope: a cluster-scope release
@@ -534,7 +531,6 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     r.args = make_args(p);
     Args& args = r.args;
     args.n_tiles_n = n_tiles_n;
-    args.band_m = cluster_pairs > 0 ? 0 : fp8_band_m();  // the pairs keep their unit order
     const int64_t n_groups = p.b.size(0), n_rows = p.a.size(0);
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(args.k), static_cast<cuuint64_t>(args.n_rows)};
     const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(args.lda)};

@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm.h"
@@ -231,15 +230,6 @@ Args make_args(const kernels::Fp8GroupedGemmParams& p) {
     args.k_steps = static_cast<int>((k + kBK - 1) / kBK);
     args.out16 = p.out.dtype == DType::kBF16 && tile::rows_16b_aligned(p.out.data, args.ldo * 2) ? 1 : 0;
     return args;
-}
-
-int fp8_band_m() {
-    static const int band = [] {
-        const char* e = std::getenv("PENSTOCK_FP8_BAND");
-        const int v = e != nullptr ? std::atoi(e) : 0;
-        return v > 0 ? v : 0;
-    }();
-    return band;
 }
 
 int device_sms() { return device_info().sms; }

@@ -66,32 +66,6 @@ __device__ __forceinline__ int find_group(int t, const int* prefix, int n_groups
     return lo;
 }
 
-// Tile t in the banded order (band_m > 0): the m-tiles of all groups in one sequence (group by group), cut into bands
-// of band_m consecutive m-tiles (the last band shorter; a band may span groups); tiles run band by band, then n-tile,
-// then m-tile within the band. So the tiles in flight at once cover about band_m m-tiles x (CTAs / band_m) n-tiles,
-// instead of one group's few m-tiles x many n-tiles, where many CTAs read the same activation tile at the same time.
-// prefix: the per-group tile prefix (every group has n_tiles_n tiles per m-tile), offs: the groups' row offsets.
-template <int BM, int BN>
-__device__ __forceinline__ GroupTile decode_group_tile_banded(int t, const int* prefix, const int* offs, int n_groups,
-                                                              int n_tiles_n, int band_m) {
-    const int total_m = prefix[n_groups] / n_tiles_n;
-    const int band = t / (band_m * n_tiles_n);
-    const int m_base = band * band_m;
-    const int bm = min(band_m, total_m - m_base);
-    const int local = t - band * band_m * n_tiles_n;
-    const int nt = local / bm;
-    const int gm = m_base + (local - nt * bm);  // the m-tile in the sequence of all groups' m-tiles
-    const int g = find_group(gm * n_tiles_n, prefix, n_groups);
-    const int mt = gm - prefix[g] / n_tiles_n;
-    const int mg = offs[g + 1] - offs[g];
-    GroupTile tl;
-    tl.group = g;
-    tl.row0 = offs[g] + mt * BM;
-    tl.rows = min(BM, mg - mt * BM);
-    tl.n0 = nt * BN;
-    return tl;
-}
-
 // Tile t (< prefix[n_groups]): its group (find_group), then its n-tile, then its m-tile. offs: the groups' row
 // offsets.
 template <int BM, int BN>
