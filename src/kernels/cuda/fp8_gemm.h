@@ -32,8 +32,8 @@
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
 // kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups)), else kWgmmaTma;
-// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs. Grouped calls with bf16 out
-// and n > 128 take kWgmmaTmaN192 instead when fp8_n192_default() (PENSTOCK_FP8_N192=1 / 0, read once per process).
+// PENSTOCK_FP8_TILE_N=128 (read once per process) makes it kWgmmaTma always, for A/B runs. With fp8_n192_default()
+// (PENSTOCK_FP8_N192=1 / 0, read once per process) kAuto's TMA calls with bf16 out and n > 128 take kWgmmaTmaN192.
 #pragma once
 
 #include <cstdint>
@@ -71,7 +71,7 @@ void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_gr
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
 // fp8_gemm_n192.cu: kWgmmaTmaN192; false (nothing enqueued) for f32 out or more than 2048 groups.
 [[nodiscard]] bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream);
-// Whether kAuto's grouped calls take kWgmmaTmaN192 where it runs (fp8_gemm.cu; PENSTOCK_FP8_N192).
+// Whether kAuto's TMA calls take kWgmmaTmaN192 where it runs (fp8_gemm.cu; PENSTOCK_FP8_N192).
 bool fp8_n192_default();
 // fp8_gemm_tma.cu: kWgmmaTmaPair.
 void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream);

@@ -79,6 +79,28 @@ __device__ __forceinline__ void promote(float (&acc)[64], const float (&blk)[64]
     }
 }
 
+// The plain stores of this thread's part of a wgmma fragment of 8 kBlocks columns (rows r_lo, r_lo + 8 of the tile;
+// lane quad t holds columns 8 i + 2 t (+1) in acc[4 i + 2 hf (+1)]): 2 values per store, valid rows only, columns
+// inside n (n % 8 == 0). Leaves acc as it is.
+template <class OutT, int kBlocks, int kRegs>
+__device__ __forceinline__ void store_frag_pairs(const Args& p, const Tile& ct, int r_lo, int t,
+                                                 const float (&acc)[kRegs]) {
+    static_assert(kRegs == 4 * kBlocks, "four accumulators per 8-column block");
+    OutT* out = static_cast<OutT*>(p.out);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = r_lo + 8 * hf;
+        if (r < ct.rows) {
+            OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
+            const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
+#pragma unroll
+            for (int i = 0; i < kBlocks; ++i) {
+                if (8 * i < lim) store2<OutT>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
+            }
+        }
+    }
+}
+
 // Stores this thread's fragment (rows r_lo, r_lo + 8 of the tile; lane quad t) and zeroes acc. n % 8 == 0. With
 // p.out16 (bf16, 16-byte aligned rows) and all 128 columns inside n, each row's quad trades its words
 // (quad_transpose) so that every lane stores 16 contiguous bytes four times (columns 32 j + 8 t .. + 7) instead of 4
@@ -100,18 +122,7 @@ __device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_
             return;
         }
     }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int r = r_lo + 8 * hf;
-        if (r < ct.rows) {
-            OutT* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
-            const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                if (8 * i < lim) store2<OutT>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
-            }
-        }
-    }
+    store_frag_pairs<OutT, 16>(p, ct, r_lo, t, acc);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
 }

@@ -228,20 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 stored_by_tma = true;
             } else {
                 // A group tail (or rows TMA may not write): bf16x2 stores of the valid rows and columns.
-                auto* out = static_cast<__nv_bfloat16*>(p.out);
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    const int r = r_lo + 8 * hf;
-                    if (r < ct.rows) {
-                        __nv_bfloat16* orow = out + static_cast<int64_t>(ct.row0 + r) * p.ldo + ct.n0 + 2 * t;
-                        const int lim = p.n - ct.n0 - 2 * t;  // columns 8 i + 2 t (+1) valid while 8 i < lim
-#pragma unroll
-                        for (int i = 0; i < 24; ++i) {
-                            if (8 * i < lim)
-                                tile::store2<__nv_bfloat16>(orow + 8 * i, acc[4 * i + 2 * hf], acc[4 * i + 2 * hf + 1]);
-                        }
-                    }
-                }
+                store_frag_pairs<__nv_bfloat16, 24>(p, ct, r_lo, t, acc);
             }
 #pragma unroll
             for (int i = 0; i < 96; ++i) acc[i] = 0.0f;
