@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepared in session 59 for the next device call (not run: the session's device time was spent on failed starts):
 # find what raised "illegal instruction" in Fp8TmaTest.GroupedGemm with scale-smem.diff (session 59's call A), then
-# time it. scale-smem-v2.diff holds the leading guess's fix (no scale map with fewer than 128 rows, the box).
-# Bundle (build, then pack): NAME=pfE from HEAD + `git apply docs/perf/2026-12-07-s59/scale-smem-v2.diff`
+# time it. The dense cases (one tile per CTA, 4-300 rows) passed with it; the lead is a CTA's second tile (or the graph
+# case, GroupedGemm's only case with several tiles per CTA on the new path).
+# Bundle (build, then pack): NAME=pfE from HEAD + `git apply docs/perf/2026-12-07-s59/scale-smem.diff`
 # (pfA = HEAD and pfB = HEAD + the src part of 2026-12-07-s58/next-scale-prefetch.diff as same-run baselines):
 #   BUNDLE_BINS="penstock_model_bench penstock_bench_kernels cuda_kernels_test" tools/pack_session_bundle.sh build-cuda pfE "..." pfA pfB
 # Steps: each Fp8TmaTest test on its own with CUDA_LAUNCH_BLOCKING=1 and line-buffered stdout (call A lost the
