@@ -81,6 +81,23 @@ torch_layer() {
   echo "torch $1 $2 rc $? at ${SECONDS}s"; grep "^# .*T=" "${O}/torch.$1.$2.log"
 }
 
+# The FP8 kernel bench of bundle B's binary on the DeepSeek-V3 expert shapes at T 16384 (PENSTOCK_FP8_BENCH_SHAPE may
+# narrow them) into $O/pen.B.TAG.jsonl, printing the grouped variants' time and TFLOP/s (the cp.async wgmma excluded).
+#   fp8_grouped_bench B TAG      e.g. fp8_grouped_bench pfE 2
+fp8_grouped_bench() {
+  PENSTOCK_FP8_BENCH_SHAPE="${PENSTOCK_FP8_BENCH_SHAPE:-dsv3}" PENSTOCK_FP8_BENCH_T=16384 timeout 60 \
+    "/tmp/s/$1/bin/penstock_bench_kernels" --only fp8 > "${O}/pen.$1.$2.jsonl" 2> "${O}/pen.$1.$2.err"
+  echo "pen $1 $2 rc $? at ${SECONDS}s"
+  python3 - "${O}/pen.$1.$2.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith('{'):
+        r = json.loads(l)
+        if r.get('bench', '').startswith('fp8_grouped') and r.get('variant') != 'wgmma':
+            print(f"  {r['shape']:26s} {r.get('variant', ''):18s} {r.get('time_us', 0):9.1f} us {r.get('tflops', 0):7.1f}")
+PY
+}
+
 # A conformance run first, as every A/B script does: BIN's gtest FILTER into $O/conf.log, one summary line, and a
 # nonzero status unless gtest passed every test (scripts stop on it before timing anything).
 #   conformance BIN FILTER [TIMEOUT]     e.g. conformance "$P/bin/cuda_kernels_test" 'KdaOpTest.DeltaRule*' || exit 0

@@ -18,20 +18,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 save() { cd "$O" && tar czf "${OUT:-/tmp}/s59a.tgz" *.log *.json *.jsonl *.txt 2>/dev/null; cd - > /dev/null; }
 conformance /tmp/s/pfE/bin/cuda_kernels_test 'Fp8TmaTest.*' 300 || { grep -E "FAILED|Failure" -A3 "$O/conf.log" | head -40; save; exit 0; }
 grep -E "n192 vs wide|scales smem vs loads" "$O/conf.log"; save
-pen() {  # pen BUNDLE ROUND
-  PENSTOCK_FP8_BENCH_SHAPE=dsv3 PENSTOCK_FP8_BENCH_T=16384 timeout 60 "/tmp/s/$1/bin/penstock_bench_kernels" --only fp8 \
-    > "$O/pen.$1.$2.jsonl" 2> "$O/pen.$1.$2.err"
-  echo "pen $1 round $2 rc $? at ${SECONDS}s"
-  python3 - "$O/pen.$1.$2.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    if l.startswith('{'):
-        r = json.loads(l)
-        if r.get('bench', '').startswith('fp8_grouped') and r.get('variant') != 'wgmma':
-            print(f"  {r['shape']:26s} {r.get('variant', ''):18s} {r.get('time_us', 0):9.1f} us {r.get('tflops', 0):7.1f}")
-PY
-  save
-}
+pen() { fp8_grouped_bench "$1" "$2"; save; }  # tools/device_bundle_env.sh (moved there after call A, which stopped
+# before its first use)
 QUICK=${QUICK:-0}
 for r in $([ "$QUICK" = 1 ] && echo 1 2 || echo 1 2 3); do pen pfA $r; pen pfB $r; pen pfE $r; done
 for r in $([ "$QUICK" = 1 ] && echo 1 || echo 1 2); do
