@@ -98,6 +98,24 @@ for l in open(sys.argv[1]):
 PY
 }
 
+# An FP8 expert-GEMM A/B of bundles on the DeepSeek-V3 shapes (sessions 59-60): the kernel bench of every bundle in
+# BUNDLES, interleaved, for R1 rounds, then the FP8 layer 3 at 16K (native weights, FP8 attention) of every bundle in
+# BUNDLES and, under PENSTOCK_FP8_N192=1, of every bundle in N192, for R2 rounds. QUICK=1 (the default): R1 2, R2 1;
+# QUICK=0: 3 and 2.
+#   fp8_dsv3_ab "pfA pfG pfB" "pfG pfA"
+fp8_dsv3_ab() {
+  local quick=${QUICK:-1} r b
+  for r in $([ "${quick}" = 1 ] && echo 1 2 || echo 1 2 3); do
+    for b in $1; do fp8_grouped_bench "${b}" "${r}"; done
+  done
+  for r in $([ "${quick}" = 1 ] && echo 1 || echo 1 2); do
+    for b in $1; do layer "${b}" "dsv3f8.${r}" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention; done
+    for b in $2; do
+      PENSTOCK_FP8_N192=1 layer "${b}" "dsv3f8.n192.${r}" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention
+    done
+  done
+}
+
 # A conformance run first, as every A/B script does: BIN's gtest FILTER into $O/conf.log, one summary line, and a
 # nonzero status unless gtest passed every test (scripts stop on it before timing anything).
 #   conformance BIN FILTER [TIMEOUT]     e.g. conformance "$P/bin/cuda_kernels_test" 'KdaOpTest.DeltaRule*' || exit 0

@@ -22,14 +22,5 @@ if [ "$rc" != 0 ] || ! grep -q "^\[  PASSED  \]" "$O/conf.pfG.log" || grep -q "^
   echo "== sanitizer rc $?"; grep -E "=========" "$O/sanitizer.log" | head -12
   exit 0
 fi
-QUICK=${QUICK:-1}
-for r in $([ "$QUICK" = 1 ] && echo 1 2 || echo 1 2 3); do
-  for b in pfA pfG pfB; do fp8_grouped_bench "$b" "$r"; done
-done
-for r in $([ "$QUICK" = 1 ] && echo 1 || echo 1 2); do
-  for b in pfA pfG pfB; do layer "$b" "dsv3f8.$r" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention; done
-  for b in pfG pfA; do
-    PENSTOCK_FP8_N192=1 layer "$b" "dsv3f8.n192.$r" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention
-  done
-done
+fp8_dsv3_ab "pfA pfG pfB" "pfG pfA"  # tools/device_bundle_env.sh (QUICK=1 unless set)
 date -u
