@@ -28,7 +28,13 @@
 //    warpgroup and k-step (96 block + 96 accumulator registers), four 40 KiB stages and a dedicated 48 KiB output tile
 //    through which each warpgroup's finished rows leave by TMA stores while it starts the next tile (DeepGEMM's SM90
 //    shape). The same per-element sums as the other variants: bit-identical outputs. Same conditions as kWgmmaTma,
-//    plus bf16 out and n_groups <= 2048; declines otherwise.
+//    plus bf16 out and n_groups <= 1936; declines otherwise.
+//  Scales through shared memory: the 256-wide kernels (kWgmmaTmaWide, kWgmmaTmaPair, the fused gated GEMM) and
+//    kWgmmaTmaN192 bring each k-step's scales with its stage (the activation scales by TMA, the weight scales by
+//    cp.async) where a_scale is in the transposed layout with stride(1) a multiple of 4 and >= m and a 16-byte aligned
+//    base (and, for the 256-wide kernels, n_groups <= 3840); any other call loads them from global memory. The same
+//    products in the same order: bit-identical outputs. PENSTOCK_FP8_SCALE_SMEM=0 (read once per process) keeps the
+//    loads (an A/B knob).
 //  - kCudaCore: one thread per output element, per-block partial sums in f32; any layout; slow. The fallback.
 // kAuto: dense -> kCublasLt, else the TMA kernel, else kCudaCore; grouped -> the TMA kernel, else kCudaCore. The TMA
 // kernel of kAuto is kWgmmaTmaWide when n > 128 (kWgmmaTmaPair when fp8_pair_default(rows, groups)), else kWgmmaTma;
@@ -69,7 +75,7 @@ bool fp8_wgmma_supported(const kernels::Fp8GroupedGemmParams& p);
 void fp8_wgmma(const kernels::Fp8GroupedGemmParams& p, void* stream);  // fp8_grouped_gemm.cu
 // fp8_gemm_tma.cu; tile_n 128 (kWgmmaTma) or 256 (kWgmmaTmaWide).
 void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* stream);
-// fp8_gemm_n192.cu: kWgmmaTmaN192; false (nothing enqueued) for f32 out or more than 2048 groups.
+// fp8_gemm_n192.cu: kWgmmaTmaN192; false (nothing enqueued) for f32 out or more than 1936 groups.
 [[nodiscard]] bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream);
 // Whether kAuto's TMA calls take kWgmmaTmaN192 where it runs (fp8_gemm.cu; PENSTOCK_FP8_N192).
 bool fp8_n192_default();

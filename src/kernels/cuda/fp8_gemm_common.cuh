@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/tile_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
 #include "kernels/ops.h"
 
 namespace penstock::cuda::fp8 {
@@ -127,8 +129,28 @@ __device__ __forceinline__ void store_tile(const Args& p, const Tile& ct, int r_
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
 }
 
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival does not raise the
+// barrier's expected count (init it with one more per such thread). The TMA kernels' weight scales.
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Args from a validated call in the kernels' grouped form (fp8_gemm.h). Host (fp8_grouped_gemm.cu).
 Args make_args(const kernels::Fp8GroupedGemmParams& p);
+
+// The TMA kernels' scales through shared memory (fp8_gemm_tma.cu, fp8_gemm_n192.cu): whether the activation scales
+// are in fp8_act_quant's transposed layout, TMA-readable ([kb, m]: as_row 1, as_col a multiple of 4, 16-byte aligned
+// base) and not turned off by PENSTOCK_FP8_SCALE_SMEM=0 (read once per process; an A/B knob), and the map that reads
+// them: f32 [k_steps, n_rows] with rows as_col apart, 128 x 1 boxes, no swizzle. Host (fp8_grouped_gemm.cu).
+// A TMA box must start 16 bytes aligned in its innermost dimension (an unaligned start is an illegal instruction), so
+// a tile's scales are read from row0 rounded down to 4 rows: a box of kActScaleBox floats in a kActScaleSlot-byte slot
+// (128-byte aligned), the tile's row r at float (row0 & 3) + r.
+constexpr int kActScaleBox = kBM + 4;
+constexpr int kActScaleSlot = 640;
+static_assert(kActScaleBox * 4 % 16 == 0 && kActScaleBox * 4 <= kActScaleSlot && kActScaleSlot % 128 == 0, "slots");
+__device__ __forceinline__ int act_scale_x0(int row0) { return row0 & ~3; }
+bool scale_smem_ok(const Args& a);
+CUtensorMap act_scale_map(const Args& a);
 // The current device's multiprocessor count and compute-capability major (cached per thread and device).
 int device_sms();
 int device_major();

@@ -20,6 +20,14 @@
 // the other variants, so the outputs are bit-identical to them). A warpgroup whose 64 rows are not all in the tile's
 // group (a group tail: a TMA store would overwrite the next group's rows), or any warpgroup when out rows are not
 // 16-byte aligned, stores from the registers instead.
+//
+// The scales (kScaleSmem): where the activation scales are in the transposed layout that fp8_act_quant writes (a
+// [kb, m] buffer: as_row 1, as_col a multiple of 4, 16-byte aligned; fp8_gemm_common.cuh scale_smem_ok), the producer
+// brings each k-step's scales with its stage: the tile's 128 activation scales by TMA (a 128 x 1 f32 box into a
+// 512-byte slot; rows past n_rows zero-filled, never stored) and the two weight scales by 4-byte cp.async, whose
+// completion is the full barrier's second arrival (cp.async.mbarrier.arrive.noinc). The consumers read them from shared
+// memory once the stage is full. Loaded from global memory one k-step ahead instead (any other layout), the activation
+// scales arrived late: 23% of the consumers' stall samples sat on them (docs/perf/2026-12-07-s58.md, call C).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,6 +40,7 @@
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/tile_sched.cuh"
 #include "kernels/cuda/tile_sched.h"
+#include "kernels/cuda/tile_util.cuh"
 #include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -48,11 +57,15 @@ constexpr int kStageBytes192 = kABytes + kTileN * kBK;  // 40 KiB
 constexpr int kStages = 4;
 constexpr int kPipeBytes = kStages * kStageBytes192;  // 160 KiB
 constexpr int kStoreBytes = 2 * 64 * kTileN * 2;      // two warpgroups' 64 x 192 bf16 staging tiles: 48 KiB
+constexpr int kScaleSlot = kActScaleSlot;             // one k-step's activation scales (fp8_gemm_common.cuh)
+constexpr int kScaleBytes = kStages * kScaleSlot;     // 2.5 KiB
+constexpr int kWScaleBytes = kStages * 16;            // one k-step's two weight scales per stage (16-byte slots)
 constexpr int kBarBytes = 2 * kStages * 8;            // full, empty
 constexpr int kScanBytes = 32 * 4;
 constexpr int kSlotBytes = 4 * kStages;  // the tile id whose first k-step is in stage i
-constexpr int kFixedBytes = kPipeBytes + kStoreBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
-constexpr int kGroupsMax = 2048;  // the per-group prefix and offsets fill the rest of the 227 KiB
+constexpr int kFixedBytes =
+    kPipeBytes + kStoreBytes + kScaleBytes + kWScaleBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+constexpr int kGroupsMax = 1936;  // the per-group prefix and offsets fill the rest of the 227 KiB
 int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
 static_assert(kStageBytes192 % 1024 == 0, "stages stay 1024-byte aligned (the 128-byte swizzle's atom)");
 static_assert(kFixedBytes + 8 * (kGroupsMax + 1) <= 227 * 1024, "shared memory");
@@ -78,26 +91,32 @@ __device__ __forceinline__ void promote192(float (&acc)[96], const float (&blk)[
     }
 }
 
+template <bool kScaleSmem>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_n192_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                         const __grid_constant__ CUtensorMap tm_out, Args p, int* sched, int tma_store) {
+                         const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_as, Args p,
+                         int* sched, int tma_store) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;
-    const uint32_t stg_base = sbase + kPipeBytes;  // the staging tiles, 1024-byte aligned
-    const uint32_t bars = stg_base + kStoreBytes;  // full[0, kStages), empty[0, kStages)
+    const uint32_t stg_base = sbase + kPipeBytes;      // the staging tiles, 1024-byte aligned
+    const uint32_t scl_base = stg_base + kStoreBytes;  // the activation-scale slots (kScaleSmem)
+    const uint32_t wsc_base = scl_base + kScaleBytes;  // the weight-scale slots (kScaleSmem)
+    const uint32_t bars = wsc_base + kWScaleBytes;     // full[0, kStages), empty[0, kStages)
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kStoreBytes + kBarBytes);
+    const float* scl = reinterpret_cast<const float*>(smem + kPipeBytes + kStoreBytes);
+    const float* wsc = scl + kScaleBytes / 4;
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kStoreBytes + kScaleBytes + kWScaleBytes + kBarBytes);
     int* stage_tile = scan + 32;  // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
     int* prefix = stage_tile + kStages;
     int* offs = prefix + (G + 1);
     const int tid = static_cast<int>(threadIdx.x);
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(bars + 8 * i, 1);              // full: the producer's expect_tx
-            mbar_init(bars + 8 * (kStages + i), 2);  // empty: each consumer warpgroup
+            mbar_init(bars + 8 * i, kScaleSmem ? 2 : 1);  // full: the producer's expect_tx (and its cp.async)
+            mbar_init(bars + 8 * (kStages + i), 2);       // empty: each consumer warpgroup
         }
         tma::fence_mbar_init();
     }
@@ -111,6 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tid == 0) {
             int ring = 0;
             uint32_t ring_phase = 0;
+            bool filled = false;  // kScaleSmem: the stage and phase this thread filled last
+            int last_ring = 0;
+            uint32_t last_phase = 0;
             for (;;) {
                 const int first = ring;
                 mbar_wait(bars + 8 * (kStages + first), ring_phase ^ 1u);
@@ -118,21 +140,47 @@ __global__ void __launch_bounds__(kThreads, 1)
                 stage_tile[first] = t < total ? t : -1;
                 if (t >= total) {
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
+                    if constexpr (kScaleSmem) mbar_arrive(bars + 8 * first);
                     break;
                 }
                 const Tile ct = tile::decode_group_tile<kBM, kTileN>(t, prefix, offs, G);
+                const float* pw0 = nullptr;
+                const float* pw1 = nullptr;
+                if constexpr (kScaleSmem) {
+                    const int b0 = ct.n0 / 128;  // as the consumers' (below)
+                    const int b1 = (b0 + 1) * 128 < p.n ? b0 + 1 : b0;
+                    const float* sb_group = p.b_scale + static_cast<int64_t>(ct.group) * p.bs_gstride;
+                    pw0 = sb_group + static_cast<int64_t>(b0) * p.bs_row;
+                    pw1 = sb_group + static_cast<int64_t>(b1) * p.bs_row;
+                }
                 for (int kt = 0; kt < KT; ++kt) {
                     if (kt != 0) mbar_wait(bars + 8 * (kStages + ring), ring_phase ^ 1u);
                     const uint32_t full = bars + 8 * ring;
-                    mbar_expect_tx(full, kStageBytes192);
+                    mbar_expect_tx(full, kStageBytes192 + (kScaleSmem ? kActScaleBox * 4 : 0));
                     const uint32_t sa = sbase + static_cast<uint32_t>(ring) * kStageBytes192;
                     tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
                     tma::load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
+                    if constexpr (kScaleSmem) {
+                        tma::load_2d(scl_base + static_cast<uint32_t>(ring) * kScaleSlot, &tm_as, act_scale_x0(ct.row0), kt,
+                                     full);
+                        const uint32_t ws = wsc_base + static_cast<uint32_t>(ring) * 16;
+                        tile::cp_async_4(ws, pw0 + kt, true);
+                        tile::cp_async_4(ws + 4, pw1 + kt, true);
+                        cp_async_mbar_arrive_noinc(full);  // the second arrival, once both have landed
+                        filled = true;
+                        last_ring = ring;
+                        last_phase = ring_phase;
+                    }
                     if (++ring == kStages) {
                         ring = 0;
                         ring_phase ^= 1u;
                     }
                 }
+            }
+            // kScaleSmem: this thread leaves only once its last cp.async arrival has landed (the last filled stage's
+            // phase completes on it), not with weight-scale copies still in flight.
+            if constexpr (kScaleSmem) {
+                if (filled) mbar_wait(bars + 8 * last_ring, last_phase);
             }
             tile_sched::finish(sched, static_cast<int>(gridDim.x));
         }
@@ -185,23 +233,41 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float* ps_b1 = sb_group + static_cast<int64_t>(b1) * p.bs_row;
             const float* ps_lo = sc.a_lo;
             const float* ps_hi = sc.a_hi;
-            // The scales of k-step kt + 1 are loaded while k-step kt's chain runs.
-            float n_lo = __ldg(ps_lo), n_hi = __ldg(ps_hi), n_b0 = __ldg(ps_b0), n_b1 = __ldg(ps_b1);
+            // The global scales of k-step kt + 1 are loaded while k-step kt's chain runs.
+            float n_lo = 0.0f, n_hi = 0.0f;
+            if constexpr (!kScaleSmem) {
+                n_lo = __ldg(ps_lo);
+                n_hi = __ldg(ps_hi);
+            }
+            float n_b0 = 0.0f, n_b1 = 0.0f;
+            if constexpr (!kScaleSmem) {
+                n_b0 = __ldg(ps_b0);
+                n_b1 = __ldg(ps_b1);
+            }
             for (int kt = 0; kt < KT; ++kt) {
-                const float s_lo0 = n_lo * n_b0, s_hi0 = n_hi * n_b0;
-                const float s_lo1 = n_lo * n_b1, s_hi1 = n_hi * n_b1;
+                float a_lo = n_lo, a_hi = n_hi;
+                float w_b0 = n_b0, w_b1 = n_b1;
                 {
                     const bool more = kt + 1 < KT;
-                    ps_lo += more ? p.as_col : 0;
-                    ps_hi += more ? p.as_col : 0;
-                    ps_b0 += more ? 1 : 0;
-                    ps_b1 += more ? 1 : 0;
-                    n_lo = __ldg(ps_lo);
-                    n_hi = __ldg(ps_hi);
-                    n_b0 = __ldg(ps_b0);
-                    n_b1 = __ldg(ps_b1);
+                    if constexpr (!kScaleSmem) {
+                        ps_lo += more ? p.as_col : 0;
+                        ps_hi += more ? p.as_col : 0;
+                        n_lo = __ldg(ps_lo);
+                        n_hi = __ldg(ps_hi);
+                        ps_b0 += more ? 1 : 0;
+                        ps_b1 += more ? 1 : 0;
+                        n_b0 = __ldg(ps_b0);
+                        n_b1 = __ldg(ps_b1);
+                    }
                 }
                 mbar_wait(bars + 8 * ring, ring_phase);
+                if constexpr (kScaleSmem) {
+                    const float* sr = scl + ring * (kScaleSlot / 4) + (ct.row0 & 3) + r_lo;
+                    a_lo = sr[0];
+                    a_hi = sr[8];
+                    w_b0 = wsc[ring * 4];
+                    w_b1 = wsc[ring * 4 + 1];
+                }
                 const uint32_t sa = sbase + static_cast<uint32_t>(ring) * kStageBytes192;
                 wgmma::reg_fence(blk);
                 wgmma::fence();
@@ -211,6 +277,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     wgmma::m64n192k32_e4m3(blk, da + 2 * ks, db + 2 * ks, ks != 0 ? 1 : 0);
                 }
                 wgmma::commit();
+                const float s_lo0 = a_lo * w_b0, s_hi0 = a_hi * w_b0;
+                const float s_lo1 = a_lo * w_b1, s_hi1 = a_hi * w_b1;
                 wgmma::wait<0>();
                 wgmma::reg_fence(blk);
                 if ((tid & 127) == 0) mbar_arrive(bars + 8 * (kStages + ring));  // this warpgroup is done with it
@@ -265,12 +333,16 @@ bool fp8_wgmma_tma_n192(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     const int tma_store = reg_store ? 0 : args.out16;
     CUtensorMap tm_out{};
     if (tma_store != 0) tm_out = tma::encode_bf16_store_map(args.out, args.n_rows, args.n, args.ldo);
+    // The scales through shared memory where the layout allows (fp8_gemm_common.cuh scale_smem_ok).
+    const bool scale_smem = scale_smem_ok(args);
+    const CUtensorMap tm_as = scale_smem ? act_scale_map(args) : CUtensorMap{};
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * args.n_tiles_n;
     const int grid = static_cast<int>(tile_bound < device_sms() ? tile_bound : device_sms());
     const int smem = smem_bytes(args.n_groups);
     const auto s = static_cast<cudaStream_t>(stream);
-    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(fp8_gemm_n192_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    fp8_gemm_n192_kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, tm_out, args, dynamic_tile_counter(s), tma_store);
+    const auto kernel = scale_smem ? fp8_gemm_n192_kernel<true> : fp8_gemm_n192_kernel<false>;
+    PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<grid, kThreads, smem, s>>>(tm_a, tm_b, tm_out, tm_as, args, dynamic_tile_counter(s), tma_store);
     PENSTOCK_CUDA_LAUNCH_CHECK();
     return true;
 }

@@ -22,6 +22,15 @@
 // row's lane quad trading words first (tile_util.cuh quad_transpose): the consumers' stores do not overlap the
 // tensor cores, and with 4- and 2-byte stores they were 18% of the DeepSeek-V3 down GEMM at T = 16384
 // (docs/perf/2026-12-04-s27.md).
+//
+// Scales through shared memory (kScaleSmem, the 256-wide kernels: plain, CTA pairs, gated): where the activation scales
+// are in fp8_act_quant's transposed layout (a [kb, m] buffer: as_row 1, as_col a multiple of 4, 16-byte aligned) and
+// the call has at most kMaxGroupsScaleSmem groups, the producer brings each k-step's scales with its stage: the tile's
+// 128 activation scales by TMA (a 128 x 1 f32 box; rows past n_rows zero-filled, never stored) and the two halves'
+// weight scales by 4-byte cp.async, whose completion is the full barrier's second arrival
+// (cp.async.mbarrier.arrive.noinc). The consumers then read them from shared memory once the stage is full, where
+// loads from global memory one k-step ahead made them wait (docs/perf/2026-12-07-s59.md). kWgmmaTmaN192 does the
+// same (fp8_gemm_n192.cu). Other layouts keep the loads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -57,19 +66,26 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 // (docs/perf/2026-12-02-s19.md).
 constexpr int64_t kFp8PairMinAvgRows = 256;
 
-// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages).
-template <int BN>
+// The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages), with the scale
+// slots of kScaleSmem (per stage: 128 activation scales, then the halves' weight scales in a 16-byte slot).
+constexpr int kMaxGroupsScaleSmem = 3840;
+template <int BN, bool kScaleSmem = false>
 struct Pipe {
     static constexpr int kHalves = BN / 128;  // 128-column halves: one weight-scale block and one wgmma chain each
     static constexpr int kStageBytes = kABytes + BN * kBK;
     static constexpr int kStages = BN == 128 ? 6 : 4;
     static constexpr int kPipeBytes = kStages * kStageBytes;  // 192 KiB
-    static constexpr int kBarBytes = 3 * kStages * 8;         // full, empty; the pairs' unit barriers
+    static constexpr int kAScaleSlot = kActScaleSlot;
+    static constexpr int kScaleBytes = kScaleSmem ? kStages * (kAScaleSlot + 16) : 0;
+    static constexpr int kBarBytes = 3 * kStages * 8;  // full, empty; the pairs' unit barriers
     static constexpr int kSlotBytes = 8 * kStages;  // the tile id whose first k-step is in stage i; the pairs' mailbox
-    static constexpr int kFixedBytes = kPipeBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+    static constexpr int kFixedBytes = kPipeBytes + kScaleBytes + 1024 + kBarBytes + kScanBytes + kSlotBytes;
+    static constexpr int kGroupsMax = kScaleSmem ? kMaxGroupsScaleSmem : kMaxGroups;
     static int smem_bytes(int n_groups) { return kFixedBytes + 8 * (n_groups + 1); }
+    static int smem_bound() { return kFixedBytes + 8 * (kGroupsMax + 1); }
     static_assert(BN == 128 || BN == 256, "tile widths");
-    static_assert(kFixedBytes + 8 * (kMaxGroups + 1) <= 227 * 1024, "shared memory");
+    static_assert(!kScaleSmem || BN == 256, "scales through shared memory: the 256-wide kernels");
+    static_assert(kFixedBytes + 8 * (kGroupsMax + 1) <= 227 * 1024, "shared memory");
 };
 
 using tma::load_2d;
@@ -193,10 +209,11 @@ __device__ __forceinline__ void store_glu_tile(const GluArgs& glu, const Tile& c
     }
 }
 
-template <class OutT, int BN, int kAct = kActNone, int kCluster = 1>
+template <class OutT, int BN, int kAct = kActNone, int kCluster = 1, bool kScaleSmem = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                        const __grid_constant__ CUtensorMap tm_a64, Args p, int* sched, GluArgs glu) {
+                        const __grid_constant__ CUtensorMap tm_a64, const __grid_constant__ CUtensorMap tm_as, Args p,
+                        int* sched, GluArgs glu) {
     static_assert(kAct == kActNone || BN == 256, "the gated epilogue needs the gate and up halves of a 256 tile");
     static_assert(kCluster == 1 || (kCluster == 2 && BN == 256),
                   "a CTA pair shares the two halves of a 256-row B tile");
@@ -205,15 +222,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
     uint8_t* smem = smem_raw + pad;
     const uint32_t sbase = raw + pad;
-    using P = Pipe<BN>;
+    using P = Pipe<BN, kScaleSmem>;
     constexpr int kStages = P::kStages;
     constexpr int kStage = P::kStageBytes;
     constexpr int kPipeBytes = P::kPipeBytes;
     constexpr int kBarBytes = P::kBarBytes;
-    const uint32_t bars = sbase + kPipeBytes;  // full[0, kStages), empty[0, kStages), unit[0, kStages)
+    constexpr int kASlot = P::kAScaleSlot;
+    // kScaleSmem: the activation-scale slots [kStages][128], then the weight-scale slots [kStages][4]
+    const uint32_t scl_base = sbase + kPipeBytes;
+    const uint32_t wsc_base = scl_base + kStages * kASlot;
+    const float* scl = reinterpret_cast<const float*>(smem + kPipeBytes);
+    const float* wsc = scl + kStages * (kASlot / 4);
+    const uint32_t bars = sbase + kPipeBytes + P::kScaleBytes;  // full[0, kStages), empty[0, kStages), unit[0, kStages)
     const uint32_t unit_bars = bars + 16 * kStages;
     const int G = p.n_groups;
-    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + kBarBytes);
+    int* scan = reinterpret_cast<int*>(smem + kPipeBytes + P::kScaleBytes + kBarBytes);
     int* stage_tile = scan + 32;       // tile id of the tile whose first k-step is in stage i (-1: no more tiles)
     int* mail = stage_tile + kStages;  // pairs: rank 0's unit id for the unit whose first k-step is in stage i
     int* prefix = mail + kStages;
@@ -222,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t rank = kCluster > 1 ? tma::cluster_rank() : 0u;
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(bars + 8 * i, 1);                         // full: the producer's expect_tx
+            mbar_init(bars + 8 * i, kScaleSmem ? 2 : 1);        // full: the producer's expect_tx (and cp.async)
             mbar_init(bars + 8 * (kStages + i), 2 * kCluster);  // empty: each consumer warpgroup of the cluster
             // pairs, rank 1: rank 0's arrive once the id of a unit whose first k-step is in stage i is in mail[i]
             // (one phase per such unit: the stage's next unit waits for its release, so never two pending)
@@ -284,18 +307,30 @@ __global__ void __launch_bounds__(kThreads, 1)
                 stage_tile[first] = t < total ? t : -1;
                 if (t >= total) {
                     mbar_arrive(bars + 8 * first);  // the consumers wake, read -1 and stop
+                    if constexpr (kScaleSmem) mbar_arrive(bars + 8 * first);
                     break;
                 }
                 const tile::PairTile pt = my_tile(t);
                 const Tile& ct = pt.tile;
                 // A pair's rank without rows loads no A; every CTA of a pair receives both B halves.
                 const bool has_a = kCluster == 1 || ct.rows > 0 || pt.share_a;
+                const float* pw[P::kHalves];  // kScaleSmem: the halves' weight-scale rows, as the consumers' below
+                if constexpr (kScaleSmem) {
+                    const float* sb_group = p.b_scale + static_cast<int64_t>(ct.group) * p.bs_gstride;
+#pragma unroll
+                    for (int h = 0; h < P::kHalves; ++h) {
+                        const int brow = b_row<BN, kAct>(ct, h, glu);
+                        pw[h] =
+                            sb_group +
+                            static_cast<int64_t>((brow < p.n ? brow : b_row<BN, kAct>(ct, 0, glu)) / 128) * p.bs_row;
+                    }
+                }
                 for (int kt = 0; kt < KT; ++kt, ++s) {
                     const int stage = static_cast<int>(s % kStages);
                     const auto use = static_cast<uint32_t>(s / kStages);
                     mbar_wait(bars + 8 * (kStages + stage), (use & 1u) ^ 1u);
                     const uint32_t full = bars + 8 * stage;
-                    mbar_expect_tx(full, has_a ? kStage : kStage - kABytes);
+                    mbar_expect_tx(full, has_a ? kStage + (kScaleSmem ? kActScaleBox * 4 : 0) : kStage - kABytes);
                     const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
                     if (kCluster > 1 && pt.share_a) {
                         // rows [64 rank, 64 rank + 64) of the shared activation tile into both CTAs
@@ -315,6 +350,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma::load_3d_multicast(sa + kABytes + h * 128 * kBK, &tm_b, kt * kBK,
                                                b_row<BN, kAct>(ct, h, glu), ct.group, full, 0x3);
                     }
+                    if constexpr (kScaleSmem) {
+                        if (has_a) {
+                            load_2d(scl_base + static_cast<uint32_t>(stage) * kASlot, &tm_as, act_scale_x0(ct.row0), kt,
+                                    full);
+                        }
+#pragma unroll
+                        for (int h = 0; h < P::kHalves; ++h) {
+                            tile::cp_async_4(wsc_base + static_cast<uint32_t>(stage) * 16 + 4 * h, pw[h] + kt, true);
+                        }
+                        cp_async_mbar_arrive_noinc(full);  // the second arrival, once they have landed
+                    }
+                }
+            }
+            // kScaleSmem: this thread leaves only once its last cp.async arrival has landed (the last filled stage's
+            // phase completes on it), not with weight-scale copies still in flight.
+            if constexpr (kScaleSmem) {
+                if (s > 0) {
+                    const int64_t last = s - 1;
+                    mbar_wait(bars + 8 * static_cast<int>(last % kStages), static_cast<uint32_t>(last / kStages) & 1u);
                 }
             }
             // The last taker resets the counter pair for the next launch.
@@ -440,9 +494,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int h = 0; h < kHalves; ++h) {
                 ps_b[h] = sb_row[h] + kt0;
-                nb[h] = kt0 < KT ? __ldg(ps_b[h]) : 0.0f;
+                nb[h] = !kScaleSmem && kt0 < KT ? __ldg(ps_b[h]) : 0.0f;
             }
-            float n_lo = kt0 < KT ? __ldg(ps_lo) : 0.0f, n_hi = kt0 < KT ? __ldg(ps_hi) : 0.0f;
+            float n_lo = !kScaleSmem && kt0 < KT ? __ldg(ps_lo) : 0.0f;
+            float n_hi = !kScaleSmem && kt0 < KT ? __ldg(ps_hi) : 0.0f;
             for (int kt = kt0; kt < KT; ++kt) {
                 const auto [stage, phase] = next_stage();
                 float s_lo[kHalves], s_hi[kHalves];
@@ -451,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     s_lo[h] = n_lo * nb[h];
                     s_hi[h] = n_hi * nb[h];
                 }
-                {
+                if constexpr (!kScaleSmem) {
                     const bool more = kt + 1 < KT;
                     ps_lo += more ? p.as_col : 0;
                     ps_hi += more ? p.as_col : 0;
@@ -464,6 +519,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
                 mbar_wait(bars + 8 * stage, phase);
+                if constexpr (kScaleSmem) {
+                    const float* sr = scl + stage * (kASlot / 4) + (ct.row0 & 3) + r_lo;
+                    const float a_lo = sr[0], a_hi = sr[8];
+#pragma unroll
+                    for (int h = 0; h < kHalves; ++h) {
+                        const float w = wsc[stage * 4 + h];
+                        s_lo[h] = a_lo * w;
+                        s_hi[h] = a_hi * w;
+                    }
+                }
                 const uint32_t sa = sbase + static_cast<uint32_t>(stage) * kStage;
                 // One wgmma chain per 128-column half into the same block registers, each promoted before the
                 // next is issued (two halves' blocks and accumulators would not fit in the registers); the
@@ -507,9 +572,10 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 
 // The tensor maps, arguments and grid of a call in the kernels' grouped form with n_tiles_n n-tiles per group.
 struct Prepared {
-    CUtensorMap tm_a, tm_b, tm_a64;
+    CUtensorMap tm_a, tm_b, tm_a64, tm_as;  // tm_as: the activation scales (kScaleSmem kernels; else unused)
     Args args;
     int grid;
+    bool scale_smem;  // the call may take a kScaleSmem kernel (256-wide)
 };
 
 // How many 2-CTA clusters of `kernel` fit on the device at once (persistent pairs), per device and kernel.
@@ -541,6 +607,8 @@ Prepared prepare(const kernels::Fp8GroupedGemmParams& p, int n_tiles_n, int clus
     r.tm_a = encode(args.a, 2, a_dims, a_strides);
     r.tm_a64 = encode(args.a, 2, a_dims, a_strides, 64);  // the half activation tile a pair multicasts
     r.tm_b = encode(args.b, 3, b_dims, b_strides);        // 128-row boxes: one per B half
+    r.scale_smem = scale_smem_ok(args) && args.n_groups <= kMaxGroupsScaleSmem;
+    if (r.scale_smem) r.tm_as = act_scale_map(args);
     // cluster_pairs > 0: CTA pairs on pair units (at most (tiles + groups) / 2), at most that many pairs resident.
     const int64_t tile_bound = (n_rows / kBM + n_groups + 1) * n_tiles_n;
     const int64_t unit_bound = cluster_pairs > 0 ? (tile_bound + 1) / 2 + n_groups : tile_bound;
@@ -556,11 +624,12 @@ template <class Kernel>
 void launch(Kernel kernel, const Prepared& pr, int smem, const GluArgs& glu, cudaStream_t s, int cluster = 1) {
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cluster == 1) {
-        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu);
+        kernel<<<pr.grid, kThreads, smem, s>>>(pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_as, pr.args, dynamic_tile_counter(s),
+                                               glu);
     } else {
         const ClusterLaunch cl(pr.grid, kThreads, smem, cluster, s);
-        PENSTOCK_CUDA_CHECK(
-            cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.args, dynamic_tile_counter(s), glu));
+        PENSTOCK_CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kernel, pr.tm_a, pr.tm_b, pr.tm_a64, pr.tm_as, pr.args,
+                                               dynamic_tile_counter(s), glu));
     }
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
@@ -576,7 +645,11 @@ void fp8_wgmma_tma(const kernels::Fp8GroupedGemmParams& p, int tile_n, void* str
     const auto s = static_cast<cudaStream_t>(stream);
     const bool f32 = p.out.dtype == DType::kF32;
     const GluArgs none{};
-    if (tile_n == 256) {
+    if (tile_n == 256 && pr.scale_smem) {
+        const int smem = Pipe<256, true>::smem_bytes(pr.args.n_groups);
+        f32 ? launch(fp8_gemm_tma_kernel<float, 256, kActNone, 1, true>, pr, smem, none, s)
+            : launch(fp8_gemm_tma_kernel<bf16, 256, kActNone, 1, true>, pr, smem, none, s);
+    } else if (tile_n == 256) {
         const int smem = Pipe<256>::smem_bytes(pr.args.n_groups);
         f32 ? launch(fp8_gemm_tma_kernel<float, 256>, pr, smem, none, s)
             : launch(fp8_gemm_tma_kernel<bf16, 256>, pr, smem, none, s);
@@ -591,21 +664,25 @@ void fp8_wgmma_tma_pair(const kernels::Fp8GroupedGemmParams& p, void* stream) {
     if (p.a.size(0) == 0) return;
     const int64_t n = p.b.size(1);
     const auto s = static_cast<cudaStream_t>(stream);
-    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const GluArgs none{};
-    auto run = [&](auto kernel) {
-        const int pairs = max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1));
+    const Prepared probe = prepare(p, static_cast<int>((n + 255) / 256));
+    auto run = [&](auto kernel, auto pipe) {
+        using P = decltype(pipe);
+        const int pairs = max_pairs(kernel, P::smem_bound());
         if (pairs == 0) {
             fp8_wgmma_tma(p, 256, stream);
             return;
         }
         const Prepared pr = prepare(p, static_cast<int>((n + 255) / 256), pairs);
-        launch(kernel, pr, smem, none, s, 2);
+        launch(kernel, pr, P::smem_bytes(pr.args.n_groups), none, s, 2);
     };
-    if (p.out.dtype == DType::kF32) {
-        run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>);
+    const bool f32 = p.out.dtype == DType::kF32;
+    if (probe.scale_smem) {
+        f32 ? run(fp8_gemm_tma_kernel<float, 256, kActNone, 2, true>, Pipe<256, true>{})
+            : run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2, true>, Pipe<256, true>{});
     } else {
-        run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>);
+        f32 ? run(fp8_gemm_tma_kernel<float, 256, kActNone, 2>, Pipe<256>{})
+            : run(fp8_gemm_tma_kernel<bf16, 256, kActNone, 2>, Pipe<256>{});
     }
 }
 
@@ -645,24 +722,36 @@ void fp8_wgmma_tma_glu(const kernels::Fp8GroupedGluGemmParams& p, bool pair, voi
     glu.situ_linear_beta = p.situ_linear_beta;
     glu.situ_inv_beta = 1.0f / p.situ_beta;  // as situ_mul computes them
     glu.situ_inv_linear_beta = 1.0f / p.situ_linear_beta;
-    const int smem = Pipe<256>::smem_bytes(static_cast<int>(p.b.size(0)));
     const auto s = static_cast<cudaStream_t>(stream);
-    auto run = [&](auto kernel, int cluster) {
-        const int pairs = cluster == 2 ? max_pairs(kernel, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)) : 0;
+    const Prepared probe = prepare(gp, static_cast<int>(inter / 128));
+    auto run = [&](auto kernel, auto pipe, int cluster) {
+        using P = decltype(pipe);
+        const int pairs = cluster == 2 ? max_pairs(kernel, P::smem_bound()) : 0;
         const Prepared pr = prepare(gp, static_cast<int>(inter / 128), pairs);
-        launch(kernel, pr, smem, glu, s, cluster);
+        launch(kernel, pr, P::smem_bytes(pr.args.n_groups), glu, s, cluster);
     };
     const bool silu = p.act == kernels::GluKind::kSilu;
     // No pair fits on this device: the single-CTA kernel (the same bytes).
     if (pair &&
-        max_pairs(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, Pipe<256>::kFixedBytes + 8 * (kMaxGroups + 1)) == 0) {
+        (probe.scale_smem ? max_pairs(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2, true>, Pipe<256, true>::smem_bound())
+                          : max_pairs(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, Pipe<256>::smem_bound())) == 0) {
         pair = false;
     }
-    if (pair) {
-        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, 2)
-             : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 2>, 2);
+    if (probe.scale_smem) {
+        using P = Pipe<256, true>;
+        if (pair) {
+            silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2, true>, P{}, 2)
+                 : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 2, true>, P{}, 2);
+        } else {
+            silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 1, true>, P{}, 1)
+                 : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 1, true>, P{}, 1);
+        }
+    } else if (pair) {
+        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu, 2>, Pipe<256>{}, 2)
+             : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu, 2>, Pipe<256>{}, 2);
     } else {
-        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu>, 1) : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu>, 1);
+        silu ? run(fp8_gemm_tma_kernel<bf16, 256, kActSilu>, Pipe<256>{}, 1)
+             : run(fp8_gemm_tma_kernel<bf16, 256, kActSitu>, Pipe<256>{}, 1);
     }
 }
 

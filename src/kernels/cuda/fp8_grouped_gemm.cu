@@ -18,11 +18,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
 #include "kernels/cuda/launch_util.cuh"
+#include "kernels/cuda/tma_util.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace penstock::cuda {
@@ -234,6 +237,23 @@ Args make_args(const kernels::Fp8GroupedGemmParams& p) {
 
 int device_sms() { return device_info().sms; }
 int device_major() { return device_info().major; }
+
+bool scale_smem_ok(const Args& a) {
+    static const bool off = [] {
+        const char* e = std::getenv("PENSTOCK_FP8_SCALE_SMEM");
+        return e != nullptr && std::strcmp(e, "0") == 0;
+    }();
+    return !off && (a.as_row == 1 || a.n_rows == 1) && a.as_col % 4 == 0 && a.as_col >= a.n_rows &&
+           reinterpret_cast<uintptr_t>(a.a_scale) % 16 == 0;
+}
+
+CUtensorMap act_scale_map(const Args& a) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.n_rows), static_cast<cuuint64_t>(a.k_steps)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.as_col) * 4};
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(kActScaleBox), 1u};
+    return tma::encode_tiled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.a_scale, 2, dims, strides, box,
+                             CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
 
 }  // namespace fp8
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/tile_util.cuh"
 

@@ -505,20 +505,24 @@ TEST_F(Fp8TmaTest, GroupedGemmTailHeavyRoutingFinishes) {
 // kWgmmaTmaN192 computes each element as the other TMA variants do (the same block sums, promotion products and
 // order): its bf16 bytes equal kWgmmaTmaWide's at the expert GEMMs' shapes, with group tails that put the TMA-store
 // epilogue and the register stores in the same tiles, 16-byte aligned out rows (TMA stores) and a row stride that is
-// not (register stores only).
+// not (register stores only), and both ways its activation scales come: by TMA with the stages (the transposed layout
+// with a row count that is a multiple of 4, a single row too) and by global loads (row-major scales, or transposed
+// with a row count that is not).
 TEST_F(Fp8TmaTest, GroupedGemmN192MatchesWide) {
     if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
     struct C {
         const char* name;
         int64_t n, k;
         int groups, mean;
-        int64_t ldo_pad;  // out row stride n + ldo_pad
+        int64_t ldo_pad;    // out row stride n + ldo_pad
+        bool scale_by_tma;  // transposed scales and rows % 4 == 0; else row-major (odd seeds) or rows % 4 != 0
     };
     const C kCases[] = {
-        {"DSV3 down 2048->7168", 7168, 2048, 48, 300, 0},
-        {"GLM-5.3 down 2048->6144", 6144, 2048, 24, 200, 0},
-        {"n=968 k=400, out stride n+4", 968, 400, 20, 150, 4},
-        {"Kimi K3 down-like 2048->7168, 1 row", 7168, 2048, 1, 1, 0},
+        {"DSV3 down 2048->7168", 7168, 2048, 48, 300, 0, true},
+        {"DSV3 gate_up 7168->4096", 4096, 7168, 32, 200, 0, true},
+        {"GLM-5.3 down 2048->6144", 6144, 2048, 24, 200, 0, false},
+        {"n=968 k=400, out stride n+4", 968, 400, 20, 150, 4, false},
+        {"Kimi K3 down-like 2048->7168, 1 row", 7168, 2048, 1, 1, 0, true},
     };
     uint32_t seed = 2700;
     for (const C& c : kCases) {
@@ -528,8 +532,11 @@ TEST_F(Fp8TmaTest, GroupedGemmN192MatchesWide) {
         const std::vector<int32_t> sizes =
             c.mean == 1 ? std::vector<int32_t>{1} : random_sizes(rng, c.groups, c.mean, 0.1);
         const std::vector<int32_t> off = offsets_of(sizes);
-        const int64_t rows = off.back() + 5;  // trailing rows in no group
-        const Activations x = make_activations(rng, rows, c.k, /*transposed_scale=*/seed % 2 == 0, alloc(), stream());
+        int64_t rows = off.back() + 5;  // trailing rows in no group
+        if (c.scale_by_tma) rows = (rows + 3) / 4 * 4;
+        if (!c.scale_by_tma && rows % 4 == 0) ++rows;
+        const bool transposed = c.scale_by_tma || seed % 2 == 0;
+        const Activations x = make_activations(rng, rows, c.k, transposed, alloc(), stream());
         const Weights w = make_weights(rng, static_cast<int64_t>(sizes.size()), c.n, c.k, alloc(), stream());
         const Tensor off_d = dev_i32(off, alloc(), stream());
         std::vector<uint8_t> bytes[2];
@@ -560,12 +567,116 @@ TEST_F(Fp8TmaTest, GroupedGemmN192MatchesWide) {
             const int64_t e = static_cast<int64_t>(i / 2);
             if (e / ld >= off.back() || e % ld >= c.n) touched += bytes[1][i] != 0xff;
         }
-        std::printf("[fp8] n192 vs wide %-36s rows %lld: %lld elements differ, %lld unwritten, %lld outside touched\n",
-                    c.name, static_cast<long long>(off.back()), static_cast<long long>(diff),
-                    static_cast<long long>(unwritten), static_cast<long long>(touched));
+        std::printf(
+            "[fp8] n192 vs wide %-36s rows %lld, scales %s: %lld elements differ, %lld unwritten, %lld "
+            "outside touched\n",
+            c.name, static_cast<long long>(off.back()),
+            c.scale_by_tma ? "by TMA" : (transposed ? "loaded (sT)" : "loaded (sR)"), static_cast<long long>(diff),
+            static_cast<long long>(unwritten), static_cast<long long>(touched));
         EXPECT_EQ(diff, 0);
         EXPECT_EQ(unwritten, 0);
         EXPECT_EQ(touched, 0);
+    }
+}
+
+// The scales through shared memory (fp8_gemm_common.cuh scale_smem_ok: the activation scales in the transposed layout,
+// by TMA with each stage; the weight scales by cp.async) give the same bytes as the loads from global memory that any
+// other layout takes: the same scales once transposed ([kb, m], rows a multiple of 4) and once row-major, through the
+// 256-wide kernel, its CTA pairs, kWgmmaTmaN192 and the gated GEMM (single CTA and pairs; out bytes and scales).
+TEST_F(Fp8TmaTest, ScaleSmemMatchesLoads) {
+    if (!is_sm90()) GTEST_SKIP() << "the TMA kernel needs sm_90";
+    struct C {
+        const char* name;
+        int64_t n, k;
+        int groups, mean;
+    };
+    const C kCases[] = {
+        {"DSV3 down 2048->7168", 7168, 2048, 24, 260},
+        {"gate_up I=1024 k=1536, tails", 2048, 1536, 12, 90},
+        {"2 rows", 512, 384, 1, 2},
+    };
+    uint32_t seed = 2900;
+    for (const C& c : kCases) {
+        SCOPED_TRACE(c.name);
+        PENSTOCK_SEEDED(seed);
+        std::mt19937 rng(seed++);
+        const std::vector<int32_t> sizes =
+            c.groups == 1 ? std::vector<int32_t>{c.mean} : random_sizes(rng, c.groups, c.mean, 0.1);
+        const std::vector<int32_t> off = offsets_of(sizes);
+        const int64_t used = off.back(), rows = (used + 7) / 4 * 4;
+        const Activations x = make_activations(rng, rows, c.k, /*transposed_scale=*/true, alloc(), stream());
+        const Tensor scale_rm = cuda::to_device(x.scale_h, alloc(), stream());  // the same scales, row-major
+        const Weights w = make_weights(rng, static_cast<int64_t>(sizes.size()), c.n, c.k, alloc(), stream());
+        const Tensor off_d = dev_i32(off, alloc(), stream());
+        auto bytes_of = [&](const Tensor& t) {
+            const Tensor h = cuda::to_host(t, stream());
+            return std::vector<uint8_t>(h.ptr<uint8_t>(), h.ptr<uint8_t>() + h.nbytes());
+        };
+        for (const cuda::Fp8GemmVariant v : {cuda::Fp8GemmVariant::kWgmmaTmaWide, cuda::Fp8GemmVariant::kWgmmaTmaPair,
+                                             cuda::Fp8GemmVariant::kWgmmaTmaN192}) {
+            std::vector<uint8_t> got[2];
+            for (int layout = 0; layout < 2; ++layout) {
+                Tensor out = Tensor::empty({rows, c.n}, DType::kBF16, alloc());
+                cuda::fill_bytes_async(out, 0xff, stream());
+                const TensorView sv = layout == 0 ? x.scale_dv : scale_rm.view();
+                ASSERT_TRUE(cuda::fp8_grouped_gemm_variant(
+                    {.out = out, .a = x.a_d, .a_scale = sv, .b = w.b_d, .b_scale = w.scale_d, .offsets = off_d}, v,
+                    raw_stream()))
+                    << cuda::fp8_gemm_variant_name(v);
+                got[layout] = bytes_of(out);
+            }
+            int64_t diff = 0, unwritten = 0;
+            for (int64_t i = 0; i < used * c.n; ++i) {
+                const auto at = static_cast<size_t>(2 * i);
+                diff += std::memcmp(&got[0][at], &got[1][at], 2) != 0;
+                unwritten += got[0][at] == 0xff && got[0][at + 1] == 0xff;
+            }
+            std::printf("[fp8] scales smem vs loads %-30s %-16s rows %lld: %lld elements differ, %lld unwritten\n",
+                        c.name, cuda::fp8_gemm_variant_name(v), static_cast<long long>(used),
+                        static_cast<long long>(diff), static_cast<long long>(unwritten));
+            EXPECT_EQ(diff, 0) << cuda::fp8_gemm_variant_name(v);
+            EXPECT_EQ(unwritten, 0) << cuda::fp8_gemm_variant_name(v);
+        }
+        if (c.n % 256 != 0) continue;
+        // The gated GEMM: I = n / 2, gate rows first.
+        const int64_t inter = c.n / 2, ib = blocks_of(inter);
+        for (const bool pair : {false, true}) {
+            std::vector<uint8_t> got[2], got_s[2];
+            for (int layout = 0; layout < 2; ++layout) {
+                Tensor out = Tensor::empty({rows, inter}, DType::kF8E4M3, alloc());
+                Tensor scale = Tensor::empty({ib * rows}, DType::kF32, alloc());
+                cuda::fill_bytes_async(out, 0xff, stream());
+                cuda::fill_bytes_async(scale, 0xff, stream());
+                const kernels::Fp8GroupedGluGemmParams glu{
+                    .out = out,
+                    .out_scale = scale.view().as_strided(0, {rows, ib}, {1, rows}),
+                    .a = x.a_d,
+                    .a_scale = layout == 0 ? x.scale_dv : scale_rm.view(),
+                    .b = w.b_d,
+                    .b_scale = w.scale_d,
+                    .offsets = off_d,
+                    .gate_up = TensorView::contiguous(nullptr, DType::kBF16, std::array<int64_t, 2>{rows, c.n},
+                                                      Device::kCUDA, out.view().device_index),
+                    .act = kernels::GluKind::kSilu};
+                cuda::fp8_wgmma_tma_glu(glu, pair, raw_stream());
+                got[layout] = bytes_of(out);
+                got_s[layout] = bytes_of(scale);
+            }
+            int64_t diff = 0, diff_s = 0;
+            for (int64_t i = 0; i < used * inter; ++i)
+                diff += got[0][static_cast<size_t>(i)] != got[1][static_cast<size_t>(i)];
+            for (int64_t b = 0; b < ib; ++b) {
+                for (int64_t r = 0; r < used; ++r) {
+                    const auto at = static_cast<size_t>(4 * (b * rows + r));
+                    diff_s += std::memcmp(&got_s[0][at], &got_s[1][at], 4) != 0;
+                }
+            }
+            std::printf("[fp8] scales smem vs loads %-30s glu %-10s rows %lld: %lld bytes, %lld scales differ\n",
+                        c.name, pair ? "pair" : "single-CTA", static_cast<long long>(used),
+                        static_cast<long long>(diff), static_cast<long long>(diff_s));
+            EXPECT_EQ(diff, 0) << (pair ? "glu pair" : "glu single-CTA");
+            EXPECT_EQ(diff_s, 0) << (pair ? "glu pair" : "glu single-CTA");
+        }
     }
 }
 
