@@ -38,6 +38,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/dsa_indexer_wgmma.h"
 #include "kernels/cuda/fp8_gemm_common.cuh"
@@ -103,8 +105,9 @@ struct PairMap {
 
 // gate[j][e] belongs to accumulator column n = 8j + 2t + e: gate = weights * q_scale * scale of that pair (0 for rows
 // past n_rows).
+// `mul` is 1 or 0.5 (kChains4FaddAbs: the halved gates, exact).
 template <int kHeads>
-__device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2]) {
+__device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2], float mul = 1.0f) {
     using M = PairMap<kHeads>;
     // All 128 loads first (rows past n_rows read row 0 and are zeroed after), then the products: a product right
     // after its loads waits out their latency, 64 times in a row.
@@ -124,7 +127,7 @@ __device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, fl
     for (int j = 0; j < 32; ++j) {
         const int r = crow0 + M::row(8 * j + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) gate[j][e] = r < a.n_rows ? w[j][e] * qs[j][e] * a.scale : 0.0f;
+        for (int e = 0; e < 2; ++e) gate[j][e] = r < a.n_rows ? w[j][e] * qs[j][e] * a.scale * mul : 0.0f;
     }
 }
 
@@ -142,26 +145,33 @@ struct LaneRows {
 };
 
 // One retired key tile: for each of this lane's rows and its two keys (accumulator rows g and g + 8 of the tile:
-// key_lo, key_lo + 8), gate * ReLU summed over the row's heads in f32 (fixed order: 4 / kLaneRows interleaved partial
-// sums per (key, row) so that 8 chains of FMAs are in flight, then added in order), times k_scale[key], stored.
-template <int kHeads>
+// key_lo, key_lo + 8), gate * ReLU summed over the row's heads in f32 in a fixed order, times k_scale[key], stored.
+// kForm (IndexerEpilogue): 0 = kChains2, 4 / kLaneRows interleaved partial sums per (key, row), both heads of a
+// column pair into one sum (8 chains of FMAs in all), ReLU by fmaxf; 1 = kChains4, 8 / kLaneRows partial sums per
+// (key, row), head 2 (j % kRowBlocks) + e into sum (2 j + e) % kSplit (16 chains); 2 = kChains4FaddAbs, kChains4's
+// sums with ReLU as acc + |acc| on the FMA pipe against halved gates (the same products: bit for bit kChains4).
+// The partial sums are then added in order.
+template <int kHeads, int kForm>
 __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[128], const float (&gate)[32][2],
                                            const LaneRows<kHeads>& rows, int key_lo, float ks_lo, float ks_hi) {
     using M = PairMap<kHeads>;
-    constexpr int kSplit = 4 / M::kLaneRows;
+    constexpr int kSplit = (kForm == 0 ? 4 : 8) / M::kLaneRows;
     float part[2][M::kLaneRows][kSplit];
 #pragma unroll
     for (int i = 0; i < M::kLaneRows; ++i) {
 #pragma unroll
         for (int s = 0; s < kSplit; ++s) part[0][i][s] = part[1][i][s] = 0.0f;
     }
+    const auto relu = [](float x) { return kForm == 2 ? __fadd_rn(x, fabsf(x)) : fmaxf(x, 0.0f); };
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-        const int i = j / M::kRowBlocks, s = j % kSplit;
-        part[0][i][s] = fmaf(fmaxf(acc[4 * j + 0], 0.0f), gate[j][0], part[0][i][s]);
-        part[0][i][s] = fmaf(fmaxf(acc[4 * j + 1], 0.0f), gate[j][1], part[0][i][s]);
-        part[1][i][s] = fmaf(fmaxf(acc[4 * j + 2], 0.0f), gate[j][0], part[1][i][s]);
-        part[1][i][s] = fmaf(fmaxf(acc[4 * j + 3], 0.0f), gate[j][1], part[1][i][s]);
+        const int i = j / M::kRowBlocks;
+        const int s0 = kForm == 0 ? j % kSplit : (2 * j) % kSplit;
+        const int s1 = kForm == 0 ? s0 : (2 * j + 1) % kSplit;
+        part[0][i][s0] = fmaf(relu(acc[4 * j + 0]), gate[j][0], part[0][i][s0]);
+        part[0][i][s1] = fmaf(relu(acc[4 * j + 1]), gate[j][1], part[0][i][s1]);
+        part[1][i][s0] = fmaf(relu(acc[4 * j + 2]), gate[j][0], part[1][i][s0]);
+        part[1][i][s1] = fmaf(relu(acc[4 * j + 3]), gate[j][1], part[1][i][s1]);
     }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -260,7 +270,7 @@ __device__ __forceinline__ void stage_q(const WgArgs& a, const uint8_t* q, int c
 //   (hand_over_after_wait, so that the other's cannot interleave with them). Warpgroup 1 skips its last hand-over so
 //   that every arrive on a named barrier meets exactly one sync;
 // - wait, release the stage (`releases`: one thread per warpgroup), score the tile.
-template <int kHeads, int kNumStages, class Mma>
+template <int kHeads, int kNumStages, int kForm, class Mma>
 __device__ __forceinline__ void consume_key_tiles(const WgArgs& a, uint32_t bars, int n_tiles, int c, bool releases,
                                                   const LaneRows<kHeads>& rows, int warp, int g,
                                                   const float (&gate)[32][2], float (&acc)[128], Mma&& mma) {
@@ -284,7 +294,7 @@ __device__ __forceinline__ void consume_key_tiles(const WgArgs& a, uint32_t bars
         if (hand_over && a.hand_over_after_wait) tma::named_arrive(bar_other, 256);
         wgmma::reg_fence(acc);
         if (releases) tma::mbar_arrive(bars + 8 * (kNumStages + stage));  // stage consumed
-        if (!a.mma_only) score_tile<kHeads>(a, acc, gate, rows, key_lo, ks_lo, ks_hi);
+        if (!a.mma_only) score_tile<kHeads, kForm>(a, acc, gate, rows, key_lo, ks_lo, ks_hi);
     }
 }
 
@@ -371,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
     if (a.ping_pong && c == 1) tma::named_arrive(1, 256);  // ping-pong: warpgroup 0 issues first
 
     const LaneRows<kHeads> rows(a, crow0, t);
-    consume_key_tiles<kHeads, kStagesF16>(a, bars, n_tiles, c, ctid == 0, rows, warp, g, gate, acc,
+    consume_key_tiles<kHeads, kStagesF16, 0>(a, bars, n_tiles, c, ctid == 0, rows, warp, g, gate, acc,
                                           [&](float(&d)[128], int stage) {
                                               const uint32_t ka =
                                                   k_s + static_cast<uint32_t>(stage) * kKeyTileBytesF16;
@@ -388,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_indexer_logits_wgmma_f16_kern
 
 // ---------------------------------------------------------------------------------------------------------------
 // kWgmmaFp8 (Hopper's fp8 accumulation): e4m3 operands straight from TMA, wgmma.m64n256k32 e4m3 x e4m3 -> f32.
-template <int kHeads>
+template <int kHeads, int kForm>
 __global__ void __launch_bounds__(kThreads, 1)
     dsa_indexer_logits_wgmma_fp8_kernel(const uint8_t* q, const __grid_constant__ CUtensorMap tm_k, WgArgs a) {
     constexpr int kRows = kPairs / kHeads;
@@ -449,14 +459,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async();
     tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
     float gate[32][2];
-    load_gates<kHeads>(a, crow0, t, gate);
+    load_gates<kHeads>(a, crow0, t, gate, kForm == 2 ? 0.5f : 1.0f);
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     if (a.ping_pong && c == 1) tma::named_arrive(1, 256);
     const LaneRows<kHeads> rows(a, crow0, t);
 
-    consume_key_tiles<kHeads, kStages>(a, bars, n_tiles, c, (tid & 127) == 0, rows, warp, g, gate, acc,
+    consume_key_tiles<kHeads, kStages, kForm>(a, bars, n_tiles, c, (tid & 127) == 0, rows, warp, g, gate, acc,
                                        [&](float(&d)[128], int stage) {
                                            const uint32_t ka = k_s + static_cast<uint32_t>(stage) * kKeyTileBytes;
 #pragma unroll
@@ -469,14 +479,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <int kHeads>
+template <int kHeads, int kForm>
 void launch_fp8(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, int64_t grid, cudaStream_t stream) {
     const int64_t n_keys = p.k.size(0);
     const cuuint64_t k_dims[2] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(n_keys)};
     const cuuint64_t k_strides[1] = {static_cast<cuuint64_t>(p.k.stride(0))};
     const cuuint32_t k_box[2] = {static_cast<cuuint32_t>(kHeadDim), static_cast<cuuint32_t>(kKeys)};
     const CUtensorMap tm_k = tma::encode_u8_sw128(p.k.data, 2, k_dims, k_strides, k_box);
-    auto* kernel = dsa_indexer_logits_wgmma_fp8_kernel<kHeads>;
+    auto* kernel = dsa_indexer_logits_wgmma_fp8_kernel<kHeads, kForm>;
     PENSTOCK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(static_cast<const uint8_t*>(p.q.data), tm_k,
                                                                           args);
@@ -491,6 +501,18 @@ void launch_f16(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, in
                                                                               static_cast<const uint8_t*>(p.k.data),
                                                                               args);
     PENSTOCK_CUDA_LAUNCH_CHECK();
+}
+
+// kDefault's epilogue: kChains2, or PENSTOCK_DSA_FP8_EPILOGUE=1 (kChains4) / 2 (kChains4FaddAbs), read once per
+// process (an A/B knob for the layers).
+IndexerEpilogue default_epilogue() {
+    static const IndexerEpilogue e = [] {
+        const char* v = std::getenv("PENSTOCK_DSA_FP8_EPILOGUE");
+        if (v != nullptr && std::strcmp(v, "1") == 0) return IndexerEpilogue::kChains4;
+        if (v != nullptr && std::strcmp(v, "2") == 0) return IndexerEpilogue::kChains4FaddAbs;
+        return IndexerEpilogue::kChains2;
+    }();
+    return e;
 }
 
 }  // namespace
@@ -533,7 +555,18 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const Wg
     const bool h32 = p.q.size(1) == 32;
     const int64_t grid = (n_rows + 2 * (kPairs / (h32 ? 32 : 64)) - 1) / (2 * (kPairs / (h32 ? 32 : 64)));
     if (options.fp8_accumulate) {
-        h32 ? launch_fp8<32>(p, a, grid, s) : launch_fp8<64>(p, a, grid, s);
+        switch (options.epilogue == IndexerEpilogue::kDefault ? default_epilogue() : options.epilogue) {
+            case IndexerEpilogue::kDefault:
+            case IndexerEpilogue::kChains2:
+                h32 ? launch_fp8<32, 0>(p, a, grid, s) : launch_fp8<64, 0>(p, a, grid, s);
+                break;
+            case IndexerEpilogue::kChains4:
+                h32 ? launch_fp8<32, 1>(p, a, grid, s) : launch_fp8<64, 1>(p, a, grid, s);
+                break;
+            case IndexerEpilogue::kChains4FaddAbs:
+                h32 ? launch_fp8<32, 2>(p, a, grid, s) : launch_fp8<64, 2>(p, a, grid, s);
+                break;
+        }
     } else {
         h32 ? launch_f16<32>(p, a, grid, s) : launch_f16<64>(p, a, grid, s);
     }

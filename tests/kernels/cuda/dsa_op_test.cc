@@ -402,8 +402,10 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         // free-run their consumers by default); 7 and 8: with the ping-pong hand-over after the wgmmas retired
         // (hand_over_after_wait); 9: kAuto through the op dispatch with fp8_accumulate set, which must take the
         // e4m3-accumulate kernel where the wgmma kernels apply (bit for bit the forced kWgmmaFp8) and stay exact
-        // elsewhere.
-        for (int mode = 0; mode < 10; ++mode) {
+        // elsewhere; 10 and 11: the e4m3 kernel with the kChains4 and kChains4FaddAbs epilogues
+        // (WgmmaIndexerOptions::epilogue), each against the reference, and 11 bit for bit 10.
+        std::vector<float> chains4;  // mode 10's visible logits
+        for (int mode = 0; mode < 12; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -457,6 +459,32 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                     EXPECT_EQ(differ, 0) << name << ": not bit for bit the forced kWgmmaFp8 kernel";
                 }
+            } else if (mode >= 10) {
+                if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
+                const bool fadd = mode == 11;
+                name += fadd ? " [wgmma-fp8-accumulate, kChains4FaddAbs]" : " [wgmma-fp8-accumulate, kChains4]";
+                cuda::dsa_indexer_logits_wgmma(
+                    gp,
+                    {.fp8_accumulate = true,
+                     .epilogue = fadd ? cuda::IndexerEpilogue::kChains4FaddAbs : cuda::IndexerEpilogue::kChains4},
+                    raw_stream());
+                std::vector<float> got = read_pair(logits, stream(), false).values;
+                if (causal) {
+                    for (int64_t r = 0; r < c.n_rows; ++r) {
+                        for (int64_t s = pos[static_cast<size_t>(r)] + 1; s < c.n_keys; ++s) {
+                            got[static_cast<size_t>(r * c.n_keys + s)] = 0.0f;  // unspecified
+                        }
+                    }
+                }
+                if (!fadd) {
+                    chains4 = got;
+                } else if (!chains4.empty()) {
+                    int64_t differ = 0;
+                    for (size_t i = 0; i < got.size(); ++i) {
+                        differ += std::memcmp(&got[i], &chains4[i], sizeof(float)) != 0 ? 1 : 0;
+                    }
+                    EXPECT_EQ(differ, 0) << name << ": not bit for bit the kChains4 epilogue";
+                }
             } else {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
                 const bool fp8_acc = mode == 6 || mode == 8;
@@ -484,8 +512,8 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                     }
                 }
             }
-            const bool fp8_sums =
-                mode == 4 || mode == 6 || mode == 8 || (mode == 9 && cuda::dsa_indexer_wgmma_supported(gp));
+            const bool fp8_sums = mode == 4 || mode == 6 || mode == 8 || mode >= 10 ||
+                                  (mode == 9 && cuda::dsa_indexer_wgmma_supported(gp));
             const Tolerance tol = fp8_sums ? kFp8AccumIndexerLogits : kF32IndexerLogits;
             conf_close("dsa_indexer_logits", name, rb.values, ref, tol, {c.n_rows, c.n_keys});
             EXPECT_EQ(unwritten_visible, 0) << name << ": visible logits left unwritten";
