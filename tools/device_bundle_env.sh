@@ -81,6 +81,23 @@ torch_layer() {
   echo "torch $1 $2 rc $? at ${SECONDS}s"; grep "^# .*T=" "${O}/torch.$1.$2.log"
 }
 
+# The DeepSeek-V3 goal rows of bundle B: layer 3 at 16K, bf16 (dequant) and native FP8 + --fp8-attention (LAYER_REPS
+# 8), in rounds 1-2, then torch_layer_baseline.py's composition, then rounds 3-4, calling the script's save() (if it
+# defines one) after each phase (session 57's s57b.sh loop).
+#   dsv3_goal_rows B      e.g. dsv3_goal_rows pfG
+dsv3_goal_rows() {
+  local b=$1 r
+  for r in 1 2 torch 3 4; do
+    if [ "${r}" = torch ]; then
+      torch_layer deepseek-v3 16384 200
+    else
+      LAYER_REPS=8 layer "${b}" "dsv3bf.${r}" deepseek-v3.json 3:4 16384 --fp8-weights dequant
+      LAYER_REPS=8 layer "${b}" "dsv3f8.${r}" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention
+    fi
+    if declare -F save > /dev/null; then save; fi
+  done
+}
+
 # The FP8 kernel bench of bundle B's binary on the DeepSeek-V3 expert shapes at T 16384 (PENSTOCK_FP8_BENCH_SHAPE may
 # narrow them) into $O/pen.B.TAG.jsonl, printing the grouped variants' time and TFLOP/s (the cp.async wgmma excluded).
 #   fp8_grouped_bench B TAG      e.g. fp8_grouped_bench pfE 2

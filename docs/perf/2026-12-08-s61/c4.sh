@@ -7,12 +7,5 @@ set -uo pipefail
 NAME=pfG; O=/tmp/out.c4; source tools/device_bundle_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; date -u
 save() { cd "$O" && tar czf "${OUT:-/tmp}/c4.tgz" *.log *.json 2>/dev/null; cd - > /dev/null; }
-d() {
-  LAYER_REPS=8 layer pfG "dsv3bf.$1" deepseek-v3.json 3:4 16384 --fp8-weights dequant
-  LAYER_REPS=8 layer pfG "dsv3f8.$1" deepseek-v3.json 3:4 16384 --fp8-weights native --fp8-attention
-  save
-}
-d 1; d 2
-torch_layer deepseek-v3 16384 200; save
-d 3; d 4
+dsv3_goal_rows pfG  # tools/device_bundle_env.sh: rounds 1-2, torch.compile, rounds 3-4
 date -u
