@@ -152,14 +152,16 @@ void run_topk_after_prefix(BenchContext& ctx, int64_t rows, int64_t prefix, uint
 }
 
 // PENSTOCK_DSA_EPI_AB=1: only the e4m3 logits kernel's epilogues (WgmmaIndexerOptions::epilogue: kChains2,
-// kChains4, kChains4FaddAbs), interleaved over three rounds at T = 16384 and 65536 (causal, prefix 0), with the
-// visible logits of kChains4FaddAbs compared byte for byte with kChains4 and the largest |kChains4 - kChains2|.
+// kChains4, kChains4FaddAbs, kChains2FaddAbs), interleaved over three rounds at T = 16384 and 65536 (causal, prefix
+// 0), with sampled rows' visible logits of kChains4FaddAbs / kChains2FaddAbs compared byte for byte with kChains4 /
+// kChains2 and the largest |kChains4 - kChains2|.
 void run_epilogue_ab(BenchContext& ctx) {
     void* s = ctx.stream().handle();
     uint64_t seed = 1900;
     using E = cuda::IndexerEpilogue;
-    const E kForms[] = {E::kChains2, E::kChains4, E::kChains4FaddAbs};
-    const char* kNames[] = {"chains2", "chains4", "chains4_fadd_abs"};
+    const E kForms[] = {E::kChains2, E::kChains4, E::kChains4FaddAbs, E::kChains2FaddAbs};
+    const char* kNames[] = {"chains2", "chains4", "chains4_fadd_abs", "chains2_fadd_abs"};
+    constexpr int kN = 4;
     for (const int64_t T : {int64_t{16384}, int64_t{65536}}) {
         const IndexerInputs in = make_indexer_inputs(ctx, T, T, 0, seed);
         const Tensor logits = Tensor::empty({T, T}, DType::kF32, ctx.alloc());
@@ -168,22 +170,23 @@ void run_epilogue_ab(BenchContext& ctx) {
         const int reps = T >= 65536 ? 3 : 10;
         const double flops = 2.0 * kHeads * kDim * static_cast<double>(T) * static_cast<double>(T + 1) / 2.0;
         // Sample rows' visible logits per form (last rows: the most keys).
-        std::vector<float> rows[3];
-        for (int f = 0; f < 3; ++f) {
+        std::vector<float> rows[kN];
+        for (int f = 0; f < kN; ++f) {
             cuda::dsa_indexer_logits_wgmma(lp, {.fp8_accumulate = true, .epilogue = kForms[f]}, s);
             for (const int64_t r : {T - 1, T / 2, int64_t{7}}) {
                 const std::vector<float> v = read_row(logits, r, r + 1, ctx.stream());
                 rows[f].insert(rows[f].end(), v.begin(), v.end());
             }
         }
-        int64_t differ = 0;
+        int64_t differ = 0, differ2 = 0;
         double max_diff = 0.0;
         for (size_t i = 0; i < rows[1].size(); ++i) {
             differ += std::memcmp(&rows[1][i], &rows[2][i], sizeof(float)) != 0 ? 1 : 0;
+            differ2 += std::memcmp(&rows[0][i], &rows[3][i], sizeof(float)) != 0 ? 1 : 0;
             max_diff = std::max(max_diff, static_cast<double>(std::fabs(rows[1][i] - rows[0][i])));
         }
         for (int round = 0; round < 3; ++round) {
-            for (int f = 0; f < 3; ++f) {
+            for (int f = 0; f < kN; ++f) {
                 const cuda::WgmmaIndexerOptions o{.fp8_accumulate = true, .epilogue = kForms[f]};
                 const Timing t = ctx.time([&] { cuda::dsa_indexer_logits_wgmma(lp, o, s); }, 2, reps * 2);
                 nlohmann::json rec = ctx.base_record("dsa_indexer_logits_epilogue");
@@ -193,6 +196,7 @@ void run_epilogue_ab(BenchContext& ctx) {
                 rec["ms"] = t.median_us * 1e-3;
                 rec["tflops"] = flops / (t.median_us * 1e-6) / 1e12;
                 rec["sample_values_fadd_abs_differ_from_chains4"] = differ;
+                rec["sample_values_chains2_fadd_abs_differ_from_chains2"] = differ2;
                 rec["sample_max_abs_chains4_vs_chains2"] = max_diff;
                 ctx.report(rec, t, 4.0 * static_cast<double>(T) * static_cast<double>(T) / 2.0);
             }

@@ -149,25 +149,28 @@ struct LaneRows {
 // kForm (IndexerEpilogue): 0 = kChains2, 4 / kLaneRows interleaved partial sums per (key, row), both heads of a
 // column pair into one sum (8 chains of FMAs in all), ReLU by fmaxf; 1 = kChains4, 8 / kLaneRows partial sums per
 // (key, row), head 2 (j % kRowBlocks) + e into sum (2 j + e) % kSplit (16 chains); 2 = kChains4FaddAbs, kChains4's
-// sums with ReLU as acc + |acc| on the FMA pipe against halved gates (the same products: bit for bit kChains4).
+// sums with ReLU as acc + |acc| on the FMA pipe against halved gates (the same products: bit for bit kChains4);
+// 3 = kChains2FaddAbs, kChains2's sums with that ReLU (bit for bit kChains2).
 // The partial sums are then added in order.
 template <int kHeads, int kForm>
 __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[128], const float (&gate)[32][2],
                                            const LaneRows<kHeads>& rows, int key_lo, float ks_lo, float ks_hi) {
     using M = PairMap<kHeads>;
-    constexpr int kSplit = (kForm == 0 ? 4 : 8) / M::kLaneRows;
+    constexpr bool kPairChains = kForm == 0 || kForm == 3;  // kChains2's sums
+    constexpr bool kFaddAbs = kForm == 2 || kForm == 3;
+    constexpr int kSplit = (kPairChains ? 4 : 8) / M::kLaneRows;
     float part[2][M::kLaneRows][kSplit];
 #pragma unroll
     for (int i = 0; i < M::kLaneRows; ++i) {
 #pragma unroll
         for (int s = 0; s < kSplit; ++s) part[0][i][s] = part[1][i][s] = 0.0f;
     }
-    const auto relu = [](float x) { return kForm == 2 ? __fadd_rn(x, fabsf(x)) : fmaxf(x, 0.0f); };
+    const auto relu = [](float x) { return kFaddAbs ? __fadd_rn(x, fabsf(x)) : fmaxf(x, 0.0f); };
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
         const int i = j / M::kRowBlocks;
-        const int s0 = kForm == 0 ? j % kSplit : (2 * j) % kSplit;
-        const int s1 = kForm == 0 ? s0 : (2 * j + 1) % kSplit;
+        const int s0 = kPairChains ? j % kSplit : (2 * j) % kSplit;
+        const int s1 = kPairChains ? s0 : (2 * j + 1) % kSplit;
         part[0][i][s0] = fmaf(relu(acc[4 * j + 0]), gate[j][0], part[0][i][s0]);
         part[0][i][s1] = fmaf(relu(acc[4 * j + 1]), gate[j][1], part[0][i][s1]);
         part[1][i][s0] = fmaf(relu(acc[4 * j + 2]), gate[j][0], part[1][i][s0]);
@@ -459,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async();
     tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
     float gate[32][2];
-    load_gates<kHeads>(a, crow0, t, gate, kForm == 2 ? 0.5f : 1.0f);
+    load_gates<kHeads>(a, crow0, t, gate, kForm == 2 || kForm == 3 ? 0.5f : 1.0f);
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -503,13 +506,14 @@ void launch_f16(const kernels::DsaIndexerLogitsParams& p, const WgArgs& args, in
     PENSTOCK_CUDA_LAUNCH_CHECK();
 }
 
-// kDefault's epilogue: kChains2, or PENSTOCK_DSA_FP8_EPILOGUE=1 (kChains4) / 2 (kChains4FaddAbs), read once per
-// process (an A/B knob for the layers).
+// kDefault's epilogue: kChains2, or PENSTOCK_DSA_FP8_EPILOGUE=1 (kChains4) / 2 (kChains4FaddAbs) / 3
+// (kChains2FaddAbs), read once per process (an A/B knob for the layers).
 IndexerEpilogue default_epilogue() {
     static const IndexerEpilogue e = [] {
         const char* v = std::getenv("PENSTOCK_DSA_FP8_EPILOGUE");
         if (v != nullptr && std::strcmp(v, "1") == 0) return IndexerEpilogue::kChains4;
         if (v != nullptr && std::strcmp(v, "2") == 0) return IndexerEpilogue::kChains4FaddAbs;
+        if (v != nullptr && std::strcmp(v, "3") == 0) return IndexerEpilogue::kChains2FaddAbs;
         return IndexerEpilogue::kChains2;
     }();
     return e;
@@ -565,6 +569,9 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const Wg
                 break;
             case IndexerEpilogue::kChains4FaddAbs:
                 h32 ? launch_fp8<32, 2>(p, a, grid, s) : launch_fp8<64, 2>(p, a, grid, s);
+                break;
+            case IndexerEpilogue::kChains2FaddAbs:
+                h32 ? launch_fp8<32, 3>(p, a, grid, s) : launch_fp8<64, 3>(p, a, grid, s);
                 break;
         }
     } else {

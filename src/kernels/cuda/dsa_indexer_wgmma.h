@@ -21,7 +21,9 @@ bool dsa_indexer_wgmma_supported(const kernels::DsaIndexerLogitsParams& p);
 //  - kChains4FaddAbs: kChains4's sums, ReLU as acc + |acc| (FADD, the FMA pipe) against gates halved at load: the
 //    same products, so bit for bit kChains4 (for finite products; a NaN product, from NaN q / k bytes only, poisons
 //    the sum instead of counting as 0).
-enum class IndexerEpilogue { kDefault, kChains2, kChains4, kChains4FaddAbs };
+//  - kChains2FaddAbs: kChains2's sums with that ReLU: bit for bit kChains2 (finite products), so a candidate for the
+//    exact f16 kernel too.
+enum class IndexerEpilogue { kDefault, kChains2, kChains4, kChains4FaddAbs, kChains2FaddAbs };
 // Tuning of the wgmma kernels (the bench measures the alternatives; cuda::dsa_indexer_logits uses the defaults).
 struct WgmmaIndexerOptions {
     bool fp8_accumulate = false;  // e4m3 wgmma (IndexerVariant::kWgmmaFp8) instead of e4m3 widened to f16 (kWgmma)

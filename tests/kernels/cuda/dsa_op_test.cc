@@ -402,10 +402,10 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
         // free-run their consumers by default); 7 and 8: with the ping-pong hand-over after the wgmmas retired
         // (hand_over_after_wait); 9: kAuto through the op dispatch with fp8_accumulate set, which must take the
         // e4m3-accumulate kernel where the wgmma kernels apply (bit for bit the forced kWgmmaFp8) and stay exact
-        // elsewhere; 10 and 11: the e4m3 kernel with the kChains4 and kChains4FaddAbs epilogues
-        // (WgmmaIndexerOptions::epilogue), each against the reference, and 11 bit for bit 10.
+        // elsewhere; 10, 11 and 12: the e4m3 kernel with the kChains4, kChains4FaddAbs and kChains2FaddAbs epilogues
+        // (WgmmaIndexerOptions::epilogue), each against the reference, 11 bit for bit 10 and 12 bit for bit kChains2.
         std::vector<float> chains4;  // mode 10's visible logits
-        for (int mode = 0; mode < 12; ++mode) {
+        for (int mode = 0; mode < 13; ++mode) {
             Pair logits = poisoned_pair({c.n_rows, c.n_keys}, DType::kF32, c.pad, alloc(), stream());
             kernels::DsaIndexerLogitsParams gp = hp;
             gp.logits = logits.dv;
@@ -461,29 +461,33 @@ TEST_F(DsaOpTest, IndexerLogitsCausalMatchesReference) {
                 }
             } else if (mode >= 10) {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
-                const bool fadd = mode == 11;
-                name += fadd ? " [wgmma-fp8-accumulate, kChains4FaddAbs]" : " [wgmma-fp8-accumulate, kChains4]";
-                cuda::dsa_indexer_logits_wgmma(
-                    gp,
-                    {.fp8_accumulate = true,
-                     .epilogue = fadd ? cuda::IndexerEpilogue::kChains4FaddAbs : cuda::IndexerEpilogue::kChains4},
-                    raw_stream());
-                std::vector<float> got = read_pair(logits, stream(), false).values;
-                if (causal) {
-                    for (int64_t r = 0; r < c.n_rows; ++r) {
+                using E = cuda::IndexerEpilogue;
+                const E form = mode == 10 ? E::kChains4 : mode == 11 ? E::kChains4FaddAbs : E::kChains2FaddAbs;
+                name += mode == 10   ? " [wgmma-fp8-accumulate, kChains4]"
+                        : mode == 11 ? " [wgmma-fp8-accumulate, kChains4FaddAbs]"
+                                     : " [wgmma-fp8-accumulate, kChains2FaddAbs]";
+                const auto visible = [&](E e) {  // the form's logits, the unspecified ones (past q_pos) zeroed
+                    cuda::dsa_indexer_logits_wgmma(gp, {.fp8_accumulate = true, .epilogue = e}, raw_stream());
+                    std::vector<float> v = read_pair(logits, stream(), false).values;
+                    for (int64_t r = 0; causal && r < c.n_rows; ++r) {
                         for (int64_t s = pos[static_cast<size_t>(r)] + 1; s < c.n_keys; ++s) {
-                            got[static_cast<size_t>(r * c.n_keys + s)] = 0.0f;  // unspecified
+                            v[static_cast<size_t>(r * c.n_keys + s)] = 0.0f;
                         }
                     }
-                }
-                if (!fadd) {
+                    return v;
+                };
+                // Mode 12's twin first (kChains2), so that the checks below read the form's own logits.
+                const std::vector<float> twin = mode == 12 ? visible(E::kChains2) : chains4;
+                const std::vector<float> got = visible(form);
+                if (mode == 10) {
                     chains4 = got;
-                } else if (!chains4.empty()) {
+                } else if (twin.size() == got.size()) {
                     int64_t differ = 0;
                     for (size_t i = 0; i < got.size(); ++i) {
-                        differ += std::memcmp(&got[i], &chains4[i], sizeof(float)) != 0 ? 1 : 0;
+                        differ += std::memcmp(&got[i], &twin[i], sizeof(float)) != 0 ? 1 : 0;
                     }
-                    EXPECT_EQ(differ, 0) << name << ": not bit for bit the kChains4 epilogue";
+                    EXPECT_EQ(differ, 0) << name << (mode == 11 ? ": not bit for bit the kChains4 epilogue"
+                                                                : ": not bit for bit the kChains2 epilogue");
                 }
             } else {
                 if (!cuda::dsa_indexer_wgmma_supported(gp)) continue;
