@@ -559,21 +559,16 @@ void dsa_indexer_logits_wgmma(const kernels::DsaIndexerLogitsParams& p, const Wg
     const bool h32 = p.q.size(1) == 32;
     const int64_t grid = (n_rows + 2 * (kPairs / (h32 ? 32 : 64)) - 1) / (2 * (kPairs / (h32 ? 32 : 64)));
     if (options.fp8_accumulate) {
-        switch (options.epilogue == IndexerEpilogue::kDefault ? default_epilogue() : options.epilogue) {
-            case IndexerEpilogue::kDefault:
-            case IndexerEpilogue::kChains2:
-                h32 ? launch_fp8<32, 0>(p, a, grid, s) : launch_fp8<64, 0>(p, a, grid, s);
-                break;
-            case IndexerEpilogue::kChains4:
-                h32 ? launch_fp8<32, 1>(p, a, grid, s) : launch_fp8<64, 1>(p, a, grid, s);
-                break;
-            case IndexerEpilogue::kChains4FaddAbs:
-                h32 ? launch_fp8<32, 2>(p, a, grid, s) : launch_fp8<64, 2>(p, a, grid, s);
-                break;
-            case IndexerEpilogue::kChains2FaddAbs:
-                h32 ? launch_fp8<32, 3>(p, a, grid, s) : launch_fp8<64, 3>(p, a, grid, s);
-                break;
-        }
+        const IndexerEpilogue e = options.epilogue == IndexerEpilogue::kDefault ? default_epilogue() : options.epilogue;
+        const int form = e == IndexerEpilogue::kChains4          ? 1
+                         : e == IndexerEpilogue::kChains4FaddAbs ? 2
+                         : e == IndexerEpilogue::kChains2FaddAbs ? 3
+                                                                 : 0;  // score_tile's kForm
+        using Launch = void (*)(const kernels::DsaIndexerLogitsParams&, const WgArgs&, int64_t, cudaStream_t);
+        static constexpr Launch kLaunch[2][4] = {
+            {launch_fp8<32, 0>, launch_fp8<32, 1>, launch_fp8<32, 2>, launch_fp8<32, 3>},
+            {launch_fp8<64, 0>, launch_fp8<64, 1>, launch_fp8<64, 2>, launch_fp8<64, 3>}};
+        kLaunch[h32 ? 0 : 1][form](p, a, grid, s);
     } else {
         h32 ? launch_f16<32>(p, a, grid, s) : launch_f16<64>(p, a, grid, s);
     }
