@@ -105,7 +105,7 @@ struct PairMap {
 
 // gate[j][e] belongs to accumulator column n = 8j + 2t + e: gate = weights * q_scale * scale of that pair (0 for rows
 // past n_rows).
-// `mul` is 1 or 0.5 (kChains4FaddAbs: the halved gates, exact).
+// `mul` is 1, or 0.5 for the FaddAbs epilogues (halved gates: exact).
 template <int kHeads>
 __device__ __forceinline__ void load_gates(const WgArgs& a, int crow0, int t, float (&gate)[32][2], float mul = 1.0f) {
     using M = PairMap<kHeads>;
@@ -144,6 +144,9 @@ struct LaneRows {
     }
 };
 
+// Whether score_tile's form kForm (below) takes ReLU as acc + |acc| against halved gates.
+constexpr bool fadd_abs_form(int form) { return form == 2 || form == 3; }
+
 // One retired key tile: for each of this lane's rows and its two keys (accumulator rows g and g + 8 of the tile:
 // key_lo, key_lo + 8), gate * ReLU summed over the row's heads in f32 in a fixed order, times k_scale[key], stored.
 // kForm (IndexerEpilogue): 0 = kChains2, 4 / kLaneRows interleaved partial sums per (key, row), both heads of a
@@ -157,7 +160,7 @@ __device__ __forceinline__ void score_tile(const WgArgs& a, const float (&acc)[1
                                            const LaneRows<kHeads>& rows, int key_lo, float ks_lo, float ks_hi) {
     using M = PairMap<kHeads>;
     constexpr bool kPairChains = kForm == 0 || kForm == 3;  // kChains2's sums
-    constexpr bool kFaddAbs = kForm == 2 || kForm == 3;
+    constexpr bool kFaddAbs = fadd_abs_form(kForm);
     constexpr int kSplit = (kPairChains ? 4 : 8) / M::kLaneRows;
     float part[2][M::kLaneRows][kSplit];
 #pragma unroll
@@ -462,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_proxy_async();
     tma::named_sync(3 + c, 128);  // this warpgroup's q tile written
     float gate[32][2];
-    load_gates<kHeads>(a, crow0, t, gate, kForm == 2 || kForm == 3 ? 0.5f : 1.0f);
+    load_gates<kHeads>(a, crow0, t, gate, fadd_abs_form(kForm) ? 0.5f : 1.0f);
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;

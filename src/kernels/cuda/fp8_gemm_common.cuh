@@ -141,7 +141,7 @@ Args make_args(const kernels::Fp8GroupedGemmParams& p);
 // The TMA kernels' scales through shared memory (fp8_gemm_tma.cu, fp8_gemm_n192.cu): whether the activation scales
 // are in fp8_act_quant's transposed layout, TMA-readable ([kb, m]: as_row 1, as_col a multiple of 4, 16-byte aligned
 // base) and not turned off by PENSTOCK_FP8_SCALE_SMEM=0 (read once per process; an A/B knob), and the map that reads
-// them: f32 [k_steps, n_rows] with rows as_col apart, 128 x 1 boxes, no swizzle. Host (fp8_grouped_gemm.cu).
+// them: f32 [k_steps, n_rows] with rows as_col apart, kActScaleBox x 1 boxes, no swizzle. Host (fp8_grouped_gemm.cu).
 // A TMA box must start 16 bytes aligned in its innermost dimension (an unaligned start is an illegal instruction), so
 // a tile's scales are read from row0 rounded down to 4 rows: a box of kActScaleBox floats in a kActScaleSlot-byte slot
 // (128-byte aligned), the tile's row r at float (row0 & 3) + r.

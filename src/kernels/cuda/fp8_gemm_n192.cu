@@ -21,10 +21,11 @@
 // group (a group tail: a TMA store would overwrite the next group's rows), or any warpgroup when out rows are not
 // 16-byte aligned, stores from the registers instead.
 //
-// The scales (kScaleSmem): where the activation scales are in the transposed layout that fp8_act_quant writes (a
-// [kb, m] buffer: as_row 1, as_col a multiple of 4, 16-byte aligned; fp8_gemm_common.cuh scale_smem_ok), the producer
-// brings each k-step's scales with its stage: the tile's 128 activation scales by TMA (a 128 x 1 f32 box into a
-// 512-byte slot; rows past n_rows zero-filled, never stored) and the two weight scales by 4-byte cp.async, whose
+// The scales (kScaleSmem): where the activation scales are in the transposed layout that fp8_act_quant writes (a [kb,
+// m] buffer: as_row 1, as_col a multiple of 4, 16-byte aligned; fp8_gemm_common.cuh scale_smem_ok), the producer brings
+// each k-step's scales with its stage: the tile's 128 activation scales by TMA (a kActScaleBox x 1 f32 box from row0
+// rounded down to 4, so that it starts 16 bytes aligned, into a kActScaleSlot-byte slot; row r of the tile at float
+// (row0 & 3) + r; rows past n_rows zero-filled, never stored) and the two weight scales by 4-byte cp.async, whose
 // completion is the full barrier's second arrival (cp.async.mbarrier.arrive.noinc). The consumers read them from shared
 // memory once the stage is full. Loaded from global memory one k-step ahead instead (any other layout), the activation
 // scales arrived late: 23% of the consumers' stall samples sat on them (docs/perf/2026-12-07-s58.md, call C).
@@ -161,8 +162,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tma::load_2d(sa, &tm_a, kt * kBK, ct.row0, full);
                     tma::load_3d(sa + kABytes, &tm_b, kt * kBK, ct.n0, ct.group, full);
                     if constexpr (kScaleSmem) {
-                        tma::load_2d(scl_base + static_cast<uint32_t>(ring) * kScaleSlot, &tm_as, act_scale_x0(ct.row0), kt,
-                                     full);
+                        tma::load_2d(scl_base + static_cast<uint32_t>(ring) * kScaleSlot, &tm_as,
+                                     act_scale_x0(ct.row0), kt, full);
                         const uint32_t ws = wsc_base + static_cast<uint32_t>(ring) * 16;
                         tile::cp_async_4(ws, pw0 + kt, true);
                         tile::cp_async_4(ws + 4, pw1 + kt, true);

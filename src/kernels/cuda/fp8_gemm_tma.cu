@@ -26,7 +26,8 @@
 // Scales through shared memory (kScaleSmem, the 256-wide kernels: plain, CTA pairs, gated): where the activation scales
 // are in fp8_act_quant's transposed layout (a [kb, m] buffer: as_row 1, as_col a multiple of 4, 16-byte aligned) and
 // the call has at most kMaxGroupsScaleSmem groups, the producer brings each k-step's scales with its stage: the tile's
-// 128 activation scales by TMA (a 128 x 1 f32 box; rows past n_rows zero-filled, never stored) and the two halves'
+// 128 activation scales by TMA (a kActScaleBox x 1 f32 box from row0 rounded down to 4, fp8_gemm_common.cuh; rows
+// past n_rows zero-filled, never stored) and the two halves'
 // weight scales by 4-byte cp.async, whose completion is the full barrier's second arrival
 // (cp.async.mbarrier.arrive.noinc). The consumers then read them from shared memory once the stage is full, where
 // loads from global memory one k-step ahead made them wait (docs/perf/2026-12-07-s59.md). kWgmmaTmaN192 does the
@@ -67,7 +68,8 @@ constexpr int kScanBytes = 32 * 4;  // build_tile_prefix's scratch, outside the 
 constexpr int64_t kFp8PairMinAvgRows = 256;
 
 // The pipeline of a CTA tile 128 x BN (BN = 128: six 32 KiB stages; BN = 256: four 48 KiB stages), with the scale
-// slots of kScaleSmem (per stage: 128 activation scales, then the halves' weight scales in a 16-byte slot).
+// slots of kScaleSmem (per stage: a kActScaleSlot-byte slot of activation scales, then the halves' weight scales in a
+// 16-byte slot).
 constexpr int kMaxGroupsScaleSmem = 3840;
 template <int BN, bool kScaleSmem = false>
 struct Pipe {
